@@ -1,0 +1,101 @@
+"""The provider's exception hierarchy.
+
+Plain Python (no Airflow import) so the pure decoder can raise these too; Airflow fails a task
+on any exception. Messages name identifiers, LSNs and counts, never row values.
+"""
+
+from __future__ import annotations
+
+
+def format_lsn(lsn: int | None) -> str:
+    """PostgreSQL's ``X/X`` text form of an LSN."""
+    if lsn is None:
+        return "?"
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+
+
+class PgLogicalError(Exception):
+    """Base class of every error this provider raises on purpose."""
+
+
+class DecodeError(PgLogicalError):
+    """pgoutput bytes that cannot be decoded: truncated, malformed, or out of protocol order."""
+
+    def __init__(self, reason: str, *, lsn: int | None = None, offset: int | None = None,
+                 message_type: str | None = None) -> None:
+        self.reason = reason
+        self.lsn = lsn
+        self.offset = offset
+        self.message_type = message_type
+        where = []
+        if message_type is not None:
+            where.append(f"message {message_type!r}")
+        if lsn is not None:
+            where.append(f"at LSN {format_lsn(lsn)}")
+        if offset is not None:
+            where.append(f"byte offset {offset}")
+        super().__init__(f"{reason} ({', '.join(where)})" if where else reason)
+
+
+class UnknownRelationError(DecodeError):
+    """A change refers to a relation OID that no Relation message described."""
+
+
+class SlotError(PgLogicalError):
+    """Base for replication-slot problems; ``hint`` says what the user can do."""
+
+    hint = ""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        if hint is not None:
+            self.hint = hint
+        super().__init__(f"{message}. Hint: {self.hint}" if self.hint else message)
+
+
+class SlotNotFoundError(SlotError):
+    hint = "create it (PgLogicalHook.create_slot, or `create: true` in the pipeline spec)"
+
+
+class SlotActiveError(SlotError):
+    hint = "another consumer holds the slot; wait for it or terminate its backend (pg_replication_slots.active_pid)"
+
+
+class SlotInvalidatedError(SlotError):
+    hint = ("WAL it needed was removed (max_slot_wal_keep_size); drop and recreate the slot and "
+            "re-sync the targets")
+
+
+class SlotPluginMismatchError(SlotError):
+    hint = "the slot must use the pgoutput plugin; drop it or choose another slot name"
+
+
+class PublicationNotFoundError(PgLogicalError):
+    """The publication named in the pipeline does not exist on the source."""
+
+
+class WalLevelError(PgLogicalError):
+    """The source server does not run with wal_level=logical."""
+
+
+class ReplicationPermissionError(PgLogicalError):
+    """The role may not use replication slots (needs REPLICATION or superuser)."""
+
+
+class StagingError(PgLogicalError):
+    """The staging area holds something inconsistent (gap, overlap, unreadable manifest)."""
+
+
+class SpecError(PgLogicalError):
+    """A pipeline spec that does not validate."""
+
+
+class ApplyError(PgLogicalError):
+    """Applying staged changes to a target failed before anything was committed."""
+
+
+class RowFilterError(ApplyError):
+    """A row filter that is invalid or references columns it may not use."""
+
+
+class UnresolvableToastError(ApplyError):
+    """An unchanged-TOAST value is needed but exists neither in the target nor the old image."""

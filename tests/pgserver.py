@@ -1,0 +1,112 @@
+"""A throwaway PostgreSQL server for the test suite: initdb into a temp dir, wal_level=logical.
+
+initdb and pg_ctl refuse to run as root, so when the suite runs as root the data directory is
+handed to the ``postgres`` OS user and the binaries run through ``runuser``.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_BIN_DIR = "/usr/lib/postgresql/15/bin"
+SERVER_SETTINGS = {
+    "wal_level": "logical",
+    "max_replication_slots": "64",
+    "max_wal_senders": "64",
+    "max_logical_replication_workers": "32",
+    "max_worker_processes": "48",
+    "max_connections": "200",
+    "fsync": "off",
+    # synchronous_commit stays on: the SQL decoding functions stop at the WAL *flush* position.
+    "full_page_writes": "off",
+    "listen_addresses": "'127.0.0.1'",
+    "unix_socket_directories": "''",
+    "logical_decoding_work_mem": "64kB",
+    "wal_sender_timeout": "0",
+    "log_min_messages": "warning",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class PgServer:
+    bin_dir: Path
+    data_dir: Path
+    port: int
+    host: str = "127.0.0.1"
+    superuser: str = "postgres"
+    version_num: int = 0
+
+    def dsn(self, dbname: str = "postgres", user: str | None = None, password: str | None = None) -> str:
+        parts = [f"host={self.host}", f"port={self.port}", f"dbname={dbname}", f"user={user or self.superuser}"]
+        if password:
+            parts.append(f"password={password}")
+        return " ".join(parts)
+
+    def uri(self, dbname: str = "postgres", user: str | None = None, password: str | None = None) -> str:
+        auth = user or self.superuser
+        if password:
+            auth += f":{password}"
+        return f"postgresql://{auth}@{self.host}:{self.port}/{dbname}"
+
+
+def _as_owner(cmd: list[str], owner: str | None) -> list[str]:
+    return ["runuser", "-u", owner, "--", *cmd] if owner else cmd
+
+
+def start_server(bin_dir: str | os.PathLike | None = None, settings: dict[str, str] | None = None) -> PgServer:
+    """initdb + start; the caller must call ``stop_server`` (use the pytest fixtures)."""
+    bin_dir = Path(bin_dir or os.environ.get("PGLOGICAL_TEST_PG_BIN", DEFAULT_BIN_DIR))
+    if not (bin_dir / "initdb").exists():
+        raise RuntimeError(f"no initdb in {bin_dir}; run `make test` (installs postgresql-15) or set PGLOGICAL_TEST_PG_BIN")
+    owner = "postgres" if os.geteuid() == 0 else None
+    base = Path(tempfile.mkdtemp(prefix="pglogical-test-"))
+    data_dir = base / "data"
+    if owner:
+        pw = pwd.getpwnam(owner)
+        os.chown(base, pw.pw_uid, pw.pw_gid)
+    subprocess.run(
+        _as_owner([str(bin_dir / "initdb"), "-D", str(data_dir), "-U", "postgres", "-A", "trust",
+                   "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"], owner),
+        check=True, capture_output=True,
+    )
+    port = free_port()
+    conf = {**SERVER_SETTINGS, **(settings or {}), "port": str(port)}
+    with open(data_dir / "postgresql.auto.conf", "a") as f:
+        for key, value in conf.items():
+            f.write(f"{key} = {value}\n")
+    with open(data_dir / "pg_hba.conf", "w") as f:
+        f.write("host all all 127.0.0.1/32 trust\nhost replication all 127.0.0.1/32 trust\n")
+    subprocess.run(
+        _as_owner([str(bin_dir / "pg_ctl"), "-D", str(data_dir), "-l", str(base / "server.log"), "-w", "-t", "60", "start"], owner),
+        check=True, capture_output=True,
+    )
+    server = PgServer(bin_dir=bin_dir, data_dir=data_dir, port=port)
+    import psycopg2
+
+    with psycopg2.connect(server.dsn()) as conn, conn.cursor() as cur:
+        cur.execute("SHOW server_version_num")
+        server.version_num = int(cur.fetchone()[0])
+    conn.close()
+    return server
+
+
+def stop_server(server: PgServer) -> None:
+    owner = "postgres" if os.geteuid() == 0 else None
+    subprocess.run(
+        _as_owner([str(server.bin_dir / "pg_ctl"), "-D", str(server.data_dir), "-m", "immediate", "-w", "stop"], owner),
+        capture_output=True,
+    )
+    shutil.rmtree(server.data_dir.parent, ignore_errors=True)
