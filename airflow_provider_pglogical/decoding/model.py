@@ -8,8 +8,8 @@ what keeps decode-into-Arrow close to the fetch rate.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Union
 
 # pgoutput relreplident values (pg_class.relreplident)
 REPLICA_IDENTITY_DEFAULT = "d"
@@ -121,7 +121,7 @@ class LogicalMessage:
     content: bytes
 
 
-Change = Union[RowChange, TruncateChange, LogicalMessage]
+Change = RowChange | TruncateChange | LogicalMessage
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +137,9 @@ class Transaction:
     commit_lsn: int  # start of the commit record
     end_lsn: int
     commit_time_us: int
-    changes: tuple[Change, ...]
+    # A tuple, or for a transaction over the decoder's memory budget a lazy re-iterable
+    # ``decoding.spill.SpilledChanges`` backed by a temp file (iterate it; ``len`` is exact).
+    changes: Sequence[Change]
     origin: str | None = None
     origin_lsn: int | None = None
     streamed: bool = False
@@ -164,7 +166,7 @@ class PreparedTransaction:
     prepare_lsn: int
     end_lsn: int
     prepare_time_us: int
-    changes: tuple[Change, ...]
+    changes: Sequence[Change]  # tuple or SpilledChanges, as for Transaction
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,4 +180,4 @@ class PreparedOutcome:
     time_us: int
 
 
-Event = Union[Transaction, NonTransactionalMessage, PreparedTransaction, PreparedOutcome]
+Event = Transaction | NonTransactionalMessage | PreparedTransaction | PreparedOutcome
