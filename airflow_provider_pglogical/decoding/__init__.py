@@ -1,0 +1,61 @@
+"""Pure pgoutput decoding: wire messages, relation versions, transaction assembly (no I/O)."""
+
+from airflow_provider_pglogical.decoding.assembler import DEFAULT_MEMORY_BUDGET, ChangeAssembler, to_change
+from airflow_provider_pglogical.decoding.messages import (
+    BeginMessage,
+    BeginPrepareMessage,
+    CommitMessage,
+    CommitPreparedMessage,
+    DeleteMessage,
+    InsertMessage,
+    LogicalDecodingMessage,
+    Message,
+    OriginMessage,
+    PrepareMessage,
+    RelationMessage,
+    RollbackPreparedMessage,
+    StreamAbortMessage,
+    StreamCommitMessage,
+    StreamPrepareMessage,
+    StreamStartMessage,
+    StreamStopMessage,
+    TruncateMessage,
+    TypeMessage,
+    UpdateMessage,
+    parse_message,
+)
+from airflow_provider_pglogical.decoding.reader import Reader, read_tuple
+from airflow_provider_pglogical.decoding.relations import RelationCache
+from airflow_provider_pglogical.decoding.spill import SpilledChanges, SpillFile
+
+__all__ = [
+    "DEFAULT_MEMORY_BUDGET",
+    "BeginMessage",
+    "BeginPrepareMessage",
+    "ChangeAssembler",
+    "CommitMessage",
+    "CommitPreparedMessage",
+    "DeleteMessage",
+    "InsertMessage",
+    "LogicalDecodingMessage",
+    "Message",
+    "OriginMessage",
+    "PrepareMessage",
+    "Reader",
+    "RelationCache",
+    "RelationMessage",
+    "RollbackPreparedMessage",
+    "SpillFile",
+    "SpilledChanges",
+    "StreamAbortMessage",
+    "StreamCommitMessage",
+    "StreamPrepareMessage",
+    "StreamStartMessage",
+    "StreamStopMessage",
+    "TruncateMessage",
+    "TypeMessage",
+    "UpdateMessage",
+    "parse_message",
+    "read_tuple",
+    "to_change",
+]
