@@ -1,0 +1,377 @@
+"""Airflow hook for pgoutput slots: publications, slot lifecycle, peek/get/advance, catalog reads."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg2
+import psycopg2.extensions
+from airflow.providers.postgres.hooks.postgres import PostgresHook
+from psycopg2 import sql
+
+from airflow_provider_pglogical.exceptions import (
+    ReplicationPermissionError,
+    SlotActiveError,
+    SlotInvalidatedError,
+    SlotNotFoundError,
+    SlotPluginMismatchError,
+    WalLevelError,
+    format_lsn,
+)
+from airflow_provider_pglogical.hooks.errors import translated_errors, validate_slot_name
+
+PLUGIN = "pgoutput"
+DEFAULT_PUBLISH = ("insert", "update", "delete", "truncate")
+# Connection extras passed to libpq; anything else in the extras is ignored on purpose (a stray
+# extra must not silently become a libpq keyword).
+ALLOWED_EXTRAS = frozenset({
+    "sslmode", "sslcert", "sslkey", "sslrootcert", "sslcrl", "connect_timeout", "application_name",
+    "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "target_session_attrs",
+    "options", "gssencmode", "passfile",
+})
+APPLICATION_NAME = "airflow-provider-pglogical"
+
+# LSNs and xids leave the server as integers so nothing on the client parses "X/X" text per row.
+_LSN = "(({}) - '0/0'::pg_lsn)::bigint"
+
+
+def lsn_text(lsn: int | str | None) -> str | None:
+    """An LSN as PostgreSQL's ``X/X`` text (accepts ints and text)."""
+    if lsn is None or isinstance(lsn, str):
+        return lsn
+    return format_lsn(lsn)
+
+
+def proto_version_for(server_version_num: int) -> int:
+    """Highest pgoutput protocol the server speaks (what the native apply worker picks)."""
+    if server_version_num >= 160000:
+        return 4
+    if server_version_num >= 150000:
+        return 3
+    if server_version_num >= 140000:
+        return 2
+    raise ValueError(f"PostgreSQL {server_version_num} is too old: binary pgoutput needs 14 or later")
+
+
+@dataclass(frozen=True, slots=True)
+class SlotInfo:
+    """One row of pg_replication_slots plus the WAL it retains; LSNs as integers."""
+
+    name: str
+    plugin: str | None
+    slot_type: str
+    database: str | None
+    active: bool
+    active_pid: int | None
+    restart_lsn: int | None
+    confirmed_flush_lsn: int | None
+    wal_status: str | None
+    safe_wal_size: int | None
+    two_phase: bool
+    retained_bytes: int | None  # pg_current_wal_lsn() - restart_lsn
+    pending_bytes: int | None  # pg_current_wal_lsn() - confirmed_flush_lsn
+
+    @property
+    def invalidated(self) -> bool:
+        return self.wal_status == "lost"
+
+
+class PgLogicalHook(PostgresHook):
+    """Manage and read pgoutput logical replication slots over the SQL interface.
+
+    Reuses Airflow PostgreSQL connections (``postgres_conn_id``) or, for the CLI, a plain libpq
+    DSN (``PgLogicalHook.from_dsn``). One session per hook: admin statements run in autocommit;
+    ``peek_changes``/``get_changes`` open a transaction for their server-side cursor.
+    """
+
+    conn_name_attr = "postgres_conn_id"
+    default_conn_name = "postgres_default"
+    conn_type = "postgres"
+    hook_name = "PostgreSQL logical decoding (pgoutput)"
+
+    def __init__(self, *args: Any, dsn: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.dsn = dsn
+        self._session: psycopg2.extensions.connection | None = None
+        self._server_version_num: int | None = None
+
+    @classmethod
+    def from_dsn(cls, dsn: str) -> PgLogicalHook:
+        """A hook over a libpq DSN or URI, without an Airflow connection (CLI, tests)."""
+        return cls(dsn=dsn)
+
+    # -- session ---------------------------------------------------------------------------
+
+    def get_conn(self) -> psycopg2.extensions.connection:
+        """A new psycopg2 connection; Airflow connection extras are read from an allowlist."""
+        if self.dsn is not None:
+            conn = psycopg2.connect(self.dsn, application_name=APPLICATION_NAME)
+        else:
+            airflow_conn = self.connection
+            args: dict[str, Any] = {
+                "host": airflow_conn.host, "port": airflow_conn.port, "user": airflow_conn.login,
+                "password": airflow_conn.password, "dbname": self.database or airflow_conn.schema,
+                "application_name": APPLICATION_NAME,
+            }
+            extras = airflow_conn.extra_dejson
+            args.update({k: v for k, v in extras.items() if k in ALLOWED_EXTRAS})
+            conn = psycopg2.connect(**{k: v for k, v in args.items() if v is not None})
+        self.conn = conn
+        return conn
+
+    @property
+    def session(self) -> psycopg2.extensions.connection:
+        """The hook's session: autocommit, ``client_encoding`` = server encoding (pgoutput sends
+        names and text in the client encoding; matching the server's makes that a no-op)."""
+        if self._session is None or self._session.closed:
+            conn = self.get_conn()
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute("SHOW server_encoding")
+                conn.set_client_encoding(cur.fetchone()[0])
+            self._session = conn
+        return self._session
+
+    def close(self) -> None:
+        if self._session is not None and not self._session.closed:
+            self._session.close()
+        self._session = None
+
+    def __enter__(self) -> PgLogicalHook:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _query(self, query: sql.Composable | str, params: Any = None, *, slot: str | None = None,
+               publication: str | None = None) -> list[tuple]:
+        with translated_errors(slot=slot, publication=publication), self.session.cursor() as cur:
+            cur.execute(query, params)
+            return cur.fetchall() if cur.description else []
+
+    @property
+    def server_version_num(self) -> int:
+        if self._server_version_num is None:
+            self._server_version_num = int(self._query("SHOW server_version_num")[0][0])
+        return self._server_version_num
+
+    @property
+    def server_encoding(self) -> str:
+        return self._query("SHOW server_encoding")[0][0]
+
+    # -- preconditions ---------------------------------------------------------------------
+
+    def check_wal_level(self) -> None:
+        level = self._query("SHOW wal_level")[0][0]
+        if level != "logical":
+            raise WalLevelError(f"wal_level is {level!r}; logical decoding needs wal_level=logical "
+                                "(ALTER SYSTEM SET wal_level = logical, then restart)")
+
+    def check_replication_privilege(self) -> None:
+        rows = self._query("SELECT rolsuper OR rolreplication FROM pg_roles WHERE rolname = current_user")
+        if not rows or not rows[0][0]:
+            raise ReplicationPermissionError(
+                "the current role has neither REPLICATION nor SUPERUSER; grant it with ALTER ROLE ... REPLICATION")
+
+    # -- publications ----------------------------------------------------------------------
+
+    def publication_exists(self, name: str) -> bool:
+        return bool(self._query("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)))
+
+    def create_publication(self, name: str, tables: Sequence[str | tuple[str, str]] | None = None, *,
+                           all_tables: bool = False, publish: Sequence[str] = DEFAULT_PUBLISH) -> bool:
+        """Create the publication unless it exists; returns True when it was created.
+
+        ``tables`` are ``(schema, table)`` pairs or unqualified names (resolved by search_path);
+        both are quoted as identifiers, so any spelling works.
+        """
+        if self.publication_exists(name):
+            return False
+        if all_tables == bool(tables):
+            raise ValueError("give exactly one of tables=[...] or all_tables=True")
+        if all_tables:
+            target = sql.SQL("FOR ALL TABLES")
+        else:
+            target = sql.SQL("FOR TABLE {}").format(sql.SQL(", ").join(
+                sql.Identifier(*t) if isinstance(t, tuple) else sql.Identifier(t) for t in tables or ()))
+        query = sql.SQL("CREATE PUBLICATION {} {} WITH (publish = {})").format(
+            sql.Identifier(name), target, sql.Literal(", ".join(publish)))
+        self._query(query, publication=name)
+        return True
+
+    def drop_publication(self, name: str) -> None:
+        self._query(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(name)))
+
+    # -- slots -----------------------------------------------------------------------------
+
+    def slot_info(self, name: str) -> SlotInfo | None:
+        """The slot's state, or None when it does not exist."""
+        query = sql.SQL(
+            "SELECT slot_name, plugin, slot_type, database, active, active_pid, {restart}, {confirmed},"
+            " wal_status, safe_wal_size, two_phase,"
+            " (pg_current_wal_lsn() - restart_lsn)::bigint, (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint"
+            " FROM pg_replication_slots WHERE slot_name = %s"
+        ).format(restart=sql.SQL(_LSN.format("restart_lsn")), confirmed=sql.SQL(_LSN.format("confirmed_flush_lsn")))
+        rows = self._query(query, (name,), slot=name)
+        return SlotInfo(*rows[0]) if rows else None
+
+    def require_slot(self, name: str) -> SlotInfo:
+        """slot_info, raising the typed error a read would hit (cheap check before reading)."""
+        validate_slot_name(name)
+        info = self.slot_info(name)
+        if info is None:
+            raise SlotNotFoundError(f"replication slot {name!r} does not exist")
+        if info.slot_type != "logical" or info.plugin != PLUGIN:
+            raise SlotPluginMismatchError(f"replication slot {name!r} uses plugin {info.plugin!r}, not {PLUGIN!r}")
+        database = self._query("SELECT current_database()")[0][0]
+        if info.database != database:
+            raise SlotNotFoundError(f"replication slot {name!r} belongs to database {info.database!r}, "
+                                    f"not {database!r}", hint="connect to the slot's database")
+        if info.invalidated or info.confirmed_flush_lsn is None:
+            raise SlotInvalidatedError(f"replication slot {name!r} has been invalidated (wal_status={info.wal_status})")
+        if info.active:
+            raise SlotActiveError(f"replication slot {name!r} is active for PID {info.active_pid}")
+        return info
+
+    def create_slot(self, name: str) -> bool:
+        """Create a pgoutput logical slot unless it exists; returns True when it was created."""
+        validate_slot_name(name)
+        info = self.slot_info(name)
+        if info is not None:
+            if info.slot_type != "logical" or info.plugin != PLUGIN:
+                raise SlotPluginMismatchError(
+                    f"replication slot {name!r} exists with plugin {info.plugin!r}, not {PLUGIN!r}")
+            return False
+        self.check_wal_level()
+        self._query("SELECT pg_create_logical_replication_slot(%s, %s)", (name, PLUGIN), slot=name)
+        return True
+
+    def drop_slot(self, name: str) -> None:
+        validate_slot_name(name)
+        self._query("SELECT pg_drop_replication_slot(%s)", (name,), slot=name)
+
+    def drop_slot_if_exists(self, name: str) -> bool:
+        """Drop the slot if it exists; returns True when it was dropped."""
+        if self.slot_info(validate_slot_name(name)) is None:
+            return False
+        try:
+            self.drop_slot(name)
+        except SlotNotFoundError:  # dropped concurrently: the outcome is the same
+            return False
+        return True
+
+    def advance_slot(self, name: str, lsn: int | str) -> int:
+        """pg_replication_slot_advance: everything whose commit starts before ``lsn`` is consumed.
+
+        Returns the slot's new confirmed_flush_lsn (the server clamps to its flush position).
+        """
+        validate_slot_name(name)
+        query = sql.SQL("SELECT {} FROM pg_replication_slot_advance(%s, %s::pg_lsn)").format(
+            sql.SQL(_LSN.format("end_lsn")))
+        return int(self._query(query, (name, lsn_text(lsn)), slot=name)[0][0])
+
+    # -- WAL positions and catalog --------------------------------------------------------
+
+    def current_wal_flush_lsn(self) -> int:
+        return int(self._query(sql.SQL("SELECT " + _LSN.format("pg_current_wal_flush_lsn()")))[0][0])
+
+    def load_type_catalog(self, oids: Sequence[int]) -> Any:
+        """A ``TypeCatalog`` for ``oids`` (runs ``TypeCatalog.CATALOG_QUERY`` in this session)."""
+        from airflow_provider_pglogical.decoding.values import TypeCatalog
+
+        rows = self._query(TypeCatalog.CATALOG_QUERY, {"oids": sorted({int(o) for o in oids})})
+        return TypeCatalog.from_rows(rows)
+
+    def format_types(self, pairs: Sequence[tuple[int, int]]) -> list[str | None]:
+        """``format_type(oid, typmod)`` for each pair, in order (None for an unknown OID)."""
+        if not pairs:
+            return []
+        rows = self._query("SELECT format_type(o, m) FROM unnest(%s::oid[], %s::int[]) WITH ORDINALITY AS t(o, m, i)"
+                           " ORDER BY i", ([int(o) for o, _ in pairs], [int(m) for _, m in pairs]))
+        return [r[0] for r in rows]
+
+    @property
+    def proto_version(self) -> int:
+        return proto_version_for(self.server_version_num)
+
+    def try_lock_slot(self, name: str) -> bool:
+        """Take this session's advisory lock for ``name``; False when another session holds it.
+
+        The slot itself is only held while the SQL decoding function runs, so two drains could
+        both peek the same range; this lock (held for a whole drain) makes them mutually exclusive.
+        """
+        return bool(self._query("SELECT pg_try_advisory_lock(hashtext('airflow-provider-pglogical'), hashtext(%s))",
+                                (name,))[0][0])
+
+    def unlock_slot(self, name: str) -> None:
+        self._query("SELECT pg_advisory_unlock(hashtext('airflow-provider-pglogical'), hashtext(%s))", (name,))
+
+    # -- reading changes -------------------------------------------------------------------
+
+    def peek_changes(self, slot: str, publication: str | Sequence[str], *, upto_lsn: int | str | None = None,
+                     upto_nchanges: int | None = None, streaming: bool = False,
+                     itersize: int = 2000) -> Iterator[tuple[int, int, memoryview]]:
+        """Yield ``(lsn, xid, data)`` rows of pg_logical_slot_peek_binary_changes; never consumes.
+
+        The SQL function materialises its whole result on the server before the first row, so
+        bound the batch with ``upto_lsn``; the client side streams through a named cursor.
+        """
+        return self._changes("pg_logical_slot_peek_binary_changes", slot, publication, upto_lsn=upto_lsn,
+                             upto_nchanges=upto_nchanges, streaming=streaming, itersize=itersize)
+
+    def get_changes(self, slot: str, publication: str | Sequence[str], *, upto_lsn: int | str | None = None,
+                    upto_nchanges: int | None = None, streaming: bool = False,
+                    itersize: int = 2000) -> Iterator[tuple[int, int, memoryview]]:
+        """Like ``peek_changes`` but consumes: the slot moves when the generator finishes
+        (its transaction commits). Rows not yet made durable elsewhere are then lost on a crash.
+        """
+        return self._changes("pg_logical_slot_get_binary_changes", slot, publication, upto_lsn=upto_lsn,
+                             upto_nchanges=upto_nchanges, streaming=streaming, itersize=itersize)
+
+    def pgoutput_options(self, publication: str | Sequence[str], *, streaming: bool = False) -> list[str]:
+        """The option name/value list passed to the SQL decoding function."""
+        names = [publication] if isinstance(publication, str) else list(publication)
+        if not names:
+            raise ValueError("at least one publication is required")
+        # publication_names is parsed with SplitIdentifierString: quote each name as in SQL.
+        quoted = ",".join(sql.Identifier(n).as_string(self.session) for n in names)
+        options = ["proto_version", str(proto_version_for(self.server_version_num)), "publication_names", quoted,
+                   "binary", "true", "messages", "true"]
+        if streaming:
+            options += ["streaming", "on"]
+        return options
+
+    def _changes(self, function: str, slot: str, publication: str | Sequence[str], *, upto_lsn: int | str | None,
+                 upto_nchanges: int | None, streaming: bool, itersize: int) -> Iterator[tuple[int, int, memoryview]]:
+        validate_slot_name(slot)
+        options = self.pgoutput_options(publication, streaming=streaming)
+        pub_name = publication if isinstance(publication, str) else ",".join(publication)
+        query = sql.SQL("SELECT {lsn}, xid::text::bigint, data FROM {fn}(%s, %s::pg_lsn, %s, {opts})").format(
+            lsn=sql.SQL(_LSN.format("lsn")), fn=sql.Identifier(function),
+            opts=sql.SQL(", ").join(sql.Placeholder() * len(options)))
+        params = (slot, lsn_text(upto_lsn), upto_nchanges, *options)
+        return self._stream(query, params, slot=slot, publication=pub_name, itersize=itersize)
+
+    def _stream(self, query: sql.Composable, params: tuple, *, slot: str, publication: str,
+                itersize: int) -> Iterator[tuple[int, int, memoryview]]:
+        conn = self.session
+        conn.autocommit = False  # a named (server-side) cursor lives inside a transaction
+        committed = False
+        try:
+            with translated_errors(slot=slot, publication=publication):
+                with conn.cursor(name=f"pglogical_{slot}") as cur:
+                    cur.itersize = itersize
+                    cur.execute(query, params)
+                    yield from cur
+                conn.commit()  # for get_changes this is what makes the consumption durable
+                committed = True
+        finally:
+            if not committed and not conn.closed:
+                conn.rollback()
+            if not conn.closed:
+                conn.autocommit = True
+
+
+__all__ = ["PgLogicalHook", "SlotInfo", "proto_version_for", "lsn_text"]

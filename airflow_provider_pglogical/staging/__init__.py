@@ -1,0 +1,7 @@
+"""Staging: the LSN-keyed Parquet change log (docs/staging-format.md), its writer, reader and drain cycle."""
+
+from airflow_provider_pglogical.staging.layout import StagingLayout
+from airflow_provider_pglogical.staging.manifest import Manifest
+from airflow_provider_pglogical.staging.reader import BatchRef, StagingReader
+
+__all__ = ["BatchRef", "Manifest", "StagingLayout", "StagingReader"]

@@ -1,0 +1,315 @@
+"""One drain cycle: peek a bounded WAL range → decode → stage a batch → publish → advance the slot."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from airflow_provider_pglogical.decoding.assembler import ChangeAssembler
+from airflow_provider_pglogical.decoding.model import (
+    NonTransactionalMessage,
+    RelationSchema,
+    Transaction,
+)
+from airflow_provider_pglogical.decoding.relations import RelationCache
+from airflow_provider_pglogical.exceptions import (
+    PublicationNotFoundError,
+    SlotActiveError,
+    StagingError,
+    format_lsn,
+)
+from airflow_provider_pglogical.staging.layout import StagingLayout
+from airflow_provider_pglogical.staging.manifest import Manifest
+from airflow_provider_pglogical.staging.reader import StagingReader
+from airflow_provider_pglogical.staging.writer import DEFAULT_ROW_GROUP_ROWS, BatchWriter, RowConverter
+
+log = logging.getLogger(__name__)
+
+CHECKPOINTS = ("fetched_some", "files_written", "manifest_written", "advanced")
+DEFAULT_MAX_WAL_BYTES = 1 << 30
+DEFAULT_MAX_CHANGES = 1_000_000
+FIRST_USER_OID = 10_000  # FirstNormalObjectId: built-in types below need no catalog lookup
+
+
+class SlotClient(Protocol):
+    """What a drain needs from the source (``PgLogicalHook`` implements it)."""
+
+    server_version_num: int
+    proto_version: int
+
+    def check_wal_level(self) -> None: ...
+    def check_replication_privilege(self) -> None: ...
+    def require_slot(self, name: str) -> Any: ...
+    def publication_exists(self, name: str) -> bool: ...
+    def try_lock_slot(self, name: str) -> bool: ...
+    def unlock_slot(self, name: str) -> None: ...
+    def current_wal_flush_lsn(self) -> int: ...
+    def peek_changes(self, slot: str, publication: Any, **kw: Any) -> Any: ...
+    def get_changes(self, slot: str, publication: Any, **kw: Any) -> Any: ...
+    def advance_slot(self, name: str, lsn: int) -> int: ...
+    def load_type_catalog(self, oids: Sequence[int]) -> Any: ...
+    def format_types(self, pairs: Sequence[tuple[int, int]]) -> list[str | None]: ...
+
+
+@dataclass(frozen=True)
+class DrainConfig:
+    """Limits and options of one drain cycle.
+
+    ``max_wal_bytes`` bounds the WAL range read per batch (``upto_lsn = start + budget``): the
+    SQL function materialises its whole result on the server, so this is the real memory bound
+    there. ``max_changes`` is soft: the batch closes at the first commit after that many changes.
+    ``mode='get'`` consumes while reading (at-most-once: a crash after the read and before the
+    manifest loses those transactions; ``max_changes`` is ignored because the server has already
+    consumed the whole range); ``'peek'`` (default) is exactly-once.
+    ``empty_advance_bytes``: when a run finds no published transaction but at least this much WAL
+    lies between the slot and the bound, an empty batch (manifest, empty files) is published and
+    the slot advanced, so a quiet publication does not pin WAL forever.
+    """
+
+    slot: str
+    publication: str | tuple[str, ...]
+    staging_uri: str
+    max_wal_bytes: int | None = DEFAULT_MAX_WAL_BYTES
+    max_changes: int | None = DEFAULT_MAX_CHANGES
+    mode: Literal["peek", "get"] = "peek"
+    row_group_rows: int = DEFAULT_ROW_GROUP_ROWS
+    itersize: int = 5000
+    empty_advance_bytes: int | None = 64 << 20
+    memory_budget: int = 8 << 20  # raw bytes buffered before a transaction spills to disk
+    progress_every_s: float = 30.0
+    allow_gap: bool = False
+
+    @property
+    def publications(self) -> tuple[str, ...]:
+        return (self.publication,) if isinstance(self.publication, str) else tuple(self.publication)
+
+
+@dataclass
+class DrainResult:
+    """Summary of one cycle (``to_summary()`` is the XCom-sized form)."""
+
+    slot: str
+    start_lsn: int
+    end_lsn: int
+    staged: bool = False
+    replayed: bool = False  # the batch already existed (crash after manifest): only advanced; staged stays True
+    batch_path: str | None = None
+    transactions: int = 0
+    tables: dict[str, int] = field(default_factory=dict)
+    truncates: int = 0
+    messages: int = 0
+    bytes: int = 0
+    duration_s: float = 0.0
+
+    @property
+    def changes(self) -> int:
+        return sum(self.tables.values())
+
+    @classmethod
+    def from_manifest(cls, m: Manifest, path: str, **kw: Any) -> DrainResult:
+        return cls(slot=m.slot, start_lsn=m.start_lsn_int, end_lsn=m.end_lsn_int, batch_path=path,
+                   transactions=m.transactions, tables={k: int(v["rows"]) for k, v in m.tables.items()},
+                   truncates=m.truncates, messages=m.messages, bytes=m.bytes, **kw)
+
+    def to_summary(self) -> dict[str, Any]:
+        return {"slot": self.slot, "start_lsn": format_lsn(self.start_lsn), "start_lsn_int": self.start_lsn,
+                "end_lsn": format_lsn(self.end_lsn), "end_lsn_int": self.end_lsn, "staged": self.staged,
+                "replayed": self.replayed, "batch_path": self.batch_path, "transactions": self.transactions,
+                "changes": self.changes, "tables": dict(self.tables), "truncates": self.truncates,
+                "messages": self.messages, "bytes": self.bytes, "duration_s": round(self.duration_s, 3)}
+
+
+class CatalogResolver:
+    """Converters and type names for relation versions, looked up once each on the source."""
+
+    def __init__(self, client: SlotClient) -> None:
+        self.client = client
+        self._names: dict[tuple[int, int], list[str | None]] = {}
+
+    def converter(self, relation: RelationSchema) -> RowConverter:
+        from airflow_provider_pglogical.decoding.values import RowImageConverter, TypeCatalog
+
+        user_oids = [c.type_oid for c in relation.columns if c.type_oid >= FIRST_USER_OID]
+        catalog = self.client.load_type_catalog(user_oids) if user_oids else TypeCatalog()
+        return RowImageConverter(relation, catalog)
+
+    def type_names(self, relation: RelationSchema) -> list[str | None]:
+        key = (relation.relid, relation.version)
+        if key not in self._names:
+            self._names[key] = self.client.format_types([(c.type_oid, c.type_modifier) for c in relation.columns])
+        return self._names[key]
+
+
+Checkpoint = Callable[[str], None]
+
+
+def _noop(_name: str) -> None:
+    pass
+
+
+def drain_slot(client: SlotClient, config: DrainConfig, *, on_checkpoint: Checkpoint | None = None,
+               logger: logging.Logger | None = None) -> DrainResult:
+    """Run one drain cycle for ``config.slot`` and return what it staged.
+
+    Exactly-once comes from the order of the durable steps, not from any transaction spanning
+    PostgreSQL and storage:
+
+    1. ``peek`` never moves the slot, so anything read but not yet published is simply read again.
+    2. The batch becomes visible only when its manifest is written, last and atomically.
+    3. The slot is advanced only after that, to the end LSN recorded in the manifest.
+
+    Crash windows and what the next run does:
+
+    * before the manifest: a partial directory is left; the slot has not moved, so the next run
+      deletes the leftover and stages the same range again (identically: same relation-cache state,
+      same input, deterministic writer);
+    * after the manifest, before the advance: the slot still points at the batch's start; the next
+      run finds the published batch with that start and only advances (no second copy);
+    * after the advance: nothing to repair.
+
+    The library function takes a ``SlotClient`` (``PgLogicalHook`` satisfies it) and no Airflow
+    objects, so the operator and a CLI share it.
+
+    ``on_checkpoint(name)`` is called at each durable boundary (``CHECKPOINTS``) so tests can
+    stop the process exactly there.
+    """
+    logger = logger or log
+    checkpoint = on_checkpoint or _noop
+    started = time.monotonic()
+    client.check_wal_level()
+    client.check_replication_privilege()
+    client.require_slot(config.slot)
+    for pub in config.publications:
+        if not client.publication_exists(pub):
+            raise PublicationNotFoundError(f"publication {pub!r} does not exist; create it before draining "
+                                           f"slot {config.slot!r}")
+    if not client.try_lock_slot(config.slot):
+        raise SlotActiveError(f"replication slot {config.slot!r} is being drained by another session",
+                              hint="another drain of this slot is running; let it finish")
+    try:
+        result = _drain_locked(client, config, checkpoint, logger)
+    finally:
+        try:
+            client.unlock_slot(config.slot)
+        except Exception as exc:  # noqa: BLE001 - a dead session drops its locks; keep the real error
+            logger.warning("could not release the drain lock of slot %s: %s", config.slot, exc)
+    result.duration_s = time.monotonic() - started
+    return result
+
+
+def _drain_locked(client: SlotClient, config: DrainConfig, checkpoint: Checkpoint,
+                  logger: logging.Logger) -> DrainResult:
+    # Re-read under the lock: a drain that finished meanwhile has moved the slot.
+    start = client.require_slot(config.slot).confirmed_flush_lsn
+    layout = StagingLayout.from_uri(config.staging_uri, config.slot)
+    reader = StagingReader(layout)
+    batches = reader.batches()  # raises StagingError on a gap or overlap
+
+    existing = next((b for b in batches if b.start_lsn == start), None)
+    if existing is not None:
+        # Crash after the manifest and before the advance: publish nothing twice, just advance.
+        manifest = reader.manifest(existing)
+        logger.info("batch %s already staged; advancing slot %s to %s", existing.name, config.slot, manifest.end_lsn)
+        client.advance_slot(config.slot, manifest.end_lsn_int)
+        checkpoint("advanced")
+        return DrainResult.from_manifest(manifest, existing.path, staged=True, replayed=True)
+    if batches and batches[-1].end_lsn != start and not config.allow_gap:
+        last = batches[-1]
+        raise StagingError(
+            f"slot {config.slot!r} is at {format_lsn(start)} but the staged log ends at {format_lsn(last.end_lsn)} "
+            f"({last.name}); the slot was moved outside this drain (or recreated). Re-sync, or set allow_gap")
+
+    for leftover in layout.leftovers_for(start):  # an earlier attempt that died before its manifest
+        logger.info("removing unpublished leftover %s", leftover)
+        layout.delete_dir(leftover)
+
+    flush = client.current_wal_flush_lsn()
+    upto = flush if config.max_wal_bytes is None else min(flush, start + config.max_wal_bytes)
+    result = DrainResult(slot=config.slot, start_lsn=start, end_lsn=start)
+    if upto <= start:
+        logger.info("slot %s: no WAL after %s", config.slot, format_lsn(start))
+        return result
+    state = reader.relation_state(upto_lsn=start)
+    cache = RelationCache.from_state(state) if state else RelationCache()
+    return _stage(client, config, layout, reader, cache, start, upto, checkpoint, logger)
+
+
+def _stage(client: SlotClient, config: DrainConfig, layout: StagingLayout, reader: StagingReader,
+           cache: RelationCache, start: int, upto: int, checkpoint: Checkpoint,
+           logger: logging.Logger) -> DrainResult:
+    consume = config.mode == "get"
+    read = client.get_changes if consume else client.peek_changes
+    writer = BatchWriter(layout, start_lsn=start, slot=config.slot, publication=",".join(config.publications),
+                         resolver=CatalogResolver(client), server_version=client.server_version_num,
+                         proto_version=client.proto_version, row_group_rows=config.row_group_rows)
+    loose: list[NonTransactionalMessage] = []  # non-transactional messages, placed at the end
+    logger.info("slot %s: reading %s..%s (%d bytes of WAL)", config.slot, format_lsn(start), format_lsn(upto),
+                upto - start)
+    t0 = last_log = time.monotonic()
+    try:
+        with ChangeAssembler(cache, memory_budget=config.memory_budget) as assembler:
+            rows = read(config.slot, config.publications, upto_lsn=upto, itersize=config.itersize)
+            try:
+                for event in assembler.feed_rows(rows):
+                    if isinstance(event, Transaction):
+                        writer.write_transaction(event)
+                    elif isinstance(event, NonTransactionalMessage):
+                        loose.append(event)
+                    else:
+                        raise StagingError(f"{type(event).__name__} on slot {config.slot!r}: two-phase slots "
+                                           "are not supported by the drain")
+                    if writer.manifest.transactions + len(loose) == 1:
+                        checkpoint("fetched_some")
+                    now = time.monotonic()
+                    if now - last_log >= config.progress_every_s:
+                        last_log = now
+                        logger.info("slot %s: %d changes in %d transactions, %.0f changes/s", config.slot,
+                                    writer.changes, writer.manifest.transactions, writer.changes / (now - t0))
+                    # Soft budget: stop right after a commit so the relation cache holds no
+                    # schema from a transaction beyond the batch. Never under get: the server
+                    # has already consumed everything up to ``upto``.
+                    if (not consume and config.max_changes is not None and isinstance(event, Transaction)
+                            and writer.changes >= config.max_changes):
+                        break
+            finally:
+                close = getattr(rows, "close", None)
+                if close is not None:
+                    close()  # ends the peek transaction (or commits a fully read get)
+            end = writer.manifest.end_lsn_int if writer.manifest.transactions else None
+            if consume:
+                # get confirmed the end of the last record read: staging must reach it too.
+                end = max(end or start, client.require_slot(config.slot).confirmed_flush_lsn)
+            # A non-transactional message is skipped next time iff its record starts before
+            # the new slot position, i.e. iff it ends at or before ``end``.
+            if end is None and (loose or (config.empty_advance_bytes is not None
+                                          and upto - start >= config.empty_advance_bytes)):
+                end = max([upto, *(m.message.lsn for m in loose)])
+            if end is None or end <= start:
+                writer.abort()
+                logger.info("slot %s: nothing to stage up to %s", config.slot, format_lsn(upto))
+                return DrainResult(slot=config.slot, start_lsn=start, end_lsn=start)
+            for message in loose:
+                if message.message.lsn <= end:
+                    writer.write_message(message)
+            path = writer.finish_files(end)
+            checkpoint("files_written")
+            manifest = writer.publish(assembler.relations.to_state())
+    except BaseException:
+        writer.abort()
+        raise
+    checkpoint("manifest_written")
+    try:
+        reader.save_state_copy(cache.to_state(), manifest.end_lsn_int)
+    except OSError as exc:  # only a convenience copy: the batch carries the authoritative state
+        logger.warning("could not save the relation state copy: %s", exc)
+    if not consume:
+        client.advance_slot(config.slot, manifest.end_lsn_int)
+    checkpoint("advanced")
+    elapsed = max(time.monotonic() - t0, 1e-9)
+    logger.info("slot %s: staged %s (%d transactions, %d changes, %d bytes, %.0f changes/s)", config.slot,
+                path.rsplit("/", 1)[1], manifest.transactions, manifest.changes, manifest.bytes,
+                manifest.changes / elapsed)
+    return DrainResult.from_manifest(manifest, path, staged=True)

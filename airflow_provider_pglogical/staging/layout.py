@@ -1,0 +1,137 @@
+"""Where a slot's staged batches live: filesystem resolution, directory names, file paths."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from urllib.parse import quote, unquote
+
+import pyarrow.fs as pafs
+
+MANIFEST = "_manifest.json"
+RELATION_STATE = "_relation_state.json"
+TRUNCATES = "truncates.parquet"
+RELATIONS = "relations.parquet"
+MESSAGES = "messages.parquet"
+TRANSACTIONS = "transactions.parquet"
+# Spark, Hive and pyarrow.dataset skip names starting with "_" or ".", so neither a partial
+# batch nor a manifest temp file is ever picked up by a glob over batches/*/tables/...
+PARTIAL_PREFIX = "_partial-"
+BATCH_NAME_RE = re.compile(r"([0-9A-F]{16})-([0-9A-F]{16})")
+
+
+def lsn_hex(lsn: int) -> str:
+    """16 upper-case hex digits: lexical order of names is LSN order."""
+    return f"{lsn:016X}"
+
+
+def quote_name(name: str) -> str:
+    """URL-quote a schema/table/slot name for a path segment; '.' too, so ``a.b``+``c`` and
+    ``a``+``b.c`` cannot collide in ``<schema>.<table>``."""
+    return quote(name, safe="").replace(".", "%2E")
+
+
+def unquote_name(segment: str) -> str:
+    return unquote(segment)
+
+
+def resolve_filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    """A pyarrow filesystem and root path for a URI (``s3://``, ``file://``…) or a local path."""
+    if "://" in uri:
+        fs, path = pafs.FileSystem.from_uri(uri)
+        return fs, path.rstrip("/")
+    return pafs.LocalFileSystem(), os.path.abspath(uri).rstrip("/")
+
+
+def parse_batch_name(name: str) -> tuple[int, int] | None:
+    """``(start_lsn, end_lsn)`` of a batch directory name, or None for anything else."""
+    m = BATCH_NAME_RE.fullmatch(name)
+    return (int(m.group(1), 16), int(m.group(2), 16)) if m else None
+
+
+def table_file(schema: str, table: str, version: int) -> str:
+    """Path of a table's row-change file relative to its batch directory."""
+    return f"tables/{quote_name(schema)}.{quote_name(table)}/v{version}.parquet"
+
+
+@dataclass(frozen=True)
+class StagingLayout:
+    """Paths of one slot's staging area on a pyarrow filesystem."""
+
+    fs: pafs.FileSystem
+    root: str
+    slot: str
+
+    @classmethod
+    def from_uri(cls, uri: str, slot: str) -> StagingLayout:
+        fs, root = resolve_filesystem(uri)
+        return cls(fs, root, slot)
+
+    @property
+    def is_local(self) -> bool:
+        return isinstance(self.fs, pafs.LocalFileSystem)
+
+    @property
+    def slot_dir(self) -> str:
+        return f"{self.root}/{quote_name(self.slot)}"
+
+    @property
+    def batches_dir(self) -> str:
+        return f"{self.slot_dir}/batches"
+
+    @property
+    def state_dir(self) -> str:
+        return f"{self.slot_dir}/state"
+
+    def batch_dir(self, start_lsn: int, end_lsn: int) -> str:
+        return f"{self.batches_dir}/{lsn_hex(start_lsn)}-{lsn_hex(end_lsn)}"
+
+    def partial_dir(self, start_lsn: int) -> str:
+        """Where a batch starting at ``start_lsn`` is written before its end LSN is known."""
+        return f"{self.batches_dir}/{PARTIAL_PREFIX}{lsn_hex(start_lsn)}"
+
+    def exists(self, path: str) -> bool:
+        return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+
+    def list_batch_dirs(self) -> list[tuple[int, int, str]]:
+        """Every ``<start>-<end>`` directory (visible or not), in LSN order."""
+        if not self.exists(self.batches_dir):
+            return []
+        out = []
+        for info in self.fs.get_file_info(pafs.FileSelector(self.batches_dir)):
+            parsed = parse_batch_name(info.base_name) if info.type == pafs.FileType.Directory else None
+            if parsed:
+                out.append((parsed[0], parsed[1], info.path))
+        return sorted(out)
+
+    def leftovers_for(self, start_lsn: int) -> list[str]:
+        """Manifest-less directories of a batch starting at ``start_lsn``: a crashed earlier
+        attempt (its partial directory, or a final directory whose manifest was never written)."""
+        paths = [p for s, _e, p in self.list_batch_dirs() if s == start_lsn and not self.exists(f"{p}/{MANIFEST}")]
+        if self.exists(self.partial_dir(start_lsn)):
+            paths.append(self.partial_dir(start_lsn))
+        return paths
+
+    def delete_dir(self, path: str) -> None:
+        self.fs.delete_dir(path)
+
+    def file_size(self, path: str) -> int:
+        return self.fs.get_file_info(path).size or 0
+
+    def move_tree(self, src: str, dst: str) -> None:
+        """Move a finished partial directory to its final name (before the manifest exists).
+
+        Local filesystems rename the directory in one step. Object stores have no directory
+        rename: files are moved one by one, which is safe because the batch stays invisible
+        until its manifest is written after the move.
+        """
+        if self.is_local:
+            self.fs.move(src, dst)
+            return
+        for info in self.fs.get_file_info(pafs.FileSelector(src, recursive=True)):
+            if info.type == pafs.FileType.File:
+                target = dst + info.path[len(src):]
+                self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+                self.fs.move(info.path, target)
+        self.fs.delete_dir(src)

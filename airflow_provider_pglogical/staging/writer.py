@@ -1,0 +1,271 @@
+"""Streaming batch writer: decoded transactions → per-table Parquet row groups → atomic manifest."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from airflow_provider_pglogical.decoding.model import (
+    LogicalMessage,
+    NonTransactionalMessage,
+    RelationSchema,
+    RowChange,
+    Transaction,
+    TruncateChange,
+    TupleData,
+)
+from airflow_provider_pglogical.exceptions import StagingError
+from airflow_provider_pglogical.staging import schema as S
+from airflow_provider_pglogical.staging.layout import (
+    MESSAGES,
+    RELATIONS,
+    TRANSACTIONS,
+    TRUNCATES,
+    StagingLayout,
+    table_file,
+)
+from airflow_provider_pglogical.staging.manifest import Manifest, write_manifest, write_relation_state
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ROW_GROUP_ROWS = 32_768
+
+
+class RowConverter(Protocol):
+    arrow_type: pa.StructType
+
+    def to_arrow(self, images: Sequence[TupleData | None]) -> pa.StructArray: ...
+
+    def unchanged_toast(self, images: Sequence[TupleData | None]) -> list[list[str]]: ...
+
+
+class RelationResolver(Protocol):
+    """Supplies what the pure writer cannot know: typed converters and SQL type names."""
+
+    def converter(self, relation: RelationSchema) -> RowConverter: ...
+
+    def type_names(self, relation: RelationSchema) -> Sequence[str | None]: ...
+
+
+class _Sink:
+    """One Parquet file written a row group at a time: memory holds at most one row group.
+
+    Row groups are cut every ``row_group_rows`` rows counted from the start of the file, so
+    the same input always gives the same row groups (re-staging is byte-for-byte stable).
+    The file is created on the first flush: an unused sink leaves no file behind.
+    """
+
+    def __init__(self, layout: StagingLayout, path: str, schema: pa.Schema, row_group_rows: int,
+                 compression: str) -> None:
+        self.layout, self.path, self.schema = layout, path, schema
+        self.row_group_rows, self.compression = row_group_rows, compression
+        self.buffer: list[tuple[Any, ...]] = []  # row tuples; transposed once per row group
+        self.rows = 0
+        self._writer: pq.ParquetWriter | None = None
+
+    @property
+    def pending(self) -> int:
+        return len(self.buffer)
+
+    def append(self, *values: Any) -> None:
+        self.buffer.append(values)
+        if len(self.buffer) >= self.row_group_rows:
+            self.flush()
+
+    def columns(self) -> list[tuple[Any, ...]]:
+        return list(zip(*self.buffer, strict=True))
+
+    def arrays(self) -> list[pa.Array]:
+        return [pa.array(col, type=f.type) for col, f in zip(self.columns(), self.schema, strict=True)]
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        table = pa.Table.from_arrays(self.arrays(), schema=self.schema)
+        if self._writer is None:
+            parent = self.path.rsplit("/", 1)[0]
+            self.layout.fs.create_dir(parent, recursive=True)
+            self._writer = pq.ParquetWriter(self.path, self.schema, filesystem=self.layout.fs,
+                                            compression=self.compression)
+        self._writer.write_table(table, row_group_size=self.row_group_rows)
+        self.rows += len(self.buffer)
+        self.buffer = []
+
+    def close(self, *, write_empty: bool = False) -> bool:
+        """Flush and close; returns whether the file exists."""
+        self.flush()
+        if self._writer is None and write_empty:
+            self.layout.fs.create_dir(self.path.rsplit("/", 1)[0], recursive=True)
+            pq.write_table(self.schema.empty_table(), self.path, filesystem=self.layout.fs,
+                           compression=self.compression)
+            return True
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+            return True
+        return False
+
+
+class _TableSink(_Sink):
+    """Row changes of one relation schema version; images become Arrow a row group at a time."""
+
+    def __init__(self, layout: StagingLayout, path: str, converter: RowConverter, row_group_rows: int,
+                 compression: str) -> None:
+        super().__init__(layout, path, S.row_change_schema(converter.arrow_type), row_group_rows, compression)
+        self.converter = converter
+
+    def arrays(self) -> list[pa.Array]:
+        (commit_lsn, end_lsn, lsn, tx_order, xid, commit_time, op, version, old, old_key_only, new) = self.columns()
+        fields = self.schema
+        plain = [pa.array(c, type=fields.field(i).type) for i, c in
+                 enumerate((commit_lsn, end_lsn, lsn, tx_order, xid, commit_time, op, version))]
+        toast = self.converter.unchanged_toast(new)
+        return [*plain, self.converter.to_arrow(old), pa.array(old_key_only, type=pa.bool_()),
+                self.converter.to_arrow(new), pa.array(toast, type=pa.list_(pa.string()))]
+
+
+class BatchWriter:
+    """Writes one batch into ``<batches>/_partial-<start>/`` and publishes it.
+
+    Crash windows: until ``publish`` writes the manifest, nothing is visible; a crashed
+    attempt leaves a partial (or manifest-less final) directory that the next attempt for the
+    same start LSN deletes before writing (``StagingLayout.leftovers_for``).
+    """
+
+    def __init__(self, layout: StagingLayout, *, start_lsn: int, slot: str, publication: str,
+                 resolver: RelationResolver, server_version: int = 0, proto_version: int = 0,
+                 row_group_rows: int = DEFAULT_ROW_GROUP_ROWS, compression: str = "zstd") -> None:
+        self.layout, self.start_lsn, self.resolver = layout, start_lsn, resolver
+        self.row_group_rows, self.compression = row_group_rows, compression
+        self.manifest = Manifest(slot=slot, publication=publication, start_lsn_int=start_lsn, end_lsn_int=start_lsn,
+                                 server_version=server_version, proto_version=proto_version)
+        self.dir = layout.partial_dir(start_lsn)
+        self.final_dir: str | None = None
+        self._tables: dict[tuple[int, int], tuple[str, _TableSink]] = {}
+        self._paths: set[str] = set()
+        self._relations: dict[tuple[int, int], tuple[RelationSchema, int]] = {}
+        self._transactions = self._sink(TRANSACTIONS, S.TRANSACTIONS_SCHEMA)
+        self._messages = self._sink(MESSAGES, S.MESSAGES_SCHEMA)
+        self._truncates = self._sink(TRUNCATES, S.TRUNCATES_SCHEMA)
+        self.changes = 0
+        layout.fs.create_dir(self.dir, recursive=True)
+
+    def _sink(self, name: str, schema: pa.Schema) -> _Sink:
+        return _Sink(self.layout, f"{self.dir}/{name}", schema, self.row_group_rows, self.compression)
+
+    def _note_relation(self, relation: RelationSchema, lsn: int) -> None:
+        self._relations.setdefault((relation.relid, relation.version), (relation, lsn))
+
+    def _table_sink(self, relation: RelationSchema) -> _TableSink:
+        key = (relation.relid, relation.version)
+        entry = self._tables.get(key)
+        if entry is None:
+            rel_path = table_file(relation.namespace, relation.name, relation.version)
+            if rel_path in self._paths:
+                # The same schema.table name with another relid (dropped and recreated inside
+                # the batch) would collide: keep both, the later one suffixed with its relid.
+                rel_path = rel_path.replace(".parquet", f"-r{relation.relid}.parquet")
+            self._paths.add(rel_path)
+            sink = _TableSink(self.layout, f"{self.dir}/{rel_path}", self.resolver.converter(relation),
+                              self.row_group_rows, self.compression)
+            entry = self._tables[key] = (rel_path, sink)
+        return entry[1]
+
+    def write_transaction(self, tx: Transaction) -> None:
+        """Append a committed transaction; rows land in file order = (commit_lsn, tx_order)."""
+        if tx.end_lsn <= self.manifest.end_lsn_int and self.manifest.transactions:
+            raise StagingError(f"transaction end LSN {tx.end_lsn} is not after the previous one "
+                               f"{self.manifest.end_lsn_int}: input is not in commit order")
+        pos = (tx.commit_lsn, tx.end_lsn)
+        time = S.to_unix_us(tx.commit_time_us)
+        order = -1
+        for order, change in enumerate(tx.changes):
+            if isinstance(change, RowChange):
+                rel = change.relation
+                self._note_relation(rel, change.lsn)
+                self._table_sink(rel).append(*pos, change.lsn, order, tx.xid, time, change.op, rel.version,
+                                             change.old, change.old_key_only, change.new)
+            elif isinstance(change, TruncateChange):
+                for rel in change.relations:
+                    self._note_relation(rel, change.lsn)
+                self._truncates.append(*pos, change.lsn, order, tx.xid, time,
+                                       [r.qualified_name for r in change.relations],
+                                       [r.relid for r in change.relations], change.cascade, change.restart_identity)
+            elif isinstance(change, LogicalMessage):
+                self._messages.append(*pos, change.lsn, order, tx.xid, True, change.prefix, change.content)
+            else:
+                raise StagingError(f"unexpected change type {type(change).__name__} in xid {tx.xid}")
+        self.changes += order + 1
+        self._transactions.append(tx.xid, tx.commit_lsn, tx.end_lsn, time, tx.origin, tx.origin_lsn, order + 1,
+                                  tx.streamed)
+        self.manifest.transactions += 1
+        self.manifest.end_lsn_int = tx.end_lsn
+
+    def write_message(self, event: NonTransactionalMessage) -> None:
+        m = event.message
+        self._messages.append(None, None, m.lsn, None, event.xid, False, m.prefix, m.content)
+
+    def finish_files(self, end_lsn: int | None = None) -> str:
+        """Close every file and move the batch to ``<start>-<end>/`` (still invisible)."""
+        if end_lsn is not None:
+            self.manifest.end_lsn_int = end_lsn
+        m = self.manifest
+        if m.end_lsn_int <= self.start_lsn:
+            raise StagingError(f"batch end LSN {m.end_lsn} is not after its start {m.start_lsn}")
+        files: list[str] = []
+        for (relid, version), (rel_path, sink) in sorted(self._tables.items()):
+            relation = self._relations[(relid, version)][0]
+            sink.close()
+            entry = m.tables.setdefault(relation.qualified_name, {"rows": 0, "files": []})
+            entry["rows"] += sink.rows
+            entry["files"].append(rel_path)
+            files.append(rel_path)
+        self._transactions.close(write_empty=True)
+        self._messages.close(write_empty=True)
+        if self._truncates.close():
+            files.append(TRUNCATES)
+        m.truncates, m.messages = self._truncates.rows, self._messages.rows
+        self._write_relations()
+        files += [TRANSACTIONS, MESSAGES, RELATIONS]
+        m.bytes = sum(self.layout.file_size(f"{self.dir}/{f}") for f in files)
+        final = self.layout.batch_dir(self.start_lsn, m.end_lsn_int)
+        if self.layout.exists(final):  # a manifest-less leftover that cleanup did not catch
+            self.layout.delete_dir(final)
+        self.layout.move_tree(self.dir, final)
+        self.final_dir = final
+        return final
+
+    def _write_relations(self) -> None:
+        sink = self._sink(RELATIONS, S.RELATIONS_SCHEMA)
+        for (_relid, _version), (rel, first_lsn) in sorted(
+                self._relations.items(), key=lambda kv: (kv[1][0].namespace, kv[1][0].name, kv[0])):
+            names = list(self.resolver.type_names(rel))
+            columns = [{"name": c.name, "type_oid": c.type_oid, "type_modifier": c.type_modifier,
+                        "is_identity": c.is_identity, "type_name": names[i] if i < len(names) else None}
+                       for i, c in enumerate(rel.columns)]
+            sink.append(rel.relid, rel.namespace, rel.name, rel.version, rel.replica_identity, columns, first_lsn)
+        sink.close(write_empty=True)
+
+    def publish(self, relation_state: Any) -> Manifest:
+        """Write the relation state, then the manifest (atomically, last): the batch is visible."""
+        if self.final_dir is None:
+            raise StagingError("finish_files() must run before publish()")
+        write_relation_state(self.layout, self.final_dir, relation_state, self.manifest.end_lsn_int)
+        write_manifest(self.layout, self.final_dir, self.manifest)
+        return self.manifest
+
+    def abort(self) -> None:
+        """Drop everything written so far (best effort; a later attempt also cleans up)."""
+        for sink in [*(s for _p, s in self._tables.values()), self._transactions, self._messages, self._truncates]:
+            try:
+                if sink._writer is not None:
+                    sink._writer.close()
+            except Exception:  # noqa: BLE001 - cleanup must not mask the original error
+                pass
+        for path in (self.dir, self.final_dir):
+            if path and self.layout.exists(path):
+                self.layout.delete_dir(path)

@@ -1,0 +1,48 @@
+"""A drain run in a child process that dies (exit 137, no cleanup) at a chosen point.
+
+Usage: python -m tests.integration.drain_child '<json>' with keys dsn, slot, publication,
+staging_uri, kill_at (a checkpoint name, or "transaction:<n>" to die mid-write after n
+transactions), and optional max_changes / row_group_rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from airflow_provider_pglogical.hooks import PgLogicalHook
+from airflow_provider_pglogical.staging import writer as writer_module
+from airflow_provider_pglogical.staging.drain import DrainConfig, drain_slot
+
+KILLED = 137
+
+
+def main() -> None:
+    args = json.loads(sys.argv[1])
+    kill_at: str = args["kill_at"]
+
+    if kill_at.startswith("transaction:"):
+        limit = int(kill_at.split(":", 1)[1])
+        original = writer_module.BatchWriter.write_transaction
+
+        def write_then_die(self, tx):  # test-only wrapper: production code has no kill switch
+            original(self, tx)
+            if self.manifest.transactions >= limit:
+                os._exit(KILLED)
+
+        writer_module.BatchWriter.write_transaction = write_then_die
+
+    def checkpoint(name: str) -> None:
+        if name == kill_at:
+            os._exit(KILLED)
+
+    hook = PgLogicalHook.from_dsn(args["dsn"])
+    config = DrainConfig(slot=args["slot"], publication=args["publication"], staging_uri=args["staging_uri"],
+                         max_changes=args.get("max_changes"), row_group_rows=args.get("row_group_rows", 65536))
+    drain_slot(hook, config, on_checkpoint=checkpoint)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""Kill a drain at every durable boundary; the rerun leaves each transaction staged exactly once."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pyarrow.fs as pafs
+import pytest
+
+from airflow_provider_pglogical.hooks import PgLogicalHook
+from airflow_provider_pglogical.staging import StagingReader
+from airflow_provider_pglogical.staging.drain import DrainConfig, drain_slot
+from airflow_provider_pglogical.staging.layout import MANIFEST, PARTIAL_PREFIX
+from tests.conftest import REPO_ROOT
+from tests.integration.drain_child import KILLED
+from tests.integration.drain_support import SCHEMA_SQL, assert_log_matches, workload
+
+
+def run_child(**args) -> int:
+    proc = subprocess.run([sys.executable, "-m", "tests.integration.drain_child", json.dumps(args)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode in (0, KILLED), proc.stderr[-3000:]
+    return proc.returncode
+
+
+def leftovers(uri: str) -> list[str]:
+    reader = StagingReader.from_uri(uri, "s1")
+    layout = reader.layout
+    if not layout.exists(layout.batches_dir):
+        return []
+    names = [i.base_name for i in layout.fs.get_file_info(pafs.FileSelector(layout.batches_dir))]
+    return [n for n in names if n.startswith(PARTIAL_PREFIX) or not layout.exists(f"{layout.batches_dir}/{n}/{MANIFEST}")]
+
+
+@pytest.mark.parametrize("kill_at", ["fetched_some", "transaction:12", "files_written", "manifest_written",
+                                     "advanced"])
+def test_a_drain_killed_at_any_boundary_recovers_to_an_exactly_once_log(kill_at, pg_conn, pg_dsn, tmp_path):
+    cur = pg_conn.cursor()
+    cur.execute(SCHEMA_SQL)
+    hook = PgLogicalHook.from_dsn(pg_dsn)
+    hook.create_slot("s1")
+    xids = workload(cur, 30)
+    uri = str(tmp_path / "stage")
+    before = hook.slot_info("s1").confirmed_flush_lsn
+
+    code = run_child(dsn=pg_dsn, slot="s1", publication="pub", staging_uri=uri, kill_at=kill_at,
+                     max_changes=60, row_group_rows=5)
+
+    assert code == KILLED
+    visible = StagingReader.from_uri(uri, "s1").batches()
+    slot_after_crash = hook.slot_info("s1").confirmed_flush_lsn
+    if kill_at in ("manifest_written", "advanced"):
+        assert len(visible) == 1  # published, and complete
+        assert slot_after_crash == (before if kill_at == "manifest_written" else visible[0].end_lsn)
+    else:
+        assert visible == [] and slot_after_crash == before  # nothing visible, nothing consumed
+        assert leftovers(uri)
+
+    xids += workload(cur, 5, start=30)  # life goes on between the crash and the retry
+    for _ in range(20):
+        if not drain_slot(hook, DrainConfig(slot="s1", publication="pub", staging_uri=uri, max_changes=60,
+                                            row_group_rows=5)).staged:
+            break
+    hook.close()
+    assert_log_matches(uri, "s1", xids)
+    assert leftovers(uri) == []
+
+
+def test_two_drains_racing_on_one_slot_stage_each_transaction_once(pg_conn, pg_dsn, tmp_path):
+    cur = pg_conn.cursor()
+    cur.execute(SCHEMA_SQL)
+    hook = PgLogicalHook.from_dsn(pg_dsn)
+    hook.create_slot("s1")
+    xids = workload(cur, 30)
+    uri = str(tmp_path / "stage")
+    args = json.dumps({"dsn": pg_dsn, "slot": "s1", "publication": "pub", "staging_uri": uri, "kill_at": "never",
+                       "max_changes": 20})
+    procs = [subprocess.Popen([sys.executable, "-m", "tests.integration.drain_child", args], cwd=REPO_ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outcomes = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
+    for code, err in outcomes:
+        assert code == 0 or "SlotActiveError" in err, err[-3000:]
+    while drain_slot(hook, DrainConfig(slot="s1", publication="pub", staging_uri=uri, max_changes=20)).staged:
+        pass
+    hook.close()
+    assert_log_matches(uri, "s1", xids)
+    assert leftovers(uri) == []
