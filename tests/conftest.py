@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,9 @@ PG17_BIN_CANDIDATES = [
 ]
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+# Spark's Python workers (and spark-submit children) must run this interpreter, not python3 on PATH.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,8 @@ import pyarrow as pa
 POSTGRES_EPOCH_OFFSET_US = 946_684_800_000_000
 
 COMMIT_TIME = pa.timestamp("us", tz="UTC")
+# value path → exact text, for values the typed column cannot hold (see docs/types.md)
+VALUE_NOTES = pa.map_(pa.string(), pa.string())
 
 # Columns every positioned row carries (row changes, truncates): the ordering key first.
 POSITION_FIELDS = [
@@ -30,6 +32,8 @@ def row_change_schema(row_type: pa.StructType) -> pa.Schema:
         pa.field("old_key_only", pa.bool_(), nullable=False),
         pa.field("new", row_type),
         pa.field("new_unchanged_toast", pa.list_(pa.string()), nullable=False),
+        pa.field("old_value_notes", VALUE_NOTES, nullable=False),
+        pa.field("new_value_notes", VALUE_NOTES, nullable=False),
     ])
 
 

@@ -38,7 +38,7 @@ DEFAULT_ROW_GROUP_ROWS = 32_768
 class RowConverter(Protocol):
     arrow_type: pa.StructType
 
-    def to_arrow(self, images: Sequence[TupleData | None]) -> pa.StructArray: ...
+    def to_arrow_with_notes(self, images: Sequence[TupleData | None]) -> tuple[pa.StructArray, list[dict[str, str]]]: ...
 
     def unchanged_toast(self, images: Sequence[TupleData | None]) -> list[list[str]]: ...
 
@@ -124,8 +124,15 @@ class _TableSink(_Sink):
         plain = [pa.array(c, type=fields.field(i).type) for i, c in
                  enumerate((commit_lsn, end_lsn, lsn, tx_order, xid, commit_time, op, version))]
         toast = self.converter.unchanged_toast(new)
-        return [*plain, self.converter.to_arrow(old), pa.array(old_key_only, type=pa.bool_()),
-                self.converter.to_arrow(new), pa.array(toast, type=pa.list_(pa.string()))]
+        # Notes carry what the typed column cannot hold (numeric NaN in a decimal column, array
+        # dimensions/lower bounds): without them the staged log would be lossy.
+        old_arr, old_notes = self.converter.to_arrow_with_notes(old)
+        new_arr, new_notes = self.converter.to_arrow_with_notes(new)
+        notes_type = S.VALUE_NOTES
+        return [*plain, old_arr, pa.array(old_key_only, type=pa.bool_()),
+                new_arr, pa.array(toast, type=pa.list_(pa.string())),
+                pa.array([list(n.items()) for n in old_notes], type=notes_type),
+                pa.array([list(n.items()) for n in new_notes], type=notes_type)]
 
 
 class BatchWriter:

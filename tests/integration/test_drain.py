@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from decimal import Decimal
 
 import psycopg2
 import psycopg2.extras
@@ -259,3 +260,21 @@ def test_a_quiet_publication_gets_an_empty_batch_so_wal_is_released(source, tmp_
     after = drain(hook, uri)
     assert after.start_lsn == loose.end_lsn
     assert_log_matches(uri, "s1", xids)
+
+
+def test_values_the_typed_columns_cannot_hold_are_staged_as_exactness_notes(pg_conn, pg_dsn, tmp_path):
+    cur = pg_conn.cursor()
+    cur.execute("CREATE TABLE m (id int PRIMARY KEY, amount numeric(10,2), grid int[]);"
+                "CREATE PUBLICATION pub FOR TABLE m")
+    hook = PgLogicalHook.from_dsn(pg_dsn)
+    hook.create_slot("s1")
+    cur.execute("INSERT INTO m VALUES (1, 'NaN', '[0:1][-2:0]={{1,2,3},{4,NULL,6}}'), (2, 1.5, '{7}')")
+    uri = str(tmp_path / "stage")
+    drain(hook, uri)
+    hook.close()
+
+    rows = staged_rows(uri, "s1", "public.m").to_pylist()
+    assert [r["new"]["amount"] for r in rows] == [None, Decimal("1.50")]
+    assert [r["new"]["grid"] for r in rows] == [[1, 2, 3, 4, None, 6], [7]]
+    assert dict(rows[0]["new_value_notes"]) == {"amount": "NaN", "grid": "[0:1][-2:0]"}
+    assert rows[1]["new_value_notes"] == [] and rows[0]["old_value_notes"] == []
