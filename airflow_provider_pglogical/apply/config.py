@@ -1,0 +1,99 @@
+"""Apply configuration: per-table publication semantics and the run-wide settings."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from airflow_provider_pglogical.exceptions import ApplyError
+
+CONFLICT_POLICIES = ("upsert", "strict")
+TOAST_POLICIES = ("fail", "reject_and_continue")
+CASCADE_POLICIES = ("follow_source", "never")
+ACTIONS = ("insert", "update", "delete", "truncate")
+
+
+@dataclass(frozen=True)
+class TableApplyConfig:
+    """How one source table is applied.
+
+    ``row_filter`` is a SQL boolean expression over source columns (NULL counts as false);
+    ``columns`` a column list (None: all); ``target`` the target table (``schema.table`` or a bare
+    name in ``public``; default: the source name); ``key_columns`` overrides the key used to
+    compact and match rows (default: the target's primary key for REPLICA IDENTITY FULL sources,
+    else the replica identity); ``actions`` the published actions (publish = '...').
+    """
+
+    row_filter: str | None = None
+    columns: tuple[str, ...] | None = None
+    target: str | None = None
+    conflict: str = "upsert"
+    unchanged_toast: str = "fail"
+    truncate_cascade: str = "follow_source"
+    key_columns: tuple[str, ...] | None = None
+    actions: tuple[str, ...] = ACTIONS
+
+    def __post_init__(self) -> None:
+        for name, value, allowed in (("conflict", self.conflict, CONFLICT_POLICIES),
+                                     ("unchanged_toast", self.unchanged_toast, TOAST_POLICIES),
+                                     ("truncate_cascade", self.truncate_cascade, CASCADE_POLICIES)):
+            if value not in allowed:
+                raise ApplyError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+        unknown = set(self.actions) - set(ACTIONS)
+        if unknown:
+            raise ApplyError(f"unknown actions {sorted(unknown)}; allowed: {', '.join(ACTIONS)}")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TableApplyConfig:
+        data = dict(data)
+        for key in ("columns", "key_columns", "actions"):
+            if data.get(key) is not None:
+                data[key] = tuple(data[key])
+        try:
+            return cls(**data)
+        except TypeError as exc:
+            raise ApplyError(f"invalid table apply config: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class ApplyConfig:
+    """One apply run: which slot's batches, from where, into which target.
+
+    ``tables`` maps source ``schema.table`` to its config; when empty every staged table is
+    applied with defaults (like a publication FOR ALL TABLES). The target DSN is never part of
+    this object: it is read from the environment variable named ``dsn_env`` (or the 0600 file
+    ``dsn_file``) so it never reaches a command line or a log.
+    """
+
+    slot: str
+    staging_root: str
+    tables: dict[str, TableApplyConfig] = field(default_factory=dict)
+    dsn_env: str = "PGLOGICAL_TARGET_DSN"
+    dsn_file: str | None = None
+    max_batches: int | None = None
+    progress_table: str = "pglogical_progress"
+    rejects_table: str = "pglogical_rejects"
+    write_partitions: int | None = None
+
+    def table_config(self, source: str) -> TableApplyConfig | None:
+        if not self.tables:
+            return TableApplyConfig()
+        return self.tables.get(source)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ApplyConfig:
+        data = dict(data)
+        data["tables"] = {name: TableApplyConfig.from_dict(t)
+                          for name, t in (data.get("tables") or {}).items()}
+        try:
+            return cls(**data)
+        except TypeError as exc:
+            raise ApplyError(f"invalid apply config: {exc}") from exc
+
+    @classmethod
+    def from_json(cls, text: str) -> ApplyConfig:
+        return cls.from_dict(json.loads(text))

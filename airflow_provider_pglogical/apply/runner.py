@@ -1,0 +1,214 @@
+"""The thin apply handler: validate every batch's configs, then per batch build net changes with Spark, stage them, apply in one transaction."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from airflow_provider_pglogical.apply import planning
+from airflow_provider_pglogical.apply.batches import (
+    Batch,
+    RelationInfo,
+    list_batches,
+    read_changes,
+    read_relations,
+    read_truncates,
+)
+from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
+from airflow_provider_pglogical.apply.filters import apply_row_filter, validate_row_filter
+from airflow_provider_pglogical.apply.targets import postgres as pg
+from airflow_provider_pglogical.apply.targets.copytext import copy_lines
+from airflow_provider_pglogical.apply.transforms import (
+    FROM,
+    KEEP,
+    KIND,
+    LSN,
+    compact,
+    filter_actions,
+    project_columns,
+    resolve_toast_from_old,
+    to_key_events,
+    void_before,
+)
+from airflow_provider_pglogical.exceptions import ApplyError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BatchReport:
+    start_lsn: int
+    end_lsn: int
+    applied: bool
+    rows: dict[str, dict[str, int]] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)  # "stage" (Spark + COPY), "apply" (transaction)
+
+
+def read_dsn(config: ApplyConfig) -> str:
+    """The target DSN from a 0600 file or an environment variable — never from arguments."""
+    if config.dsn_file:
+        path = Path(config.dsn_file)
+        if path.stat().st_mode & 0o077:
+            raise ApplyError(f"DSN file {path} must not be readable by group or others (chmod 600)")
+        return path.read_text().strip()
+    dsn = os.environ.get(config.dsn_env)
+    if not dsn:
+        raise ApplyError(f"environment variable {config.dsn_env} with the target DSN is not set")
+    return dsn
+
+
+def net_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, shape: planning.TableShape,
+                truncated_at: tuple[int, int] | None) -> DataFrame:
+    """Staged changes of one table → one net change per key (the whole pure pipeline)."""
+    all_columns = df.schema["_pgl_new"].dataType.fieldNames()
+    return (df.transform(filter_actions(cfg.actions))
+            .transform(resolve_toast_from_old(all_columns, rel.identity_columns))
+            .transform(apply_row_filter(cfg.row_filter, all_columns))
+            .transform(project_columns(shape.columns))
+            .transform(to_key_events(shape.key, shape.columns))
+            .transform(void_before(truncated_at))
+            .transform(compact(shape.key, shape.columns)))
+
+
+def _validate(spark: SparkSession, config: ApplyConfig, batches: list[Batch]) -> dict[int, dict[str, RelationInfo]]:
+    """Every configured table of every batch, checked before anything is written."""
+    relations: dict[int, dict[str, RelationInfo]] = {}
+    seen: set[tuple[str, RelationInfo]] = set()
+    for batch in batches:
+        relations[batch.end_lsn] = rels = read_relations(batch)
+        for source in batch.table_files:
+            cfg = config.table_config(source)
+            if cfg is None:
+                continue
+            rel = rels.get(source)
+            if rel is None:
+                raise ApplyError(f"batch {batch.start_lsn}-{batch.end_lsn}: no relation schema for {source}")
+            if (source, rel) in seen:
+                continue
+            seen.add((source, rel))
+            planning.written_columns(rel, cfg)
+            if cfg.row_filter:
+                validate_row_filter(spark, cfg.row_filter, table=source, columns=rel.column_names,
+                                    identity=rel.identity_columns, replica_identity=rel.replica_identity,
+                                    actions=cfg.actions)
+    return relations
+
+
+def apply_slot(spark: SparkSession, config: ApplyConfig, dsn: str) -> list[BatchReport]:
+    """Apply every staged batch of the slot beyond the targets' watermarks, oldest first.
+
+    Idempotent under replay: a batch whose end_lsn is at or below a target table's watermark is
+    skipped for that table, and each batch commits its changes together with the watermark.
+    """
+    spark.conf.set("spark.sql.session.timeZone", "UTC")  # copy_lines' timestamp text relies on it
+    batches = list_batches(config.staging_root, config.slot)
+    if config.max_batches is not None:
+        batches = batches[: config.max_batches]
+    relations = _validate(spark, config, batches)
+    conn = pg.connect(dsn)
+    reports: list[BatchReport] = []
+    try:
+        # One apply per slot and target at a time: staging table names are per (slot, batch).
+        if not pg.try_lock_slot(conn, config.slot):
+            raise ApplyError(f"another apply of slot {config.slot} into this target is running")
+        pg.ensure_bookkeeping(conn, config.progress_table, config.rejects_table)
+        fks = pg.foreign_keys(conn)
+        conn.commit()
+        for batch in batches:
+            reports.append(_apply_one(spark, config, dsn, conn, batch, relations[batch.end_lsn], fks))
+            log.info("batch %X-%X applied=%s rows=%s seconds=%s", batch.start_lsn, batch.end_lsn,
+                     reports[-1].applied, reports[-1].rows, reports[-1].seconds)
+    finally:
+        conn.close()
+    return reports
+
+
+def _stage_table(spark: SparkSession, config: ApplyConfig, dsn: str, conn, batch: Batch, rel: RelationInfo,
+                 cfg: TableApplyConfig, shape: planning.TableShape, target: pg.TargetTable, staging: str,
+                 truncated_at: tuple[int, int] | None) -> None:
+    """Net changes of one table COPYed by the executors into a fresh unlogged staging table."""
+    pg.create_staging(conn, staging, target, shape.key, shape.columns)
+    net = net_changes(read_changes(spark, batch, shape.source), rel, cfg, shape, truncated_at)
+    if config.write_partitions:
+        net = net.repartition(config.write_partitions)
+    copy_cols = [c for c, _ in pg.staging_columns(target, shape.key, shape.columns)]
+    flat = net.select(KIND, KEEP, LSN, *[F.col(FROM).getField(k).alias(pg.from_column(i))
+                                         for i, k in enumerate(shape.key)], *shape.columns)
+    written = (copy_lines(flat).mapInArrow(pg.copy_partitions(dsn, staging, copy_cols), "rows long")
+               .agg(F.sum("rows")).collect()[0][0])
+    log.debug("staged %s net changes of %s", written or 0, shape.target)
+    with conn.cursor() as cur:
+        cur.execute(pg.sql.SQL("ANALYZE {}").format(pg.ident(staging)))  # the planner needs row counts
+    conn.commit()
+
+
+def _apply_one(spark: SparkSession, config: ApplyConfig, dsn: str, conn, batch: Batch,
+               rels: dict[str, RelationInfo], fks: list[tuple[str, str]]) -> BatchReport:
+    marks = pg.watermarks(conn, config.progress_table, config.slot)
+    conn.commit()
+    truncates = read_truncates(batch)
+    sources = set(batch.table_files) | {r for ev in truncates for r in ev.relations}
+    configured = {s: (planning.target_name(s, c), c) for s in sources if (c := config.table_config(s)) is not None}
+    pending = {s: tc for s, tc in configured.items() if marks.get(tc[0], -1) < batch.end_lsn}
+    report = BatchReport(batch.start_lsn, batch.end_lsn, applied=False)
+    if not pending:
+        return report
+    truncs = planning.plan_truncates(truncates, pending, fks)
+    truncs_pending = {t: p for t, p in truncs.position.items() if marks.get(t, -1) < batch.end_lsn}
+    shapes: dict[str, planning.TableShape] = {}
+    targets: dict[str, pg.TargetTable] = {}
+    for source, (target, cfg) in sorted(pending.items()):
+        if source not in batch.table_files:
+            continue
+        rel = rels[source]
+        existing = pg.describe(conn, target)
+        columns = planning.written_columns(rel, cfg)
+        key = planning.choose_key(rel, cfg, existing, columns)
+        if existing is None:
+            types = {c.name: c.type_name for c in rel.columns}
+            if any(types[c] is None for c in columns):
+                raise ApplyError(f"cannot create {target}: the staged relation lacks type names")
+            pg.create_table(conn, target, [(c, types[c]) for c in columns], key)
+            conn.commit()
+            existing = pg.describe(conn, target)
+            fks = pg.foreign_keys(conn)
+        shape = planning.TableShape(source, target, key, columns)
+        planning.check_target_columns(shape, existing)
+        shapes[source], targets[source] = shape, existing
+    started = time.monotonic()
+    order = planning.parents_first(sorted({s.target for s in shapes.values()}), fks)
+    plans: list[pg.TablePlan] = []
+    try:
+        for target in order:
+            source, shape = next((s, sh) for s, sh in shapes.items() if sh.target == target)
+            cfg = pending[source][1]
+            plans.append(pg.TablePlan(source, target, shape.key, shape.columns,
+                                      pg.staging_name(config.slot, batch.end_lsn, target), cfg.conflict,
+                                      cfg.unchanged_toast))
+            _stage_table(spark, config, dsn, conn, batch, rels[source], cfg, shape, targets[source],
+                         plans[-1].staging, truncs_pending.get(target))
+        truncated = planning.parents_first(sorted(t for t in truncs_pending if pg.describe(conn, t) is not None), fks)
+        plan = pg.BatchPlan(
+            slot=config.slot, start_lsn=batch.start_lsn, end_lsn=batch.end_lsn, tables=plans, truncate=truncated,
+            restart_identity=[t for t in truncated if t in truncs.restart_identity],
+            watermark_tables=sorted({t for t, _ in pending.values()} | set(truncated)))
+        staged_at = time.monotonic()
+        result = pg.apply_batch(conn, plan, progress=config.progress_table, rejects=config.rejects_table)
+    finally:
+        # Staging tables are disposable in every outcome; a crash before this line leaves them for
+        # the next run of the batch, which drops and recreates them under the same names.
+        try:
+            pg.drop_staging(conn, [p.staging for p in plans if p.staging])
+        except pg.psycopg2.Error as exc:  # never mask the apply's own outcome
+            conn.rollback()
+            log.warning("could not drop staging tables of batch %X-%X: %s", batch.start_lsn, batch.end_lsn,
+                        exc.pgcode)
+    report.applied, report.rows = result.applied, result.rows
+    report.seconds = {"stage": round(staged_at - started, 3), "apply": round(time.monotonic() - staged_at, 3)}
+    return report

@@ -1,0 +1,1 @@
+"""Target adapters: where compacted net changes are written."""

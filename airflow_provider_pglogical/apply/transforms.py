@@ -1,0 +1,177 @@
+"""Pure DataFrame steps from staged changes to one net change per key, chained with ``.transform``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from airflow_provider_pglogical.apply.batches import META
+
+Step = Callable[[DataFrame], DataFrame]
+
+# Output columns of ``to_key_events`` / ``compact`` besides the table's own columns.
+KIND = META + "kind"  # D, I, U in events; D, I, U, R (replace: deleted then re-inserted) after compaction
+KEEP = META + "keep"  # columns whose value must come from the target (unchanged TOAST)
+LSN = META + "lsn"
+SEQ = META + "seq"  # struct(commit_lsn, tx_order, sub, lsn): total order of events (lsn only breaks exact duplicates)
+FROM = META + "from"  # old key (struct) of a row that arrived by a key change: 'u' values live there
+
+
+def _op_to_action(op: str) -> str:
+    return {"I": "insert", "U": "update", "D": "delete"}[op]
+
+
+def filter_actions(actions: Sequence[str]) -> Step:
+    """Step: keep only changes whose *original* operation is published (publish = '...')."""
+    ops = [op for op in "IUD" if _op_to_action(op) in actions]
+
+    def step(df: DataFrame) -> DataFrame:
+        return df if len(ops) == 3 else df.where(F.col(META + "op").isin(ops))
+
+    return step
+
+
+def resolve_toast_from_old(columns: Sequence[str], identity: Sequence[str]) -> Step:
+    """Step: fill unchanged-TOAST ('u') new values from the old image where it has them.
+
+    'u' means "same as before", so the old value is the new one: an old image of REPLICA
+    IDENTITY FULL has every column, a key-only image its identity columns (pgoutput does the
+    same before evaluating row filters). Columns filled are removed from the unchanged list;
+    what remains must come from the target row.
+    """
+
+    def step(df: DataFrame) -> DataFrame:
+        old, new, toast = F.col(META + "old"), F.col(META + "new"), F.col(META + "new_unchanged_toast")
+        has_full_old = old.isNotNull() & ~F.coalesce(F.col(META + "old_key_only"), F.lit(False))
+        has_old = old.isNotNull()
+        ident = set(identity)
+
+        def fillable(name: str):
+            return has_old if name in ident else has_full_old
+
+        filled = F.struct(*[
+            F.when(fillable(c) & F.array_contains(toast, c), old.getField(c)).otherwise(new.getField(c)).alias(c)
+            for c in columns])
+        remaining = F.filter(toast, lambda x: ~((x.isin(list(ident)) & has_old) | has_full_old))
+        return (df.withColumn(META + "new", F.when(new.isNull(), new).otherwise(filled))
+                .withColumn(META + "new_unchanged_toast", F.coalesce(remaining, F.array().cast("array<string>"))))
+
+    return step
+
+
+def project_columns(columns: Sequence[str]) -> Step:
+    """Step: a publication column list — images keep only the listed columns (after filtering)."""
+
+    def step(df: DataFrame) -> DataFrame:
+        def proj(name: str):
+            c = F.col(META + name)
+            return F.when(c.isNull(), F.lit(None)).otherwise(F.struct(*[c.getField(x).alias(x) for x in columns]))
+
+        return (df.withColumn(META + "old", proj("old")).withColumn(META + "new", proj("new"))
+                .withColumn(META + "new_unchanged_toast",
+                            F.filter(META + "new_unchanged_toast", lambda x: x.isin(list(columns)))))
+
+    return step
+
+
+def to_key_events(key: Sequence[str], columns: Sequence[str]) -> Step:
+    """Step: one event per (key, change), table columns at top level.
+
+    A DELETE is keyed by its old image, an INSERT by its new one, an UPDATE by its old image
+    when there is one. An UPDATE that changes the key becomes a DELETE of the old key (sub 0)
+    and an INSERT of the new key (sub 1) at the same position; the INSERT remembers the old key
+    in ``_pgl_from`` so unchanged-TOAST values can be taken from the target row still there.
+    """
+
+    def step(df: DataFrame) -> DataFrame:
+        op, old, new = F.col(META + "op"), F.col(META + "old"), F.col(META + "new")
+        from_type = df.select(F.struct(*[old.getField(k).alias(k) for k in key])).schema[0].dataType
+        key_changed = (op == "U") & old.isNotNull() & ~F.coalesce(
+            F.struct(*[old.getField(k) for k in key]).eqNullSafe(F.struct(*[new.getField(k) for k in key])),
+            F.lit(False))
+        toast = F.col(META + "new_unchanged_toast")
+        from_key = F.struct(*[old.getField(k).alias(k) for k in key])
+        empty = F.array().cast("array<string>")
+        is_delete = op == "D"
+
+        def event(kind, sub, key_image, with_values, keep, moved_from) -> Column:
+            cols = [key_image.getField(c).alias(c) if c in key
+                    else F.when(with_values, new.getField(c)).alias(c) for c in columns]
+            return F.struct(kind.alias(KIND),
+                            F.struct(F.col(META + "commit_lsn").alias("c"), F.col(META + "tx_order").alias("o"),
+                                     sub.alias("s"), F.col(META + "lsn").alias("l")).alias(SEQ),
+                            F.col(META + "lsn").alias(LSN), keep.alias(KEEP), moved_from.alias(FROM), *cols)
+
+        main = event(
+            F.when(is_delete, "D").when(op == "I", "I").when(key_changed, "I").otherwise("U"),
+            F.when(is_delete, 0).otherwise(1),
+            F.when(is_delete, old).when((op == "I") | key_changed | old.isNull(), new).otherwise(old),
+            ~is_delete, F.when(is_delete, empty).otherwise(toast),
+            F.when(key_changed, from_key).otherwise(F.lit(None).cast(from_type)))
+        moved_away = event(F.lit("D"), F.lit(0), old, F.lit(False), empty, F.lit(None).cast(from_type))
+        # One scan: a key change yields two events, everything else one.
+        exploded = df.select(F.explode(F.when(key_changed, F.array(moved_away, main)).otherwise(F.array(main))).alias("e"))
+        return exploded.select("e.*")
+
+    return step
+
+
+def void_before(position: tuple[int, int] | None) -> Step:
+    """Step: drop changes at or before a TRUNCATE position (commit_lsn, tx_order) — they are void."""
+
+    def step(df: DataFrame) -> DataFrame:
+        if position is None:
+            return df
+        c, o = position
+        seq = F.col(SEQ)
+        return df.where((seq.c > c) | ((seq.c == c) & (seq.o > o)))
+
+    return step
+
+
+def compact(key: Sequence[str], columns: Sequence[str]) -> Step:
+    """Step: the net change per key over the batch, one row per key.
+
+    Kinds: ``D`` the row must not exist; ``R`` deleted then inserted again (replace); ``I``
+    inserted (conflicts with an existing row are resolved by policy); ``U`` updated (only if
+    the row exists). Each column takes its value from the last event after the last DELETE that
+    knows it; columns no such event knows are listed in ``_pgl_keep`` (the target keeps its value,
+    takes it from the row at ``_pgl_from`` when the row arrived by a key change, or — for I/R
+    without either — the value exists nowhere). Ties on (commit_lsn, tx_order)
+    cannot occur within one key except for a key change's two halves, which ``sub`` orders; the
+    change LSN makes even duplicated rows order deterministically.
+    Deterministic, so re-running a batch yields the same rows.
+    """
+    values = [c for c in columns if c not in key]
+
+    def step(df: DataFrame) -> DataFrame:
+        seq, kind, keep = F.col(SEQ), F.col(KIND), F.col(KEEP)
+        last_d = F.max(F.when(kind == "D", seq)).over(Window.partitionBy(*key))
+        marked = df.withColumn(META + "after", last_d.isNull() | (seq > last_d))
+        after = F.col(META + "after")
+        aggs = [
+            F.max((kind == "D").cast("int")).alias(META + "has_d"),
+            F.sum(after.cast("int")).alias(META + "n_after"),
+            F.min_by(kind, F.when(after, seq)).alias(META + "first_kind"),
+            F.max_by(F.col(LSN), seq).alias(LSN),
+            F.min_by(F.col(FROM), F.when(after, seq)).alias(FROM),
+        ]
+        for c in values:
+            known = after & ~F.array_contains(keep, c)
+            aggs.append(F.max_by(F.col(c), F.when(known, seq)).alias(c))
+            aggs.append(F.max(known.cast("int")).alias(META + "k_" + c))
+        g = marked.groupBy(*key).agg(*aggs)
+        net_kind = (F.when(F.col(META + "n_after") == 0, F.lit("D"))
+                    .when(F.col(META + "has_d") == 1, F.lit("R"))
+                    .when(F.col(META + "first_kind") == "I", F.lit("I"))
+                    .otherwise(F.lit("U")))
+        unknown = F.array_compact(F.array(*[F.when(F.col(META + "k_" + c) == 0, F.lit(c)) for c in values])) \
+            if values else F.array().cast("array<string>")
+        return g.select(
+            net_kind.alias(KIND),
+            F.when(net_kind == "D", F.array().cast("array<string>")).otherwise(unknown).alias(KEEP),
+            F.col(LSN), F.when(net_kind.isin("I", "R"), F.col(FROM)).alias(FROM), *[F.col(c) for c in columns])
+
+    return step

@@ -1,0 +1,41 @@
+"""Test helper: a target database owned by a non-superuser role, and small query shortcuts."""
+
+from __future__ import annotations
+
+import psycopg2
+
+from tests.conftest import make_database
+
+APPLIER = "pglogical_applier"
+
+
+def make_target(server) -> tuple[str, str]:
+    """(dbname, DSN as the non-superuser applier) of a fresh database the applier owns."""
+    dbname = make_database(server)
+    admin = psycopg2.connect(server.dsn())
+    admin.autocommit = True
+    with admin.cursor() as cur:
+        cur.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (APPLIER,))
+        if cur.fetchone() is None:
+            cur.execute(f"CREATE ROLE {APPLIER} LOGIN NOSUPERUSER")
+        cur.execute(f'ALTER DATABASE "{dbname}" OWNER TO {APPLIER}')
+    admin.close()
+    return dbname, server.dsn(dbname, user=APPLIER)
+
+
+def execute(dsn: str, *statements: str) -> None:
+    conn = psycopg2.connect(dsn)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        for s in statements:
+            cur.execute(s)
+    conn.close()
+
+
+def rows(dsn: str, query: str) -> list[tuple]:
+    conn = psycopg2.connect(dsn)
+    with conn.cursor() as cur:
+        cur.execute(query)
+        out = cur.fetchall()
+    conn.close()
+    return out

@@ -1,0 +1,102 @@
+"""Row filters: validation by parse tree and the four UPDATE transform cases."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_pglogical.apply.filters import apply_row_filter, referenced_columns, validate_row_filter
+from airflow_provider_pglogical.apply.transforms import resolve_toast_from_old
+from airflow_provider_pglogical.exceptions import RowFilterError
+from tests.unit.apply.conftest import ITEMS, ITEMS_FULL
+from tests.unit.apply.stage import Chg
+
+COLS = ["id", "grp", "note"]
+
+
+def run(frame, expression, identity=("id",)):
+    df = frame.transform(resolve_toast_from_old(COLS, identity)).transform(apply_row_filter(expression, COLS))
+    return sorted((r["_pgl_tx_order"], r["_pgl_op"]) for r in df.collect())
+
+
+def test_update_transforms_follow_the_four_pgoutput_cases(changes_frame):
+    frame = changes_frame(ITEMS_FULL, [
+        Chg("U", 10, 0, old={"id": 1, "grp": 1}, new={"id": 1, "grp": 2}),  # old no, new no -> drop
+        Chg("U", 10, 1, old={"id": 2, "grp": 1}, new={"id": 2, "grp": 5}),  # old no, new yes -> INSERT
+        Chg("U", 10, 2, old={"id": 3, "grp": 5}, new={"id": 3, "grp": 1}),  # old yes, new no -> DELETE
+        Chg("U", 10, 3, old={"id": 4, "grp": 5}, new={"id": 4, "grp": 6}),  # old yes, new yes -> UPDATE
+    ])
+    assert run(frame, "grp >= 5", identity=COLS) == [(1, "I"), (2, "D"), (3, "U")]
+
+
+def test_update_without_old_image_is_evaluated_on_the_new_row_only(changes_frame):
+    frame = changes_frame(ITEMS, [
+        Chg("U", 10, 0, new={"id": 1, "grp": 1}),
+        Chg("U", 10, 1, new={"id": 7, "grp": 1}),
+    ])
+    assert run(frame, "id > 5") == [(1, "U")]
+
+
+def test_inserts_use_the_new_row_and_deletes_the_old_row(changes_frame):
+    frame = changes_frame(ITEMS, [
+        Chg("I", 10, 0, new={"id": 1, "grp": 1}),
+        Chg("I", 10, 1, new={"id": 9, "grp": 1}),
+        Chg("D", 10, 2, old={"id": 9}, old_key_only=True),
+        Chg("D", 10, 3, old={"id": 2}, old_key_only=True),
+    ])
+    assert run(frame, "id > 5") == [(1, "I"), (2, "D")]
+
+
+def test_a_filter_evaluating_to_null_counts_as_false(changes_frame):
+    frame = changes_frame(ITEMS_FULL, [
+        Chg("I", 10, 0, new={"id": 1, "grp": None}),
+        Chg("U", 10, 1, old={"id": 2, "grp": None}, new={"id": 2, "grp": 7}),  # NULL old -> INSERT
+        Chg("U", 10, 2, old={"id": 3, "grp": 7}, new={"id": 3, "grp": None}),  # NULL new -> DELETE
+        Chg("I", 10, 3, new={"id": 4, "grp": None, "note": "x"}),
+    ])
+    assert run(frame, "grp > 5 OR note IS NOT NULL AND grp > 100", identity=COLS) == [(1, "I"), (2, "D")]
+
+
+def test_key_only_old_image_matches_on_identity_columns_after_toast_refill(changes_frame):
+    # The key is 'u' in the new image: pgoutput copies it from the old tuple before filtering.
+    frame = changes_frame(ITEMS, [
+        Chg("U", 10, 0, old={"id": 8}, old_key_only=True, new={"id": None, "grp": 1}, toast=("id",)),
+    ])
+    assert run(frame, "id = 8") == [(0, "U")]
+
+
+def test_references_are_read_from_the_parse_tree(spark):
+    assert referenced_columns(spark, "a BETWEEN 1 AND 3 OR b IN (1, 2) AND NOT c LIKE 'x%' OR d IS NULL") == \
+        {"a", "b", "c", "d"}
+    assert referenced_columns(spark, "'a' = 'b'") == frozenset()
+
+
+@pytest.mark.parametrize("expression", ["id >", "a / 2 = 1", "(SELECT 1) = id", 'id = "x"', "t.id = 1",
+                                        "rand() > 0.5"])
+def test_unsupported_or_invalid_filters_raise_row_filter_error(spark, expression):
+    with pytest.raises(RowFilterError):
+        referenced_columns(spark, expression)
+
+
+def test_unknown_columns_are_rejected_by_name(spark):
+    with pytest.raises(RowFilterError, match="unknown column.*nope"):
+        validate_row_filter(spark, "nope = 1", table="public.items", columns=COLS, identity=["id"],
+                            replica_identity="d", actions=["insert"])
+
+
+def test_non_identity_columns_are_rejected_while_updates_are_applied(spark):
+    with pytest.raises(RowFilterError, match="outside the replica identity"):
+        validate_row_filter(spark, "grp = 1", table="public.items", columns=COLS, identity=["id"],
+                            replica_identity="d", actions=["insert", "update"])
+
+
+def test_non_identity_columns_are_fine_for_full_identity_or_insert_only(spark):
+    kw = dict(table="public.items", columns=COLS, identity=["id"])
+    assert validate_row_filter(spark, "grp = 1", replica_identity="f", actions=["update"], **kw) == {"grp"}
+    assert validate_row_filter(spark, "grp = 1", replica_identity="d", actions=["insert"], **kw) == {"grp"}
+
+
+def test_error_messages_never_contain_literal_values(spark):
+    with pytest.raises(RowFilterError) as info:
+        validate_row_filter(spark, "secret_col = 'hunter2'", table="public.items", columns=COLS, identity=["id"],
+                            replica_identity="d", actions=["insert"])
+    assert "hunter2" not in str(info.value)
