@@ -21,10 +21,16 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: test demo bootstrap system-deps venv pg17 lint unit lock clean
+.PHONY: test demo demo-stop bootstrap system-deps venv pg17 lint unit lock clean
 
 test: bootstrap lint  ## lint, then the whole suite against real PostgreSQL 15/17, Spark and Airflow
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS) tests
+
+demo: bootstrap  ## local PostgreSQL 15 + workload + the example pipeline DAG via `airflow dags test`, then a report
+	$(BIN)/python scripts/demo.py
+
+demo-stop: venv  ## stop the demo PostgreSQL and delete .cache/demo (staging, Airflow home, logs)
+	$(BIN)/python scripts/demo.py stop
 
 unit: venv  ## the fast tests that need no services
 	$(BIN)/python -m pytest -q tests/unit

@@ -1,0 +1,136 @@
+"""The ``pglogical`` command line: validate, decode, apply, run and status of a pipeline spec."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from airflow_provider_pglogical.exceptions import PgLogicalError
+from airflow_provider_pglogical.pipeline.spec import PipelineSpec, load_spec
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # a PgLogicalError or an unexpected error; argparse uses 2 for usage errors
+
+
+def progress(message: str) -> None:
+    """Progress goes to stderr so stdout stays machine-readable JSON."""
+    print(f"pglogical: {message}", file=sys.stderr, flush=True)
+
+
+def cmd_validate(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
+    if args.filters:
+        from airflow_provider_pglogical.pipeline.runs import local_spark
+        from airflow_provider_pglogical.pipeline.validation import check_row_filters
+
+        progress("parsing row filters with Spark")
+        with local_spark(args.master or spec.spark.master) as spark:
+            check_row_filters(spec, spark)
+    return {"spec": spec.origin, "valid": True, "tables": sorted(spec.tables)}
+
+
+def cmd_decode(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
+    from airflow_provider_pglogical.pipeline.runs import decode_pending
+
+    return decode_pending(spec, max_batches=args.max_batches, log=progress)
+
+
+def cmd_apply(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
+    from airflow_provider_pglogical.pipeline.runs import apply_pending
+
+    return apply_pending(spec, master=args.master, log=progress)
+
+
+def cmd_run(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
+    from airflow_provider_pglogical.pipeline.runs import apply_pending, decode_pending
+
+    decoded = decode_pending(spec, max_batches=args.max_batches, log=progress)
+    applied = apply_pending(spec, master=args.master, log=progress)
+    return {"decode": decoded, "apply": applied}
+
+
+def cmd_status(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
+    from airflow_provider_pglogical.pipeline.steps import status
+
+    return status(spec)
+
+
+COMMANDS: dict[str, tuple[Callable[[PipelineSpec, argparse.Namespace], dict[str, Any]], str]] = {
+    "validate": (cmd_validate, "check a spec (with --filters also parse row filters with Spark)"),
+    "decode": (cmd_decode, "ensure publication/slot, check WAL retention, drain the slot into staging"),
+    "apply": (cmd_apply, "apply every staged batch past the target's watermarks with Spark"),
+    "run": (cmd_run, "decode, then apply everything pending"),
+    "status": (cmd_status, "slot position and lag, staged batches, target watermarks (JSON)"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pglogical", description="Drain a pgoutput slot into LSN-keyed Parquet "
+                                     "and apply it to a target, driven by a pipeline spec.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (_func, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--spec", required=True, metavar="FILE", help="pipeline spec (YAML or JSON)")
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors")
+        if name in ("apply", "run", "validate"):
+            p.add_argument("--master", metavar="URL", help="Spark master (default: spec spark.master, else local[*])")
+        if name in ("decode", "run"):
+            p.add_argument("--max-batches", type=int, metavar="N", help="stop after N batches (default: drain all)")
+        if name == "validate":
+            p.add_argument("--filters", action="store_true", help="also parse row filters (starts Spark)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    func = COMMANDS[args.command][0]
+    try:
+        with stdout_to_stderr():
+            spec = load_spec(args.spec)
+            result = func(spec, args)
+    except KeyboardInterrupt:
+        print("pglogical: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if args.debug:
+            raise
+        print(f"pglogical {args.command}: error: {one_line(exc)}", file=sys.stderr)
+        return EXIT_FAILED
+    json.dump(result, sys.stdout, indent=2, sort_keys=False, default=str)
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    os.dup2(2, 1)  # exit-time log lines (py4j shutdown) must not follow the JSON
+    return EXIT_OK
+
+
+@contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Send everything written to stdout meanwhile to stderr, at the file-descriptor level.
+
+    Airflow's logging (imported with the hooks), py4j and the Spark JVM write to fd 1; stdout
+    must carry nothing but the command's JSON.
+    """
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def one_line(exc: BaseException) -> str:
+    """Our errors carry a user-facing message; anything else also names its type."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if isinstance(exc, PgLogicalError) else f"{type(exc).__name__}: {text}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""Turn a pipeline spec into Airflow tasks: ensure publication/slot → WAL-retention check → decode → apply."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import DAG, Param, TaskGroup, task
+
+from airflow_provider_pglogical.exceptions import SpecError
+from airflow_provider_pglogical.pipeline.spec import PipelineSpec, load_spec
+from airflow_provider_pglogical.pipeline.tasks import (
+    EnsureReplicationOperator,
+    ResetTargetOperator,
+    WalRetentionCheckOperator,
+)
+
+DEFAULT_ARGS = {"retries": 2, "retry_delay": timedelta(minutes=1)}
+
+
+def pipeline_params(spec: PipelineSpec) -> dict[str, Param]:
+    """UI params of a pipeline DAG; defaults come from the spec, a trigger may override them."""
+    from airflow_provider_pglogical.staging.drain import DEFAULT_MAX_CHANGES, DEFAULT_MAX_WAL_BYTES
+
+    return {
+        "max_changes": Param(spec.source.max_changes or DEFAULT_MAX_CHANGES, type=["null", "integer"], minimum=1,
+                             description="Soft limit of changes per staged batch (empty: no limit)."),
+        "max_wal_bytes": Param(spec.source.max_batch_bytes or DEFAULT_MAX_WAL_BYTES, type=["null", "integer"],
+                               minimum=1, description="WAL bytes read per batch at most (empty: no limit; the "
+                                                      "server holds a whole batch in memory)."),
+        "min_safe_wal_bytes": Param(spec.source.min_safe_wal_bytes, type=["null", "integer"], minimum=0,
+                                    description="Fail before decoding when the slot's safe_wal_size is below this."),
+    }
+
+
+def _require_conn_ids(spec: PipelineSpec) -> None:
+    # Tasks run in other processes (and machines): they can only find the databases through
+    # Airflow connections, never through a DSN that exists in the DAG file's environment.
+    problems = [f"{section}: Airflow DAGs need {section}.conn_id instead of {section}.dsn"
+                for section, conn_id in (("source", spec.source.conn_id), ("target", spec.target.conn_id))
+                if conn_id is None]
+    if problems:
+        raise SpecError(f"{spec.origin}: " + "; ".join(problems))
+
+
+def _param(name: str) -> str:
+    # Renders "" when the DAG has no such param; the operators treat "" as "not set".
+    return "{{ params.get('" + name + "') if params.get('" + name + "') is not none else '' }}"
+
+
+def decode_task(spec: PipelineSpec, task_id: str = "decode") -> Any:
+    """The decode step: one drain cycle of the spec's slot, emitting an asset event per staged table."""
+    from airflow_provider_pglogical.operators.decode import PgLogicalDecodeOperator, table_asset
+
+    return PgLogicalDecodeOperator(
+        task_id=task_id, slot=spec.source.slot, publication=spec.source.publication, staging_uri=spec.staging.uri,
+        postgres_conn_id=spec.source.conn_id, max_wal_bytes=_param("max_wal_bytes"), max_changes=_param("max_changes"),
+        outlets=[table_asset(spec.source.slot, name) for name in spec.tables])
+
+
+def apply_task(spec: PipelineSpec, task_id: str = "apply", max_batches: Any = None) -> Any:
+    """The apply step: spark-submit of the apply app over every staged batch past the watermarks."""
+    from airflow_provider_pglogical.operators.apply import PgLogicalApplyOperator
+    from airflow_provider_pglogical.pipeline.runs import apply_config
+
+    config = apply_config(spec)
+    # Plain dicts: the operator's ``tables`` is a templated field.
+    tables = {name: {k: v for k, v in vars(cfg).items() if v is not None} for name, cfg in config.tables.items()}
+    return PgLogicalApplyOperator(
+        task_id=task_id, slot=spec.source.slot, staging_uri=spec.staging.uri, target_conn_id=spec.target.conn_id,
+        tables=tables, max_batches=max_batches, conn_id=spec.spark.conn_id, conf=dict(spec.spark.conf) or None)
+
+
+def pipeline_task_group(spec: PipelineSpec, *, group_id: str = "pglogical") -> TaskGroup:
+    """Add the pipeline's tasks to the current DAG as one TaskGroup and return it."""
+    _require_conn_ids(spec)
+    with TaskGroup(group_id=group_id, tooltip=f"slot {spec.source.slot} → {spec.target.kind}") as group:
+        ensure = EnsureReplicationOperator(task_id="ensure_replication", spec=spec)
+        check = WalRetentionCheckOperator(task_id="check_wal_retention", spec=spec,
+                                          min_safe_wal_bytes=_param("min_safe_wal_bytes"))
+        ensure >> check >> decode_task(spec) >> apply_task(spec)
+    return group
+
+
+def build_pipeline_dag(spec: PipelineSpec | str | os.PathLike, *, dag_id: str, schedule: Any = None,
+                       **dag_kwargs: Any) -> DAG:
+    """A DAG running the spec's pipeline once per run (one drain cycle, then apply of all pending).
+
+    Defaults: ``max_active_runs=1`` (one slot has one reader at a time), ``catchup=False`` (a
+    run drains whatever is pending; past intervals hold no separate data), and UI params from
+    :func:`pipeline_params`. Any DAG argument can be overridden through ``dag_kwargs``.
+    """
+    if not isinstance(spec, PipelineSpec):
+        spec = load_spec(spec)
+    params = {**pipeline_params(spec), **dag_kwargs.pop("params", {})}
+    kwargs = {"max_active_runs": 1, "catchup": False, "default_args": DEFAULT_ARGS,
+              "tags": ["pglogical"], "doc_md": f"Pipeline from `{spec.origin}`: slot `{spec.source.slot}`, "
+                                              f"tables {', '.join(sorted(spec.tables))}.", **dag_kwargs}
+    with DAG(dag_id=dag_id, schedule=schedule, params=params, **kwargs) as dag:
+        pipeline_task_group(spec)
+    return dag
+
+
+def build_replay_dag(spec: PipelineSpec | str | os.PathLike, *, dag_id: str, **dag_kwargs: Any) -> DAG:
+    """A manually triggered DAG that rebuilds the targets from the staged log up to an LSN or a time.
+
+    Replay applies whole staged batches in LSN order: every batch ending at or before
+    ``upto_lsn`` (and whose last commit is at or before ``upto_time``). With ``reset`` the target
+    tables are emptied and their watermarks forgotten first; otherwise only batches past the
+    watermarks are applied. Re-running it gives the same target (apply is idempotent).
+    """
+    if not isinstance(spec, PipelineSpec):
+        spec = load_spec(spec)
+    _require_conn_ids(spec)
+    params = {
+        "upto_lsn": Param("", type="string", pattern=r"^([0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8})?$",
+                          description="Replay batches ending at or before this LSN (X/X); empty: all."),
+        "upto_time": Param("", type="string",
+                           description="Replay batches whose last commit is at or before this ISO time; empty: all."),
+        "reset": Param(True, type="boolean", description="Empty the target tables and watermarks first."),
+        **dag_kwargs.pop("params", {}),
+    }
+    kwargs = {"max_active_runs": 1, "catchup": False, "tags": ["pglogical", "replay"],
+              "doc_md": build_replay_dag.__doc__, **dag_kwargs}
+    with DAG(dag_id=dag_id, schedule=None, params=params, **kwargs) as dag:
+        plan = _plan_replay_task(spec)
+        reset = ResetTargetOperator(task_id="reset_target", spec=spec, enabled="{{ params.reset }}")
+        replay = apply_task(spec, task_id="replay", max_batches=plan["max_batches"])
+        plan >> reset >> replay
+    return dag
+
+
+def _plan_replay_task(spec: PipelineSpec) -> Any:
+    @task(task_id="plan_replay")
+    def plan_replay(params: dict | None = None) -> dict[str, Any]:
+        from datetime import UTC, datetime
+
+        from airflow_provider_pglogical.pipeline.runs import batches_upto, first_batch_start
+
+        params = params or {}
+        upto_lsn = _parse_lsn(params.get("upto_lsn") or "")
+        text = params.get("upto_time") or ""
+        upto_time = datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+        if upto_time is not None and upto_time.tzinfo is None:
+            upto_time = upto_time.replace(tzinfo=UTC)  # commit times are staged in UTC
+        count = batches_upto(spec, upto_lsn=upto_lsn, upto_time=upto_time)
+        print(f"replaying {count} staged batch(es) of slot {spec.source.slot} from {first_batch_start(spec)}")
+        return {"max_batches": count}
+
+    return plan_replay()
+
+
+def _parse_lsn(text: str) -> int | None:
+    if not text:
+        return None
+    high, _, low = text.partition("/")
+    return (int(high, 16) << 32) | int(low, 16)

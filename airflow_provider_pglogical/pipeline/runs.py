@@ -1,0 +1,238 @@
+"""Decode and apply runs of a pipeline spec: the library code behind both the CLI and the DAG tasks."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_pglogical.exceptions import StagingError, format_lsn
+from airflow_provider_pglogical.pipeline.spec import PipelineSpec, TableSpec
+from airflow_provider_pglogical.pipeline.steps import (
+    PROGRESS_TABLE,
+    check_retention,
+    ensure_replication,
+    source_hook,
+    target_dsn,
+    target_watermark_ints,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from airflow_provider_pglogical.apply.config import ApplyConfig
+    from airflow_provider_pglogical.staging.drain import DrainConfig
+
+Log = Callable[[str], None]
+DEFAULT_MASTER = "local[*]"
+
+
+def _quiet(_message: str) -> None:
+    pass
+
+
+def apply_config(spec: PipelineSpec, *, max_batches: int | None = None) -> ApplyConfig:
+    """The spec's tables as the apply package's config (only listed tables are applied)."""
+    from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
+
+    def table(t: TableSpec) -> TableApplyConfig:
+        return TableApplyConfig(row_filter=t.row_filter, columns=t.columns, target=t.target_name,
+                                conflict=t.conflict, unchanged_toast=t.unchanged_toast,
+                                truncate_cascade=spec.truncate.cascade, key_columns=t.key_columns)
+
+    return ApplyConfig(slot=spec.source.slot, staging_root=spec.staging.uri,
+                       tables={name: table(t) for name, t in spec.tables.items()}, max_batches=max_batches,
+                       progress_table=PROGRESS_TABLE)
+
+
+@contextmanager
+def local_spark(master: str | None = None, conf: dict[str, str] | None = None) -> Iterator[SparkSession]:
+    """A Spark session for in-process apply (the CLI); the DAG uses spark-submit instead."""
+    from pyspark.sql import SparkSession
+
+    master = master or DEFAULT_MASTER
+    builder = (SparkSession.builder.master(master).appName("pglogical-apply")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "4"))
+    if master.startswith("local"):
+        # Python workers must import this package: use the interpreter it is installed in.
+        builder = builder.config("spark.pyspark.python", sys.executable).config("spark.driver.host", "127.0.0.1")
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def apply_pending(spec: PipelineSpec, *, master: str | None = None, max_batches: int | None = None,
+                  log: Log = _quiet) -> dict[str, Any]:
+    """Apply every staged batch beyond the target's watermarks, oldest first (idempotent)."""
+    from airflow_provider_pglogical.apply.runner import apply_slot
+
+    config = apply_config(spec, max_batches=max_batches)
+    pending = pending_batches(spec, max_batches=max_batches)
+    if not pending:
+        # Starting Spark costs seconds: skip it when every staged batch is below every watermark.
+        log(f"nothing to apply: no staged batch of slot {spec.source.slot} is past the target's watermarks")
+        return {"batches_seen": 0, "batches_applied": 0, "last_applied_end_lsn": None, "rows": {}}
+    log(f"applying {len(pending)} staged batch(es) of slot {spec.source.slot} from {spec.staging.uri}")
+    with local_spark(master or spec.spark.master, spec.spark.conf) as spark:
+        reports = apply_slot(spark, config, target_dsn(spec))
+    rows: dict[str, dict[str, int]] = {}
+    for report in reports:
+        for table, counts in report.rows.items():
+            total = rows.setdefault(table, {})
+            for kind, n in counts.items():
+                total[kind] = total.get(kind, 0) + n
+    applied = [r for r in reports if r.applied]
+    log(f"applied {len(applied)} of {len(reports)} staged batches")
+    return {"batches_seen": len(reports), "batches_applied": len(applied),
+            "last_applied_end_lsn": format_lsn(applied[-1].end_lsn) if applied else None, "rows": rows}
+
+
+def pending_batches(spec: PipelineSpec, *, max_batches: int | None = None) -> list[tuple[int, int]]:
+    """(start, end) LSNs of staged batches some target table has not applied yet, in LSN order."""
+    from airflow_provider_pglogical.staging.reader import StagingReader
+
+    reader = StagingReader.from_uri(spec.staging.uri, spec.source.slot)
+    batches = reader.batches()
+    if max_batches is not None:
+        batches = batches[:max_batches]
+    marks = target_watermark_ints(spec)
+    pending = []
+    for batch in batches:
+        manifest = reader.manifest(batch)
+        # Apply moves a table's watermark only for batches touching it, so judge each batch by
+        # the tables it holds (any table may be hit by a truncate). No watermark: nothing applied.
+        touched = [t for name, t in spec.tables.items() if name in manifest.tables or manifest.truncates]
+        if any(marks.get(t.target_name, -1) < batch.end_lsn for t in touched):
+            pending.append((batch.start_lsn, batch.end_lsn))
+    return pending
+
+
+def decode_pending(spec: PipelineSpec, *, max_batches: int | None = None, log: Log = _quiet) -> dict[str, Any]:
+    """Ensure publication and slot, check WAL retention, then drain the slot batch by batch.
+
+    Idempotent per slot position: each cycle stages ``(confirmed_flush_lsn, end]`` and advances
+    the slot only after the batch's manifest exists, so a crash in between re-stages the same
+    range, which the drain replaces rather than duplicates.
+    """
+    with source_hook(spec) as hook:
+        ensured = ensure_replication(spec, hook)
+        log(f"slot {spec.source.slot} at {ensured['confirmed_flush_lsn']} (publication {spec.source.publication})")
+        retention = check_retention(spec, hook)
+        log(f"slot lag {retention['lag_bytes']} bytes, wal_status {retention['wal_status']}")
+    batches = drain(spec, max_batches=max_batches, log=log)
+    return {"ensure": ensured, "retention": retention, "batches": batches,
+            "changes": sum(b.get("changes", 0) for b in batches)}
+
+
+def drain_config(spec: PipelineSpec) -> DrainConfig:
+    """The spec's source and staging as the drain library's per-cycle config."""
+    from airflow_provider_pglogical.staging.drain import DEFAULT_MAX_CHANGES, DEFAULT_MAX_WAL_BYTES, DrainConfig
+
+    return DrainConfig(slot=spec.source.slot, publication=spec.source.publication, staging_uri=spec.staging.uri,
+                       max_wal_bytes=spec.source.max_batch_bytes or DEFAULT_MAX_WAL_BYTES,
+                       max_changes=spec.source.max_changes or DEFAULT_MAX_CHANGES)
+
+
+def drain(spec: PipelineSpec, *, max_batches: int | None = None, log: Log = _quiet) -> list[dict[str, Any]]:
+    """Run drain cycles until the slot has caught up with the WAL flushed when we started
+    (or ``max_batches`` cycles); one summary per staged batch.
+
+    Stopping at the starting flush position keeps a run bounded on a busy source: later WAL is
+    the next run's work.
+    """
+    from airflow_provider_pglogical.staging.drain import drain_slot
+
+    config = drain_config(spec)
+    summaries: list[dict[str, Any]] = []
+    with source_hook(spec) as hook:
+        stop_at = hook.current_wal_flush_lsn()
+        while max_batches is None or len(summaries) < max_batches:
+            result = drain_slot(hook, config)
+            if not (result.staged or result.replayed):
+                break
+            summary = result.to_summary()
+            summaries.append(summary)
+            log(f"staged {summary['start_lsn']}..{summary['end_lsn']}: {summary['transactions']} transactions, "
+                f"{summary['changes']} changes, {summary['truncates']} truncates"
+                + (" (already staged, slot advanced)" if result.replayed else ""))
+            if result.end_lsn >= stop_at or result.end_lsn <= result.start_lsn:
+                break
+    return summaries
+
+
+def batches_upto(spec: PipelineSpec, *, upto_lsn: int | None = None, upto_time: datetime | None = None) -> int:
+    """How many staged batches (from the first) end at or before ``upto_lsn`` / commit by ``upto_time``.
+
+    Replay works on whole batches: a batch is included only when its last transaction qualifies.
+    """
+    import pyarrow.compute as pc
+
+    from airflow_provider_pglogical.staging.reader import StagingReader
+
+    reader = StagingReader.from_uri(spec.staging.uri, spec.source.slot)
+    count = 0
+    for ref in reader.batches():
+        if upto_lsn is not None and ref.end_lsn > upto_lsn:
+            break
+        if upto_time is not None:
+            commits = reader.read_file(ref, "transactions.parquet").column("commit_time")
+            last = pc.max(commits).as_py() if len(commits) else None
+            if last is not None and last > upto_time:
+                break
+        count += 1
+    return count
+
+
+def reset_target(spec: PipelineSpec, *, log: Log = _quiet) -> dict[str, Any]:
+    """Empty the spec's target tables and forget the slot's watermarks, in one transaction.
+
+    Used by replay before re-applying the staged log from its first batch; crashing before the
+    commit leaves the target untouched, after it a replay simply starts from an empty target.
+    """
+    import psycopg2
+    from psycopg2 import sql
+
+    from airflow_provider_pglogical.pipeline.spec import split_qualified
+
+    targets = sorted({t.target_name for t in spec.tables.values()})
+    conn = psycopg2.connect(target_dsn(spec))
+    try:
+        with conn.cursor() as cur:
+            existing = []
+            for name in targets:
+                cur.execute("SELECT to_regclass(%s)", (sql.Identifier(*split_qualified(name)).as_string(conn),))
+                if cur.fetchone()[0] is not None:
+                    existing.append(name)
+            if existing:
+                # One TRUNCATE for all: foreign keys between target tables do not block it.
+                cur.execute(sql.SQL("TRUNCATE {}").format(
+                    sql.SQL(", ").join(sql.Identifier(*split_qualified(n)) for n in existing)))
+            cur.execute("SELECT to_regclass(%s)", (PROGRESS_TABLE,))
+            if cur.fetchone()[0] is not None:
+                cur.execute(sql.SQL("DELETE FROM {} WHERE slot = %s").format(sql.Identifier(PROGRESS_TABLE)),
+                            (spec.source.slot,))
+        conn.commit()
+    finally:
+        conn.close()
+    log(f"emptied {len(existing)} target table(s) and reset the watermarks of slot {spec.source.slot}")
+    return {"truncated": existing}
+
+
+def first_batch_start(spec: PipelineSpec) -> str | None:
+    """Start LSN of the oldest staged batch (replay needs the log from the slot's creation)."""
+    from airflow_provider_pglogical.staging.reader import StagingReader
+
+    batches = StagingReader.from_uri(spec.staging.uri, spec.source.slot).batches()
+    if not batches:
+        raise StagingError(f"no staged batches for slot {spec.source.slot!r} under {spec.staging.uri}")
+    return format_lsn(batches[0].start_lsn)
+
+
+__all__ = ["apply_config", "apply_pending", "batches_upto", "decode_pending", "drain", "local_spark", "reset_target"]

@@ -1,0 +1,141 @@
+"""The steps of a pipeline run (ensure replication, WAL check, status), shared by the CLI and the DAG tasks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_provider_pglogical.exceptions import PublicationNotFoundError, SlotError, SpecError, format_lsn
+from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
+from airflow_provider_pglogical.pipeline.spec import PipelineSpec, split_qualified
+from airflow_provider_pglogical.sensors.slot_lag import check_wal_retention, slot_lag_bytes, slot_summary
+
+PROGRESS_TABLE = "pglogical_progress"  # ApplyConfig.progress_table's default
+
+
+def source_hook(spec: PipelineSpec) -> PgLogicalHook:
+    """A hook on the source: the spec's DSN, or its Airflow connection."""
+    if spec.source.dsn is not None:
+        return PgLogicalHook.from_dsn(spec.source.dsn)
+    return PgLogicalHook(postgres_conn_id=spec.source.conn_id)
+
+
+def target_dsn(spec: PipelineSpec) -> str:
+    """The target as a libpq DSN (resolving an Airflow connection when the spec names one)."""
+    if spec.target.dsn is not None:
+        return spec.target.dsn
+    from airflow.providers.postgres.hooks.postgres import PostgresHook
+
+    conn = PostgresHook.get_connection(spec.target.conn_id)
+    parts = {"host": conn.host, "port": conn.port, "dbname": conn.schema, "user": conn.login,
+             "password": conn.password}
+    return " ".join(f"{k}={_libpq_quote(str(v))}" for k, v in parts.items() if v not in (None, ""))
+
+
+def _libpq_quote(value: str) -> str:
+    if value and not any(c in value for c in " '\\"):
+        return value
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def ensure_replication(spec: PipelineSpec, hook: PgLogicalHook) -> dict[str, Any]:
+    """Make sure the publication and the slot exist (creating them when ``source.create``).
+
+    The publication is created before the slot: pgoutput looks publications up with the
+    catalog as of each decoded change, so WAL older than the publication could not be decoded.
+    """
+    publication, slot = spec.source.publication, spec.source.slot
+    created_publication = created_slot = False
+    if spec.source.create:
+        hook.check_wal_level()
+        created_publication = hook.create_publication(publication, [split_qualified(t) for t in spec.tables])
+    elif not hook.publication_exists(publication):
+        raise PublicationNotFoundError(
+            f"publication {publication!r} does not exist; create it or set source.create: true in the spec")
+    published = _published_tables(hook, publication)
+    missing = sorted(set(spec.tables) - published)
+    if missing:
+        raise SpecError(
+            f"publication {publication!r} does not publish {', '.join(missing)}; add them with ALTER PUBLICATION "
+            "... ADD TABLE or remove them from the spec's tables")
+    if spec.source.create:
+        created_slot = hook.create_slot(slot)
+    info = hook.require_slot(slot)
+    return {"publication": publication, "created_publication": created_publication, "slot": slot,
+            "created_slot": created_slot, "confirmed_flush_lsn": format_lsn(info.confirmed_flush_lsn)}
+
+
+def _published_tables(hook: PgLogicalHook, publication: str) -> set[str]:
+    with hook.session.cursor() as cur:
+        cur.execute("SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s", (publication,))
+        return {f"{s}.{t}" for s, t in cur.fetchall()}
+
+
+def check_retention(spec: PipelineSpec, hook: PgLogicalHook) -> dict[str, Any]:
+    """Fail (typed error) when the slot is lost, unreserved or under ``source.min_safe_wal_bytes``."""
+    info = hook.slot_info(spec.source.slot)
+    check_wal_retention(info, slot=spec.source.slot, min_safe_wal_bytes=spec.source.min_safe_wal_bytes)
+    assert info is not None
+    return {**slot_summary(info), "lag_bytes": slot_lag_bytes(info)}
+
+
+def staged_batches(spec: PipelineSpec) -> list[dict[str, Any]]:
+    """Every visible batch of the spec's slot, in LSN order, with its counts."""
+    from airflow_provider_pglogical.staging.reader import StagingReader
+
+    reader = StagingReader.from_uri(spec.staging.uri, spec.source.slot)
+    out = []
+    for ref in reader.batches():
+        manifest = reader.manifest(ref)
+        out.append({"batch": ref.name, "start_lsn": manifest.start_lsn, "end_lsn": manifest.end_lsn,
+                    "transactions": manifest.transactions, "changes": manifest.changes,
+                    "truncates": manifest.truncates, "bytes": manifest.bytes,
+                    "tables": {name: t["rows"] for name, t in sorted(manifest.tables.items())}})
+    return out
+
+
+def target_watermark_ints(spec: PipelineSpec, progress_table: str = PROGRESS_TABLE) -> dict[str, int]:
+    """Target table → the end LSN apply has committed for it ({} before the first apply)."""
+    import psycopg2
+
+    from airflow_provider_pglogical.apply.targets.postgres import watermarks
+
+    conn = psycopg2.connect(target_dsn(spec))
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT to_regclass(%s)", (progress_table,))
+            if cur.fetchone()[0] is None:
+                return {}
+        return watermarks(conn, progress_table, spec.source.slot)
+    finally:
+        conn.close()
+
+
+def target_watermarks(spec: PipelineSpec) -> dict[str, str]:
+    """Target table → committed end LSN in ``X/X`` form."""
+    return {table: format_lsn(lsn) for table, lsn in sorted(target_watermark_ints(spec).items())}
+
+
+def status(spec: PipelineSpec) -> dict[str, Any]:
+    """Slot position and lag, staged batches and target watermarks, as one JSON-friendly dict."""
+    with source_hook(spec) as hook:
+        info = hook.slot_info(spec.source.slot)
+        current = hook.current_wal_flush_lsn()
+    slot = None
+    if info is not None:
+        slot = {**slot_summary(info), "lag_bytes": slot_lag_bytes(info)}
+        if spec.source.max_lag_bytes is not None:
+            slot["lag_ok"] = slot["lag_bytes"] <= spec.source.max_lag_bytes
+        try:
+            check_wal_retention(info, slot=spec.source.slot, min_safe_wal_bytes=spec.source.min_safe_wal_bytes)
+            slot["wal_retention"] = "ok"
+        except SlotError as exc:  # status reports the problem; decode is what fails on it
+            slot["wal_retention"] = str(exc)
+    batches = staged_batches(spec)
+    return {
+        "spec": spec.origin,
+        "source": {"publication": spec.source.publication, "current_wal_flush_lsn": format_lsn(current), "slot": slot},
+        "staging": {"uri": spec.staging.uri, "batches": batches,
+                    "staged_changes": sum(b["changes"] for b in batches),
+                    "last_end_lsn": batches[-1]["end_lsn"] if batches else None},
+        "target": {"kind": spec.target.kind, "watermarks": target_watermarks(spec)},
+    }

@@ -1,0 +1,366 @@
+"""Spec validation: walk the raw document, report every problem with its key path, build the dataclasses."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_provider_pglogical.exceptions import SpecError
+from airflow_provider_pglogical.pipeline.spec import (
+    CONFLICT_POLICIES,
+    ENV_REF,
+    NAMEDATALEN,
+    SLOT_NAME,
+    TARGET_KINDS,
+    TOAST_POLICIES,
+    TRUNCATE_CASCADE,
+    PipelineSpec,
+    SourceSpec,
+    SparkSpec,
+    StagingSpec,
+    TableSpec,
+    TargetSpec,
+    TruncateSpec,
+    parse_size,
+)
+
+
+class SpecValidator:
+    """Walks the raw document, records errors with their key path, builds the dataclasses."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = env
+        self.errors: list[str] = []
+
+    def err(self, path: str, message: str) -> None:
+        self.errors.append(f"{path}: {message}" if path else message)
+
+    # -- generic helpers ----------------------------------------------------------------------
+
+    def mapping(self, value: Any, path: str, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> dict | None:
+        if value is None and not required:
+            return {}
+        if not isinstance(value, dict):
+            self.err(path, f"expected a mapping, got {_kind(value)}")
+            return None
+        for key in value:
+            if not isinstance(key, str):
+                self.err(path, f"keys must be strings, got {_kind(key)}")
+            elif key not in allowed:
+                close = difflib.get_close_matches(key, allowed, n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else f" (allowed: {', '.join(allowed)})"
+                self.err(_join(path, key), f"unknown key{hint}")
+        for key in required:
+            if key not in value:
+                self.err(_join(path, key), "required key is missing")
+        return value
+
+    def string(self, value: Any, path: str, *, required: bool = False) -> str | None:
+        if value is None:
+            if required:
+                self.err(path, "must not be empty")
+            return None
+        if not isinstance(value, str):
+            self.err(path, f"expected a string, got {_kind(value)}")
+            return None
+        value = self.interpolate(value, path)
+        if value is not None and not value.strip():
+            self.err(path, "must not be empty")
+            return None
+        return value
+
+    def interpolate(self, value: str, path: str) -> str | None:
+        missing: list[str] = []
+
+        def sub(m: re.Match) -> str:
+            name, default = m.group(1), m.group(2)
+            if name in self.env:
+                return self.env[name]
+            if default is not None:
+                return default
+            missing.append(name)
+            return ""
+
+        out = ENV_REF.sub(sub, value)
+        for name in missing:
+            self.err(path, f"environment variable {name} is not set (use ${{{name}:-default}} for a default)")
+        return None if missing else out
+
+    def boolean(self, value: Any, path: str, default: bool) -> bool:
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            self.err(path, f"expected true or false, got {_kind(value)}")
+            return default
+        return value
+
+    def size(self, value: Any, path: str, *, positive: bool = True) -> int | None:
+        if value is None:
+            return None
+        try:
+            n = parse_size(value)
+        except ValueError as exc:
+            self.err(path, f"{exc}, got {_kind(value)}")
+            return None
+        if positive and n == 0:
+            self.err(path, "must be greater than 0")
+            return None
+        return n
+
+    def count(self, value: Any, path: str) -> int | None:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.err(path, f"expected a positive integer, got {_kind(value)}")
+            return None
+        if value <= 0:
+            self.err(path, "must be greater than 0")
+            return None
+        return value
+
+    def choice(self, value: Any, path: str, choices: tuple[str, ...], default: str) -> str:
+        if value is None:
+            return default
+        if value not in choices:
+            self.err(path, f"must be one of {', '.join(choices)}, got {value!r}")
+            return default
+        return value
+
+    def connection(self, raw: dict, path: str) -> tuple[str | None, str | None]:
+        dsn = self.string(raw.get("dsn"), _join(path, "dsn"))
+        conn_id = self.string(raw.get("conn_id"), _join(path, "conn_id"))
+        if "dsn" in raw and "conn_id" in raw:
+            self.err(path, "give either dsn or conn_id, not both")
+        elif "dsn" not in raw and "conn_id" not in raw:
+            self.err(path, "one of dsn or conn_id is required")
+        return dsn, conn_id
+
+    # -- sections -----------------------------------------------------------------------------
+
+    def pipeline(self, raw: Any, origin: str) -> PipelineSpec | None:
+        top = self.mapping(raw, "", ("source", "staging", "target", "tables", "truncate", "spark"),
+                           ("source", "staging", "target", "tables"))
+        if top is None:
+            return None
+        # A missing required section was reported by mapping(); do not report its keys too.
+        source = self.source(top["source"], "source") if "source" in top else None
+        staging = self.staging(top["staging"], "staging") if "staging" in top else None
+        target = self.target(top["target"], "target") if "target" in top else None
+        tables = self.tables(top["tables"], "tables") if "tables" in top else {}
+        truncate = self.truncate(top.get("truncate"), "truncate")
+        spark = self.spark(top.get("spark"), "spark")
+        if self.errors:
+            return None
+        return PipelineSpec(source=source, staging=staging, target=target, tables=tables,
+                            truncate=truncate, spark=spark, origin=origin)
+
+    def source(self, value: Any, path: str) -> SourceSpec | None:
+        raw = self.mapping(value, path, ("dsn", "conn_id", "publication", "slot", "create", "max_batch_bytes",
+                                         "max_changes", "max_lag_bytes", "min_safe_wal_bytes"),
+                           ("publication", "slot"))
+        if raw is None:
+            return None
+        dsn, conn_id = self.connection(raw, path)
+        publication = self.string(raw.get("publication"), _join(path, "publication"), required="publication" in raw)
+        if publication is not None and len(publication.encode()) > NAMEDATALEN:
+            self.err(_join(path, "publication"), f"longer than {NAMEDATALEN} bytes")
+        slot = self.string(raw.get("slot"), _join(path, "slot"), required="slot" in raw)
+        if slot is not None and not SLOT_NAME.fullmatch(slot):
+            self.err(_join(path, "slot"), f"invalid replication slot name {slot!r}: use 1-63 characters "
+                                          "from a-z, 0-9 and '_'")
+        return SourceSpec(
+            publication=publication or "", slot=slot or "", dsn=dsn, conn_id=conn_id,
+            create=self.boolean(raw.get("create"), _join(path, "create"), False),
+            max_batch_bytes=self.size(raw.get("max_batch_bytes"), _join(path, "max_batch_bytes")),
+            max_changes=self.count(raw.get("max_changes"), _join(path, "max_changes")),
+            max_lag_bytes=self.size(raw.get("max_lag_bytes"), _join(path, "max_lag_bytes"), positive=False),
+            min_safe_wal_bytes=self.size(raw.get("min_safe_wal_bytes"), _join(path, "min_safe_wal_bytes"),
+                                         positive=False),
+        )
+
+    def staging(self, value: Any, path: str) -> StagingSpec | None:
+        raw = self.mapping(value, path, ("uri",), ("uri",))
+        if raw is None:
+            return None
+        uri = self.string(raw.get("uri"), _join(path, "uri"), required="uri" in raw)
+        return StagingSpec(uri=uri or "")
+
+    def target(self, value: Any, path: str) -> TargetSpec | None:
+        raw = self.mapping(value, path, ("kind", "dsn", "conn_id"), ("kind",))
+        if raw is None:
+            return None
+        kind = self.choice(raw.get("kind"), _join(path, "kind"), TARGET_KINDS, "postgres") \
+            if "kind" in raw else "postgres"
+        dsn, conn_id = self.connection(raw, path)
+        return TargetSpec(kind=kind, dsn=dsn, conn_id=conn_id)
+
+    def tables(self, value: Any, path: str) -> dict[str, TableSpec]:
+        if value is None or value == {}:
+            self.err(path, "list at least one table as schema.table")
+            return {}
+        if not isinstance(value, dict):
+            self.err(path, f"expected a mapping of schema.table to settings, got {_kind(value)}")
+            return {}
+        tables: dict[str, TableSpec] = {}
+        targets: dict[str, str] = {}
+        for name, settings in value.items():
+            tpath = _join(path, str(name))
+            if not isinstance(name, str) or not _qualified_ok(name):
+                self.err(tpath, "table names must be schema.table")
+                continue
+            table = self.table(name, settings, tpath)
+            if table is None:
+                continue
+            if table.target_name in targets:
+                self.err(tpath, f"target {table.target_name} is also the target of {targets[table.target_name]}")
+            targets[table.target_name] = name
+            tables[name] = table
+        return tables
+
+    def table(self, name: str, value: Any, path: str) -> TableSpec | None:
+        raw = self.mapping(value, path, ("row_filter", "columns", "target", "conflict", "unchanged_toast",
+                                         "key_columns"))
+        if raw is None:
+            return None
+        row_filter = self.string(raw.get("row_filter"), _join(path, "row_filter"), required="row_filter" in raw)
+        columns = self.columns(raw.get("columns"), _join(path, "columns")) if "columns" in raw else None
+        key_columns = self.columns(raw.get("key_columns"), _join(path, "key_columns")) if "key_columns" in raw else None
+        target = self.string(raw.get("target"), _join(path, "target"), required="target" in raw)
+        if target is not None and not _qualified_ok(target):
+            self.err(_join(path, "target"), "must be schema.table")
+            target = None
+        if row_filter is not None:
+            self.row_filter(row_filter, _join(path, "row_filter"))
+        if columns is not None and key_columns is not None:
+            for col in key_columns:
+                if col not in columns:
+                    self.err(_join(path, "key_columns"), f"key column {col!r} is not in columns")
+        return TableSpec(
+            name=name, row_filter=row_filter, columns=columns, target=target, key_columns=key_columns,
+            conflict=self.choice(raw.get("conflict"), _join(path, "conflict"), CONFLICT_POLICIES, "upsert"),
+            unchanged_toast=self.choice(raw.get("unchanged_toast"), _join(path, "unchanged_toast"), TOAST_POLICIES,
+                                        "fail"),
+        )
+
+    def columns(self, value: Any, path: str) -> tuple[str, ...] | None:
+        if not isinstance(value, list) or not value:
+            self.err(path, f"expected a non-empty list of column names, got {_kind(value)}")
+            return None
+        names: list[str] = []
+        for i, col in enumerate(value):
+            if not isinstance(col, str) or not col.strip():
+                self.err(f"{path}[{i}]", f"expected a column name, got {_kind(col)}")
+            elif col in names:
+                self.err(f"{path}[{i}]", f"column {col!r} is listed twice")
+            else:
+                names.append(col)
+        return tuple(names)
+
+    def row_filter(self, expression: str, path: str) -> None:
+        problem = row_filter_syntax_problem(expression)
+        if problem:
+            self.err(path, problem)
+
+    def truncate(self, value: Any, path: str) -> TruncateSpec:
+        raw = self.mapping(value, path, ("cascade",))
+        if not raw:
+            return TruncateSpec()
+        return TruncateSpec(cascade=self.choice(raw.get("cascade"), _join(path, "cascade"), TRUNCATE_CASCADE,
+                                                "follow_source"))
+
+    def spark(self, value: Any, path: str) -> SparkSpec:
+        raw = self.mapping(value, path, ("conn_id", "master", "conf"))
+        if not raw:
+            return SparkSpec()
+        conf = raw.get("conf") or {}
+        if not isinstance(conf, dict):
+            self.err(_join(path, "conf"), f"expected a mapping of Spark settings, got {_kind(conf)}")
+            conf = {}
+        return SparkSpec(
+            conn_id=self.string(raw.get("conn_id"), _join(path, "conn_id")) or "spark_default",
+            master=self.string(raw.get("master"), _join(path, "master")),
+            conf={str(k): str(v) for k, v in conf.items()},
+        )
+
+
+def row_filter_syntax_problem(expression: str) -> str | None:
+    """A cheap lexical check of a row filter (no Spark needed, so DAG files can load specs cheaply):
+    unterminated strings, unbalanced parentheses, statement separators, double-quoted identifiers.
+
+    The full check (parse tree, supported functions) is :func:`check_row_filters`, which needs a
+    Spark session and runs in ``pglogical validate`` and at apply time.
+    """
+    depth, i = 0, 0
+    while i < len(expression):
+        ch = expression[i]
+        if ch == "'":
+            end = i + 1
+            while True:
+                end = expression.find("'", end)
+                if end < 0:
+                    return "unterminated string literal"
+                if expression[end + 1:end + 2] == "'":  # '' is an escaped quote
+                    end += 2
+                    continue
+                break
+            i = end + 1
+            continue
+        if ch == '"':
+            return "double-quoted identifiers are not supported (Spark would read them as strings)"
+        if ch == ";":
+            return "must be a single expression (found ';')"
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth < 0:
+                return "unbalanced parentheses"
+        i += 1
+    return "unbalanced parentheses" if depth else None
+
+
+def check_row_filters(spec: PipelineSpec, spark: Any) -> None:
+    """Parse every row filter with the apply package's validator (needs a Spark session).
+
+    Raises SpecError naming the table; referenced columns are checked against ``columns`` when the
+    table lists them (the source schema itself is only known at apply time).
+    """
+    from airflow_provider_pglogical.apply.filters import referenced_columns
+    from airflow_provider_pglogical.exceptions import RowFilterError
+
+    errors = []
+    for name, table in spec.tables.items():
+        if table.row_filter is None:
+            continue
+        try:
+            refs = referenced_columns(spark, table.row_filter)
+        except RowFilterError as exc:
+            errors.append(f"tables.{name}.row_filter: {exc}")
+            continue
+        if table.columns is not None:
+            # A filter may only use published columns when a column list is given (PostgreSQL
+            # evaluates it on the published tuple for UPDATE/DELETE).
+            missing = sorted(refs - {c.lower() for c in table.columns})
+            if missing:
+                errors.append(f"tables.{name}.row_filter: references column(s) {', '.join(missing)} "
+                              "not in columns")
+    if errors:
+        raise SpecError(f"{spec.origin}: " + "; ".join(errors))
+
+
+def _qualified_ok(name: str) -> bool:
+    schema, dot, table = name.partition(".")
+    return bool(dot and schema.strip() and table.strip() and "." not in table)
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list",
+            dict: "a mapping"}.get(type(value), type(value).__name__)

@@ -1,0 +1,1 @@
+"""Sensors and checks over a replication slot's position and retained WAL."""

@@ -1,0 +1,159 @@
+"""The `pglogical` console script against the real test PostgreSQL: exit codes, stderr, JSON on stdout."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg2
+import pytest
+import yaml
+
+from tests.conftest import _drop_database, make_database
+
+PGLOGICAL = str(Path(sys.executable).parent / "pglogical")
+SCHEMA = """
+CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL);
+CREATE TABLE orders (id int PRIMARY KEY, customer_id int REFERENCES customers, amount numeric(12,2) NOT NULL,
+                     region text NOT NULL, note text);
+CREATE UNIQUE INDEX orders_identity ON orders (id, amount, region);
+ALTER TABLE orders REPLICA IDENTITY USING INDEX orders_identity;
+"""
+
+
+def pglogical(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([PGLOGICAL, *args], capture_output=True, text=True, timeout=300)
+
+
+def execute(dsn: str, statements: str) -> None:
+    conn = psycopg2.connect(dsn)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(statements)
+    conn.close()
+
+
+def query(dsn: str, sql: str) -> list[tuple]:
+    with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
+        cur.execute(sql)
+        out = cur.fetchall()
+    conn.close()
+    return out
+
+
+@pytest.fixture
+def pipeline(pg_server, pg_dsn, pg_dbname, tmp_path):
+    """A source database with the example schema, an empty target, and a spec file for both."""
+    target = make_database(pg_server)
+    execute(pg_dsn, SCHEMA)
+    doc = {
+        "source": {"dsn": pg_server.uri(pg_dbname), "publication": "cli_pub", "slot": "cli_slot", "create": True},
+        "staging": {"uri": str(tmp_path / "staging")},
+        "target": {"kind": "postgres", "dsn": pg_server.uri(target)},
+        "tables": {"public.orders": {"row_filter": "amount > 100 AND region = 'EU'",
+                                     "columns": ["id", "amount", "region", "note"], "target": "public.orders_eu"},
+                   "public.customers": {}},
+        "spark": {"master": "local[2]"},
+    }
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    try:
+        yield {"spec": str(path), "doc": doc, "source": pg_dsn, "target": pg_server.dsn(target), "tmp": tmp_path}
+    finally:
+        _drop_database(pg_server, target)
+
+
+def write_spec(pipeline, **changes) -> str:
+    doc = json.loads(json.dumps(pipeline["doc"]))
+    for dotted, value in changes.items():
+        section, key = dotted.split("__")
+        doc[section][key] = value
+    path = pipeline["tmp"] / "changed.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+def test_validate_prints_the_tables_of_a_valid_spec(pipeline):
+    result = pglogical("validate", "--spec", pipeline["spec"])
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"spec": pipeline["spec"], "valid": True,
+                                         "tables": ["public.customers", "public.orders"]}
+
+
+def test_an_invalid_spec_fails_with_one_line_naming_the_key_and_no_traceback(pipeline):
+    spec = write_spec(pipeline, source__crate=True)
+    result = pglogical("decode", "--spec", spec)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        f"pglogical decode: error: {spec}: source.crate: unknown key (did you mean 'create'?)"]
+
+
+def test_debug_shows_the_traceback(pipeline):
+    result = pglogical("--debug", "status", "--spec", write_spec(pipeline, source__crate=True))
+    assert result.returncode != 0 and "Traceback" in result.stderr and "SpecError" in result.stderr
+
+
+def test_a_missing_publication_without_create_is_a_typed_one_line_error(pipeline):
+    result = pglogical("decode", "--spec", write_spec(pipeline, source__create=False))
+    assert result.returncode == 1
+    assert result.stderr.strip() == ("pglogical decode: error: publication 'cli_pub' does not exist; create it or set "
+                                     "source.create: true in the spec")
+
+
+def test_an_unreachable_source_fails_with_one_line(pipeline):
+    result = pglogical("status", "--spec", write_spec(pipeline, source__dsn="postgresql://nobody@127.0.0.1:1/x"))
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pglogical status: error: OperationalError:")
+
+
+def test_status_before_the_first_decode_reports_no_slot_and_no_batches(pipeline):
+    result = pglogical("status", "--spec", pipeline["spec"])
+    assert result.returncode == 0, result.stderr
+    status = json.loads(result.stdout)
+    assert status["source"]["slot"] is None
+    assert status["staging"]["batches"] == [] and status["target"]["watermarks"] == {}
+
+
+def test_decode_then_run_stages_and_applies_the_filtered_changes_and_status_shows_them(pipeline):
+    first = pglogical("decode", "--spec", pipeline["spec"])
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["ensure"]["created_slot"] is True
+    execute(pipeline["source"], """
+        INSERT INTO customers VALUES (1, 'a'), (2, 'b');
+        INSERT INTO orders VALUES (1, 1, 150, 'EU', 'x'), (2, 2, 50, 'EU', 'y'), (3, 1, 500, 'US', 'z');
+        UPDATE orders SET amount = 200 WHERE id = 2;
+        DELETE FROM orders WHERE id = 1;
+    """)
+    result = pglogical("run", "--spec", pipeline["spec"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(result.stdout)
+    assert summary["decode"]["changes"] == 7 and summary["apply"]["batches_applied"] == 1
+    assert "pglogical: staged" in result.stderr  # progress goes to stderr
+    assert query(pipeline["target"], "SELECT id, amount, region, note FROM orders_eu ORDER BY id") == \
+        query(pipeline["source"], "SELECT id, amount, region, note FROM orders WHERE amount > 100 AND region = 'EU' "
+                                  "ORDER BY id")
+
+    status = json.loads(pglogical("status", "--spec", pipeline["spec"]).stdout)
+    [batch] = status["staging"]["batches"]
+    # (lag is not 0: the target lives on the same server and apply wrote WAL after the drain)
+    assert status["source"]["slot"]["confirmed_flush_lsn"] == batch["end_lsn"] == status["staging"]["last_end_lsn"]
+    assert status["source"]["slot"]["wal_retention"] == "ok"
+    assert batch["tables"] == {"public.customers": 2, "public.orders": 5}
+    assert status["target"]["watermarks"] == {"public.customers": batch["end_lsn"], "public.orders_eu": batch["end_lsn"]}
+
+    again = pglogical("run", "--spec", pipeline["spec"])  # nothing new: nothing staged or applied twice
+    assert again.returncode == 0 and json.loads(again.stdout)["apply"]["batches_applied"] == 0
+
+
+def test_validate_with_filters_rejects_a_function_the_apply_cannot_evaluate_like_postgres(pipeline):
+    spec = pipeline["doc"]
+    spec["tables"]["public.orders"]["row_filter"] = "now() > amount"
+    path = pipeline["tmp"] / "filters.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    result = pglogical("validate", "--filters", "--spec", str(path))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"pglogical validate: error: {path}: tables.public.orders.row_filter: row filter: function now is not supported")

@@ -1,0 +1,68 @@
+"""The DAG factory turns a spec into the ensure → WAL check → decode → apply chain with UI params."""
+
+from __future__ import annotations
+
+import copy
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_pglogical.exceptions import SpecError
+from airflow_provider_pglogical.pipeline.dag_factory import build_pipeline_dag, build_replay_dag
+from airflow_provider_pglogical.pipeline.spec import parse_spec
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "dags" / "specs" / "example_pipeline.yaml"
+DOC = {
+    "source": {"conn_id": "src", "publication": "p", "slot": "s", "max_changes": 500},
+    "staging": {"uri": "/tmp/staging"},
+    "target": {"kind": "postgres", "conn_id": "dw"},
+    "tables": {"public.orders": {"row_filter": "amount > 1", "columns": ["id", "amount"], "target": "public.o"}},
+}
+
+
+def test_the_pipeline_dag_chains_ensure_check_decode_and_apply_in_one_group():
+    dag = build_pipeline_dag(parse_spec(DOC, env={}), dag_id="d", schedule=timedelta(hours=1),
+                             start_date=datetime(2026, 1, 1))
+    chain = ["pglogical.ensure_replication", "pglogical.check_wal_retention", "pglogical.decode", "pglogical.apply"]
+    assert [t.task_id for t in dag.topological_sort()] == chain
+    for upstream, downstream in zip(chain, chain[1:], strict=False):
+        assert dag.get_task(downstream).upstream_task_ids == {upstream}
+
+
+def test_the_pipeline_dag_runs_one_at_a_time_without_catchup_and_offers_the_limits_as_params():
+    dag = build_pipeline_dag(parse_spec(DOC, env={}), dag_id="d", start_date=datetime(2026, 1, 1))
+    assert dag.max_active_runs == 1 and dag.catchup is False
+    assert dag.params["max_changes"] == 500
+    assert set(dag.params) == {"max_changes", "max_wal_bytes", "min_safe_wal_bytes"}
+
+
+def test_decode_and_apply_get_the_specs_slot_staging_connections_and_tables():
+    dag = build_pipeline_dag(parse_spec(DOC, env={}), dag_id="d", start_date=datetime(2026, 1, 1))
+    decode, apply = dag.get_task("pglogical.decode"), dag.get_task("pglogical.apply")
+    assert (decode.slot, decode.publication, decode.staging_uri, decode.postgres_conn_id) == ("s", "p", "/tmp/staging",
+                                                                                             "src")
+    assert [o.uri for o in decode.outlets] == ["pglogical://s/public.orders"]
+    assert (apply.slot, apply.staging_uri, apply.target_conn_id) == ("s", "/tmp/staging", "dw")
+    assert apply.tables["public.orders"]["row_filter"] == "amount > 1"
+    assert apply.tables["public.orders"]["target"] == "public.o"
+
+
+def test_dag_kwargs_override_the_factory_defaults():
+    dag = build_pipeline_dag(parse_spec(DOC, env={}), dag_id="d", start_date=datetime(2026, 1, 1), max_active_runs=2,
+                             tags=["mine"])
+    assert dag.max_active_runs == 2 and dag.tags == {"mine"}
+
+
+def test_a_spec_with_dsns_cannot_become_a_dag():
+    doc = copy.deepcopy(DOC)
+    doc["source"] = {"dsn": "postgresql://x/y", "publication": "p", "slot": "s"}
+    with pytest.raises(SpecError, match="source: Airflow DAGs need source.conn_id instead of source.dsn"):
+        build_pipeline_dag(parse_spec(doc, env={}), dag_id="d")
+
+
+def test_the_replay_dag_plans_resets_then_applies_a_bounded_number_of_batches():
+    dag = build_replay_dag(EXAMPLE, dag_id="r", start_date=datetime(2026, 1, 1))
+    assert [t.task_id for t in dag.topological_sort()] == ["plan_replay", "reset_target", "replay"]
+    assert set(dag.params) == {"upto_lsn", "upto_time", "reset"}
+    assert dag.schedule is None or str(dag.timetable.summary) in ("None", "Never")

@@ -1,0 +1,281 @@
+"""Pipeline spec loading and validation: every key, every error path, with the key path in the message."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from airflow_provider_pglogical.exceptions import SpecError
+from airflow_provider_pglogical.pipeline import spec as specmod
+from airflow_provider_pglogical.pipeline.spec import load_spec, parse_size, parse_spec
+
+VALID = {
+    "source": {"dsn": "postgresql://replicator@db:5432/app", "publication": "app_pub", "slot": "app_slot",
+               "create": True},
+    "staging": {"uri": "/var/lib/pglogical/staging"},
+    "target": {"kind": "postgres", "dsn": "postgresql://loader@warehouse:5432/dw"},
+    "tables": {
+        "public.orders": {"row_filter": "amount > 100 AND region = 'EU'", "columns": ["id", "amount", "region", "note"],
+                          "target": "public.orders_eu"},
+        "public.customers": {},
+    },
+    "truncate": {"cascade": "follow_source"},
+}
+
+
+def with_change(path: str, value, *, delete: bool = False) -> dict:
+    doc = copy.deepcopy(VALID)
+    *parents, last = path.split("/")
+    node = doc
+    for key in parents:
+        node = node[key]
+    if delete:
+        del node[last]
+    else:
+        node[last] = value
+    return doc
+
+
+def error_of(doc, env=None) -> str:
+    with pytest.raises(SpecError) as info:
+        parse_spec(doc, origin="p.yaml", env=env or {})
+    return str(info.value)
+
+
+def test_the_example_spec_from_the_issue_validates_into_dataclasses():
+    spec = parse_spec(VALID, env={})
+    assert spec.source.slot == "app_slot" and spec.source.create is True
+    assert spec.source.dsn.startswith("postgresql://") and spec.source.conn_id is None
+    assert spec.tables["public.orders"].columns == ("id", "amount", "region", "note")
+    assert spec.tables["public.orders"].target_name == "public.orders_eu"
+    assert spec.tables["public.customers"].target_name == "public.customers"
+    assert spec.truncate.cascade == "follow_source"
+    assert spec.spark.conn_id == "spark_default"
+
+
+def test_a_yaml_file_and_a_json_file_load_the_same_spec(tmp_path):
+    import yaml
+
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(VALID))
+    (tmp_path / "p.json").write_text(json.dumps(VALID))
+    a, b = load_spec(tmp_path / "p.yaml", env={}), load_spec(tmp_path / "p.json", env={})
+    assert a.tables == b.tables and a.source == b.source
+
+
+def test_a_missing_file_is_a_spec_error_naming_the_file(tmp_path):
+    with pytest.raises(SpecError, match="nope.yaml: cannot read spec"):
+        load_spec(tmp_path / "nope.yaml")
+
+
+def test_invalid_yaml_is_a_spec_error_with_its_line(tmp_path):
+    (tmp_path / "bad.yaml").write_text("source:\n  slot: [unclosed\n")
+    with pytest.raises(SpecError, match=r"bad.yaml: not valid YAML/JSON at line \d+"):
+        load_spec(tmp_path / "bad.yaml")
+
+
+def test_a_misspelled_table_key_names_its_path_and_suggests_the_right_key():
+    doc = with_change("tables/public.orders/colums", ["id"])
+    assert "tables.public.orders.colums: unknown key (did you mean 'columns'?)" in error_of(doc)
+
+
+def test_an_unknown_key_without_a_close_match_lists_the_allowed_keys():
+    assert "staging.zzz: unknown key (allowed: uri)" in error_of(with_change("staging/zzz", 1))
+
+
+def test_an_unknown_top_level_key_is_reported():
+    assert "sorce: unknown key (did you mean 'source'?)" in error_of(with_change("sorce", {}))
+
+
+def test_every_problem_is_reported_in_one_error():
+    doc = with_change("tables/public.orders/colums", ["id"])
+    doc["source"]["create"] = "yes"
+    message = error_of(doc)
+    assert "colums" in message and "source.create: expected true or false, got a string" in message
+
+
+def test_a_spec_that_is_not_a_mapping_is_rejected():
+    assert "expected a mapping, got a list" in error_of([1, 2])
+
+
+@pytest.mark.parametrize("section", ["source", "staging", "target", "tables"])
+def test_a_missing_required_section_is_reported_once(section):
+    message = error_of(with_change(section, None, delete=True))
+    assert message == f"p.yaml: {section}: required key is missing"
+
+
+def test_a_missing_slot_and_publication_are_reported():
+    doc = with_change("source/slot", None, delete=True)
+    del doc["source"]["publication"]
+    message = error_of(doc)
+    assert "source.publication: required key is missing" in message
+    assert "source.slot: required key is missing" in message
+
+
+def test_source_needs_exactly_one_of_dsn_or_conn_id():
+    assert "source: one of dsn or conn_id is required" in error_of(with_change("source/dsn", None, delete=True))
+    assert "source: give either dsn or conn_id, not both" in error_of(with_change("source/conn_id", "pg"))
+
+
+def test_target_needs_exactly_one_of_dsn_or_conn_id():
+    assert "target: one of dsn or conn_id is required" in error_of(with_change("target/dsn", None, delete=True))
+
+
+def test_a_conn_id_source_is_accepted():
+    doc = with_change("source/dsn", None, delete=True)
+    doc["source"]["conn_id"] = "pglogical_source"
+    assert parse_spec(doc, env={}).source.conn_id == "pglogical_source"
+
+
+def test_a_slot_name_postgres_would_reject_is_an_error():
+    assert "source.slot: invalid replication slot name 'App-Slot'" in error_of(with_change("source/slot", "App-Slot"))
+
+
+def test_a_publication_name_longer_than_namedatalen_is_an_error():
+    assert "source.publication: longer than 63 bytes" in error_of(with_change("source/publication", "p" * 64))
+
+
+def test_a_string_where_a_mapping_belongs_is_a_type_error():
+    assert "staging: expected a mapping, got a string" in error_of(with_change("staging", "/tmp/x"))
+
+
+def test_a_number_where_a_string_belongs_is_a_type_error():
+    assert "staging.uri: expected a string, got a number" in error_of(with_change("staging/uri", 5))
+
+
+def test_an_empty_string_is_an_error():
+    assert "source.publication: must not be empty" in error_of(with_change("source/publication", " "))
+
+
+def test_an_unknown_target_kind_is_an_error():
+    assert "target.kind: must be one of postgres, got 'mysql'" in error_of(with_change("target/kind", "mysql"))
+
+
+def test_an_unknown_truncate_cascade_policy_is_an_error():
+    message = error_of(with_change("truncate/cascade", "always"))
+    assert "truncate.cascade: must be one of follow_source, never, got 'always'" in message
+
+
+def test_tables_must_not_be_empty():
+    assert "tables: list at least one table as schema.table" in error_of(with_change("tables", {}))
+
+
+def test_tables_must_be_a_mapping():
+    assert "tables: expected a mapping of schema.table to settings, got a list" in error_of(
+        with_change("tables", ["public.orders"]))
+
+
+def test_an_unqualified_table_name_is_an_error():
+    assert "tables.orders: table names must be schema.table" in error_of(with_change("tables/orders", {}))
+
+
+def test_an_unqualified_target_name_is_an_error():
+    assert "tables.public.orders.target: must be schema.table" in error_of(
+        with_change("tables/public.orders/target", "orders_eu"))
+
+
+def test_two_tables_with_the_same_target_are_an_error():
+    message = error_of(with_change("tables/public.customers/target", "public.orders_eu"))
+    assert "tables.public.customers: target public.orders_eu is also the target of public.orders" in message
+
+
+def test_columns_must_be_a_non_empty_list_of_unique_names():
+    assert "tables.public.orders.columns: expected a non-empty list of column names, got a string" in error_of(
+        with_change("tables/public.orders/columns", "id"))
+    assert "tables.public.orders.columns[1]: column 'id' is listed twice" in error_of(
+        with_change("tables/public.orders/columns", ["id", "id"]))
+    assert "tables.public.orders.columns[0]: expected a column name, got a number" in error_of(
+        with_change("tables/public.orders/columns", [1]))
+
+
+def test_key_columns_must_be_among_the_listed_columns():
+    assert "tables.public.orders.key_columns: key column 'sku' is not in columns" in error_of(
+        with_change("tables/public.orders/key_columns", ["sku"]))
+
+
+def test_an_unknown_conflict_policy_is_an_error():
+    assert "tables.public.orders.conflict: must be one of upsert, strict, got 'ignore'" in error_of(
+        with_change("tables/public.orders/conflict", "ignore"))
+
+
+def test_a_row_filter_that_is_not_a_string_is_an_error():
+    assert "tables.public.orders.row_filter: expected a string, got a boolean" in error_of(
+        with_change("tables/public.orders/row_filter", True))
+
+
+@pytest.mark.parametrize(("expression", "problem"), [
+    ("amount > 100 AND region = 'EU", "unterminated string literal"),
+    ("(amount > 100", "unbalanced parentheses"),
+    ("amount > 100)", "unbalanced parentheses"),
+    ("amount > 100; DROP TABLE x", "must be a single expression"),
+    ('"Amount" > 100', "double-quoted identifiers are not supported"),
+])
+def test_a_malformed_row_filter_is_reported_with_its_path(expression, problem):
+    assert f"tables.public.orders.row_filter: {problem}" in error_of(
+        with_change("tables/public.orders/row_filter", expression))
+
+
+def test_quotes_and_semicolons_inside_string_literals_are_fine_in_a_row_filter():
+    spec = parse_spec(with_change("tables/public.orders/row_filter", "note = 'it''s; \"ok\" (really'"), env={})
+    assert spec.tables["public.orders"].row_filter.startswith("note =")
+
+
+def test_a_table_with_null_settings_uses_every_column_and_its_own_name():
+    spec = parse_spec(with_change("tables/public.customers", None), env={})
+    table = spec.tables["public.customers"]
+    assert table.columns is None and table.row_filter is None and table.target_name == "public.customers"
+
+
+def test_environment_variables_are_substituted_in_strings():
+    doc = with_change("staging/uri", "${STAGE_ROOT}/stage")
+    doc["target"]["dsn"] = "${TARGET_DSN:-postgresql://localhost/dw}"
+    spec = parse_spec(doc, env={"STAGE_ROOT": "/data"})
+    assert spec.staging.uri == "/data/stage" and spec.target.dsn == "postgresql://localhost/dw"
+
+
+def test_an_unset_environment_variable_without_default_is_an_error():
+    assert "staging.uri: environment variable STAGE_ROOT is not set" in error_of(
+        with_change("staging/uri", "${STAGE_ROOT}/stage"))
+
+
+@pytest.mark.parametrize(("text", "expected"), [(1024, 1024), ("512MB", 512 * 1024**2), ("1 GiB", 1024**3),
+                                                ("64k", 65536), ("10", 10)])
+def test_byte_sizes_accept_numbers_and_units(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["lots", -1, True, 1.5])
+def test_a_malformed_byte_size_is_an_error(bad):
+    message = error_of(with_change("source/max_batch_bytes", bad))
+    assert "source.max_batch_bytes:" in message
+
+
+def test_limits_must_be_positive():
+    assert "source.max_changes: must be greater than 0" in error_of(with_change("source/max_changes", 0))
+    assert "source.max_changes: expected a positive integer, got a string" in error_of(
+        with_change("source/max_changes", "10"))
+    assert "source.max_batch_bytes: must be greater than 0" in error_of(with_change("source/max_batch_bytes", 0))
+
+
+def test_wal_thresholds_parse_as_byte_sizes():
+    doc = with_change("source/min_safe_wal_bytes", "1GB")
+    doc["source"]["max_lag_bytes"] = 0
+    spec = parse_spec(doc, env={})
+    assert spec.source.min_safe_wal_bytes == 1024**3 and spec.source.max_lag_bytes == 0
+
+
+def test_spark_settings_are_validated():
+    spec = parse_spec(with_change("spark", {"master": "local[2]", "conf": {"spark.sql.shuffle.partitions": 4}}),
+                      env={})
+    assert spec.spark.master == "local[2]" and spec.spark.conf == {"spark.sql.shuffle.partitions": "4"}
+    assert "spark.conf: expected a mapping of Spark settings, got a list" in error_of(
+        with_change("spark", {"conf": ["x"]}))
+
+
+def test_the_spec_choices_match_the_apply_package():
+    from airflow_provider_pglogical.apply import config
+
+    assert specmod.CONFLICT_POLICIES == config.CONFLICT_POLICIES
+    assert specmod.TOAST_POLICIES == config.TOAST_POLICIES
+    assert specmod.TRUNCATE_CASCADE == config.CASCADE_POLICIES
