@@ -19,7 +19,8 @@ def get_provider_info() -> dict:
         "operators": [
             {"integration-name": "PostgreSQL logical decoding",
              "python-modules": ["airflow_provider_pglogical.operators.decode",
-                                "airflow_provider_pglogical.operators.apply"]},
+                                "airflow_provider_pglogical.operators.apply",
+                                "airflow_provider_pglogical.pipeline.tasks"]},
         ],
         "sensors": [
             {"integration-name": "PostgreSQL logical decoding",

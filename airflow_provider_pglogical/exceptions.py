@@ -65,6 +65,13 @@ class SlotInvalidatedError(SlotError):
             "re-sync the targets")
 
 
+class SlotWalRetentionError(SlotError):
+    """The slot is about to lose WAL it needs (safe_wal_size under the threshold, or unreserved)."""
+
+    hint = ("drain the slot now (decode more often or with larger batches), or raise "
+            "max_slot_wal_keep_size on the source")
+
+
 class SlotPluginMismatchError(SlotError):
     hint = "the slot must use the pgoutput plugin; drop it or choose another slot name"
 

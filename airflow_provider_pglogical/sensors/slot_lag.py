@@ -7,7 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator
 
-from airflow_provider_pglogical.exceptions import SlotError, SlotInvalidatedError, SlotNotFoundError
+from airflow_provider_pglogical.exceptions import (  # noqa: F401  (SlotWalRetentionError re-exported)
+    SlotInvalidatedError,
+    SlotNotFoundError,
+    SlotWalRetentionError,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -18,13 +22,6 @@ if TYPE_CHECKING:
 # slot needs is already beyond max_slot_wal_keep_size and the next checkpoint may remove it.
 UNSAFE_WAL_STATUS = "unreserved"
 LOST_WAL_STATUS = "lost"
-
-
-class SlotWalRetentionError(SlotError):
-    """The slot is about to lose WAL it needs (safe_wal_size under the threshold, or unreserved)."""
-
-    hint = ("drain the slot now (decode more often or with larger batches), or raise "
-            "max_slot_wal_keep_size on the source")
 
 
 def slot_lag_bytes(info: SlotInfo) -> int:
