@@ -128,3 +128,31 @@ def stop_server(server: PgServer) -> None:
         capture_output=True,
     )
     shutil.rmtree(server.data_dir.parent, ignore_errors=True)
+
+
+def execute(dsn: str, *statements: str, params: tuple = ()) -> None:
+    """Run each statement on an autocommit connection (so CREATE/DROP DATABASE work too)."""
+    import psycopg2
+
+    conn = psycopg2.connect(dsn)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            for statement in statements:
+                cur.execute(statement, params or None)
+    finally:
+        conn.close()
+
+
+def query(dsn: str, sql: str, params: tuple = ()) -> list[tuple]:
+    """All rows of one query, on an autocommit connection."""
+    import psycopg2
+
+    conn = psycopg2.connect(dsn)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql, params or None)
+            return cur.fetchall()
+    finally:
+        conn.close()

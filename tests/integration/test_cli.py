@@ -7,11 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psycopg2
 import pytest
 import yaml
 
 from tests.conftest import _drop_database, make_database
+from tests.pgserver import execute, query
 
 PGLOGICAL = str(Path(sys.executable).parent / "pglogical")
 SCHEMA = """
@@ -25,22 +25,6 @@ ALTER TABLE orders REPLICA IDENTITY USING INDEX orders_identity;
 
 def pglogical(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([PGLOGICAL, *args], capture_output=True, text=True, timeout=300)
-
-
-def execute(dsn: str, statements: str) -> None:
-    conn = psycopg2.connect(dsn)
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(statements)
-    conn.close()
-
-
-def query(dsn: str, sql: str) -> list[tuple]:
-    with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
-        cur.execute(sql)
-        out = cur.fetchall()
-    conn.close()
-    return out
 
 
 @pytest.fixture

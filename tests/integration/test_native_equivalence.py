@@ -11,6 +11,7 @@ from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.hooks import PgLogicalHook
 from airflow_provider_pglogical.staging.drain import DrainConfig, drain_slot
 from tests.conftest import make_database
+from tests.pgserver import execute, query
 from tests.unit.apply.targetdb import make_target
 
 TABLES_SQL = """
@@ -54,16 +55,9 @@ def connect(dsn: str):
     return conn
 
 
-def execute(dsn: str, sql_text: str, params: tuple = ()) -> None:
-    conn = connect(dsn)
-    with conn.cursor() as cur:
-        cur.execute(sql_text, params)
-    conn.close()
-
-
 def subscribe(source_dsn: str, subscriber_dsn: str, publication: str = "pub_native", name: str = "sub_native") -> None:
     """A native subscription without initial copy; slot created first (same-server CREATE SUBSCRIPTION deadlocks)."""
-    execute(source_dsn, "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (name,))
+    execute(source_dsn, "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", params=(name,))
     conn = connect(subscriber_dsn)
     with conn.cursor() as cur:
         cur.execute(f"CREATE SUBSCRIPTION {name} CONNECTION %s PUBLICATION {publication} "
@@ -102,16 +96,6 @@ def wait_for_subscriber(source_dsn: str, subscriber_dsn: str, name: str = "sub_n
         src.close()
         sub.close()
     raise TimeoutError(f"subscriber {name} did not catch up to {target}")
-
-
-def query(dsn: str, sql_text: str) -> list[tuple]:
-    conn = connect(dsn)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql_text)
-            return cur.fetchall()
-    finally:
-        conn.close()
 
 
 def table_rows(dsn: str, table: str) -> list[tuple]:

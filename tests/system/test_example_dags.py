@@ -7,10 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psycopg2
 import pytest
 
 from tests.conftest import _drop_database, make_database
+from tests.pgserver import execute
+from tests.pgserver import query as rows
 
 DAG_IDS = ("pglogical_example_pipeline", "pglogical_example_replay")
 SCHEMA = """
@@ -42,22 +43,6 @@ DELETE FROM customers WHERE id = 20 AND NOT EXISTS (SELECT 1 FROM orders WHERE c
 ORDERS_SOURCE = "SELECT id, amount, region, note FROM orders WHERE amount > 100 AND region = 'EU' ORDER BY id"
 ORDERS_TARGET = "SELECT id, amount, region, note FROM orders_eu ORDER BY id"
 CUSTOMERS = "SELECT id, name FROM customers ORDER BY id"
-
-
-def rows(dsn: str, query: str) -> list[tuple]:
-    with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
-        cur.execute(query)
-        out = cur.fetchall()
-    conn.close()
-    return out
-
-
-def execute(dsn: str, statements: str) -> None:
-    conn = psycopg2.connect(dsn)
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(statements)
-    conn.close()
 
 
 def dags_test(airflow, env: dict[str, str], dag_id: str, conf: dict | None = None, logical_date: str = "") -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import psycopg2
 
 from tests.conftest import make_database
+from tests.pgserver import execute  # noqa: F401  (re-exported for the apply tests)
+from tests.pgserver import query as rows  # noqa: F401
 
 APPLIER = "pglogical_applier"
 
@@ -21,21 +23,3 @@ def make_target(server) -> tuple[str, str]:
         cur.execute(f'ALTER DATABASE "{dbname}" OWNER TO {APPLIER}')
     admin.close()
     return dbname, server.dsn(dbname, user=APPLIER)
-
-
-def execute(dsn: str, *statements: str) -> None:
-    conn = psycopg2.connect(dsn)
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        for s in statements:
-            cur.execute(s)
-    conn.close()
-
-
-def rows(dsn: str, query: str) -> list[tuple]:
-    conn = psycopg2.connect(dsn)
-    with conn.cursor() as cur:
-        cur.execute(query)
-        out = cur.fetchall()
-    conn.close()
-    return out
