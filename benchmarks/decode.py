@@ -1,4 +1,8 @@
-"""Benchmark: raw slot fetch vs pgoutput parse+assemble vs decode-into-Arrow vs pypgoutput (text)."""
+"""Benchmark: raw slot fetch vs decode-into-Arrow vs decode-and-stage vs pypgoutput (text), in one run.
+
+Every decode step runs the way the drain runs it: cyclic GC paused (``decoding.gcpause``),
+row tuples framed a row group at a time by the Arrow converter.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +11,18 @@ import gc
 import sys
 import time
 from collections.abc import Callable, Iterator
+from itertools import chain
 from pathlib import Path
 
 import psycopg2
+import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as `python benchmarks/decode.py`
 
 from airflow_provider_pglogical.decoding import ChangeAssembler  # noqa: E402
+from airflow_provider_pglogical.decoding.gcpause import paused_gc  # noqa: E402
 from airflow_provider_pglogical.decoding.model import RowChange, Transaction  # noqa: E402
+from airflow_provider_pglogical.hooks.prefetch import prefetched  # noqa: E402
 from tests.pgserver import start_server, stop_server  # noqa: E402
 
 # Same shape as the hook's query: LSN turned into a bigint server-side, xid as bigint.
@@ -50,14 +58,21 @@ def generate(conn, changes: int, tx_changes: int) -> None:
     cur.close()
 
 
-def fetch(conn, binary: bool, itersize: int, sink: Callable[[Iterator[Row]], int]) -> tuple[int, float]:
-    """Stream the slot through a named cursor into ``sink``; return its count and the seconds taken."""
+def fetch(conn, binary: bool, itersize: int, sink: Callable[[Iterator[Row]], int],
+          prefetch: bool = False) -> tuple[int, float]:
+    """Stream the slot through a named cursor into ``sink``; return its count and the seconds taken.
+
+    ``prefetch``: FETCH the next chunk in a thread while ``sink`` works, as the hook does.
+    """
     conn.autocommit = False
     start = time.perf_counter()
     with conn.cursor(name="bench_fetch") as cur:
         cur.itersize = itersize
         cur.execute(PEEK, ("true" if binary else "false",))
-        count = sink(cur)
+        if prefetch:
+            count = sink(chain.from_iterable(prefetched(lambda: cur.fetchmany(itersize))))
+        else:
+            count = sink(cur)
     conn.commit()
     conn.autocommit = True
     return count, time.perf_counter() - start
@@ -68,13 +83,55 @@ def count_rows(rows: Iterator[Row]) -> int:
 
 
 def assemble(rows) -> int:
-    """Parse + assemble every row; the count is the number of row changes emitted."""
+    """Parse + assemble every row (tuples left unsplit); the count is the number of row changes emitted."""
     changes = 0
-    with ChangeAssembler() as asm:
+    with ChangeAssembler() as asm, paused_gc():
         for event in asm.feed_rows(rows):
             if isinstance(event, Transaction):
                 changes += len(event.changes)
     return changes
+
+
+def assemble_split(rows) -> int:
+    """Parse + assemble + split every tuple into values one row at a time (``.kinds``/``.values``)."""
+    values = 0
+    with ChangeAssembler() as asm, paused_gc():
+        for event in asm.feed_rows(rows):
+            if isinstance(event, Transaction):
+                for change in event.changes:
+                    if isinstance(change, RowChange):
+                        values += len(change.new.values if change.new is not None else change.old.values)
+    return values
+
+
+def stage(rows) -> int:
+    """What the drain does: decode and write a staged batch (Parquet, zstd) into a temp directory."""
+    import shutil
+    import tempfile
+
+    from airflow_provider_pglogical.decoding.values import RowImageConverter
+    from airflow_provider_pglogical.staging.layout import StagingLayout
+    from airflow_provider_pglogical.staging.writer import BatchWriter
+
+    class Resolver:
+        def converter(self, relation):
+            return RowImageConverter(relation)
+
+        def type_names(self, relation):
+            return [None] * len(relation.columns)
+
+    root = tempfile.mkdtemp(prefix="bench-stage-")
+    try:
+        with ChangeAssembler() as asm, paused_gc():
+            writer = BatchWriter(StagingLayout.from_uri(root, "bench"), start_lsn=0, slot="bench", publication="p",
+                                 resolver=Resolver())
+            for event in asm.feed_rows(rows):
+                if isinstance(event, Transaction):
+                    writer.write_transaction(event)
+            writer.finish_files()
+        return writer.changes
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def assemble_to_arrow(rows, batch: int = 65536) -> int:
@@ -92,7 +149,7 @@ def assemble_to_arrow(rows, batch: int = 65536) -> int:
         converter.to_arrow([c.old for c in images])
         return len(images)
 
-    with ChangeAssembler() as asm:
+    with ChangeAssembler() as asm, paused_gc():
         for event in asm.feed_rows(rows):
             if not isinstance(event, Transaction):
                 continue
@@ -144,6 +201,7 @@ def main() -> None:
     args = parser.parse_args()
 
     # PostgreSQL's default decoding memory (the test default of 64kB would make the server spill).
+    pa.array([0])  # pyarrow imports pandas on first use (~0.25 s, once per process): not decode time
     server = start_server(args.pg_bin, settings={"logical_decoding_work_mem": "64MB"})
     try:
         conn = psycopg2.connect(server.dsn())
@@ -157,22 +215,21 @@ def main() -> None:
         raw_rate = raw_count / raw_seconds
         print(f"{'raw fetch (named cursor, binary, no decoding)':<46} {raw_count:>9} rows in {raw_seconds:7.2f}s"
               f" = {raw_rate:>10,.0f} rows/s")
-        _, e2e_seconds = fetch(conn, True, args.itersize, assemble)
-        print(f"{'fetch + parse + assemble (end to end)':<46} {raw_count:>9} rows in {e2e_seconds:7.2f}s = "
-              f"{raw_count / e2e_seconds:>10,.0f} rows/s  ({raw_seconds / e2e_seconds:.2f}x raw fetch)")
+        for label, sink in (("fetch || decode into Arrow (overlapped)", assemble_to_arrow),
+                            ("fetch || decode + stage Parquet (the drain)", stage)):
+            _, e2e_seconds = fetch(conn, True, args.itersize, sink, prefetch=True)
+            print(f"{label:<46} {raw_count:>9} rows in {e2e_seconds:7.2f}s = "
+                  f"{raw_count / e2e_seconds:>10,.0f} rows/s  ({raw_seconds / e2e_seconds:.2f}x raw fetch)")
 
         rows: list[Row] = []
         fetch(conn, True, args.itersize, lambda cur: rows.extend(cur) or len(rows))
         # The in-memory row list is a benchmark artefact; keep the cyclic GC from rescanning it.
         gc.collect()
         gc.freeze()
-        timed("parse + assemble only (rows in memory)", lambda: assemble(rows), len(rows), raw_rate)
-        try:
-            import airflow_provider_pglogical.decoding.values  # noqa: F401
-        except ImportError:
-            print("decode into Arrow: skipped, airflow_provider_pglogical.decoding.values is not importable")
-        else:
-            timed("parse + assemble + Arrow (new+old images)", lambda: assemble_to_arrow(rows), len(rows), raw_rate)
+        timed("parse + assemble, tuples unsplit (in memory)", lambda: assemble(rows), len(rows), raw_rate)
+        timed("parse + assemble + split row by row (old path)", lambda: assemble_split(rows), len(rows), raw_rate)
+        timed("decode into Arrow: parse+assemble+Arrow", lambda: assemble_to_arrow(rows), len(rows), raw_rate)
+        timed("decode + stage Parquet (in memory rows)", lambda: stage(rows), len(rows), raw_rate)
         rows.clear()  # free the binary rows before fetching the text-mode ones
 
         gc.unfreeze()

@@ -101,7 +101,6 @@ def spark():
     """A local Spark session shared by the whole run (JVM start-up costs seconds)."""
     from pyspark.sql import SparkSession
 
-    jars = [j for j in ["/usr/share/java/postgresql.jar"] if Path(j).exists()]
     builder = (
         SparkSession.builder.master("local[2]")
         .appName("pglogical-tests")
@@ -110,8 +109,6 @@ def spark():
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.sql.session.timeZone", "UTC")
     )
-    if jars:
-        builder = builder.config("spark.jars", ",".join(jars))
     session = builder.getOrCreate()
     try:
         yield session

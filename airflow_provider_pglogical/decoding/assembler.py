@@ -20,9 +20,10 @@ from airflow_provider_pglogical.decoding.model import (
     Transaction,
     TypeInfo,
 )
-from airflow_provider_pglogical.decoding.reader import UINT32, read_tuple
+from airflow_provider_pglogical.decoding.reader import UINT32
 from airflow_provider_pglogical.decoding.relations import RelationCache, row_change, to_change, unknown_relation
 from airflow_provider_pglogical.decoding.spill import SpilledChanges, SpillFile
+from airflow_provider_pglogical.decoding.wiretuple import WireTuple
 from airflow_provider_pglogical.exceptions import DecodeError
 
 DEFAULT_MEMORY_BUDGET = 64 * 1024 * 1024
@@ -115,31 +116,55 @@ class ChangeAssembler:
     def feed(self, lsn: int, xid: int, data: bytes | bytearray | memoryview) -> Event | None:
         """One slot row; returns the Event it completes, else None. ``xid`` labels non-transactional
         messages only (0 outside any transaction)."""
-        if type(data) is not bytes:
-            data = bytes(data)
+        for event in self.feed_rows(((lsn, xid, data),)):
+            return event
+        return None
+
+    def feed_rows(self, rows: Iterable[tuple[int, int, bytes | bytearray | memoryview]]) -> Iterator[Event]:
+        """Feed every ``(lsn, xid, data)`` row in order; yield the events they complete."""
+        get_relation, budget, new_tuple, new_change = self._get_relation, self._budget, WireTuple, row_change
+        for lsn, xid, data in rows:
+            if type(data) is not bytes:  # psycopg2 hands out memoryviews whose items may be bytes, not ints
+                data = bytes(data)
+            tx = self._tx
+            if tx is not None and tx.spill is None and len(data) > 6:
+                # Plain DML inside Begin…Commit, the bulk of all rows. A message with one tuple
+                # ('I'/'U' + relid + 'N', 'D' + relid + 'K'/'O') keeps it unsplit: the Arrow
+                # converter frames a whole row group at once (decoding.values.framing), which is
+                # most of what lets decoding keep up with the fetch.
+                t, tag = data[0], data[5]
+                if (tag == 78 and (t == 73 or t == 85)) or (t == 68 and (tag == 75 or tag == 79)):
+                    rel = get_relation(_u32(data, 1)[0])
+                    if rel is None:
+                        raise unknown_relation(_u32(data, 1)[0], lsn, chr(t))
+                    if t == 68:
+                        tx.items.append(new_change("D", rel, lsn, new_tuple(data, 6, lsn), None, tag == 75))
+                    else:
+                        tx.items.append(new_change(_OPS[t], rel, lsn, None, new_tuple(data, 6, lsn), False))
+                    size = len(data)
+                    tx.mem_bytes += size
+                    self._buffered += size
+                    if self._buffered > budget:
+                        self._start_spill(tx)
+                    continue
+            event = self._feed_message(lsn, xid, data)
+            if event is not None:
+                yield event
+
+    def _feed_message(self, lsn: int, xid: int, data: bytes) -> Event | None:
         if not data:
             raise DecodeError("empty message", lsn=lsn, offset=0)
         t = data[0]
         tx = self._tx
         if tx is not None and tx.spill is None and (t == 73 or t == 85 or t == 68):
-            # Plain DML inside Begin…Commit: the bulk of all rows, decoded without a wire record.
-            # Inserts are most of those: 'I', Int32 relid, 'N', TupleData, parsed inline.
-            size = len(data)
-            if t == 73 and size > 6 and data[5] == 78:
-                relid = _u32(data, 1)[0]
-                new, end = read_tuple(data, 6, lsn, "I")
-                if end != size:
-                    raise DecodeError(f"{size - end} trailing bytes after message", lsn=lsn, offset=end,
-                                      message_type="I")
-                old, key_only = None, False
-            else:
-                _, relid, old, key_only, new = parse_row(data, lsn, False)
+            # DML with two tuples (key change, REPLICA IDENTITY FULL update) or malformed framing
+            _, relid, old, key_only, new = parse_row(data, lsn, False)
             rel = self._get_relation(relid)
             if rel is None:
                 raise unknown_relation(relid, lsn, chr(t))
             tx.items.append(row_change(_OPS[t], rel, lsn, old, new, key_only))
-            tx.mem_bytes += size
-            self._buffered += size
+            tx.mem_bytes += len(data)
+            self._buffered += len(data)
             if self._buffered > self._budget:
                 self._start_spill(tx)
             return None
@@ -149,14 +174,6 @@ class ChangeAssembler:
         if tx is not None:
             return self._feed_transaction(tx, lsn, data, msg)
         return self._feed_idle(lsn, xid, msg)
-
-    def feed_rows(self, rows: Iterable[tuple[int, int, bytes | bytearray | memoryview]]) -> Iterator[Event]:
-        """``feed`` every ``(lsn, xid, data)`` row; yield the events."""
-        feed = self.feed
-        for lsn, xid, data in rows:
-            event = feed(lsn, xid, data)
-            if event is not None:
-                yield event
 
     # -- per-state handling -----------------------------------------------------------------
 

@@ -2,14 +2,20 @@
 
 This module is the contract between the pure decoder and everything downstream (staging,
 apply). Values stay *raw* (kind + bytes) in these records; typed decoding happens either per
-value (``decoding.values``) or column-at-a-time into Arrow (``decoding.values.arrow``), which is
-what keeps decode-into-Arrow close to the fetch rate.
+value (``decoding.values``) or column-at-a-time into Arrow (``decoding.values.arrow``). The
+tuple of plain DML is not even split into values by the assembler: it stays a
+``wiretuple.WireTuple`` (same ``kinds``/``values`` on access) until the Arrow converter frames a
+whole row group at once, which is what keeps decode-into-Arrow close to the fetch rate.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from airflow_provider_pglogical.decoding.wiretuple import WireTuple
 
 # pgoutput relreplident values (pg_class.relreplident)
 REPLICA_IDENTITY_DEFAULT = "d"
@@ -86,20 +92,23 @@ class TupleData:
     values: tuple[bytes | None, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class RowChange:
+class RowChange(NamedTuple):
     """An INSERT, UPDATE or DELETE of one row, in relation column order.
 
     ``old`` is absent for INSERT and for an UPDATE that changed no identity column (pgoutput
     sends no old tuple then). ``old_key_only`` marks a 'K' image: only identity columns are
-    meaningful and every other column arrives as 'n' without meaning NULL.
+    meaningful and every other column arrives as 'n' without meaning NULL. Images are
+    ``TupleData`` or, straight from the assembler, an equal ``wiretuple.WireTuple``.
+
+    A NamedTuple, unlike the other records: the decoder makes one per row, and a tuple is built
+    in a third of the time of a frozen dataclass.
     """
 
     op: str
     relation: RelationSchema
     lsn: int  # start LSN of the change's WAL record
-    old: TupleData | None
-    new: TupleData | None
+    old: TupleData | WireTuple | None
+    new: TupleData | WireTuple | None
     old_key_only: bool = False
 
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_pglogical.decoding import messages as m
 from airflow_provider_pglogical.decoding.messages import RelationMessage, TypeMessage
@@ -19,6 +18,9 @@ from airflow_provider_pglogical.decoding.model import (
     TypeInfo,
 )
 from airflow_provider_pglogical.exceptions import DecodeError, UnknownRelationError
+
+if TYPE_CHECKING:
+    from airflow_provider_pglogical.decoding.wiretuple import WireTuple
 
 # pgoutput sends "" for objects in pg_catalog (proto.c logicalrep_write_namespace).
 CATALOG_NAMESPACE = "pg_catalog"
@@ -121,25 +123,13 @@ class RelationCache:
         return cache
 
 
-# As reader._tuple_data: fill RowChange's slots directly instead of the frozen __init__ (~2x faster).
-if tuple(f.name for f in fields(RowChange)) != ("op", "relation", "lsn", "old", "new", "old_key_only"):
-    raise RuntimeError("model.RowChange fields changed: update relations.row_change")
-_new = object.__new__
-_set_op, _set_relation, _set_lsn, _set_old, _set_new, _set_key_only = (
-    getattr(RowChange, name).__set__ for name in ("op", "relation", "lsn", "old", "new", "old_key_only"))
+_tuple_new = tuple.__new__
 
 
-def row_change(op: str, relation: RelationSchema, lsn: int, old: TupleData | None, new: TupleData | None,
-               old_key_only: bool) -> RowChange:
+def row_change(op: str, relation: RelationSchema, lsn: int, old: TupleData | WireTuple | None,
+               new: TupleData | WireTuple | None, old_key_only: bool) -> RowChange:
     """``RowChange(...)`` built the fast way (the decoder makes one per row)."""
-    obj = _new(RowChange)
-    _set_op(obj, op)
-    _set_relation(obj, relation)
-    _set_lsn(obj, lsn)
-    _set_old(obj, old)
-    _set_new(obj, new)
-    _set_key_only(obj, old_key_only)
-    return obj
+    return _tuple_new(RowChange, (op, relation, lsn, old, new, old_key_only))
 
 
 def unknown_relation(relid: int, lsn: int, mtype: str) -> UnknownRelationError:

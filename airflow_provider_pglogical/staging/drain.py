@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from airflow_provider_pglogical.decoding.assembler import ChangeAssembler
+from airflow_provider_pglogical.decoding.gcpause import paused_gc
 from airflow_provider_pglogical.decoding.model import (
     NonTransactionalMessage,
     RelationSchema,
@@ -250,7 +251,7 @@ def _stage(client: SlotClient, config: DrainConfig, layout: StagingLayout, reade
                 upto - start)
     t0 = last_log = time.monotonic()
     try:
-        with ChangeAssembler(cache, memory_budget=config.memory_budget) as assembler:
+        with ChangeAssembler(cache, memory_budget=config.memory_budget) as assembler, paused_gc():
             rows = read(config.slot, config.publications, upto_lsn=upto, itersize=config.itersize)
             try:
                 for event in assembler.feed_rows(rows):

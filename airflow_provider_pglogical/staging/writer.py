@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import Any, Protocol
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -16,7 +18,6 @@ from airflow_provider_pglogical.decoding.model import (
     RowChange,
     Transaction,
     TruncateChange,
-    TupleData,
 )
 from airflow_provider_pglogical.exceptions import StagingError
 from airflow_provider_pglogical.staging import schema as S
@@ -35,12 +36,18 @@ log = logging.getLogger(__name__)
 DEFAULT_ROW_GROUP_ROWS = 32_768
 
 
+class ConvertedImages(Protocol):
+    array: pa.StructArray
+    notes: pa.MapArray  # map<string,string> per row: exactness notes
+    unchanged: pa.ListArray  # list<string> per row: columns sent as unchanged TOAST
+
+
 class RowConverter(Protocol):
+    """``decoding.values.RowImageConverter``: row images (TupleData/WireTuple) → Arrow, a row group at a time."""
+
     arrow_type: pa.StructType
 
-    def to_arrow_with_notes(self, images: Sequence[TupleData | None]) -> tuple[pa.StructArray, list[dict[str, str]]]: ...
-
-    def unchanged_toast(self, images: Sequence[TupleData | None]) -> list[list[str]]: ...
+    def convert(self, images: Sequence[Any]) -> ConvertedImages: ...
 
 
 class RelationResolver(Protocol):
@@ -92,7 +99,10 @@ class _Sink:
             self._writer = pq.ParquetWriter(self.path, self.schema, filesystem=self.layout.fs,
                                             compression=self.compression)
         self._writer.write_table(table, row_group_size=self.row_group_rows)
-        self.rows += len(self.buffer)
+        self.rows += self.pending
+        self._clear()
+
+    def _clear(self) -> None:
         self.buffer = []
 
     def close(self, *, write_empty: bool = False) -> bool:
@@ -111,28 +121,57 @@ class _Sink:
 
 
 class _TableSink(_Sink):
-    """Row changes of one relation schema version; images become Arrow a row group at a time."""
+    """Row changes of one relation schema version, buffered column-wise, Arrow a row group at a time.
 
-    def __init__(self, layout: StagingLayout, path: str, converter: RowConverter, row_group_rows: int,
-                 compression: str) -> None:
+    Per row only the change and its order in the transaction are kept; transaction fields are
+    kept once per run of consecutive rows of one transaction and repeated with numpy at flush.
+    """
+
+    def __init__(self, layout: StagingLayout, path: str, converter: RowConverter, version: int,
+                 row_group_rows: int, compression: str) -> None:
         super().__init__(layout, path, S.row_change_schema(converter.arrow_type), row_group_rows, compression)
-        self.converter = converter
+        self.converter, self.version = converter, version
+        self._clear()
+
+    def _clear(self) -> None:
+        self.changes: list[RowChange] = []
+        self.orders: list[int] = []
+        self.runs: list[tuple[int, tuple[int, int, int, int]]] = []  # (first row, (commit_lsn, end_lsn, xid, time))
+        self._run: tuple[int, int, int, int] | None = None
+
+    @property
+    def pending(self) -> int:
+        return len(self.changes)
+
+    def add(self, tx_fields: tuple[int, int, int, int], order: int, change: RowChange) -> None:
+        if tx_fields is not self._run:
+            self.runs.append((len(self.changes), tx_fields))
+            self._run = tx_fields
+        self.changes.append(change)
+        self.orders.append(order)
+        if len(self.changes) >= self.row_group_rows:
+            self.flush()
 
     def arrays(self) -> list[pa.Array]:
-        (commit_lsn, end_lsn, lsn, tx_order, xid, commit_time, op, version, old, old_key_only, new) = self.columns()
-        fields = self.schema
-        plain = [pa.array(c, type=fields.field(i).type) for i, c in
-                 enumerate((commit_lsn, end_lsn, lsn, tx_order, xid, commit_time, op, version))]
-        toast = self.converter.unchanged_toast(new)
+        changes, n = self.changes, len(self.changes)
+        bounds = [first for first, _ in self.runs] + [n]
+        per_tx = np.repeat(np.array([f for _, f in self.runs], dtype=np.int64).reshape(-1, 4), np.diff(bounds), axis=0)
+        commit_lsn, end_lsn, xid, time = (np.ascontiguousarray(per_tx[:, i]) for i in range(4))
+        lsn = np.fromiter(map(_LSN, changes), dtype=np.int64, count=n)
+        position = [pa.array(c, type=pa.int64()) for c in (commit_lsn, end_lsn, lsn)]
+        position += [pa.array(np.array(self.orders, dtype=np.int64)), pa.array(xid), pa.array(time, type=S.COMMIT_TIME)]
+        ops = pa.array(list(map(_OP, changes)), type=pa.string())
+        version = pa.array(np.full(n, self.version, dtype=np.int32))
+        key_only = pa.array(np.fromiter(map(_KEY_ONLY, changes), dtype=bool, count=n))
         # Notes carry what the typed column cannot hold (numeric NaN in a decimal column, array
         # dimensions/lower bounds): without them the staged log would be lossy.
-        old_arr, old_notes = self.converter.to_arrow_with_notes(old)
-        new_arr, new_notes = self.converter.to_arrow_with_notes(new)
-        notes_type = S.VALUE_NOTES
-        return [*plain, old_arr, pa.array(old_key_only, type=pa.bool_()),
-                new_arr, pa.array(toast, type=pa.list_(pa.string())),
-                pa.array([list(n.items()) for n in old_notes], type=notes_type),
-                pa.array([list(n.items()) for n in new_notes], type=notes_type)]
+        old_images = self.converter.convert(list(map(_OLD, changes)))
+        new_images = self.converter.convert(list(map(_NEW, changes)))
+        return [*position, ops, version, old_images.array, key_only, new_images.array, new_images.unchanged,
+                old_images.notes, new_images.notes]
+
+
+_OP, _LSN, _OLD, _NEW, _KEY_ONLY = (attrgetter(f) for f in ("op", "lsn", "old", "new", "old_key_only"))
 
 
 class BatchWriter:
@@ -178,7 +217,7 @@ class BatchWriter:
                 rel_path = rel_path.replace(".parquet", f"-r{relation.relid}.parquet")
             self._paths.add(rel_path)
             sink = _TableSink(self.layout, f"{self.dir}/{rel_path}", self.resolver.converter(relation),
-                              self.row_group_rows, self.compression)
+                              relation.version, self.row_group_rows, self.compression)
             entry = self._tables[key] = (rel_path, sink)
         return entry[1]
 
@@ -189,13 +228,16 @@ class BatchWriter:
                                f"{self.manifest.end_lsn_int}: input is not in commit order")
         pos = (tx.commit_lsn, tx.end_lsn)
         time = S.to_unix_us(tx.commit_time_us)
+        tx_fields = (tx.commit_lsn, tx.end_lsn, tx.xid, time)
         order = -1
+        relation, sink = None, None
         for order, change in enumerate(tx.changes):
-            if isinstance(change, RowChange):
-                rel = change.relation
-                self._note_relation(rel, change.lsn)
-                self._table_sink(rel).append(*pos, change.lsn, order, tx.xid, time, change.op, rel.version,
-                                             change.old, change.old_key_only, change.new)
+            if type(change) is RowChange:
+                if change.relation is not relation:  # runs of one table are the common case
+                    relation = change.relation
+                    self._note_relation(relation, change.lsn)
+                    sink = self._table_sink(relation)
+                sink.add(tx_fields, order, change)  # type: ignore[union-attr]
             elif isinstance(change, TruncateChange):
                 for rel in change.relations:
                     self._note_relation(rel, change.lsn)

@@ -3,30 +3,45 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import repeat
-from operator import attrgetter, is_, itemgetter
+from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import attrgetter, is_
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from airflow_provider_pglogical.decoding.model import RelationSchema, TupleData
 from airflow_provider_pglogical.decoding.values.catalog import TypeCatalog
 from airflow_provider_pglogical.decoding.values.codec import Codec, Notes
+from airflow_provider_pglogical.decoding.values.framing import FramedImages, frame_images
 from airflow_provider_pglogical.decoding.values.numeric import DecimalCodec
 from airflow_provider_pglogical.decoding.values.registry import codec_for
 from airflow_provider_pglogical.decoding.values.sentinels import UNCHANGED_TOAST
+from airflow_provider_pglogical.decoding.values.vector import KIND_UNCHANGED, Column, with_mask
+from airflow_provider_pglogical.decoding.wiretuple import WireTuple, encode_tuple
 from airflow_provider_pglogical.exceptions import DecodeError
 
-_KINDS = frozenset("nutb")
-_KINDS_OF, _VALUES_OF = attrgetter("kinds"), attrgetter("values")
+_MESSAGE, _OFFSET, _LSN = attrgetter("message"), attrgetter("offset"), attrgetter("lsn")
+NOTES_TYPE = pa.map_(pa.string(), pa.string())
+
+
+@dataclass(frozen=True)
+class ConvertedImages:
+    """Row images as Arrow: the struct, per-row exactness notes and unchanged-TOAST column names."""
+
+    array: pa.StructArray
+    notes: pa.MapArray  # map<string,string>, one entry per row (empty when exact)
+    unchanged: pa.ListArray  # list<string> of columns sent as 'u'
+    sparse_notes: dict[int, Notes]  # the same notes, row index → {path: text}, rows with notes only
 
 
 class RowImageConverter:
-    """Converts row images (TupleData) of one relation schema version.
+    """Converts row images (TupleData or WireTuple) of one relation schema version.
 
-    In the struct, a None image is a null struct; 'n' and 'u' are null fields (``unchanged_toast``
+    In the struct, a None image is a null struct; 'n' and 'u' are null fields (``unchanged``
     tells them apart). Values an Arrow field cannot hold alone (numeric NaN in a decimal column, the
-    shape of a multi-dimensional array) get an exactness note: ``to_arrow_with_notes``.
+    shape of a multi-dimensional array) get an exactness note.
     """
 
     def __init__(self, relation: RelationSchema, catalog: TypeCatalog | None = None) -> None:
@@ -36,61 +51,88 @@ class RowImageConverter:
             codec_for(c.type_oid, c.type_modifier, self.catalog) for c in relation.columns)
         self.names = relation.column_names
         self.arrow_type = pa.struct([pa.field(n, c.arrow_type) for n, c in zip(self.names, self.codecs, strict=True)])
-        self._null_image = TupleData("n" * len(self.names), (None,) * len(self.names))
 
-    def _check(self, images: Sequence[TupleData | None]) -> list[TupleData]:
-        """Images with None replaced by an all-'n' image; every image must have the relation's width."""
-        ncols = len(self.names)
-        imgs = [self._null_image if img is None else img for img in images]
-        if imgs and (set(map(len, map(_KINDS_OF, imgs))) != {ncols} or set(map(len, map(_VALUES_OF, imgs))) != {ncols}):
-            bad = next(img for img in imgs if len(img.kinds) != ncols or len(img.values) != ncols)
-            raise DecodeError(f"row image has {len(bad.kinds)} columns, relation "
-                              f"{self.relation.qualified_name} has {ncols}")
-        return imgs
+    # -- framing --------------------------------------------------------------------------
 
-    def to_arrow(self, images: Sequence[TupleData | None]) -> pa.StructArray:
-        return self._convert(images)[0]
+    def frame(self, images: Sequence[TupleData | WireTuple | None]) -> tuple[FramedImages, np.ndarray]:
+        """All images split into columns in one numpy pass, and the mask of None images.
 
-    def to_arrow_with_notes(self, images: Sequence[TupleData | None]) -> tuple[pa.StructArray, list[Notes]]:
-        """The StructArray and, per image, its exactness notes (value path → text; usually empty)."""
-        arr, notes = self._convert(images)
-        return arr, [notes.get(i, {}) for i in range(len(images))]
+        None images are not framed: they become all-'n' rows afterwards. Decoded TupleData
+        images (old images of key changes, tests) are re-encoded to their wire form first.
+        """
+        n = len(images)
+        absent = np.fromiter(map(is_, images, repeat(None)), dtype=bool, count=n)
+        present = list(compress(images, ~absent)) if absent.any() else list(images)
+        if set(map(type, present)) <= {WireTuple}:
+            messages = list(map(_MESSAGE, present))
+            offsets = list(map(_OFFSET, present))
+            lsns = list(map(_LSN, present))
+        else:
+            wire = [img if type(img) is WireTuple else None for img in present]
+            messages = [self._encode(img) if w is None else w.message for img, w in zip(present, wire, strict=True)]
+            offsets = [0 if w is None else w.offset for w in wire]
+            lsns = [None if w is None else w.lsn for w in wire]
+        framed = frame_images(messages, offsets, len(self.names), lsns)
+        return (framed if len(present) == n else framed.expand(~absent)), absent
 
-    def _convert(self, images: Sequence[TupleData | None]) -> tuple[pa.StructArray, dict[int, Notes]]:
-        imgs = self._check(images)
-        n, ncols = len(imgs), len(self.names)
+    def _encode(self, image: Any) -> bytes:
+        if len(image.kinds) != len(self.names) or len(image.values) != len(self.names):
+            raise DecodeError(f"row image has {len(image.kinds)} columns, relation "
+                              f"{self.relation.qualified_name} has {len(self.names)}")
+        if not set(image.kinds) <= set("nutb"):
+            raise DecodeError("unknown column kind in row image")
+        return encode_tuple(image)
+
+    # -- conversion -----------------------------------------------------------------------
+
+    def convert(self, images: Sequence[TupleData | WireTuple | None]) -> ConvertedImages:
+        n = len(images)
         notes: dict[int, Notes] = {}
         if n == 0:
-            return pa.array([], type=self.arrow_type), notes
-        # one string of all kinds, sliced per column in C: far cheaper than transposing per row
-        all_kinds = "".join(map(_KINDS_OF, imgs))
-        all_values = list(map(_VALUES_OF, imgs))
-        arrays = []
-        for j, (name, codec) in enumerate(zip(self.names, self.codecs, strict=True)):
-            kinds = all_kinds[j::ncols]
-            # itemgetter in C; zip(*rows) would build a million iterators for a million rows
-            raws = list(map(itemgetter(j), all_values))
-            if not _KINDS.issuperset(kinds):
-                raise DecodeError(f"unknown column kind in column {name}")
-            arrays.append(self._column(name, codec, kinds, raws, notes))
-        mask = None
-        if any(map(is_, images, repeat(None))):  # identity test in C; `None in` would call __eq__
-            mask = pa.array([img is None for img in images], type=pa.bool_())
-        return pa.StructArray.from_arrays(arrays, fields=list(self.arrow_type), mask=mask), notes
+            empty = pa.array([], type=pa.list_(pa.string()))
+            return ConvertedImages(pa.array([], type=self.arrow_type), pa.array([], type=NOTES_TYPE), empty, notes)
+        framed, absent = self.frame(images)
+        arrays = [self._column(name, codec, framed.column(j), notes)
+                  for j, (name, codec) in enumerate(zip(self.names, self.codecs, strict=True))]
+        mask = with_mask(absent, None, pa.bool_()) if absent.any() else None
+        array = pa.StructArray.from_arrays(arrays, fields=list(self.arrow_type), mask=mask)
+        return ConvertedImages(array, _notes_array(notes, n), self._unchanged(framed, n), notes)
+
+    def to_arrow(self, images: Sequence[TupleData | WireTuple | None]) -> pa.StructArray:
+        return self.convert(images).array
+
+    def to_arrow_with_notes(self, images: Sequence[TupleData | WireTuple | None]) -> tuple[pa.StructArray, list[Notes]]:
+        """The StructArray and, per image, its exactness notes (value path → text; usually empty)."""
+        got = self.convert(images)
+        return got.array, [got.sparse_notes.get(i, {}) for i in range(len(images))]
+
+    def notes(self, images: Sequence[TupleData | WireTuple | None]) -> list[Notes]:
+        return self.to_arrow_with_notes(images)[1]
+
+    def unchanged_toast(self, images: Sequence[TupleData | WireTuple | None]) -> list[list[str]]:
+        """Per image, the names of columns sent as 'u' (empty for a None image)."""
+        return self.convert(images).unchanged.to_pylist() if images else []
+
+    def _unchanged(self, framed: FramedImages, n: int) -> pa.ListArray:
+        hit = framed.columns_with(KIND_UNCHANGED).T  # (n, ncols)
+        counts = hit.sum(axis=1)
+        offsets = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(counts, out=offsets[1:])
+        names = np.array(self.names, dtype=object)[np.nonzero(hit)[1]]
+        return pa.ListArray.from_arrays(with_mask(offsets, None, pa.int32()), pa.array(names.tolist(), type=pa.string()))
 
     @staticmethod
-    def _column(name: str, codec: Codec, kinds: str, raws: Sequence[bytes | None],
-                notes: dict[int, Notes]) -> pa.Array:
+    def _column(name: str, codec: Codec, col: Column, notes: dict[int, Notes]) -> pa.Array:
         if isinstance(codec, DecimalCodec):
-            arr, specials = codec.column_with_notes(kinds, raws)
+            arr, specials = codec.column_with_notes(col)
             for i, text in specials.items():
                 notes.setdefault(i, {})[name] = text
             return arr
-        arr = codec.arrow_column(kinds, raws)
+        arr = codec.arrow_column(col)
         if arr is not None:
             return arr
-        values: list[Any] = [None] * len(raws)
-        for i, (k, raw) in enumerate(zip(kinds, raws, strict=True)):
+        values: list[Any] = [None] * len(col)
+        for i, (k, raw) in enumerate(zip(col.kinds_str(), col.raws(), strict=True)):
             if k == "b" or k == "t":
                 row_notes: Notes = {}
                 values[i] = codec.arrow(k, raw, row_notes, name)
@@ -101,17 +143,25 @@ class RowImageConverter:
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
             raise DecodeError(f"value of column {name} does not fit {codec.arrow_type}") from None
 
-    def notes(self, images: Sequence[TupleData | None]) -> list[Notes]:
-        return self.to_arrow_with_notes(images)[1]
-
-    def unchanged_toast(self, images: Sequence[TupleData | None]) -> list[list[str]]:
-        """Per image, the names of columns sent as 'u' (empty for a None image)."""
-        names = self.names
-        return [[] if img is None or "u" not in img.kinds else [names[i] for i, k in enumerate(img.kinds) if k == "u"]
-                for img in images]
-
-    def to_python(self, image: TupleData) -> tuple[Any, ...]:
-        (img,) = self._check([image])
+    def to_python(self, image: TupleData | WireTuple) -> tuple[Any, ...]:
+        if len(image.kinds) != len(self.names) or len(image.values) != len(self.names):
+            raise DecodeError(f"row image has {len(image.kinds)} columns, relation "
+                              f"{self.relation.qualified_name} has {len(self.names)}")
         return tuple(
             UNCHANGED_TOAST if k == "u" else None if k == "n" else codec.python(k, raw)
-            for codec, k, raw in zip(self.codecs, img.kinds, img.values, strict=True))
+            for codec, k, raw in zip(self.codecs, image.kinds, image.values, strict=True))
+
+
+def _notes_array(notes: dict[int, Notes], n: int) -> pa.MapArray:
+    """map<string,string> per row from the sparse notes, without a Python object per empty row."""
+    counts = np.zeros(n, dtype=np.int32)
+    keys: list[str] = []
+    items: list[str] = []
+    for i in sorted(notes):
+        counts[i] = len(notes[i])
+        keys.extend(notes[i])
+        items.extend(notes[i].values())
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    return pa.MapArray.from_arrays(with_mask(offsets, None, pa.int32()), pa.array(keys, type=pa.string()),
+                                   pa.array(items, type=pa.string()))

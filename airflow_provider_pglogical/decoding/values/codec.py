@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
 
+from airflow_provider_pglogical.decoding.values.vector import Column
 from airflow_provider_pglogical.exceptions import DecodeError
 
 Notes = dict[str, str]
@@ -40,7 +40,7 @@ class Codec:
     def arrow_from_text(self, text: str, notes: Notes, path: str) -> Any:
         return self.from_text(text)
 
-    def arrow_column(self, kinds: str, raws: Sequence[bytes | None]) -> pa.Array | None:
+    def arrow_column(self, col: Column) -> pa.Array | None:
         return None
 
     # --- guarded entry points: every malformed input becomes DecodeError(short reason) ---

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Sequence
 from decimal import Decimal
-from itertools import repeat
-from operator import is_not
 
 import numpy as np
 import pyarrow as pa
 
 from airflow_provider_pglogical.decoding.values.codec import MALFORMED, Codec, Notes
+from airflow_provider_pglogical.decoding.values.vector import KIND_BINARY, KIND_TEXT, Column, validity_buffer
 from airflow_provider_pglogical.exceptions import DecodeError
 
 _HEAD = struct.Struct("!hhHh")  # ndigits, weight, sign, dscale; then ndigits x int16 base-10000 digits
@@ -151,16 +149,18 @@ class DecimalCodec(NumericCodec):
     def arrow_from_text(self, text: str, notes: Notes, path: str) -> Decimal | None:
         return self._arrow(_text_unscaled(text, self.scale), notes, path)
 
-    def column_with_notes(self, kinds: str, raws: Sequence[bytes | None]) -> tuple[pa.Array, dict[int, str]]:
+    def column_with_notes(self, col: Column) -> tuple[pa.Array, dict[int, str]]:
         """Build the decimal buffer directly from unscaled ints; returns row index → note for specials.
 
-        The binary loop is ``_unscaled`` inlined: this is the hot path of money-like columns.
+        numeric(p ≤ 18) columns take the numpy path; the loop below is ``_unscaled`` inlined for
+        the rest (and for specials/malformed values, which it reports precisely).
         """
-        if self.precision <= 18 and "t" not in kinds:
-            fast = _int64_decimals(raws, self.scale, self.limit)
+        if self.precision <= 18 and not col.has(KIND_TEXT):
+            fast = _int64_decimals(col, self.scale, self.limit)
             if fast is not None:
-                return pa.Array.from_buffers(self.arrow_type, len(raws), [fast[1], pa.py_buffer(fast[0])],
+                return pa.Array.from_buffers(self.arrow_type, len(col), [fast[1], pa.py_buffer(fast[0])],
                                              null_count=fast[2]), {}
+        kinds, raws = col.kinds_str(), col.raws()
         width, limit, scale = self.width, self.limit, self.scale
         zero = bytes(width)
         chunks: list[bytes] = []
@@ -218,23 +218,22 @@ class DecimalCodec(NumericCodec):
         return arr, specials
 
 
-def _int64_decimals(raws: Sequence[bytes | None], scale: int, limit: int) -> tuple[bytes, pa.Buffer | None, int] | None:
+def _int64_decimals(col: Column, scale: int, limit: int) -> tuple[bytes, pa.Buffer | None, int] | None:
     """Vectorised numeric(p≤18, s): values grouped by byte length, digits combined in int64 with numpy.
 
     Returns (decimal128 data bytes, validity, null count), or None for anything unusual (specials,
     long digit arrays, malformed values) so the per-value loop handles it and raises precisely.
     """
-    count = len(raws)
-    lens = np.fromiter(map(len, [b"" if r is None else r for r in raws]), dtype=np.int64, count=count)
-    valid = np.fromiter(map(is_not, raws, repeat(None)), dtype=bool, count=count)
+    count = len(col)
+    valid = col.kinds == KIND_BINARY
+    lens = col.lengths
     unscaled = np.zeros(count, dtype=np.int64)
     for size in np.unique(lens[valid]).tolist():
         ndigits = (size - 8) // 2
         if size < 8 or size % 2 or ndigits > 5:
             return None
         rows = np.flatnonzero(valid & (lens == size))
-        block = np.frombuffer(b"".join([raws[i] for i in rows.tolist()]), dtype=">i2").reshape(len(rows), 4 + ndigits)
-        block = block.astype(np.int64)
+        block = col.buf[col.starts[rows][:, None] + np.arange(size)].view(">i2").astype(np.int64)
         weight, sign = block[:, 1], block[:, 2] & 0xFFFF
         if (block[:, 0] != ndigits).any() or ((sign != _POS) & (sign != _NEG)).any():
             return None
@@ -262,8 +261,7 @@ def _int64_decimals(raws: Sequence[bytes | None], scale: int, limit: int) -> tup
     pair[:, 0] = unscaled
     pair[:, 1] = unscaled >> 63
     nulls = int(count - valid.sum())
-    validity = None if not nulls else pa.py_buffer(np.packbits(valid, bitorder="little").tobytes())
-    return pair.tobytes(), validity, nulls
+    return pair.tobytes(), validity_buffer(valid), nulls
 
 
 def numeric_codec(typmod: int) -> NumericCodec:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Sequence
 
 import pyarrow as pa
 
 from airflow_provider_pglogical.decoding.values.codec import Codec, expect_len
-from airflow_provider_pglogical.decoding.values.vector import fixed_width, with_mask
+from airflow_provider_pglogical.decoding.values.vector import Column, fixed_width, with_mask
 from airflow_provider_pglogical.exceptions import DecodeError
 
 
@@ -24,8 +23,8 @@ class FixedCodec(Codec):
         expect_len(raw, self.width, self.name)
         return self.fmt.unpack(raw)[0]
 
-    def arrow_column(self, kinds: str, raws: Sequence[bytes | None]) -> pa.Array | None:
-        got = fixed_width(kinds, raws, self.width, self.dtype)
+    def arrow_column(self, col: Column) -> pa.Array | None:
+        got = fixed_width(col, self.width, self.dtype)
         return None if got is None else with_mask(got[0], got[1], self.arrow_type)
 
 
@@ -44,8 +43,8 @@ class BoolCodec(FixedCodec):
             raise DecodeError("bool text value must be t or f")
         return text == "t"
 
-    def arrow_column(self, kinds: str, raws: Sequence[bytes | None]) -> pa.Array | None:
-        got = fixed_width(kinds, raws, 1, "u1")
+    def arrow_column(self, col: Column) -> pa.Array | None:
+        got = fixed_width(col, 1, "u1")
         if got is None or (got[0] > 1).any():
             return None
         return with_mask(got[0].astype(bool), got[1], self.arrow_type)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import re
 import struct
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -13,7 +12,7 @@ import pyarrow as pa
 
 from airflow_provider_pglogical.decoding.values.codec import Codec, Notes, expect_len
 from airflow_provider_pglogical.decoding.values.sentinels import INFINITY, NEG_INFINITY, BeyondPython
-from airflow_provider_pglogical.decoding.values.vector import fixed_width, with_mask
+from airflow_provider_pglogical.decoding.values.vector import Column, fixed_width, with_mask
 from airflow_provider_pglogical.exceptions import DecodeError
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -138,8 +137,8 @@ class DateCodec(Codec):
     def arrow_from_text(self, text: str, notes: Notes, path: str) -> int:
         return arrow_date(self.days_text(text))
 
-    def arrow_column(self, kinds: str, raws: Sequence[bytes | None]) -> pa.Array | None:
-        got = fixed_width(kinds, raws, 4, ">i4")
+    def arrow_column(self, col: Column) -> pa.Array | None:
+        got = fixed_width(col, 4, ">i4")
         if got is None:
             return None
         days, mask = got
@@ -188,8 +187,8 @@ class TimestampCodec(Codec):
     def arrow_from_text(self, text: str, notes: Notes, path: str) -> int:
         return arrow_timestamp(self.us_text(text))
 
-    def arrow_column(self, kinds: str, raws: Sequence[bytes | None]) -> pa.Array | None:
-        got = fixed_width(kinds, raws, 8, ">i8")
+    def arrow_column(self, col: Column) -> pa.Array | None:
+        got = fixed_width(col, 8, ">i8")
         if got is None:
             return None
         us, mask = got
@@ -235,8 +234,8 @@ class TimeCodec(Codec):
     def arrow_from_text(self, text: str, notes: Notes, path: str) -> int:
         return self.us_text(text)
 
-    def arrow_column(self, kinds: str, raws: Sequence[bytes | None]) -> pa.Array | None:
-        got = fixed_width(kinds, raws, 8, ">i8")
+    def arrow_column(self, col: Column) -> pa.Array | None:
+        got = fixed_width(col, 8, ">i8")
         return None if got is None else with_mask(got[0], got[1], self.arrow_type)
 
 

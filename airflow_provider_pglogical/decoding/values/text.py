@@ -5,12 +5,11 @@ from __future__ import annotations
 import re
 import struct
 import uuid
-from collections.abc import Sequence
 
 import pyarrow as pa
 
 from airflow_provider_pglogical.decoding.values.codec import Codec, Notes, decode_text, expect_len
-from airflow_provider_pglogical.decoding.values.vector import varlena
+from airflow_provider_pglogical.decoding.values.vector import KIND_BINARY, KIND_TEXT, Column, varlena
 from airflow_provider_pglogical.exceptions import DecodeError
 
 
@@ -28,8 +27,8 @@ class TextCodec(Codec):
     def from_text(self, text: str) -> str:
         return text
 
-    def arrow_column(self, kinds: str, raws: Sequence[bytes | None]) -> pa.Array:
-        return varlena(kinds, raws, pa.string())
+    def arrow_column(self, col: Column) -> pa.Array:
+        return varlena(col, pa.string())
 
 
 class JsonbCodec(TextCodec):
@@ -43,10 +42,11 @@ class JsonbCodec(TextCodec):
             raise DecodeError("unsupported jsonb binary version")
         return decode_text(raw[1:])
 
-    def arrow_column(self, kinds: str, raws: Sequence[bytes | None]) -> pa.Array | None:
-        if "t" in kinds or any(r is not None and r[:1] != b"\x01" for r in raws):
+    def arrow_column(self, col: Column) -> pa.Array | None:
+        binary = col.kinds == KIND_BINARY
+        if col.has(KIND_TEXT) or (col.lengths[binary] < 1).any() or (col.buf[col.starts[binary]] != 1).any():
             return None
-        return varlena(kinds, raws, pa.string(), skip=1)
+        return varlena(col, pa.string(), skip=1)
 
 
 class CharCodec(Codec):
@@ -86,8 +86,8 @@ class ByteaCodec(Codec):
             raise DecodeError("invalid bytea text value")
         return _ESCAPE.sub(lambda e: b"\\" if e.group(1) is None else bytes([int(e.group(1), 8)]), raw)
 
-    def arrow_column(self, kinds: str, raws: Sequence[bytes | None]) -> pa.Array | None:
-        return None if "t" in kinds else varlena(kinds, raws, pa.binary())
+    def arrow_column(self, col: Column) -> pa.Array | None:
+        return None if col.has(KIND_TEXT) else varlena(col, pa.binary())
 
 
 class UuidCodec(Codec):
@@ -165,8 +165,8 @@ class RawCodec(Codec):
     def arrow_from_text(self, text: str, notes: Notes, path: str) -> bytes:
         return text.encode("utf-8")
 
-    def arrow_column(self, kinds: str, raws: Sequence[bytes | None]) -> pa.Array:
-        return varlena(kinds, raws, pa.binary())
+    def arrow_column(self, col: Column) -> pa.Array:
+        return varlena(col, pa.binary())
 
 
 class TextOnlyCodec(TextCodec):
@@ -175,5 +175,5 @@ class TextOnlyCodec(TextCodec):
     def from_binary(self, raw: bytes) -> str:
         raise DecodeError(f"{self.name} has no binary form")
 
-    def arrow_column(self, kinds: str, raws: Sequence[bytes | None]) -> pa.Array | None:
-        return None if "b" in kinds else varlena(kinds, raws, pa.string())
+    def arrow_column(self, col: Column) -> pa.Array | None:
+        return None if col.has(KIND_BINARY) else varlena(col, pa.string())

@@ -1,4 +1,11 @@
-"""Column-at-a-time builders: join raw bytes, reinterpret with numpy, wrap as Arrow without per-value Python."""
+"""Column-at-a-time builders: values as slices of one buffer, reinterpreted with numpy, wrapped as Arrow.
+
+A ``Column`` is one column of n row images without a Python object per value: the TupleData
+kind byte of every row plus (start, length) of its value inside one shared byte buffer. The
+framer (``decoding.framing``) builds it straight from the message bytes; ``Column.from_raws``
+builds it from already-split values. Codecs with a vectorised path read it with numpy; the
+others ask for ``kinds_str()``/``raws()`` and go value by value.
+"""
 
 from __future__ import annotations
 
@@ -9,59 +16,134 @@ import pyarrow as pa
 
 from airflow_provider_pglogical.exceptions import DecodeError
 
-_B = ord("b")
+KIND_BINARY, KIND_TEXT, KIND_NULL, KIND_UNCHANGED = ord("b"), ord("t"), ord("n"), ord("u")
 _INT32_MAX = 2**31 - 1
+# Every buffer ends in this many zero bytes so a fixed-width gather at a placeholder start
+# (rows without a value point at 0) never reads past the end.
+PAD = 16
+_PADDING = bytes(PAD)
 
 
-def value_mask(kinds: str) -> np.ndarray:
-    """True where the column carries no value ('n' or 'u'); callers decide what a 't' means."""
-    return np.frombuffer(kinds.encode("ascii"), dtype=np.uint8) != _B
+class Column:
+    """n values of one column: ``kinds`` (uint8 'b','t','n','u'), and ``starts``/``lengths`` into ``buf``.
+
+    ``data`` is ``buf`` as ``bytes`` (slicing it is the cheapest way to a Python ``bytes``).
+    Rows without a value have start 0 and length 0.
+    """
+
+    __slots__ = ("buf", "data", "kinds", "lengths", "starts")
+
+    def __init__(self, kinds: np.ndarray, data: bytes, buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> None:
+        self.kinds, self.data, self.buf, self.starts, self.lengths = kinds, data, buf, starts, lengths
+
+    @classmethod
+    def from_raws(cls, kinds: str, raws: Sequence[bytes | None]) -> Column:
+        vals = [b"" if r is None else r for r in raws]
+        n = len(vals)
+        lengths = np.fromiter(map(len, vals), dtype=np.int64, count=n)
+        starts = np.zeros(n, dtype=np.int64)
+        np.cumsum(lengths[:-1], out=starts[1:])
+        data = b"".join(vals) + _PADDING
+        return cls(np.frombuffer(kinds.encode("latin-1"), dtype=np.uint8), data,
+                   np.frombuffer(data, dtype=np.uint8), starts, lengths)
+
+    def __len__(self) -> int:
+        return len(self.kinds)
+
+    @property
+    def valued(self) -> np.ndarray:
+        """True where the row carries a value ('b' or 't')."""
+        k = self.kinds
+        return (k == KIND_BINARY) | (k == KIND_TEXT)
+
+    def has(self, kind: int) -> bool:
+        return bool((self.kinds == kind).any())
+
+    def kinds_str(self) -> str:
+        return self.kinds.tobytes().decode("latin-1")
+
+    def raws(self) -> list[bytes | None]:
+        """Per row the value bytes, None for 'n'/'u' (the per-value codecs' input)."""
+        data = self.data
+        return [data[s:s + n] if v else None
+                for v, s, n in zip(self.valued.tolist(), self.starts.tolist(), self.lengths.tolist(), strict=True)]
 
 
-def fixed_width(kinds: str, raws: Sequence[bytes | None], width: int, dtype: str) -> tuple[np.ndarray, np.ndarray] | None:
+def big_endian(buf: np.ndarray, dtype: str) -> np.ndarray:
+    """``buf`` seen as overlapping numbers: element k is the ``dtype`` starting at byte k.
+
+    One gather at any byte offsets then reads fixed-width values, unaligned, in place.
+    """
+    width = np.dtype(dtype).itemsize
+    return np.ndarray(shape=(max(len(buf) - width + 1, 0),), dtype=dtype, buffer=buf, strides=(1,))
+
+
+def fixed_width(col: Column, width: int, dtype: str) -> tuple[np.ndarray, np.ndarray] | None:
     """Big-endian fixed-width binary values as a native numpy array plus a null mask.
 
     Returns None when the column has text values or a value of the wrong size, so the caller
     falls back to the per-value path (which raises the precise error).
     """
-    if "t" in kinds:
+    if col.has(KIND_TEXT):
         return None
-    zero = bytes(width)
-    buf = b"".join([zero if r is None else r for r in raws])
-    if len(buf) != width * len(raws):
+    valid = col.kinds == KIND_BINARY
+    if (col.lengths[valid] != width).any():
         return None
-    values = np.frombuffer(buf, dtype=dtype)
-    return values.astype(values.dtype.newbyteorder("=")), value_mask(kinds)
+    values = big_endian(col.buf, dtype)[np.where(valid, col.starts, 0)]
+    values = values.astype(values.dtype.newbyteorder("="))
+    values[~valid] = 0  # rows without a value carry zeros, so output is stable
+    return values, ~valid
 
 
-def with_mask(values: np.ndarray, mask: np.ndarray, arrow_type: pa.DataType) -> pa.Array:
-    if not mask.any():
-        return pa.array(values, type=arrow_type)
-    return pa.array(values, type=arrow_type, mask=mask)
+def _numpy_dtype(arrow_type: pa.DataType) -> np.dtype:
+    """The native numpy dtype with the memory layout of a fixed-width Arrow type."""
+    width = arrow_type.bit_width // 8
+    if pa.types.is_floating(arrow_type):
+        return np.dtype(f"f{width}")
+    return np.dtype(f"u{width}" if pa.types.is_unsigned_integer(arrow_type) else f"i{width}")
 
 
-def varlena(kinds: str, raws: Sequence[bytes | None], arrow_type: pa.DataType, skip: int = 0) -> pa.Array:
-    """string/binary array straight from the value bytes: one join, one cumsum, no per-value decode.
+def with_mask(values: np.ndarray, mask: np.ndarray | None, arrow_type: pa.DataType) -> pa.Array:
+    """A fixed-width Arrow array over ``values`` (null where ``mask``), built from buffers.
 
-    ``skip`` drops a fixed prefix of every value (jsonb's version byte). string arrays are
-    validated as UTF-8 in C.
+    ``pa.array(ndarray)`` would import pandas on first use (a quarter second) and copy again.
     """
-    n = len(raws)
-    vals = [b"" if r is None else r for r in raws]
-    lens = np.fromiter(map(len, vals), dtype=np.int64, count=n)
-    if skip:
-        vals = [v[skip:] for v in vals]
-        lens = np.maximum(lens - skip, 0)
-    data = b"".join(vals)
-    if len(data) > _INT32_MAX:
+    n = len(values)
+    if pa.types.is_boolean(arrow_type):
+        data = np.packbits(values.astype(bool), bitorder="little")
+    else:
+        data = np.ascontiguousarray(values, dtype=_numpy_dtype(arrow_type))
+    nulls = 0 if mask is None else int(mask.sum())
+    return pa.Array.from_buffers(arrow_type, n, [validity_buffer(~mask) if mask is not None and nulls else None, pa.py_buffer(data)],
+                                 null_count=nulls)
+
+
+def validity_buffer(valid: np.ndarray) -> pa.Buffer | None:
+    return None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little").tobytes())
+
+
+def varlena(col: Column, arrow_type: pa.DataType, skip: int = 0) -> pa.Array:
+    """string/binary array straight from the value slices: one gather, one cumsum, no per-value decode.
+
+    ``skip`` drops a fixed prefix of every value (jsonb's version byte; callers check it exists).
+    string arrays are validated as UTF-8 in C.
+    """
+    n = len(col)
+    valid = col.valued
+    lens = np.where(valid, col.lengths - skip, 0)
+    total = int(lens.sum())
+    if total > _INT32_MAX:
         raise DecodeError("column over 2 GiB in one batch")
-    offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(lens, out=offsets[1:], dtype=np.int32)
-    mask = np.frombuffer(kinds.encode("ascii"), dtype=np.uint8)
-    valid = (mask == _B) | (mask == ord("t"))
-    validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little").tobytes())
-    arr = pa.Array.from_buffers(arrow_type, n, [validity, pa.py_buffer(offsets.tobytes()), pa.py_buffer(data)],
-                                null_count=int(n - valid.sum()))
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    if total:
+        # index of every output byte in buf: each value's start, shifted by its output offset
+        index = np.repeat(col.starts + skip - offsets[:-1], lens) + np.arange(total)
+        data = col.buf[index].tobytes()
+    else:
+        data = b""
+    arr = pa.Array.from_buffers(arrow_type, n, [validity_buffer(valid), pa.py_buffer(offsets.astype(np.int32)),
+                                                pa.py_buffer(data)], null_count=int(n - valid.sum()))
     if pa.types.is_string(arrow_type):
         try:
             arr.validate(full=True)

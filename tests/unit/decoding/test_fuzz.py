@@ -78,7 +78,10 @@ def test_assembler_fed_any_message_sequence_only_raises_decode_error(rows, budge
         for i, data in enumerate(rows):
             event = asm.feed(i, 1, data)
             if event is not None and hasattr(event, "changes"):
-                list(event.changes)
+                for change in event.changes:  # unsplit tuples are framed on access: errors surface here
+                    for image in (getattr(change, "old", None), getattr(change, "new", None)):
+                        if image is not None:
+                            _ = image.values
     except DecodeError:
         pass
     finally:

@@ -1,0 +1,92 @@
+"""TupleData framing for many rows at once: message bytes → per-column kinds/starts/lengths with numpy.
+
+The vectorised twin of ``reader.read_tuple`` (see ``decoding.wiretuple`` for why): every step
+is one numpy operation over all rows of a row group, per column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from airflow_provider_pglogical.decoding.values.vector import PAD, Column, big_endian
+from airflow_provider_pglogical.decoding.wiretuple import decode_to_end
+from airflow_provider_pglogical.exceptions import DecodeError
+
+_KIND_B, _KIND_T, _KIND_N, _KIND_U = b"btnu"
+
+
+class FramedImages:
+    """n row images of one relation split into columns: ``column(j)`` is a ``vector.Column``."""
+
+    __slots__ = ("buf", "data", "kinds", "lengths", "starts")
+
+    def __init__(self, data: bytes, buf: np.ndarray, kinds: np.ndarray, starts: np.ndarray,
+                 lengths: np.ndarray) -> None:
+        self.data, self.buf, self.kinds, self.starts, self.lengths = data, buf, kinds, starts, lengths
+
+    def column(self, j: int) -> Column:
+        return Column(self.kinds[j], self.data, self.buf, self.starts[j], self.lengths[j])
+
+    def expand(self, rows: np.ndarray) -> FramedImages:
+        """These images placed at the True positions of ``rows``; the other rows are all 'n'."""
+        shape = (self.kinds.shape[0], len(rows))
+        kinds = np.full(shape, _KIND_N, dtype=np.uint8)
+        starts, lengths = np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=np.int64)
+        kinds[:, rows], starts[:, rows], lengths[:, rows] = self.kinds, self.starts, self.lengths
+        return FramedImages(self.data, self.buf, kinds, starts, lengths)
+
+    def columns_with(self, kind: int) -> np.ndarray:
+        """(ncols, n) bool: where a column has ``kind`` (e.g. 'u' for unchanged TOAST)."""
+        return self.kinds == kind
+
+
+def frame_images(messages: Sequence[bytes], offsets: Sequence[int], ncols: int,
+                 lsns: Sequence[int | None]) -> FramedImages:
+    """Frame ``messages[i][offsets[i]:]`` (each one whole TupleData of ``ncols`` columns) in one pass.
+
+    Per column, over all rows at once: read the kind byte, read the Int32 length where the kind
+    carries a value, advance. Validation is deferred to three checks at the end: every kind is
+    one of 'btnu', no length is negative, and every row ends exactly at its message's end (a
+    row that ran short or long cannot end there, as positions only move forward). A row that
+    fails is re-read with ``read_tuple`` to raise the precise ``DecodeError`` with its LSN and
+    byte offset.
+    """
+    n = len(messages)
+    sizes = np.fromiter(map(len, messages), dtype=np.int64, count=n)
+    ends = np.cumsum(sizes)
+    data = b"".join(messages) + bytes(PAD)
+    buf = np.frombuffer(data, dtype=np.uint8)
+    limit = len(data) - PAD  # positions are clipped here so a garbled row never reads out of range
+    pos = np.minimum(ends - sizes + np.asarray(offsets, dtype=np.int64), limit)
+    bad = big_endian(buf, ">u2")[pos] != ncols
+    pos += 2
+    int32_at = big_endian(buf, ">i4")
+    kinds = np.empty((ncols, n), dtype=np.uint8)
+    starts = np.zeros((ncols, n), dtype=np.int64)
+    lengths = np.zeros((ncols, n), dtype=np.int64)
+    for j in range(ncols):
+        np.clip(pos, 0, limit, out=pos)  # a negative length can move a garbled row backwards
+        kind = kinds[j] = buf[pos]
+        valued = (kind == _KIND_B) | (kind == _KIND_T)
+        length = np.where(valued, int32_at[pos + 1], 0)
+        lengths[j] = length
+        starts[j] = np.where(valued, pos + 5, 0)
+        pos += np.where(valued, 5 + length, 1)
+    bad |= pos != ends
+    bad |= ((kinds != _KIND_B) & (kinds != _KIND_T) & (kinds != _KIND_N) & (kinds != _KIND_U)).any(axis=0)
+    bad |= (lengths < 0).any(axis=0)
+    if bad.any():
+        _raise_first(messages, offsets, ncols, lsns, int(np.flatnonzero(bad)[0]))
+    return FramedImages(data, buf, kinds, starts, lengths)
+
+
+def _raise_first(messages: Sequence[bytes], offsets: Sequence[int], ncols: int, lsns: Sequence[int | None],
+                 i: int) -> None:
+    message, lsn = messages[i], lsns[i]
+    tup = decode_to_end(message, offsets[i], lsn)  # raises for every framing error
+    if len(tup.kinds) != ncols:
+        raise DecodeError(f"row image has {len(tup.kinds)} columns, the relation has {ncols}", lsn=lsn,
+                          offset=offsets[i], message_type=chr(message[0]) if message else None)
+    raise DecodeError("tuple does not frame", lsn=lsn, offset=offsets[i])  # unreachable if both agree
