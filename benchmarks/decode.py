@@ -11,7 +11,6 @@ import gc
 import sys
 import time
 from collections.abc import Callable, Iterator
-from itertools import chain
 from pathlib import Path
 
 import psycopg2
@@ -22,7 +21,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as `pytho
 from airflow_provider_pglogical.decoding import ChangeAssembler  # noqa: E402
 from airflow_provider_pglogical.decoding.gcpause import paused_gc  # noqa: E402
 from airflow_provider_pglogical.decoding.model import RowChange, Transaction  # noqa: E402
-from airflow_provider_pglogical.hooks.prefetch import prefetched  # noqa: E402
 from tests.pgserver import start_server, stop_server  # noqa: E402
 
 # Same shape as the hook's query: LSN turned into a bigint server-side, xid as bigint.
@@ -58,21 +56,14 @@ def generate(conn, changes: int, tx_changes: int) -> None:
     cur.close()
 
 
-def fetch(conn, binary: bool, itersize: int, sink: Callable[[Iterator[Row]], int],
-          prefetch: bool = False) -> tuple[int, float]:
-    """Stream the slot through a named cursor into ``sink``; return its count and the seconds taken.
-
-    ``prefetch``: FETCH the next chunk in a thread while ``sink`` works, as the hook does.
-    """
+def fetch(conn, binary: bool, itersize: int, sink: Callable[[Iterator[Row]], int]) -> tuple[int, float]:
+    """Stream the slot through a named cursor into ``sink``; return its count and the seconds taken."""
     conn.autocommit = False
     start = time.perf_counter()
     with conn.cursor(name="bench_fetch") as cur:
         cur.itersize = itersize
         cur.execute(PEEK, ("true" if binary else "false",))
-        if prefetch:
-            count = sink(chain.from_iterable(prefetched(lambda: cur.fetchmany(itersize))))
-        else:
-            count = sink(cur)
+        count = sink(cur)
     conn.commit()
     conn.autocommit = True
     return count, time.perf_counter() - start
@@ -215,9 +206,9 @@ def main() -> None:
         raw_rate = raw_count / raw_seconds
         print(f"{'raw fetch (named cursor, binary, no decoding)':<46} {raw_count:>9} rows in {raw_seconds:7.2f}s"
               f" = {raw_rate:>10,.0f} rows/s")
-        for label, sink in (("fetch || decode into Arrow (overlapped)", assemble_to_arrow),
-                            ("fetch || decode + stage Parquet (the drain)", stage)):
-            _, e2e_seconds = fetch(conn, True, args.itersize, sink, prefetch=True)
+        for label, sink in (("fetch + decode into Arrow (end to end)", assemble_to_arrow),
+                            ("fetch + decode + stage Parquet (the drain)", stage)):
+            _, e2e_seconds = fetch(conn, True, args.itersize, sink)
             print(f"{label:<46} {raw_count:>9} rows in {e2e_seconds:7.2f}s = "
                   f"{raw_count / e2e_seconds:>10,.0f} rows/s  ({raw_seconds / e2e_seconds:.2f}x raw fetch)")
 

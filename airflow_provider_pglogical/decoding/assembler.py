@@ -21,9 +21,14 @@ from airflow_provider_pglogical.decoding.model import (
     TypeInfo,
 )
 from airflow_provider_pglogical.decoding.reader import UINT32
-from airflow_provider_pglogical.decoding.relations import RelationCache, row_change, to_change, unknown_relation
+from airflow_provider_pglogical.decoding.relations import (
+    RelationCache,
+    row_change,
+    to_change,
+    unknown_relation,
+    unsplit_row_change,
+)
 from airflow_provider_pglogical.decoding.spill import SpilledChanges, SpillFile
-from airflow_provider_pglogical.decoding.wiretuple import WireTuple
 from airflow_provider_pglogical.exceptions import DecodeError
 
 DEFAULT_MEMORY_BUDGET = 64 * 1024 * 1024
@@ -33,7 +38,12 @@ _u32 = UINT32.unpack_from
 
 
 def _spill_decoder(in_stream: bool) -> Callable[[bytes, int, Mapping[int, RelationSchema]], Change]:
+    base = 5 if in_stream else 1  # where the relid starts: after the [xid] inside a stream
+
     def decode(data: bytes, lsn: int, relations: Mapping[int, RelationSchema]) -> Change:
+        change = unsplit_row_change(data, lsn, relations.get, base)
+        if change is not None:
+            return change
         return to_change(parse_message(data, lsn=lsn, in_stream=in_stream), lsn, relations.get)
     return decode
 
@@ -122,25 +132,17 @@ class ChangeAssembler:
 
     def feed_rows(self, rows: Iterable[tuple[int, int, bytes | bytearray | memoryview]]) -> Iterator[Event]:
         """Feed every ``(lsn, xid, data)`` row in order; yield the events they complete."""
-        get_relation, budget, new_tuple, new_change = self._get_relation, self._budget, WireTuple, row_change
+        get_relation, budget, unsplit = self._get_relation, self._budget, unsplit_row_change
         for lsn, xid, data in rows:
             if type(data) is not bytes:  # psycopg2 hands out memoryviews whose items may be bytes, not ints
                 data = bytes(data)
             tx = self._tx
-            if tx is not None and tx.spill is None and len(data) > 6:
-                # Plain DML inside Begin…Commit, the bulk of all rows. A message with one tuple
-                # ('I'/'U' + relid + 'N', 'D' + relid + 'K'/'O') keeps it unsplit: the Arrow
-                # converter frames a whole row group at once (decoding.values.framing), which is
-                # most of what lets decoding keep up with the fetch.
-                t, tag = data[0], data[5]
-                if (tag == 78 and (t == 73 or t == 85)) or (t == 68 and (tag == 75 or tag == 79)):
-                    rel = get_relation(_u32(data, 1)[0])
-                    if rel is None:
-                        raise unknown_relation(_u32(data, 1)[0], lsn, chr(t))
-                    if t == 68:
-                        tx.items.append(new_change("D", rel, lsn, new_tuple(data, 6, lsn), None, tag == 75))
-                    else:
-                        tx.items.append(new_change(_OPS[t], rel, lsn, None, new_tuple(data, 6, lsn), False))
+            if tx is not None and tx.spill is None:
+                # Plain DML inside Begin…Commit, the bulk of all rows: its tuple stays unsplit
+                # and the Arrow converter frames a whole row group at once (values.framing).
+                change = unsplit(data, lsn, get_relation)
+                if change is not None:
+                    tx.items.append(change)
                     size = len(data)
                     tx.mem_bytes += size
                     self._buffered += size
@@ -167,6 +169,12 @@ class ChangeAssembler:
             self._buffered += len(data)
             if self._buffered > self._budget:
                 self._start_spill(tx)
+            return None
+        if tx is not None and tx.spill is not None and unsplit_row_change(data, lsn, self._get_relation) is not None:
+            # A spilling transaction's plain DML goes to the file as is (relation checked); it is
+            # framed when read back, like any unsplit tuple.
+            tx.spill.append(lsn, 0, data)
+            tx.spill_counts[0] = tx.spill_counts.get(0, 0) + 1
             return None
         if self._stream is not None:
             return self._feed_stream_block(self._stream, lsn, data)

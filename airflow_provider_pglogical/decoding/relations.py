@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow_provider_pglogical.decoding import messages as m
 from airflow_provider_pglogical.decoding.messages import RelationMessage, TypeMessage
@@ -17,10 +18,8 @@ from airflow_provider_pglogical.decoding.model import (
     TupleData,
     TypeInfo,
 )
+from airflow_provider_pglogical.decoding.wiretuple import WireTuple
 from airflow_provider_pglogical.exceptions import DecodeError, UnknownRelationError
-
-if TYPE_CHECKING:
-    from airflow_provider_pglogical.decoding.wiretuple import WireTuple
 
 # pgoutput sends "" for objects in pg_catalog (proto.c logicalrep_write_namespace).
 CATALOG_NAMESPACE = "pg_catalog"
@@ -130,6 +129,33 @@ def row_change(op: str, relation: RelationSchema, lsn: int, old: TupleData | Wir
                new: TupleData | WireTuple | None, old_key_only: bool) -> RowChange:
     """``RowChange(...)`` built the fast way (the decoder makes one per row)."""
     return _tuple_new(RowChange, (op, relation, lsn, old, new, old_key_only))
+
+
+_OPS = {73: "I", 85: "U", 68: "D"}
+_u32 = struct.Struct("!I").unpack_from
+
+
+def unsplit_row_change(data: bytes, lsn: int, relation: Callable[[int], RelationSchema | None],
+                       base: int = 1) -> RowChange | None:
+    """The RowChange of a DML message carrying one tuple, left unsplit (``WireTuple``); else None.
+
+    One tuple: 'I'/'U' + relid + 'N', or 'D' + relid + 'K'/'O' — the tuple then runs to the
+    end of the message. ``base`` is where the relid starts (1, or 5 after a streamed [xid]).
+    Updates with an old image, and anything malformed, return None for the eager path.
+    """
+    if len(data) <= base + 5:
+        return None
+    t, tag = data[0], data[base + 4]
+    if tag == 78 and (t == 73 or t == 85):  # 'N' right after the relid: no old image
+        old, new, key_only = None, WireTuple(data, base + 5, lsn), False
+    elif t == 68 and (tag == 75 or tag == 79):  # Delete: 'K' key or 'O' full old row
+        old, new, key_only = WireTuple(data, base + 5, lsn), None, tag == 75
+    else:
+        return None
+    rel = relation(_u32(data, base)[0])
+    if rel is None:
+        raise unknown_relation(_u32(data, base)[0], lsn, chr(t))
+    return _tuple_new(RowChange, (_OPS[t], rel, lsn, old, new, key_only))
 
 
 def unknown_relation(relid: int, lsn: int, mtype: str) -> UnknownRelationError:

@@ -21,7 +21,6 @@ from airflow_provider_pglogical.exceptions import (
     format_lsn,
 )
 from airflow_provider_pglogical.hooks.errors import translated_errors, validate_slot_name
-from airflow_provider_pglogical.hooks.prefetch import prefetched
 
 PLUGIN = "pgoutput"
 DEFAULT_PUBLISH = ("insert", "update", "delete", "truncate")
@@ -363,10 +362,9 @@ class PgLogicalHook(PostgresHook):
         try:
             with translated_errors(slot=slot, publication=publication):
                 with conn.cursor(name=f"pglogical_{slot}") as cur:
+                    cur.itersize = itersize
                     cur.execute(query, params)
-                    # The next FETCH runs on the server while the caller decodes this chunk.
-                    for chunk in prefetched(lambda: cur.fetchmany(itersize)):
-                        yield from chunk
+                    yield from cur
                 conn.commit()  # for get_changes this is what makes the consumption durable
                 committed = True
         finally:
