@@ -106,3 +106,16 @@ class RowFilterError(ApplyError):
 
 class UnresolvableToastError(ApplyError):
     """An unchanged-TOAST value is needed but exists neither in the target nor the old image."""
+
+
+class ConstraintViolationError(ApplyError):
+    """A batch violates a target constraint even when applied change by change in commit order.
+
+    ``table``, ``constraint`` and ``sqlstate`` come from PostgreSQL; ``lsn`` is the change that failed
+    (None when only the batch's end state violates a deferred constraint). No row values.
+    """
+
+    def __init__(self, message: str, *, table: str | None, lsn: int | None, constraint: str | None,
+                 sqlstate: str | None) -> None:
+        super().__init__(message)
+        self.table, self.lsn, self.constraint, self.sqlstate = table, lsn, constraint, sqlstate

@@ -21,14 +21,8 @@ from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfi
 from airflow_provider_pglogical.apply.runner import apply_slot  # noqa: E402
 from airflow_provider_pglogical.hooks import PgLogicalHook  # noqa: E402
 from tests.conftest import make_database  # noqa: E402
-from tests.integration.test_native_equivalence import (
-    drain_all,
-    execute,
-    query,
-    subscribe,
-    wait_for_subscriber,  # noqa: E402
-)
-from tests.pgserver import start_server, stop_server  # noqa: E402
+from tests.pgserver import execute, query, start_server, stop_server  # noqa: E402
+from tests.subscriber import drain_all, subscribe, wait_for_subscriber  # noqa: E402
 from tests.unit.apply.targetdb import make_target  # noqa: E402
 
 SCHEMA = """
@@ -45,17 +39,17 @@ def workload(dsn: str, changes: int, tx_rows: int) -> dict[str, int]:
     for lo in range(0, inserts, tx_rows):
         hi = min(lo + tx_rows, inserts)
         execute(dsn, "INSERT INTO bench (id, grp, amount, note) SELECT g, g %% 100, g * 0.01, md5(g::text) "
-                     "FROM generate_series(%s, %s) g", (lo, hi - 1))
+                     "FROM generate_series(%s, %s) g", params=(lo, hi - 1))
         done["insert"] += hi - lo
     for lo in range(0, updates, tx_rows):
         hi = min(lo + tx_rows, updates)
         # ids modulo inserts/2: the upper half of updates hits rows a second time (compaction matters)
         execute(dsn, "UPDATE bench SET amount = amount + 1, updated_at = now() WHERE id IN "
-                     "(SELECT g %% %s FROM generate_series(%s, %s) g)", (max(inserts // 2, 1), lo, hi - 1))
+                     "(SELECT g %% %s FROM generate_series(%s, %s) g)", params=(max(inserts // 2, 1), lo, hi - 1))
         done["update"] += hi - lo
     for lo in range(0, deletes, tx_rows):
         hi = min(lo + tx_rows, deletes)
-        execute(dsn, "DELETE FROM bench WHERE id BETWEEN %s AND %s", (inserts - hi, inserts - lo - 1))
+        execute(dsn, "DELETE FROM bench WHERE id BETWEEN %s AND %s", params=(inserts - hi, inserts - lo - 1))
         done["delete"] += hi - lo
     return done
 

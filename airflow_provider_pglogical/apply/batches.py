@@ -23,6 +23,7 @@ FORMAT_VERSION = 1
 META = "_pgl_"
 CHANGE_META_COLUMNS = ("commit_lsn", "end_lsn", "lsn", "tx_order", "xid", "commit_time", "op",
                        "schema_version", "old", "old_key_only", "new", "new_unchanged_toast")
+NOTES_COLUMNS = ("old_value_notes", "new_value_notes")  # exactness notes; empty maps when a file lacks them
 
 
 @dataclass(frozen=True)
@@ -147,10 +148,14 @@ def read_changes(spark: SparkSession, batch: Batch, table: str) -> DataFrame:
     """The table's row changes of every schema version, meta columns prefixed with ``_pgl_``.
 
     Versions are unioned by name (missing struct fields become null), so the frame always has
-    the union of the columns of all versions.
+    the union of the columns of all versions. The exactness notes come along (``apply/notes.py``).
     """
     frames = [spark.read.parquet(posixpath.join(batch.uri, rel)) for rel in batch.table_files.get(table, ())]
     if not frames:
         raise StagingError(f"batch {batch.start_lsn}-{batch.end_lsn} has no files for {table}")
     df = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
-    return df.select(*[df[c].alias(META + c) for c in CHANGE_META_COLUMNS])
+    from pyspark.sql import functions as F
+
+    notes = [(df[c] if c in df.columns else F.create_map().cast("map<string,string>")).alias(META + c)
+             for c in NOTES_COLUMNS]
+    return df.select(*[df[c].alias(META + c) for c in CHANGE_META_COLUMNS], *notes)

@@ -1,4 +1,8 @@
-"""The thin apply handler: validate every batch's configs, then per batch build net changes with Spark, stage them, apply in one transaction."""
+"""The thin apply handler: validate every batch's configs, then per batch build net changes with Spark, stage them, apply in one transaction.
+
+When the set-based apply cannot reproduce a native subscriber for a batch (``OrderedReplayNeeded``),
+the batch's un-netted changes are staged too and replayed change by change (``targets/ordered.py``).
+"""
 
 from __future__ import annotations
 
@@ -22,18 +26,23 @@ from airflow_provider_pglogical.apply.batches import (
 )
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.filters import apply_row_filter, validate_row_filter
+from airflow_provider_pglogical.apply.notes import fold_notes, inherit_toast_notes
+from airflow_provider_pglogical.apply.targets import ordered, setbased
 from airflow_provider_pglogical.apply.targets import postgres as pg
-from airflow_provider_pglogical.apply.targets.copytext import copy_lines
+from airflow_provider_pglogical.apply.targets.copytext import SESSION_CONF, copy_lines
 from airflow_provider_pglogical.apply.transforms import (
     FROM,
     KEEP,
     KIND,
     LSN,
+    SEQ,
+    TOUCHED,
     compact,
     filter_actions,
     project_columns,
     resolve_toast_from_old,
     to_key_events,
+    to_ordered_changes,
     void_before,
 )
 from airflow_provider_pglogical.exceptions import ApplyError
@@ -47,7 +56,9 @@ class BatchReport:
     end_lsn: int
     applied: bool
     rows: dict[str, dict[str, int]] = field(default_factory=dict)
-    seconds: dict[str, float] = field(default_factory=dict)  # "stage" (Spark + COPY), "apply" (transaction)
+    # "stage" (Spark + COPY), "apply" (transaction); after a fallback also "stage_ordered", "apply_ordered"
+    seconds: dict[str, float] = field(default_factory=dict)
+    ordered: bool = False  # applied change by change in commit order (the set-based apply could not)
 
 
 def read_dsn(config: ApplyConfig) -> str:
@@ -63,17 +74,33 @@ def read_dsn(config: ApplyConfig) -> str:
     return dsn
 
 
+def published_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig,
+                      shape: planning.TableShape) -> DataFrame:
+    """Staged changes of one table as the publication sends them: actions, TOAST refill, row filter, column list."""
+    all_columns = df.schema["_pgl_new"].dataType.fieldNames()
+    return (df.transform(filter_actions(cfg.actions))
+            .transform(inherit_toast_notes)
+            .transform(resolve_toast_from_old(all_columns, rel.identity_columns))
+            .transform(apply_row_filter(cfg.row_filter, all_columns))
+            .transform(fold_notes)  # after the filter, which needs the typed values
+            .transform(project_columns(shape.columns)))
+
+
 def net_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, shape: planning.TableShape,
                 truncated_at: tuple[int, int] | None) -> DataFrame:
     """Staged changes of one table → one net change per key (the whole pure pipeline)."""
-    all_columns = df.schema["_pgl_new"].dataType.fieldNames()
-    return (df.transform(filter_actions(cfg.actions))
-            .transform(resolve_toast_from_old(all_columns, rel.identity_columns))
-            .transform(apply_row_filter(cfg.row_filter, all_columns))
-            .transform(project_columns(shape.columns))
+    return (published_changes(df, rel, cfg, shape)
             .transform(to_key_events(shape.key, shape.columns))
             .transform(void_before(truncated_at))
             .transform(compact(shape.key, shape.columns)))
+
+
+def ordered_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, shape: planning.TableShape,
+                    truncated_at: tuple[int, int] | None) -> DataFrame:
+    """Staged changes of one table → every change after the last truncate, un-netted, for the ordered replay."""
+    return (published_changes(df, rel, cfg, shape)
+            .transform(to_ordered_changes(shape.key, shape.columns))
+            .transform(void_before(truncated_at)))
 
 
 def _validate(spark: SparkSession, config: ApplyConfig, batches: list[Batch]) -> dict[int, dict[str, RelationInfo]]:
@@ -106,7 +133,8 @@ def apply_slot(spark: SparkSession, config: ApplyConfig, dsn: str) -> list[Batch
     Idempotent under replay: a batch whose end_lsn is at or below a target table's watermark is
     skipped for that table, and each batch commits its changes together with the watermark.
     """
-    spark.conf.set("spark.sql.session.timeZone", "UTC")  # copy_lines' timestamp text relies on it
+    for key, value in SESSION_CONF.items():  # what copy_lines' text relies on (UTC, readable TIME columns)
+        spark.conf.set(key, value)
     batches = list_batches(config.staging_root, config.slot)
     if config.max_batches is not None:
         batches = batches[: config.max_batches]
@@ -131,21 +159,38 @@ def apply_slot(spark: SparkSession, config: ApplyConfig, dsn: str) -> list[Batch
 
 def _stage_table(spark: SparkSession, config: ApplyConfig, dsn: str, conn, batch: Batch, rel: RelationInfo,
                  cfg: TableApplyConfig, shape: planning.TableShape, target: pg.TargetTable, staging: str,
-                 truncated_at: tuple[int, int] | None) -> None:
-    """Net changes of one table COPYed by the executors into a fresh unlogged staging table."""
-    pg.create_staging(conn, staging, target, shape.key, shape.columns)
-    net = net_changes(read_changes(spark, batch, shape.source), rel, cfg, shape, truncated_at)
+                 truncated_at: tuple[int, int] | None, *, in_order: bool = False) -> None:
+    """One table's changes COPYed by the executors into a fresh unlogged staging table.
+
+    Net changes per key for the set-based apply; with ``in_order``, every change with its
+    position (commit LSN, order in transaction) for the ordered replay.
+    """
+    changes = read_changes(spark, batch, shape.source)
+    from_key = [F.col(FROM).getField(k).alias(pg.from_column(i)) for i, k in enumerate(shape.key)]
+    if in_order:
+        columns = ordered.ordered_columns(target, shape.key, shape.columns)
+        frame = ordered_changes(changes, rel, cfg, shape, truncated_at).select(
+            KIND, KEEP, LSN, F.col(SEQ).getField("c").alias(ordered.COMMIT),
+            F.col(SEQ).getField("o").alias(ordered.ORDER), *from_key, *shape.columns)
+    else:
+        columns = pg.staging_columns(target, shape.key, shape.columns)
+        frame = net_changes(changes, rel, cfg, shape, truncated_at).select(KIND, KEEP, LSN, *from_key, TOUCHED,
+                                                                            *shape.columns)
+    pg.create_staging(conn, staging, columns)
+    written = _copy(config, dsn, conn, frame, staging, [c for c, _ in columns])
+    log.debug("staged %s %s changes of %s", written, "ordered" if in_order else "net", shape.target)
+
+
+def _copy(config: ApplyConfig, dsn: str, conn, frame: DataFrame, staging: str, copy_cols: list[str]) -> int:
+    """``frame`` (kind, keep, lsn, then ``copy_cols``) COPYed by the executors into ``staging``, then analyzed."""
     if config.write_partitions:
-        net = net.repartition(config.write_partitions)
-    copy_cols = [c for c, _ in pg.staging_columns(target, shape.key, shape.columns)]
-    flat = net.select(KIND, KEEP, LSN, *[F.col(FROM).getField(k).alias(pg.from_column(i))
-                                         for i, k in enumerate(shape.key)], *shape.columns)
-    written = (copy_lines(flat).mapInArrow(pg.copy_partitions(dsn, staging, copy_cols), "rows long")
+        frame = frame.repartition(config.write_partitions)
+    written = (copy_lines(frame).mapInArrow(pg.copy_partitions(dsn, staging, copy_cols), "rows long")
                .agg(F.sum("rows")).collect()[0][0])
-    log.debug("staged %s net changes of %s", written or 0, shape.target)
     with conn.cursor() as cur:
         cur.execute(pg.sql.SQL("ANALYZE {}").format(pg.ident(staging)))  # the planner needs row counts
     conn.commit()
+    return written or 0
 
 
 def _apply_one(spark: SparkSession, config: ApplyConfig, dsn: str, conn, batch: Batch,
@@ -184,6 +229,7 @@ def _apply_one(spark: SparkSession, config: ApplyConfig, dsn: str, conn, batch: 
     started = time.monotonic()
     order = planning.parents_first(sorted({s.target for s in shapes.values()}), fks)
     plans: list[pg.TablePlan] = []
+    replayed = False
     try:
         for target in order:
             source, shape = next((s, sh) for s, sh in shapes.items() if sh.target == target)
@@ -199,16 +245,36 @@ def _apply_one(spark: SparkSession, config: ApplyConfig, dsn: str, conn, batch: 
             restart_identity=[t for t in truncated if t in truncs.restart_identity],
             watermark_tables=sorted({t for t, _ in pending.values()} | set(truncated)))
         staged_at = time.monotonic()
-        result = pg.apply_batch(conn, plan, progress=config.progress_table, rejects=config.rejects_table)
+        seconds = report.seconds
+        seconds["stage"] = round(staged_at - started, 3)
+        try:
+            result = setbased.apply_batch(conn, plan, progress=config.progress_table, rejects=config.rejects_table)
+        except setbased.OrderedReplayNeeded as why:
+            # Rolled back already. A new transaction rather than a savepoint: staging the changes is a Spark
+            # job, and an open transaction would hold the truncates' ACCESS EXCLUSIVE locks through it.
+            log.info("batch %X-%X: %s; replaying it change by change in commit order", batch.start_lsn,
+                     batch.end_lsn, why)
+            seconds["apply"] = round(time.monotonic() - staged_at, 3)
+            replayed, replay_at = True, time.monotonic()
+            for p in plans:
+                _stage_table(spark, config, dsn, conn, batch, rels[p.source], pending[p.source][1], shapes[p.source],
+                             targets[p.source], ordered.ordered_name(p.staging), truncs_pending.get(p.target),
+                             in_order=True)
+            staged_at = time.monotonic()
+            seconds["stage_ordered"] = round(staged_at - replay_at, 3)
+            result = ordered.apply_ordered(conn, plan, progress=config.progress_table, rejects=config.rejects_table)
+            seconds["apply_ordered"] = round(time.monotonic() - staged_at, 3)
+        else:
+            seconds["apply"] = round(time.monotonic() - staged_at, 3)
     finally:
         # Staging tables are disposable in every outcome; a crash before this line leaves them for
         # the next run of the batch, which drops and recreates them under the same names.
+        names = [p.staging for p in plans if p.staging]
         try:
-            pg.drop_staging(conn, [p.staging for p in plans if p.staging])
+            pg.drop_staging(conn, names + ([ordered.ordered_name(n) for n in names] if replayed else []))
         except pg.psycopg2.Error as exc:  # never mask the apply's own outcome
             conn.rollback()
             log.warning("could not drop staging tables of batch %X-%X: %s", batch.start_lsn, batch.end_lsn,
                         exc.pgcode)
-    report.applied, report.rows = result.applied, result.rows
-    report.seconds = {"stage": round(staged_at - started, 3), "apply": round(time.monotonic() - staged_at, 3)}
+    report.applied, report.rows, report.ordered = result.applied, result.rows, result.ordered
     return report

@@ -17,6 +17,10 @@ KEEP = META + "keep"  # columns whose value must come from the target (unchanged
 LSN = META + "lsn"
 SEQ = META + "seq"  # struct(commit_lsn, tx_order, sub, lsn): total order of events (lsn only breaks exact duplicates)
 FROM = META + "from"  # old key (struct) of a row that arrived by a key change: 'u' values live there
+AWAY = META + "away"  # in events: the DELETE half of a key change (the row moved to another key)
+# After compaction: the key's row was changed in the batch before a key change moved it away, so the target row
+# there is no source for the moved row's unchanged-TOAST values (the batch then needs the ordered replay).
+TOUCHED = META + "touched"
 
 
 def _op_to_action(op: str) -> str:
@@ -80,9 +84,9 @@ def to_key_events(key: Sequence[str], columns: Sequence[str]) -> Step:
     """Step: one event per (key, change), table columns at top level.
 
     A DELETE is keyed by its old image, an INSERT by its new one, an UPDATE by its old image
-    when there is one. An UPDATE that changes the key becomes a DELETE of the old key (sub 0)
-    and an INSERT of the new key (sub 1) at the same position; the INSERT remembers the old key
-    in ``_pgl_from`` so unchanged-TOAST values can be taken from the target row still there.
+    when there is one. An UPDATE that changes the key becomes a DELETE of the old key (sub 0,
+    ``_pgl_away``) and an INSERT of the new key (sub 1) at the same position; the INSERT remembers
+    the old key in ``_pgl_from`` so unchanged-TOAST values can be taken from the target row still there.
     """
 
     def step(df: DataFrame) -> DataFrame:
@@ -96,24 +100,48 @@ def to_key_events(key: Sequence[str], columns: Sequence[str]) -> Step:
         empty = F.array().cast("array<string>")
         is_delete = op == "D"
 
-        def event(kind, sub, key_image, with_values, keep, moved_from) -> Column:
+        def event(kind, sub, key_image, with_values, keep, moved_from, away) -> Column:
             cols = [key_image.getField(c).alias(c) if c in key
                     else F.when(with_values, new.getField(c)).alias(c) for c in columns]
-            return F.struct(kind.alias(KIND),
-                            F.struct(F.col(META + "commit_lsn").alias("c"), F.col(META + "tx_order").alias("o"),
-                                     sub.alias("s"), F.col(META + "lsn").alias("l")).alias(SEQ),
-                            F.col(META + "lsn").alias(LSN), keep.alias(KEEP), moved_from.alias(FROM), *cols)
+            return F.struct(kind.alias(KIND), _seq(sub).alias(SEQ), F.col(META + "lsn").alias(LSN), keep.alias(KEEP),
+                            moved_from.alias(FROM), F.lit(away).alias(AWAY), *cols)
 
         main = event(
             F.when(is_delete, "D").when(op == "I", "I").when(key_changed, "I").otherwise("U"),
             F.when(is_delete, 0).otherwise(1),
             F.when(is_delete, old).when((op == "I") | key_changed | old.isNull(), new).otherwise(old),
             ~is_delete, F.when(is_delete, empty).otherwise(toast),
-            F.when(key_changed, from_key).otherwise(F.lit(None).cast(from_type)))
-        moved_away = event(F.lit("D"), F.lit(0), old, F.lit(False), empty, F.lit(None).cast(from_type))
+            F.when(key_changed, from_key).otherwise(F.lit(None).cast(from_type)), False)
+        moved_away = event(F.lit("D"), F.lit(0), old, F.lit(False), empty, F.lit(None).cast(from_type), True)
         # One scan: a key change yields two events, everything else one.
         exploded = df.select(F.explode(F.when(key_changed, F.array(moved_away, main)).otherwise(F.array(main))).alias("e"))
         return exploded.select("e.*")
+
+    return step
+
+
+def _seq(sub: Column) -> Column:
+    return F.struct(F.col(META + "commit_lsn").alias("c"), F.col(META + "tx_order").alias("o"), sub.alias("s"),
+                    F.col(META + "lsn").alias("l"))
+
+
+def to_ordered_changes(key: Sequence[str], columns: Sequence[str]) -> Step:
+    """Step: one row per change for the ordered (native, row-by-row) replay, table columns at top level.
+
+    Unlike ``to_key_events`` a key change stays one UPDATE, so the replay moves the row with
+    UPDATE like the native apply worker and unchanged-TOAST values travel with it along any
+    chain of key changes. ``_pgl_from`` is the key the change is matched by (old image, else the
+    new one; null for INSERT); ``_pgl_seq`` orders changes across all tables of the batch.
+    """
+
+    def step(df: DataFrame) -> DataFrame:
+        op, old, new = F.col(META + "op"), F.col(META + "old"), F.col(META + "new")
+        match = F.when(old.isNotNull(), old).otherwise(new)
+        return df.select(
+            op.alias(KIND), _seq(F.lit(0)).alias(SEQ), F.col(META + "lsn").alias(LSN),
+            F.when(op == "D", F.array().cast("array<string>")).otherwise(F.col(META + "new_unchanged_toast")).alias(KEEP),
+            F.when(op != "I", F.struct(*[match.getField(k).alias(k) for k in key])).alias(FROM),
+            *[new.getField(c).alias(c) for c in columns])
 
     return step
 
@@ -139,7 +167,8 @@ def compact(key: Sequence[str], columns: Sequence[str]) -> Step:
     the row exists). Each column takes its value from the last event after the last DELETE that
     knows it; columns no such event knows are listed in ``_pgl_keep`` (the target keeps its value,
     takes it from the row at ``_pgl_from`` when the row arrived by a key change, or — for I/R
-    without either — the value exists nowhere). Ties on (commit_lsn, tx_order)
+    without either — the value exists nowhere); ``_pgl_touched`` flags keys whose row changed in
+    the batch before a key change moved it away. Ties on (commit_lsn, tx_order)
     cannot occur within one key except for a key change's two halves, which ``sub`` orders; the
     change LSN makes even duplicated rows order deterministically.
     Deterministic, so re-running a batch yields the same rows.
@@ -157,6 +186,7 @@ def compact(key: Sequence[str], columns: Sequence[str]) -> Step:
             F.min_by(kind, F.when(after, seq)).alias(META + "first_kind"),
             F.max_by(F.col(LSN), seq).alias(LSN),
             F.min_by(F.col(FROM), F.when(after, seq)).alias(FROM),
+            (F.max(F.when(F.col(AWAY), seq)) > F.min(seq)).alias(TOUCHED),
         ]
         for c in values:
             known = after & ~F.array_contains(keep, c)
@@ -172,6 +202,7 @@ def compact(key: Sequence[str], columns: Sequence[str]) -> Step:
         return g.select(
             net_kind.alias(KIND),
             F.when(net_kind == "D", F.array().cast("array<string>")).otherwise(unknown).alias(KEEP),
-            F.col(LSN), F.when(net_kind.isin("I", "R"), F.col(FROM)).alias(FROM), *[F.col(c) for c in columns])
+            F.col(LSN), F.when(net_kind.isin("I", "R"), F.col(FROM)).alias(FROM),
+            F.coalesce(F.col(TOUCHED), F.lit(False)).alias(TOUCHED), *[F.col(c) for c in columns])
 
     return step

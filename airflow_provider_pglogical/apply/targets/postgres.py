@@ -1,10 +1,11 @@
-"""PostgreSQL target: catalog lookups, per-batch unlogged staging tables filled by COPY, one apply transaction per batch.
+"""PostgreSQL target: catalog lookups, per-batch unlogged staging tables filled by COPY, the frame of the apply transaction.
 
 Crash windows: executors COPY into unlogged staging tables first (nothing visible yet; a crash
 leaves only staging tables, which the next run drops and refills). The apply transaction then
-does the truncates, deletes and upserts *and* moves the watermark in ``pglogical_progress``;
-a crash before COMMIT leaves the target untouched, a crash after COMMIT makes the next run skip
-the batch (end_lsn ≤ watermark) and just drop the leftover staging tables.
+does the truncates and the changes (``setbased.py``, or ``ordered.py`` change by change) *and*
+moves the watermark in ``pglogical_progress``; a crash before COMMIT leaves the target untouched,
+a crash after COMMIT makes the next run skip the batch (end_lsn ≤ watermark) and just drop the
+leftover staging tables.
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ import hashlib
 import io
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import psycopg2
 import pyarrow as pa
 from psycopg2 import sql
 
-from airflow_provider_pglogical.exceptions import ApplyError, UnresolvableToastError, format_lsn
+from airflow_provider_pglogical.exceptions import ApplyError, ConstraintViolationError, format_lsn
 
-OP, KEEP, LSN = "_pgl_kind", "_pgl_keep", "_pgl_lsn"
+OP, KEEP, LSN, TOUCHED = "_pgl_kind", "_pgl_keep", "_pgl_lsn", "_pgl_touched"
 COPY_CHUNK_ROWS = 20000
 TOAST_REASON = "unchanged TOAST value unavailable (not in the target, not in the old image)"
 
@@ -69,6 +71,7 @@ class BatchPlan:
 class BatchResult:
     applied: bool
     rows: dict[str, dict[str, int]] = field(default_factory=dict)  # target -> counters
+    ordered: bool = False  # applied change by change (ordered.py) rather than set-based (setbased.py)
 
 
 def connect(dsn: str):
@@ -159,14 +162,18 @@ def from_column(i: int) -> str:
 
 
 def staging_columns(target: TargetTable, key: Sequence[str], columns: Sequence[str]) -> list[tuple[str, str]]:
-    """(name, type) after the three meta columns: the moved-from key, then the written columns."""
-    return [(from_column(i), target.columns[k]) for i, k in enumerate(key)] + [(c, target.columns[c]) for c in columns]
+    """(name, type) after the three meta columns: the moved-from key, the touched flag, then the written columns."""
+    return ([(from_column(i), target.columns[k]) for i, k in enumerate(key)] + [(TOUCHED, "boolean")]
+            + [(c, target.columns[c]) for c in columns])
 
 
-def create_staging(conn, staging: str, target: TargetTable, key: Sequence[str], columns: Sequence[str]) -> None:
-    """A fresh unlogged table: op, keep list, lsn, moved-from key, then the written columns (target types, no constraints)."""
+def create_staging(conn, staging: str, columns: Sequence[tuple[str, str]]) -> None:
+    """A fresh unlogged table: op, keep list, lsn, then ``columns`` (name, type) — target types, no constraints.
+
+    ``columns`` is ``staging_columns`` (net changes) or ``ordered.ordered_columns`` (ordered replay).
+    """
     defs = [sql.SQL("{} text, {} text[], {} bigint").format(*map(sql.Identifier, (OP, KEEP, LSN)))]
-    defs += [sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t)) for c, t in staging_columns(target, key, columns)]
+    defs += [sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t)) for c, t in columns]
     with conn.cursor() as cur:
         cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(staging)))
         cur.execute(sql.SQL("CREATE UNLOGGED TABLE {} ({})").format(ident(staging), sql.SQL(", ").join(defs)))
@@ -227,138 +234,75 @@ def copy_partitions(dsn: str, staging: str, columns: Sequence[str]) -> Callable[
     return run
 
 
-def _key_match(key: Sequence[str], left: str, right: str) -> sql.Composable:
-    return sql.SQL(" AND ").join(
-        sql.SQL("{}.{} = {}.{}").format(sql.Identifier(left), sql.Identifier(k), sql.Identifier(right),
-                                        sql.Identifier(k)) for k in key)
+def begin_batch(cur, plan: BatchPlan, progress: str) -> bool:
+    """Lock the slot, re-read the watermark (False: already applied) and run the truncates."""
+    # Same key as the run's session lock: re-entrant here, and it serialises other writers.
+    cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (_lock_key(plan.slot),))
+    marks = watermarks(cur.connection, progress, plan.slot)
+    if all(marks.get(t, -1) >= plan.end_lsn for t in plan.watermark_tables):
+        return False
+    if plan.truncate:
+        cur.execute(sql.SQL("TRUNCATE {}").format(sql.SQL(", ").join(map(ident, plan.truncate))))
+        for table in plan.restart_identity:
+            # What TRUNCATE ... RESTART IDENTITY does, for a subset of one statement's tables.
+            cur.execute("SELECT s.oid::regclass::text FROM pg_depend d JOIN pg_class s ON s.oid = d.objid "
+                        "WHERE d.refobjid = %s::regclass AND d.deptype IN ('a', 'i') AND s.relkind = 'S'",
+                        (ident(table).as_string(cur.connection),))
+            for (seq,) in cur.fetchall():
+                cur.execute(f"ALTER SEQUENCE {seq} RESTART")  # seq is regclass text: quoted already
+    return True
 
 
-def _exists_in_target(t: TablePlan) -> sql.Composable:
-    return sql.SQL("EXISTS (SELECT 1 FROM {} t WHERE {})").format(ident(t.target), _key_match(t.key, "t", "s"))
-
-
-def _fill_from_moved_rows(cur, t: TablePlan) -> None:
-    """Unchanged-TOAST values of rows that arrived by a key change, from the target row at the old key.
-
-    Runs after the truncates (a truncated row is no source) and before the deletes (which remove
-    the old key's row).
-    """
-    values = [c for c in t.columns if c not in t.key]
-    if not values:
-        return
-    sets = sql.SQL(", ").join(
-        sql.SQL("{c} = CASE WHEN {name} = ANY(s.{keep}) THEN t.{c} ELSE s.{c} END").format(
-            c=sql.Identifier(c), name=sql.Literal(c), keep=sql.Identifier(KEEP)) for c in values)
-    match = sql.SQL(" AND ").join(sql.SQL("t.{} = s.{}").format(sql.Identifier(k), sql.Identifier(from_column(i)))
-                                  for i, k in enumerate(t.key))
-    cur.execute(sql.SQL("UPDATE {stg} s SET {sets}, {keep} = '{{}}' FROM {tgt} t WHERE s.{op} IN ('I', 'R') "
-                        "AND cardinality(s.{keep}) > 0 AND {m}").format(
-        stg=ident(t.staging), sets=sets, keep=sql.Identifier(KEEP), tgt=ident(t.target), op=sql.Identifier(OP),
-        m=match))
-
-
-def _apply_table_rows(cur, plan: BatchPlan, t: TablePlan, rejects: str, counters: dict[str, int]) -> None:
-    """Conflict/TOAST checks, then UPDATE of existing rows and INSERT of new ones (deletes done earlier)."""
-    stg, tgt = ident(t.staging), ident(t.target)
-    exists = _exists_in_target(t)
-    unresolved = sql.SQL("s.{op} IN ('I', 'R') AND cardinality(s.{keep}) > 0 AND (s.{op} = 'R' OR NOT {ex})").format(
-        op=sql.Identifier(OP), keep=sql.Identifier(KEEP), ex=exists)
-    cur.execute(sql.SQL("SELECT count(*), min(s.{lsn}), max(s.{lsn}) FROM {stg} s WHERE {u}").format(
-        lsn=sql.Identifier(LSN), stg=stg, u=unresolved))
-    n, lo, hi = cur.fetchone()
-    if n:
-        if t.unchanged_toast == "fail":
-            raise UnresolvableToastError(
-                f"{n} row(s) of {t.target} need unchanged TOAST values that exist neither in the target nor in "
-                f"the old image (LSN {format_lsn(lo)}..{format_lsn(hi)}); batch {format_lsn(plan.start_lsn)}-"
-                f"{format_lsn(plan.end_lsn)} not applied")
-        key_json = sql.SQL(", ").join(sql.SQL("{}, s.{}").format(sql.Literal(k), sql.Identifier(k)) for k in t.key)
+def finish_batch(cur, plan: BatchPlan, progress: str) -> None:
+    """Deferred constraints checked now (against the batch's end state, while errors are still ours), then the watermark."""
+    cur.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    for table in plan.watermark_tables:
         cur.execute(sql.SQL(
-            "WITH r AS (DELETE FROM {stg} s WHERE {u} RETURNING s.*) INSERT INTO {rej} "
-            "(slot, table_name, lsn, reason, key) SELECT %s, %s, '0/0'::pg_lsn + s.{lsn}::numeric, %s, "
-            "jsonb_build_object({kj}) FROM r s").format(
-                stg=stg, u=unresolved, rej=ident(rejects), lsn=sql.Identifier(LSN), kj=key_json),
-            (plan.slot, t.target, TOAST_REASON))
-        counters["rejected"] = cur.rowcount
-    if t.conflict == "strict":
-        cur.execute(sql.SQL("SELECT count(*) FROM {} s WHERE s.{} = 'I' AND {}").format(
-            stg, sql.Identifier(OP), exists))
-        (conflicts,) = cur.fetchone()
-        if conflicts:
-            raise ApplyError(f"{conflicts} INSERT(s) into {t.target} hit an existing key (conflict policy strict); "
-                             f"batch {format_lsn(plan.start_lsn)}-{format_lsn(plan.end_lsn)} not applied")
-    values = [c for c in t.columns if c not in t.key]
-    if values:
-        sets = sql.SQL(", ").join(
-            sql.SQL("{c} = CASE WHEN {name} = ANY(s.{keep}) THEN t.{c} ELSE s.{c} END").format(
-                c=sql.Identifier(c), name=sql.Literal(c), keep=sql.Identifier(KEEP)) for c in values)
-        cur.execute(sql.SQL("UPDATE {tgt} t SET {sets} FROM {stg} s WHERE s.{op} IN ('U', 'I') AND {m}").format(
-            tgt=tgt, sets=sets, stg=stg, op=sql.Identifier(OP), m=_key_match(t.key, "t", "s")))
-        counters["updated"] = cur.rowcount
-    cols = sql.SQL(", ").join(map(sql.Identifier, t.columns))
-    scols = sql.SQL(", ").join(sql.SQL("s.{}").format(sql.Identifier(c)) for c in t.columns)
-    cur.execute(sql.SQL("INSERT INTO {tgt} ({cols}) SELECT {scols} FROM {stg} s WHERE s.{op} IN ('I', 'R') "
-                        "AND cardinality(s.{keep}) = 0 AND NOT {ex}").format(
-        tgt=tgt, cols=cols, scols=scols, stg=stg, op=sql.Identifier(OP), keep=sql.Identifier(KEEP), ex=exists))
-    counters["inserted"] = cur.rowcount
-    cur.execute(sql.SQL("SELECT count(*) FROM {} s WHERE s.{} = 'U' AND NOT {}").format(
-        stg, sql.Identifier(OP), exists))
-    counters["skipped_missing_update"] = cur.fetchone()[0]
+            "INSERT INTO {} AS p (slot, target_table, end_lsn) VALUES (%s, %s, '0/0'::pg_lsn + %s::numeric) "
+            "ON CONFLICT (slot, target_table) DO UPDATE SET end_lsn = EXCLUDED.end_lsn, applied_at = now() "
+            "WHERE p.end_lsn < EXCLUDED.end_lsn").format(ident(progress)),
+            (plan.slot, table, plan.end_lsn))
 
 
-def apply_batch(conn, plan: BatchPlan, *, progress: str, rejects: str) -> BatchResult:
-    """One transaction: truncates, deletes (children first), upserts (parents first), watermark.
+def run_batch(conn, plan: BatchPlan, progress: str, result: BatchResult, apply_rows: Callable[[Any], None],
+              error: Callable[[psycopg2.Error], ApplyError]) -> BatchResult:
+    """The exactly-once frame of a batch transaction, shared by the set-based apply and the ordered replay.
 
-    Idempotent under replay: the watermark is re-read under a per-slot advisory lock inside the
-    transaction, and a batch whose end_lsn is not beyond it changes nothing.
+    Lock + watermark re-read + truncates (``begin_batch``; an applied batch returns unapplied),
+    ``apply_rows(cursor)``, deferred constraints + watermark (``finish_batch``), commit. Any error
+    rolls everything back; database errors are raised as ``error(exc)`` without their DETAIL.
     """
-    result = BatchResult(applied=False)
     try:
         with conn.cursor() as cur:
-            # Same key as the run's session lock: re-entrant here, and it serialises other writers.
-            cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (_lock_key(plan.slot),))
-            marks = watermarks(conn, progress, plan.slot)
-            if all(marks.get(t, -1) >= plan.end_lsn for t in plan.watermark_tables):
+            if not begin_batch(cur, plan, progress):
                 conn.rollback()
                 return result
-            if plan.truncate:
-                cur.execute(sql.SQL("TRUNCATE {}").format(sql.SQL(", ").join(map(ident, plan.truncate))))
-                for table in plan.restart_identity:
-                    # What TRUNCATE ... RESTART IDENTITY does, for a subset of one statement's tables.
-                    cur.execute("SELECT s.oid::regclass::text FROM pg_depend d JOIN pg_class s ON s.oid = d.objid "
-                                "WHERE d.refobjid = %s::regclass AND d.deptype IN ('a', 'i') AND s.relkind = 'S'",
-                                (ident(table).as_string(conn),))
-                    for (seq,) in cur.fetchall():
-                        cur.execute(f"ALTER SEQUENCE {seq} RESTART")  # seq is regclass text: quoted already
-            for t in plan.tables:
-                if t.staging is not None:
-                    _fill_from_moved_rows(cur, t)
-            for t in reversed(plan.tables):
-                counters = result.rows.setdefault(t.target, {})
-                if t.staging is None:
-                    continue
-                cur.execute(sql.SQL("DELETE FROM {tgt} t USING {stg} s WHERE s.{op} IN ('D', 'R') AND {m}").format(
-                    tgt=ident(t.target), stg=ident(t.staging), op=sql.Identifier(OP), m=_key_match(t.key, "t", "s")))
-                counters["deleted"] = cur.rowcount
-            for t in plan.tables:
-                if t.staging is not None:
-                    _apply_table_rows(cur, plan, t, rejects, result.rows[t.target])
-            for table in plan.watermark_tables:
-                cur.execute(sql.SQL(
-                    "INSERT INTO {} AS p (slot, target_table, end_lsn) VALUES (%s, %s, '0/0'::pg_lsn + %s::numeric) "
-                    "ON CONFLICT (slot, target_table) DO UPDATE SET end_lsn = EXCLUDED.end_lsn, applied_at = now() "
-                    "WHERE p.end_lsn < EXCLUDED.end_lsn").format(ident(progress)),
-                    (plan.slot, table, plan.end_lsn))
+            apply_rows(cur)
+            finish_batch(cur, plan, progress)
         conn.commit()
         result.applied = True
         return result
     except psycopg2.Error as exc:
         conn.rollback()
-        # message_primary names tables and constraints; DETAIL carries key values, so neither it nor the
-        # driver exception (whose text includes DETAIL) is chained into what Airflow logs.
-        primary = exc.diag.message_primary if exc.diag else type(exc).__name__
-        raise ApplyError(f"batch {format_lsn(plan.start_lsn)}-{format_lsn(plan.end_lsn)} not applied: "
-                         f"[{exc.pgcode}] {primary}") from None
-    except Exception:
+        raise error(exc) from None
+    except BaseException:
         conn.rollback()
         raise
+
+
+def batch_error(plan: BatchPlan, exc: psycopg2.Error, *, where: str = "", table: str | None = None,
+                lsn: int | None = None) -> ApplyError:
+    """The typed error for a failed batch: primary message and constraint name only.
+
+    message_primary names tables and constraints; DETAIL carries key values, so neither it nor the driver
+    exception (whose text includes DETAIL) may reach what Airflow logs — raise this ``from None``.
+    """
+    diag = exc.diag
+    primary = (diag.message_primary if diag else None) or type(exc).__name__
+    text = f"batch {format_lsn(plan.start_lsn)}-{format_lsn(plan.end_lsn)} not applied: {where}[{exc.pgcode}] {primary}"
+    if not (exc.pgcode or "").startswith("23"):
+        return ApplyError(text)
+    if table is None and diag and diag.table_name:
+        table = f"{diag.schema_name or 'public'}.{diag.table_name}"
+    return ConstraintViolationError(text, table=table, lsn=lsn, constraint=(diag.constraint_name or None) if diag
+                                    else None, sqlstate=exc.pgcode)

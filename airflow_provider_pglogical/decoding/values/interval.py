@@ -1,4 +1,10 @@
-"""interval: months, days and microseconds kept apart, as PostgreSQL stores them; 17+ ±infinity."""
+"""interval: months, days and microseconds kept apart, as PostgreSQL stores them; 17+ ±infinity.
+
+Arrow form: ``struct<months int32, days int32, microseconds int64>`` — PostgreSQL's own three
+fields. Arrow's month_day_nano_interval cannot be written to Parquet (pyarrow has no Parquet
+mapping for it), is not readable by Spark, and its nanoseconds overflow beyond ±292 years of time.
+The struct holds every PostgreSQL interval, the 17+ infinities included, as plain integers.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +23,7 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 INTERVAL_NOEND = Interval(INT32_MAX, INT32_MAX, INT64_MAX)  # PG 17+ 'infinity' (timestamp.h)
 INTERVAL_NOBEGIN = Interval(INT32_MIN, INT32_MIN, INT64_MIN)
-NANOS_PER_USEC = 1000
+ARROW_TYPE = pa.struct([("months", pa.int32()), ("days", pa.int32()), ("microseconds", pa.int64())])
 
 # IntervalStyle 'postgres' (the default): "1 year 2 mons -3 days +04:05:06.789", "00:00:00"
 _POSTGRES_STYLE = re.compile(
@@ -36,7 +42,11 @@ def parse_interval(text: str) -> Interval:
         raise DecodeError("invalid interval text value (IntervalStyle must be postgres)")
     years, mons, days, sign, h, mi, s, frac = m.groups()
     us = ((int(h or 0) * 60 + int(mi or 0)) * 60 + int(s or 0)) * 1_000_000 + int((frac or "").ljust(6, "0"))
-    return Interval(int(years or 0) * 12 + int(mons or 0), int(days or 0), -us if sign == "-" else us)
+    iv = Interval(int(years or 0) * 12 + int(mons or 0), int(days or 0), -us if sign == "-" else us)
+    if not (INT32_MIN <= iv.months <= INT32_MAX and INT32_MIN <= iv.days <= INT32_MAX
+            and INT64_MIN <= iv.microseconds <= INT64_MAX):
+        raise DecodeError("interval text value out of range")
+    return iv
 
 
 def _python(iv: Interval) -> Any:
@@ -47,20 +57,12 @@ def _python(iv: Interval) -> Any:
     return iv
 
 
-def _arrow(iv: Interval) -> tuple[int, int, int]:
-    if iv in (INTERVAL_NOEND, INTERVAL_NOBEGIN):
-        return iv.months, iv.days, iv.microseconds  # raw sentinel, like PostgreSQL stores it
-    nanos = iv.microseconds * NANOS_PER_USEC
-    if not INT64_MIN <= nanos <= INT64_MAX or nanos in (INT64_MIN, INT64_MAX):
-        raise DecodeError("interval time beyond arrow's nanosecond range")
-    return iv.months, iv.days, nanos
-
-
 class IntervalCodec(Codec):
-    """month_day_nano_interval: (months, days, µs*1000). +infinity is (INT32_MAX, INT32_MAX,
-    INT64_MAX), −infinity the MINs — the same raw fields PostgreSQL 17+ stores."""
+    """struct<months, days, microseconds>, never normalised. +infinity is (INT32_MAX, INT32_MAX,
+    INT64_MAX), −infinity the MINs — the same raw fields PostgreSQL 17+ stores, so the Arrow value
+    is always the Interval itself (a tuple pyarrow takes as a struct)."""
 
-    name, arrow_type = "interval", pa.month_day_nano_interval()
+    name, arrow_type = "interval", ARROW_TYPE
 
     def fields_binary(self, raw: bytes) -> Interval:
         expect_len(raw, 16, self.name)
@@ -73,8 +75,8 @@ class IntervalCodec(Codec):
     def from_text(self, text: str) -> Any:
         return _python(parse_interval(text))
 
-    def arrow_from_binary(self, raw: bytes, notes: Notes, path: str) -> tuple[int, int, int]:
-        return _arrow(self.fields_binary(raw))
+    def arrow_from_binary(self, raw: bytes, notes: Notes, path: str) -> Interval:
+        return self.fields_binary(raw)
 
-    def arrow_from_text(self, text: str, notes: Notes, path: str) -> tuple[int, int, int]:
-        return _arrow(parse_interval(text))
+    def arrow_from_text(self, text: str, notes: Notes, path: str) -> Interval:
+        return parse_interval(text)

@@ -7,6 +7,7 @@ from airflow_provider_pglogical.apply.transforms import (
     project_columns,
     resolve_toast_from_old,
     to_key_events,
+    to_ordered_changes,
     void_before,
 )
 from tests.unit.apply.conftest import ITEMS, ITEMS_FULL, PAIRS
@@ -106,3 +107,36 @@ def test_a_row_moved_by_a_key_change_remembers_its_old_key_for_unchanged_toast(c
     got = {r["id"]: (r["_pgl_kind"], r["_pgl_from"], list(r["_pgl_keep"])) for r in df.collect()}
     assert got[2][0] == "I" and got[2][1]["id"] == 1 and got[2][2] == ["note"]
     assert got[1] == ("D", None, [])
+
+
+def touched(frame):
+    df = frame.transform(resolve_toast_from_old(list(COLS), ("id",))).transform(to_key_events(("id",), COLS)) \
+        .transform(compact(("id",), COLS))
+    return {r["id"]: r["_pgl_touched"] for r in df.collect()}
+
+
+def test_a_key_changed_in_the_batch_before_its_row_moved_away_is_touched(changes_frame):
+    frame = changes_frame(ITEMS, [
+        Chg("U", 10, 0, new={"id": 1, "grp": 2}, toast=("note",)),  # 1 changes, then moves to 2
+        Chg("U", 11, 0, old={"id": 1}, old_key_only=True, new={"id": 2, "grp": 2}, toast=("note",)),
+        Chg("U", 12, 0, old={"id": 5}, old_key_only=True, new={"id": 6, "grp": 2}, toast=("note",)),  # first event
+        Chg("U", 13, 0, old={"id": 6}, old_key_only=True, new={"id": 7, "grp": 2}, toast=("note",)),  # moved in, out
+        Chg("U", 14, 0, new={"id": 9, "grp": 1}),  # changed, never moved
+    ])
+    assert touched(frame) == {1: True, 2: False, 5: False, 6: True, 7: False, 9: False}
+
+
+def test_ordered_changes_keep_every_change_and_a_key_change_as_one_update(changes_frame):
+    frame = changes_frame(ITEMS, [
+        Chg("I", 10, 0, new={"id": 1, "grp": 1, "note": "a"}),
+        Chg("U", 10, 1, old={"id": 1}, old_key_only=True, new={"id": 2, "grp": 1}, toast=("note",)),
+        Chg("U", 20, 0, new={"id": 2, "grp": 3}, toast=("note",)),
+        Chg("D", 30, 0, old={"id": 2}, old_key_only=True),
+        Chg("I", 40, 0, new={"id": 2, "grp": 4, "note": "b"}),
+    ])
+    df = (frame.transform(resolve_toast_from_old(list(COLS), ("id",))).transform(to_ordered_changes(("id",), COLS))
+          .transform(void_before((10, 0))))
+    got = sorted((r["_pgl_seq"]["c"], r["_pgl_seq"]["o"], r["_pgl_kind"], r["_pgl_from"] and r["_pgl_from"]["id"],
+                  r["id"], r["grp"], r["note"], tuple(r["_pgl_keep"])) for r in df.collect())
+    assert got == [(10, 1, "U", 1, 2, 1, None, ("note",)), (20, 0, "U", 2, 2, 3, None, ("note",)),
+                   (30, 0, "D", 2, None, None, None, ()), (40, 0, "I", None, 2, 4, "b", ())]

@@ -114,18 +114,38 @@ def test_intervals_in_both_forms(fields, text):
     months, days, us = fields
     raw = struct.pack("!qii", us, days, months)
     assert dec(O.INTERVAL, "b", raw) == Interval(*fields) == dec(O.INTERVAL, "t", text)
+    want = [{"months": months, "days": days, "microseconds": us}]
+    assert arrow(O.INTERVAL, "b", raw).to_pylist() == want == arrow(O.INTERVAL, "t", text).to_pylist()
+
+
+def test_interval_arrow_type_is_a_struct_parquet_and_spark_can_hold():
+    assert arrow(O.INTERVAL, "t", "1 mon").type == pa.struct(
+        [("months", pa.int32()), ("days", pa.int32()), ("microseconds", pa.int64())])
 
 
 def test_interval_infinity_pg17_is_a_sentinel_and_raw_in_arrow():
     raw = struct.pack("!qii", 2**63 - 1, 2**31 - 1, 2**31 - 1)
     assert dec(O.INTERVAL, "b", raw) is INFINITY and dec(O.INTERVAL, "t", "-infinity") is NEG_INFINITY
-    assert arrow(O.INTERVAL, "b", raw).to_pylist() == [pa.MonthDayNano([2**31 - 1, 2**31 - 1, 2**63 - 1])]
-    assert arrow(O.INTERVAL, "t", "1 mon 00:00:01").to_pylist() == [pa.MonthDayNano([1, 0, 10**9])]
+    assert arrow(O.INTERVAL, "b", raw).to_pylist() == [
+        {"months": 2**31 - 1, "days": 2**31 - 1, "microseconds": 2**63 - 1}]
+    assert arrow(O.INTERVAL, "t", "-infinity").to_pylist() == [
+        {"months": -(2**31), "days": -(2**31), "microseconds": -(2**63)}]
 
 
-def test_interval_time_beyond_arrow_nanoseconds_is_rejected():
+@pytest.mark.parametrize(("fields", "text"), [
+    ((0, 0, 2**63 - 1), "2562047788:00:54.775807"), ((0, 0, -(2**63)), "-2562047788:00:54.775808"),
+    ((-(2**31), -(2**31), 2**63 - 1), "-178956970 years -8 mons -2147483648 days +2562047788:00:54.775807"),
+])
+def test_interval_extremes_fit_the_arrow_struct(fields, text):
+    raw = struct.pack("!qii", fields[2], fields[1], fields[0])
+    want = [dict(zip(("months", "days", "microseconds"), fields, strict=True))]
+    assert arrow(O.INTERVAL, "b", raw).to_pylist() == want == arrow(O.INTERVAL, "t", text).to_pylist()
+
+
+@pytest.mark.parametrize("text", ["2562047788:00:54.775808", "178956971 years", "2147483648 days"])
+def test_interval_text_beyond_postgres_fields_is_rejected(text):
     with pytest.raises(DecodeError):
-        arrow(O.INTERVAL, "t", "2562047788:00:00")
+        dec(O.INTERVAL, "t", text)
 
 
 @pytest.mark.parametrize(("oid", "raw"), [(O.DATE, b"\x00"), (O.TIME, bytes(7)), (O.TIMETZ, bytes(8)),
