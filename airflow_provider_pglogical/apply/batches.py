@@ -144,6 +144,22 @@ def read_truncates(batch: Batch) -> list[TruncateEvent]:
                           bool(r["cascade"]), bool(r["restart_identity"])) for r in rows or []]
 
 
+def has_value_notes(batch: Batch, table: str) -> bool:
+    """Whether any staged image of ``table`` in ``batch`` carries an exactness note.
+
+    Read driver-side from the two small notes columns only: almost every batch has none, and
+    then the Spark plan skips carrying notes through (``apply/notes.py``) altogether.
+    """
+    fs = pafs.FileSystem.from_uri(batch.uri)[0] if "://" in batch.uri else pafs.LocalFileSystem()
+    for rel in batch.table_files.get(table, ()):
+        parquet = pq.ParquetFile(posixpath.join(batch.path, rel), filesystem=fs)
+        present = [c for c in NOTES_COLUMNS if c in parquet.schema_arrow.names]
+        if present and any(len(chunk.keys) for column in parquet.read(columns=present).columns
+                           for chunk in column.chunks):
+            return True
+    return False
+
+
 def read_changes(spark: SparkSession, batch: Batch, table: str) -> DataFrame:
     """The table's row changes of every schema version, meta columns prefixed with ``_pgl_``.
 

@@ -19,6 +19,7 @@ from airflow_provider_pglogical.apply import planning
 from airflow_provider_pglogical.apply.batches import (
     Batch,
     RelationInfo,
+    has_value_notes,
     list_batches,
     read_changes,
     read_relations,
@@ -74,31 +75,36 @@ def read_dsn(config: ApplyConfig) -> str:
     return dsn
 
 
-def published_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig,
-                      shape: planning.TableShape) -> DataFrame:
-    """Staged changes of one table as the publication sends them: actions, TOAST refill, row filter, column list."""
+def published_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, shape: planning.TableShape,
+                      notes: bool = True) -> DataFrame:
+    """Staged changes of one table as the publication sends them: actions, TOAST refill, row filter, column list.
+
+    ``notes=False`` (the batch has no exactness notes for this table) leaves out carrying them.
+    """
     all_columns = df.schema["_pgl_new"].dataType.fieldNames()
-    return (df.transform(filter_actions(cfg.actions))
-            .transform(inherit_toast_notes)
-            .transform(resolve_toast_from_old(all_columns, rel.identity_columns))
-            .transform(apply_row_filter(cfg.row_filter, all_columns))
-            .transform(fold_notes)  # after the filter, which needs the typed values
-            .transform(project_columns(shape.columns)))
+    df = df.transform(filter_actions(cfg.actions))
+    if notes:
+        df = df.transform(inherit_toast_notes)
+    df = (df.transform(resolve_toast_from_old(all_columns, rel.identity_columns))
+          .transform(apply_row_filter(cfg.row_filter, all_columns)))
+    if notes:
+        df = df.transform(fold_notes)  # after the filter, which needs the typed values
+    return df.transform(project_columns(shape.columns))
 
 
 def net_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, shape: planning.TableShape,
-                truncated_at: tuple[int, int] | None) -> DataFrame:
+                truncated_at: tuple[int, int] | None, notes: bool = True) -> DataFrame:
     """Staged changes of one table → one net change per key (the whole pure pipeline)."""
-    return (published_changes(df, rel, cfg, shape)
+    return (published_changes(df, rel, cfg, shape, notes)
             .transform(to_key_events(shape.key, shape.columns))
             .transform(void_before(truncated_at))
             .transform(compact(shape.key, shape.columns)))
 
 
 def ordered_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, shape: planning.TableShape,
-                    truncated_at: tuple[int, int] | None) -> DataFrame:
+                    truncated_at: tuple[int, int] | None, notes: bool = True) -> DataFrame:
     """Staged changes of one table → every change after the last truncate, un-netted, for the ordered replay."""
-    return (published_changes(df, rel, cfg, shape)
+    return (published_changes(df, rel, cfg, shape, notes)
             .transform(to_ordered_changes(shape.key, shape.columns))
             .transform(void_before(truncated_at)))
 
@@ -166,15 +172,16 @@ def _stage_table(spark: SparkSession, config: ApplyConfig, dsn: str, conn, batch
     position (commit LSN, order in transaction) for the ordered replay.
     """
     changes = read_changes(spark, batch, shape.source)
+    notes = has_value_notes(batch, shape.source)
     from_key = [F.col(FROM).getField(k).alias(pg.from_column(i)) for i, k in enumerate(shape.key)]
     if in_order:
         columns = ordered.ordered_columns(target, shape.key, shape.columns)
-        frame = ordered_changes(changes, rel, cfg, shape, truncated_at).select(
+        frame = ordered_changes(changes, rel, cfg, shape, truncated_at, notes).select(
             KIND, KEEP, LSN, F.col(SEQ).getField("c").alias(ordered.COMMIT),
             F.col(SEQ).getField("o").alias(ordered.ORDER), *from_key, *shape.columns)
     else:
         columns = pg.staging_columns(target, shape.key, shape.columns)
-        frame = net_changes(changes, rel, cfg, shape, truncated_at).select(KIND, KEEP, LSN, *from_key, TOUCHED,
+        frame = net_changes(changes, rel, cfg, shape, truncated_at, notes).select(KIND, KEEP, LSN, *from_key, TOUCHED,
                                                                             *shape.columns)
     pg.create_staging(conn, staging, columns)
     written = _copy(config, dsn, conn, frame, staging, [c for c, _ in columns])
