@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
@@ -61,14 +61,39 @@ def referenced_columns(spark: SparkSession, expression: str) -> frozenset[str]:
     return frozenset(columns)
 
 
+# Column types (format_type text) whose staged form compares, computes and casts like PostgreSQL
+# in the supported expressions. Left out, because their staged form would give another answer:
+# unconstrained numeric (exact text), money (minor units), enums (sorted by label, not by enum
+# order), bpchar (trailing blanks), interval/timetz (structs), json/jsonb/inet/bytea/arrays and
+# domains (name does not tell the base type). Text compares by bytes, i.e. as the C collation.
+_FILTERABLE_TYPE = re.compile(
+    r"(smallint|integer|bigint|real|double precision|boolean|numeric\(\d+,\d+\)|date|oid|uuid|name|text"
+    r"|character varying(\(\d+\))?|timestamp(\(\d\))? with(out)? time zone)")
+
+
 def validate_row_filter(spark: SparkSession, expression: str, *, table: str, columns: Sequence[str],
-                        identity: Sequence[str], replica_identity: str, actions: Sequence[str]) -> frozenset[str]:
-    """Check a filter as PostgreSQL would at publication/DML time; returns the referenced columns."""
+                        identity: Sequence[str], replica_identity: str, actions: Sequence[str],
+                        types: Mapping[str, str | None] | None = None) -> frozenset[str]:
+    """Check a filter as PostgreSQL would at publication/DML time; returns the referenced columns.
+
+    ``types`` (column → SQL type name): every referenced column must be of a type the filter
+    evaluates exactly on staged values (``_FILTERABLE_TYPE``); others are refused up front
+    rather than filtered differently from PostgreSQL.
+    """
     refs = referenced_columns(spark, expression)
     known = {c.lower() for c in columns}
     unknown = sorted(refs - known)
     if unknown:
         raise RowFilterError(f"row filter of {table} references unknown column(s) {', '.join(unknown)}")
+    if types is not None:
+        by_name = {c.lower(): t for c, t in types.items()}
+        unsupported = sorted(f"{c} ({by_name.get(c) or 'unknown type'})" for c in refs
+                             if not _FILTERABLE_TYPE.fullmatch(by_name.get(c) or ""))
+        if unsupported:
+            raise RowFilterError(
+                f"row filter of {table} references column(s) {', '.join(unsupported)} whose staged values do not "
+                "compare like PostgreSQL's; filters support integer, float, boolean, numeric(p,s), date, timestamp, "
+                "text/varchar, name, uuid and oid columns")
     if replica_identity != "f" and ({"update", "delete"} & set(actions)):
         outside = sorted(refs - {c.lower() for c in identity})
         if outside:

@@ -129,7 +129,7 @@ def _validate(spark: SparkSession, config: ApplyConfig, batches: list[Batch]) ->
             if cfg.row_filter:
                 validate_row_filter(spark, cfg.row_filter, table=source, columns=rel.column_names,
                                     identity=rel.identity_columns, replica_identity=rel.replica_identity,
-                                    actions=cfg.actions)
+                                    actions=cfg.actions, types={c.name: c.type_name for c in rel.columns})
     return relations
 
 

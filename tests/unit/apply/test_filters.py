@@ -100,3 +100,21 @@ def test_error_messages_never_contain_literal_values(spark):
         validate_row_filter(spark, "secret_col = 'hunter2'", table="public.items", columns=COLS, identity=["id"],
                             replica_identity="d", actions=["insert"])
     assert "hunter2" not in str(info.value)
+
+
+@pytest.mark.parametrize("type_name", ["numeric", "money", "interval", "character(3)", "jsonb", "integer[]", "my_enum",
+                                       None])
+def test_columns_whose_staged_values_compare_differently_are_refused(spark, type_name):
+    types = {"id": "bigint", "grp": type_name, "note": "text"}
+    with pytest.raises(RowFilterError, match=r"grp \(") as info:
+        validate_row_filter(spark, "grp > 5 AND id > 0", table="public.items", columns=COLS, identity=["id"],
+                            replica_identity="f", actions=["insert"], types=types)
+    assert "id (" not in str(info.value)
+
+
+@pytest.mark.parametrize("type_name", ["integer", "numeric(12,2)", "timestamp with time zone", "timestamp(3) without time zone",
+                                       "character varying(20)", "text", "boolean", "double precision", "date", "uuid"])
+def test_columns_with_exact_staged_comparisons_are_accepted(spark, type_name):
+    types = {"id": "bigint", "grp": type_name, "note": "text"}
+    assert validate_row_filter(spark, "grp IS NOT NULL", table="public.items", columns=COLS, identity=["id"],
+                               replica_identity="f", actions=["insert"], types=types) == {"grp"}
