@@ -78,7 +78,8 @@ def apply_pending(spec: PipelineSpec, *, master: str | None = None, max_batches:
     if not pending:
         # Starting Spark costs seconds: skip it when every staged batch is below every watermark.
         log(f"nothing to apply: no staged batch of slot {spec.source.slot} is past the target's watermarks")
-        return {"batches_seen": 0, "batches_applied": 0, "last_applied_end_lsn": None, "rows": {}}
+        return {"batches_seen": 0, "batches_applied": 0, "batches_replayed_in_order": 0, "last_applied_end_lsn": None,
+                "rows": {}}
     log(f"applying {len(pending)} staged batch(es) of slot {spec.source.slot} from {spec.staging.uri}")
     with local_spark(master or spec.spark.master, spec.spark.conf) as spark:
         reports = apply_slot(spark, config, target_dsn(spec))
@@ -89,8 +90,10 @@ def apply_pending(spec: PipelineSpec, *, master: str | None = None, max_batches:
             for kind, n in counts.items():
                 total[kind] = total.get(kind, 0) + n
     applied = [r for r in reports if r.applied]
-    log(f"applied {len(applied)} of {len(reports)} staged batches")
-    return {"batches_seen": len(reports), "batches_applied": len(applied),
+    # A replayed batch's counters count changes, not net rows (docs/apply.md, ordered replay).
+    replayed = sum(r.ordered for r in applied)
+    log(f"applied {len(applied)} of {len(reports)} staged batches ({replayed} replayed change by change)")
+    return {"batches_seen": len(reports), "batches_applied": len(applied), "batches_replayed_in_order": replayed,
             "last_applied_end_lsn": format_lsn(applied[-1].end_lsn) if applied else None, "rows": rows}
 
 

@@ -115,6 +115,7 @@ def test_decode_then_run_stages_and_applies_the_filtered_changes_and_status_show
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout)
     assert summary["decode"]["changes"] == 7 and summary["apply"]["batches_applied"] == 1
+    assert summary["apply"]["batches_replayed_in_order"] == 0
     assert "pglogical: staged" in result.stderr  # progress goes to stderr
     assert query(pipeline["target"], "SELECT id, amount, region, note FROM orders_eu ORDER BY id") == \
         query(pipeline["source"], "SELECT id, amount, region, note FROM orders WHERE amount > 100 AND region = 'EU' "
