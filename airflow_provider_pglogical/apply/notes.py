@@ -12,8 +12,8 @@ each column's value from a different change, so a note must travel *inside* its 
    column of both images becomes ``struct<value, note[, element_notes]>``. The later steps move
    columns around without looking inside, and ``copytext`` writes the note instead of the value.
 
-Notes at deeper paths (composite fields, range bounds, arrays of composites) are not folded:
-copytext writes composites and ranges as JSON, which no PostgreSQL composite/range input reads.
+Notes at deeper paths (composite fields, range bounds, arrays of composites) are not folded, so
+copytext writes those values without them (a NULL field, an unbounded side, a flat array; docs/apply.md).
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from airflow_provider_pglogical.apply.notes import fold_notes, inherit_toast_not
 from airflow_provider_pglogical.apply.targets import ordered, setbased
 from airflow_provider_pglogical.apply.targets import postgres as pg
 from airflow_provider_pglogical.apply.targets.copytext import SESSION_CONF, copy_lines
+from airflow_provider_pglogical.apply.targets.target_types import PgType, describe_types
 from airflow_provider_pglogical.apply.transforms import (
     FROM,
     KEEP,
@@ -183,16 +184,19 @@ def _stage_table(spark: SparkSession, config: ApplyConfig, dsn: str, conn, batch
         columns = pg.staging_columns(target, shape.key, shape.columns)
         frame = net_changes(changes, rel, cfg, shape, truncated_at, notes).select(KIND, KEEP, LSN, *from_key, TOUCHED,
                                                                             *shape.columns)
+    types = describe_types(conn, columns)  # before create_staging, which commits
     pg.create_staging(conn, staging, columns)
-    written = _copy(config, dsn, conn, frame, staging, [c for c, _ in columns])
+    written = _copy(config, dsn, conn, frame, staging, [c for c, _ in columns], types)
     log.debug("staged %s %s changes of %s", written, "ordered" if in_order else "net", shape.target)
 
 
-def _copy(config: ApplyConfig, dsn: str, conn, frame: DataFrame, staging: str, copy_cols: list[str]) -> int:
-    """``frame`` (kind, keep, lsn, then ``copy_cols``) COPYed by the executors into ``staging``, then analyzed."""
+def _copy(config: ApplyConfig, dsn: str, conn, frame: DataFrame, staging: str, copy_cols: list[str],
+          types: dict[str, PgType]) -> int:
+    """``frame`` (kind, keep, lsn, then ``copy_cols``, whose target type trees are ``types``) COPYed by the executors
+    into ``staging``, then analyzed."""
     if config.write_partitions:
         frame = frame.repartition(config.write_partitions)
-    written = (copy_lines(frame).mapInArrow(pg.copy_partitions(dsn, staging, copy_cols), "rows long")
+    written = (copy_lines(frame, types).mapInArrow(pg.copy_partitions(dsn, staging, copy_cols), "rows long")
                .agg(F.sum("rows")).collect()[0][0])
     with conn.cursor() as cur:
         cur.execute(pg.sql.SQL("ANALYZE {}").format(pg.ident(staging)))  # the planner needs row counts

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
+    BooleanType,
     DataType,
     DateType,
     MapType,
@@ -18,6 +21,7 @@ from pyspark.sql.types import (
 )
 
 from airflow_provider_pglogical.apply.notes import ELEMENT_NOTES, NOTE, VALUE, is_folded
+from airflow_provider_pglogical.apply.targets.target_types import ARRAY, COMPOSITE, MULTIRANGE, PgType
 from airflow_provider_pglogical.apply.targets.temporal_text import (
     date_text,
     interval_text,
@@ -33,6 +37,11 @@ SESSION_CONF = {
     "spark.sql.session.timeZone": "UTC",  # timestamp without time zone → micros
     "spark.sql.timeType.enabled": "true",  # Spark 4 refuses to read time64 Parquet columns without it
 }
+RANGE_FIELDS = ("lower", "upper", "lower_inclusive", "upper_inclusive", "empty")  # decoding/values/ranges.py
+# Characters for which record_out / range_out quote a field / bound (so do we; an empty text is
+# quoted too). \s is C's isspace. Quoting more than needed is harmless, less is not.
+RECORD_SPECIAL = r'[",()\\\s]'
+RANGE_SPECIAL = r'[",()\[\]\\\s]'
 
 
 def _replace_all(c: Column, pairs: list[tuple[str, str]]) -> Column:
@@ -48,6 +57,13 @@ def copy_escape(c: Column) -> Column:
 
 def _array_quote(c: Column) -> Column:
     return F.concat(F.lit('"'), _replace_all(c, [(r"\\", r"\\\\"), ('"', r'\\"')]), F.lit('"'))
+
+
+def _quote_if(text: Column, special: str) -> Column:
+    """record_out / range_out quoting: inside double quotes with ``"`` and ``\\`` doubled, when the
+    text is empty (bare nothing reads as NULL / unbounded) or holds a ``special`` character."""
+    quoted = F.concat(F.lit('"'), F.regexp_replace(text, r'(["\\])', "$1$1"), F.lit('"'))
+    return F.when((text == "") | text.rlike(special), quoted).otherwise(text)
 
 
 def _div(a: Column, b: Column) -> Column:
@@ -68,16 +84,37 @@ def _nest(items: Column, shape: Column) -> Column:
     return F.concat(F.lit("{"), F.array_join(F.aggregate(inner_first, items, group), ","), F.lit("}"))
 
 
+def is_range(dtype: DataType) -> bool:
+    """The staged range struct: both bounds of the subtype, then the three flags."""
+    return (isinstance(dtype, StructType) and tuple(dtype.fieldNames()) == RANGE_FIELDS
+            and dtype["lower"].dataType == dtype["upper"].dataType
+            and all(isinstance(dtype[f].dataType, BooleanType) for f in RANGE_FIELDS[2:]))
+
+
+def _is_multirange(dtype: DataType, pgtype: PgType | None, in_array: bool = False) -> bool:
+    """Whether a ``list<range>`` is a multirange rather than an array of ranges: the target type says.
+
+    Without it: inside an array yes (staged arrays are flat, so a list there is an array of
+    multiranges), elsewhere no.
+    """
+    if not (isinstance(dtype, ArrayType) and is_range(dtype.elementType)):
+        return False
+    return pgtype.kind == MULTIRANGE if pgtype is not None else in_array
+
+
 def array_text(c: Column, dtype: ArrayType, shape: Column | None = None,
-               element_notes: Column | None = None) -> Column:
+               element_notes: Column | None = None, pgtype: PgType | None = None) -> Column:
     """An array literal. Staged arrays are flat; ``shape`` (the array's note, e.g. '[0:1][-2:0]')
     restores dimensions and lower bounds, ``element_notes`` (aligned with the elements) replaces null
-    elements whose value only a note holds (numeric NaN)."""
+    elements whose value only a note holds (numeric NaN). Every element is quoted, composites and
+    ranges too: ``{"(1,x)",NULL}``."""
     element = dtype.elementType
-    nested = isinstance(element, ArrayType)  # nested lists from other sources: multi-dimensional, bounds 1
+    element_type = pgtype.element if pgtype is not None and pgtype.kind == ARRAY else None
+    multirange = _is_multirange(element, element_type, in_array=True)
+    nested = isinstance(element, ArrayType) and not multirange  # lists from other sources: multi-dimensional
 
     def one(x: Column, i: Column) -> Column:
-        text = pg_text(x, element)
+        text = multirange_text(x, element) if multirange else pg_text(x, element, element_type)
         text = F.when(x.isNull(), F.lit("NULL")).otherwise(text if nested else _array_quote(text))
         if element_notes is None:
             return text
@@ -90,28 +127,66 @@ def array_text(c: Column, dtype: ArrayType, shape: Column | None = None,
     return F.when(shape.isNull(), flat).otherwise(F.concat(shape, F.lit("="), _nest(items, shape)))
 
 
-def _noted_text(c: Column, dtype: StructType) -> Column:
-    """A value folded with its exactness notes (apply/notes.py): the note wins where there is one."""
+def composite_text(c: Column, dtype: StructType, pgtype: PgType | None = None) -> Column:
+    """record_in text '(f1,f2,…)': a NULL field is nothing between commas, an empty string '""'.
+    Fields (nested composites, arrays, ranges) get the same conversion as columns."""
+    def field(name: str, ftype: DataType) -> Column:
+        text = pg_text(c.getField(name), ftype, pgtype.field(name) if pgtype is not None else None)
+        return F.coalesce(_quote_if(text, RECORD_SPECIAL), F.lit(""))
+
+    return F.concat(F.lit("("), F.concat_ws(",", *[field(f.name, f.dataType) for f in dtype.fields]), F.lit(")"))
+
+
+def range_text(c: Column, dtype: StructType) -> Column:
+    """range_in text: 'empty', or '[lower,upper)' with brackets from the inclusive flags and an
+    unbounded (null) side as nothing: '(,5]'. An infinite bound is a value: '[2024-01-01,infinity)'."""
+    subtype = dtype["lower"].dataType
+    lower, upper = c.getField("lower"), c.getField("upper")
+
+    def bound(x: Column) -> Column:
+        return F.coalesce(_quote_if(pg_text(x, subtype), RANGE_SPECIAL), F.lit(""))
+
+    opening = F.when(c.getField("lower_inclusive") & lower.isNotNull(), F.lit("[")).otherwise(F.lit("("))
+    closing = F.when(c.getField("upper_inclusive") & upper.isNotNull(), F.lit("]")).otherwise(F.lit(")"))
+    finite = F.concat(opening, bound(lower), F.lit(","), bound(upper), closing)
+    return F.when(c.getField("empty"), F.lit("empty")).otherwise(finite)
+
+
+def multirange_text(c: Column, dtype: ArrayType) -> Column:
+    """multirange_in text '{[1,3),[5,7)}' ('{}' when empty): bare ranges, which it needs (no array quoting)."""
+    ranges = F.transform(c, lambda r: range_text(r, dtype.elementType))
+    return F.concat(F.lit("{"), F.array_join(ranges, ","), F.lit("}"))
+
+
+def _noted_text(c: Column, dtype: StructType, pgtype: PgType | None) -> Column:
+    """A value folded with its exactness notes (apply/notes.py): the note wins where there is one.
+
+    Multiranges are folded like every list but never have notes of their own (no dimensions, no
+    null elements); notes inside their bounds (``mr[0].lower``) are not folded at all.
+    """
     value, value_type = c.getField(VALUE), dtype[VALUE].dataType
+    if _is_multirange(value_type, pgtype):
+        return F.when(value.isNotNull(), multirange_text(value, value_type))
     if isinstance(value_type, ArrayType):
         elements = c.getField(ELEMENT_NOTES) if ELEMENT_NOTES in dtype.fieldNames() else None
-        return F.when(value.isNotNull(), array_text(value, value_type, c.getField(NOTE), elements))
+        return F.when(value.isNotNull(), array_text(value, value_type, c.getField(NOTE), elements, pgtype))
     return F.coalesce(c.getField(NOTE), pg_text(value, value_type))
 
 
-def pg_text(c: Column, dtype: DataType) -> Column:
+def pg_text(c: Column, dtype: DataType, pgtype: PgType | None = None) -> Column:
     """PostgreSQL input-function text of a value (before COPY escaping); null for null.
 
     Doubles use Java's shortest round-trip form, which float8in reads (NaN, Infinity, 1.0E-5);
-    decimals are plain. Dates, times and intervals: ``temporal_text``.
+    decimals are plain. Dates, times and intervals: ``temporal_text``. ``pgtype`` is the target
+    type tree (``target_types``) for what the staged type leaves open.
     """
     if isinstance(dtype, StringType):
         return c
     # format_string / concat_ws / literal branches would turn a null into text ('null', '{}')
-    return F.when(c.isNotNull(), _text(c, dtype))
+    return F.when(c.isNotNull(), _text(c, dtype, pgtype))
 
 
-def _text(c: Column, dtype: DataType) -> Column:
+def _text(c: Column, dtype: DataType, pgtype: PgType | None) -> Column:
     if isinstance(dtype, BinaryType):
         return F.concat(F.lit("\\x"), F.lower(F.hex(c)))
     if isinstance(dtype, DateType):
@@ -121,22 +196,32 @@ def _text(c: Column, dtype: DataType) -> Column:
     if isinstance(dtype, TimeType):
         return time_text(c)
     if isinstance(dtype, ArrayType):
-        return array_text(c, dtype)
+        return multirange_text(c, dtype) if _is_multirange(dtype, pgtype) else array_text(c, dtype, pgtype=pgtype)
     if is_folded(dtype):
-        return _noted_text(c, dtype)
-    if is_interval(dtype):
-        return interval_text(c)
-    if is_timetz(dtype):
-        return timetz_text(c)
-    if isinstance(dtype, (StructType, MapType)):
-        return F.to_json(c)  # json/jsonb targets
+        return _noted_text(c, dtype, pgtype)
+    if isinstance(dtype, StructType):
+        if pgtype is not None and pgtype.kind == COMPOSITE:  # even one whose fields look like an interval
+            return composite_text(c, dtype, pgtype)
+        if is_interval(dtype):
+            return interval_text(c)
+        if is_timetz(dtype):
+            return timetz_text(c)
+        if is_range(dtype):
+            return range_text(c, dtype)
+        return composite_text(c, dtype, pgtype)  # the only other staged struct
+    if isinstance(dtype, MapType):
+        raise TypeError("no PostgreSQL text for a map column (staging never writes one; json/jsonb are text)")
     return c.cast("string")
 
 
-def copy_lines(df: DataFrame) -> DataFrame:
+def copy_lines(df: DataFrame, types: Mapping[str, PgType] | None = None) -> DataFrame:
     """One column ``line``: the row as a COPY text line (no trailing newline), NULL as ``\\N``.
 
+    ``types``: target type trees of the non-scalar columns (``target_types.describe_types``);
+    without one, a ``list<range>`` column is written as an array of ranges, not a multirange.
     The session needs ``SESSION_CONF`` (UTC, and TIME columns readable at all).
     """
-    fields = [F.coalesce(copy_escape(pg_text(F.col(f.name), f.dataType)), F.lit(NULL)) for f in df.schema.fields]
+    types = types or {}
+    fields = [F.coalesce(copy_escape(pg_text(F.col(f.name), f.dataType, types.get(f.name))), F.lit(NULL))
+              for f in df.schema.fields]
     return df.select(F.concat_ws("\t", *fields).alias("line"))
