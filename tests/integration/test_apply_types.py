@@ -26,7 +26,8 @@ TYPED = ("id", "iv", "tm", "ttz", "d", "ts", "tstz", "n", "nu", "ai", "an", "at"
 KEYED = ("d", "ts", "tstz", "tm", "ttz", "iv", "n", "a", "v")
 WIDE = ("id", "v", "grid", "amounts")
 EDGE = ("id", "iv")
-TABLES = {"typed": TYPED, "keyed": KEYED, "wide": WIDE, "edge": EDGE}
+CASH = ("id", "m", "ms")
+TABLES = {"typed": TYPED, "keyed": KEYED, "wide": WIDE, "edge": EDGE, "cash": CASH}
 
 SCHEMA = """
 CREATE TABLE typed (id int PRIMARY KEY, iv interval, tm time, ttz timetz, d date, ts timestamp, tstz timestamptz,
@@ -38,12 +39,13 @@ CREATE TABLE wide (id int PRIMARY KEY, v int, grid int[], amounts numeric(10,2)[
 ALTER TABLE wide REPLICA IDENTITY FULL;
 ALTER TABLE wide ALTER grid SET STORAGE EXTERNAL;
 CREATE TABLE edge (id int PRIMARY KEY, iv interval);
+CREATE TABLE cash (id int PRIMARY KEY, m money, ms money[]);
 """
 # edge holds a value PostgreSQL prints but cannot read back (time = INT64_MIN), so a text-mode
 # native subscriber would fail on it: only our apply gets it.
 PUBLICATIONS = """
-CREATE PUBLICATION pub_native FOR TABLE typed, keyed, wide;
-CREATE PUBLICATION pub_all FOR TABLE typed, keyed, wide, edge;
+CREATE PUBLICATION pub_native FOR TABLE typed, keyed, wide, cash;
+CREATE PUBLICATION pub_all FOR TABLE typed, keyed, wide, edge, cash;
 """
 
 BATCH_ONE = [
@@ -71,7 +73,9 @@ BATCH_ONE = [
     INSERT INTO keyed VALUES ('10000-01-01', '-infinity', '0044-03-15 12:00:00+05:45 BC', '00:00:00', '00:00:00+05:45',
       '2562047788:00:54.775807', 'NaN', '{{1,2},{3,4}}', 'k3');
     INSERT INTO wide VALUES (1, 1, array_fill(7, ARRAY[10, 100], ARRAY[0, -5]), '[0:1]={NaN,1.00}');
-    INSERT INTO edge VALUES (1, '-2562047788:00:54.775807'::interval - '00:00:00.000001'::interval);""",
+    INSERT INTO edge VALUES (1, '-2562047788:00:54.775807'::interval - '00:00:00.000001'::interval);
+    INSERT INTO cash VALUES (1, 1234.56, '{0.01,-92233720368547758.08}'), (2, '-92233720368547758.08', NULL),
+      (3, NULL, '{}');""",
     # in the same batch: an insert updated twice and a NaN replaced by a number and back
     """INSERT INTO typed (id, n, ai) VALUES (6, 'NaN', '[0:0]={1}'); UPDATE typed SET n = 1, ai = '{1}' WHERE id = 6;
     UPDATE typed SET n = 'NaN', ai = '[3:4]={5,6}', iv = '-00:00:00.000001' WHERE id = 6;""",
@@ -88,6 +92,8 @@ BATCH_TWO = [
     DELETE FROM keyed WHERE v = 'k3';""",
     # REPLICA IDENTITY FULL: grid is unchanged TOAST ('u'); its value and shape come from the old image
     "UPDATE wide SET v = 2 WHERE id = 1; UPDATE edge SET id = 2 WHERE id = 1;",
+    # money is staged as int64 minor units: only the target type says it is not a bigint
+    "UPDATE cash SET m = m + '1.00'::money, ms = '{92233720368547758.07}' WHERE id = 1; DELETE FROM cash WHERE id = 3;",
 ]
 INFINITE_INTERVALS = """INSERT INTO typed (id, iv, aiv) VALUES (8, 'infinity', '{infinity,-infinity}'),
     (9, '-infinity', '[0:0]={infinity}'); UPDATE typed SET iv = '-infinity' WHERE id = 2;"""

@@ -21,7 +21,7 @@ from pyspark.sql.types import (
 )
 
 from airflow_provider_pglogical.apply.notes import ELEMENT_NOTES, NOTE, VALUE, is_folded
-from airflow_provider_pglogical.apply.targets.target_types import ARRAY, COMPOSITE, MULTIRANGE, PgType
+from airflow_provider_pglogical.apply.targets.target_types import ARRAY, COMPOSITE, MONEY, MULTIRANGE, PgType
 from airflow_provider_pglogical.apply.targets.temporal_text import (
     date_text,
     interval_text,
@@ -211,6 +211,10 @@ def _text(c: Column, dtype: DataType, pgtype: PgType | None) -> Column:
         return composite_text(c, dtype, pgtype)  # the only other staged struct
     if isinstance(dtype, MapType):
         raise TypeError("no PostgreSQL text for a map column (staging never writes one; json/jsonb are text)")
+    if pgtype is not None and pgtype.kind == MONEY:
+        # minor units → '1234.56': cash_in reads the decimal point (2 fraction digits, as with
+        # lc_monetary C/en_US; the decoder assumes the same). Decimal arithmetic keeps it exact.
+        return (c.cast("decimal(20,0)") / F.lit(100)).cast("decimal(21,2)").cast("string")
     return c.cast("string")
 
 

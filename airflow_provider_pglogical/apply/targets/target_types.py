@@ -4,7 +4,8 @@ A multirange and an array of ranges are both staged as ``list<range struct>``, a
 functions share no syntax (``{[1,3),[5,7)}`` against ``{"[1,3)","[5,7)"}``); only the target
 catalog knows which one a column, a composite field or an array element is. A composite whose
 fields happen to look like a staged interval/timetz/range struct is told apart the same way.
-Domains are looked through; scalar types need no tree and are left out.
+Same for ``money``, staged as int64 minor units like a bigint. Domains are looked through; other
+scalar types need no tree and are left out.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-ARRAY, COMPOSITE, RANGE, MULTIRANGE, SCALAR = "array", "composite", "range", "multirange", "scalar"
+ARRAY, COMPOSITE, RANGE, MULTIRANGE, MONEY, SCALAR = "array", "composite", "range", "multirange", "money", "scalar"
+_MONEY_OID = 790  # staged as int64 minor units, like a bigint: only the target type tells them apart
 
 # One level of the type graph per round trip: kind, domain base, array element, composite fields.
 # ``typlen = -1`` keeps fixed-size types with a typelem (point, name) out of the arrays.
@@ -50,6 +52,8 @@ def build_tree(oid: int, rows: dict[int, tuple], depth: int = 0) -> PgType:
     if typtype == "c":
         return PgType(COMPOSITE, fields=tuple((n, build_tree(f, rows, depth + 1))
                                               for n, f in zip(names, field_oids, strict=True)))
+    if oid == _MONEY_OID:
+        return PgType(MONEY)
     return PgType({"r": RANGE, "m": MULTIRANGE}.get(typtype, SCALAR))
 
 
