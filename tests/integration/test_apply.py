@@ -239,3 +239,17 @@ def test_replaying_batches_without_a_watermark_upserts_to_the_same_state(spark, 
     execute(target, "DELETE FROM pglogical_progress")  # as if the watermark commit had been lost
     run(spark, tmp_path, target)
     assert rows(target, "SELECT * FROM parent") == [(1, "a2")]
+
+
+def test_a_failed_copy_names_its_position_but_never_the_value(target):
+    import psycopg2
+
+    from airflow_provider_pglogical.apply.targets.postgres import copy_rows, create_staging
+
+    conn = psycopg2.connect(target)
+    create_staging(conn, "stg", [("n", "int")])
+    conn.close()
+    with pytest.raises(ApplyError) as info:
+        copy_rows(target, "stg", ["n"], iter(["I\t\\N\t1\t5", "I\t\\N\t2\tsecret-value-42"]))
+    message = str(info.value)
+    assert "secret-value-42" not in message and "22P02" in message and "line 2" in message and "column n" in message

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -217,9 +218,28 @@ def copy_rows(dsn: str, staging: str, columns: Sequence[str], lines: Iterator[st
                 cur.copy_expert(copy_sql, io.StringIO("\n".join(chunk) + "\n"))
                 total += len(chunk)
         conn.commit()
+    except psycopg2.Error as exc:
+        raise copy_error(staging, exc, total) from None
     finally:
         conn.close()
     return total
+
+
+_QUOTED_VALUE = re.compile(r':\s*".*', re.S)
+_COPY_POSITION = re.compile(r"line (\d+), column ([^:]+)")
+
+
+def copy_error(staging: str, exc: psycopg2.Error, copied: int) -> ApplyError:
+    """A COPY failure without the value that caused it (input-function messages quote it: ``…: "abc"``).
+
+    Executor errors reach Spark's and Airflow's logs; like ``batch_error``, only the statement of
+    the problem, its SQLSTATE and its position may go there, never row data.
+    """
+    diag = exc.diag
+    primary = _QUOTED_VALUE.sub("", (diag.message_primary if diag else None) or type(exc).__name__)
+    where = _COPY_POSITION.search((diag.context if diag else None) or "")
+    position = f" (line {int(where.group(1)) + copied} of this partition, column {where.group(2)})" if where else ""
+    return ApplyError(f"COPY into {staging} failed{position}: [{exc.pgcode}] {primary}")
 
 
 def copy_partitions(dsn: str, staging: str, columns: Sequence[str]) -> Callable[[Iterator[pa.RecordBatch]],
