@@ -20,8 +20,8 @@ from airflow_provider_pglogical.decoding.model import (
     Transaction,
     TypeInfo,
 )
-from airflow_provider_pglogical.decoding.reader import UINT32
 from airflow_provider_pglogical.decoding.relations import (
+    ROW_OPS,
     RelationCache,
     row_change,
     to_change,
@@ -32,9 +32,7 @@ from airflow_provider_pglogical.decoding.spill import SpilledChanges, SpillFile
 from airflow_provider_pglogical.exceptions import DecodeError
 
 DEFAULT_MEMORY_BUDGET = 64 * 1024 * 1024
-_OPS = {73: "I", 85: "U", 68: "D"}
 _SCHEMA_MESSAGES = (m.RelationMessage, m.TypeMessage)
-_u32 = UINT32.unpack_from
 
 
 def _spill_decoder(in_stream: bool) -> Callable[[bytes, int, Mapping[int, RelationSchema]], Change]:
@@ -143,6 +141,7 @@ class ChangeAssembler:
                 change = unsplit(data, lsn, get_relation)
                 if change is not None:
                     tx.items.append(change)
+                    # self._account(tx, size), inlined: this runs once per row
                     size = len(data)
                     tx.mem_bytes += size
                     self._buffered += size
@@ -164,11 +163,8 @@ class ChangeAssembler:
             rel = self._get_relation(relid)
             if rel is None:
                 raise unknown_relation(relid, lsn, chr(t))
-            tx.items.append(row_change(_OPS[t], rel, lsn, old, new, key_only))
-            tx.mem_bytes += len(data)
-            self._buffered += len(data)
-            if self._buffered > self._budget:
-                self._start_spill(tx)
+            tx.items.append(row_change(ROW_OPS[t], rel, lsn, old, new, key_only))
+            self._account(tx, len(data))
             return None
         if tx is not None and tx.spill is not None and unsplit_row_change(data, lsn, self._get_relation) is not None:
             # A spilling transaction's plain DML goes to the file as is (relation checked); it is

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -18,6 +17,7 @@ from airflow_provider_pglogical.decoding.model import (
     TupleData,
     TypeInfo,
 )
+from airflow_provider_pglogical.decoding.reader import UINT32
 from airflow_provider_pglogical.decoding.wiretuple import WireTuple
 from airflow_provider_pglogical.exceptions import DecodeError, UnknownRelationError
 
@@ -131,8 +131,8 @@ def row_change(op: str, relation: RelationSchema, lsn: int, old: TupleData | Wir
     return _tuple_new(RowChange, (op, relation, lsn, old, new, old_key_only))
 
 
-_OPS = {73: "I", 85: "U", 68: "D"}
-_u32 = struct.Struct("!I").unpack_from
+ROW_OPS = {73: "I", 85: "U", 68: "D"}  # message type byte → RowChange.op
+_u32 = UINT32.unpack_from
 
 
 def unsplit_row_change(data: bytes, lsn: int, relation: Callable[[int], RelationSchema | None],
@@ -155,7 +155,7 @@ def unsplit_row_change(data: bytes, lsn: int, relation: Callable[[int], Relation
     rel = relation(_u32(data, base)[0])
     if rel is None:
         raise unknown_relation(_u32(data, base)[0], lsn, chr(t))
-    return _tuple_new(RowChange, (_OPS[t], rel, lsn, old, new, key_only))
+    return _tuple_new(RowChange, (ROW_OPS[t], rel, lsn, old, new, key_only))
 
 
 def unknown_relation(relid: int, lsn: int, mtype: str) -> UnknownRelationError:

@@ -75,10 +75,13 @@ class RowImageConverter:
         framed = frame_images(messages, offsets, len(self.names), lsns)
         return (framed if len(present) == n else framed.expand(~absent)), absent
 
-    def _encode(self, image: Any) -> bytes:
+    def _check_width(self, image: TupleData | WireTuple) -> None:
         if len(image.kinds) != len(self.names) or len(image.values) != len(self.names):
             raise DecodeError(f"row image has {len(image.kinds)} columns, relation "
                               f"{self.relation.qualified_name} has {len(self.names)}")
+
+    def _encode(self, image: TupleData) -> bytes:
+        self._check_width(image)
         if not set(image.kinds) <= set("nutb"):
             raise DecodeError("unknown column kind in row image")
         return encode_tuple(image)
@@ -111,7 +114,7 @@ class RowImageConverter:
 
     def unchanged_toast(self, images: Sequence[TupleData | WireTuple | None]) -> list[list[str]]:
         """Per image, the names of columns sent as 'u' (empty for a None image)."""
-        return self.convert(images).unchanged.to_pylist() if images else []
+        return self._unchanged(self.frame(images)[0], len(images)).to_pylist() if images else []
 
     def _unchanged(self, framed: FramedImages, n: int) -> pa.ListArray:
         hit = framed.columns_with(KIND_UNCHANGED).T  # (n, ncols)
@@ -144,9 +147,7 @@ class RowImageConverter:
             raise DecodeError(f"value of column {name} does not fit {codec.arrow_type}") from None
 
     def to_python(self, image: TupleData | WireTuple) -> tuple[Any, ...]:
-        if len(image.kinds) != len(self.names) or len(image.values) != len(self.names):
-            raise DecodeError(f"row image has {len(image.kinds)} columns, relation "
-                              f"{self.relation.qualified_name} has {len(self.names)}")
+        self._check_width(image)
         return tuple(
             UNCHANGED_TOAST if k == "u" else None if k == "n" else codec.python(k, raw)
             for codec, k, raw in zip(self.codecs, image.kinds, image.values, strict=True))

@@ -106,6 +106,22 @@ def arrow_timestamp(us: int) -> int:
     return us + PG_TO_UNIX_USECS
 
 
+def _unix_epoch_column(col: Column, dtype: str, infinities: tuple[int, int], limit: int, shift: int,
+                       too_far: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """A date/timestamp column moved from the 2000 to the 1970 epoch, ±infinity sentinels kept as they are.
+
+    None where ``fixed_width`` declines (text values, odd sizes): the per-value path decides then.
+    """
+    got = fixed_width(col, np.dtype(dtype).itemsize, dtype)
+    if got is None:
+        return None
+    values, mask = got
+    finite = (values != infinities[0]) & (values != infinities[1]) & ~mask
+    if (values[finite] > limit).any():
+        raise DecodeError(too_far)
+    return np.where(finite, values + shift, values), mask
+
+
 class DateCodec(Codec):
     """date32; ±infinity stay PostgreSQL's INT32_MAX/INT32_MIN (never shifted, never clamped)."""
 
@@ -138,14 +154,9 @@ class DateCodec(Codec):
         return arrow_date(self.days_text(text))
 
     def arrow_column(self, col: Column) -> pa.Array | None:
-        got = fixed_width(col, 4, ">i4")
-        if got is None:
-            return None
-        days, mask = got
-        finite = (days != DATEVAL_NOEND) & (days != DATEVAL_NOBEGIN) & ~mask
-        if (days[finite] > ARROW_DATE_MAX).any():
-            raise DecodeError("date beyond arrow's date32 range")
-        return with_mask(np.where(finite, days + PG_TO_UNIX_DAYS, days).astype(np.int32), mask, self.arrow_type)
+        got = _unix_epoch_column(col, ">i4", (DATEVAL_NOEND, DATEVAL_NOBEGIN), ARROW_DATE_MAX, PG_TO_UNIX_DAYS,
+                                 "date beyond arrow's date32 range")
+        return None if got is None else with_mask(*got, self.arrow_type)
 
 
 class TimestampCodec(Codec):
@@ -188,14 +199,9 @@ class TimestampCodec(Codec):
         return arrow_timestamp(self.us_text(text))
 
     def arrow_column(self, col: Column) -> pa.Array | None:
-        got = fixed_width(col, 8, ">i8")
-        if got is None:
-            return None
-        us, mask = got
-        finite = (us != DT_NOEND) & (us != DT_NOBEGIN) & ~mask
-        if (us[finite] > ARROW_TS_MAX).any():
-            raise DecodeError("timestamp beyond arrow's int64 microsecond range")
-        return with_mask(np.where(finite, us + PG_TO_UNIX_USECS, us), mask, self.arrow_type)
+        got = _unix_epoch_column(col, ">i8", (DT_NOEND, DT_NOBEGIN), ARROW_TS_MAX, PG_TO_UNIX_USECS,
+                                 "timestamp beyond arrow's int64 microsecond range")
+        return None if got is None else with_mask(*got, self.arrow_type)
 
 
 def python_time(us: int, tz: dt.tzinfo | None = None) -> dt.time | dt.timedelta:
