@@ -47,6 +47,12 @@ def pg17_server() -> Iterator[PgServer]:
         stop_server(server)
 
 
+@pytest.fixture(params=["default", "pg17"])
+def server_15_and_17(request) -> PgServer:
+    """The test runs twice: on the default (15) server and on the 17+ one."""
+    return request.getfixturevalue("pg_server" if request.param == "default" else "pg17_server")
+
+
 def _drop_database(server: PgServer, dbname: str) -> None:
     admin = psycopg2.connect(server.dsn())
     admin.autocommit = True

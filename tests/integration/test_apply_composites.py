@@ -15,7 +15,6 @@ import posixpath
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
 from airflow_provider_pglogical.apply.batches import list_batches
 from airflow_provider_pglogical.apply.config import ApplyConfig
@@ -93,12 +92,8 @@ def staged_comp_schema(uri: str) -> pa.StructType:
     return pq.read_schema(posixpath.join(batch.path, path)).field("new").type
 
 
-@pytest.fixture(params=["default", "pg17"])
-def server(request):
-    return request.getfixturevalue("pg_server" if request.param == "default" else "pg17_server")
-
-
-def test_composites_ranges_and_multiranges_apply_exactly_like_a_native_subscriber(server, spark, tmp_path):
+def test_composites_ranges_and_multiranges_apply_exactly_like_a_native_subscriber(server_15_and_17, spark, tmp_path):
+    server = server_15_and_17
     source, native = make_database(server), make_database(server)
     ours_db, ours = make_target(server)
     source_dsn, native_dsn = server.dsn(source), server.dsn(native)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import posixpath
 
 import pyarrow.parquet as pq
-import pytest
 
 from airflow_provider_pglogical.apply.batches import list_batches
 from airflow_provider_pglogical.apply.config import ApplyConfig
@@ -115,12 +114,8 @@ def staged_wide_update(uri: str) -> dict:
     return row
 
 
-@pytest.fixture(params=["default", "pg17"])
-def server(request):
-    return request.getfixturevalue("pg_server" if request.param == "default" else "pg17_server")
-
-
-def test_every_staged_type_round_trips_exactly_like_a_native_subscriber(server, spark, tmp_path):
+def test_every_staged_type_round_trips_exactly_like_a_native_subscriber(server_15_and_17, spark, tmp_path):
+    server = server_15_and_17
     source, native = make_database(server), make_database(server)
     _, ours = make_target(server)
     source_dsn, native_dsn = server.dsn(source), server.dsn(native)
