@@ -52,7 +52,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,openlineage]'
 	@rm -f $(VENV)/.installed-*; touch $@
 
 pg17: $(PG17_STAMP)
