@@ -1,0 +1,145 @@
+"""Staged Arrow values → the closest Delta Lake types, exactly, or a typed error (docs/types.md, "Delta Lake").
+
+Delta holds booleans, 8–64-bit signed ints, float/double, ``decimal(p ≤ 38, s)``, string, binary,
+date, timestamp (µs, UTC), timestamp_ntz (µs), arrays, structs and maps. Every staged value maps
+onto those without loss:
+
+* ``time`` (time64[us]) → ``long`` microseconds since midnight (Delta has no time type; 24:00:00 is
+  86 400 000 000); a ``timetz`` struct keeps its offset field beside it.
+* ``pg_lsn`` and other unsigned ints → the next wider signed type, ``uint64`` → ``decimal(20,0)``.
+* ``decimal256`` (``numeric(p,s)`` with p > 38) → ``string``, the exact decimal text.
+* ``money`` (staged as int64 minor units) → ``decimal(19,2)``, the same digits.
+* timestamps → µs, ``timestamptz`` as UTC.
+
+What Delta cannot hold is refused, never rounded: ±infinity dates and timestamps (PostgreSQL's raw
+INT32/INT64 extremes overflow every Delta reader's calendar) raise ``DeltaValueError`` naming the
+table, column and batch, as does a value with an exactness note (``numeric`` NaN, arrays that are
+multi-dimensional or do not start at 1), which the apply checks before converting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_provider_pglogical.exceptions import ApplyError
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MONEY = pa.decimal128(19, 2)
+_UNSIGNED = {pa.uint8(): pa.int16(), pa.uint16(): pa.int32(), pa.uint32(): pa.int64(), pa.uint64(): pa.decimal128(20, 0)}
+
+
+class DeltaValueError(ApplyError):
+    """A staged value that no Delta type holds exactly (the message names the column, never the value)."""
+
+
+def delta_type(dtype: pa.DataType, type_name: str | None = None) -> pa.DataType:
+    """The Delta-writable Arrow type for a staged (or Spark-read) Arrow type; ``type_name`` is the
+    relation's SQL type of a top-level column (only ``money`` needs it)."""
+    if type_name == "money" and pa.types.is_integer(dtype):
+        return MONEY
+    if pa.types.is_time(dtype):
+        return pa.int64()
+    if dtype in _UNSIGNED:
+        return _UNSIGNED[dtype]
+    if pa.types.is_decimal256(dtype):
+        return pa.string() if dtype.precision > 38 else pa.decimal128(dtype.precision, dtype.scale)
+    if pa.types.is_timestamp(dtype):
+        return pa.timestamp("us", tz="UTC" if dtype.tz is not None else None)
+    if pa.types.is_date(dtype):
+        return pa.date32()
+    if pa.types.is_large_string(dtype) or pa.types.is_string_view(dtype):
+        return pa.string()
+    if pa.types.is_large_binary(dtype) or pa.types.is_binary_view(dtype) or pa.types.is_fixed_size_binary(dtype):
+        return pa.binary()
+    if pa.types.is_struct(dtype):
+        return pa.struct([pa.field(f.name, delta_type(f.type), nullable=True) for f in dtype])
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype) or pa.types.is_fixed_size_list(dtype):
+        return pa.list_(pa.field("element", delta_type(dtype.value_type), nullable=True))
+    if pa.types.is_map(dtype):
+        return pa.map_(delta_type(dtype.key_type), delta_type(dtype.item_type))
+    if pa.types.is_dictionary(dtype):
+        return delta_type(dtype.value_type)
+    if pa.types.is_null(dtype):
+        return pa.string()  # an all-NULL column Spark could not type; written as null strings
+    if pa.types.is_interval(dtype) or pa.types.is_duration(dtype):
+        raise ApplyError(f"Arrow type {dtype} has no Delta mapping")  # never staged (interval is a struct)
+    return dtype
+
+
+def delta_schema(schema: pa.Schema, type_names: Mapping[str, str | None] | None = None) -> pa.Schema:
+    names = type_names or {}
+    return pa.schema([pa.field(f.name, delta_type(f.type, names.get(f.name)), nullable=True) for f in schema])
+
+
+def _money(arr: pa.Array) -> pa.Array:
+    """int64 minor units → decimal(19,2) holding the same unscaled integer (no arithmetic, no rounding)."""
+    ints = pc.cast(arr, pa.int64()).to_numpy(zero_copy_only=False).astype(np.int64)
+    words = np.empty(len(ints) * 2, dtype=np.int64)
+    words[0::2], words[1::2] = ints, ints >> 63  # little-endian 128-bit two's complement
+    validity = arr.buffers()[0] if arr.offset == 0 else pc.is_valid(arr).buffers()[1]
+    return pa.Array.from_buffers(MONEY, len(arr), [validity, pa.py_buffer(words.tobytes())], arr.null_count)
+
+
+def _check_finite(arr: pa.Array, low: int, high: int, path: str, where: str) -> None:
+    raw = pc.cast(arr, pa.int32() if high == INT32_MAX else pa.int64())
+    if pc.any(pc.or_(pc.equal(raw, low), pc.equal(raw, high))).as_py():
+        raise DeltaValueError(f"{where}: column {path} holds ±infinity, which no Delta date/timestamp can hold")
+
+
+def convert_array(arr: pa.Array, target: pa.DataType, path: str, where: str, type_name: str | None = None) -> pa.Array:
+    """One array to ``target`` (from ``delta_type``), checking what cannot be held exactly."""
+    src = arr.type
+    if isinstance(arr, pa.DictionaryArray):
+        arr, src = arr.dictionary_decode(), src.value_type
+    if src == target and not (pa.types.is_timestamp(src) or pa.types.is_date(src)
+                              or pa.types.is_struct(src) or pa.types.is_list(src)):
+        return arr
+    if target == MONEY and type_name == "money" and pa.types.is_integer(src):
+        return _money(arr)
+    if pa.types.is_time(src):
+        try:  # a safe cast refuses to drop nanoseconds
+            return pc.cast(pc.cast(arr, pa.time64("us"), safe=True), pa.int64())
+        except pa.ArrowInvalid as exc:
+            raise DeltaValueError(f"{where}: column {path} has nanoseconds, Delta holds microseconds") from exc
+    if pa.types.is_date(src):
+        out = pc.cast(arr, pa.date32())
+        _check_finite(out, INT32_MIN, INT32_MAX, path, where)
+        return out
+    if pa.types.is_timestamp(src):
+        _check_finite(arr, INT64_MIN, INT64_MAX, path, where)
+        try:
+            return pc.cast(arr, target, safe=True)
+        except pa.ArrowInvalid as exc:
+            raise DeltaValueError(f"{where}: column {path} has nanoseconds, Delta holds microseconds") from exc
+    if pa.types.is_struct(src):
+        fields = [convert_array(arr.field(i), target.field(i).type, f"{path}.{target.field(i).name}", where)
+                  for i in range(src.num_fields)]
+        mask = pc.is_null(arr) if arr.null_count else None
+        return pa.StructArray.from_arrays(fields, fields=list(target), mask=mask)
+    if pa.types.is_list(src) or pa.types.is_large_list(src) or pa.types.is_fixed_size_list(src):
+        if not isinstance(arr, pa.ListArray):
+            arr = pc.cast(arr, pa.list_(src.value_type))
+        values = convert_array(arr.flatten(), target.value_type, path + "[]", where)
+        offsets = pc.subtract(arr.offsets, arr.offsets[0]) if arr.offset else arr.offsets
+        mask = pc.is_null(arr) if arr.null_count else None
+        return pa.ListArray.from_arrays(offsets, values, type=target, mask=mask)
+    return pc.cast(arr, target, safe=True)
+
+
+def to_delta(table: pa.Table, schema: pa.Schema, where: str,
+             type_names: Mapping[str, str | None] | None = None) -> pa.Table:
+    """``table`` with every column converted to its field in ``schema`` (columns absent from ``schema`` pass)."""
+    names = type_names or {}
+    columns, fields = [], []
+    for field in table.schema:
+        target = schema.field(field.name).type if field.name in schema.names else field.type
+        col = table.column(field.name)
+        chunks = [convert_array(c, target, field.name, where, names.get(field.name)) for c in col.chunks]
+        columns.append(pa.chunked_array(chunks, type=target))
+        fields.append(pa.field(field.name, target, nullable=True))
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
