@@ -211,10 +211,15 @@ def merge_source(net: pa.Table, key: Sequence[str], columns: Sequence[str]) -> t
 
 
 def merge_net(dt: DeltaTable, net: pa.Table, key: Sequence[str], columns: Sequence[str], *, truncated: bool,
-              props: CommitProperties, before_commit: Callable[[], None]) -> dict[str, int]:
-    """The one MERGE of the batch (see the module docstring); returns deltalake's metrics."""
+              props: CommitProperties, before_commit: Callable[[], None], null_safe: bool = False) -> dict[str, int]:
+    """The one MERGE of the batch (see the module docstring); returns deltalake's metrics.
+
+    ``null_safe``: the key may hold NULLs (REPLICA IDENTITY FULL keyed by all columns), so rows match
+    with ``IS NOT DISTINCT FROM`` (still a hash join in DataFusion); identity keys use ``=``.
+    """
     source, updates = merge_source(net, key, columns)
-    on = " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in key)
+    op = "IS NOT DISTINCT FROM" if null_safe else "="
+    on = " AND ".join(f"(t.{quote_ident(k)} {op} s.{quote_ident(k)})" for k in key)
     inserts = {quote_ident(c): f"s.{quote_ident(c)}" for c in columns}
     merger = dt.merge(source, on, source_alias="s", target_alias="t", commit_properties=props)
     inserted = f"s.{KIND} IN ('I', 'R')"

@@ -182,4 +182,5 @@ def _apply_table(spark: SparkSession, target: DeltaTarget, batch: Batch, rel: Re
     fetch: Callable[[], pa.Table] = ordered
     return target.apply_net(name, batch.start_lsn, batch.end_lsn, net, key=key, columns=columns,
                             type_names=type_names, truncated=truncated_at is not None,
-                            unchanged_toast=cfg.unchanged_toast, ordered=fetch)
+                            unchanged_toast=cfg.unchanged_toast, ordered=fetch,
+                            null_safe_key=rel.replica_identity == "f" and not cfg.key_columns)

@@ -101,7 +101,8 @@ class DeltaTarget:
 
     def apply_net(self, target: str, start_lsn: int, end_lsn: int, net: pa.Table, *, key: Sequence[str],
                   columns: Sequence[str], type_names: Mapping[str, str | None], truncated: bool,
-                  unchanged_toast: str = "fail", ordered: Callable[[], pa.Table] | None = None) -> TableOutcome:
+                  unchanged_toast: str = "fail", ordered: Callable[[], pa.Table] | None = None,
+                  null_safe_key: bool = False) -> TableOutcome:
         """Mirror mode: the batch's net changes of ``target`` (and a truncate before them) in one MERGE commit."""
         where = f"batch {start_lsn:X}-{end_lsn:X}"
         converted, schema = self._convert(net, columns, key, where, type_names)
@@ -127,7 +128,7 @@ class DeltaTarget:
         version = dt.version()
         if converted.num_rows:
             rows = mirror.merge_net(dt, converted, key, columns, truncated=truncated, props=props,
-                                    before_commit=lambda: self.checkpoint("before_commit", target))
+                                    before_commit=lambda: self.checkpoint("before_commit", target), null_safe=null_safe_key)
         else:
             self.checkpoint("before_commit", target)
             rows = self._delete_all(dt, props) if truncated else {}

@@ -140,3 +140,17 @@ def test_crash_before_the_commit_leaves_nothing_and_the_rerun_applies_once(targe
     target.checkpoint = lambda name, table: None
     apply(target, 10, 20, [("U", [], None, 1, 2, "b"), ("I", [], None, 2, 1, "c")])
     assert rows_of(target.location) == [(1, 2, "b"), (2, 1, "c")]
+
+
+def test_a_key_of_all_columns_matches_rows_whose_columns_are_null(target):
+    columns = {"id": "integer", "n": "integer", "body": "text"}
+    key = ("id", "n", "body")
+
+    def run(start: int, end: int, rows: list[tuple]):
+        return target.apply_net("public.full", start, end, net(rows).drop_columns([FROM]).append_column(
+            FROM, pa.nulls(len(rows), pa.struct([(k, pa.int32() if k != "body" else pa.string()) for k in key]))),
+            key=key, columns=tuple(columns), type_names=columns, truncated=False, null_safe_key=True)
+
+    run(0, 10, [("I", [], None, 1, None, "a"), ("I", [], None, 2, None, None)])
+    run(10, 20, [("D", [], None, 2, None, None)])
+    assert rows_of(target.location, "public.full") == [(1, None, "a")]
