@@ -1,7 +1,8 @@
 """Benchmark: the same mixed changes applied by a native subscriber and by drain → stage → Spark apply, timed in one run.
 
-Usage: python benchmarks/apply.py [--changes 1000000] [--tx-rows 10000] [--max-changes 250000]
-Prints one JSON object with the timings and the ratio ours / native.
+Usage: python benchmarks/apply.py [--changes 1000000] [--tx-rows 10000] [--max-changes 250000] [--targets postgres,delta]
+Prints one JSON object with the timings and the ratios ours / native, per target (PostgreSQL, Delta Lake on
+local disk); the Delta apply runs after the PostgreSQL one, in the same (warm) Spark session.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def main() -> int:
     p.add_argument("--tx-rows", type=int, default=10_000)
     p.add_argument("--max-changes", type=int, default=250_000, help="drain batch size (changes)")
     p.add_argument("--master", default="local[2]")
+    p.add_argument("--targets", default="postgres,delta", help="comma-separated: postgres, delta")
     args = p.parse_args()
     from pyspark.sql import SparkSession
 
@@ -91,20 +93,45 @@ def main() -> int:
                  .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
                  .config("spark.driver.host", "127.0.0.1").config("spark.driver.memory", "2g").getOrCreate())
         config = ApplyConfig(slot="ours", staging_root=staging, tables={"public.bench": TableApplyConfig()})
-        t0 = time.monotonic()
-        reports = apply_slot(spark, config, ours)
-        apply_s = time.monotonic() - t0
-        spark.stop()
-        same = query(ours, "SELECT count(*), sum(hashtext(bench::text)) FROM bench") == \
-            query(native_dsn, "SELECT count(*), sum(hashtext(bench::text)) FROM bench")
-        print(json.dumps({
+        targets = set(args.targets.split(","))
+        result: dict = {
             "changes": sum(counts.values()), "by_op": counts, "generate_s": round(generate_s, 1),
-            "native_apply_s": round(native_s, 1), "drain_s": round(drain_s, 1), "batches": batches,
-            "spark_apply_s": round(apply_s, 1), "batches_applied": sum(r.applied for r in reports),
-            "ratio_spark_apply_over_native": round(apply_s / native_s, 2),
-            "ratio_drain_plus_apply_over_native": round((drain_s + apply_s) / native_s, 2),
-            "targets_identical": same,
-        }, indent=2))
+            "native_apply_s": round(native_s, 1), "drain_s": round(drain_s, 1), "batches": batches}
+        same = True
+        if "postgres" in targets:
+            t0 = time.monotonic()
+            reports = apply_slot(spark, config, ours)
+            apply_s = time.monotonic() - t0
+            same = query(ours, "SELECT count(*), sum(hashtext(bench::text)) FROM bench") == \
+                query(native_dsn, "SELECT count(*), sum(hashtext(bench::text)) FROM bench")
+            result.update({
+                "spark_apply_s": round(apply_s, 1), "batches_applied": sum(r.applied for r in reports),
+                "ratio_spark_apply_over_native": round(apply_s / native_s, 2),
+                "ratio_drain_plus_apply_over_native": round((drain_s + apply_s) / native_s, 2),
+                "targets_identical": same})
+        if "delta" in targets:
+            from deltalake import DeltaTable
+
+            from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
+            from airflow_provider_pglogical.apply.targets.delta.runner import apply_slot as apply_delta
+            from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
+
+            lake = DeltaLocation(tempfile.mkdtemp(prefix="pglogical-bench-lake-"))
+            t0 = time.monotonic()
+            reports = apply_delta(spark, config, DeltaTarget(lake, "ours"))
+            delta_s = time.monotonic() - t0
+            rows = DeltaTable(lake.table_uri("public.bench")).to_pyarrow_table().sort_by("id")
+            native_rows = query(native_dsn, "SELECT id, grp, amount, note, updated_at FROM bench ORDER BY id")
+            delta_same = [tuple(r.values()) for r in rows.to_pylist()] == [tuple(r) for r in native_rows]
+            same = same and delta_same
+            result.update({
+                "delta_apply_s": round(delta_s, 1), "delta_batches_applied": sum(r.applied for r in reports),
+                "delta_stage_and_merge_s": [r.seconds.get("apply") for r in reports],
+                "ratio_delta_apply_over_native": round(delta_s / native_s, 2),
+                "ratio_drain_plus_delta_over_native": round((drain_s + delta_s) / native_s, 2),
+                "delta_identical_to_native": delta_same})
+        spark.stop()
+        print(json.dumps(result, indent=2))
         return 0 if same else 1
     finally:
         stop_server(server)
