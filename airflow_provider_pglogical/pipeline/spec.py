@@ -22,7 +22,10 @@ SIZE = re.compile(r"\s*(\d+)\s*([kmgt]?i?b?)?\s*", re.IGNORECASE)
 SIZE_UNITS = {"": 1, "b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3, "tb": 1024**4}
 NAMEDATALEN = 63
 
-TARGET_KINDS = ("postgres",)
+TARGET_KINDS = ("postgres", "delta")
+DELTA_MODES = ("mirror", "changelog")  # = apply.targets.delta.target.MODES (a unit test checks it)
+# storage_options keys that would carry a secret: those come from the environment or conn_id only.
+SECRET_OPTION = re.compile(r"SECRET|TOKEN|PASSWORD|ACCESS_KEY|SAS|CREDENTIAL", re.IGNORECASE)
 # Kept equal to airflow_provider_pglogical.apply.config's choices (a unit test checks it); not
 # imported so loading a spec in a DAG file stays cheap.
 TRUNCATE_CASCADE = ("follow_source", "never")
@@ -52,9 +55,17 @@ class StagingSpec:
 
 @dataclass(frozen=True)
 class TargetSpec:
+    """``postgres``: ``dsn`` or ``conn_id``. ``delta``: ``uri`` (path or ``s3://…``), optional ``conn_id``
+    (an Airflow AWS connection whose credentials reach the apply through its environment),
+    non-secret ``storage_options``, ``mode`` and ``partition_by`` (target table → columns)."""
+
     kind: str
     dsn: str | None = None
     conn_id: str | None = None
+    uri: str | None = None
+    mode: str = "mirror"
+    storage_options: dict[str, str] = field(default_factory=dict)
+    partition_by: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

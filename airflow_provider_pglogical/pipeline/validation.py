@@ -10,8 +10,10 @@ from typing import Any
 from airflow_provider_pglogical.exceptions import SpecError
 from airflow_provider_pglogical.pipeline.spec import (
     CONFLICT_POLICIES,
+    DELTA_MODES,
     ENV_REF,
     NAMEDATALEN,
+    SECRET_OPTION,
     SLOT_NAME,
     TARGET_KINDS,
     TOAST_POLICIES,
@@ -151,6 +153,8 @@ class SpecValidator:
         tables = self.tables(top["tables"], "tables") if "tables" in top else {}
         truncate = self.truncate(top.get("truncate"), "truncate")
         spark = self.spark(top.get("spark"), "spark")
+        if target is not None and target.kind == "delta":
+            self.delta_tables(target, tables)
         if self.errors:
             return None
         return PipelineSpec(source=source, staging=staging, target=target, tables=tables,
@@ -188,13 +192,63 @@ class SpecValidator:
         return StagingSpec(uri=uri or "")
 
     def target(self, value: Any, path: str) -> TargetSpec | None:
-        raw = self.mapping(value, path, ("kind", "dsn", "conn_id"), ("kind",))
+        raw = self.mapping(value, path, ("kind", "dsn", "conn_id", "uri", "mode", "storage_options",
+                                         "partition_by"), ("kind",))
         if raw is None:
             return None
         kind = self.choice(raw.get("kind"), _join(path, "kind"), TARGET_KINDS, "postgres") \
             if "kind" in raw else "postgres"
+        if kind == "delta":
+            return self.delta_target(raw, path)
+        for key in ("uri", "mode", "storage_options", "partition_by"):
+            if key in raw:
+                self.err(_join(path, key), "only for kind: delta")
         dsn, conn_id = self.connection(raw, path)
         return TargetSpec(kind=kind, dsn=dsn, conn_id=conn_id)
+
+    def delta_tables(self, target: TargetSpec, tables: dict[str, TableSpec]) -> None:
+        """What a Delta target cannot do with the tables' settings, and partitions of tables it does not write."""
+        for name, table in tables.items():
+            if table.conflict == "strict":
+                self.err(f"tables.{name}.conflict", "strict is not supported by a delta target (no unique keys)")
+        targets = {t.target_name: t for t in tables.values()}
+        for table, cols in target.partition_by.items():
+            spec = targets.get(table)
+            if spec is None:
+                self.err(f"target.partition_by.{table}", "is not the target of any table")
+            elif spec.columns is not None and set(cols) - set(spec.columns):
+                self.err(f"target.partition_by.{table}", "partition columns must be among the table's columns")
+
+    def delta_target(self, raw: dict, path: str) -> TargetSpec:
+        if "dsn" in raw:
+            self.err(_join(path, "dsn"), "a delta target has a uri, not a dsn")
+        uri = self.string(raw.get("uri"), _join(path, "uri"), required=True)
+        conn_id = self.string(raw.get("conn_id"), _join(path, "conn_id"))
+        mode = self.choice(raw.get("mode"), _join(path, "mode"), DELTA_MODES, "mirror")
+        options: dict[str, str] = {}
+        opts = raw.get("storage_options") or {}
+        if not isinstance(opts, dict):
+            self.err(_join(path, "storage_options"), f"expected a mapping of option to value, got {_kind(opts)}")
+            opts = {}
+        for key, val in opts.items():
+            kpath = _join(_join(path, "storage_options"), str(key))
+            if SECRET_OPTION.search(str(key)):
+                self.err(kpath, "credentials come from the environment or conn_id, never from the spec")
+            elif (text := self.string(val if not isinstance(val, bool) else str(val).lower(), kpath)) is not None:
+                options[str(key)] = text
+        partitions: dict[str, tuple[str, ...]] = {}
+        parts = raw.get("partition_by") or {}
+        if not isinstance(parts, dict):
+            self.err(_join(path, "partition_by"), f"expected a mapping of schema.table to columns, got {_kind(parts)}")
+            parts = {}
+        for table, cols in parts.items():
+            tpath = _join(_join(path, "partition_by"), str(table))
+            if not isinstance(table, str) or not _qualified_ok(table):
+                self.err(tpath, "must be schema.table (a target table)")
+            elif (names := self.columns(cols, tpath)) is not None:
+                partitions[table] = names
+        return TargetSpec(kind="delta", conn_id=conn_id, uri=uri or "", mode=mode, storage_options=options,
+                          partition_by=partitions)
 
     def tables(self, value: Any, path: str) -> dict[str, TableSpec]:
         if value is None or value == {}:
