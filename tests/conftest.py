@@ -12,6 +12,7 @@ import psycopg2
 import pytest
 
 from tests.pgserver import PgServer, start_server, stop_server
+from tests.s3server import s3  # noqa: F401  (fixture: a real S3 server on 127.0.0.1)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PG17_BIN_CANDIDATES = [

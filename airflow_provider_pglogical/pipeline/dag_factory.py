@@ -39,7 +39,7 @@ def _require_conn_ids(spec: PipelineSpec) -> None:
     # Airflow connections, never through a DSN that exists in the DAG file's environment.
     problems = [f"{section}: Airflow DAGs need {section}.conn_id instead of {section}.dsn"
                 for section, conn_id in (("source", spec.source.conn_id), ("target", spec.target.conn_id))
-                if conn_id is None]
+                if conn_id is None and not (section == "target" and spec.target.kind == "delta")]
     if problems:
         raise SpecError(f"{spec.origin}: " + "; ".join(problems))
 
@@ -60,7 +60,12 @@ def decode_task(spec: PipelineSpec, task_id: str = "decode") -> Any:
 
 
 def apply_task(spec: PipelineSpec, task_id: str = "apply", max_batches: Any = None) -> Any:
-    """The apply step: spark-submit of the apply app over every staged batch past the watermarks."""
+    """The apply step: spark-submit of the apply app over every staged batch past the watermarks (PostgreSQL),
+    or the in-process Delta apply."""
+    if spec.target.kind == "delta":
+        from airflow_provider_pglogical.pipeline.tasks import DeltaApplyOperator
+
+        return DeltaApplyOperator(task_id=task_id, spec=spec, max_batches=max_batches)
     from airflow_provider_pglogical.operators.apply import PgLogicalApplyOperator
     from airflow_provider_pglogical.pipeline.runs import apply_config
 

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_pglogical.exceptions import StagingError, format_lsn
+from airflow_provider_pglogical.exceptions import SpecError, StagingError, format_lsn
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec, TableSpec
 from airflow_provider_pglogical.pipeline.steps import (
     PROGRESS_TABLE,
@@ -81,8 +81,16 @@ def apply_pending(spec: PipelineSpec, *, master: str | None = None, max_batches:
         return {"batches_seen": 0, "batches_applied": 0, "batches_replayed_in_order": 0, "last_applied_end_lsn": None,
                 "rows": {}}
     log(f"applying {len(pending)} staged batch(es) of slot {spec.source.slot} from {spec.staging.uri}")
-    with local_spark(master or spec.spark.master, spec.spark.conf) as spark:
-        reports = apply_slot(spark, config, target_dsn(spec))
+    if spec.target.kind == "delta":
+        from airflow_provider_pglogical.apply.targets.delta import settings
+        from airflow_provider_pglogical.apply.targets.delta.runner import apply_slot as apply_delta
+
+        with settings.environment(settings.spec_env(spec)), \
+                local_spark(master or spec.spark.master, spec.spark.conf) as spark:
+            reports = apply_delta(spark, config, settings.target_for_spec(spec))
+    else:
+        with local_spark(master or spec.spark.master, spec.spark.conf) as spark:
+            reports = apply_slot(spark, config, target_dsn(spec))
     rows: dict[str, dict[str, int]] = {}
     for report in reports:
         for table, counts in report.rows.items():
@@ -199,6 +207,11 @@ def reset_target(spec: PipelineSpec, *, log: Log = _quiet) -> dict[str, Any]:
     Used by replay before re-applying the staged log from its first batch; crashing before the
     commit leaves the target untouched, after it a replay simply starts from an empty target.
     """
+    if spec.target.kind == "delta":
+        # A Delta table's watermark lives in its log with its data: replay into a new uri (or delete the
+        # table directories) rather than rewriting history under readers.
+        raise SpecError(f"{spec.origin}: reset of a delta target is not supported; point target.uri at a new "
+                        "location to rebuild it (docs/delta.md)")
     import psycopg2
     from psycopg2 import sql
 

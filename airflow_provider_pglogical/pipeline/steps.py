@@ -95,6 +95,11 @@ def staged_batches(spec: PipelineSpec) -> list[dict[str, Any]]:
 
 def target_watermark_ints(spec: PipelineSpec, progress_table: str = PROGRESS_TABLE) -> dict[str, int]:
     """Target table → the end LSN apply has committed for it ({} before the first apply)."""
+    if spec.target.kind == "delta":  # app transactions in each table's Delta log
+        from airflow_provider_pglogical.apply.targets.delta import settings
+
+        with settings.environment(settings.spec_env(spec)):
+            return settings.target_for_spec(spec).watermarks(sorted({t.target_name for t in spec.tables.values()}))
     import psycopg2
 
     from airflow_provider_pglogical.apply.targets.postgres import watermarks

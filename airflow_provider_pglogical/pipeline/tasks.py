@@ -1,4 +1,5 @@
-"""Operators for the pipeline's preparatory steps: ensure publication/slot, check WAL retention, reset a target."""
+"""Operators for the pipeline's steps besides decode: ensure publication/slot, check WAL retention, reset a target,
+and the in-process apply into a Delta target."""
 
 from __future__ import annotations
 
@@ -96,3 +97,29 @@ class ResetTargetOperator(BaseOperator):
             self.log.info("reset disabled: replaying on top of the current target")
             return {"truncated": []}
         return reset_target(self.spec, log=self.log.info)
+
+
+class DeltaApplyOperator(BaseOperator):
+    """Apply every staged batch past the Delta tables' watermarks, in this worker with a local Spark session.
+
+    The Delta target writes with delta-rs from the Spark driver (docs/delta.md), so no spark-submit
+    is needed; credentials come from ``target.conn_id`` (an AWS connection) or the worker's environment,
+    and reach deltalake/pyarrow through the process environment only.
+
+    :param spec: the validated pipeline spec (``target.kind: delta``).
+    :param max_batches: apply at most this many batches. (templated)
+    """
+
+    template_fields: Sequence[str] = ("max_batches",)
+    ui_color = "#d6eaf8"
+
+    def __init__(self, *, spec: PipelineSpec, max_batches: int | str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.spec = spec
+        self.max_batches = max_batches
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_pglogical.pipeline.runs import apply_pending
+
+        limit = None if self.max_batches in (None, "", "None") else int(self.max_batches)  # type: ignore[arg-type]
+        return apply_pending(self.spec, max_batches=limit, log=self.log.info)

@@ -26,7 +26,6 @@ from tests.integration.test_native_equivalence import (
     table_rows,
 )
 from tests.pgserver import execute
-from tests.s3server import s3  # noqa: F401  (fixture)
 from tests.subscriber import drain_all, run_script, subscribe, unsubscribe, wait_for_subscriber
 
 NATIVE_COLUMNS = {"cols": ("id", "a", "b")}  # the column list: the subscriber's table has every column

@@ -55,3 +55,18 @@ def test_delta_keys_on_a_postgres_target_are_refused():
     doc = copy.deepcopy(VALID)
     doc["target"]["mode"] = "mirror"
     assert "target.mode: only for kind: delta" in error_of(doc)
+
+
+def test_a_delta_pipeline_dag_applies_in_process_and_needs_no_target_connection():
+    from datetime import datetime
+
+    from airflow_provider_pglogical.pipeline.dag_factory import build_pipeline_dag
+    from airflow_provider_pglogical.pipeline.tasks import DeltaApplyOperator
+    from tests.unit.pipeline.test_dag_factory import DOC
+
+    doc = copy.deepcopy(DOC)
+    doc["target"] = {"kind": "delta", "uri": "s3://lake/cdc"}
+    dag = build_pipeline_dag(parse_spec(doc, env={}), dag_id="d", start_date=datetime(2026, 1, 1))
+    apply = dag.get_task("pglogical.apply")
+    assert isinstance(apply, DeltaApplyOperator) and apply.spec.target.uri == "s3://lake/cdc"
+    assert apply.upstream_task_ids == {"pglogical.decode"}
