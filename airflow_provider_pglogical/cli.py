@@ -1,4 +1,4 @@
-"""The ``pglogical`` command line: validate, decode, apply, run and status of a pipeline spec."""
+"""The ``pglogical`` command line: validate, decode, apply, run, status (and maintain for Delta) of a pipeline spec."""
 
 from __future__ import annotations
 
@@ -59,12 +59,27 @@ def cmd_status(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
     return status(spec)
 
 
+def cmd_maintain(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
+    from airflow_provider_pglogical.exceptions import SpecError
+
+    if spec.target.kind != "delta":
+        raise SpecError(f"{spec.origin}: maintain compacts and vacuums Delta tables; the target is {spec.target.kind}")
+    from airflow_provider_pglogical.apply.targets.delta import settings
+    from airflow_provider_pglogical.apply.targets.delta.maintenance import maintain
+
+    tables = sorted({t.target_name for t in spec.tables.values()})
+    with settings.environment(settings.spec_env(spec)):
+        location = settings.target_for_spec(spec).location
+        return {"tables": maintain(location, tables, retention_hours=args.retention_hours, vacuum=not args.no_vacuum)}
+
+
 COMMANDS: dict[str, tuple[Callable[[PipelineSpec, argparse.Namespace], dict[str, Any]], str]] = {
     "validate": (cmd_validate, "check a spec (with --filters also parse row filters with Spark)"),
     "decode": (cmd_decode, "ensure publication/slot, check WAL retention, drain the slot into staging"),
     "apply": (cmd_apply, "apply every staged batch past the target's watermarks with Spark"),
     "run": (cmd_run, "decode, then apply everything pending"),
     "status": (cmd_status, "slot position and lag, staged batches, target watermarks (JSON)"),
+    "maintain": (cmd_maintain, "Delta targets: compact small files, vacuum unreferenced ones, checkpoint the log"),
 }
 
 
@@ -81,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--master", metavar="URL", help="Spark master (default: spec spark.master, else local[*])")
         if name in ("decode", "run"):
             p.add_argument("--max-batches", type=int, metavar="N", help="stop after N batches (default: drain all)")
+        if name == "maintain":
+            p.add_argument("--retention-hours", type=int, default=168, metavar="H",
+                           help="VACUUM keeps files referenced by snapshots younger than H hours (default 168)")
+            p.add_argument("--no-vacuum", action="store_true", help="only compact and checkpoint")
         if name == "validate":
             p.add_argument("--filters", action="store_true", help="also parse row filters (starts Spark)")
     return parser

@@ -69,3 +69,25 @@ def test_run_applies_into_delta_on_s3_and_status_shows_the_delta_watermarks(pg_s
     con.execute("SET s3_access_key_id=?; SET s3_secret_access_key=?",
                 [s3.env()["AWS_ACCESS_KEY_ID"], s3.env()["AWS_SECRET_ACCESS_KEY"]])
     assert con.execute("SELECT count(*) FROM read_parquet(?)", [files]).fetchone() == (2,)
+
+
+def test_maintain_compacts_a_delta_target_keeping_rows_and_watermarks(tmp_path):
+    from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
+    from tests.unit.apply.delta.test_delta_target import apply, rows_of
+
+    location = DeltaLocation(str(tmp_path / "lake"))
+    target = DeltaTarget(location, "s")
+    for i in range(5):  # five batches: five small files
+        apply(target, i * 10, i * 10 + 10, [("I", [], None, i, i, f"r{i}")])
+    before = rows_of(location)
+    doc = {"source": {"dsn": "postgresql://unused@127.0.0.1:1/x", "publication": "p", "slot": "s"},
+           "staging": {"uri": str(tmp_path / "staging")},
+           "target": {"kind": "delta", "uri": location.uri}, "tables": {"public.t": {}}}
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(doc))
+    result = run_cli(dict(os.environ), "maintain", "--spec", str(spec), "--retention-hours", "0")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)["tables"]["public.t"]
+    assert report["files_removed"] == 5 and report["files_added"] == 1 and report["files_vacuumed"] == 5
+    assert rows_of(location) == before and target.watermark("public.t") == 50
+    assert len(DeltaTable(location.table_uri("public.t")).file_uris()) == 1
