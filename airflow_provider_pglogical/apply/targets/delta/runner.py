@@ -32,11 +32,11 @@ from airflow_provider_pglogical.apply.batches import (
     read_changes,
 )
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
-from airflow_provider_pglogical.apply.targets.copytext import SESSION_CONF
 from airflow_provider_pglogical.apply.targets.delta import changelog
 from airflow_provider_pglogical.apply.targets.delta.mirror import COMMIT, ORDER
 from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget, TableOutcome
 from airflow_provider_pglogical.apply.targets.delta.types import DeltaValueError
+from airflow_provider_pglogical.apply.targets.postgres.copytext import SESSION_CONF
 from airflow_provider_pglogical.apply.transforms import FROM, KEEP, KIND, LSN, SEQ, TOUCHED
 from airflow_provider_pglogical.exceptions import ApplyError
 
@@ -47,13 +47,21 @@ def is_local(uri: str) -> bool:
     return "://" not in uri or uri.startswith("file://")
 
 
+def _fs_path(batch: Batch) -> tuple[pafs.FileSystem, str]:
+    """The batch directory as (pyarrow filesystem, path inside it)."""
+    if is_local(batch.uri):
+        return pafs.LocalFileSystem(), batch.uri.removeprefix("file://")
+    fs, path = pafs.FileSystem.from_uri(batch.uri)
+    return fs, path
+
+
 def read_staged_changes(spark: SparkSession, batch: Batch, table: str) -> DataFrame:
     """``batches.read_changes`` for any staging root: object stores (``s3://``) are read with pyarrow on the
     driver and handed to Spark as Arrow, because Spark's own s3a reader needs hadoop-aws jars (docs/delta.md)."""
     if is_local(batch.uri):
         return read_changes(spark, batch, table)
-    fs, _ = pafs.FileSystem.from_uri(batch.uri)
-    parts = [pq.read_table(posixpath.join(batch.path, rel), filesystem=fs) for rel in batch.table_files.get(table, ())]
+    fs, root = _fs_path(batch)
+    parts = [pq.read_table(posixpath.join(root, rel), filesystem=fs) for rel in batch.table_files.get(table, ())]
     if not parts:
         raise ApplyError(f"batch {batch.start_lsn}-{batch.end_lsn} has no files for {table}")
     df = spark.createDataFrame(pa.concat_tables(parts, promote_options="permissive"))
@@ -83,8 +91,8 @@ def apply_slot(spark: SparkSession, config: ApplyConfig, target: DeltaTarget) ->
 
 def _truncate_rows(batch: Batch, target: str, pending: dict[str, tuple[str, TableApplyConfig]]) -> list[dict]:
     """Changelog rows of the batch's TRUNCATEs that empty ``target`` (listed, or cascaded by the source)."""
-    fs = pafs.FileSystem.from_uri(batch.uri)[0] if not is_local(batch.uri) else pafs.LocalFileSystem()
-    path = posixpath.join(batch.path, "truncates.parquet")
+    fs, root = _fs_path(batch)
+    path = posixpath.join(root, "truncates.parquet")
     if not batch.truncates or fs.get_file_info(path).type != pafs.FileType.File:
         return []
     out = []
