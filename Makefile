@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: test demo demo-stop bootstrap system-deps venv pg17 lint unit lock clean
+.PHONY: test demo demo-stop bootstrap system-deps venv pg17 lint typecheck unit lock clean
 
 test: bootstrap lint  ## lint, then the whole suite against real PostgreSQL 15/17, Spark and Airflow
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS) tests
@@ -35,6 +35,9 @@ unit: venv  ## the fast tests that need no services
 
 lint: venv
 	$(BIN)/ruff check .
+
+typecheck: venv  ## mypy --strict over the package (configured in pyproject.toml; not yet clean, so not in lint)
+	$(BIN)/mypy
 
 bootstrap: system-deps venv pg17
 
