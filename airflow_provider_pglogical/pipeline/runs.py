@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -52,13 +51,17 @@ def local_spark(master: str | None = None, conf: dict[str, str] | None = None) -
     """A Spark session for in-process apply (the CLI); the DAG uses spark-submit instead."""
     from pyspark.sql import SparkSession
 
+    from airflow_provider_pglogical.apply.sparkenv import LOCAL_DRIVER_CONF, is_local, use_package_python
+
     master = master or DEFAULT_MASTER
     builder = (SparkSession.builder.master(master).appName("pglogical-apply")
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "4"))
-    if master.startswith("local"):
-        # Python workers must import this package: use the interpreter it is installed in.
-        builder = builder.config("spark.pyspark.python", sys.executable).config("spark.driver.host", "127.0.0.1")
+    if is_local(master):
+        # Python workers must import pyarrow and this package: the interpreter it is installed in.
+        use_package_python()
+        for key, value in LOCAL_DRIVER_CONF.items():
+            builder = builder.config(key, value)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

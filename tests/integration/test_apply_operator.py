@@ -51,7 +51,7 @@ def test_the_package_zip_holds_the_apply_modules(tmp_path):
 
     names = zipfile.ZipFile(build_package_zip(tmp_path)).namelist()
     assert "airflow_provider_pglogical/apply/runner.py" in names
-    assert "airflow_provider_pglogical/apply/targets/postgres.py" in names
+    assert "airflow_provider_pglogical/apply/targets/postgres/target.py" in names
 
 
 def test_the_dsn_takes_only_allow_listed_extras():

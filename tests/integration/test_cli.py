@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.conftest import _drop_database, make_database
 from tests.pgserver import execute, query
+from tests.userenv import run_as_user, venv_script
 
-PGLOGICAL = str(Path(sys.executable).parent / "pglogical")
+PGLOGICAL = venv_script("pglogical")
 SCHEMA = """
 CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL);
 CREATE TABLE orders (id int PRIMARY KEY, customer_id int REFERENCES customers, amount numeric(12,2) NOT NULL,
@@ -24,7 +23,8 @@ ALTER TABLE orders REPLICA IDENTITY USING INDEX orders_identity;
 
 
 def pglogical(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([PGLOGICAL, *args], capture_output=True, text=True, timeout=300)
+    # As a user calls it: by path, venv not activated, no PYSPARK_PYTHON/SPARK_LOCAL_IP/AIRFLOW_* exported.
+    return run_as_user([PGLOGICAL, *args], timeout=300)
 
 
 @pytest.fixture
