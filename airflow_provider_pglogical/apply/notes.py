@@ -18,6 +18,8 @@ copytext writes those values without them (a NULL field, an unbounded side, a fl
 
 from __future__ import annotations
 
+from typing import cast
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, DecimalType, StructType
@@ -79,7 +81,8 @@ def fold_notes(df: DataFrame) -> DataFrame:
     """
     for image in ("old", "new"):
         img = F.col(META + image)
-        fields = df.schema[META + image].dataType.fields
+        # the staged old/new images are always structs (one field per column)
+        fields = cast(StructType, df.schema[META + image].dataType).fields
         if not any(can_have_notes(f.dataType) for f in fields):
             continue
         notes = _notes(image)

@@ -1,6 +1,6 @@
 """Pure pgoutput decoding: wire messages, relation versions, transaction assembly (no I/O)."""
 
-from airflow_provider_pglogical.decoding.assembler import DEFAULT_MEMORY_BUDGET, ChangeAssembler, to_change
+from airflow_provider_pglogical.decoding.assembler import DEFAULT_MEMORY_BUDGET, ChangeAssembler
 from airflow_provider_pglogical.decoding.messages import (
     BeginMessage,
     BeginPrepareMessage,
@@ -25,7 +25,7 @@ from airflow_provider_pglogical.decoding.messages import (
     parse_message,
 )
 from airflow_provider_pglogical.decoding.reader import Reader, read_tuple
-from airflow_provider_pglogical.decoding.relations import RelationCache
+from airflow_provider_pglogical.decoding.relations import RelationCache, to_change
 from airflow_provider_pglogical.decoding.spill import SpilledChanges, SpillFile
 
 __all__ = [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import fields
 
 from airflow_provider_pglogical.decoding.model import TupleData
@@ -55,29 +56,36 @@ class Reader:
         return start
 
     def int8(self) -> int:
-        return INT8.unpack_from(self.buf, self._take(1, "Int8"))[0]
+        value: int = INT8.unpack_from(self.buf, self._take(1, "Int8"))[0]
+        return value
 
     def byte1(self) -> str:
         """One byte as a character, e.g. a submessage tag like 'N' or a relreplident."""
         return chr(self.buf[self._take(1, "Byte1")])
 
     def int16(self) -> int:
-        return INT16.unpack_from(self.buf, self._take(2, "Int16"))[0]
+        value: int = INT16.unpack_from(self.buf, self._take(2, "Int16"))[0]
+        return value
 
     def uint16(self) -> int:
-        return UINT16.unpack_from(self.buf, self._take(2, "Int16"))[0]
+        value: int = UINT16.unpack_from(self.buf, self._take(2, "Int16"))[0]
+        return value
 
     def int32(self) -> int:
-        return INT32.unpack_from(self.buf, self._take(4, "Int32"))[0]
+        value: int = INT32.unpack_from(self.buf, self._take(4, "Int32"))[0]
+        return value
 
     def uint32(self) -> int:
-        return UINT32.unpack_from(self.buf, self._take(4, "Int32"))[0]
+        value: int = UINT32.unpack_from(self.buf, self._take(4, "Int32"))[0]
+        return value
 
     def int64(self) -> int:
-        return INT64.unpack_from(self.buf, self._take(8, "Int64"))[0]
+        value: int = INT64.unpack_from(self.buf, self._take(8, "Int64"))[0]
+        return value
 
     def uint64(self) -> int:
-        return UINT64.unpack_from(self.buf, self._take(8, "Int64"))[0]
+        value: int = UINT64.unpack_from(self.buf, self._take(8, "Int64"))[0]
+        return value
 
     def bytes(self, n: int) -> bytes:
         if n < 0:
@@ -107,8 +115,10 @@ class Reader:
 if tuple(f.name for f in fields(TupleData)) != ("kinds", "values"):
     raise RuntimeError("model.TupleData fields changed: update reader._tuple_data")
 _new = object.__new__
-_set_kinds = TupleData.kinds.__set__  # type: ignore[attr-defined]
-_set_values = TupleData.values.__set__  # type: ignore[attr-defined]
+# The slot descriptors themselves (``TupleData.kinds``, read from the class __dict__ so mypy does
+# not take them for instance attributes).
+_set_kinds: Callable[[TupleData, str], None] = TupleData.__dict__["kinds"].__set__
+_set_values: Callable[[TupleData, tuple[bytes | None, ...]], None] = TupleData.__dict__["values"].__set__
 
 
 def _tuple_data(kinds: str, values: tuple[bytes | None, ...]) -> TupleData:

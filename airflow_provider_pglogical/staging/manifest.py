@@ -91,7 +91,8 @@ def write_text_atomic(layout: StagingLayout, path: str, text: str) -> None:
 
 def read_text(layout: StagingLayout, path: str) -> str:
     with layout.fs.open_input_stream(path) as f:
-        return f.read().decode("utf-8")
+        value: str = f.read().decode("utf-8")
+        return value
 
 
 def write_manifest(layout: StagingLayout, batch_dir: str, manifest: Manifest) -> None:

@@ -107,10 +107,12 @@ class Reader:
         return self.take(1)[0]
 
     def int32(self) -> int:
-        return self._I32.unpack(self.take(4))[0]
+        value: int = self._I32.unpack(self.take(4))[0]
+        return value
 
     def uint32(self) -> int:
-        return self._U32.unpack(self.take(4))[0]
+        value: int = self._U32.unpack(self.take(4))[0]
+        return value
 
     def counted(self) -> bytes | None:
         """Int32 length (−1 = NULL) followed by that many bytes."""

@@ -39,7 +39,8 @@ class FramedImages:
 
     def columns_with(self, kind: int) -> np.ndarray:
         """(ncols, n) bool: where a column has ``kind`` (e.g. 'u' for unchanged TOAST)."""
-        return self.kinds == kind
+        mask: np.ndarray = self.kinds == kind  # numpy types == as Any
+        return mask
 
 
 def frame_images(messages: Sequence[bytes], offsets: Sequence[int], ncols: int,

@@ -82,10 +82,13 @@ def _unscaled(raw: bytes, scale: int) -> int | str:
     for d in digits:
         n = n * _NBASE + d
     e = 4 * (weight - ndigits + 1) + scale
+    # int ** int is typed Any (a negative exponent gives a float); e and -e are >= 0 here
     if e >= 0:
-        n *= 10**e
+        factor: int = 10**e
+        n *= factor
     else:
-        n, rem = divmod(n, 10**-e)
+        divisor: int = 10**-e
+        n, rem = divmod(n, divisor)
         if rem:
             raise DecodeError("numeric scale exceeds the column's scale")
     return -n if sign == _NEG else n
@@ -116,10 +119,11 @@ class NumericCodec(Codec):
             raise DecodeError("invalid numeric text value")
         return Decimal(text)
 
-    def arrow_from_binary(self, raw: bytes, notes: Notes, path: str) -> str:
+    # str here; DecimalCodec (a subclass) narrows these to Decimal | None
+    def arrow_from_binary(self, raw: bytes, notes: Notes, path: str) -> str | Decimal | None:
         return numeric_text(raw)
 
-    def arrow_from_text(self, text: str, notes: Notes, path: str) -> str:
+    def arrow_from_text(self, text: str, notes: Notes, path: str) -> str | Decimal | None:
         self.from_text(text)  # validate only: the server's text is already exact
         return text
 
@@ -199,7 +203,7 @@ class DecimalCodec(NumericCodec):
                 raise
             except MALFORMED:
                 raise DecodeError("invalid numeric value") from None
-            if n.__class__ is str:
+            if isinstance(n, str):
                 specials[i] = n
                 nulls.append(i)
                 append(zero)

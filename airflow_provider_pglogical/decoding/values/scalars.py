@@ -21,7 +21,8 @@ class FixedCodec(Codec):
 
     def from_binary(self, raw: bytes) -> int | float | bool:
         expect_len(raw, self.width, self.name)
-        return self.fmt.unpack(raw)[0]
+        value: int | float | bool = self.fmt.unpack(raw)[0]
+        return value
 
     def arrow_column(self, col: Column) -> pa.Array | None:
         got = fixed_width(col, self.width, self.dtype)
@@ -96,7 +97,8 @@ class Float4Codec(FixedCodec):
         if text not in ("NaN", "Infinity", "-Infinity") and not re.fullmatch(r"-?[0-9.]+(e[-+][0-9]+)?", text):
             raise DecodeError(f"invalid {self.name} text value")
         # float4out prints the shortest text that round-trips *as float4*: round through float4 again
-        return self.fmt.unpack(self.fmt.pack(float(text)))[0]
+        value: float = self.fmt.unpack(self.fmt.pack(float(text)))[0]
+        return value
 
 
 class Float8Codec(Float4Codec):

@@ -129,7 +129,8 @@ class DateCodec(Codec):
 
     def days_binary(self, raw: bytes) -> int:
         expect_len(raw, 4, self.name)
-        return _DATE.unpack(raw)[0]
+        value: int = _DATE.unpack(raw)[0]
+        return value
 
     def days_text(self, text: str) -> int:
         if text == "infinity":
@@ -170,7 +171,8 @@ class TimestampCodec(Codec):
 
     def us_binary(self, raw: bytes) -> int:
         expect_len(raw, 8, self.name)
-        return _TS.unpack(raw)[0]
+        value: int = _TS.unpack(raw)[0]
+        return value
 
     def us_text(self, text: str) -> int:
         if text == "infinity":
@@ -220,7 +222,8 @@ class TimeCodec(Codec):
 
     def us_binary(self, raw: bytes) -> int:
         expect_len(raw, 8, self.name)
-        return _TIME.unpack(raw)[0]
+        value: int = _TIME.unpack(raw)[0]
+        return value
 
     def us_text(self, text: str) -> int:
         m = _TIME_TEXT.fullmatch(text)

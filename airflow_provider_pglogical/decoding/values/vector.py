@@ -54,7 +54,8 @@ class Column:
     def valued(self) -> np.ndarray:
         """True where the row carries a value ('b' or 't')."""
         k = self.kinds
-        return (k == KIND_BINARY) | (k == KIND_TEXT)
+        valued: np.ndarray = (k == KIND_BINARY) | (k == KIND_TEXT)  # numpy types == as Any
+        return valued
 
     def has(self, kind: int) -> bool:
         return bool((self.kinds == kind).any())

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -39,11 +40,23 @@ COMMIT = "_pgl_c"  # ordered changes: commit LSN and order in transaction, flatt
 ORDER = "_pgl_o"
 KEEP_FLAG = "_pgl_keep_"  # + column index: per-row "target keeps this column" for the MERGE
 
+# A primary-key value as a tuple of the key columns' Python values (from ``to_pylist``).
+Key = tuple[object, ...]
+
+
+class Reject(TypedDict):
+    """A change whose unchanged TOAST value exists nowhere (policy ``reject``), recorded in the commit."""
+
+    table: str
+    lsn: int
+    columns: list[str]
+    key: dict[str, object]
+
 
 @dataclass
 class MirrorResult:
     rows: dict[str, int] = field(default_factory=dict)
-    rejects: list[dict] = field(default_factory=list)
+    rejects: list[Reject] = field(default_factory=list)
     replayed: bool = False
 
 
@@ -63,19 +76,19 @@ def _has_keep(net: pa.Table) -> pa.Array:
     return pc.fill_null(pc.greater(pc.list_value_length(net.column(KEEP)), 0), False)
 
 
-def _key_tuples(table: pa.Table, key: Sequence[str]) -> list[tuple]:
+def _key_tuples(table: pa.Table, key: Sequence[str]) -> list[Key]:
     cols = [table.column(k).to_pylist() for k in key]
     return list(zip(*cols, strict=True))
 
 
-def _from_tuples(net: pa.Table, key: Sequence[str]) -> list[tuple | None]:
-    out: list[tuple | None] = []
+def _from_tuples(net: pa.Table, key: Sequence[str]) -> list[Key | None]:
+    out: list[Key | None] = []
     for v in net.column(FROM).to_pylist():
         out.append(None if v is None else tuple(v[k] for k in key))
     return out
 
 
-def target_rows(dt: DeltaTable, keys: set[tuple], key: Sequence[str], columns: Sequence[str]) -> pa.Table:
+def target_rows(dt: DeltaTable, keys: set[Key], key: Sequence[str], columns: Sequence[str]) -> pa.Table:
     """The target's current rows at ``keys`` (pushed down as ``IN`` per key column, then matched exactly)."""
     if not keys:
         return dt.to_pyarrow_dataset().head(0, columns=list(columns))
@@ -90,8 +103,8 @@ def target_rows(dt: DeltaTable, keys: set[tuple], key: Sequence[str], columns: S
     return found
 
 
-def _reject(where: str, target: str, policy: str, key: tuple, key_cols: Sequence[str], lsn: int,
-            missing: Sequence[str], rejects: list[dict]) -> None:
+def _reject(where: str, target: str, policy: str, key: Key, key_cols: Sequence[str], lsn: int,
+            missing: Sequence[str], rejects: list[Reject]) -> None:
     if policy == "fail":
         raise UnresolvableToastError(
             f"{where}: {target}: unchanged TOAST value of column(s) {', '.join(sorted(missing))} of the change at "
@@ -101,7 +114,7 @@ def _reject(where: str, target: str, policy: str, key: tuple, key_cols: Sequence
 
 
 def replay_net(ordered: pa.Table, base: pa.Table, key: Sequence[str], columns: Sequence[str], *, where: str,
-               target: str, unchanged_toast: str) -> tuple[pa.Table, list[dict]]:
+               target: str, unchanged_toast: str) -> tuple[pa.Table, list[Reject]]:
     """Replay un-netted changes in (commit LSN, order) from ``base`` (the target rows they reference) →
     net rows ``R`` (final row, nothing kept) / ``D`` per key they touched, like the native apply worker:
     INSERT onto an existing key updates it; UPDATE matched by its old key moves the row, unchanged
@@ -114,9 +127,9 @@ def replay_net(ordered: pa.Table, base: pa.Table, key: Sequence[str], columns: S
                                ordered.select(list(columns)).cast(base.select(list(columns)).schema)])
     nb, ncol = base.num_rows, len(columns)
     col_index = {c: i for i, c in enumerate(columns)}
-    state: dict[tuple, list[int]] = {k: [i] * ncol for i, k in enumerate(_key_tuples(base, key))}
-    touched: dict[tuple, None] = {}
-    rejects: list[dict] = []
+    state: dict[Key, list[int]] = {k: [i] * ncol for i, k in enumerate(_key_tuples(base, key))}
+    touched: dict[Key, None] = {}
+    rejects: list[Reject] = []
     kinds = ordered.column(KIND).to_pylist()
     keeps = ordered.column(KEEP).to_pylist()
     lsns = ordered.column(LSN).to_pylist()
@@ -142,8 +155,9 @@ def replay_net(ordered: pa.Table, base: pa.Table, key: Sequence[str], columns: S
                 _reject(where, target, unchanged_toast, new, key, lsn, [columns[i] for i in kept], rejects)
                 continue
         cells = [row] * ncol
-        for i in kept:
-            cells[i] = current[i]  # type: ignore[index]
+        if current is not None:  # None only for an insert at a new key, which then keeps nothing
+            for i in kept:
+                cells[i] = current[i]
         state[new] = cells
         touched[new] = None
     final = [k for k in touched if k in state]
@@ -160,7 +174,7 @@ def replay_net(ordered: pa.Table, base: pa.Table, key: Sequence[str], columns: S
 
 
 def resolve_keeps(dt: DeltaTable, net: pa.Table, key: Sequence[str], columns: Sequence[str], *, truncated: bool,
-                  where: str, target: str, unchanged_toast: str) -> tuple[pa.Table, list[dict]]:
+                  where: str, target: str, unchanged_toast: str) -> tuple[pa.Table, list[Reject]]:
     """Drop (or fail on) rows whose kept values exist nowhere: ``R`` rows (their row was deleted in the
     batch), and ``I`` rows with no target row at their key (or after a truncate)."""
     kinds = _kinds(net)
@@ -170,11 +184,11 @@ def resolve_keeps(dt: DeltaTable, net: pa.Table, key: Sequence[str], columns: Se
     idx = np.flatnonzero(candidates.to_numpy(zero_copy_only=False))
     sub = net.take(pa.array(idx))
     keys = _key_tuples(sub, key)
-    present: set[tuple] = set()
+    present: set[Key] = set()
     if not truncated:
         present = set(_key_tuples(target_rows(dt, {k for k, kind in zip(keys, sub.column(KIND).to_pylist(),
                                                                       strict=True) if kind == "I"}, key, key), key))
-    rejects: list[dict] = []
+    rejects: list[Reject] = []
     drop = np.zeros(net.num_rows, dtype=bool)
     for i, k, kind, keep, lsn in zip(idx, keys, sub.column(KIND).to_pylist(), sub.column(KEEP).to_pylist(),
                                      sub.column(LSN).to_pylist(), strict=True):
@@ -241,7 +255,7 @@ def commit_watermark_only(dt: DeltaTable, props: CommitProperties) -> None:
     write_deltalake(dt, empty, mode="append", commit_properties=props)
 
 
-def metadata(slot: str, start_lsn: int, end_lsn: int, rejects: list[dict]) -> dict[str, str]:
+def metadata(slot: str, start_lsn: int, end_lsn: int, rejects: list[Reject]) -> dict[str, str]:
     meta = {"pglogical.slot": slot, "pglogical.start_lsn": str(start_lsn), "pglogical.end_lsn": str(end_lsn)}
     if rejects:
         meta["pglogical.rejects"] = json.dumps(rejects, default=str, sort_keys=True)

@@ -30,6 +30,7 @@ from airflow_provider_pglogical.apply.batches import (
     has_value_notes,
     list_batches,
     read_changes,
+    read_truncates,
 )
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.targets.delta import changelog
@@ -89,13 +90,13 @@ def apply_slot(spark: SparkSession, config: ApplyConfig, target: DeltaTarget) ->
     return reports
 
 
-def _truncate_rows(batch: Batch, target: str, pending: dict[str, tuple[str, TableApplyConfig]]) -> list[dict]:
+def _truncate_rows(batch: Batch, target: str, pending: dict[str, tuple[str, TableApplyConfig]]) -> list[dict[str, object]]:
     """Changelog rows of the batch's TRUNCATEs that empty ``target`` (listed, or cascaded by the source)."""
     fs, root = _fs_path(batch)
     path = posixpath.join(root, "truncates.parquet")
     if not batch.truncates or fs.get_file_info(path).type != pafs.FileType.File:
         return []
-    out = []
+    out: list[dict[str, object]] = []
     for row in pq.read_table(path, filesystem=fs).to_pylist():
         ev = TruncateEvent(  # as batches.read_truncates parses it, plus the columns the feed shows
             int(row["commit_lsn"]), int(row["tx_order"]), tuple(row["relations"]), bool(row["cascade"]),
@@ -108,7 +109,7 @@ def _truncate_rows(batch: Batch, target: str, pending: dict[str, tuple[str, Tabl
     return out
 
 
-def _with_truncates(rows: pa.Table, truncates: list[dict]) -> pa.Table:
+def _with_truncates(rows: pa.Table, truncates: list[dict[str, object]]) -> pa.Table:
     if truncates:
         extra = {name: pa.array([t.get(name) for t in truncates], rows.schema.field(name).type)
                  if name in truncates[0] else pa.nulls(len(truncates), rows.schema.field(name).type)
@@ -119,7 +120,7 @@ def _with_truncates(rows: pa.Table, truncates: list[dict]) -> pa.Table:
 
 def _apply_batch(spark: SparkSession, config: ApplyConfig, target: DeltaTarget, batch: Batch,
                  rels: dict[str, RelationInfo]) -> runner.BatchReport:
-    truncates = runner.read_truncates(batch)
+    truncates = read_truncates(batch)
     sources = set(batch.table_files) | {r for ev in truncates for r in ev.relations}
     configured = {s: (planning.target_name(s, c), c) for s in sources if (c := config.table_config(s)) is not None}
     marks = target.watermarks(sorted({t for t, _ in configured.values()}))

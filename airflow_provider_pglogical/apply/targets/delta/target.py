@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-from deltalake import DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from airflow_provider_pglogical.apply.targets.delta import mirror
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation, app_id
@@ -38,7 +38,7 @@ class TableOutcome:
 
     committed: bool
     rows: dict[str, int] = field(default_factory=dict)
-    rejects: list[dict] = field(default_factory=list)
+    rejects: list[mirror.Reject] = field(default_factory=list)
     replayed: bool = False
 
 
@@ -93,7 +93,7 @@ class DeltaTarget:
                 [convert_array(c, from_type, FROM, where) for c in col.chunks], type=from_type))
         return out, schema
 
-    def _finish(self, dt: DeltaTable, version: int, props: mirror.CommitProperties, target: str) -> None:
+    def _finish(self, dt: DeltaTable, version: int, props: CommitProperties, target: str) -> None:
         """Record the watermark alone when the batch's statement committed nothing (it had no effect)."""
         if dt.version() == version:
             mirror.commit_watermark_only(dt, props)
@@ -149,7 +149,7 @@ class DeltaTarget:
         return TableOutcome(committed=True, rows=_counts(rows))
 
     @staticmethod
-    def _delete_all(dt: DeltaTable, props: mirror.CommitProperties) -> dict[str, int]:
+    def _delete_all(dt: DeltaTable, props: CommitProperties) -> dict[str, int]:
         return dict(dt.delete(commit_properties=props))
 
     def append_changes(self, target: str, start_lsn: int, end_lsn: int, rows: pa.Table, *,
