@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING
@@ -158,6 +159,56 @@ def has_value_notes(batch: Batch, table: str) -> bool:
                            for chunk in column.chunks):
             return True
     return False
+
+
+def keys_never_repeat(batch: Batch, table: str, key: Sequence[str], *, full_identity: bool = False) -> bool:
+    """Whether no value of ``key`` occurs in two staged changes of ``table`` in ``batch`` (then compaction has nothing
+    to net, and ``transforms.single_event_net`` gives its result without a shuffle).
+
+    Read driver-side from ``op`` and the key fields of both images only (Arrow, a fraction of a second
+    per million changes). A change counts each distinct key it names once (an UPDATE that moves a row
+    names two). Which images exist follows from ``op`` (INSERT/UPDATE have a new image, DELETE an old
+    one; an UPDATE has an old one when its old key is there — its identity columns are NOT NULL — or
+    always under REPLICA IDENTITY FULL, ``full_identity``). Conservative: a null key field in an image
+    (an unchanged-TOAST key, a nullable column of a FULL identity), a key type Arrow cannot group, or
+    anything unexpected answers False, and the batch is compacted as always. Actions, row filters and
+    truncates only drop or re-label changes, never add keys, so the answer holds after them.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    fs = pafs.FileSystem.from_uri(batch.uri)[0] if "://" in batch.uri else pafs.LocalFileSystem()
+    names = [f"k{i}" for i in range(len(key))]
+    parts: list[pa.Table] = []
+    try:
+        for rel in batch.table_files.get(table, ()):
+            path = posixpath.join(batch.path, rel)
+            schema = pq.ParquetFile(path, filesystem=fs).schema_arrow
+            if any(k not in schema.field(image).type.names for image in ("old", "new") for k in key):
+                return False
+            t = pq.read_table(path, filesystem=fs,
+                              columns=["op", *[f"{image}.{k}" for image in ("old", "new") for k in key]])
+            op = t.column(0)
+            old_cols, new_cols = t.columns[1:1 + len(key)], t.columns[1 + len(key):]
+            is_update = pc.equal(op, "U")
+            has_new = pc.or_(pc.equal(op, "I"), is_update)
+            has_old = pc.or_(pc.equal(op, "D"), is_update if full_identity else pc.and_(is_update,
+                                                                                           pc.is_valid(old_cols[0])))
+            for cols, present in ((old_cols, has_old), (new_cols, has_new)):
+                for c in cols:
+                    if pc.any(pc.and_(present, pc.is_null(c))).as_py():
+                        return False
+            same = has_old
+            for o, n in zip(old_cols, new_cols, strict=True):
+                same = pc.and_(same, pc.fill_null(pc.equal(o, n), False))
+            parts.append(pa.table(old_cols, names=names).filter(has_old))
+            parts.append(pa.table(new_cols, names=names).filter(pc.and_(has_new, pc.invert(same))))
+        keys = pa.concat_tables(parts) if parts else None
+        if keys is None or keys.num_rows == 0:
+            return True
+        return keys.group_by(names).aggregate([]).num_rows == keys.num_rows
+    except (pa.ArrowException, KeyError, ValueError):
+        return False
 
 
 def read_changes(spark: SparkSession, batch: Batch, table: str) -> DataFrame:

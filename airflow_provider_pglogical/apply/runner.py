@@ -20,6 +20,7 @@ from airflow_provider_pglogical.apply.batches import (
     Batch,
     RelationInfo,
     has_value_notes,
+    keys_never_repeat,
     list_batches,
     read_changes,
     read_relations,
@@ -43,6 +44,7 @@ from airflow_provider_pglogical.apply.transforms import (
     filter_actions,
     project_columns,
     resolve_toast_from_old,
+    single_event_net,
     to_key_events,
     to_ordered_changes,
     void_before,
@@ -94,12 +96,17 @@ def published_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, s
 
 
 def net_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, shape: planning.TableShape,
-                truncated_at: tuple[int, int] | None, notes: bool = True) -> DataFrame:
-    """Staged changes of one table → one net change per key (the whole pure pipeline)."""
+                truncated_at: tuple[int, int] | None, notes: bool = True, unique_keys: bool = False) -> DataFrame:
+    """Staged changes of one table → one net change per key (the whole pure pipeline).
+
+    ``unique_keys``: no key occurs in two staged changes (``keys_never_repeat``), so every event is
+    already its key's net change and ``single_event_net`` replaces the shuffle of ``compact``.
+    """
+    net = single_event_net if unique_keys else compact
     return (published_changes(df, rel, cfg, shape, notes)
             .transform(to_key_events(shape.key, shape.columns))
             .transform(void_before(truncated_at))
-            .transform(compact(shape.key, shape.columns)))
+            .transform(net(shape.key, shape.columns)))
 
 
 def ordered_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, shape: planning.TableShape,
@@ -182,8 +189,9 @@ def _stage_table(spark: SparkSession, config: ApplyConfig, dsn: str, conn, batch
             F.col(SEQ).getField("o").alias(ordered.ORDER), *from_key, *shape.columns)
     else:
         columns = pg.staging_columns(target, shape.key, shape.columns)
-        frame = net_changes(changes, rel, cfg, shape, truncated_at, notes).select(KIND, KEEP, LSN, *from_key, TOUCHED,
-                                                                            *shape.columns)
+        unique = keys_never_repeat(batch, shape.source, shape.key, full_identity=rel.replica_identity == "f")
+        frame = net_changes(changes, rel, cfg, shape, truncated_at, notes, unique).select(
+            KIND, KEEP, LSN, *from_key, TOUCHED, *shape.columns)
     types = describe_types(conn, columns)  # before create_staging, which commits
     pg.create_staging(conn, staging, columns)
     written = _copy(config, dsn, conn, frame, staging, [c for c, _ in columns], types)
@@ -196,7 +204,7 @@ def _copy(config: ApplyConfig, dsn: str, conn, frame: DataFrame, staging: str, c
     into ``staging``, then analyzed."""
     if config.write_partitions:
         frame = frame.repartition(config.write_partitions)
-    written = (copy_lines(frame, types).mapInArrow(pg.copy_partitions(dsn, staging, copy_cols), "rows long")
+    written = (copy_lines(frame, types, terminated=True).mapInArrow(pg.copy_partitions(dsn, staging, copy_cols), "rows long")
                .agg(F.sum("rows")).collect()[0][0])
     with conn.cursor() as cur:
         cur.execute(pg.sql.SQL("ANALYZE {}").format(pg.ident(staging)))  # the planner needs row counts
