@@ -62,11 +62,11 @@ def copy_escape(c: Column) -> Column:
 def may_need_escape(dtype: DataType) -> bool:
     """Whether the text of a value of ``dtype`` can hold a backslash, tab or line break.
 
-    Numbers, booleans, bytea (hex) and the dates, times and intervals printed here are digits and
-    punctuation only; text, and anything with text inside (arrays, composites, ranges, noted
-    values), may hold anything.
+    Numbers, booleans and the dates, times and intervals printed here are digits and punctuation
+    only; bytea's hex starts with a backslash, and text, and anything with text inside (arrays,
+    composites, ranges, noted values), may hold anything.
     """
-    return not isinstance(dtype, (BinaryType, BooleanType, DateType, TimestampType, TimestampNTZType, TimeType,
+    return not isinstance(dtype, (BooleanType, DateType, TimestampType, TimestampNTZType, TimeType,
                                   NumericType)) and not is_interval(dtype) and not is_timetz(dtype)
 
 
