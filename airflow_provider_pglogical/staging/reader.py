@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_pglogical.exceptions import StagingError, format_lsn
-from airflow_provider_pglogical.staging.layout import MANIFEST, RELATION_STATE, StagingLayout
+from airflow_provider_pglogical.staging.layout import MANIFEST, RELATION_STATE, RELATIONS, TRUNCATES, StagingLayout
 from airflow_provider_pglogical.staging.manifest import (
     Manifest,
     read_manifest,
@@ -19,6 +20,45 @@ from airflow_provider_pglogical.staging.manifest import (
 )
 
 STATE_FILE = "relations.json"
+NOTES_COLUMNS = ("old_value_notes", "new_value_notes")  # exactness notes; empty maps when a file lacks them
+
+
+@dataclass(frozen=True)
+class RelationColumn:
+    name: str
+    type_name: str | None
+    is_identity: bool
+
+
+@dataclass(frozen=True)
+class RelationInfo:
+    """The latest staged shape of one source relation within a batch."""
+
+    schema: str
+    table: str
+    replica_identity: str
+    columns: tuple[RelationColumn, ...]
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    @property
+    def identity_columns(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns if c.is_identity)
+
+
+@dataclass(frozen=True)
+class TruncateEvent:
+    commit_lsn: int
+    tx_order: int
+    relations: tuple[str, ...]
+    cascade: bool
+    restart_identity: bool
 
 
 @dataclass(frozen=True)
@@ -100,6 +140,100 @@ class StagingReader:
 
     def read_file(self, batch: BatchRef, relative: str) -> pa.Table:
         return pq.read_table(f"{batch.path}/{relative}", filesystem=self.layout.fs)
+
+    def _read_small(self, batch: BatchRef, name: str) -> list[dict[str, Any]] | None:
+        path = f"{batch.path}/{name}"
+        if not self.layout.exists(path):
+            return None
+        return pq.read_table(path, filesystem=self.layout.fs).to_pylist()
+
+    def relations(self, batch: BatchRef) -> dict[str, RelationInfo]:
+        """Latest schema version per ``schema.table`` seen in the batch."""
+        latest: dict[str, tuple[int, RelationInfo]] = {}
+        for row in self._read_small(batch, RELATIONS) or []:
+            info = RelationInfo(
+                schema=row["schema"], table=row["table"], replica_identity=row["replica_identity"],
+                columns=tuple(RelationColumn(c["name"], c.get("type_name"), bool(c["is_identity"]))
+                              for c in row["columns"]))
+            version = int(row["schema_version"])
+            if info.qualified_name not in latest or latest[info.qualified_name][0] < version:
+                latest[info.qualified_name] = (version, info)
+        return {name: info for name, (_, info) in latest.items()}
+
+    def truncates(self, batch: BatchRef, manifest: Manifest | None = None) -> list[TruncateEvent]:
+        """The batch's TRUNCATE events in commit order (none without reading when the manifest counts none)."""
+        if not (manifest or self.manifest(batch)).truncates:
+            return []
+        return [TruncateEvent(int(r["commit_lsn"]), int(r["tx_order"]), tuple(r["relations"]),
+                              bool(r["cascade"]), bool(r["restart_identity"]))
+                for r in self._read_small(batch, TRUNCATES) or []]
+
+    def has_value_notes(self, batch: BatchRef, files: Sequence[str]) -> bool:
+        """Whether any staged image in ``files`` (a table's files of ``batch``) carries an exactness note.
+
+        Read from the two small notes columns only: almost every batch has none, and then a reader
+        can skip carrying notes through altogether.
+        """
+        for rel in files:
+            parquet = pq.ParquetFile(f"{batch.path}/{rel}", filesystem=self.layout.fs)
+            present = [c for c in NOTES_COLUMNS if c in parquet.schema_arrow.names]
+            if present and any(len(chunk.keys) for column in parquet.read(columns=present).columns
+                               for chunk in column.chunks):
+                return True
+        return False
+
+    def keys_never_repeat(self, batch: BatchRef, files: Sequence[str], key: Sequence[str], *,
+                          full_identity: bool = False) -> bool:
+        """Whether no value of ``key`` occurs in two staged changes in ``files`` (a table's files of ``batch``).
+
+        Then compaction has nothing to net (``apply/transforms.single_event_net`` gives its result
+        without a shuffle). Read from ``op`` and the key fields of both images only (Arrow, a fraction
+        of a second per million changes). A change counts each distinct key it names once (an UPDATE
+        that moves a row names two). Which images exist follows from ``op`` (INSERT/UPDATE have a new
+        image, DELETE an old one; an UPDATE has an old one when its old key is there — its identity
+        columns are NOT NULL — or always under REPLICA IDENTITY FULL, ``full_identity``).
+        Conservative: a null key field in an image (an unchanged-TOAST key, a nullable column of a
+        FULL identity), a key type Arrow cannot group, or anything unexpected answers False, and the
+        batch is compacted as always. Actions, row filters and truncates only drop or re-label
+        changes, never add keys, so the answer holds after them.
+        """
+        import pyarrow.compute as pc  # only the apply asks
+
+        names = [f"k{i}" for i in range(len(key))]
+        parts: list[pa.Table] = []
+        try:
+            for rel in files:
+                path = f"{batch.path}/{rel}"
+                schema = pq.ParquetFile(path, filesystem=self.layout.fs).schema_arrow
+                if any(k not in schema.field(image).type.names for image in ("old", "new") for k in key):
+                    return False
+                t = pq.read_table(path, filesystem=self.layout.fs,
+                                  columns=["op", *[f"{image}.{k}" for image in ("old", "new") for k in key]])
+                op = t.column(0)
+                old_cols, new_cols = t.columns[1:1 + len(key)], t.columns[1 + len(key):]
+                is_update = pc.equal(op, "U")
+                has_new = pc.or_(pc.equal(op, "I"), is_update)
+                has_old = pc.or_(pc.equal(op, "D"),
+                                 is_update if full_identity else pc.and_(is_update, pc.is_valid(old_cols[0])))
+                for cols, present in ((old_cols, has_old), (new_cols, has_new)):
+                    for c in cols:
+                        if pc.any(pc.and_(present, pc.is_null(c))).as_py():
+                            return False
+                same = has_old
+                for o, n in zip(old_cols, new_cols, strict=True):
+                    same = pc.and_(same, pc.fill_null(pc.equal(o, n), False))
+                parts.append(pa.table(old_cols, names=names).filter(has_old))
+                parts.append(pa.table(new_cols, names=names).filter(pc.and_(has_new, pc.invert(same))))
+            keys = pa.concat_tables(parts) if parts else None
+            if keys is None or keys.num_rows == 0:
+                return True
+            return bool(keys.group_by(names).aggregate([]).num_rows == keys.num_rows)
+        except (pa.ArrowException, KeyError, ValueError):
+            return False
+
+    def uri(self, batch: BatchRef) -> str:
+        """The batch directory as a URI for Spark (``s3://…`` stays ``s3://…``)."""
+        return self.layout.uri_for(batch.path)
 
     def read_table_changes(self, batch: BatchRef, qualified_name: str) -> list[pa.Table]:
         """The row-change files of one table in a batch, one Arrow table per schema version."""

@@ -23,8 +23,8 @@ from pyspark.sql.types import (
 )
 
 from airflow_provider_pglogical.apply.notes import ELEMENT_NOTES, NOTE, VALUE, is_folded
-from airflow_provider_pglogical.apply.targets.target_types import ARRAY, COMPOSITE, MONEY, MULTIRANGE, PgType
-from airflow_provider_pglogical.apply.targets.temporal_text import (
+from airflow_provider_pglogical.apply.targets.postgres.target_types import ARRAY, COMPOSITE, MONEY, MULTIRANGE, PgType
+from airflow_provider_pglogical.apply.targets.postgres.temporal_text import (
     date_text,
     interval_text,
     is_interval,
@@ -239,7 +239,7 @@ def copy_lines(df: DataFrame, types: Mapping[str, PgType] | None = None, *, term
     ``types``: target type trees of the non-scalar columns (``target_types.describe_types``);
     without one, a ``list<range>`` column is written as an array of ranges, not a multirange.
     The session needs ``SESSION_CONF`` (UTC, and TIME columns readable at all). ``terminated`` ends each
-    line with its newline, so a partition's lines are the COPY data as they are (``postgres.copy_partitions``).
+    line with its newline, so a partition's lines are the COPY data as they are (``copy.copy_partitions``).
     """
     types = types or {}
     def field(f: StructField) -> Column:
