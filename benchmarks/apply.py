@@ -1,8 +1,22 @@
-"""Benchmark: the same mixed changes applied by a native subscriber and by drain → stage → Spark apply, timed in one run.
+"""Benchmark: the same changes applied by a native subscriber and by drain → stage → Spark apply, timed in one run.
 
-Usage: python benchmarks/apply.py [--changes 1000000] [--tx-rows 10000] [--max-changes 250000] [--targets postgres,delta]
-Prints one JSON object with the timings and the ratios ours / native, per target (PostgreSQL, Delta Lake on
-local disk); the Delta apply runs after the PostgreSQL one, in the same (warm) Spark session.
+Two workloads:
+
+* ``--workload mixed`` (default): ~``--changes`` row changes, 50% inserts, 30% updates (some rows twice), 20%
+  deletes, in transactions of ``--tx-rows`` rows, into ``bench``; drained in batches of ``--max-changes``.
+* ``--workload big``: issue 12's big transactions on ``big (id int primary key, a int, b text, c numeric(12,2),
+  d timestamptz)`` — 4/7 of ``--changes`` inserted in transactions of 250k rows, then one UPDATE of half of the
+  rows and one DELETE of a quarter (1.75M changes by default: 1M inserts in four transactions, a 500k-row UPDATE,
+  a 250k-row DELETE; ``--changes 10000000`` scales it). Drained with the drain's default batch size.
+
+Measured in one run: the raw named-cursor fetch of the slot's data (what the drain cannot beat), the drain (peek →
+staged → advanced), the Spark session start, the Spark apply, and the native subscriber's catch-up, with
+ratios. ``--event-log DIR`` keeps Spark's event log there and prints per-job/stage timings
+(``benchmarks/spark_events.py``); ``--profile-drain FILE`` writes a cProfile of the drain.
+Prints one JSON object.
+
+``--targets postgres,delta`` (default both): the Delta apply (Delta Lake on local disk) runs after the
+PostgreSQL one, in the same warm Spark session, and is compared with the native subscriber's rows.
 """
 
 from __future__ import annotations
@@ -31,6 +45,35 @@ CREATE TABLE bench (id bigint PRIMARY KEY, grp int NOT NULL, amount numeric(12,2
                     updated_at timestamptz NOT NULL DEFAULT now());
 CREATE TABLE bench_small (k int PRIMARY KEY, hits bigint NOT NULL);
 """
+BIG_SCHEMA = """
+CREATE TABLE big (id int PRIMARY KEY, a int, b text, c numeric(12,2), d timestamptz);
+"""
+BIG_TX_ROWS = 250_000
+
+
+def big_workload(dsn: str, changes: int) -> dict[str, int]:
+    """Issue 12's shape: inserts (4/7) in 250k-row transactions, one UPDATE of half of them, one DELETE of a quarter."""
+    inserts = changes * 4 // 7
+    updates, deletes = inserts // 2, inserts // 4
+    for lo in range(0, inserts, BIG_TX_ROWS):
+        hi = min(lo + BIG_TX_ROWS, inserts)
+        execute(dsn, "INSERT INTO big SELECT g, g %% 1000, md5(g::text), (g %% 100000) * 0.01, "
+                     "'2026-01-01'::timestamptz + g * interval '1 second' FROM generate_series(%s, %s) g",
+                params=(lo, hi - 1))
+    execute(dsn, "UPDATE big SET a = a + 1, d = d + interval '1 day' WHERE id < %s", params=(updates,))
+    execute(dsn, "DELETE FROM big WHERE id >= %s", params=(inserts - deletes,))
+    return {"insert": inserts, "update": updates, "delete": deletes}
+
+
+def raw_fetch(dsn: str, slot: str, publication: str) -> tuple[int, float]:
+    """The slot's data through the hook's named cursor (binary pgoutput, same options as the drain), counted only."""
+    hook = PgLogicalHook.from_dsn(dsn)
+    try:
+        t0 = time.monotonic()
+        n = sum(1 for _ in hook.peek_changes(slot, publication, itersize=5000))
+        return n, time.monotonic() - t0
+    finally:
+        hook.close()
 
 
 def workload(dsn: str, changes: int, tx_rows: int) -> dict[str, int]:
@@ -57,28 +100,41 @@ def workload(dsn: str, changes: int, tx_rows: int) -> dict[str, int]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--changes", type=int, default=1_000_000)
-    p.add_argument("--tx-rows", type=int, default=10_000)
-    p.add_argument("--max-changes", type=int, default=250_000, help="drain batch size (changes)")
+    p.add_argument("--workload", choices=("mixed", "big"), default="mixed")
+    p.add_argument("--changes", type=int, default=None, help="1,000,000 (mixed) / 1,750,000 (big)")
+    p.add_argument("--tx-rows", type=int, default=10_000, help="mixed workload: rows per transaction")
+    p.add_argument("--max-changes", type=int, default=None,
+                   help="drain batch size (changes); mixed: 250,000, big: the drain's default")
     p.add_argument("--master", default="local[2]")
-    p.add_argument("--targets", default="postgres,delta", help="comma-separated: postgres, delta")
+    p.add_argument("--event-log", default=None, help="directory for Spark's event log; prints job/stage timings")
+    p.add_argument("--profile-drain", default=None, help="write a cProfile of the drain to this file")
+    p.add_argument("--targets", default="postgres,delta", help="comma-separated; postgres is always measured, delta adds the Delta target")
     args = p.parse_args()
-    from pyspark.sql import SparkSession
+    big = args.workload == "big"
+    targets = set(args.targets.split(","))
+    changes = args.changes or (1_750_000 if big else 1_000_000)
+    table = "big" if big else "bench"
+    drain_kw = {"max_changes": args.max_changes or (None if big else 250_000)}
+    drain_kw = {k: v for k, v in drain_kw.items() if v is not None}
 
     server = start_server()
     try:
         source, native = make_database(server), make_database(server)
         _, ours = make_target(server)
         src_dsn, native_dsn = server.dsn(source), server.dsn(native)
-        execute(src_dsn, SCHEMA + "CREATE PUBLICATION pub_all FOR TABLE bench, bench_small;")
-        execute(native_dsn, SCHEMA)
-        execute(ours, SCHEMA)
+        schema = BIG_SCHEMA if big else SCHEMA
+        tables = "big" if big else "bench, bench_small"
+        execute(src_dsn, schema + f"CREATE PUBLICATION pub_all FOR TABLE {tables};")
+        execute(native_dsn, schema)
+        execute(ours, schema)
         subscribe(src_dsn, native_dsn, publication="pub_all", name="sub_bench")
         execute(native_dsn, "ALTER SUBSCRIPTION sub_bench DISABLE")  # let the changes pile up first
         PgLogicalHook.from_dsn(src_dsn).create_slot("ours")
         t0 = time.monotonic()
-        counts = workload(src_dsn, args.changes, args.tx_rows)
+        counts = big_workload(src_dsn, changes) if big else workload(src_dsn, changes, args.tx_rows)
         generate_s = time.monotonic() - t0
+
+        fetched, fetch_s = raw_fetch(src_dsn, "ours", "pub_all")
 
         t0 = time.monotonic()
         execute(native_dsn, "ALTER SUBSCRIPTION sub_bench ENABLE")
@@ -86,29 +142,49 @@ def main() -> int:
         native_s = time.monotonic() - t0
 
         staging = tempfile.mkdtemp(prefix="pglogical-bench-")
+        profiler = None
+        if args.profile_drain:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.enable()
         t0 = time.monotonic()
-        batches = drain_all(src_dsn, staging, max_changes=args.max_changes)
+        batches = drain_all(src_dsn, staging, **drain_kw)
         drain_s = time.monotonic() - t0
-        spark = (SparkSession.builder.master(args.master).appName("pglogical-bench")
-                 .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
-                 .config("spark.driver.host", "127.0.0.1").config("spark.driver.memory", "2g").getOrCreate())
-        config = ApplyConfig(slot="ours", staging_root=staging, tables={"public.bench": TableApplyConfig()})
-        targets = set(args.targets.split(","))
-        result: dict = {
-            "changes": sum(counts.values()), "by_op": counts, "generate_s": round(generate_s, 1),
-            "native_apply_s": round(native_s, 1), "drain_s": round(drain_s, 1), "batches": batches}
-        same = True
-        if "postgres" in targets:
-            t0 = time.monotonic()
-            reports = apply_slot(spark, config, ours)
-            apply_s = time.monotonic() - t0
-            same = query(ours, "SELECT count(*), sum(hashtext(bench::text)) FROM bench") == \
-                query(native_dsn, "SELECT count(*), sum(hashtext(bench::text)) FROM bench")
-            result.update({
-                "spark_apply_s": round(apply_s, 1), "batches_applied": sum(r.applied for r in reports),
-                "ratio_spark_apply_over_native": round(apply_s / native_s, 2),
-                "ratio_drain_plus_apply_over_native": round((drain_s + apply_s) / native_s, 2),
-                "targets_identical": same})
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(args.profile_drain)
+
+        t0 = time.monotonic()
+        from pyspark.sql import SparkSession
+
+        builder = (SparkSession.builder.master(args.master).appName("pglogical-bench")
+                   .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
+                   .config("spark.driver.host", "127.0.0.1").config("spark.driver.memory", "2g"))
+        if args.event_log:
+            Path(args.event_log).mkdir(parents=True, exist_ok=True)
+            builder = builder.config("spark.eventLog.enabled", "true").config("spark.eventLog.dir", args.event_log)
+        spark = builder.getOrCreate()
+        spark_start_s = time.monotonic() - t0
+        config = ApplyConfig(slot="ours", staging_root=staging, tables={f"public.{table}": TableApplyConfig()})
+        t0 = time.monotonic()
+        reports = apply_slot(spark, config, ours)
+        apply_s = time.monotonic() - t0
+        digest = f"SELECT count(*), sum(hashtext({table}::text)) FROM {table}"
+        same = query(ours, digest) == query(native_dsn, digest)
+        out = {
+            "workload": args.workload, "changes": sum(counts.values()), "by_op": counts,
+            "generate_s": round(generate_s, 1), "raw_fetch_s": round(fetch_s, 2), "raw_fetch_rows": fetched,
+            "native_apply_s": round(native_s, 2), "drain_s": round(drain_s, 2), "batches": batches,
+            "spark_start_s": round(spark_start_s, 2), "spark_apply_s": round(apply_s, 2),
+            "batches_applied": sum(r.applied for r in reports),
+            "per_batch_seconds": [r.seconds for r in reports],
+            "ratio_drain_over_raw_fetch": round(drain_s / fetch_s, 2),
+            "ratio_spark_apply_over_native": round(apply_s / native_s, 2),
+            "ratio_spark_start_plus_apply_over_native": round((spark_start_s + apply_s) / native_s, 2),
+            "ratio_drain_plus_apply_over_native": round((drain_s + apply_s) / native_s, 2),
+            "targets_identical": same,
+        }
         if "delta" in targets:
             from deltalake import DeltaTable
 
@@ -118,20 +194,29 @@ def main() -> int:
 
             lake = DeltaLocation(tempfile.mkdtemp(prefix="pglogical-bench-lake-"))
             t0 = time.monotonic()
-            reports = apply_delta(spark, config, DeltaTarget(lake, "ours"))
+            delta_reports = apply_delta(spark, config, DeltaTarget(lake, "ours"))
             delta_s = time.monotonic() - t0
-            rows = DeltaTable(lake.table_uri("public.bench")).to_pyarrow_table().sort_by("id")
-            native_rows = query(native_dsn, "SELECT id, grp, amount, note, updated_at FROM bench ORDER BY id")
+            rows = DeltaTable(lake.table_uri(f"public.{table}")).to_pyarrow_table().sort_by("id")
+            native_rows = query(native_dsn, f"SELECT * FROM {table} ORDER BY id")
             delta_same = [tuple(r.values()) for r in rows.to_pylist()] == [tuple(r) for r in native_rows]
             same = same and delta_same
-            result.update({
-                "delta_apply_s": round(delta_s, 1), "delta_batches_applied": sum(r.applied for r in reports),
-                "delta_stage_and_merge_s": [r.seconds.get("apply") for r in reports],
+            out.update({
+                "delta_apply_s": round(delta_s, 1), "delta_batches_applied": sum(r.applied for r in delta_reports),
                 "ratio_delta_apply_over_native": round(delta_s / native_s, 2),
                 "ratio_drain_plus_delta_over_native": round((drain_s + delta_s) / native_s, 2),
                 "delta_identical_to_native": delta_same})
         spark.stop()
-        print(json.dumps(result, indent=2))
+        if args.event_log:
+            from benchmarks.spark_events import summarize
+
+            summary = summarize(args.event_log)
+            out["spark_job_wall_s"] = summary["job_wall_s"]
+        print(json.dumps(out, indent=2))
+        if args.event_log:
+            import subprocess
+
+            subprocess.run([sys.executable, str(Path(__file__).with_name("spark_events.py")), args.event_log],
+                           check=False)
         return 0 if same else 1
     finally:
         stop_server(server)

@@ -6,6 +6,7 @@ overlap checks) lives in ``staging/reader.py``; this module adds only the Spark 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING
@@ -31,7 +32,8 @@ CHANGE_META_COLUMNS = ("commit_lsn", "end_lsn", "lsn", "tx_order", "xid", "commi
                        "schema_version", "old", "old_key_only", "new", "new_unchanged_toast")
 
 __all__ = ["CHANGE_META_COLUMNS", "META", "NOTES_COLUMNS", "Batch", "RelationColumn", "RelationInfo",
-           "TruncateEvent", "has_value_notes", "list_batches", "read_changes", "read_relations", "read_truncates"]
+           "TruncateEvent", "has_value_notes", "keys_never_repeat", "list_batches", "read_changes", "read_relations",
+           "read_truncates"]
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,14 @@ def has_value_notes(batch: Batch, table: str) -> bool:
     """Whether any staged image of ``table`` in ``batch`` carries an exactness note (then the Spark
     plan carries notes through, ``apply/notes.py``; almost every batch has none)."""
     return batch.reader.has_value_notes(batch.ref, batch.table_files.get(table, ()))
+
+
+def keys_never_repeat(batch: Batch, table: str, key: Sequence[str], *, full_identity: bool = False) -> bool:
+    """Whether no value of ``key`` occurs in two staged changes of ``table`` in ``batch`` (then compaction has
+    nothing to net, and ``transforms.single_event_net`` gives its result without a shuffle); read driver-side
+    by ``StagingReader.keys_never_repeat``."""
+    return batch.reader.keys_never_repeat(batch.ref, batch.table_files.get(table, ()), key,
+                                          full_identity=full_identity)
 
 
 def read_changes(spark: SparkSession, batch: Batch, table: str) -> DataFrame:

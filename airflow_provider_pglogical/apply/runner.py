@@ -21,6 +21,7 @@ from airflow_provider_pglogical.apply import planning
 from airflow_provider_pglogical.apply.batches import (
     Batch,
     has_value_notes,
+    keys_never_repeat,
     list_batches,
     read_changes,
     read_relations,
@@ -48,6 +49,7 @@ from airflow_provider_pglogical.apply.transforms import (
     filter_actions,
     project_columns,
     resolve_toast_from_old,
+    single_event_net,
     to_key_events,
     to_ordered_changes,
     void_before,
@@ -100,12 +102,17 @@ def published_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, s
 
 
 def net_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, shape: planning.TableShape,
-                truncated_at: tuple[int, int] | None, notes: bool = True) -> DataFrame:
-    """Staged changes of one table → one net change per key (the whole pure pipeline)."""
+                truncated_at: tuple[int, int] | None, notes: bool = True, unique_keys: bool = False) -> DataFrame:
+    """Staged changes of one table → one net change per key (the whole pure pipeline).
+
+    ``unique_keys``: no key occurs in two staged changes (``keys_never_repeat``), so every event is
+    already its key's net change and ``single_event_net`` replaces the shuffle of ``compact``.
+    """
+    net = single_event_net if unique_keys else compact
     return (published_changes(df, rel, cfg, shape, notes)
             .transform(to_key_events(shape.key, shape.columns))
             .transform(void_before(truncated_at))
-            .transform(compact(shape.key, shape.columns)))
+            .transform(net(shape.key, shape.columns)))
 
 
 def ordered_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, shape: planning.TableShape,
@@ -227,7 +234,10 @@ class SparkBatchChanges:
     def net(self, table: PlannedTable) -> DataFrame:
         changes, notes, from_key = self._staged(table)
         shape = planning.TableShape(table.source, table.target, table.key, table.columns)
-        return (net_changes(changes, table.relation, table.config, shape, table.truncated_at, notes)
+        # Decided here, not in a target: every target's net frame skips compaction's shuffle then.
+        unique = keys_never_repeat(self.batch, table.source, table.key,
+                                   full_identity=table.relation.replica_identity == "f")
+        return (net_changes(changes, table.relation, table.config, shape, table.truncated_at, notes, unique)
                 .select(KIND, KEEP, LSN, *from_key, TOUCHED, *table.columns))
 
     def ordered(self, table: PlannedTable) -> DataFrame:

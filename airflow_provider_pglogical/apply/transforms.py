@@ -206,3 +206,32 @@ def compact(key: Sequence[str], columns: Sequence[str]) -> Step:
             F.coalesce(F.col(TOUCHED), F.lit(False)).alias(TOUCHED), *[F.col(c) for c in columns])
 
     return step
+
+
+def single_event_net(key: Sequence[str], columns: Sequence[str]) -> Step:
+    """Step: ``compact`` for a batch in which no key has more than one event — the same rows, without a shuffle.
+
+    When every key has exactly one event (after ``to_key_events``), its net change is that event:
+    a DELETE stays ``D`` with no values, an INSERT ``I`` (with its moved-from key), an UPDATE ``U``;
+    a column the event does not know (listed in its keep list) is null and kept. Nothing changed
+    the key before a key change moved it away, so ``_pgl_touched`` is false. Whether a batch is
+    such a batch is decided outside this pure step (``batches.keys_never_repeat``); on a batch
+    with repeated keys this step would keep several rows per key, so only use it there.
+    """
+    values = [c for c in columns if c not in key]
+
+    def step(df: DataFrame) -> DataFrame:
+        kind, keep = F.col(KIND), F.col(KEEP)
+        is_delete = kind == "D"
+        empty = F.array().cast("array<string>")
+        unknown = (F.filter(F.array(*[F.lit(c) for c in values]), lambda x: F.coalesce(F.array_contains(keep, x),
+                                                                                          F.lit(False)))
+                   if values else empty)
+        return df.select(
+            kind.alias(KIND), F.when(is_delete, empty).otherwise(unknown).alias(KEEP), F.col(LSN),
+            F.when(kind == "I", F.col(FROM)).alias(FROM), F.lit(False).alias(TOUCHED),
+            *[F.col(c) if c in key else
+              F.when(~is_delete & ~F.coalesce(F.array_contains(keep, c), F.lit(False)), F.col(c)).alias(c)
+              for c in columns])
+
+    return step

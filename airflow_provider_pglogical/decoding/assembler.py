@@ -23,6 +23,7 @@ from airflow_provider_pglogical.decoding.model import (
 from airflow_provider_pglogical.decoding.relations import (
     ROW_OPS,
     RelationCache,
+    is_unsplit_row,
     row_change,
     to_change,
     unknown_relation,
@@ -130,23 +131,30 @@ class ChangeAssembler:
 
     def feed_rows(self, rows: Iterable[tuple[int, int, bytes | bytearray | memoryview]]) -> Iterator[Event]:
         """Feed every ``(lsn, xid, data)`` row in order; yield the events they complete."""
-        get_relation, budget, unsplit = self._get_relation, self._budget, unsplit_row_change
+        get_relation, budget, unsplit, is_unsplit = self._get_relation, self._budget, unsplit_row_change, is_unsplit_row
         for lsn, xid, data in rows:
             if type(data) is not bytes:  # psycopg2 hands out memoryviews whose items may be bytes, not ints
                 data = bytes(data)
             tx = self._tx
-            if tx is not None and tx.spill is None:
-                # Plain DML inside Begin…Commit, the bulk of all rows: its tuple stays unsplit
-                # and the Arrow converter frames a whole row group at once (values.framing).
-                change = unsplit(data, lsn, get_relation)
-                if change is not None:
-                    tx.items.append(change)
-                    # self._account(tx, size), inlined: this runs once per row
-                    size = len(data)
-                    tx.mem_bytes += size
-                    self._buffered += size
-                    if self._buffered > budget:
-                        self._start_spill(tx)
+            if tx is not None:
+                spill = tx.spill
+                if spill is None:
+                    # Plain DML inside Begin…Commit, the bulk of all rows: its tuple stays unsplit
+                    # and the Arrow converter frames a whole row group at once (values.framing).
+                    change = unsplit(data, lsn, get_relation)
+                    if change is not None:
+                        tx.items.append(change)
+                        # self._account(tx, size), inlined: this runs once per row
+                        size = len(data)
+                        tx.mem_bytes += size
+                        self._buffered += size
+                        if self._buffered > budget:
+                            self._start_spill(tx)
+                        continue
+                elif is_unsplit(data, lsn, get_relation):
+                    # A spilling transaction's plain DML goes to the file as is (relation checked); it
+                    # is framed when read back, like any unsplit tuple. Counted at commit (_resolve).
+                    spill.append(lsn, 0, data)
                     continue
             event = self._feed_message(lsn, xid, data)
             if event is not None:
@@ -166,11 +174,9 @@ class ChangeAssembler:
             tx.items.append(row_change(ROW_OPS[t], rel, lsn, old, new, key_only))
             self._account(tx, len(data))
             return None
-        if tx is not None and tx.spill is not None and unsplit_row_change(data, lsn, self._get_relation) is not None:
-            # A spilling transaction's plain DML goes to the file as is (relation checked); it is
-            # framed when read back, like any unsplit tuple.
+        if tx is not None and tx.spill is not None and is_unsplit_row(data, lsn, self._get_relation):
+            # (feed_rows takes this path inline; kept for direct callers) counted at commit (_resolve)
             tx.spill.append(lsn, 0, data)
-            tx.spill_counts[0] = tx.spill_counts.get(0, 0) + 1
             return None
         if self._stream is not None:
             return self._feed_stream_block(self._stream, lsn, data)
@@ -196,8 +202,7 @@ class ChangeAssembler:
                               m.LogicalDecodingMessage)):
             change = to_change(msg, lsn, self._get_relation)  # validates relids even when spilling
             if tx.spill is not None:
-                tx.spill.append(lsn, 0, data)
-                tx.spill_counts[0] = tx.spill_counts.get(0, 0) + 1
+                tx.spill.append(lsn, 0, data)  # counted at commit (_resolve)
             else:
                 tx.items.append(change)
                 self._account(tx, len(data))
@@ -338,6 +343,9 @@ class ChangeAssembler:
                     tx.types.append(self.relations.apply_type(msg))
         else:
             timeline = tx.side
+            # Outside streams every spilled record is a change of the top-level xid (schema messages go to
+            # ``side``), so the file's record count is the count — no per-row bookkeeping while spilling.
+            tx.spill_counts = {0: tx.spill.records}
         changes = SpilledChanges(prefix, tx.spill, tx.base or {}, timeline, frozenset(tx.aborted),
                                  len(prefix) + sum(tx.spill_counts.values()), _spill_decoder(tx.kind == "S"))
         tx.spill = None  # ownership moves to the SpilledChanges

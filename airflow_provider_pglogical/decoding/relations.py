@@ -158,6 +158,19 @@ def unsplit_row_change(data: bytes, lsn: int, relation: Callable[[int], Relation
     return _tuple_new(RowChange, (ROW_OPS[t], rel, lsn, old, new, key_only))
 
 
+def is_unsplit_row(data: bytes, lsn: int, relation: Callable[[int], RelationSchema | None]) -> bool:
+    """Whether ``unsplit_row_change(data, lsn, relation)`` would return a change (same checks, same error for an
+    unknown relation) — without building it: a spilling transaction only needs to know, per row."""
+    if len(data) <= 6:
+        return False
+    t, tag = data[0], data[5]
+    if not ((tag == 78 and (t == 73 or t == 85)) or (t == 68 and (tag == 75 or tag == 79))):
+        return False
+    if relation(_u32(data, 1)[0]) is None:
+        raise unknown_relation(_u32(data, 1)[0], lsn, chr(t))
+    return True
+
+
 def unknown_relation(relid: int, lsn: int, mtype: str) -> UnknownRelationError:
     return UnknownRelationError(f"change for relation OID {relid} without a prior Relation message",
                                 lsn=lsn, message_type=mtype)

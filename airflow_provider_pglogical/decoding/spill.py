@@ -48,29 +48,50 @@ class SpillFile:
         return self._file.closed
 
     def append(self, lsn: int, subxid: int, data: bytes) -> None:
-        self._file.write(_HEADER.pack(lsn, subxid, len(data)))
-        self._file.write(data)
+        record = _HEADER.pack(lsn, subxid, len(data)) + data  # one buffered write per record
+        self._file.write(record)
         self.records += 1
-        self.size += _HEADER.size + len(data)
+        self.size += len(record)
 
     def __iter__(self) -> Iterator[tuple[int, int, int, bytes]]:
         """Yield ``(index, lsn, subxid, data)`` for every record in write order."""
+        index = 0
+        for records in self.chunks():
+            for lsn, subxid, data in records:
+                yield index, lsn, subxid, data
+                index += 1
+
+    def chunks(self) -> Iterator[list[tuple[int, int, bytes]]]:
+        """Yield the records ``(lsn, subxid, data)`` in write order, a list per slice read (~1 MiB).
+
+        One generator step per slice rather than per record: reading back a spilled transaction
+        then costs about what framing it from the fetch did.
+        """
         if self._file.closed:
             raise ValueError("spill file is closed")
         self._file.flush()
         fd, end = self._file.fileno(), self.size
+        unpack, hsize = _HEADER.unpack_from, _HEADER.size
         buf, base, p = b"", 0, 0  # base = file offset of buf[0], p = cursor in buf
-        index = 0
         while base + p < end:
-            if len(buf) - p < _HEADER.size:
-                buf, base, p = _refill(fd, buf, base, p, _HEADER.size)
-            lsn, subxid, n = _HEADER.unpack_from(buf, p)
-            if len(buf) - p < _HEADER.size + n:
-                buf, base, p = _refill(fd, buf, base, p, _HEADER.size + n)
-            start = p + _HEADER.size
-            p = start + n
-            yield index, lsn, subxid, buf[start:p]
-            index += 1
+            if len(buf) - p < hsize:
+                buf, base, p = _refill(fd, buf, base, p, hsize)
+            out: list[tuple[int, int, bytes]] = []
+            limit = len(buf)
+            while True:  # every whole record in buf
+                if limit - p < hsize:
+                    break
+                lsn, subxid, n = unpack(buf, p)
+                start = p + hsize
+                if limit - start < n:
+                    break
+                p = start + n
+                out.append((lsn, subxid, buf[start:p]))
+            if out:
+                yield out
+            elif base + p < end:  # a record larger than what is buffered
+                lsn, subxid, n = unpack(buf, p)
+                buf, base, p = _refill(fd, buf, base, p, hsize + n)
 
     def close(self) -> None:
         self._file.close()
@@ -118,13 +139,20 @@ class SpilledChanges(Sequence[Change]):
         relations = dict(self._base)
         timeline, t, nt = self._timeline, 0, len(self._timeline)
         aborted, decode = self._aborted, self._decode
-        for index, lsn, subxid, data in self._spill:
-            while t < nt and timeline[t][0] <= index:
-                schema = timeline[t][1]
-                relations[schema.relid] = schema
-                t += 1
-            if subxid not in aborted:
-                yield decode(data, lsn, relations)
+        index = 0
+        for records in self._spill.chunks():
+            if t == nt and not aborted:  # no schema change ahead, nothing dropped: the common case
+                yield from [decode(data, lsn, relations) for lsn, _subxid, data in records]
+                index += len(records)
+                continue
+            for lsn, subxid, data in records:
+                while t < nt and timeline[t][0] <= index:
+                    schema = timeline[t][1]
+                    relations[schema.relid] = schema
+                    t += 1
+                if subxid not in aborted:
+                    yield decode(data, lsn, relations)
+                index += 1
 
     @overload
     def __getitem__(self, index: int) -> Change: ...

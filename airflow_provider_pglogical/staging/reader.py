@@ -182,6 +182,55 @@ class StagingReader:
                 return True
         return False
 
+    def keys_never_repeat(self, batch: BatchRef, files: Sequence[str], key: Sequence[str], *,
+                          full_identity: bool = False) -> bool:
+        """Whether no value of ``key`` occurs in two staged changes in ``files`` (a table's files of ``batch``).
+
+        Then compaction has nothing to net (``apply/transforms.single_event_net`` gives its result
+        without a shuffle). Read from ``op`` and the key fields of both images only (Arrow, a fraction
+        of a second per million changes). A change counts each distinct key it names once (an UPDATE
+        that moves a row names two). Which images exist follows from ``op`` (INSERT/UPDATE have a new
+        image, DELETE an old one; an UPDATE has an old one when its old key is there — its identity
+        columns are NOT NULL — or always under REPLICA IDENTITY FULL, ``full_identity``).
+        Conservative: a null key field in an image (an unchanged-TOAST key, a nullable column of a
+        FULL identity), a key type Arrow cannot group, or anything unexpected answers False, and the
+        batch is compacted as always. Actions, row filters and truncates only drop or re-label
+        changes, never add keys, so the answer holds after them.
+        """
+        import pyarrow.compute as pc  # only the apply asks
+
+        names = [f"k{i}" for i in range(len(key))]
+        parts: list[pa.Table] = []
+        try:
+            for rel in files:
+                path = f"{batch.path}/{rel}"
+                schema = pq.ParquetFile(path, filesystem=self.layout.fs).schema_arrow
+                if any(k not in schema.field(image).type.names for image in ("old", "new") for k in key):
+                    return False
+                t = pq.read_table(path, filesystem=self.layout.fs,
+                                  columns=["op", *[f"{image}.{k}" for image in ("old", "new") for k in key]])
+                op = t.column(0)
+                old_cols, new_cols = t.columns[1:1 + len(key)], t.columns[1 + len(key):]
+                is_update = pc.equal(op, "U")
+                has_new = pc.or_(pc.equal(op, "I"), is_update)
+                has_old = pc.or_(pc.equal(op, "D"),
+                                 is_update if full_identity else pc.and_(is_update, pc.is_valid(old_cols[0])))
+                for cols, present in ((old_cols, has_old), (new_cols, has_new)):
+                    for c in cols:
+                        if pc.any(pc.and_(present, pc.is_null(c))).as_py():
+                            return False
+                same = has_old
+                for o, n in zip(old_cols, new_cols, strict=True):
+                    same = pc.and_(same, pc.fill_null(pc.equal(o, n), False))
+                parts.append(pa.table(old_cols, names=names).filter(has_old))
+                parts.append(pa.table(new_cols, names=names).filter(pc.and_(has_new, pc.invert(same))))
+            keys = pa.concat_tables(parts) if parts else None
+            if keys is None or keys.num_rows == 0:
+                return True
+            return bool(keys.group_by(names).aggregate([]).num_rows == keys.num_rows)
+        except (pa.ArrowException, KeyError, ValueError):
+            return False
+
     def uri(self, batch: BatchRef) -> str:
         """The batch directory as a URI for Spark (``s3://…`` stays ``s3://…``)."""
         return self.layout.uri_for(batch.path)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import io
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
+import numpy as np
 import psycopg2
 import pyarrow as pa
 from psycopg2 import sql
@@ -56,29 +56,67 @@ def drop_leftover_staging(conn) -> None:
 
 
 def copy_rows(dsn: str, staging: str, columns: Sequence[str], lines: Iterator[str]) -> int:
-    """COPY ready text lines (``copytext.copy_lines``) into ``staging``; returns the row count.
+    """COPY ready text lines (``copytext.copy_lines``, no line break) into ``staging``; returns the row count.
 
-    Columns are (kind, keep, lsn, *columns). Runs on executors; the DSN arrives in the task closure.
+    Columns are (kind, keep, lsn, *columns). The executors use ``copy_partitions``, which hands over
+    Arrow buffers without making Python strings; this form is for lines built in Python.
+    """
+    def chunks() -> Iterator[tuple[bytes, int]]:
+        while True:
+            chunk = [line for _, line in zip(range(COPY_CHUNK_ROWS), lines, strict=False)]
+            if not chunk:
+                return
+            yield ("\n".join(chunk) + "\n").encode(), len(chunk)
+
+    return copy_chunks(dsn, staging, columns, chunks())
+
+
+class _ChunkReader:
+    """The file object ``copy_expert`` reads: each ``read`` returns the next whole chunk (psycopg2 sends what it
+    gets, whatever the size asked), so a partition is one COPY statement fed straight from Arrow buffers."""
+
+    def __init__(self, chunks: Iterator[tuple[bytes, int]]) -> None:
+        self._chunks, self.rows = chunks, 0
+
+    def read(self, _size: int = -1) -> bytes:
+        for data, rows in self._chunks:
+            if data:
+                self.rows += rows
+                return data
+        return b""
+
+
+def copy_chunks(dsn: str, staging: str, columns: Sequence[str], chunks: Iterator[tuple[bytes, int]]) -> int:
+    """One ``COPY … FROM STDIN`` of ``(bytes of whole newline-terminated lines, line count)`` chunks; the row count.
+
+    Runs on executors; the DSN arrives in the task closure. A failure names its line within this
+    COPY (i.e. within the partition), never the value.
     """
     target = sql.SQL("COPY {} ({}) FROM STDIN").format(
         ident(staging), sql.SQL(", ").join(map(sql.Identifier, (OP, KEEP, LSN, *columns))))
     conn = psycopg2.connect(dsn)
-    total = 0
+    reader = _ChunkReader(chunks)
     try:
         with conn.cursor() as cur:
-            copy_sql = target.as_string(conn)
-            while True:
-                chunk = [line for _, line in zip(range(COPY_CHUNK_ROWS), lines, strict=False)]
-                if not chunk:
-                    break
-                cur.copy_expert(copy_sql, io.StringIO("\n".join(chunk) + "\n"))
-                total += len(chunk)
+            cur.copy_expert(target.as_string(conn), reader, size=1 << 20)
         conn.commit()
     except psycopg2.Error as exc:
-        raise copy_error(staging, exc, total) from None
+        raise copy_error(staging, exc, 0) from None
     finally:
         conn.close()
-    return total
+    return reader.rows
+
+
+def arrow_line_bytes(lines: pa.Array) -> bytes:
+    """The bytes of a (large_)string array of newline-terminated lines, back to back: its value buffer, one copy."""
+    if lines.null_count:
+        raise ApplyError("a COPY line is null (copy_lines never makes one)")
+    if len(lines) == 0:
+        return b""
+    wide = pa.types.is_large_string(lines.type) or pa.types.is_large_binary(lines.type)
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64 if wide else np.int32)
+    first, last = int(offsets[lines.offset]), int(offsets[lines.offset + len(lines)])
+    return memoryview(lines.buffers()[2])[first:last].tobytes()
 
 
 _QUOTED_VALUE = re.compile(r':\s*".*', re.S)
@@ -100,11 +138,13 @@ def copy_error(staging: str, exc: psycopg2.Error, copied: int) -> ApplyError:
 
 def copy_partitions(dsn: str, staging: str, columns: Sequence[str]) -> Callable[[Iterator[pa.RecordBatch]],
                                                                                Iterator[pa.RecordBatch]]:
-    """A ``mapInArrow`` function: each partition's lines (Arrow batches, no pickling) COPYed; yields its count."""
+    """A ``mapInArrow`` function: each partition's newline-terminated lines (Arrow batches: no pickling, no Python
+    strings) COPYed as one statement; yields its count."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        lines = (line for b in batches for line in b.column(0).to_pylist())
-        yield pa.RecordBatch.from_pydict({"rows": [copy_rows(dsn, staging, columns, lines)]},
+        # Lines arrive newline-terminated (``copy_lines(..., terminated=True)``): their value buffer is the COPY data.
+        chunks = ((arrow_line_bytes(b.column(0)), b.num_rows) for b in batches)
+        yield pa.RecordBatch.from_pydict({"rows": [copy_chunks(dsn, staging, columns, chunks)]},
                                          schema=pa.schema([("rows", pa.int64())]))
 
     return run

@@ -166,7 +166,7 @@ class PostgresTarget:
         if self.config.write_partitions:
             frame = frame.repartition(self.config.write_partitions)
         copy_cols = [c for c, _ in columns]
-        written = (copy_lines(frame, types).mapInArrow(copy_partitions(self.dsn, staging, copy_cols), "rows long")
+        written = (copy_lines(frame, types, terminated=True).mapInArrow(copy_partitions(self.dsn, staging, copy_cols), "rows long")
                    .agg(F.sum("rows")).collect()[0][0])
         with self.conn.cursor() as cur:
             cur.execute(sql.SQL("ANALYZE {}").format(catalog.ident(staging)))  # the planner needs row counts
