@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 
+from airflow_provider_pglogical.assets.pglogical import staged_table_asset
 from airflow_provider_pglogical.staging.drain import (
     DEFAULT_MAX_CHANGES,
     DEFAULT_MAX_WAL_BYTES,
@@ -14,7 +15,6 @@ from airflow_provider_pglogical.staging.drain import (
     DrainResult,
     drain_slot,
 )
-from airflow_provider_pglogical.staging.layout import quote_name
 from airflow_provider_pglogical.staging.writer import DEFAULT_ROW_GROUP_ROWS
 
 if TYPE_CHECKING:
@@ -24,11 +24,10 @@ if TYPE_CHECKING:
 def table_asset(slot: str, qualified_name: str) -> Asset:
     """The Asset of one source table's staged changes: ``pglogical://<slot>/<schema>.<table>``.
 
-    Schema and table are URL-quoted with '.' escaped too, so every name maps to one URI.
+    Schema and table are URL-quoted with '.' escaped too, so every name maps to one URI
+    (``assets/pglogical.py`` defines the scheme).
     """
-    schema, _, table = qualified_name.partition(".")
-    uri = f"pglogical://{slot}/{quote_name(schema)}.{quote_name(table)}"
-    return Asset(uri=uri, name=uri)
+    return staged_table_asset(slot, qualified_name)
 
 
 def _optional_int(value: Any) -> int | None:
