@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +49,7 @@ from airflow_provider_pglogical.apply.transforms import (
     void_before,
 )
 from airflow_provider_pglogical.exceptions import ApplyError
+from airflow_provider_pglogical.metrics.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -134,11 +136,13 @@ def _validate(spark: SparkSession, config: ApplyConfig, batches: list[Batch]) ->
     return relations
 
 
-def apply_slot(spark: SparkSession, config: ApplyConfig, dsn: str) -> list[BatchReport]:
+def apply_slot(spark: SparkSession, config: ApplyConfig, dsn: str,
+               on_batch: Callable[[BatchReport], None] | None = None) -> list[BatchReport]:
     """Apply every staged batch of the slot beyond the targets' watermarks, oldest first.
 
     Idempotent under replay: a batch whose end_lsn is at or below a target table's watermark is
     skipped for that table, and each batch commits its changes together with the watermark.
+    ``on_batch`` sees each batch's report right after its commit (metrics, report files).
     """
     for key, value in SESSION_CONF.items():  # what copy_lines' text relies on (UTC, readable TIME columns)
         spark.conf.set(key, value)
@@ -155,10 +159,18 @@ def apply_slot(spark: SparkSession, config: ApplyConfig, dsn: str) -> list[Batch
         pg.ensure_bookkeeping(conn, config.progress_table, config.rejects_table)
         fks = pg.foreign_keys(conn)
         conn.commit()
-        for batch in batches:
-            reports.append(_apply_one(spark, config, dsn, conn, batch, relations[batch.end_lsn], fks))
-            log.info("batch %X-%X applied=%s rows=%s seconds=%s", batch.start_lsn, batch.end_lsn,
-                     reports[-1].applied, reports[-1].rows, reports[-1].seconds)
+        # A heartbeat line at least every 30 s while batches apply (a Spark job can run for minutes).
+        total = sum(b.end_lsn - b.start_lsn for b in batches)
+        with Progress(f"apply slot {config.slot}", log.info, total_bytes=total) as progress:
+            for i, batch in enumerate(batches, 1):
+                progress.update(phase=f"batch {i}/{len(batches)} {batch.start_lsn:X}-{batch.end_lsn:X}")
+                reports.append(_apply_one(spark, config, dsn, conn, batch, relations[batch.end_lsn], fks))
+                progress.update(rows=progress.rows + sum(sum(c.values()) for c in reports[-1].rows.values()),
+                                done_bytes=progress.done_bytes + batch.end_lsn - batch.start_lsn)
+                log.info("batch %X-%X applied=%s rows=%s seconds=%s", batch.start_lsn, batch.end_lsn,
+                         reports[-1].applied, reports[-1].rows, reports[-1].seconds)
+                if on_batch is not None:
+                    on_batch(reports[-1])
     finally:
         conn.close()
     return reports

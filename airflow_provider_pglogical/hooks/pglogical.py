@@ -201,6 +201,13 @@ class PgLogicalHook(PostgresHook):
         self._query(query, publication=name)
         return True
 
+    def published_tables(self, publications: str | Sequence[str]) -> list[str]:
+        """``schema.table`` of every table the publications publish (for lineage), sorted."""
+        names = [publications] if isinstance(publications, str) else list(publications)
+        rows = self._query("SELECT DISTINCT schemaname, tablename FROM pg_publication_tables WHERE pubname = ANY(%s)",
+                           (names,))
+        return sorted(f"{s}.{t}" for s, t in rows)
+
     def drop_publication(self, name: str) -> None:
         self._query(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(name)))
 
