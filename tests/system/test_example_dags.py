@@ -48,7 +48,7 @@ CUSTOMERS = "SELECT id, name FROM customers ORDER BY id"
 def dags_test(airflow, env: dict[str, str], dag_id: str, conf: dict | None = None, logical_date: str = "") -> str:
     args = ["dags", "test", dag_id] + ([logical_date] if logical_date else []) + (
         ["--conf", json.dumps(conf)] if conf else [])
-    result = airflow.run(*args, env=env)
+    result = airflow.run(*args, env=env, timeout=1200)  # Spark on a shared 2-core machine can take minutes
     output = result.stdout + result.stderr
     assert result.returncode == 0 and "state=success" in output, output[-6000:]
     return output
