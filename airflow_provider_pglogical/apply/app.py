@@ -24,6 +24,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dsn-file", default=None, help="0600 file holding the target DSN (instead of --dsn-env)")
     p.add_argument("--max-batches", type=int, default=None)
     p.add_argument("--write-partitions", type=int, default=None)
+    p.add_argument("--bookkeeping-schema", default=None, help="schema of the progress, rejects and staging tables")
     p.add_argument("--report-file", default=None, help="append one JSON line per applied batch (counts only)")
     return p
 
@@ -33,7 +34,7 @@ def parse_args(argv: Sequence[str]) -> ApplyConfig:
     return ApplyConfig.from_dict({
         "slot": a.slot, "staging_root": a.staging_root, "tables": json.loads(a.tables_json),
         "dsn_env": a.dsn_env, "dsn_file": a.dsn_file, "max_batches": a.max_batches,
-        "write_partitions": a.write_partitions})
+        "write_partitions": a.write_partitions, "bookkeeping_schema": a.bookkeeping_schema})
 
 
 def report_file(argv: Sequence[str]) -> str | None:

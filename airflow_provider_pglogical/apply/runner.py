@@ -10,7 +10,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -31,6 +31,7 @@ from airflow_provider_pglogical.apply.filters import apply_row_filter, validate_
 from airflow_provider_pglogical.apply.notes import fold_notes, inherit_toast_notes
 from airflow_provider_pglogical.apply.targets import ordered, setbased
 from airflow_provider_pglogical.apply.targets import postgres as pg
+from airflow_provider_pglogical.apply.targets.bookkeeping_schema import qualified, resolve_for_dsn
 from airflow_provider_pglogical.apply.targets.copytext import SESSION_CONF, copy_lines
 from airflow_provider_pglogical.apply.targets.target_types import PgType, describe_types
 from airflow_provider_pglogical.apply.transforms import (
@@ -150,6 +151,15 @@ def apply_slot(spark: SparkSession, config: ApplyConfig, dsn: str,
     if config.max_batches is not None:
         batches = batches[: config.max_batches]
     relations = _validate(spark, config, batches)
+    # Progress, rejects and staging tables go to a schema the role can create in (a loader role
+    # that owns only its schema has no CREATE on public); from here on their names are qualified.
+    targets = [planning.target_name(s, c) for s, c in config.tables.items()] if config.tables else \
+        sorted({s for b in batches for s in b.table_files})
+    schema = resolve_for_dsn(dsn, config.bookkeeping_schema, targets, config.progress_table)
+    config = replace(config, bookkeeping_schema=schema, progress_table=qualified(schema, config.progress_table),
+                     rejects_table=qualified(schema, config.rejects_table))
+    log.info("bookkeeping tables %s, %s and staging tables in schema %s", config.progress_table,
+             config.rejects_table, schema)
     conn = pg.connect(dsn)
     reports: list[BatchReport] = []
     try:
@@ -258,7 +268,7 @@ def _apply_one(spark: SparkSession, config: ApplyConfig, dsn: str, conn, batch: 
             source, shape = next((s, sh) for s, sh in shapes.items() if sh.target == target)
             cfg = pending[source][1]
             plans.append(pg.TablePlan(source, target, shape.key, shape.columns,
-                                      pg.staging_name(config.slot, batch.end_lsn, target), cfg.conflict,
+                                      pg.staging_name(config.slot, batch.end_lsn, target, config.bookkeeping_schema or "public"), cfg.conflict,
                                       cfg.unchanged_toast))
             _stage_table(spark, config, dsn, conn, batch, rels[source], cfg, shape, targets[source],
                          plans[-1].staging, truncs_pending.get(target))

@@ -68,6 +68,8 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
     :param write_partitions: executor partitions writing staging tables (default: Spark's)
     :param python: interpreter for driver and executors (default for ``local`` masters: this one)
     :param dsn_env: name of the environment variable carrying the DSN
+    :param bookkeeping_schema: schema of the progress, rejects and staging tables (default: the
+        one holding ``pglogical_progress``, else the first target schema the role can create in)
     :param source_conn_id: Airflow connection of the source database, only to name the source
         tables in OpenLineage inputs (nothing connects to it)
 
@@ -85,7 +87,8 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
                  max_batches: int | str | None = None, write_partitions: int | None = None,
                  python: str | None = None, dsn_env: str = "PGLOGICAL_TARGET_DSN",
                  application: str = DEFAULT_APPLICATION, conn_id: str = "spark_default",
-                 name: str = "pglogical-apply", source_conn_id: str | None = None, **kwargs: Any) -> None:
+                 name: str = "pglogical-apply", source_conn_id: str | None = None,
+                 bookkeeping_schema: str | None = None, **kwargs: Any) -> None:
         super().__init__(application=application, conn_id=conn_id, name=name, **kwargs)
         self.slot = slot
         self.staging_uri = staging_uri
@@ -96,6 +99,7 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
         self.python = python
         self.dsn_env = dsn_env
         self.source_conn_id = source_conn_id
+        self.bookkeeping_schema = bookkeeping_schema
 
     def _tables_json(self) -> str:
         out = {}
@@ -109,6 +113,8 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
                 "--dsn-env", self.dsn_env]
         if self.max_batches not in (None, "", "None"):
             args += ["--max-batches", str(int(self.max_batches))]
+        if self.bookkeeping_schema:
+            args += ["--bookkeeping-schema", self.bookkeeping_schema]
         if self.write_partitions:
             args += ["--write-partitions", str(self.write_partitions)]
         return args

@@ -72,7 +72,7 @@ def apply_task(spec: PipelineSpec, task_id: str = "apply", max_batches: Any = No
     return PgLogicalApplyOperator(
         task_id=task_id, slot=spec.source.slot, staging_uri=spec.staging.uri, target_conn_id=spec.target.conn_id,
         tables=tables, max_batches=max_batches, conn_id=spec.spark.conn_id, conf=dict(spec.spark.conf) or None,
-        source_conn_id=spec.source.conn_id,
+        source_conn_id=spec.source.conn_id, bookkeeping_schema=spec.target.bookkeeping_schema,
         outlets=[target_table_asset(spec.source.slot, t.target_name) for t in spec.tables.values()])
 
 

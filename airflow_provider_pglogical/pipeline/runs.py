@@ -16,6 +16,7 @@ from airflow_provider_pglogical.pipeline.steps import (
     ensure_replication,
     source_hook,
     target_dsn,
+    target_progress_table,
     target_watermark_ints,
 )
 
@@ -44,7 +45,7 @@ def apply_config(spec: PipelineSpec, *, max_batches: int | None = None) -> Apply
 
     return ApplyConfig(slot=spec.source.slot, staging_root=spec.staging.uri,
                        tables={name: table(t) for name, t in spec.tables.items()}, max_batches=max_batches,
-                       progress_table=PROGRESS_TABLE)
+                       progress_table=PROGRESS_TABLE, bookkeeping_schema=spec.target.bookkeeping_schema)
 
 
 @contextmanager
@@ -205,6 +206,7 @@ def reset_target(spec: PipelineSpec, *, log: Log = _quiet) -> dict[str, Any]:
     from airflow_provider_pglogical.pipeline.spec import split_qualified
 
     targets = sorted({t.target_name for t in spec.tables.values()})
+    progress = target_progress_table(spec)
     conn = psycopg2.connect(target_dsn(spec))
     try:
         with conn.cursor() as cur:
@@ -217,9 +219,9 @@ def reset_target(spec: PipelineSpec, *, log: Log = _quiet) -> dict[str, Any]:
                 # One TRUNCATE for all: foreign keys between target tables do not block it.
                 cur.execute(sql.SQL("TRUNCATE {}").format(
                     sql.SQL(", ").join(sql.Identifier(*split_qualified(n)) for n in existing)))
-            cur.execute("SELECT to_regclass(%s)", (PROGRESS_TABLE,))
+            cur.execute("SELECT to_regclass(%s)", (sql.Identifier(*split_qualified(progress)).as_string(conn),))
             if cur.fetchone()[0] is not None:
-                cur.execute(sql.SQL("DELETE FROM {} WHERE slot = %s").format(sql.Identifier(PROGRESS_TABLE)),
+                cur.execute(sql.SQL("DELETE FROM {} WHERE slot = %s").format(sql.Identifier(*split_qualified(progress))),
                             (spec.source.slot,))
         conn.commit()
     finally:

@@ -55,6 +55,7 @@ class TargetSpec:
     kind: str
     dsn: str | None = None
     conn_id: str | None = None
+    bookkeeping_schema: str | None = None  # None: resolved per role (apply/targets/bookkeeping_schema.py)
 
 
 @dataclass(frozen=True)

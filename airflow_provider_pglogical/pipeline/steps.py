@@ -31,6 +31,15 @@ def target_dsn(spec: PipelineSpec) -> str:
     return " ".join(f"{k}={_libpq_quote(str(v))}" for k, v in parts.items() if v not in (None, ""))
 
 
+def target_progress_table(spec: PipelineSpec) -> str:
+    """The progress table's qualified name in the schema the apply keeps its bookkeeping in."""
+    from airflow_provider_pglogical.apply.targets.bookkeeping_schema import qualified, resolve_for_dsn
+
+    schema = resolve_for_dsn(target_dsn(spec), spec.target.bookkeeping_schema,
+                             [t.target_name for t in spec.tables.values()], PROGRESS_TABLE)
+    return qualified(schema, PROGRESS_TABLE)
+
+
 def _libpq_quote(value: str) -> str:
     if value and not any(c in value for c in " '\\"):
         return value
@@ -93,12 +102,13 @@ def staged_batches(spec: PipelineSpec) -> list[dict[str, Any]]:
     return out
 
 
-def target_watermark_ints(spec: PipelineSpec, progress_table: str = PROGRESS_TABLE) -> dict[str, int]:
+def target_watermark_ints(spec: PipelineSpec, progress_table: str | None = None) -> dict[str, int]:
     """Target table → the end LSN apply has committed for it ({} before the first apply)."""
     import psycopg2
 
     from airflow_provider_pglogical.apply.targets.postgres import watermarks
 
+    progress_table = progress_table or target_progress_table(spec)
     conn = psycopg2.connect(target_dsn(spec))
     try:
         with conn.cursor() as cur:

@@ -188,13 +188,15 @@ class SpecValidator:
         return StagingSpec(uri=uri or "")
 
     def target(self, value: Any, path: str) -> TargetSpec | None:
-        raw = self.mapping(value, path, ("kind", "dsn", "conn_id"), ("kind",))
+        raw = self.mapping(value, path, ("kind", "dsn", "conn_id", "bookkeeping_schema"), ("kind",))
         if raw is None:
             return None
         kind = self.choice(raw.get("kind"), _join(path, "kind"), TARGET_KINDS, "postgres") \
             if "kind" in raw else "postgres"
         dsn, conn_id = self.connection(raw, path)
-        return TargetSpec(kind=kind, dsn=dsn, conn_id=conn_id)
+        schema = self.string(raw.get("bookkeeping_schema"), _join(path, "bookkeeping_schema"),
+                             required="bookkeeping_schema" in raw)
+        return TargetSpec(kind=kind, dsn=dsn, conn_id=conn_id, bookkeeping_schema=schema)
 
     def tables(self, value: Any, path: str) -> dict[str, TableSpec]:
         if value is None or value == {}:

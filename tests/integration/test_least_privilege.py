@@ -5,16 +5,22 @@ Roles are cluster-wide, so each test creates its own (random suffix) and drops i
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import psycopg2
 import pytest
+import yaml
 
 from airflow_provider_pglogical.exceptions import PrivilegeError, ReplicationPermissionError
 from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
 from airflow_provider_pglogical.pipeline.runs import decode_pending
 from airflow_provider_pglogical.pipeline.spec import parse_spec
+from tests.conftest import _drop_database, make_database
 from tests.pgserver import execute
 from tests.pgserver import query as rows
 
@@ -138,3 +144,82 @@ def test_membership_in_rds_replication_passes_the_replication_precheck(pg_server
     role = roles("", "GRANT rds_replication TO {role}")
     with PgLogicalHook.from_dsn(pg_server.dsn(pg_dbname, user=role)) as hook:
         hook.check_replication_privilege()
+
+
+# -- target side ------------------------------------------------------------------------------
+
+PGLOGICAL = str(Path(sys.executable).parent / "pglogical")
+
+
+@pytest.fixture
+def loader_target(pg_server, roles) -> Iterator[tuple[str, str]]:
+    """A target database where the loader role owns only schema ``warehouse`` (no CREATE on public)."""
+    dbname = make_database(pg_server)
+    admin = pg_server.dsn(dbname)
+    role = roles()
+    execute(admin, f'CREATE SCHEMA warehouse AUTHORIZATION "{role}"')
+    try:
+        yield dbname, role
+    finally:
+        execute(admin, f'DROP OWNED BY "{role}"')
+        _drop_database(pg_server, dbname)
+
+
+def run_cli(spec: dict, tmp_path) -> subprocess.CompletedProcess:
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return subprocess.run([PGLOGICAL, "run", "--spec", str(path)], capture_output=True, text=True, timeout=900)
+
+
+def loader_spec(pg_server, src_db: str, dw_db: str, role: str, tmp_path, **target: str) -> dict:
+    return {"source": {"dsn": pg_server.uri(src_db), "publication": "app_pub", "slot": "lp_slot", "create": True},
+            "staging": {"uri": str(tmp_path / "staging")},
+            "target": {"kind": "postgres", "dsn": pg_server.uri(dw_db, user=role), **target},
+            "tables": {"public.orders": {"target": "warehouse.orders"},
+                       "public.customers": {"target": "warehouse.customers"}},
+            "spark": {"master": "local[2]"}}
+
+
+def test_a_loader_role_owning_only_its_schema_runs_the_whole_pipeline_with_bookkeeping_there(
+        pg_server, pg_dbname, loader_target, tmp_path):
+    src = pg_server.dsn(pg_dbname)
+    dw_db, role = loader_target
+    execute(src, SCHEMA)
+    execute(src, "INSERT INTO customers VALUES (1, 'a'), (2, 'b'); INSERT INTO orders VALUES (1, 10), (2, 20)")
+    spec = loader_spec(pg_server, pg_dbname, dw_db, role, tmp_path)
+    assert rows(pg_server.dsn(dw_db), "SELECT has_schema_privilege(%s, 'public', 'CREATE')", (role,)) == [(False,)]
+    first = run_cli(spec, tmp_path)  # creates publication and slot: nothing staged before the slot
+    assert first.returncode == 0, first.stderr[-3000:]
+    execute(src, "INSERT INTO customers VALUES (3, 'c'); UPDATE orders SET amount = 11 WHERE id = 1; "
+                 "DELETE FROM orders WHERE id = 2; INSERT INTO orders VALUES (5, 50)")
+    second = run_cli(spec, tmp_path)
+    assert second.returncode == 0, second.stderr[-3000:]
+    dw = pg_server.dsn(dw_db)
+    assert rows(dw, "SELECT id, name FROM warehouse.customers ORDER BY id") == [(3, "c")]
+    # ids 1 and 2 predate the slot: their update and delete find no target row (as on a native subscriber)
+    assert rows(dw, "SELECT id, amount::int FROM warehouse.orders ORDER BY id") == [(5, 50)]
+    assert rows(dw, "SELECT to_regclass('warehouse.pglogical_progress') IS NOT NULL, "
+                    "to_regclass('warehouse.pglogical_rejects') IS NOT NULL, "
+                    "to_regclass('public.pglogical_progress') IS NULL") == [(True, True, True)]
+    assert rows(dw, "SELECT count(*) FROM pg_class WHERE relname LIKE '\\_pglogical\\_stg\\_%'") == [(0,)]
+    status = subprocess.run([PGLOGICAL, "status", "--spec", str(tmp_path / "spec.yaml")], capture_output=True,
+                            text=True, timeout=300)
+    assert status.returncode == 0, status.stderr[-2000:]
+    assert set(json.loads(status.stdout)["target"]["watermarks"]) == {"warehouse.orders", "warehouse.customers"}
+
+
+def test_a_configured_bookkeeping_schema_holds_the_bookkeeping_and_a_role_without_create_anywhere_is_told(
+        pg_server, pg_dbname, loader_target, tmp_path):
+    from airflow_provider_pglogical.apply.targets.bookkeeping_schema import resolve_for_dsn
+
+    dw_db, role = loader_target
+    dsn = pg_server.dsn(dw_db, user=role)
+    execute(pg_server.dsn(dw_db), f'CREATE SCHEMA pgl_meta AUTHORIZATION "{role}"')
+    assert resolve_for_dsn(dsn, "pgl_meta", ["warehouse.orders"]) == "pgl_meta"
+    assert resolve_for_dsn(dsn, None, ["public.orders", "warehouse.orders"]) == "warehouse"
+    with pytest.raises(PrivilegeError, match="may create tables in none of the schemas public") as err:
+        resolve_for_dsn(dsn, None, ["public.orders"])
+    assert err.value.privilege == "CREATE ON SCHEMA public"
+    with pytest.raises(PrivilegeError, match="lacks CREATE on it") as err:
+        resolve_for_dsn(dsn, "public", ["warehouse.orders"])
+    assert err.value.privilege == "CREATE ON SCHEMA public"

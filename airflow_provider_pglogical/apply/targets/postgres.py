@@ -81,9 +81,9 @@ def connect(dsn: str):
     return conn
 
 
-def staging_name(slot: str, end_lsn: int, target: str) -> str:
+def staging_name(slot: str, end_lsn: int, target: str, schema: str = "public") -> str:
     digest = hashlib.sha1(f"{slot}\0{target}".encode()).hexdigest()[:12]
-    return f"public._pglogical_stg_{digest}_{end_lsn:016X}"
+    return f"{schema}._pglogical_stg_{digest}_{end_lsn:016X}"
 
 
 def _lock_key(slot: str) -> str:
