@@ -198,8 +198,8 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
         for source, cfg in self.tables.items():
             cfg = cfg if isinstance(cfg, TableApplyConfig) else TableApplyConfig.from_dict(dict(cfg))
             pairs[source] = _qualified(cfg.target or source)
-        for table in rows:  # an empty ``tables`` applies every staged table under its own name
-            pairs.setdefault(table, table)
+        if not pairs:  # an empty ``tables`` applies every staged table under its own name
+            pairs = {table: table for table in rows}
         inputs = [staged_table(self.slot, s) for s in sorted(pairs)]
         if self.source_conn_id:
             source = _connection(self.source_conn_id)

@@ -175,8 +175,10 @@ def test_openlineage_events_of_the_apply_task_name_source_and_target_tables_with
     assert events, "the OpenLineage file transport received no apply event"
     source, target = f"postgres://{pipeline['authority']}", f"postgres://{pipeline['authority']}"
     for event in events:
-        assert {(source, f"{pipeline['src_db']}.public.orders"),
-                (source, f"{pipeline['src_db']}.public.customers")} <= names(event["inputs"])
+        assert names(event["inputs"]) == {(source, f"{pipeline['src_db']}.public.orders"),
+                                          (source, f"{pipeline['src_db']}.public.customers"),
+                                          ("pglogical://app_slot", "public.orders"),
+                                          ("pglogical://app_slot", "public.customers")}
         assert names(event["outputs"]) == {(target, f"{pipeline['dw_db']}.public.orders_eu"),
                                            (target, f"{pipeline['dw_db']}.public.customers")}
     written = [{d["name"].rsplit(".", 1)[1]: d["outputFacets"]["outputStatistics"]["rowCount"] for d in e["outputs"]}
