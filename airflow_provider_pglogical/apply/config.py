@@ -75,7 +75,7 @@ class ApplyConfig:
     progress_table: str = "pglogical_progress"
     rejects_table: str = "pglogical_rejects"
     write_partitions: int | None = None
-    # Schema of the progress, rejects and staging tables; None: resolved per role (targets/bookkeeping_schema.py).
+    # Schema of the progress, rejects and staging tables; None: resolved per role (targets/postgres/bookkeeping_schema.py).
     bookkeeping_schema: str | None = None
 
     def table_config(self, source: str) -> TableApplyConfig | None:

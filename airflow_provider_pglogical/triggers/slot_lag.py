@@ -15,7 +15,7 @@ def poll_slot(postgres_conn_id: str, slot: str, min_safe_wal_bytes: int | None) 
     """One blocking look at the slot: its summary plus ``lag_bytes``; raises the typed SlotError
     the WAL-retention check raises (missing, invalidated, unreserved, under ``min_safe_wal_bytes``)."""
     from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
-    from airflow_provider_pglogical.sensors.slot_lag import check_wal_retention, slot_lag_bytes, slot_summary
+    from airflow_provider_pglogical.hooks.slots import check_wal_retention, slot_lag_bytes, slot_summary
 
     with PgLogicalHook(postgres_conn_id=postgres_conn_id) as hook:
         info = hook.slot_info(slot)

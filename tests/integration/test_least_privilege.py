@@ -210,7 +210,7 @@ def test_a_loader_role_owning_only_its_schema_runs_the_whole_pipeline_with_bookk
 
 def test_a_configured_bookkeeping_schema_holds_the_bookkeeping_and_a_role_without_create_anywhere_is_told(
         pg_server, pg_dbname, loader_target, tmp_path):
-    from airflow_provider_pglogical.apply.targets.bookkeeping_schema import resolve_for_dsn
+    from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import resolve_for_dsn
 
     dw_db, role = loader_target
     dsn = pg_server.dsn(dw_db, user=role)

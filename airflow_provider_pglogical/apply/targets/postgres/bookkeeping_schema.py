@@ -15,9 +15,8 @@ import psycopg2
 import psycopg2.extensions
 from psycopg2 import sql
 
+from airflow_provider_pglogical.apply.targets.postgres.progress import PROGRESS_TABLE
 from airflow_provider_pglogical.exceptions import PrivilegeError
-
-PROGRESS_TABLE = "pglogical_progress"
 
 
 def resolve_schema(conn: psycopg2.extensions.connection, configured: str | None, target_tables: Iterable[str],
