@@ -26,5 +26,15 @@ def get_provider_info() -> dict:
             {"integration-name": "PostgreSQL logical decoding",
              "python-modules": ["airflow_provider_pglogical.sensors.slot_lag"]},
         ],
+        "triggers": [
+            {"integration-name": "PostgreSQL logical decoding",
+             "python-modules": ["airflow_provider_pglogical.triggers.slot_lag"]},
+        ],
+        "asset-uris": [
+            {"schemes": ["pglogical"],
+             "handler": "airflow_provider_pglogical.assets.pglogical.sanitize_uri",
+             "factory": "airflow_provider_pglogical.assets.pglogical.create_asset",
+             "to_openlineage_converter": "airflow_provider_pglogical.assets.pglogical.convert_asset_to_openlineage"},
+        ],
         "connection-types": [],
     }

@@ -81,8 +81,20 @@ class WalLevelError(PgLogicalError):
     """The source server does not run with wal_level=logical."""
 
 
-class ReplicationPermissionError(PgLogicalError):
-    """The role may not use replication slots (needs REPLICATION or superuser)."""
+class PrivilegeError(PgLogicalError):
+    """The connected role lacks a privilege; ``privilege`` names it (``"REPLICATION"``,
+    ``"CREATE ON DATABASE app"``, ``"CREATE ON SCHEMA public"``, ``"owner of table public.t"``...)."""
+
+    def __init__(self, message: str, *, privilege: str) -> None:
+        super().__init__(message)
+        self.privilege = privilege
+
+
+class ReplicationPermissionError(PrivilegeError):
+    """The role may not use replication slots (needs REPLICATION, or rds_replication on Amazon RDS)."""
+
+    def __init__(self, message: str, *, privilege: str = "REPLICATION") -> None:
+        super().__init__(message, privilege=privilege)
 
 
 class StagingError(PgLogicalError):

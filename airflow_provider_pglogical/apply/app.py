@@ -6,12 +6,16 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from airflow_provider_pglogical.apply.config import ApplyConfig
 
+if TYPE_CHECKING:
+    from airflow_provider_pglogical.apply.runner import BatchReport
 
-def parse_args(argv: Sequence[str]) -> ApplyConfig:
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="apply_batches", description="Apply staged pgoutput batches to PostgreSQL")
     p.add_argument("--slot", required=True)
     p.add_argument("--staging-root", required=True)
@@ -20,11 +24,38 @@ def parse_args(argv: Sequence[str]) -> ApplyConfig:
     p.add_argument("--dsn-file", default=None, help="0600 file holding the target DSN (instead of --dsn-env)")
     p.add_argument("--max-batches", type=int, default=None)
     p.add_argument("--write-partitions", type=int, default=None)
-    a = p.parse_args(argv)
+    p.add_argument("--bookkeeping-schema", default=None, help="schema of the progress, rejects and staging tables")
+    p.add_argument("--report-file", default=None, help="append one JSON line per applied batch (counts only)")
+    return p
+
+
+def parse_args(argv: Sequence[str]) -> ApplyConfig:
+    a = _parser().parse_args(argv)
     return ApplyConfig.from_dict({
         "slot": a.slot, "staging_root": a.staging_root, "tables": json.loads(a.tables_json),
         "dsn_env": a.dsn_env, "dsn_file": a.dsn_file, "max_batches": a.max_batches,
-        "write_partitions": a.write_partitions})
+        "write_partitions": a.write_partitions, "bookkeeping_schema": a.bookkeeping_schema})
+
+
+def report_file(argv: Sequence[str]) -> str | None:
+    """``--report-file``: about this process, not the apply, so it is not part of ApplyConfig."""
+    path: str | None = _parser().parse_args(argv).report_file
+    return path
+
+
+def batch_report_writer(path: str | None) -> Callable[[BatchReport], None] | None:
+    """An ``on_batch`` callback appending each batch's report as one JSON line (flushed: the
+    operator reads the committed batches' reports even when a later batch fails)."""
+    if not path:
+        return None
+
+    def write(report: BatchReport) -> None:
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(json.dumps({"start_lsn": report.start_lsn, "end_lsn": report.end_lsn,
+                                  "applied": report.applied, "rows": report.rows, "seconds": report.seconds,
+                                  "ordered": report.ordered}) + "\n")
+
+    return write
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -33,12 +64,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from airflow_provider_pglogical.apply.runner import apply_slot, read_dsn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    config = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    config = parse_args(argv)
     dsn = read_dsn(config)
     spark = (SparkSession.builder.appName(f"pglogical-apply-{config.slot}")
              .config("spark.sql.session.timeZone", "UTC").getOrCreate())
     try:
-        reports = apply_slot(spark, config, dsn)
+        reports = apply_slot(spark, config, dsn, on_batch=batch_report_writer(report_file(argv)))
     finally:
         spark.stop()
     applied = sum(r.applied for r in reports)

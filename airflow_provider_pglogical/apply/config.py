@@ -75,6 +75,8 @@ class ApplyConfig:
     progress_table: str = "pglogical_progress"
     rejects_table: str = "pglogical_rejects"
     write_partitions: int | None = None
+    # Schema of the progress, rejects and staging tables; None: resolved per role (targets/postgres/bookkeeping_schema.py).
+    bookkeeping_schema: str | None = None
 
     def table_config(self, source: str) -> TableApplyConfig | None:
         if not self.tables:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,6 +55,7 @@ from airflow_provider_pglogical.apply.transforms import (
     void_before,
 )
 from airflow_provider_pglogical.exceptions import ApplyError
+from airflow_provider_pglogical.metrics.progress import Progress
 from airflow_provider_pglogical.staging.reader import RelationInfo
 
 log = logging.getLogger(__name__)
@@ -148,29 +149,43 @@ def _validate(spark: SparkSession, config: ApplyConfig, batches: list[Batch]) ->
 
 
 def apply_slot(spark: SparkSession, config: ApplyConfig, dsn: str | None = None, *,
-               target: Target | None = None) -> list[BatchReport]:
+               target: Target | None = None,
+               on_batch: Callable[[BatchReport], None] | None = None) -> list[BatchReport]:
     """Apply every staged batch of the slot beyond the target's watermarks, oldest first.
 
     Idempotent under replay: a batch whose end_lsn is at or below a target table's watermark is
     skipped for that table, and each batch commits its changes together with the watermark.
-    The target is ``target``, or PostgreSQL at ``dsn``.
+    The target is ``target``, or PostgreSQL at ``dsn``. ``on_batch`` sees each batch's report
+    right after its commit (metrics, report files).
     """
+    batches = list_batches(config.staging_root, config.slot)
+    if config.max_batches is not None:
+        batches = batches[: config.max_batches]
     if target is None:
         if dsn is None:
             raise ApplyError("apply_slot needs a target or a PostgreSQL DSN")
         from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget
 
-        target = PostgresTarget(spark, config, dsn)
-    batches = list_batches(config.staging_root, config.slot)
-    if config.max_batches is not None:
-        batches = batches[: config.max_batches]
+        # The tables this run may write: their schemas are candidates for the bookkeeping schema.
+        names = ([planning.target_name(s, c) for s, c in config.tables.items()] if config.tables
+                 else sorted({s for b in batches for s in b.table_files}))
+        target = PostgresTarget(spark, config, dsn, target_tables=names)
     relations = _validate(spark, config, batches)
     reports: list[BatchReport] = []
     with target.session(config.slot):
-        for batch in batches:
-            reports.append(_apply_one(spark, config, target, batch, relations[batch.end_lsn]))
-            log.info("batch %X-%X applied=%s rows=%s seconds=%s", batch.start_lsn, batch.end_lsn,
-                     reports[-1].applied, reports[-1].rows, reports[-1].seconds)
+        # A heartbeat line at least every 30 s while batches apply (a Spark job can run for minutes).
+        total = sum(b.end_lsn - b.start_lsn for b in batches)
+        with Progress(f"apply slot {config.slot}", log.info, total_bytes=total) as progress:
+            for i, batch in enumerate(batches, 1):
+                progress.update(phase=f"batch {i}/{len(batches)} {batch.start_lsn:X}-{batch.end_lsn:X}")
+                report = _apply_one(spark, config, target, batch, relations[batch.end_lsn])
+                reports.append(report)
+                progress.update(rows=progress.rows + sum(sum(c.values()) for c in report.rows.values()),
+                                done_bytes=progress.done_bytes + batch.end_lsn - batch.start_lsn)
+                log.info("batch %X-%X applied=%s rows=%s seconds=%s", batch.start_lsn, batch.end_lsn,
+                         report.applied, report.rows, report.seconds)
+                if on_batch is not None:
+                    on_batch(report)
     return reports
 
 

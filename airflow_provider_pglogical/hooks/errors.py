@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import psycopg2
 
 from airflow_provider_pglogical.exceptions import (
+    PrivilegeError,
     PublicationNotFoundError,
     ReplicationPermissionError,
     SlotActiveError,
@@ -40,6 +42,36 @@ def validate_slot_name(name: str) -> str:
     return name
 
 
+# What the server's "permission denied" messages mean in privileges (aclchk.c's messages).
+_DENIED = re.compile(r"permission denied for (database|schema|table|relation|sequence|function) (.+)")
+_OWNER = re.compile(r"must be owner of (table|relation|publication|schema|database) (.+)")
+_FIX = {"database": "GRANT CREATE ON DATABASE {name} TO <role> (publications need it)",
+        "schema": "GRANT USAGE, CREATE ON SCHEMA {name} TO <role>",
+        "table": "GRANT SELECT ON {name} TO <role>", "relation": "GRANT SELECT ON {name} TO <role>",
+        "sequence": "GRANT USAGE ON SEQUENCE {name} TO <role>", "function": "GRANT EXECUTE ON FUNCTION {name} TO <role>"}
+_NEEDED = {"database": "CREATE ON DATABASE", "schema": "CREATE ON SCHEMA", "table": "SELECT ON TABLE",
+           "relation": "SELECT ON TABLE", "sequence": "USAGE ON SEQUENCE", "function": "EXECUTE ON FUNCTION"}
+
+
+def privilege_error(exc: psycopg2.Error) -> PrivilegeError:
+    """A PrivilegeError naming the missing privilege of an insufficient_privilege (42501) error."""
+    primary = exc.diag.message_primary or str(exc).strip()
+    if m := _DENIED.search(primary):
+        kind, name = m.groups()
+        privilege = f"{_NEEDED[kind]} {name}"
+        return PrivilegeError(f"the role lacks {privilege} ({primary}); {_FIX[kind].format(name=name)}",
+                              privilege=privilege)
+    if m := _OWNER.search(primary):
+        kind, name = m.groups()
+        privilege = f"owner of {kind} {name}"
+        hint = (" (adding a table to a publication needs its owner: create the publication as the owner and "
+                "set source.create: false, or let the owner run it)") if kind in ("table", "relation") else ""
+        return PrivilegeError(f"the role must be the {privilege} ({primary}){hint}", privilege=privilege)
+    if "superuser" in primary:
+        return PrivilegeError(f"the operation needs a superuser ({primary})", privilege="SUPERUSER")
+    return PrivilegeError(f"insufficient privilege: {primary}", privilege="unknown")
+
+
 def _text(exc: psycopg2.Error) -> str:
     diag = exc.diag
     return " ".join(p for p in (diag.message_primary, diag.message_detail, diag.message_hint) if p).lower() \
@@ -67,8 +99,10 @@ def translate(exc: psycopg2.Error, *, slot: str | None = None, publication: str 
     if code == INSUFFICIENT_PRIVILEGE and "replication" in text:
         return ReplicationPermissionError(
             f"the role may not use replication slots ({exc.diag.message_primary}); grant it with "
-            "ALTER ROLE ... REPLICATION"
+            "ALTER ROLE ... REPLICATION (Amazon RDS: GRANT rds_replication TO ...)"
         )
+    if code == INSUFFICIENT_PRIVILEGE:
+        return privilege_error(exc)
     if code == INVALID_NAME and "replication slot name" in text:
         return InvalidSlotNameError(exc.diag.message_primary)
     return None

@@ -127,10 +127,17 @@ class PgLogicalHook(PostgresHook):
                                 "(ALTER SYSTEM SET wal_level = logical, then restart)")
 
     def check_replication_privilege(self) -> None:
-        rows = self._query("SELECT rolsuper OR rolreplication FROM pg_roles WHERE rolname = current_user")
+        """Raise ReplicationPermissionError unless the role may use replication slots: SUPERUSER,
+        REPLICATION, or membership in Amazon RDS's ``rds_replication`` (RDS grants the slot
+        functions through that role, not the attribute; Cloud SQL and Azure set REPLICATION)."""
+        rows = self._query(
+            "SELECT r.rolsuper OR r.rolreplication OR EXISTS (SELECT 1 FROM pg_roles g WHERE g.rolname = "
+            "'rds_replication' AND pg_has_role(current_user, g.oid, 'MEMBER')) FROM pg_roles r "
+            "WHERE r.rolname = current_user")
         if not rows or not rows[0][0]:
             raise ReplicationPermissionError(
-                "the current role has neither REPLICATION nor SUPERUSER; grant it with ALTER ROLE ... REPLICATION")
+                "the current role lacks the REPLICATION attribute (and is no superuser); grant it with "
+                "ALTER ROLE ... REPLICATION (Amazon RDS: GRANT rds_replication TO ...)")
 
     # -- publications ----------------------------------------------------------------------
 
@@ -158,10 +165,11 @@ class PgLogicalHook(PostgresHook):
         self._query(query, publication=name)
         return True
 
-    def published_tables(self, publication: str) -> set[str]:
-        """``schema.table`` of every table the publication publishes (pg_publication_tables)."""
-        rows = self._query("SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s",
-                           (publication,), publication=publication)
+    def published_tables(self, publications: str | Sequence[str]) -> set[str]:
+        """``schema.table`` of every table the publications publish (pg_publication_tables)."""
+        names = [publications] if isinstance(publications, str) else list(publications)
+        rows = self._query("SELECT DISTINCT schemaname, tablename FROM pg_publication_tables WHERE pubname = ANY(%s)",
+                           (names,), publication=", ".join(names))
         return {f"{s}.{t}" for s, t in rows}
 
     def drop_publication(self, name: str) -> None:

@@ -52,6 +52,15 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
     :param write_partitions: executor partitions writing staging tables (default: Spark's)
     :param python: interpreter for driver and executors (default for ``local`` masters: this one)
     :param dsn_env: name of the environment variable carrying the DSN
+    :param bookkeeping_schema: schema of the progress, rejects and staging tables (default: the
+        one holding ``pglogical_progress``, else the first target schema the role can create in)
+    :param source_conn_id: Airflow connection of the source database, only to name the source
+        tables in OpenLineage inputs (nothing connects to it)
+
+    After spark-submit returns, each batch's numbers (rows per target table, durations) go to
+    Airflow's ``Stats`` and the log (``metrics/batches.py``), outlet Assets made with
+    :func:`~airflow_provider_pglogical.assets.pglogical.target_table_asset` get the rows applied
+    as event extras, and :meth:`get_openlineage_facets_on_complete` reports source → target tables.
     """
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "slot", "staging_uri", "tables",
@@ -62,7 +71,8 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
                  max_batches: int | str | None = None, write_partitions: int | None = None,
                  python: str | None = None, dsn_env: str = "PGLOGICAL_TARGET_DSN",
                  application: str = DEFAULT_APPLICATION, conn_id: str = "spark_default",
-                 name: str = "pglogical-apply", **kwargs: Any) -> None:
+                 name: str = "pglogical-apply", source_conn_id: str | None = None,
+                 bookkeeping_schema: str | None = None, **kwargs: Any) -> None:
         super().__init__(application=application, conn_id=conn_id, name=name, **kwargs)
         self.slot = slot
         self.staging_uri = staging_uri
@@ -73,6 +83,8 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
         self.write_partitions = write_partitions
         self.python = python
         self.dsn_env = dsn_env
+        self.source_conn_id = source_conn_id
+        self.bookkeeping_schema = bookkeeping_schema
 
     def _tables_json(self) -> str:
         out = {}
@@ -86,11 +98,13 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
                 "--dsn-env", self.dsn_env]
         if self.max_batches not in (None, "", "None"):
             args += ["--max-batches", str(int(self.max_batches))]
+        if self.bookkeeping_schema:
+            args += ["--bookkeeping-schema", self.bookkeeping_schema]
         if self.write_partitions:
             args += ["--write-partitions", str(self.write_partitions)]
         return args
 
-    def execute(self, context: Context) -> None:
+    def execute(self, context: Context) -> dict[str, Any]:
         from airflow.sdk import BaseHook
 
         target = BaseHook.get_connection(self.target_conn_id)
@@ -99,8 +113,10 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
         master = (BaseHook.get_connection(self.spark_conn_id).host or "") if self.spark_conn_id else ""
         workdir = tempfile.mkdtemp(prefix="pglogical-apply-")
         try:
+            report = Path(workdir) / "batches.jsonl"
             self.py_files = ",".join(p for p in [build_package_zip(workdir), self.py_files] if p)
-            self.application_args = [*(self.application_args or []), *self.application_arguments()]
+            self.application_args = [*(self.application_args or []), *self.application_arguments(),
+                                     "--report-file", str(report)]
             self.conf = dict(self.conf or {})
             python = self.python or (sys.executable if is_local(master) else None)
             if python:
@@ -112,6 +128,100 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
             self.conf.setdefault("spark.sql.session.timeZone", "UTC")
             self.env_vars = {**spark_submit_env(master, self.python), **(self.env_vars or {}),
                              self.dsn_env: libpq_dsn(target)}
-            super().execute(context)
+            try:
+                super().execute(context)
+            finally:
+                # Batches committed before a failure still count: report them either way.
+                reports = read_batch_reports(report)
+                self._report_batches(reports)
+            self._emit_asset_events(context, reports)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
+        return {"batches": len(reports), "applied": sum(bool(r["applied"]) for r in reports),
+                "rows": applied_rows(reports)}
+
+    def _report_batches(self, reports: list[dict[str, Any]]) -> None:
+        from airflow_provider_pglogical.metrics.batches import apply_metrics_from_report, emit_apply_batch
+
+        for r in reports:
+            emit_apply_batch(apply_metrics_from_report(self.slot, r), self.log.info)
+        self._lineage_rows = applied_rows(reports)
+        self._lineage_target = _connection(self.target_conn_id)
+
+    def _emit_asset_events(self, context: Context, reports: list[dict[str, Any]]) -> None:
+        """Extras (rows applied, last LSN) on every outlet that is one of this slot's target-table Assets."""
+        from airflow.sdk import Asset
+
+        from airflow_provider_pglogical.assets.pglogical import parse_asset_uri
+        from airflow_provider_pglogical.exceptions import format_lsn
+
+        rows = applied_rows(reports)
+        applied = [r for r in reports if r["applied"]]
+        for outlet in self.outlets or []:
+            if not isinstance(outlet, Asset) or not outlet.uri.startswith("pglogical://"):
+                continue
+            ref = parse_asset_uri(outlet.uri)
+            if ref.kind != "target" or ref.slot != self.slot:
+                continue
+            context["outlet_events"][outlet].extra = {
+                "table": ref.qualified_name, "rows": rows.get(ref.qualified_name, 0),
+                "batches_applied": len(applied),
+                "end_lsn": format_lsn(int(applied[-1]["end_lsn"])) if applied else None}
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """Inputs: the source tables (with ``source_conn_id``) and their staged change logs; outputs:
+        the target tables, each with the rows this run wrote."""
+        from airflow_provider_pglogical.lineage.datasets import (
+            postgres_authority,
+            postgres_table,
+            staged_table,
+            target_table,
+        )
+        from airflow_provider_pglogical.lineage.openlineage import operator_lineage
+
+        target = getattr(self, "_lineage_target", None) or _connection(self.target_conn_id)
+        rows: dict[str, int] = getattr(self, "_lineage_rows", {})
+        info = {"authority": postgres_authority(target.host or "", target.port), "database": target.schema or ""}
+        pairs: dict[str, str] = {}  # source table -> target table
+        for source, cfg in self.tables.items():
+            cfg = cfg if isinstance(cfg, TableApplyConfig) else TableApplyConfig.from_dict(dict(cfg))
+            pairs[source] = _qualified(cfg.target or source)
+        if not pairs:  # an empty ``tables`` applies every staged table under its own name
+            pairs = {table: table for table in rows}
+        inputs = [staged_table(self.slot, s) for s in sorted(pairs)]
+        if self.source_conn_id:
+            source = _connection(self.source_conn_id)
+            authority = postgres_authority(source.host or "", source.port)
+            inputs = [postgres_table(authority, source.schema or "", s) for s in sorted(pairs)] + inputs
+        outputs = {target_table("postgres", t, info): rows.get(t, 0) for t in sorted(set(pairs.values()))}
+        return operator_lineage(inputs, outputs)
+
+
+def _qualified(table: str) -> str:
+    # TableApplyConfig.target may be a bare name, which the apply creates in ``public``.
+    return table if "." in table else f"public.{table}"
+
+
+def _connection(conn_id: str) -> Any:
+    from airflow.sdk import BaseHook
+
+    return BaseHook.get_connection(conn_id)
+
+
+def read_batch_reports(path: Path) -> list[dict[str, Any]]:
+    """The apply app's per-batch JSON lines ([] when it wrote none)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def applied_rows(reports: list[dict[str, Any]]) -> dict[str, int]:
+    """Rows written per target table over the applied batches (rejected rows left out)."""
+    rows: dict[str, int] = {}
+    for r in reports:
+        if r["applied"]:
+            for table, counts in (r.get("rows") or {}).items():
+                rows[table] = rows.get(table, 0) + sum(n for kind, n in counts.items() if kind != "rejected")
+    return rows

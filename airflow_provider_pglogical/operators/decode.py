@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 
+from airflow_provider_pglogical.assets.pglogical import staged_table_asset
+from airflow_provider_pglogical.metrics.batches import decode_metrics, emit_decode_batch
 from airflow_provider_pglogical.staging.drain import (
     DEFAULT_MAX_CHANGES,
     DEFAULT_MAX_WAL_BYTES,
@@ -14,7 +16,6 @@ from airflow_provider_pglogical.staging.drain import (
     DrainResult,
     drain_slot,
 )
-from airflow_provider_pglogical.staging.layout import quote_name
 from airflow_provider_pglogical.staging.writer import DEFAULT_ROW_GROUP_ROWS
 
 if TYPE_CHECKING:
@@ -24,11 +25,10 @@ if TYPE_CHECKING:
 def table_asset(slot: str, qualified_name: str) -> Asset:
     """The Asset of one source table's staged changes: ``pglogical://<slot>/<schema>.<table>``.
 
-    Schema and table are URL-quoted with '.' escaped too, so every name maps to one URI.
+    Schema and table are URL-quoted with '.' escaped too, so every name maps to one URI
+    (``assets/pglogical.py`` defines the scheme).
     """
-    schema, _, table = qualified_name.partition(".")
-    uri = f"pglogical://{slot}/{quote_name(schema)}.{quote_name(table)}"
-    return Asset(uri=uri, name=uri)
+    return staged_table_asset(slot, qualified_name)
 
 
 def _optional_int(value: Any) -> int | None:
@@ -97,14 +97,32 @@ class PgLogicalDecodeOperator(BaseOperator):
         hook = self.get_hook()
         try:
             result = drain_slot(hook, config, logger=self.log)
+            lag = hook.slot_info(config.slot)
+            published = hook.published_tables(config.publications)
         finally:
             hook.close()
         summary = result.to_summary()
-        self.log.info("slot %s: %s..%s, %d transactions, %d changes, %d bytes in %.1fs", config.slot,
-                      summary["start_lsn"], summary["end_lsn"], result.transactions, result.changes,
-                      result.bytes, result.duration_s)
+        # One line with the batch's numbers, the same ones sent to Stats.
+        emit_decode_batch(decode_metrics(summary, staging_uri=config.staging_uri,
+                                         lag_bytes=None if lag is None else max(lag.pending_bytes or 0, 0)),
+                          self.log.info)
+        self._lineage_tables = (published, dict(result.tables))
         self.emit_asset_events(context, result)
         return summary
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """Inputs: the publication's source tables; outputs: their staged change logs with the rows staged."""
+        from airflow.sdk import BaseHook
+
+        from airflow_provider_pglogical.lineage.datasets import postgres_authority, postgres_table, staged_table
+        from airflow_provider_pglogical.lineage.openlineage import operator_lineage
+
+        published, staged = getattr(self, "_lineage_tables", ((), {}))
+        conn = BaseHook.get_connection(self.postgres_conn_id)
+        authority = postgres_authority(conn.host or "", conn.port)
+        tables = sorted(set(published) | set(staged))
+        return operator_lineage([postgres_table(authority, conn.schema or "", t) for t in tables],
+                                {staged_table(self.slot, t): staged.get(t, 0) for t in tables})
 
     def emit_asset_events(self, context: Context, result: DrainResult) -> None:
         """Attach per-table extras to matching outlet Assets and add them through outlet aliases."""

@@ -62,11 +62,13 @@ def decode_task(spec: PipelineSpec, task_id: str = "decode") -> Any:
 
 def apply_task(spec: PipelineSpec, task_id: str = "apply", max_batches: Any = None) -> Any:
     """The apply step: spark-submit of the apply app over every staged batch past the watermarks (PostgreSQL),
-    or the in-process Delta apply."""
+    with one outlet Asset per target table (``pglogical://<slot>/target/<schema>.<table>``), or the in-process
+    Delta apply."""
     if spec.target.kind == "delta":
         from airflow_provider_pglogical.pipeline.tasks import DeltaApplyOperator
 
         return DeltaApplyOperator(task_id=task_id, spec=spec, max_batches=max_batches)
+    from airflow_provider_pglogical.assets.pglogical import target_table_asset
     from airflow_provider_pglogical.operators.apply import PgLogicalApplyOperator
     from airflow_provider_pglogical.pipeline.runs import apply_config
 
@@ -75,7 +77,9 @@ def apply_task(spec: PipelineSpec, task_id: str = "apply", max_batches: Any = No
     tables = {name: {k: v for k, v in vars(cfg).items() if v is not None} for name, cfg in config.tables.items()}
     return PgLogicalApplyOperator(
         task_id=task_id, slot=spec.source.slot, staging_uri=spec.staging.uri, target_conn_id=spec.target.conn_id,
-        tables=tables, max_batches=max_batches, conn_id=spec.spark.conn_id, conf=dict(spec.spark.conf) or None)
+        tables=tables, max_batches=max_batches, conn_id=spec.spark.conn_id, conf=dict(spec.spark.conf) or None,
+        source_conn_id=spec.source.conn_id, bookkeeping_schema=spec.target.bookkeeping_schema,
+        outlets=[target_table_asset(spec.source.slot, t.target_name) for t in spec.tables.values()])
 
 
 def pipeline_task_group(spec: PipelineSpec, *, group_id: str = "pglogical") -> TaskGroup:

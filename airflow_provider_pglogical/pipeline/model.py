@@ -58,6 +58,7 @@ class TargetSpec:
     mode: str = "mirror"
     storage_options: dict[str, str] = field(default_factory=dict)
     partition_by: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    bookkeeping_schema: str | None = None  # None: resolved per role (see targets/postgres/bookkeeping_schema.py)
 
 
 @dataclass(frozen=True)

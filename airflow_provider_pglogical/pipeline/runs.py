@@ -15,6 +15,7 @@ from airflow_provider_pglogical.pipeline.steps import (
     ensure_replication,
     source_hook,
     target_dsn,
+    target_progress_table,
     target_watermark_ints,
 )
 
@@ -43,7 +44,7 @@ def apply_config(spec: PipelineSpec, *, max_batches: int | None = None) -> Apply
 
     return ApplyConfig(slot=spec.source.slot, staging_root=spec.staging.uri,
                        tables={name: table(t) for name, t in spec.tables.items()}, max_batches=max_batches,
-                       progress_table=PROGRESS_TABLE)
+                       progress_table=PROGRESS_TABLE, bookkeeping_schema=spec.target.bookkeeping_schema)
 
 
 @contextmanager
@@ -224,9 +225,10 @@ def reset_target(spec: PipelineSpec, *, log: Log = _quiet) -> dict[str, Any]:
     from airflow_provider_pglogical.apply.targets.postgres.progress import reset
 
     targets = sorted({t.target_name for t in spec.tables.values()})
+    progress = target_progress_table(spec)
     conn = psycopg2.connect(target_dsn(spec))
     try:
-        existing = reset(conn, spec.source.slot, targets, PROGRESS_TABLE)
+        existing = reset(conn, spec.source.slot, targets, progress)
     finally:
         conn.close()
     log(f"emptied {len(existing)} target table(s) and reset the watermarks of slot {spec.source.slot}")

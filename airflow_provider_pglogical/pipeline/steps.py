@@ -29,6 +29,15 @@ def target_dsn(spec: PipelineSpec) -> str:
     return libpq_dsn(PostgresHook.get_connection(spec.target.conn_id))
 
 
+def target_progress_table(spec: PipelineSpec) -> str:
+    """The progress table's qualified name in the schema the apply keeps its bookkeeping in."""
+    from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import qualified, resolve_for_dsn
+
+    schema = resolve_for_dsn(target_dsn(spec), spec.target.bookkeeping_schema,
+                             [t.target_name for t in spec.tables.values()], PROGRESS_TABLE)
+    return qualified(schema, PROGRESS_TABLE)
+
+
 def ensure_replication(spec: PipelineSpec, hook: PgLogicalHook) -> dict[str, Any]:
     """Make sure the publication and the slot exist (creating them when ``source.create``).
 
@@ -78,7 +87,7 @@ def staged_batches(spec: PipelineSpec) -> list[dict[str, Any]]:
     return out
 
 
-def target_watermark_ints(spec: PipelineSpec, progress_table: str = PROGRESS_TABLE) -> dict[str, int]:
+def target_watermark_ints(spec: PipelineSpec, progress_table: str | None = None) -> dict[str, int]:
     """Target table → the end LSN apply has committed for it ({} before the first apply)."""
     if spec.target.kind == "delta":  # app transactions in each table's Delta log
         from airflow_provider_pglogical.apply.targets.delta import settings
@@ -89,6 +98,7 @@ def target_watermark_ints(spec: PipelineSpec, progress_table: str = PROGRESS_TAB
 
     from airflow_provider_pglogical.apply.targets.postgres.progress import read_watermarks
 
+    progress_table = progress_table or target_progress_table(spec)
     conn = psycopg2.connect(target_dsn(spec))
     try:
         return read_watermarks(conn, spec.source.slot, progress_table)

@@ -193,7 +193,7 @@ class SpecValidator:
 
     def target(self, value: Any, path: str) -> TargetSpec | None:
         raw = self.mapping(value, path, ("kind", "dsn", "conn_id", "uri", "mode", "storage_options",
-                                         "partition_by"), ("kind",))
+                                         "partition_by", "bookkeeping_schema"), ("kind",))
         if raw is None:
             return None
         kind = self.choice(raw.get("kind"), _join(path, "kind"), TARGET_KINDS, "postgres") \
@@ -204,7 +204,9 @@ class SpecValidator:
             if key in raw:
                 self.err(_join(path, key), "only for kind: delta")
         dsn, conn_id = self.connection(raw, path)
-        return TargetSpec(kind=kind, dsn=dsn, conn_id=conn_id)
+        schema = self.string(raw.get("bookkeeping_schema"), _join(path, "bookkeeping_schema"),
+                             required="bookkeeping_schema" in raw)
+        return TargetSpec(kind=kind, dsn=dsn, conn_id=conn_id, bookkeeping_schema=schema)
 
     def delta_tables(self, target: TargetSpec, tables: dict[str, TableSpec]) -> None:
         """What a Delta target cannot do with the tables' settings, and partitions of tables it does not write."""
@@ -222,6 +224,8 @@ class SpecValidator:
     def delta_target(self, raw: dict, path: str) -> TargetSpec:
         if "dsn" in raw:
             self.err(_join(path, "dsn"), "a delta target has a uri, not a dsn")
+        if "bookkeeping_schema" in raw:
+            self.err(_join(path, "bookkeeping_schema"), "only for kind: postgres (Delta keeps its watermarks in its log)")
         uri = self.string(raw.get("uri"), _join(path, "uri"), required=True)
         conn_id = self.string(raw.get("conn_id"), _join(path, "conn_id"))
         mode = self.choice(raw.get("mode"), _join(path, "mode"), DELTA_MODES, "mirror")

@@ -23,6 +23,7 @@ from airflow_provider_pglogical.exceptions import (
     StagingError,
     format_lsn,
 )
+from airflow_provider_pglogical.metrics.progress import Progress, metered_rows
 from airflow_provider_pglogical.staging.layout import StagingLayout
 from airflow_provider_pglogical.staging.manifest import Manifest
 from airflow_provider_pglogical.staging.reader import StagingReader
@@ -249,12 +250,17 @@ def _stage(client: SlotClient, config: DrainConfig, layout: StagingLayout, reade
     loose: list[NonTransactionalMessage] = []  # non-transactional messages, placed at the end
     logger.info("slot %s: reading %s..%s (%d bytes of WAL)", config.slot, format_lsn(start), format_lsn(upto),
                 upto - start)
-    t0 = last_log = time.monotonic()
+    t0 = time.monotonic()
+    # Progress lines come from a heartbeat thread, so they also appear while the server is still
+    # materialising the peek's result (no row yet) and inside one huge transaction.
+    progress = Progress(f"decode slot {config.slot}", logger.info, total_bytes=upto - start,
+                        interval=config.progress_every_s,
+                        detail=lambda: f"{writer.changes} changes in {writer.manifest.transactions} transactions staged")
     try:
-        with ChangeAssembler(cache, memory_budget=config.memory_budget) as assembler, paused_gc():
+        with ChangeAssembler(cache, memory_budget=config.memory_budget) as assembler, paused_gc(), progress:
             rows = read(config.slot, config.publications, upto_lsn=upto, itersize=config.itersize)
             try:
-                for event in assembler.feed_rows(rows):
+                for event in assembler.feed_rows(metered_rows(rows, progress, start)):
                     if isinstance(event, Transaction):
                         writer.write_transaction(event)
                     elif isinstance(event, NonTransactionalMessage):
@@ -264,11 +270,6 @@ def _stage(client: SlotClient, config: DrainConfig, layout: StagingLayout, reade
                                            "are not supported by the drain")
                     if writer.manifest.transactions + len(loose) == 1:
                         checkpoint("fetched_some")
-                    now = time.monotonic()
-                    if now - last_log >= config.progress_every_s:
-                        last_log = now
-                        logger.info("slot %s: %d changes in %d transactions, %.0f changes/s", config.slot,
-                                    writer.changes, writer.manifest.transactions, writer.changes / (now - t0))
                     # Soft budget: stop right after a commit so the relation cache holds no
                     # schema from a transaction beyond the batch. Never under get: the server
                     # has already consumed everything up to ``upto``.

@@ -48,7 +48,7 @@ CUSTOMERS = "SELECT id, name FROM customers ORDER BY id"
 def dags_test(airflow, env: dict[str, str], dag_id: str, conf: dict | None = None, logical_date: str = "") -> str:
     args = ["dags", "test", dag_id] + ([logical_date] if logical_date else []) + (
         ["--conf", json.dumps(conf)] if conf else [])
-    result = airflow.run(*args, env=env)
+    result = airflow.run(*args, env=env, timeout=1200)  # Spark on a shared 2-core machine can take minutes
     output = result.stdout + result.stderr
     assert result.returncode == 0 and "state=success" in output, output[-6000:]
     return output
@@ -59,9 +59,14 @@ def pipeline(pg_server, airflow, tmp_path_factory):
     """Source and target databases, the example DAG's connections, and three pipeline runs."""
     src, dw = make_database(pg_server), make_database(pg_server)
     staging = tmp_path_factory.mktemp("staging")
+    lineage = staging.parent / f"{staging.name}-openlineage.jsonl"
     env = {"AIRFLOW_CONN_PGLOGICAL_SOURCE": pg_server.uri(src), "AIRFLOW_CONN_PGLOGICAL_TARGET": pg_server.uri(dw),
-           "PGLOGICAL_STAGING_URI": str(staging)}
-    state = {"env": env, "src": pg_server.dsn(src), "dw": pg_server.dsn(dw), "staging": staging}
+           "PGLOGICAL_STAGING_URI": str(staging),
+           # The OpenLineage provider's file transport: every event as one JSON line, no server.
+           "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(lineage),
+                                                          "append": True})}
+    state = {"env": env, "src": pg_server.dsn(src), "dw": pg_server.dsn(dw), "staging": staging, "lineage": lineage,
+             "src_db": src, "dw_db": dw, "authority": f"{pg_server.host}:{pg_server.port}", "airflow_home": str(airflow.home)}
     execute(state["src"], SCHEMA)
     try:
         dags_test(airflow, env, "pglogical_example_pipeline")  # creates publication and slot
@@ -139,3 +144,59 @@ def test_the_replay_dag_without_a_bound_rebuilds_the_current_state_in_lsn_order(
     dags_test(airflow, pipeline["env"], "pglogical_example_replay")
     assert rows(pipeline["dw"], ORDERS_TARGET) == rows(pipeline["src"], ORDERS_SOURCE)
     assert rows(pipeline["dw"], CUSTOMERS) == rows(pipeline["src"], CUSTOMERS)
+
+
+def lineage_events(pipeline, task_id: str) -> list[dict]:
+    """COMPLETE events of one task of the pipeline DAG, in the order they were written."""
+    events = [json.loads(line) for line in pipeline["lineage"].read_text().splitlines() if line.strip()]
+    return [e for e in events if e.get("eventType") == "COMPLETE"
+            and e.get("job", {}).get("name") == f"pglogical_example_pipeline.pglogical.{task_id}"]
+
+
+def names(datasets: list[dict]) -> set[tuple[str, str]]:
+    return {(d["namespace"], d["name"]) for d in datasets}
+
+
+def test_openlineage_events_of_the_decode_task_name_the_source_tables_and_their_staged_logs(pipeline):
+    events = lineage_events(pipeline, "decode")
+    assert events, "the OpenLineage file transport received no decode event"
+    source = f"postgres://{pipeline['authority']}"
+    for event in events:
+        assert names(event["inputs"]) == {(source, f"{pipeline['src_db']}.public.orders"),
+                                          (source, f"{pipeline['src_db']}.public.customers")}
+        assert names(event["outputs"]) == {("pglogical://app_slot", "public.orders"),
+                                           ("pglogical://app_slot", "public.customers")}
+    staged = [{d["name"]: d["outputFacets"]["outputStatistics"]["rowCount"] for d in e["outputs"]} for e in events]
+    assert any(s["public.orders"] > 0 and s["public.customers"] > 0 for s in staged), staged
+
+
+def test_openlineage_events_of_the_apply_task_name_source_and_target_tables_with_rows_written(pipeline):
+    events = lineage_events(pipeline, "apply")
+    assert events, "the OpenLineage file transport received no apply event"
+    source, target = f"postgres://{pipeline['authority']}", f"postgres://{pipeline['authority']}"
+    for event in events:
+        assert names(event["inputs"]) == {(source, f"{pipeline['src_db']}.public.orders"),
+                                          (source, f"{pipeline['src_db']}.public.customers"),
+                                          ("pglogical://app_slot", "public.orders"),
+                                          ("pglogical://app_slot", "public.customers")}
+        assert names(event["outputs"]) == {(target, f"{pipeline['dw_db']}.public.orders_eu"),
+                                           (target, f"{pipeline['dw_db']}.public.customers")}
+    written = [{d["name"].rsplit(".", 1)[1]: d["outputFacets"]["outputStatistics"]["rowCount"] for d in e["outputs"]}
+               for e in events]
+    # Phase 1 inserts 20 customers and the matching orders; the run after it writes them.
+    assert any(w["customers"] >= 20 and w["orders_eu"] > 0 for w in written), written
+
+
+def test_the_apply_task_emits_an_asset_event_per_target_table_with_the_rows_applied(pipeline):
+    import sqlite3
+
+    db = sqlite3.connect(Path(pipeline["airflow_home"]) / "airflow.db")
+    try:
+        rows = db.execute("SELECT a.uri, e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id "
+                          "WHERE a.uri LIKE 'pglogical://app_slot/target/%' ORDER BY e.id").fetchall()
+    finally:
+        db.close()
+    uris = {uri for uri, _ in rows}
+    assert uris == {"pglogical://app_slot/target/public.orders_eu", "pglogical://app_slot/target/public.customers"}
+    extras = [json.loads(extra) for uri, extra in rows if uri.endswith("public.customers")]
+    assert any(e.get("rows", 0) >= 20 and e.get("end_lsn") for e in extras), extras

@@ -39,6 +39,7 @@ class BatchPlan:
     watermark_tables: list[str] = field(default_factory=list)
 
 
-def staging_name(slot: str, end_lsn: int, target: str) -> str:
+def staging_name(slot: str, end_lsn: int, target: str, schema: str = "public") -> str:
+    """The unlogged staging table of ``target`` in one batch, in the bookkeeping ``schema``."""
     digest = hashlib.sha1(f"{slot}\0{target}".encode()).hexdigest()[:12]
-    return f"public._pglogical_stg_{digest}_{end_lsn:016X}"
+    return f"{schema}._pglogical_stg_{digest}_{end_lsn:016X}"

@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import psycopg2
@@ -30,6 +31,7 @@ from airflow_provider_pglogical.apply.targets.base import (
     TargetTable,
 )
 from airflow_provider_pglogical.apply.targets.postgres import catalog, ordered, progress, setbased
+from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import qualified, resolve_schema
 from airflow_provider_pglogical.apply.targets.postgres.copy import (
     copy_partitions,
     create_staging,
@@ -47,10 +49,14 @@ log = logging.getLogger(__name__)
 class PostgresTarget:
     """``Target`` for a PostgreSQL database reached by ``dsn`` (driver and executors alike)."""
 
-    def __init__(self, spark: SparkSession, config: ApplyConfig, dsn: str) -> None:
+    def __init__(self, spark: SparkSession, config: ApplyConfig, dsn: str,
+                 target_tables: Sequence[str] = ()) -> None:
+        """``target_tables``: the tables the run may write, whose schemas are candidates for the
+        bookkeeping schema when ``config.bookkeeping_schema`` is unset (``bookkeeping_schema.py``)."""
         self.spark = spark
         self.config = config
         self.dsn = dsn
+        self.target_tables = tuple(target_tables)
         self._conn: Any = None
 
     @property
@@ -68,11 +74,26 @@ class PostgresTarget:
             # One apply per slot and target at a time: staging table names are per (slot, batch).
             if not catalog.try_lock_slot(self._conn, slot):
                 raise ApplyError(f"another apply of slot {slot} into this target is running")
+            # Progress, rejects and staging tables go to a schema the role can create in (a loader role
+            # that owns only its schema has no CREATE on public); from here on their names are qualified.
+            schema = resolve_schema(self._conn, self.config.bookkeeping_schema, self.target_tables,
+                                    self.config.progress_table)
+            self._conn.commit()
+            self.config = replace(self.config, bookkeeping_schema=schema,
+                                  progress_table=qualified(schema, self.config.progress_table),
+                                  rejects_table=qualified(schema, self.config.rejects_table))
+            log.info("bookkeeping tables %s, %s and staging tables in schema %s", self.config.progress_table,
+                     self.config.rejects_table, schema)
             progress.ensure_bookkeeping(self._conn, self.config.progress_table, self.config.rejects_table)
             yield
         finally:
             self._conn.close()
             self._conn = None
+
+    @property
+    def bookkeeping_schema(self) -> str:
+        """The schema of the progress, rejects and staging tables (resolved when the session opens)."""
+        return self.config.bookkeeping_schema or "public"
 
     def watermarks(self, slot: str) -> dict[str, int]:
         marks = progress.watermarks(self.conn, self.config.progress_table, slot)
@@ -98,7 +119,8 @@ class PostgresTarget:
         reproduce a native subscriber (``OrderedReplayNeeded``), stage the un-netted changes and replay
         them in commit order instead."""
         conn, seconds = self.conn, {}
-        tables = [TablePlan(t.source, t.target, t.key, t.columns, staging_name(plan.slot, plan.end_lsn, t.target),
+        schema = self.bookkeeping_schema
+        tables = [TablePlan(t.source, t.target, t.key, t.columns, staging_name(plan.slot, plan.end_lsn, t.target, schema),
                             t.conflict, t.unchanged_toast) for t in plan.tables]
         batch = BatchPlan(slot=plan.slot, start_lsn=plan.start_lsn, end_lsn=plan.end_lsn, tables=tables,
                           truncate=list(plan.truncate), restart_identity=list(plan.restart_identity),

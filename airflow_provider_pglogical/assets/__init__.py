@@ -1,0 +1,1 @@
+"""Asset URI schemes this provider registers with Airflow (``pglogical://``)."""

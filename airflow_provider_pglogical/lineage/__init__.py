@@ -1,0 +1,1 @@
+"""OpenLineage: dataset naming for sources, staged logs and targets, and the operators' facets."""

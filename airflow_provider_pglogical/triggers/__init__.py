@@ -1,0 +1,1 @@
+"""Triggers run by Airflow's triggerer for deferred sensors (no worker slot held while waiting)."""
