@@ -83,19 +83,26 @@ def native_sync(src_dsn: str, native_dsn: str) -> float:
     return seconds
 
 
-def ours(src_dsn: str, target_dsn: str, uri: str, parallelism: int, chunk_bytes: int, master: str) -> dict[str, float]:
-    from pyspark.sql import SparkSession
-
-    from airflow_provider_pglogical.apply.config import ApplyConfig
-    from airflow_provider_pglogical.apply.runner import apply_slot
+def snapshot_only(src_dsn: str, uri: str, parallelism: int, chunk_bytes: int, slot: str) -> tuple[float, int]:
     from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings, initial_snapshot
 
-    job = SnapshotJob(dsn=src_dsn, slot="ours", publication="pub_all", staging_uri=uri,
+    job = SnapshotJob(dsn=src_dsn, slot=slot, publication="pub_all", staging_uri=uri,
                       tables={t: (None, None) for t in TABLES},
                       settings=SnapshotSettings(initial=True, parallelism=parallelism, chunk_bytes=chunk_bytes))
     t0 = time.monotonic()
     result = initial_snapshot(job)
-    snapshot_s = time.monotonic() - t0
+    return time.monotonic() - t0, sum(t["bytes"] for t in result.tables.values())
+
+
+def ours(src_dsn: str, target_dsn: str, uri: str, parallelism: int, chunk_bytes: int, master: str,
+         skip_apply: bool = False) -> dict[str, float]:
+    from airflow_provider_pglogical.apply.config import ApplyConfig
+    from airflow_provider_pglogical.apply.runner import apply_slot
+
+    snapshot_s, staged = snapshot_only(src_dsn, uri, parallelism, chunk_bytes, "ours")
+    if skip_apply:
+        return {"snapshot_s": round(snapshot_s, 2), "apply_s": 0.0, "staged_bytes": staged}
+    from pyspark.sql import SparkSession
     spark = (SparkSession.builder.master(master).appName("bench-snapshot").config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", "4").config("spark.pyspark.python", sys.executable)
              .config("spark.driver.host", "127.0.0.1").getOrCreate())
@@ -109,7 +116,7 @@ def ours(src_dsn: str, target_dsn: str, uri: str, parallelism: int, chunk_bytes:
     finally:
         spark.stop()
     return {"snapshot_s": round(snapshot_s, 2), "apply_s": round(apply_s, 2), "spark_start_s": round(warm_s, 2),
-            "staged_bytes": sum(t["bytes"] for t in result.tables.values())}
+            "staged_bytes": staged}
 
 
 def main() -> int:
@@ -118,6 +125,9 @@ def main() -> int:
     p.add_argument("--parallelism", type=int, default=2)
     p.add_argument("--chunk-size", type=int, default=64 << 20, help="heap bytes per chunk")
     p.add_argument("--master", default="local[2]")
+    p.add_argument("--skip-apply", action="store_true", help="time the snapshot only (no Spark)")
+    p.add_argument("--also-parallelism", type=int, nargs="*", default=[],
+                   help="also time the snapshot alone with these reader counts (e.g. 1 4)")
     args = p.parse_args()
     server = start_server(settings={"max_sync_workers_per_subscription": "2"})
     try:
@@ -133,13 +143,19 @@ def main() -> int:
         native_s = native_sync(src_dsn, native_dsn)
         with tempfile.TemporaryDirectory() as tmp:
             our = ours(src_dsn, target_dsn, str(Path(tmp) / "staging"), args.parallelism, args.chunk_size,
-                       args.master)
+                       args.master, args.skip_apply)
+            others = {}
+            for n in args.also_parallelism:
+                seconds, _b = snapshot_only(src_dsn, str(Path(tmp) / f"p{n}"), n, args.chunk_size, f"p{n}")
+                others[str(n)] = round(seconds, 2)
+                execute(src_dsn, f"SELECT pg_drop_replication_slot('p{n}')")
         check = "SELECT count(*), sum(hashtext(t::text)) FROM {} t"
-        same = all(query(native_dsn, check.format(t)) == query(target_dsn, check.format(t)) for t in TABLES)
+        same = args.skip_apply or all(query(native_dsn, check.format(t)) == query(target_dsn, check.format(t)) for t in TABLES)
         total = our["snapshot_s"] + our["apply_s"]
         print(json.dumps({
             "rows": counts, "populate_s": round(populate_s, 2), "parallelism": args.parallelism,
             "raw_copy_to_s": round(raw_s, 2), "native_initial_sync_s": round(native_s, 2), "ours": our,
+            "snapshot_s_by_parallelism": {str(args.parallelism): our["snapshot_s"], **others},
             "ours_total_s": round(total, 2), "targets_identical": same,
             "ratio_ours_total_vs_native": round(total / native_s, 2),
             "ratio_snapshot_vs_raw_copy": round(our["snapshot_s"] / raw_s, 2),

@@ -106,3 +106,31 @@ def sync_states(spec: PipelineSpec, applied: dict[str, int] | None = None) -> di
             if state["state"] == "staged" and state.get("latest_snapshot_lsn") == format_lsn(done):
                 state["state"] = "synced"
     return states
+
+
+def target_sync_marks(spec: PipelineSpec) -> dict[str, int]:
+    """Target table → sync LSN of the snapshot it holds ({} before any snapshot was applied)."""
+    import psycopg2
+
+    from airflow_provider_pglogical.apply.targets.postgres.snapshot import sync_marks
+    from airflow_provider_pglogical.pipeline.steps import target_dsn
+
+    conn = psycopg2.connect(target_dsn(spec))
+    try:
+        return sync_marks(conn, spec.source.slot)
+    finally:
+        conn.close()
+
+
+def unapplied_snapshots(spec: PipelineSpec, marks: dict[str, int] | None = None) -> list[str]:
+    """Source tables whose latest staged snapshot the target has not loaded yet."""
+    from airflow_provider_pglogical.snapshot.layout import SnapshotLayout
+
+    layout = SnapshotLayout.from_uri(spec.staging.uri, spec.source.slot)
+    marks = target_sync_marks(spec) if marks is None else marks
+    out = []
+    for name, table in sorted(spec.tables.items()):
+        ref = layout.latest(name)
+        if ref is not None and marks.get(table.target_name, -1) < ref.lsn:
+            out.append(name)
+    return out

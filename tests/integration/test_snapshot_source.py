@@ -140,3 +140,35 @@ def test_bad_tables_fail_before_anything_is_created(pg_conn, pg_dsn, tmp_path):
     cur.execute("SELECT count(*) FROM pg_replication_slots")
     assert cur.fetchone()[0] == 0
     assert SnapshotLayout.from_uri(uri, "s1").requests() == {}
+
+
+def test_a_lost_replication_connection_publishes_nothing_unfinished_and_the_rerun_completes(pg_conn, pg_dsn,
+                                                                                            tmp_path):
+    import time
+
+    from airflow_provider_pglogical.exceptions import SnapshotConnectionLostError
+
+    cur = pg_conn.cursor()
+    cur.execute(SNAP_SCHEMA_SQL)
+    uri = str(tmp_path / "stage")
+    calls = {"n": 0}
+
+    def cut(point: str) -> None:
+        if point == "chunk_written":
+            calls["n"] += 1
+            if calls["n"] == 2:  # the walsender holding the exported snapshot goes away mid-table
+                cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'walsender'"
+                            " AND datname = current_database()")
+                assert cur.fetchone() == (True,)
+                time.sleep(1)
+
+    with pytest.raises(SnapshotConnectionLostError, match="s1"):
+        initial_snapshot(job(pg_dsn, uri, parallelism=1), on_checkpoint=cut)
+    layout = SnapshotLayout.from_uri(uri, "s1")
+    published = {t for t in TABLES if layout.latest(t) is not None}
+    assert published != set(TABLES) and set(layout.requests()) == set(TABLES) - published
+    write_burst(cur, random.Random(3), 3)
+    sync_pending(job(pg_dsn, uri, parallelism=1))
+    assert layout.requests() == {}
+    drain_all(pg_dsn, uri)
+    assert_consistent(cur, uri)
