@@ -91,7 +91,7 @@ class SnapshotSpec:
     """``snapshot:``: take an initial snapshot when the slot is created; readers and chunk size."""
 
     initial: bool = False
-    parallelism: int = 2
+    parallelism: int = 1
     chunk_size: int = 256 << 20  # table heap bytes per chunk read by one reader
 
 

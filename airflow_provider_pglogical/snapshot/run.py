@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 
 CHECKPOINTS = ("requested", "slot_created", "chunk_written", "files_moved", "manifest_written", "done")
 DEFAULT_CHUNK_BYTES = 256 << 20
-DEFAULT_PARALLELISM = 2
+DEFAULT_PARALLELISM = 1
 POSTGRES_EPOCH_OFFSET_US = 946_684_800_000_000
 
 Checkpoint = Callable[[str], None]

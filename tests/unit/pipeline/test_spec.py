@@ -283,7 +283,7 @@ def test_the_spec_choices_match_the_apply_package():
 
 def test_the_snapshot_section_defaults_to_no_initial_snapshot_and_validates_its_keys():
     spec = parse_spec(copy.deepcopy(VALID), env={})
-    assert (spec.snapshot.initial, spec.snapshot.parallelism, spec.snapshot.chunk_size) == (False, 2, 256 << 20)
+    assert (spec.snapshot.initial, spec.snapshot.parallelism, spec.snapshot.chunk_size) == (False, 1, 256 << 20)
     doc = copy.deepcopy(VALID)
     doc["snapshot"] = {"initial": True, "parallelism": 4, "chunk_size": "64MB"}
     spec = parse_spec(doc, env={})
