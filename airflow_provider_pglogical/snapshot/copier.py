@@ -76,23 +76,25 @@ class _ParquetSink:
         self.tmp = task.path.rsplit("/", 1)[0] + "/_tmp-" + task.path.rsplit("/", 1)[1]
 
     def write(self, data: bytes) -> int:
-        self.copied_bytes += len(data)
-        if self.first:
-            self.first = False
-            data = strip_header(bytes(data))
-            if not data:
-                return 0
-        if data == TRAILER:
-            return 2
+        # Called once per row: only buffer and count here; header and trailer are handled at flush.
         self.rows.append(data)
         self.buffered += len(data)
-        if len(self.rows) >= self.task.row_group_rows or self.buffered >= self.task.row_group_bytes:
+        if self.buffered >= self.task.row_group_bytes or len(self.rows) >= self.task.row_group_rows:
             self.flush()
-        return len(data)
+        return 0
 
     def flush(self) -> None:
+        self.copied_bytes += self.buffered
+        if self.first and self.rows:
+            self.first = False
+            self.rows[0] = strip_header(bytes(self.rows[0]))
+            if not self.rows[0]:
+                del self.rows[0]
+        if self.rows and self.rows[-1] == TRAILER:
+            del self.rows[-1]
         n = len(self.rows)
         if not n and self.writer is not None:
+            self.buffered = 0
             return
         framed = frame_copy_rows(self.rows, self.ncols)
         images = self.converter.convert_framed(framed, n)

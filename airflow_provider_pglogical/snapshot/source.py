@@ -24,7 +24,6 @@ from airflow_provider_pglogical.exceptions import (
     SnapshotConnectionLostError,
     SnapshotError,
 )
-from airflow_provider_pglogical.hooks.errors import translated_errors
 
 PLUGIN = "pgoutput"
 
@@ -59,8 +58,13 @@ class ExportedSnapshot:
                 command = f"CREATE_REPLICATION_SLOT {self.slot}{temp} LOGICAL {PLUGIN} (SNAPSHOT 'export')"
             else:
                 command = f"CREATE_REPLICATION_SLOT {self.slot}{temp} LOGICAL {PLUGIN} EXPORT_SNAPSHOT"
-            with translated_errors(slot=self.slot), conn.cursor() as cur:
-                cur.execute(command)
+            with conn.cursor() as cur:
+                try:
+                    cur.execute(command)
+                except psycopg2.Error as exc:
+                    primary = (exc.diag.message_primary if exc.diag else None) or type(exc).__name__
+                    raise SnapshotError(f"could not create slot {self.slot!r} with an exported snapshot: "
+                                        f"[{exc.pgcode}] {primary}") from None
                 _slot, consistent_point, snapshot_name, _plugin = cur.fetchone()
         except BaseException:
             conn.close()
