@@ -112,12 +112,17 @@ def target_sync_marks(spec: PipelineSpec) -> dict[str, int]:
     """Target table → sync LSN of the snapshot it holds ({} before any snapshot was applied)."""
     import psycopg2
 
-    from airflow_provider_pglogical.apply.targets.postgres.snapshot import sync_marks
     from airflow_provider_pglogical.pipeline.steps import target_dsn
 
     conn = psycopg2.connect(target_dsn(spec))
     try:
-        return sync_marks(conn, spec.source.slot)
+        with conn.cursor() as cur:  # pglogical_sync: written by the apply's snapshot loads
+            cur.execute("SELECT to_regclass('pglogical_sync')")
+            if cur.fetchone()[0] is None:
+                return {}
+            cur.execute("SELECT target_table, (sync_lsn - '0/0'::pg_lsn)::bigint FROM pglogical_sync WHERE slot = %s",
+                        (spec.source.slot,))
+            return dict(cur.fetchall())
     finally:
         conn.close()
 
