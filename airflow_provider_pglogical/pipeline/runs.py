@@ -75,7 +75,9 @@ def apply_pending(spec: PipelineSpec, *, master: str | None = None, max_batches:
 
     config = apply_config(spec, max_batches=max_batches)
     pending = pending_batches(spec, max_batches=max_batches)
-    if not pending:
+    from airflow_provider_pglogical.pipeline.snapshots import unapplied_snapshots
+
+    if not pending and not unapplied_snapshots(spec):
         # Starting Spark costs seconds: skip it when every staged batch is below every watermark.
         log(f"nothing to apply: no staged batch of slot {spec.source.slot} is past the target's watermarks")
         return {"batches_seen": 0, "batches_applied": 0, "batches_replayed_in_order": 0, "last_applied_end_lsn": None,
