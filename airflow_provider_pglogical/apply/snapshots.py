@@ -118,7 +118,8 @@ def without(config: ApplyConfig, held: set[str]) -> ApplyConfig:
 def source_sync_lsns(config: ApplyConfig, marks: Mapping[str, int]) -> dict[str, int]:
     """Source table → its target's sync LSN."""
     out = {}
-    for source in config.tables:
+    sources = config.tables or SnapshotLayout.from_uri(config.staging_root, config.slot).tables()
+    for source in sources:
         cfg = config.table_config(source)
         if cfg is not None and (lsn := marks.get(planning.target_name(source, cfg))) is not None:
             out[source] = lsn
@@ -142,7 +143,7 @@ def pending_snapshots(config: ApplyConfig, target: Target) -> list[tuple[Planned
     layout = SnapshotLayout.from_uri(config.staging_root, config.slot)
     marks = target.sync_marks(config.slot)
     groups: dict[int, list[tuple[str, Any, SnapshotManifest, str]]] = {}
-    for source in sorted(config.tables):
+    for source in sorted(config.tables or layout.tables()):  # no tables configured: every staged one
         cfg = config.table_config(source)
         ref = layout.latest(source)
         if cfg is None or ref is None:
