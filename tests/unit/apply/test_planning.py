@@ -7,7 +7,7 @@ import pytest
 from airflow_provider_pglogical.apply.batches import RelationColumn, RelationInfo, TruncateEvent
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.planning import choose_key, parents_first, plan_truncates, written_columns
-from airflow_provider_pglogical.apply.targets.postgres import TargetTable
+from airflow_provider_pglogical.apply.targets.base import TargetTable
 from airflow_provider_pglogical.exceptions import ApplyError
 
 REL = RelationInfo("public", "t", "d", (RelationColumn("id", "int", True), RelationColumn("v", "text", False)))

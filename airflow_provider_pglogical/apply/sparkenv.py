@@ -1,0 +1,57 @@
+"""Which Python and which ``spark-submit`` a local Spark started by this package uses: the package's own.
+
+PySpark launches Python workers with the ``PYSPARK_PYTHON`` environment variable, read once when
+the SparkContext starts (default ``python3`` from PATH); the ``spark.pyspark.python`` setting is
+only read by spark-submit. A user who calls ``.venv/bin/pglogical`` without activating the venv
+has the system's ``python3`` on PATH, which cannot import pyarrow or this package, so every place
+that starts Spark goes through this module. A user's own ``PYSPARK_PYTHON`` always wins.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+SPARK_SUBMIT = "spark-submit"
+# Local Spark talks to itself only: bind to loopback instead of whatever the hostname resolves to
+# (an unresolvable container hostname would otherwise stop the driver from starting).
+LOCAL_DRIVER_CONF = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+
+
+def is_local(master: str | None) -> bool:
+    return (master or "").startswith("local")
+
+
+def package_python_env(environ: Mapping[str, str] | None = None, python: str | None = None) -> dict[str, str]:
+    """``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON``: ``python`` if given, else the user's, else this interpreter."""
+    environ = os.environ if environ is None else environ
+    workers = python or environ.get("PYSPARK_PYTHON") or sys.executable
+    driver = python or environ.get("PYSPARK_DRIVER_PYTHON") or workers
+    return {"PYSPARK_PYTHON": workers, "PYSPARK_DRIVER_PYTHON": driver}
+
+
+def use_package_python() -> None:
+    """Before starting a local Spark in this process: its Python workers run this interpreter
+    (unless the user exported ``PYSPARK_PYTHON``)."""
+    os.environ.update(package_python_env())
+
+
+def spark_submit_env(master: str | None, python: str | None = None,
+                     environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment additions for a ``spark-submit`` child process.
+
+    Local masters get the package's interpreter (``find-spark-home``, the driver and the workers
+    all run ``PYSPARK_*``). When ``spark-submit`` is not on PATH (venv not activated) but was
+    installed with pyspark next to this interpreter, that ``bin`` directory is appended to PATH
+    (after the user's own entries, so an installed Spark distribution still wins).
+    """
+    environ = os.environ if environ is None else environ
+    env = package_python_env(environ, python) if is_local(master) else {}
+    path = environ.get("PATH", os.defpath)
+    package_bin = Path(sys.executable).parent
+    if shutil.which(SPARK_SUBMIT, path=path) is None and (package_bin / SPARK_SUBMIT).exists():
+        env["PATH"] = os.pathsep.join(p for p in (path, str(package_bin)) if p)
+    return env
