@@ -53,6 +53,17 @@ def cmd_run(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
     return {"decode": decoded, "apply": applied}
 
 
+def cmd_resync(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
+    from airflow_provider_pglogical.pipeline.snapshots import sync_tables
+
+    unknown = sorted(set(args.table) - set(spec.tables))
+    if unknown:
+        from airflow_provider_pglogical.exceptions import SpecError
+
+        raise SpecError(f"--table {', '.join(unknown)}: not in the spec's tables")
+    return sync_tables(spec, resync=list(dict.fromkeys(args.table)), log=progress)
+
+
 def cmd_status(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
     from airflow_provider_pglogical.pipeline.steps import status
 
@@ -78,6 +89,7 @@ COMMANDS: dict[str, tuple[Callable[[PipelineSpec, argparse.Namespace], dict[str,
     "decode": (cmd_decode, "ensure publication/slot, check WAL retention, drain the slot into staging"),
     "apply": (cmd_apply, "apply every staged batch past the target's watermarks with Spark"),
     "run": (cmd_run, "decode, then apply everything pending"),
+    "resync": (cmd_resync, "snapshot tables again at a later LSN; apply replaces them, then applies later changes"),
     "status": (cmd_status, "slot position and lag, staged batches, target watermarks (JSON)"),
     "maintain": (cmd_maintain, "Delta targets: compact small files, vacuum unreferenced ones, checkpoint the log"),
 }
@@ -100,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--retention-hours", type=int, default=168, metavar="H",
                            help="VACUUM keeps files referenced by snapshots younger than H hours (default 168)")
             p.add_argument("--no-vacuum", action="store_true", help="only compact and checkpoint")
+        if name == "resync":
+            p.add_argument("--table", action="append", required=True, metavar="SCHEMA.TABLE",
+                           help="table to resync (repeatable)")
         if name == "validate":
             p.add_argument("--filters", action="store_true", help="also parse row filters (starts Spark)")
     return parser

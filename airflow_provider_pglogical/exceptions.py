@@ -128,3 +128,15 @@ class ConstraintViolationError(ApplyError):
                  sqlstate: str | None) -> None:
         super().__init__(message)
         self.table, self.lsn, self.constraint, self.sqlstate = table, lsn, constraint, sqlstate
+
+
+class SnapshotError(PgLogicalError):
+    """An initial snapshot or table resync could not be taken or staged (nothing of it was published)."""
+
+
+class SnapshotOnExistingSlotError(SnapshotError):
+    """An initial snapshot was requested but the slot already exists: its exported snapshot is gone."""
+
+
+class SnapshotConnectionLostError(SnapshotError):
+    """The replication connection holding the exported snapshot closed before every reader imported it."""

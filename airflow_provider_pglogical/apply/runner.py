@@ -17,8 +17,9 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from airflow_provider_pglogical.apply import planning
+from airflow_provider_pglogical.apply import planning, snapshots
 from airflow_provider_pglogical.apply.batches import (
+    META,
     Batch,
     has_value_notes,
     keys_never_repeat,
@@ -173,12 +174,18 @@ def apply_slot(spark: SparkSession, config: ApplyConfig, dsn: str | None = None,
     relations = _validate(spark, config, batches)
     reports: list[BatchReport] = []
     with target.session(config.slot):
+        # Snapshots first (apply/snapshots.py): a table's snapshot is loaded before any of its changes;
+        # tables still waiting for theirs are held, the others flow with their sync LSNs.
+        held = snapshots.open_requests(config)
+        reports.extend(snapshots.apply_snapshots(spark, config, target))
+        sync = snapshots.sync_lsns(config, target)
+        flowing = snapshots.without(config, held, known=_known_sources(batches))
         # A heartbeat line at least every 30 s while batches apply (a Spark job can run for minutes).
         total = sum(b.end_lsn - b.start_lsn for b in batches)
         with Progress(f"apply slot {config.slot}", log.info, total_bytes=total) as progress:
             for i, batch in enumerate(batches, 1):
                 progress.update(phase=f"batch {i}/{len(batches)} {batch.start_lsn:X}-{batch.end_lsn:X}")
-                report = _apply_one(spark, config, target, batch, relations[batch.end_lsn])
+                report = _apply_one(spark, flowing, target, batch, relations[batch.end_lsn], sync)
                 reports.append(report)
                 progress.update(rows=progress.rows + sum(sum(c.values()) for c in report.rows.values()),
                                 done_bytes=progress.done_bytes + batch.end_lsn - batch.start_lsn)
@@ -187,6 +194,11 @@ def apply_slot(spark: SparkSession, config: ApplyConfig, dsn: str | None = None,
                 if on_batch is not None:
                     on_batch(report)
     return reports
+
+
+def _known_sources(batches: list[Batch]) -> set[str]:
+    """Source tables with row changes in any of the batches."""
+    return {source for batch in batches for source in batch.table_files}
 
 
 class _Described(Mapping[str, TargetTable | None]):
@@ -209,10 +221,13 @@ class _Described(Mapping[str, TargetTable | None]):
 
 
 def _apply_one(spark: SparkSession, config: ApplyConfig, target: Target, batch: Batch,
-               rels: dict[str, RelationInfo]) -> BatchReport:
+               rels: dict[str, RelationInfo], sync: Mapping[str, int] | None = None) -> BatchReport:
+    """One batch; ``sync`` maps a source table to its sync LSN: its changes and truncates committed
+    before it are in its snapshot (PostgreSQL's ``should_apply_changes_for_rel``) and are dropped."""
     report = BatchReport(batch.start_lsn, batch.end_lsn, applied=False)
+    sync = sync or {}
     marks = target.watermarks(config.slot)
-    truncates = read_truncates(batch)
+    truncates = snapshots.drop_synced_truncates(read_truncates(batch), sync)
     pending = planning.pending_tables(planning.batch_sources(batch.table_files, truncates), config, marks,
                                       batch.end_lsn)
     if not pending:
@@ -227,21 +242,31 @@ def _apply_one(spark: SparkSession, config: ApplyConfig, target: Target, batch: 
             existing.found.pop(name)
     plan = planning.plan_batch(config.slot, batch.start_lsn, batch.end_lsn, set(batch.table_files), pending, rels,
                                truncates, marks, target.foreign_keys(), existing)
-    result = target.apply_batch(plan, SparkBatchChanges(spark, batch))
+    result = target.apply_batch(plan, SparkBatchChanges(spark, batch, sync))
     report.applied, report.rows, report.ordered = result.applied, result.rows, result.ordered
     report.seconds = result.seconds
     return report
 
 
 class SparkBatchChanges:
-    """``BatchChanges`` of one staged batch: frames built from the shared pure transforms on demand."""
+    """``BatchChanges`` of one staged batch: frames built from the shared pure transforms on demand.
 
-    def __init__(self, spark: SparkSession, batch: Batch) -> None:
+    ``sync``: source table → sync LSN of the snapshot its target holds. A batch starting before it
+    keeps only the table's changes with ``commit_lsn >= sync LSN`` (worker.c
+    ``should_apply_changes_for_rel``: applied when the sync LSN ≤ the transaction's final LSN, the
+    start of its commit record, which is the staged ``commit_lsn``); earlier ones are in the snapshot.
+    """
+
+    def __init__(self, spark: SparkSession, batch: Batch, sync: Mapping[str, int] | None = None) -> None:
         self.spark = spark
         self.batch = batch
+        self.sync = dict(sync or {})
 
     def _staged(self, table: PlannedTable) -> tuple[DataFrame, bool, list]:
         changes = read_changes(self.spark, self.batch, table.source)
+        sync_lsn = self.sync.get(table.source)
+        if sync_lsn is not None and self.batch.start_lsn < sync_lsn:
+            changes = changes.where(F.col(META + "commit_lsn") >= F.lit(sync_lsn))
         notes = has_value_notes(self.batch, table.source)
         from_key = [F.col(FROM).getField(k).alias(from_column(i)) for i, k in enumerate(table.key)]
         return changes, notes, from_key

@@ -14,6 +14,7 @@ from airflow_provider_pglogical.pipeline.spec import PipelineSpec, load_spec
 from airflow_provider_pglogical.pipeline.tasks import (
     EnsureReplicationOperator,
     ResetTargetOperator,
+    SnapshotTablesOperator,
     WalRetentionCheckOperator,
 )
 
@@ -32,6 +33,9 @@ def pipeline_params(spec: PipelineSpec) -> dict[str, Param]:
                                                       "server holds a whole batch in memory)."),
         "min_safe_wal_bytes": Param(spec.source.min_safe_wal_bytes, type=["null", "integer"], minimum=0,
                                     description="Fail before decoding when the slot's safe_wal_size is below this."),
+        "resync_tables": Param([], type="array", items={"type": "string"},
+                               description="schema.table names to snapshot again at a later LSN; the apply "
+                                           "replaces each with its snapshot, then applies its later changes."),
     }
 
 
@@ -86,10 +90,13 @@ def pipeline_task_group(spec: PipelineSpec, *, group_id: str = "pglogical") -> T
     """Add the pipeline's tasks to the current DAG as one TaskGroup and return it."""
     _require_conn_ids(spec)
     with TaskGroup(group_id=group_id, tooltip=f"slot {spec.source.slot} → {spec.target.kind}") as group:
+        # Snapshots first: with snapshot.initial a new slot is created with an exported snapshot.
+        snapshot = SnapshotTablesOperator(task_id="snapshot", spec=spec,
+                                          resync_tables="{{ (params.get('resync_tables') or []) | tojson }}")
         ensure = EnsureReplicationOperator(task_id="ensure_replication", spec=spec)
         check = WalRetentionCheckOperator(task_id="check_wal_retention", spec=spec,
                                           min_safe_wal_bytes=_param("min_safe_wal_bytes"))
-        ensure >> check >> decode_task(spec) >> apply_task(spec)
+        snapshot >> ensure >> check >> decode_task(spec) >> apply_task(spec)
     return group
 
 

@@ -91,6 +91,15 @@ class SparkSpec:
 
 
 @dataclass(frozen=True)
+class SnapshotSpec:
+    """``snapshot:``: take an initial snapshot when the slot is created; readers and chunk size."""
+
+    initial: bool = False
+    parallelism: int = 1
+    chunk_size: int = 256 << 20  # table heap bytes per chunk read by one reader
+
+
+@dataclass(frozen=True)
 class PipelineSpec:
     """A validated pipeline spec; build it with :func:`load_spec` or :func:`parse_spec`."""
 
@@ -100,6 +109,7 @@ class PipelineSpec:
     tables: dict[str, TableSpec]
     truncate: TruncateSpec = field(default_factory=TruncateSpec)
     spark: SparkSpec = field(default_factory=SparkSpec)
+    snapshot: SnapshotSpec = field(default_factory=SnapshotSpec)
     origin: str = "<spec>"
 
 

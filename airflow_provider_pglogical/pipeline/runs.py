@@ -79,7 +79,9 @@ def apply_pending(spec: PipelineSpec, *, master: str | None = None, max_batches:
 
     config = apply_config(spec, max_batches=max_batches)
     pending = pending_batches(spec, max_batches=max_batches)
-    if not pending:
+    from airflow_provider_pglogical.pipeline.snapshots import unapplied_snapshots
+
+    if not pending and not unapplied_snapshots(spec):
         # Starting Spark costs seconds: skip it when every staged batch is below every watermark.
         log(f"nothing to apply: no staged batch of slot {spec.source.slot} is past the target's watermarks")
         return {"batches_seen": 0, "batches_applied": 0, "batches_replayed_in_order": 0, "last_applied_end_lsn": None,
@@ -133,21 +135,27 @@ def pending_batches(spec: PipelineSpec, *, max_batches: int | None = None) -> li
     return pending
 
 
-def decode_pending(spec: PipelineSpec, *, max_batches: int | None = None, log: Log = _quiet) -> dict[str, Any]:
+def decode_pending(spec: PipelineSpec, *, max_batches: int | None = None, log: Log = _quiet,
+                   resync: list[str] | None = None) -> dict[str, Any]:
     """Ensure publication and slot, check WAL retention, then drain the slot batch by batch.
 
     Idempotent per slot position: each cycle stages ``(confirmed_flush_lsn, end]`` and advances
     the slot only after the batch's manifest exists, so a crash in between re-stages the same
     range, which the drain replaces rather than duplicates.
     """
+    from airflow_provider_pglogical.pipeline.snapshots import initial_snapshot_if_new, sync_tables
+
     with source_hook(spec) as hook:
+        # snapshot.initial: a new slot is created with an exported snapshot (before ensure_replication)
+        initial = initial_snapshot_if_new(spec, hook, log=log)
         ensured = ensure_replication(spec, hook)
         log(f"slot {spec.source.slot} at {ensured['confirmed_flush_lsn']} (publication {spec.source.publication})")
         retention = check_retention(spec, hook)
         log(f"slot lag {retention['lag_bytes']} bytes, wal_status {retention['wal_status']}")
+    synced = sync_tables(spec, resync=resync, log=log)
     batches = drain(spec, max_batches=max_batches, log=log)
-    return {"ensure": ensured, "retention": retention, "batches": batches,
-            "changes": sum(b.get("changes", 0) for b in batches)}
+    return {"ensure": ensured, "retention": retention, "snapshot": {"initial": initial, "tables": synced},
+            "batches": batches, "changes": sum(b.get("changes", 0) for b in batches)}
 
 
 def drain_config(spec: PipelineSpec) -> DrainConfig:

@@ -21,6 +21,7 @@ from airflow_provider_pglogical.pipeline.model import (
     TOAST_POLICIES,
     TRUNCATE_CASCADE,
     PipelineSpec,
+    SnapshotSpec,
     SourceSpec,
     SparkSpec,
     StagingSpec,
@@ -34,8 +35,8 @@ from airflow_provider_pglogical.pipeline.validation import SpecValidator
 # The spec's public face: the dataclasses live in model.py (which the validator imports), the
 # loading here; ``parse_size`` lives beside the slot checks (hooks/sizes.py).
 __all__ = ["CONFLICT_POLICIES", "DELTA_MODES", "ENV_REF", "NAMEDATALEN", "SLOT_NAME", "TARGET_KINDS",
-           "TOAST_POLICIES",
-           "TRUNCATE_CASCADE", "PipelineSpec", "SourceSpec", "SparkSpec", "StagingSpec", "TableSpec", "TargetSpec",
+           "TOAST_POLICIES", "TRUNCATE_CASCADE", "PipelineSpec", "SnapshotSpec", "SourceSpec", "SparkSpec", "StagingSpec",
+           "TableSpec", "TargetSpec",
            "TruncateSpec", "load_spec", "parse_size", "parse_spec", "split_qualified"]
 
 

@@ -134,4 +134,12 @@ def status(spec: PipelineSpec) -> dict[str, Any]:
                     "staged_changes": sum(b["changes"] for b in batches),
                     "last_end_lsn": batches[-1]["end_lsn"] if batches else None},
         "target": {"kind": spec.target.kind, "watermarks": target_watermarks(spec)},
+        "sync": _sync_states(spec),
     }
+
+
+def _sync_states(spec: PipelineSpec) -> dict[str, Any]:
+    """Per table: pending / copying (with progress) / staged / synced at LSN / none."""
+    from airflow_provider_pglogical.pipeline.snapshots import sync_states, target_sync_marks
+
+    return sync_states(spec, target_sync_marks(spec))

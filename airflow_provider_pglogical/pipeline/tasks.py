@@ -123,3 +123,50 @@ class DeltaApplyOperator(BaseOperator):
 
         limit = None if self.max_batches in (None, "", "None") else int(self.max_batches)  # type: ignore[arg-type]
         return apply_pending(self.spec, max_batches=limit, log=self.log.info)
+
+
+class SnapshotTablesOperator(BaseOperator):
+    """Snapshots of the spec's tables, before anything is decoded (see docs/pipeline-spec.md#snapshot-optional).
+
+    With ``snapshot.initial`` and a new slot: creates the publication (``source.create``) and the slot
+    with an exported snapshot and stages every table at its consistent point. Then, for any pipeline:
+    tables in ``resync_tables`` (the DAG param), tables added to the spec, and tables a crashed
+    snapshot left unfinished are snapshotted at a later sync LSN. Nothing to do: returns quickly.
+
+    :param spec: the validated pipeline spec.
+    :param resync_tables: ``schema.table`` names to snapshot again. (templated)
+    """
+
+    template_fields: Sequence[str] = ("resync_tables",)
+    ui_color = "#d6eaf8"
+
+    def __init__(self, *, spec: PipelineSpec, resync_tables: Sequence[str] | str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.spec = spec
+        self.resync_tables = resync_tables
+
+    def tables_to_resync(self) -> list[str]:
+        value = self.resync_tables
+        if value in (None, "", "[]"):
+            return []
+        if isinstance(value, str):
+            import json
+
+            value = json.loads(value) if value.startswith("[") else [v.strip() for v in value.split(",")]
+        tables = [str(v) for v in value if str(v).strip()]
+        unknown = sorted(set(tables) - set(self.spec.tables))
+        if unknown:
+            from airflow_provider_pglogical.exceptions import SpecError
+
+            raise SpecError(f"resync_tables: {', '.join(unknown)} not in the spec's tables")
+        return tables
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_pglogical.pipeline.snapshots import initial_snapshot_if_new, sync_tables
+        from airflow_provider_pglogical.pipeline.steps import source_hook
+
+        resync = self.tables_to_resync()
+        with source_hook(self.spec) as hook:
+            initial = initial_snapshot_if_new(self.spec, hook, log=self.log.info)
+        synced = sync_tables(self.spec, resync=resync, log=self.log.info)
+        return {"initial": initial, "tables": synced}

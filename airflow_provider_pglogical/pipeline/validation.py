@@ -20,6 +20,7 @@ from airflow_provider_pglogical.pipeline.model import (
     TOAST_POLICIES,
     TRUNCATE_CASCADE,
     PipelineSpec,
+    SnapshotSpec,
     SourceSpec,
     SparkSpec,
     StagingSpec,
@@ -142,7 +143,7 @@ class SpecValidator:
     # -- sections -----------------------------------------------------------------------------
 
     def pipeline(self, raw: Any, origin: str) -> PipelineSpec | None:
-        top = self.mapping(raw, "", ("source", "staging", "target", "tables", "truncate", "spark"),
+        top = self.mapping(raw, "", ("source", "staging", "target", "tables", "truncate", "spark", "snapshot"),
                            ("source", "staging", "target", "tables"))
         if top is None:
             return None
@@ -153,12 +154,13 @@ class SpecValidator:
         tables = self.tables(top["tables"], "tables") if "tables" in top else {}
         truncate = self.truncate(top.get("truncate"), "truncate")
         spark = self.spark(top.get("spark"), "spark")
+        snapshot = self.snapshot(top.get("snapshot"), "snapshot")
         if target is not None and target.kind == "delta":
             self.delta_tables(target, tables)
         if self.errors:
             return None
         return PipelineSpec(source=source, staging=staging, target=target, tables=tables,
-                            truncate=truncate, spark=spark, origin=origin)
+                            truncate=truncate, spark=spark, snapshot=snapshot, origin=origin)
 
     def source(self, value: Any, path: str) -> SourceSpec | None:
         raw = self.mapping(value, path, ("dsn", "conn_id", "publication", "slot", "create", "max_batch_bytes",
@@ -327,6 +329,20 @@ class SpecValidator:
             return TruncateSpec()
         return TruncateSpec(cascade=self.choice(raw.get("cascade"), _join(path, "cascade"), TRUNCATE_CASCADE,
                                                 "follow_source"))
+
+    def snapshot(self, value: Any, path: str) -> SnapshotSpec:
+        raw = self.mapping(value, path, ("initial", "parallelism", "chunk_size"))
+        if not raw:
+            return SnapshotSpec()
+        default = SnapshotSpec()
+        parallelism = self.count(raw.get("parallelism"), _join(path, "parallelism"))
+        if parallelism is not None and parallelism > 64:
+            self.err(_join(path, "parallelism"), f"at most 64 reader processes, got {parallelism}")
+        chunk = self.size(raw.get("chunk_size"), _join(path, "chunk_size"))
+        if chunk is not None and chunk < (1 << 20):
+            self.err(_join(path, "chunk_size"), "must be at least 1MB of table heap")
+        return SnapshotSpec(initial=self.boolean(raw.get("initial"), _join(path, "initial"), False),
+                            parallelism=parallelism or default.parallelism, chunk_size=chunk or default.chunk_size)
 
     def spark(self, value: Any, path: str) -> SparkSpec:
         raw = self.mapping(value, path, ("conn_id", "master", "conf"))

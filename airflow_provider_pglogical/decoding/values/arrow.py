@@ -101,6 +101,15 @@ class RowImageConverter:
         array = pa.StructArray.from_arrays(arrays, fields=list(self.arrow_type), mask=mask)
         return ConvertedImages(array, _notes_array(notes, n), self._unchanged(framed, n), notes)
 
+    def convert_framed(self, framed: FramedImages, n: int) -> ConvertedImages:
+        """Convert n row images that are already framed (e.g. binary COPY rows, whose per-field
+        format is the pgoutput binary value format): the same column codecs as ``convert``."""
+        notes: dict[int, Notes] = {}
+        arrays = [self._column(name, codec, framed.column(j), notes)
+                  for j, (name, codec) in enumerate(zip(self.names, self.codecs, strict=True))]
+        array = pa.StructArray.from_arrays(arrays, fields=list(self.arrow_type))
+        return ConvertedImages(array, _notes_array(notes, n), self._unchanged(framed, n), notes)
+
     def to_arrow(self, images: Sequence[TupleData | WireTuple | None]) -> pa.StructArray:
         return self.convert(images).array
 

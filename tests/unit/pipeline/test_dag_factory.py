@@ -21,10 +21,10 @@ DOC = {
 }
 
 
-def test_the_pipeline_dag_chains_ensure_check_decode_and_apply_in_one_group():
+def test_the_pipeline_dag_chains_snapshot_ensure_check_decode_and_apply_in_one_group():
     dag = build_pipeline_dag(parse_spec(DOC, env={}), dag_id="d", schedule=timedelta(hours=1),
                              start_date=datetime(2026, 1, 1))
-    chain = ["pglogical.ensure_replication", "pglogical.check_wal_retention", "pglogical.decode", "pglogical.apply"]
+    chain = ["pglogical.snapshot", "pglogical.ensure_replication", "pglogical.check_wal_retention", "pglogical.decode", "pglogical.apply"]
     assert [t.task_id for t in dag.topological_sort()] == chain
     for upstream, downstream in zip(chain, chain[1:], strict=False):
         assert dag.get_task(downstream).upstream_task_ids == {upstream}
@@ -34,7 +34,19 @@ def test_the_pipeline_dag_runs_one_at_a_time_without_catchup_and_offers_the_limi
     dag = build_pipeline_dag(parse_spec(DOC, env={}), dag_id="d", start_date=datetime(2026, 1, 1))
     assert dag.max_active_runs == 1 and dag.catchup is False
     assert dag.params["max_changes"] == 500
-    assert set(dag.params) == {"max_changes", "max_wal_bytes", "min_safe_wal_bytes"}
+    assert set(dag.params) == {"max_changes", "max_wal_bytes", "min_safe_wal_bytes", "resync_tables"}
+
+
+def test_the_snapshot_task_reads_resync_tables_from_the_param_and_refuses_unknown_tables():
+    from airflow_provider_pglogical.exceptions import SpecError
+    from airflow_provider_pglogical.pipeline.tasks import SnapshotTablesOperator
+
+    spec = parse_spec(DOC, env={})
+    for value, expected in (("[]", []), ('["public.orders"]', ["public.orders"]), (None, []),
+                            (["public.orders"], ["public.orders"])):
+        assert SnapshotTablesOperator(task_id="x", spec=spec, resync_tables=value).tables_to_resync() == expected
+    with pytest.raises(SpecError, match="public.nope"):
+        SnapshotTablesOperator(task_id="y", spec=spec, resync_tables='["public.nope"]').tables_to_resync()
 
 
 def test_decode_and_apply_get_the_specs_slot_staging_connections_and_tables():

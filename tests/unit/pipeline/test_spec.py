@@ -279,3 +279,20 @@ def test_the_spec_choices_match_the_apply_package():
     assert specmod.CONFLICT_POLICIES == config.CONFLICT_POLICIES
     assert specmod.TOAST_POLICIES == config.TOAST_POLICIES
     assert specmod.TRUNCATE_CASCADE == config.CASCADE_POLICIES
+
+
+def test_the_snapshot_section_defaults_to_no_initial_snapshot_and_validates_its_keys():
+    spec = parse_spec(copy.deepcopy(VALID), env={})
+    assert (spec.snapshot.initial, spec.snapshot.parallelism, spec.snapshot.chunk_size) == (False, 1, 256 << 20)
+    doc = copy.deepcopy(VALID)
+    doc["snapshot"] = {"initial": True, "parallelism": 4, "chunk_size": "64MB"}
+    spec = parse_spec(doc, env={})
+    assert (spec.snapshot.initial, spec.snapshot.parallelism, spec.snapshot.chunk_size) == (True, 4, 64 << 20)
+    doc["snapshot"] = {"initial": "yes", "parallelism": 0, "chunk_size": "10k", "chunks": 3}
+    with pytest.raises(SpecError) as err:
+        parse_spec(doc, env={})
+    text = str(err.value)
+    assert "snapshot.initial: expected true or false" in text
+    assert "snapshot.parallelism: must be greater than 0" in text
+    assert "snapshot.chunk_size: must be at least 1MB" in text
+    assert "snapshot.chunks: unknown key" in text

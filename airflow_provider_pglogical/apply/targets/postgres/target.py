@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg2
 from psycopg2 import sql
@@ -42,6 +42,9 @@ from airflow_provider_pglogical.apply.targets.postgres.copytext import SESSION_C
 from airflow_provider_pglogical.apply.targets.postgres.plan import BatchPlan, TablePlan, staging_name
 from airflow_provider_pglogical.apply.targets.postgres.target_types import describe_types
 from airflow_provider_pglogical.exceptions import ApplyError
+
+if TYPE_CHECKING:
+    from airflow_provider_pglogical.apply.snapshots import PlannedSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +114,22 @@ class PostgresTarget:
     def create_table(self, table: str, columns: Sequence[tuple[str, str]], key: Sequence[str]) -> None:
         catalog.create_table(self.conn, table, columns, key)
         self.conn.commit()
+
+    # -- snapshots (``apply/snapshots.SnapshotTarget``) ---------------------------------------
+
+    def sync_marks(self, slot: str) -> dict[str, int]:
+        """Target table → sync LSN of the snapshot it holds (``pglogical_sync``; {} before any)."""
+        from airflow_provider_pglogical.apply.targets.postgres import snapshot
+
+        marks = snapshot.sync_marks(self.conn, slot)
+        self.conn.commit()  # no transaction left open between the runner's steps
+        return marks
+
+    def apply_snapshot(self, plan: PlannedSnapshot, changes: BatchChanges) -> BatchResult:
+        """Empty the tables, insert the snapshot rows, watermark := sync LSN := ``plan.lsn``, in one transaction."""
+        from airflow_provider_pglogical.apply.targets.postgres import snapshot
+
+        return snapshot.apply_snapshot(self, plan, changes)
 
     # -- one batch -------------------------------------------------------------------------
 

@@ -1,0 +1,205 @@
+"""Snapshots in the apply: each table's snapshot is loaded before any of its changes, exactly once.
+
+Target-neutral: a snapshot group (the tables snapshotted at one LSN) is handed to the target as
+``PlannedSnapshot`` plus the same ``BatchChanges`` frames as a batch — every row an INSERT (``KIND``
+``I``). A ``SnapshotTarget`` must, atomically: empty those tables, insert the rows, set each table's
+watermark *to* the snapshot LSN (also backwards: a resync replaces a table whose changes were
+applied further) and record it as the table's sync LSN; and skip tables whose recorded sync LSN is
+already at or past it (idempotent under replay).
+
+Changes then follow PostgreSQL's per-table rule (worker.c ``should_apply_changes_for_rel``): a
+table's changes and truncates with ``commit_lsn`` below its sync LSN are in the snapshot and are
+dropped; batches ending at or below it are skipped by the watermark. Tables with an open snapshot
+request (pending, copying) are held: none of their changes are applied until the snapshot is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from airflow_provider_pglogical.apply import planning
+from airflow_provider_pglogical.apply.batches import CHANGE_META_COLUMNS, META, NOTES_COLUMNS
+from airflow_provider_pglogical.apply.config import ACTIONS, ApplyConfig, TableApplyConfig
+from airflow_provider_pglogical.apply.targets.base import BatchResult, PlannedTable, Target
+from airflow_provider_pglogical.exceptions import ApplyError, format_lsn
+from airflow_provider_pglogical.snapshot.layout import SnapshotLayout, SnapshotManifest
+from airflow_provider_pglogical.staging.reader import RelationColumn, RelationInfo, TruncateEvent
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PlannedSnapshot:
+    """Tables snapshotted at one LSN, to be loaded together (parents first, FKs among them fine)."""
+
+    slot: str
+    lsn: int
+    tables: tuple[PlannedTable, ...]
+
+
+@runtime_checkable
+class SnapshotTarget(Protocol):
+    """What a target adds to ``Target`` to load snapshots (see the module docstring)."""
+
+    def sync_marks(self, slot: str) -> dict[str, int]:
+        """Target table → sync LSN of the snapshot it holds ({} when none was loaded)."""
+        ...
+
+    def apply_snapshot(self, plan: PlannedSnapshot, changes: Any) -> BatchResult:
+        """Empty the tables, insert the rows, watermark := sync LSN := ``plan.lsn``, atomically."""
+        ...
+
+
+def relation_info(manifest: SnapshotManifest) -> RelationInfo:
+    rel = manifest.relation
+    return RelationInfo(schema=rel["schema"], table=rel["table"], replica_identity=rel["replica_identity"],
+                        columns=tuple(RelationColumn(name=c["name"], type_name=c.get("type_name"),
+                                                     is_identity=bool(c["is_identity"])) for c in rel["columns"]))
+
+
+def read_snapshot(spark: SparkSession, uri: str, files: Sequence[str]) -> DataFrame:
+    """A snapshot's rows with the columns of ``batches.read_changes`` (they have the row-change schema)."""
+    df = spark.read.parquet(*[f"{uri}/{f}" for f in files])
+    return df.select(*[df[c].alias(META + c) for c in CHANGE_META_COLUMNS],
+                     *[df[c].alias(META + c) for c in NOTES_COLUMNS])
+
+
+class SnapshotChanges:
+    """``BatchChanges`` of a snapshot group: the shared pure transforms over INSERT-only frames."""
+
+    def __init__(self, spark: SparkSession, uris: Mapping[str, tuple[str, tuple[str, ...]]]) -> None:
+        self.spark, self.uris = spark, uris  # source table → (snapshot directory URI, files)
+
+    def net(self, table: PlannedTable) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        from airflow_provider_pglogical.apply.runner import net_changes
+        from airflow_provider_pglogical.apply.targets.base import from_column
+        from airflow_provider_pglogical.apply.transforms import KEEP, KIND, LSN, TOUCHED
+
+        uri, files = self.uris[table.source]
+        df = read_snapshot(self.spark, uri, files)
+        # A table sync copies whatever the publication's actions are (native copy_data does too).
+        cfg = dataclasses.replace(table.config, actions=ACTIONS)
+        shape = planning.TableShape(table.source, table.target, table.key, table.columns)
+        from_key = [F.lit(None).alias(from_column(i)) for i, _k in enumerate(table.key)]
+        return (net_changes(df, table.relation, cfg, shape, None, notes=True)
+                .select(KIND, KEEP, LSN, *from_key, TOUCHED, *table.columns))
+
+    def ordered(self, table: PlannedTable) -> DataFrame:
+        raise ApplyError(f"snapshot of {table.source}: a snapshot is loaded set-based only")
+
+
+def _uri(layout: SnapshotLayout, path: str) -> str:
+    """A snapshot directory as a URI Spark reads (``s3://…`` stays ``s3://…``)."""
+    return layout.staging.uri_for(path)
+
+
+def open_requests(config: ApplyConfig) -> set[str]:
+    """Source tables whose snapshot is requested but not published yet: their changes wait."""
+    return {t for t in SnapshotLayout.from_uri(config.staging_root, config.slot).requests()
+            if config.table_config(t) is not None}
+
+
+def without(config: ApplyConfig, held: set[str], known: Iterable[str] = ()) -> ApplyConfig:
+    """The config minus the held tables (their batches are left for a later run).
+
+    A config without tables means every staged table: it becomes ``known`` (the staged source
+    tables) and the snapshotted ones with the default table config, minus the held ones.
+    """
+    if not held:
+        return config
+    if not config.tables:
+        staged = set(known) | set(SnapshotLayout.from_uri(config.staging_root, config.slot).tables())
+        return dataclasses.replace(config, tables={t: TableApplyConfig() for t in sorted(staged - held)})
+    return dataclasses.replace(config, tables={k: v for k, v in config.tables.items() if k not in held})
+
+
+def source_sync_lsns(config: ApplyConfig, marks: Mapping[str, int]) -> dict[str, int]:
+    """Source table → its target's sync LSN."""
+    out = {}
+    sources = config.tables or SnapshotLayout.from_uri(config.staging_root, config.slot).tables()
+    for source in sources:
+        cfg = config.table_config(source)
+        if cfg is not None and (lsn := marks.get(planning.target_name(source, cfg))) is not None:
+            out[source] = lsn
+    return out
+
+
+def drop_synced_truncates(events: Sequence[TruncateEvent], sync: Mapping[str, int]) -> list[TruncateEvent]:
+    """Truncates of a table committed before its sync LSN are in its snapshot already."""
+    out = []
+    for ev in events:
+        keep = tuple(r for r in ev.relations if ev.commit_lsn >= sync.get(r, -1))
+        if keep:
+            out.append(dataclasses.replace(ev, relations=keep))
+    return out
+
+
+def pending_snapshots(config: ApplyConfig, target: Target) -> list[tuple[PlannedSnapshot, dict[str, Any]]]:
+    """Published snapshots newer than what the target holds, grouped by LSN (oldest first)."""
+    if not isinstance(target, SnapshotTarget):
+        return []
+    layout = SnapshotLayout.from_uri(config.staging_root, config.slot)
+    marks = target.sync_marks(config.slot)
+    groups: dict[int, list[tuple[str, Any, SnapshotManifest, str]]] = {}
+    for source in sorted(config.tables or layout.tables()):  # no tables configured: every staged one
+        cfg = config.table_config(source)
+        ref = layout.latest(source)
+        if cfg is None or ref is None:
+            continue
+        name = planning.target_name(source, cfg)
+        if marks.get(name, -1) >= ref.lsn:
+            continue
+        groups.setdefault(ref.lsn, []).append((source, cfg, layout.manifest(ref), _uri(layout, ref.path)))
+    out = []
+    fks = target.foreign_keys()
+    for lsn in sorted(groups):
+        planned: dict[str, PlannedTable] = {}
+        uris: dict[str, Any] = {}
+        for source, cfg, manifest, uri in groups[lsn]:
+            rel = relation_info(manifest)
+            name = planning.target_name(source, cfg)
+            columns = planning.written_columns(rel, cfg)
+            existing = target.describe(name)
+            if existing is None:
+                target.create_table(name, planning.column_types(rel, columns, name),
+                                    planning.choose_key(rel, cfg, None, columns))
+                existing = target.describe(name)
+            shape = planning.TableShape(source, name, planning.choose_key(rel, cfg, existing, columns), columns)
+            assert existing is not None
+            planning.check_target_columns(shape, existing)
+            planned[name] = PlannedTable(source, name, shape.key, columns, rel, cfg, None)
+            uris[source] = (uri, tuple(manifest.files))
+        order = planning.parents_first(sorted(planned), fks)
+        out.append((PlannedSnapshot(config.slot, lsn, tuple(planned[t] for t in order)), uris))
+    return out
+
+
+def apply_snapshots(spark: SparkSession, config: ApplyConfig, target: Target) -> list[Any]:
+    """Load every pending snapshot group (before any change batch); one report per group."""
+    from airflow_provider_pglogical.apply.runner import BatchReport
+
+    reports = []
+    for plan, uris in pending_snapshots(config, target):
+        assert isinstance(target, SnapshotTarget)
+        result = target.apply_snapshot(plan, SnapshotChanges(spark, uris))
+        report = BatchReport(plan.lsn, plan.lsn, applied=result.applied, rows=result.rows, seconds=result.seconds)
+        log.info("snapshot at %s of %s applied=%s rows=%s", format_lsn(plan.lsn),
+                 ", ".join(t.target for t in plan.tables), result.applied, result.rows)
+        reports.append(report)
+    return reports
+
+
+def sync_lsns(config: ApplyConfig, target: Target) -> dict[str, int]:
+    """Source table → sync LSN of the snapshot its target holds ({} for targets without snapshots)."""
+    if not isinstance(target, SnapshotTarget):
+        return {}
+    return source_sync_lsns(config, target.sync_marks(config.slot))

@@ -1,0 +1,141 @@
+"""Snapshot steps of a pipeline run (initial snapshot with the slot, added tables, resyncs, sync state)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from airflow_provider_pglogical.exceptions import SnapshotOnExistingSlotError, SpecError
+from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
+from airflow_provider_pglogical.pipeline.spec import PipelineSpec, split_qualified
+
+Log = Callable[[str], None]
+
+
+def _quiet(_message: str) -> None:
+    pass
+
+
+def source_dsn(spec: PipelineSpec) -> str:
+    """The source as a libpq DSN (snapshot readers and the replication connection open their own)."""
+    if spec.source.dsn is not None:
+        return spec.source.dsn
+    from airflow_provider_pglogical.pipeline.steps import _libpq_quote
+
+    hook = PgLogicalHook(postgres_conn_id=spec.source.conn_id)
+    conn = hook.connection
+    parts: dict[str, Any] = {"host": conn.host, "port": conn.port, "dbname": hook.database or conn.schema,
+                             "user": conn.login, "password": conn.password}
+    from airflow_provider_pglogical.hooks.pglogical import ALLOWED_EXTRAS
+
+    parts.update({k: v for k, v in conn.extra_dejson.items() if k in ALLOWED_EXTRAS})
+    return " ".join(f"{k}={_libpq_quote(str(v))}" for k, v in parts.items() if v not in (None, ""))
+
+
+def snapshot_job(spec: PipelineSpec) -> Any:
+    from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings
+
+    settings = SnapshotSettings(initial=spec.snapshot.initial, parallelism=spec.snapshot.parallelism,
+                                chunk_bytes=spec.snapshot.chunk_size)
+    tables = {name: (t.columns, t.row_filter) for name, t in spec.tables.items()}
+    return SnapshotJob(dsn=source_dsn(spec), slot=spec.source.slot, publication=spec.source.publication,
+                       staging_uri=spec.staging.uri, tables=tables, settings=settings)
+
+
+def initial_snapshot_if_new(spec: PipelineSpec, hook: PgLogicalHook, *, log: Log = _quiet,
+                            on_checkpoint: Callable[[str], None] | None = None) -> dict[str, Any] | None:
+    """With ``snapshot.initial``: when the slot does not exist yet, create the publication (with
+    ``source.create``), then the slot with an exported snapshot, and stage every table at its
+    consistent point. A slot that exists without any snapshot state is an error (no exported
+    snapshot consistent with it can be taken any more)."""
+    from airflow_provider_pglogical.snapshot.layout import SnapshotLayout
+    from airflow_provider_pglogical.snapshot.run import initial_snapshot
+
+    if not spec.snapshot.initial:
+        return None
+    slot = spec.source.slot
+    if hook.slot_info(slot) is not None:
+        if not SnapshotLayout.from_uri(spec.staging.uri, slot).tables():
+            raise SnapshotOnExistingSlotError(
+                f"snapshot.initial is set but slot {slot!r} already exists without a snapshot: the snapshot "
+                "consistent with it is gone. Set snapshot.initial: false and resync tables one by one "
+                "(pglogical resync --spec FILE --table schema.table)")
+        return None
+    if spec.source.create:
+        hook.check_wal_level()
+        hook.create_publication(spec.source.publication, [split_qualified(t) for t in spec.tables])
+    elif not hook.publication_exists(spec.source.publication):
+        raise SpecError(f"publication {spec.source.publication!r} does not exist; create it or set source.create")
+    log(f"creating slot {slot} with an exported snapshot and copying {len(spec.tables)} table(s)")
+    result = initial_snapshot(snapshot_job(spec), on_checkpoint=on_checkpoint)
+    log(f"initial snapshot at {result.to_summary()['lsn']}: "
+        + ", ".join(f"{t} {s['rows']} rows" for t, s in sorted(result.tables.items())))
+    return result.to_summary()
+
+
+def sync_tables(spec: PipelineSpec, *, resync: list[str] | None = None, log: Log = _quiet,
+                on_checkpoint: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Snapshot tables waiting for one: ``resync`` ones, tables added to a snapshotting pipeline,
+    and tables a crashed snapshot left unfinished — each at a later sync LSN (temporary slot)."""
+    from airflow_provider_pglogical.snapshot.run import request_added_tables, request_resync, sync_pending
+
+    job = snapshot_job(spec)
+    if resync:
+        request_resync(job, resync)
+    added = request_added_tables(job) if spec.snapshot.initial else []
+    if added:
+        log(f"tables added to the spec: {', '.join(added)}; snapshotting them")
+    result = sync_pending(job, on_checkpoint=on_checkpoint)
+    if result.tables:
+        log(f"snapshots at {result.to_summary()['lsn']}: "
+            + ", ".join(f"{t} {s['rows']} rows" for t, s in sorted(result.tables.items())))
+    return {**result.to_summary(), "added": added}
+
+
+def sync_states(spec: PipelineSpec, applied: dict[str, int] | None = None) -> dict[str, dict[str, Any]]:
+    """Per spec table: pending / copying (progress) / staged at LSN / synced at LSN (applied on the
+    target) / none (the table only carries changes)."""
+    from airflow_provider_pglogical.exceptions import format_lsn
+    from airflow_provider_pglogical.snapshot.layout import SnapshotLayout
+
+    states = SnapshotLayout.from_uri(spec.staging.uri, spec.source.slot).sync_states(sorted(spec.tables))
+    for table, state in states.items():
+        done = (applied or {}).get(spec.tables[table].target_name)
+        if done is not None:
+            state["applied_snapshot_lsn"] = format_lsn(done)
+            if state["state"] == "staged" and state.get("latest_snapshot_lsn") == format_lsn(done):
+                state["state"] = "synced"
+    return states
+
+
+def target_sync_marks(spec: PipelineSpec) -> dict[str, int]:
+    """Target table → sync LSN of the snapshot it holds ({} before any snapshot was applied)."""
+    import psycopg2
+
+    from airflow_provider_pglogical.pipeline.steps import target_dsn
+
+    conn = psycopg2.connect(target_dsn(spec))
+    try:
+        with conn.cursor() as cur:  # pglogical_sync: written by the apply's snapshot loads
+            cur.execute("SELECT to_regclass('pglogical_sync')")
+            if cur.fetchone()[0] is None:
+                return {}
+            cur.execute("SELECT target_table, (sync_lsn - '0/0'::pg_lsn)::bigint FROM pglogical_sync WHERE slot = %s",
+                        (spec.source.slot,))
+            return dict(cur.fetchall())
+    finally:
+        conn.close()
+
+
+def unapplied_snapshots(spec: PipelineSpec, marks: dict[str, int] | None = None) -> list[str]:
+    """Source tables whose latest staged snapshot the target has not loaded yet."""
+    from airflow_provider_pglogical.snapshot.layout import SnapshotLayout
+
+    layout = SnapshotLayout.from_uri(spec.staging.uri, spec.source.slot)
+    marks = target_sync_marks(spec) if marks is None else marks
+    out = []
+    for name, table in sorted(spec.tables.items()):
+        ref = layout.latest(name)
+        if ref is not None and marks.get(table.target_name, -1) < ref.lsn:
+            out.append(name)
+    return out

@@ -1,0 +1,386 @@
+"""Take snapshots: the initial one with the slot, and per-table ones (added tables, resyncs) later.
+
+Exactly once, by the order of durable steps (like the drain):
+
+1. ``requested``: a request file per table is written before anything is read; while it exists
+   the apply holds that table's changes (``snapshot.layout``).
+2. ``slot_created``: the initial snapshot creates the pipeline's slot on a replication
+   connection with an exported snapshot (its consistent point is the tables' sync LSN); a table
+   added or resynced later gets a *temporary* slot with an exported snapshot instead (below).
+3. ``chunk_written``: each chunk file appears whole (written under a temp name, renamed).
+4. ``files_moved`` then ``manifest_written``: the table's directory gets its final name, then
+   its manifest, last and atomically — only now does the snapshot exist for readers.
+5. ``done``: the request is removed.
+
+A crash before 4 leaves an unpublished directory and the request; the next run deletes the
+leftover and copies the table again. The exported snapshot died with the crashed process, so the
+copy happens at a later LSN through a temporary slot — tables already published keep theirs:
+the per-table sync LSN makes every table consistent with the one slot. A crash between the
+manifest and the request removal is repaired by removing the request.
+
+Why a temporary slot for later snapshots, and not ``pg_export_snapshot()`` plus
+``pg_current_wal_lsn()``: a transaction becomes visible to snapshots when it leaves the proc
+array, which is *after* its commit record is in the WAL, and the two calls are not atomic — a
+transaction whose commit record lies before the LSN read could still be invisible to the
+snapshot (lost), or one committed after it visible (applied twice). A logical slot's exported
+snapshot is built by the snapshot builder from the WAL itself: it holds exactly the
+transactions whose commit record starts before the slot's consistent point, the same rule by
+which the main slot decodes (every slot decoding a commit record at or after that point emits
+it). So the table's changes in the main slot's stream with ``commit_lsn >= sync LSN`` are exactly
+the ones the snapshot lacks: PostgreSQL's own per-table rule (tablesync.c copies in its slot's
+snapshot; worker.c ``should_apply_changes_for_rel`` applies a table's changes only from its sync
+LSN on).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_pglogical import exceptions
+from airflow_provider_pglogical.exceptions import SnapshotError, format_lsn
+from airflow_provider_pglogical.snapshot.copier import ChunkResult, ChunkTask, copy_chunk
+from airflow_provider_pglogical.snapshot.layout import SnapshotLayout, SnapshotManifest
+from airflow_provider_pglogical.snapshot.source import ExportedSnapshot, TableRead, describe_tables
+from airflow_provider_pglogical.staging.layout import lsn_hex
+
+log = logging.getLogger(__name__)
+
+CHECKPOINTS = ("requested", "slot_created", "chunk_written", "files_moved", "manifest_written", "done")
+DEFAULT_CHUNK_BYTES = 256 << 20
+DEFAULT_PARALLELISM = 1
+POSTGRES_EPOCH_OFFSET_US = 946_684_800_000_000
+
+Checkpoint = Callable[[str], None]
+
+
+def _noop(_name: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class SnapshotSettings:
+    """``snapshot:`` of the spec: take the initial snapshot; readers in parallel; chunk size (heap bytes)."""
+
+    initial: bool = False
+    parallelism: int = DEFAULT_PARALLELISM
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    progress_every_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class SnapshotJob:
+    """Everything a snapshot run needs (no Airflow objects: the CLI, tasks and tests share it)."""
+
+    dsn: str
+    slot: str
+    publication: str
+    staging_uri: str
+    tables: dict[str, tuple[tuple[str, ...] | None, str | None]]  # schema.table → (columns, row filter)
+    settings: SnapshotSettings = field(default_factory=SnapshotSettings)
+
+
+@dataclass
+class SnapshotResult:
+    lsn: int | None = None
+    tables: dict[str, dict[str, Any]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def to_summary(self) -> dict[str, Any]:
+        return {"lsn": format_lsn(self.lsn) if self.lsn is not None else None, "tables": self.tables,
+                "seconds": round(self.seconds, 3)}
+
+
+def _connect(dsn: str) -> Any:
+    import psycopg2
+
+    conn = psycopg2.connect(dsn, application_name="airflow-provider-pglogical-snapshot")
+    conn.autocommit = True
+    return conn
+
+
+def slot_exists(dsn: str, slot: str) -> bool:
+    conn = _connect(dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+            return cur.fetchone() is not None
+    finally:
+        conn.close()
+
+
+def initial_snapshot(job: SnapshotJob, *, on_checkpoint: Checkpoint | None = None,
+                     logger: logging.Logger | None = None) -> SnapshotResult:
+    """Create the pipeline's slot with an exported snapshot and stage every table at its consistent point.
+
+    The slot must not exist (``SnapshotOnExistingSlotError`` otherwise: its exported snapshot is
+    gone; resync tables one by one instead). Tables are checked (exist, SELECT privilege, published)
+    before the slot is created, so a bad table creates nothing.
+    """
+    from airflow_provider_pglogical.exceptions import SnapshotOnExistingSlotError
+
+    checkpoint, logger = on_checkpoint or _noop, logger or log
+    started = time.monotonic()
+    layout = SnapshotLayout.from_uri(job.staging_uri, job.slot)
+    if slot_exists(job.dsn, job.slot):
+        raise SnapshotOnExistingSlotError(
+            f"an initial snapshot needs to create slot {job.slot!r}, which already exists: the snapshot "
+            "consistent with it is gone. Resync tables one by one (pglogical resync --spec FILE --table "
+            "schema.table), or drop the slot and staging to start over")
+    conn = _connect(job.dsn)
+    try:
+        reads = describe_tables(conn, job.publication, job.tables)
+    finally:
+        conn.close()
+    for table in job.tables:
+        layout.request(table, "initial")
+    checkpoint("requested")
+    with ExportedSnapshot(job.dsn, job.slot) as exported:
+        logger.info("slot %s created at consistent point %s with exported snapshot %s", job.slot,
+                    format_lsn(exported.lsn), exported.name)
+        checkpoint("slot_created")
+        result = _copy_tables(job, layout, reads, exported, checkpoint, logger)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def sync_pending(job: SnapshotJob, *, on_checkpoint: Checkpoint | None = None,
+                 logger: logging.Logger | None = None) -> SnapshotResult:
+    """Snapshot every requested table (added, resynced, or left over by a crashed snapshot) at a
+    later LSN through a temporary slot with an exported snapshot; the main slot is not touched."""
+    from airflow_provider_pglogical.snapshot.source import temporary_slot_name
+
+    checkpoint, logger = on_checkpoint or _noop, logger or log
+    started = time.monotonic()
+    layout = SnapshotLayout.from_uri(job.staging_uri, job.slot)
+    requests = layout.requests()
+    result = SnapshotResult()
+    if not requests:
+        return result
+    if not slot_exists(job.dsn, job.slot):
+        raise SnapshotError(f"slot {job.slot!r} does not exist: a table snapshot is only consistent with an "
+                            "existing slot (create it first: pglogical decode)")
+    pending = {t: job.tables.get(t, (None, None)) for t in requests}
+    # A crash after the manifest and before the request removal: the snapshot exists, only close.
+    for table, request in list(requests.items()):
+        latest = layout.latest(table)
+        if latest is not None and layout.manifest(latest).request_id == request["request_id"]:
+            layout.close_request(table)
+            pending.pop(table)
+    if not pending:
+        return result
+    unknown = sorted(t for t in pending if t not in job.tables)
+    if unknown:
+        raise SnapshotError(f"snapshot requested for {', '.join(unknown)}, which the spec does not list")
+    conn = _connect(job.dsn)
+    try:
+        reads = describe_tables(conn, job.publication, pending)
+    finally:
+        conn.close()
+    with ExportedSnapshot(job.dsn, temporary_slot_name(job.slot, ",".join(sorted(pending))),
+                          temporary=True) as exported:
+        logger.info("tables %s: temporary slot %s, sync LSN %s", ", ".join(sorted(pending)), exported.slot,
+                    format_lsn(exported.lsn))
+        checkpoint("slot_created")
+        result = _copy_tables(job, layout, reads, exported, checkpoint, logger)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def request_resync(job: SnapshotJob, tables: list[str]) -> list[str]:
+    """Ask for a fresh snapshot of ``tables`` (a damaged target table, or one to rebuild)."""
+    layout = SnapshotLayout.from_uri(job.staging_uri, job.slot)
+    missing = sorted(t for t in tables if t not in job.tables)
+    if missing:
+        raise SnapshotError(f"cannot resync {', '.join(missing)}: not in the spec's tables")
+    for table in tables:
+        layout.request(table, "resync")
+    return tables
+
+
+def request_added_tables(job: SnapshotJob) -> list[str]:
+    """Tables of the spec that have never been snapshotted although the pipeline took one: added later."""
+    layout = SnapshotLayout.from_uri(job.staging_uri, job.slot)
+    known = set(layout.tables())
+    if not known:  # the pipeline never took a snapshot: nothing is "added"
+        return []
+    added = [t for t in job.tables if t not in known]
+    for table in added:
+        layout.request(table, "added")
+    return added
+
+
+def plan_chunks(read: TableRead, chunk_bytes: int) -> list[tuple[int, int | None] | None]:
+    """Page ranges of at most ``chunk_bytes`` of heap each; the last is open-ended. ``[None]``: one plain read."""
+    pages_per_chunk = max(1, chunk_bytes // read.block_size)
+    if read.pages <= pages_per_chunk:
+        return [None]
+    bounds = list(range(0, read.pages, pages_per_chunk))
+    return [(lo, bounds[i + 1] if i + 1 < len(bounds) else None) for i, lo in enumerate(bounds)]
+
+
+def _copy_tables(job: SnapshotJob, layout: SnapshotLayout, reads: dict[str, TableRead], exported: ExportedSnapshot,
+                 checkpoint: Checkpoint, logger: logging.Logger) -> SnapshotResult:
+    requests = layout.requests()
+    result = SnapshotResult(lsn=exported.lsn)
+    commit_time_us = int(time.time() * 1_000_000)
+    tasks: dict[str, list[ChunkTask]] = {}
+    render = _connect(job.dsn)  # psycopg2.sql needs a connection to quote identifiers and literals
+    for table, read in reads.items():
+        for leftover in layout.leftovers(table):
+            logger.info("removing unpublished snapshot leftover %s", leftover)
+            layout.fs.delete_dir(leftover)
+        partial = layout.partial_dir(table, exported.lsn)
+        layout.fs.create_dir(f"{partial}/chunks", recursive=True)
+        chunks = plan_chunks(read, job.settings.chunk_bytes)
+        tasks[table] = [ChunkTask(job.dsn, exported.name, exported.lsn, table, read.relation,
+                                  read.select_sql(rng).as_string(render),
+                                  job.staging_uri, f"{partial}/chunks/c{i:05d}.parquet", i, commit_time_us)
+                        for i, rng in enumerate(chunks)]
+        logger.info("%s: %d chunk(s) over %d heap bytes, sync LSN %s", table, len(chunks), read.heap_bytes,
+                    format_lsn(exported.lsn))
+    render.close()
+    done: dict[str, list[ChunkResult]] = {t: [] for t in tasks}
+    started = {t: time.monotonic() for t in tasks}
+
+    def finished(res: ChunkResult) -> None:
+        done[res.table].append(res)
+        checkpoint("chunk_written")
+        table, read = res.table, reads[res.table]
+        rows = sum(r.rows for r in done[table])
+        copied = sum(r.copied_bytes for r in done[table])
+        elapsed = max(time.monotonic() - started[table], 1e-6)
+        fraction = len(done[table]) / len(tasks[table])
+        eta = elapsed * (1 - fraction) / fraction if fraction else None
+        progress = {"table": table, "lsn": format_lsn(exported.lsn), "chunks_done": len(done[table]),
+                    "chunks": len(tasks[table]), "rows": rows, "bytes": copied, "heap_bytes": read.heap_bytes,
+                    "rows_per_s": round(rows / elapsed), "eta_s": round(eta, 1) if eta is not None else None}
+        layout.write_progress(table, progress)
+        logger.info("%s: chunk %d/%d, %d rows, %.1f MiB, %.0f rows/s, ETA %.0f s", table, len(done[table]),
+                    len(tasks[table]), rows, copied / 2**20, rows / elapsed, eta or 0)
+        if len(done[table]) == len(tasks[table]):
+            result.tables[table] = _publish(job, layout, read, exported, requests[table], done[table],
+                                            time.monotonic() - started[table], checkpoint)
+            logger.info("%s: snapshot published at %s (%d rows)", table, format_lsn(exported.lsn),
+                        result.tables[table]["rows"])
+
+    all_tasks = [t for ts in tasks.values() for t in ts]
+    if job.settings.parallelism <= 1 or len(all_tasks) <= 1:
+        for task in all_tasks:
+            exported.check_alive()
+            finished(copy_chunk(task))
+    else:
+        with WorkerPool(min(job.settings.parallelism, len(all_tasks))) as pool:
+            for res in pool.run(all_tasks, alive=exported.check_alive, poll_s=job.settings.progress_every_s):
+                finished(res)
+    exported.check_alive()
+    return result
+
+
+def _publish(job: SnapshotJob, layout: SnapshotLayout, read: TableRead, exported: ExportedSnapshot,
+             request: dict[str, Any], results: list[ChunkResult], seconds: float,
+             checkpoint: Checkpoint) -> dict[str, Any]:
+    exported.check_alive()  # the snapshot must have been valid until every chunk was read
+    results = sorted(results, key=lambda r: r.index)
+    partial = layout.partial_dir(read.table, exported.lsn)
+    final = layout.snapshot_dir(read.table, exported.lsn)
+    if layout.staging.exists(final):
+        layout.fs.delete_dir(final)
+    layout.staging.move_tree(partial, final)
+    checkpoint("files_moved")
+    manifest = SnapshotManifest(
+        slot=job.slot, publication=job.publication, table=read.table, lsn_int=exported.lsn,
+        reason=request["reason"], request_id=request["request_id"], relation=read.relation,
+        row_filter=read.row_filter, rows=sum(r.rows for r in results), bytes=sum(r.bytes for r in results),
+        chunks=len(results), files=[f"chunks/c{r.index:05d}.parquet" for r in results],
+        server_version=0, seconds=round(seconds, 3))
+    layout.publish(final, manifest)
+    checkpoint("manifest_written")
+    layout.close_request(read.table)
+    checkpoint("done")
+    return {"lsn": format_lsn(exported.lsn), "rows": manifest.rows, "bytes": manifest.bytes,
+            "chunks": manifest.chunks, "reason": manifest.reason, "dir": lsn_hex(exported.lsn)}
+
+
+class WorkerPool:
+    """``n`` reader processes (``snapshot.worker``) fed chunk tasks over pipes by one thread each."""
+
+    def __init__(self, n: int) -> None:
+        self.procs = [subprocess.Popen([sys.executable, "-m", "airflow_provider_pglogical.snapshot.worker"],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                      for _ in range(n)]
+
+    def run(self, tasks: list[ChunkTask], *, alive: Callable[[], None], poll_s: float) -> Iterator[ChunkResult]:
+        todo: queue.Queue[ChunkTask] = queue.Queue()
+        for task in tasks:
+            todo.put(task)
+        results: queue.Queue[ChunkResult | BaseException] = queue.Queue()
+        stop = threading.Event()
+
+        def feed(proc: subprocess.Popen[str]) -> None:
+            assert proc.stdin is not None and proc.stdout is not None
+            while not stop.is_set():
+                try:
+                    task = todo.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    proc.stdin.write(json.dumps(task.__dict__) + "\n")
+                    proc.stdin.flush()
+                    line = proc.stdout.readline()
+                except OSError as exc:
+                    results.put(SnapshotError(f"snapshot reader process died: {exc}"))
+                    return
+                if not line:
+                    results.put(SnapshotError(f"snapshot reader process exited with {proc.wait()} while "
+                                              f"reading {task.table} chunk {task.index}"))
+                    return
+                answer = json.loads(line)
+                if "ok" in answer:
+                    results.put(ChunkResult(**answer["ok"]))
+                else:
+                    cls = getattr(exceptions, answer["error"], None)
+                    err = cls if isinstance(cls, type) and issubclass(cls, SnapshotError) else SnapshotError
+                    results.put(err(answer["message"]))
+                    return
+
+        threads = [threading.Thread(target=feed, args=(p,), daemon=True) for p in self.procs]
+        for t in threads:
+            t.start()
+        try:
+            for _ in range(len(tasks)):
+                while True:
+                    try:
+                        item = results.get(timeout=poll_s)
+                        break
+                    except queue.Empty:
+                        alive()
+                if isinstance(item, BaseException):
+                    raise item
+                alive()
+                yield item
+        finally:
+            stop.set()
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            for stream in (proc.stdin, proc.stdout):
+                if stream is not None:
+                    stream.close()
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

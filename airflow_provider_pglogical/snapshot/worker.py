@@ -1,0 +1,35 @@
+"""Snapshot reader process: ``python -m airflow_provider_pglogical.snapshot.worker``.
+
+Reads one JSON ``ChunkTask`` per stdin line, copies it (``copier.copy_chunk``), answers one JSON
+line on stdout: ``{"ok": ChunkResult}`` or ``{"error": type, "message": text}``. A fresh
+interpreter importing only the copier: no fork of a process holding the replication connection
+(or Spark/JVM threads), and no re-import of the caller's ``__main__`` as ``spawn`` would do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+
+
+def main() -> int:
+    from airflow_provider_pglogical.snapshot.copier import ChunkTask, copy_chunk
+
+    out = sys.stdout
+    sys.stdout = sys.stderr  # only answers go to the parent's pipe
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            result = copy_chunk(ChunkTask(**json.loads(line)))
+            answer = {"ok": dataclasses.asdict(result)}
+        except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises it typed
+            answer = {"error": type(exc).__name__, "message": str(exc)}
+        out.write(json.dumps(answer) + "\n")
+        out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

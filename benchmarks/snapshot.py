@@ -1,0 +1,170 @@
+"""Benchmark: initial sync of the same pre-existing rows by our snapshot + Spark apply, by a native
+subscriber (copy_data = true, until every table is ready), and by raw COPY TO, timed in one run.
+
+Usage: python benchmarks/snapshot.py [--rows 5000000] [--parallelism 2] [--chunk-size 64MB]
+Prints one JSON object with the timings and the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+from tests.conftest import make_database  # noqa: E402
+from tests.pgserver import execute, query, start_server, stop_server  # noqa: E402
+
+SCHEMA = """
+CREATE TABLE orders (id bigint PRIMARY KEY, customer int NOT NULL, amount numeric(12,2), status text,
+                     created_at timestamptz NOT NULL);
+CREATE TABLE events (id bigint PRIMARY KEY, kind text NOT NULL, payload jsonb, at timestamptz);
+CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL, region text, tags text[]);
+"""
+TABLES = ("public.orders", "public.events", "public.customers")
+
+
+def populate(dsn: str, rows: int) -> dict[str, int]:
+    """``rows`` rows over three tables: 60% orders, 30% events, 10% customers."""
+    n_orders, n_events = rows * 6 // 10, rows * 3 // 10
+    n_customers = rows - n_orders - n_events
+    step = 500_000
+    for lo in range(0, n_orders, step):
+        execute(dsn, "INSERT INTO orders SELECT g, g %% 100000, (g %% 10000) * 0.01, "
+                     "(ARRAY['new','paid','shipped'])[1 + g %% 3], '2024-01-01'::timestamptz + g * interval '1 s' "
+                     "FROM generate_series(%s, %s) g", params=(lo, min(lo + step, n_orders) - 1))
+    for lo in range(0, n_events, step):
+        execute(dsn, "INSERT INTO events SELECT g, 'k' || (g %% 20), jsonb_build_object('g', g, 'v', md5(g::text)), "
+                     "now() FROM generate_series(%s, %s) g", params=(lo, min(lo + step, n_events) - 1))
+    execute(dsn, "INSERT INTO customers SELECT g, 'customer ' || g, (ARRAY['EU','US','APAC'])[1 + g %% 3], "
+                 "ARRAY['a' || (g %% 7), 'b'] FROM generate_series(0, %s) g", params=(n_customers - 1,))
+    execute(dsn, "VACUUM ANALYZE")
+    return {"orders": n_orders, "events": n_events, "customers": n_customers}
+
+
+def raw_copy(dsn: str) -> float:
+    """Every table through ``COPY (SELECT *) TO STDOUT (FORMAT binary)`` into a sink that drops it."""
+    import psycopg2
+
+    class Sink:
+        def write(self, data: bytes) -> int:
+            return len(data)
+
+    conn = psycopg2.connect(dsn)
+    t0 = time.monotonic()
+    with conn.cursor() as cur:
+        for table in TABLES:
+            cur.copy_expert(f"COPY (SELECT * FROM ONLY {table}) TO STDOUT (FORMAT binary)", Sink())
+    conn.close()
+    return time.monotonic() - t0
+
+
+def native_sync(src_dsn: str, native_dsn: str) -> float:
+    """CREATE SUBSCRIPTION with copy_data = true; seconds until every table is ready ('r')."""
+    execute(src_dsn, "SELECT pg_create_logical_replication_slot('sub_bench', 'pgoutput')")
+    t0 = time.monotonic()
+    execute(native_dsn, f"CREATE SUBSCRIPTION sub_bench CONNECTION '{src_dsn}' PUBLICATION pub_all "
+                        "WITH (create_slot = false, slot_name = sub_bench, copy_data = true)")
+    while True:
+        states = query(native_dsn, "SELECT srsubstate FROM pg_subscription_rel")
+        if states and all(s == "r" for (s,) in states):
+            break
+        time.sleep(0.1)
+    seconds = time.monotonic() - t0
+    execute(native_dsn, "ALTER SUBSCRIPTION sub_bench DISABLE",
+            "ALTER SUBSCRIPTION sub_bench SET (slot_name = NONE)", "DROP SUBSCRIPTION sub_bench")
+    execute(src_dsn, "SELECT pg_drop_replication_slot('sub_bench')")
+    return seconds
+
+
+def snapshot_only(src_dsn: str, uri: str, parallelism: int, chunk_bytes: int, slot: str) -> tuple[float, int]:
+    from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings, initial_snapshot
+
+    job = SnapshotJob(dsn=src_dsn, slot=slot, publication="pub_all", staging_uri=uri,
+                      tables={t: (None, None) for t in TABLES},
+                      settings=SnapshotSettings(initial=True, parallelism=parallelism, chunk_bytes=chunk_bytes))
+    t0 = time.monotonic()
+    result = initial_snapshot(job)
+    return time.monotonic() - t0, sum(t["bytes"] for t in result.tables.values())
+
+
+def ours(src_dsn: str, target_dsn: str, uri: str, parallelism: int, chunk_bytes: int, master: str,
+         skip_apply: bool = False) -> dict[str, float]:
+    from airflow_provider_pglogical.apply.config import ApplyConfig
+    from airflow_provider_pglogical.apply.runner import apply_slot
+
+    snapshot_s, staged = snapshot_only(src_dsn, uri, parallelism, chunk_bytes, "ours")
+    if skip_apply:
+        return {"snapshot_s": round(snapshot_s, 2), "apply_s": 0.0, "staged_bytes": staged}
+    from pyspark.sql import SparkSession
+    spark = (SparkSession.builder.master(master).appName("bench-snapshot").config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "4").config("spark.pyspark.python", sys.executable)
+             .config("spark.driver.host", "127.0.0.1").getOrCreate())
+    try:
+        t1 = time.monotonic()
+        spark.range(1).collect()  # JVM up: not part of the apply
+        warm_s = time.monotonic() - t1
+        t2 = time.monotonic()
+        apply_slot(spark, ApplyConfig(slot="ours", staging_root=uri, tables={}), target_dsn)
+        apply_s = time.monotonic() - t2
+    finally:
+        spark.stop()
+    return {"snapshot_s": round(snapshot_s, 2), "apply_s": round(apply_s, 2), "spark_start_s": round(warm_s, 2),
+            "staged_bytes": staged}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, default=5_000_000)
+    p.add_argument("--parallelism", type=int, default=2)
+    p.add_argument("--chunk-size", type=int, default=64 << 20, help="heap bytes per chunk")
+    p.add_argument("--master", default="local[2]")
+    p.add_argument("--skip-apply", action="store_true", help="time the snapshot only (no Spark)")
+    p.add_argument("--also-parallelism", type=int, nargs="*", default=[],
+                   help="also time the snapshot alone with these reader counts (e.g. 1 4)")
+    args = p.parse_args()
+    server = start_server(settings={"max_sync_workers_per_subscription": "2"})
+    try:
+        source, native, target = make_database(server), make_database(server), make_database(server)
+        src_dsn, native_dsn, target_dsn = server.dsn(source), server.dsn(native), server.dsn(target)
+        execute(src_dsn, SCHEMA + "CREATE PUBLICATION pub_all FOR TABLE orders, events, customers;")
+        execute(native_dsn, SCHEMA)
+        execute(target_dsn, SCHEMA)
+        t0 = time.monotonic()
+        counts = populate(src_dsn, args.rows)
+        populate_s = time.monotonic() - t0
+        raw_s = raw_copy(src_dsn)
+        native_s = native_sync(src_dsn, native_dsn)
+        with tempfile.TemporaryDirectory() as tmp:
+            our = ours(src_dsn, target_dsn, str(Path(tmp) / "staging"), args.parallelism, args.chunk_size,
+                       args.master, args.skip_apply)
+            others = {}
+            for n in args.also_parallelism:
+                seconds, _b = snapshot_only(src_dsn, str(Path(tmp) / f"p{n}"), n, args.chunk_size, f"p{n}")
+                others[str(n)] = round(seconds, 2)
+                execute(src_dsn, f"SELECT pg_drop_replication_slot('p{n}')")
+        check = "SELECT count(*), sum(hashtext(t::text)) FROM {} t"
+        same = args.skip_apply or all(query(native_dsn, check.format(t)) == query(target_dsn, check.format(t)) for t in TABLES)
+        total = our["snapshot_s"] + our["apply_s"]
+        print(json.dumps({
+            "rows": counts, "populate_s": round(populate_s, 2), "parallelism": args.parallelism,
+            "raw_copy_to_s": round(raw_s, 2), "native_initial_sync_s": round(native_s, 2), "ours": our,
+            "snapshot_s_by_parallelism": {str(args.parallelism): our["snapshot_s"], **others},
+            "ours_total_s": round(total, 2), "targets_identical": same,
+            "ratio_ours_total_vs_native": round(total / native_s, 2),
+            "ratio_snapshot_vs_raw_copy": round(our["snapshot_s"] / raw_s, 2),
+            "ratio_native_vs_raw_copy": round(native_s / raw_s, 2),
+        }, indent=2))
+    finally:
+        stop_server(server)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""Snapshots on a real server: consistent with the slot while writers run, crash-safe, typed errors."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+
+import psycopg2
+import pytest
+
+from airflow_provider_pglogical.exceptions import SnapshotError, SnapshotOnExistingSlotError
+from airflow_provider_pglogical.hooks import PgLogicalHook
+from airflow_provider_pglogical.snapshot.layout import SnapshotLayout
+from airflow_provider_pglogical.snapshot.run import (
+    SnapshotJob,
+    SnapshotSettings,
+    initial_snapshot,
+    request_resync,
+    sync_pending,
+)
+from airflow_provider_pglogical.staging.drain import DrainConfig, drain_slot
+from tests.conftest import REPO_ROOT
+from tests.integration.snapshot_child import KILLED
+from tests.integration.snapshot_support import SNAP_SCHEMA_SQL, replayed, source_rows, write_burst
+
+TABLES = {"public.parents": ("id",), "public.children": ("id",), "public.wide": ("id",)}
+COLUMNS = {"public.parents": ["id", "name", "region", "amount"],
+           "public.children": ["id", "parent_id", "body", "big", "secret"],
+           "public.wide": ["id", "payload", "flags", "at"]}
+
+
+def job(dsn: str, uri: str, **settings) -> SnapshotJob:
+    return SnapshotJob(dsn=dsn, slot="s1", publication="pub", staging_uri=uri,
+                       tables={t: (None, None) for t in TABLES},
+                       settings=SnapshotSettings(initial=True, **{"parallelism": 2, "chunk_bytes": 1 << 20,
+                                                                  **settings}))
+
+
+def drain_all(dsn: str, uri: str) -> None:
+    with PgLogicalHook.from_dsn(dsn) as hook:
+        for _ in range(50):
+            if not drain_slot(hook, DrainConfig(slot="s1", publication="pub", staging_uri=uri)).staged:
+                break
+
+
+def assert_consistent(cur, uri: str) -> None:
+    for table, key in TABLES.items():
+        expected = source_rows(cur, table, COLUMNS[table], key)
+        got = replayed(uri, "s1", table, key)
+        assert set(got) == set(expected), table
+        assert got == expected, table
+
+
+def test_initial_snapshot_meets_the_slot_exactly_while_writers_run(pg_conn, pg_dsn, tmp_path):
+    cur = pg_conn.cursor()
+    cur.execute(SNAP_SCHEMA_SQL)
+    writer = psycopg2.connect(pg_dsn)
+    writer.autocommit = True
+    wcur, rnd = writer.cursor(), random.Random(7)
+
+    def meanwhile(point: str) -> None:
+        # committed after the consistent point, before and while readers import the snapshot
+        if point in ("slot_created", "chunk_written"):
+            write_burst(wcur, rnd, 5, truncate_wide=False)
+
+    uri = str(tmp_path / "stage")
+    result = initial_snapshot(job(pg_dsn, uri), on_checkpoint=meanwhile)
+    assert set(result.tables) == set(TABLES)
+    assert result.tables["public.wide"]["chunks"] > 1  # read in ctid ranges by two processes
+    layout = SnapshotLayout.from_uri(uri, "s1")
+    assert layout.requests() == {}
+    assert all(layout.latest(t).lsn == result.lsn for t in TABLES)
+    assert PgLogicalHook.from_dsn(pg_dsn).slot_info("s1").confirmed_flush_lsn == result.lsn
+
+    write_burst(wcur, rnd, 10, truncate_wide=True)
+    write_burst(wcur, rnd, 5)
+    drain_all(pg_dsn, uri)
+    assert_consistent(cur, uri)
+
+    # resync one table at a later LSN: the older changes of that table are in its new snapshot
+    request_resync(job(pg_dsn, uri), ["public.children"])
+    write_burst(wcur, rnd, 3)
+    later = sync_pending(job(pg_dsn, uri), on_checkpoint=meanwhile)
+    assert later.lsn > result.lsn and set(later.tables) == {"public.children"}
+    assert layout.latest("public.children").lsn == later.lsn
+    write_burst(wcur, rnd, 5)
+    drain_all(pg_dsn, uri)
+    assert_consistent(cur, uri)
+    cur.execute("SELECT count(*) FROM pg_replication_slots")
+    assert cur.fetchone()[0] == 1  # the temporary slot went with its connection
+    writer.close()
+
+
+def run_child(**args) -> int:
+    proc = subprocess.run([sys.executable, "-m", "tests.integration.snapshot_child", json.dumps(args)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode in (0, KILLED), proc.stderr[-3000:]
+    return proc.returncode
+
+
+@pytest.mark.parametrize("kill_at", ["requested", "slot_created", "chunk_written:2", "files_moved",
+                                     "manifest_written:2", "done"])
+def test_a_snapshot_killed_anywhere_reruns_to_an_exact_copy(kill_at, pg_conn, pg_dsn, tmp_path):
+    cur = pg_conn.cursor()
+    cur.execute(SNAP_SCHEMA_SQL)
+    uri = str(tmp_path / "stage")
+    args = {"dsn": pg_dsn, "slot": "s1", "publication": "pub", "staging_uri": uri,
+            "tables": {t: [None, None] for t in TABLES}, "kill_at": kill_at, "parallelism": 1}
+    assert run_child(mode="initial", **args) == KILLED
+    rnd = random.Random(11)
+    write_burst(cur, rnd, 5)
+    snap = job(pg_dsn, uri, parallelism=1)
+    layout = SnapshotLayout.from_uri(uri, "s1")
+    if kill_at == "requested":  # the slot was never created: the initial snapshot simply runs again
+        initial_snapshot(snap)
+    else:
+        with pytest.raises(SnapshotOnExistingSlotError, match="resync"):
+            initial_snapshot(snap)
+        sync_pending(snap)  # unfinished tables at a later LSN; published ones are kept
+    assert layout.requests() == {}
+    assert all(layout.leftovers(t) == [] for t in TABLES)
+    write_burst(cur, rnd, 5)
+    drain_all(pg_dsn, uri)
+    assert_consistent(cur, uri)
+
+
+def test_bad_tables_fail_before_anything_is_created(pg_conn, pg_dsn, tmp_path):
+    cur = pg_conn.cursor()
+    cur.execute(SNAP_SCHEMA_SQL)
+    cur.execute("CREATE ROLE snap_reader LOGIN REPLICATION; GRANT SELECT ON parents, children TO snap_reader")
+    uri = str(tmp_path / "stage")
+    limited = pg_dsn + " user=snap_reader"
+    with pytest.raises(SnapshotError, match=r"may not SELECT from public\.wide"):
+        initial_snapshot(job(limited, uri))
+    cur.execute("DROP TABLE wide")
+    with pytest.raises(SnapshotError, match=r"public\.wide does not exist"):
+        initial_snapshot(job(pg_dsn, uri))
+    cur.execute("SELECT count(*) FROM pg_replication_slots")
+    assert cur.fetchone()[0] == 0
+    assert SnapshotLayout.from_uri(uri, "s1").requests() == {}
+
+
+def test_a_lost_replication_connection_publishes_nothing_unfinished_and_the_rerun_completes(pg_conn, pg_dsn,
+                                                                                            tmp_path):
+    import time
+
+    from airflow_provider_pglogical.exceptions import SnapshotConnectionLostError
+
+    cur = pg_conn.cursor()
+    cur.execute(SNAP_SCHEMA_SQL)
+    uri = str(tmp_path / "stage")
+    calls = {"n": 0}
+
+    def cut(point: str) -> None:
+        if point == "chunk_written":
+            calls["n"] += 1
+            if calls["n"] == 2:  # the walsender holding the exported snapshot goes away mid-table
+                cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'walsender'"
+                            " AND datname = current_database()")
+                assert cur.fetchone() == (True,)
+                time.sleep(1)
+
+    with pytest.raises(SnapshotConnectionLostError, match="s1"):
+        initial_snapshot(job(pg_dsn, uri, parallelism=1), on_checkpoint=cut)
+    layout = SnapshotLayout.from_uri(uri, "s1")
+    published = {t for t in TABLES if layout.latest(t) is not None}
+    assert published != set(TABLES) and set(layout.requests()) == set(TABLES) - published
+    write_burst(cur, random.Random(3), 3)
+    sync_pending(job(pg_dsn, uri, parallelism=1))
+    assert layout.requests() == {}
+    drain_all(pg_dsn, uri)
+    assert_consistent(cur, uri)
