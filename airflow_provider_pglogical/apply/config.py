@@ -12,6 +12,7 @@ CONFLICT_POLICIES = ("upsert", "strict")
 TOAST_POLICIES = ("fail", "reject_and_continue")
 CASCADE_POLICIES = ("follow_source", "never")
 ACTIONS = ("insert", "update", "delete", "truncate")
+SCHEMA_CHANGE_POLICIES = ("follow", "fail")
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,9 @@ class TableApplyConfig:
     ``columns`` a column list (None: all); ``target`` the target table (``schema.table`` or a bare
     name in ``public``; default: the source name); ``key_columns`` overrides the key used to
     compact and match rows (default: the target's primary key for REPLICA IDENTITY FULL sources,
-    else the replica identity); ``actions`` the published actions (publish = '...').
+    else the replica identity); ``actions`` the published actions (publish = '...');
+    ``schema_changes`` whether a source schema change the target can follow losslessly is applied
+    to the target (``follow``: ADD COLUMN, widening type changes) or stops the batch (``fail``).
     """
 
     row_filter: str | None = None
@@ -33,9 +36,11 @@ class TableApplyConfig:
     truncate_cascade: str = "follow_source"
     key_columns: tuple[str, ...] | None = None
     actions: tuple[str, ...] = ACTIONS
+    schema_changes: str = "follow"
 
     def __post_init__(self) -> None:
         for name, value, allowed in (("conflict", self.conflict, CONFLICT_POLICIES),
+                                     ("schema_changes", self.schema_changes, SCHEMA_CHANGE_POLICIES),
                                      ("unchanged_toast", self.unchanged_toast, TOAST_POLICIES),
                                      ("truncate_cascade", self.truncate_cascade, CASCADE_POLICIES)):
             if value not in allowed:

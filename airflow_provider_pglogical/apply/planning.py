@@ -17,8 +17,9 @@ class TableShape:
 
     source: str
     target: str
-    key: tuple[str, ...]
+    key: tuple[str, ...]  # empty: keyless, insert-only (appended)
     columns: tuple[str, ...]
+    update_delete_problem: str | None = None  # why an arriving UPDATE/DELETE must stop the batch
 
 
 def target_name(source: str, cfg: TableApplyConfig) -> str:
@@ -42,23 +43,52 @@ def written_columns(rel: RelationInfo, cfg: TableApplyConfig) -> tuple[str, ...]
     return tuple(c for c in rel.column_names if c in cfg.columns)
 
 
+def has_replica_identity(rel: RelationInfo) -> bool:
+    """Whether old images identify rows: REPLICA IDENTITY FULL, or identity columns (PK / USING INDEX)."""
+    return rel.replica_identity == "f" or bool(rel.identity_columns)
+
+
 def choose_key(rel: RelationInfo, cfg: TableApplyConfig, target: TargetTable | None,
                columns: Sequence[str]) -> tuple[str, ...]:
-    """Key to compact and match rows: configured, else the target PK for RI FULL, else the replica identity."""
+    """Key to compact and match rows: configured, else the target PK for RI FULL, else the replica identity.
+
+    A table without a replica identity gets the empty key (insert-only, appended) unless
+    ``key_columns`` names a unique key of the target: INSERTs then upsert on it. Its UPDATEs and
+    DELETEs cannot be matched (old images carry nothing) and fail when they arrive
+    (``update_delete_problem``), as PostgreSQL fails them on the publisher.
+    """
     if cfg.key_columns:
         key = cfg.key_columns
     elif rel.replica_identity == "f":
         key = target.primary_key if target is not None and target.primary_key else tuple(columns)
     else:
         key = rel.identity_columns
-    if not key:
-        raise ApplyError(f"{rel.qualified_name} has no replica identity; set key_columns in its apply config")
     outside = sorted(set(key) - set(columns))
     if outside:
         raise ApplyError(f"key column(s) {', '.join(outside)} of {rel.qualified_name} are not replicated")
-    if rel.replica_identity != "f" and set(key) - set(rel.identity_columns):
+    if has_replica_identity(rel) and rel.replica_identity != "f" and set(key) - set(rel.identity_columns):
         raise ApplyError(f"key of {rel.qualified_name} must be within its replica identity (old images carry only it)")
     return tuple(key)
+
+
+def update_delete_problem(rel: RelationInfo, cfg: TableApplyConfig, filter_columns: Iterable[str]) -> str | None:
+    """Why an UPDATE/DELETE of this table cannot be applied, if it cannot; None when it can.
+
+    Checked when such a change actually arrives in a batch (PostgreSQL refuses it on the publisher
+    at that moment, not when the publication is created): a table without a replica identity is
+    insert-only, and a row filter over columns outside the replica identity cannot judge the old
+    row of an UPDATE/DELETE unless the table is REPLICA IDENTITY FULL.
+    """
+    if not ({"update", "delete"} & set(cfg.actions)):
+        return None
+    if not has_replica_identity(rel):
+        return "has no replica identity (no primary key, or REPLICA IDENTITY NOTHING), so it is applied insert-only"
+    if rel.replica_identity != "f":
+        outside = sorted({c.lower() for c in filter_columns} - {c.lower() for c in rel.identity_columns})
+        if outside:
+            return (f"has a row filter on column(s) {', '.join(outside)} outside the replica identity, which cannot "
+                    "judge the old row (use REPLICA IDENTITY FULL or USING INDEX on the source)")
+    return None
 
 
 def check_target_columns(shape: TableShape, target: TargetTable) -> None:

@@ -26,7 +26,7 @@ from airflow_provider_pglogical.apply.batches import (
     read_truncates,
 )
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
-from airflow_provider_pglogical.apply.filters import apply_row_filter, validate_row_filter
+from airflow_provider_pglogical.apply.filters import apply_row_filter, referenced_columns, validate_row_filter
 from airflow_provider_pglogical.apply.notes import fold_notes, inherit_toast_notes
 from airflow_provider_pglogical.apply.targets import ordered, setbased
 from airflow_provider_pglogical.apply.targets import postgres as pg
@@ -41,13 +41,15 @@ from airflow_provider_pglogical.apply.transforms import (
     TOUCHED,
     compact,
     filter_actions,
+    first_update_or_delete,
     project_columns,
     resolve_toast_from_old,
+    to_appends,
     to_key_events,
     to_ordered_changes,
     void_before,
 )
-from airflow_provider_pglogical.exceptions import ApplyError
+from airflow_provider_pglogical.exceptions import ApplyError, ReplicaIdentityError, RowFilterError, format_lsn
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +97,10 @@ def published_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, s
 
 def net_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, shape: planning.TableShape,
                 truncated_at: tuple[int, int] | None, notes: bool = True) -> DataFrame:
-    """Staged changes of one table → one net change per key (the whole pure pipeline)."""
+    """Staged changes of one table → one net change per key (the whole pure pipeline); keyless: every INSERT."""
+    if not shape.key:
+        return published_changes(df, rel, cfg, shape, notes).transform(to_appends(shape.columns)) \
+            .transform(void_before(truncated_at))
     return (published_changes(df, rel, cfg, shape, notes)
             .transform(to_key_events(shape.key, shape.columns))
             .transform(void_before(truncated_at))
@@ -105,6 +110,8 @@ def net_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, shape: 
 def ordered_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, shape: planning.TableShape,
                     truncated_at: tuple[int, int] | None, notes: bool = True) -> DataFrame:
     """Staged changes of one table → every change after the last truncate, un-netted, for the ordered replay."""
+    if not shape.key:
+        return net_changes(df, rel, cfg, shape, truncated_at, notes)
     return (published_changes(df, rel, cfg, shape, notes)
             .transform(to_ordered_changes(shape.key, shape.columns))
             .transform(void_before(truncated_at)))
@@ -173,6 +180,8 @@ def _stage_table(spark: SparkSession, config: ApplyConfig, dsn: str, conn, batch
     position (commit LSN, order in transaction) for the ordered replay.
     """
     changes = read_changes(spark, batch, shape.source)
+    if shape.update_delete_problem and not in_order:
+        check_updates_deletes(changes, rel, cfg, shape, batch)
     notes = has_value_notes(batch, shape.source)
     from_key = [F.col(FROM).getField(k).alias(pg.from_column(i)) for i, k in enumerate(shape.key)]
     if in_order:
@@ -188,6 +197,24 @@ def _stage_table(spark: SparkSession, config: ApplyConfig, dsn: str, conn, batch
     pg.create_staging(conn, staging, columns)
     written = _copy(config, dsn, conn, frame, staging, [c for c, _ in columns], types)
     log.debug("staged %s %s changes of %s", written, "ordered" if in_order else "net", shape.target)
+
+
+def check_updates_deletes(changes: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, shape: planning.TableShape,
+                          batch: Batch) -> None:
+    """Stop the batch, naming table and LSN, when an UPDATE/DELETE arrives that the table cannot apply.
+
+    Judged on published actions (an unpublished UPDATE never arrives natively either); insert-only
+    traffic passes. ``RowFilterError`` for the filter rule, ``ReplicaIdentityError`` otherwise.
+    """
+    count, lsn = first_update_or_delete(changes.transform(filter_actions(cfg.actions)))
+    if not count:
+        return
+    text = (f"{count} UPDATE/DELETE change(s) of {shape.source} from LSN {format_lsn(lsn)} cannot be applied: the table "
+            f"{shape.update_delete_problem}; batch {format_lsn(batch.start_lsn)}-{format_lsn(batch.end_lsn)} not "
+            "applied (PostgreSQL refuses such changes on the publisher)")
+    if planning.has_replica_identity(rel):
+        raise RowFilterError(text)
+    raise ReplicaIdentityError(text, table=shape.source, lsn=lsn)
 
 
 def _copy(config: ApplyConfig, dsn: str, conn, frame: DataFrame, staging: str, copy_cols: list[str],
@@ -234,7 +261,8 @@ def _apply_one(spark: SparkSession, config: ApplyConfig, dsn: str, conn, batch: 
             conn.commit()
             existing = pg.describe(conn, target)
             fks = pg.foreign_keys(conn)
-        shape = planning.TableShape(source, target, key, columns)
+        refs = referenced_columns(spark, cfg.row_filter) if cfg.row_filter else frozenset()
+        shape = planning.TableShape(source, target, key, columns, planning.update_delete_problem(rel, cfg, refs))
         planning.check_target_columns(shape, existing)
         shapes[source], targets[source] = shape, existing
     started = time.monotonic()

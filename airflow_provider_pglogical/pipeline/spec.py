@@ -28,6 +28,8 @@ TARGET_KINDS = ("postgres",)
 TRUNCATE_CASCADE = ("follow_source", "never")
 CONFLICT_POLICIES = ("upsert", "strict")
 TOAST_POLICIES = ("fail", "reject_and_continue")
+ACTIONS = ("insert", "update", "delete", "truncate")
+SCHEMA_CHANGE_POLICIES = ("follow", "fail")
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,8 @@ class TableSpec:
     conflict: str = "upsert"
     unchanged_toast: str = "fail"
     key_columns: tuple[str, ...] | None = None
+    actions: tuple[str, ...] = ACTIONS  # published actions (publish = '...'), judged on the original operation
+    schema_changes: str = "follow"  # follow source ADD/DROP COLUMN and lossless widening, or fail
 
     @property
     def target_name(self) -> str:

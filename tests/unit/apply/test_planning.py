@@ -6,12 +6,20 @@ import pytest
 
 from airflow_provider_pglogical.apply.batches import RelationColumn, RelationInfo, TruncateEvent
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
-from airflow_provider_pglogical.apply.planning import choose_key, parents_first, plan_truncates, written_columns
+from airflow_provider_pglogical.apply.planning import (
+    choose_key,
+    parents_first,
+    plan_truncates,
+    update_delete_problem,
+    written_columns,
+)
 from airflow_provider_pglogical.apply.targets.postgres import TargetTable
 from airflow_provider_pglogical.exceptions import ApplyError
 
 REL = RelationInfo("public", "t", "d", (RelationColumn("id", "int", True), RelationColumn("v", "text", False)))
 FULL = RelationInfo("public", "t", "f", (RelationColumn("id", "int", True), RelationColumn("v", "text", True)))
+NO_RI = RelationInfo("public", "t", "n", (RelationColumn("id", "int", False), RelationColumn("v", "text", False)))
+NO_PK = RelationInfo("public", "t", "d", NO_RI.columns)
 FKS = [("public.child", "public.parent"), ("public.grandchild", "public.child")]
 
 
@@ -19,6 +27,31 @@ def test_the_key_is_the_replica_identity_or_the_target_pk_for_full_identity():
     assert choose_key(REL, TableApplyConfig(), None, ("id", "v")) == ("id",)
     assert choose_key(FULL, TableApplyConfig(), TargetTable("public.t", {}, ("id",)), ("id", "v")) == ("id",)
     assert choose_key(FULL, TableApplyConfig(), None, ("id", "v")) == ("id", "v")
+
+
+@pytest.mark.parametrize("rel", [NO_RI, NO_PK], ids=["nothing", "default-without-pk"])
+def test_a_table_without_replica_identity_is_keyless_unless_key_columns_name_a_target_key(rel):
+    assert choose_key(rel, TableApplyConfig(), None, ("id", "v")) == ()
+    # Any replicated columns may key its INSERTs (upserts): UPDATE/DELETE never match by them.
+    assert choose_key(rel, TableApplyConfig(key_columns=("v",)), None, ("id", "v")) == ("v",)
+    with pytest.raises(ApplyError, match="not replicated"):
+        choose_key(rel, TableApplyConfig(key_columns=("zz",)), None, ("id", "v"))
+    assert "no replica identity" in update_delete_problem(rel, TableApplyConfig(), ())
+    assert "no replica identity" in update_delete_problem(rel, TableApplyConfig(key_columns=("v",)), ())
+    assert update_delete_problem(rel, TableApplyConfig(actions=("insert", "truncate")), ()) is None
+
+
+def test_a_key_with_replica_identity_must_stay_within_it():
+    with pytest.raises(ApplyError, match="within its replica identity"):
+        choose_key(REL, TableApplyConfig(key_columns=("v",)), None, ("id", "v"))
+
+
+def test_filter_columns_outside_the_identity_block_updates_and_deletes_only():
+    assert "outside the replica identity" in update_delete_problem(REL, TableApplyConfig(), ("V",))
+    assert update_delete_problem(REL, TableApplyConfig(), ("id",)) is None
+    assert update_delete_problem(FULL, TableApplyConfig(), ("v",)) is None
+    assert update_delete_problem(REL, TableApplyConfig(actions=("insert",)), ("v",)) is None
+    assert "outside" in update_delete_problem(REL, TableApplyConfig(actions=("delete",)), ("v",))
 
 
 def test_a_column_list_must_cover_the_identity_while_updates_are_applied():
