@@ -15,20 +15,21 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from airflow_provider_pglogical.apply import planning
+from airflow_provider_pglogical.apply import planning, schema_changes
 from airflow_provider_pglogical.apply.batches import (
     Batch,
     RelationInfo,
     has_value_notes,
     list_batches,
     read_changes,
+    read_relation_versions,
     read_relations,
     read_truncates,
 )
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.filters import apply_row_filter, referenced_columns, validate_row_filter
 from airflow_provider_pglogical.apply.notes import fold_notes, inherit_toast_notes
-from airflow_provider_pglogical.apply.targets import ordered, setbased
+from airflow_provider_pglogical.apply.targets import ordered, pg_schema, setbased
 from airflow_provider_pglogical.apply.targets import postgres as pg
 from airflow_provider_pglogical.apply.targets.copytext import SESSION_CONF, copy_lines
 from airflow_provider_pglogical.apply.targets.target_types import PgType, describe_types
@@ -246,6 +247,8 @@ def _apply_one(spark: SparkSession, config: ApplyConfig, dsn: str, conn, batch: 
     truncs_pending = {t: p for t, p in truncs.position.items() if marks.get(t, -1) < batch.end_lsn}
     shapes: dict[str, planning.TableShape] = {}
     targets: dict[str, pg.TargetTable] = {}
+    versions = read_relation_versions(batch)
+    ddl: list = []
     for source, (target, cfg) in sorted(pending.items()):
         if source not in batch.table_files:
             continue
@@ -263,6 +266,16 @@ def _apply_one(spark: SparkSession, config: ApplyConfig, dsn: str, conn, batch: 
             fks = pg.foreign_keys(conn)
         refs = referenced_columns(spark, cfg.row_filter) if cfg.row_filter else frozenset()
         shape = planning.TableShape(source, target, key, columns, planning.update_delete_problem(rel, cfg, refs))
+        changes = schema_changes.plan_column_changes(
+            target, existing.columns, pg_schema.not_null_without_default(conn, target),
+            [schema_changes.SourceVersion(lsn, {c.name: c.type_name for c in v.columns})
+             for lsn, v in versions.get(source, [(batch.start_lsn, rel)])], columns, policy=cfg.schema_changes)
+        conn.commit()
+        if changes:
+            log.info("batch %X-%X: %s follows source schema changes: %s", batch.start_lsn, batch.end_lsn, target,
+                     ", ".join(f"{c.kind} {c.column}" for c in changes))
+            ddl += pg_schema.alter_statements(target, changes)
+            existing = pg_schema.planned_table(existing, changes)
         planning.check_target_columns(shape, existing)
         shapes[source], targets[source] = shape, existing
     started = time.monotonic()
@@ -282,7 +295,7 @@ def _apply_one(spark: SparkSession, config: ApplyConfig, dsn: str, conn, batch: 
         plan = pg.BatchPlan(
             slot=config.slot, start_lsn=batch.start_lsn, end_lsn=batch.end_lsn, tables=plans, truncate=truncated,
             restart_identity=[t for t in truncated if t in truncs.restart_identity],
-            watermark_tables=sorted({t for t, _ in pending.values()} | set(truncated)))
+            watermark_tables=sorted({t for t, _ in pending.values()} | set(truncated)), ddl=ddl)
         staged_at = time.monotonic()
         seconds = report.seconds
         seconds["stage"] = round(staged_at - started, 3)

@@ -66,6 +66,8 @@ class BatchPlan:
     truncate: list[str] = field(default_factory=list)  # target tables, one TRUNCATE statement
     restart_identity: list[str] = field(default_factory=list)  # subset whose owned sequences restart
     watermark_tables: list[str] = field(default_factory=list)
+    # Source schema changes the target follows (pg_schema.alter_statements), run first in the transaction.
+    ddl: list[sql.Composable] = field(default_factory=list)
 
 
 @dataclass
@@ -255,12 +257,14 @@ def copy_partitions(dsn: str, staging: str, columns: Sequence[str]) -> Callable[
 
 
 def begin_batch(cur, plan: BatchPlan, progress: str) -> bool:
-    """Lock the slot, re-read the watermark (False: already applied) and run the truncates."""
+    """Lock the slot, re-read the watermark (False: already applied), follow schema changes, run the truncates."""
     # Same key as the run's session lock: re-entrant here, and it serialises other writers.
     cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (_lock_key(plan.slot),))
     marks = watermarks(cur.connection, progress, plan.slot)
     if all(marks.get(t, -1) >= plan.end_lsn for t in plan.watermark_tables):
         return False
+    for statement in plan.ddl:
+        cur.execute(statement)
     if plan.truncate:
         cur.execute(sql.SQL("TRUNCATE {}").format(sql.SQL(", ").join(map(ident, plan.truncate))))
         for table in plan.restart_identity:
