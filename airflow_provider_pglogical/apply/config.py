@@ -66,7 +66,9 @@ class ApplyConfig:
     """One apply run: which slot's batches, from where, into which target.
 
     ``tables`` maps source ``schema.table`` to its config; when empty every staged table is
-    applied with defaults (like a publication FOR ALL TABLES). The target DSN is never part of
+    applied with defaults (like a publication FOR ALL TABLES). Keys ``schema.*`` and ``*`` select
+    every staged table of a schema / every staged table, exact names taking precedence, so tables
+    added to the publication later are applied by the next run (``table_config``). The target DSN is never part of
     this object: it is read from the environment variable named ``dsn_env`` (or the 0600 file
     ``dsn_file``) so it never reaches a command line or a log.
     """
@@ -82,9 +84,17 @@ class ApplyConfig:
     write_partitions: int | None = None
 
     def table_config(self, source: str) -> TableApplyConfig | None:
+        """The config of ``schema.table``: its own entry, else ``schema.*``, else ``*`` (like a publication's
+        FOR TABLE / FOR TABLES IN SCHEMA / FOR ALL TABLES); None when none applies (the table is ignored).
+
+        A wildcard entry never names a ``target``: each table it selects keeps its own name.
+        """
         if not self.tables:
             return TableApplyConfig()
-        return self.tables.get(source)
+        found = self.tables.get(source) or self.tables.get(f"{source.partition('.')[0]}.*") or self.tables.get("*")
+        if found is not None and found.target and source not in self.tables:
+            raise ApplyError(f"the wildcard entry that selects {source} must not name a target")
+        return found
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

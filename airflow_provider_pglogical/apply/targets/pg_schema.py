@@ -12,14 +12,17 @@ from airflow_provider_pglogical.apply.targets.postgres import TargetTable, ident
 
 
 def not_null_without_default(conn: Any, qualified: str) -> list[str]:
-    """Columns of the target that every INSERT must set: NOT NULL, no default, not generated, not identity."""
+    """Columns of the target that every INSERT must set: NOT NULL, no default, not generated, not identity,
+    not in the primary key (whose NOT NULL cannot be dropped)."""
     schema, name = split_name(qualified)
     with conn.cursor() as cur:
         cur.execute(
             "SELECT a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s "
             "AND a.attnum > 0 AND NOT a.attisdropped AND a.attnotnull AND NOT a.atthasdef "
-            "AND a.attidentity = '' AND a.attgenerated = '' ORDER BY a.attnum", (schema, name))
+            "AND a.attidentity = '' AND a.attgenerated = '' AND NOT EXISTS (SELECT FROM pg_index i "
+            "WHERE i.indrelid = c.oid AND i.indisprimary AND a.attnum = ANY(i.indkey)) ORDER BY a.attnum",
+            (schema, name))
         return [r[0] for r in cur.fetchall()]
 
 

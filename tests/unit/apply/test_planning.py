@@ -89,3 +89,17 @@ def test_config_round_trips_through_json_and_rejects_unknown_policies():
     assert ApplyConfig.from_json(cfg.to_json()) == cfg
     with pytest.raises(ApplyError):
         TableApplyConfig(conflict="ignore")
+
+
+def test_wildcard_entries_select_tables_like_a_publication_with_exact_names_first():
+    cfg = ApplyConfig(slot="s", staging_root="/x", tables={
+        "*": TableApplyConfig(conflict="strict"), "sales.*": TableApplyConfig(actions=("insert",)),
+        "sales.orders": TableApplyConfig(target="dw.orders")})
+    assert cfg.table_config("sales.orders").target == "dw.orders"
+    assert cfg.table_config("sales.new_table").actions == ("insert",)
+    assert cfg.table_config("public.anything").conflict == "strict"
+    only_sales = ApplyConfig(slot="s", staging_root="/x", tables={"sales.*": TableApplyConfig()})
+    assert only_sales.table_config("public.t") is None
+    bad = ApplyConfig(slot="s", staging_root="/x", tables={"*": TableApplyConfig(target="public.one")})
+    with pytest.raises(ApplyError, match="wildcard"):
+        bad.table_config("public.t")
