@@ -213,6 +213,11 @@ def test_actions_and_schema_changes_are_per_table_choices():
         with_change("tables/public.customers", {"actions": "insert"}))
 
 
+def test_wildcard_table_selection_is_refused_in_specs_for_now():
+    assert "tables.sales.*: wildcard table selection is not supported in specs yet" in error_of(
+        with_change("tables/sales.*", {}))
+
+
 def test_the_apply_config_carries_actions_and_schema_changes():
     from airflow_provider_pglogical.pipeline.runs import apply_config
 
