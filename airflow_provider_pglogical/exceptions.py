@@ -6,12 +6,9 @@ on any exception. Messages name identifiers, LSNs and counts, never row values.
 
 from __future__ import annotations
 
+from airflow_provider_pglogical.lsn import format_lsn
 
-def format_lsn(lsn: int | None) -> str:
-    """PostgreSQL's ``X/X`` text form of an LSN."""
-    if lsn is None:
-        return "?"
-    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+__all__ = ["format_lsn"]  # re-exported: messages name LSNs everywhere
 
 
 class PgLogicalError(Exception):

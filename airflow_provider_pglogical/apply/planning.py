@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from airflow_provider_pglogical.apply.batches import RelationInfo, TruncateEvent
-from airflow_provider_pglogical.apply.config import TableApplyConfig
-from airflow_provider_pglogical.apply.targets.postgres import TargetTable
+from airflow_provider_pglogical.apply import schema_changes
+from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
+from airflow_provider_pglogical.apply.targets.base import PlannedBatch, PlannedTable, TargetTable
 from airflow_provider_pglogical.exceptions import ApplyError
+from airflow_provider_pglogical.staging.reader import RelationInfo, TruncateEvent
 
 
 @dataclass(frozen=True)
@@ -150,3 +151,79 @@ def parents_first(tables: Sequence[str], fks: Sequence[tuple[str, str]]) -> list
             ordered.append(t)
             pending.remove(t)
     return ordered
+
+
+def is_pending(mark: int | None, end_lsn: int) -> bool:
+    """Whether a batch ending at ``end_lsn`` is still to be applied to a table at watermark ``mark``."""
+    return (mark if mark is not None else -1) < end_lsn
+
+
+def batch_sources(tables: Iterable[str], truncates: Iterable[TruncateEvent]) -> set[str]:
+    """Source tables a batch touches: those with row changes and those its truncates name."""
+    return set(tables) | {r for ev in truncates for r in ev.relations}
+
+
+def pending_tables(sources: Iterable[str], config: ApplyConfig, marks: Mapping[str, int],
+                   end_lsn: int) -> dict[str, tuple[str, TableApplyConfig]]:
+    """Configured source tables among ``sources`` (changed or truncated in a batch) whose target has
+    not applied the batch: source → (target, config). The one definition of "pending"."""
+    configured = {s: (target_name(s, c), c) for s in sources if (c := config.table_config(s)) is not None}
+    return {s: tc for s, tc in configured.items() if is_pending(marks.get(tc[0]), end_lsn)}
+
+
+def column_types(rel: RelationInfo, columns: Sequence[str], target: str) -> list[tuple[str, str]]:
+    """(name, staged PostgreSQL type) of ``columns``, to create the target table from."""
+    types = {c.name: c.type_name for c in rel.columns}
+    out = []
+    for c in columns:
+        type_name = types[c]
+        if type_name is None:
+            raise ApplyError(f"cannot create {target}: the staged relation lacks type names")
+        out.append((c, type_name))
+    return out
+
+
+def source_versions(versions: Sequence[tuple[int, RelationInfo]]) -> list[schema_changes.SourceVersion]:
+    """A table's staged schema versions (first LSN, relation; LSN order) as schema-change planning sees them."""
+    return [schema_changes.SourceVersion(lsn, {c.name: c.type_name for c in rel.columns}) for lsn, rel in versions]
+
+
+def plan_batch(slot: str, start_lsn: int, end_lsn: int, changed: Collection[str],
+               pending: Mapping[str, tuple[str, TableApplyConfig]], relations: Mapping[str, RelationInfo],
+               truncates: Sequence[TruncateEvent], marks: Mapping[str, int], fks: Sequence[tuple[str, str]],
+               existing: Mapping[str, TargetTable | None],
+               versions: Mapping[str, Sequence[tuple[int, RelationInfo]]] | None = None,
+               filter_columns: Mapping[str, Collection[str]] | None = None) -> PlannedBatch:
+    """The batch's plan, without I/O: keys and columns of every pending table with row changes
+    (``changed``), the source schema changes its target follows, the last truncate position of each,
+    the tables emptied (those that exist) and the order parents → children. ``existing`` describes the
+    target tables (None: missing); ``versions`` gives each source's staged schema versions as
+    (first LSN, relation) in LSN order (default: ``relations`` alone, at ``start_lsn``);
+    ``filter_columns`` the columns each source's row filter references."""
+    truncs = plan_truncates(truncates, dict(pending), fks)
+    truncated_at = {t: p for t, p in truncs.position.items() if is_pending(marks.get(t), end_lsn)}
+    by_target: dict[str, PlannedTable] = {}
+    for source, (target, cfg) in sorted(pending.items()):
+        if source not in changed:
+            continue
+        rel = relations[source]
+        table = existing.get(target)
+        if table is None:
+            raise ApplyError(f"target table {target} does not exist")
+        columns = written_columns(rel, cfg)
+        problem = update_delete_problem(rel, cfg, (filter_columns or {}).get(source, ()))
+        shape = TableShape(source, target, choose_key(rel, cfg, table, columns), columns, problem)
+        staged = (versions or {}).get(source) or [(start_lsn, rel)]
+        changes = tuple(schema_changes.plan_column_changes(target, table.columns, table.required,
+                                                           source_versions(staged), columns,
+                                                           policy=cfg.schema_changes))
+        check_target_columns(shape, table.after(changes))
+        # Two sources into one target: the first (by name) is written, as before the split.
+        by_target.setdefault(target, PlannedTable(source, target, shape.key, columns, rel, cfg,
+                                                  truncated_at.get(target), changes, problem))
+    order = parents_first(sorted(by_target), fks)
+    truncate = parents_first(sorted(t for t in truncated_at if existing.get(t) is not None), fks)
+    return PlannedBatch(
+        slot=slot, start_lsn=start_lsn, end_lsn=end_lsn, tables=tuple(by_target[t] for t in order),
+        truncate=tuple(truncate), restart_identity=tuple(t for t in truncate if t in truncs.restart_identity),
+        watermark_tables=tuple(sorted({t for t, _ in pending.values()} | set(truncate))))

@@ -1,24 +1,25 @@
-"""The thin apply handler: validate every batch's configs, then per batch build net changes with Spark, stage them, apply in one transaction.
+"""The thin apply handler: validate every batch's configs, then per batch plan it and hand it to the target.
 
-When the set-based apply cannot reproduce a native subscriber for a batch (``OrderedReplayNeeded``),
-the batch's un-netted changes are staged too and replayed change by change (``targets/ordered.py``).
+Planning (``planning.plan_batch``) is pure: which tables are pending against the target's
+watermarks, their keys and columns, truncate positions and FK order. The target
+(``targets/base.Target``; PostgreSQL in ``targets/postgres/``) receives that plan with the
+batch's changes as lazily built Spark frames and applies it atomically by its own means.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from airflow_provider_pglogical.apply import planning, schema_changes
+from airflow_provider_pglogical.apply import planning
 from airflow_provider_pglogical.apply.batches import (
     Batch,
-    RelationInfo,
     has_value_notes,
     list_batches,
     read_changes,
@@ -29,10 +30,14 @@ from airflow_provider_pglogical.apply.batches import (
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.filters import apply_row_filter, referenced_columns, validate_row_filter
 from airflow_provider_pglogical.apply.notes import fold_notes, inherit_toast_notes
-from airflow_provider_pglogical.apply.targets import ordered, pg_schema, setbased
-from airflow_provider_pglogical.apply.targets import postgres as pg
-from airflow_provider_pglogical.apply.targets.copytext import SESSION_CONF, copy_lines
-from airflow_provider_pglogical.apply.targets.target_types import PgType, describe_types
+from airflow_provider_pglogical.apply.targets.base import (
+    COMMIT,
+    ORDER,
+    PlannedTable,
+    Target,
+    TargetTable,
+    from_column,
+)
 from airflow_provider_pglogical.apply.transforms import (
     FROM,
     KEEP,
@@ -51,6 +56,7 @@ from airflow_provider_pglogical.apply.transforms import (
     void_before,
 )
 from airflow_provider_pglogical.exceptions import ApplyError, ReplicaIdentityError, RowFilterError, format_lsn
+from airflow_provider_pglogical.staging.reader import RelationInfo
 
 log = logging.getLogger(__name__)
 
@@ -142,62 +148,114 @@ def _validate(spark: SparkSession, config: ApplyConfig, batches: list[Batch]) ->
     return relations
 
 
-def apply_slot(spark: SparkSession, config: ApplyConfig, dsn: str) -> list[BatchReport]:
-    """Apply every staged batch of the slot beyond the targets' watermarks, oldest first.
+def apply_slot(spark: SparkSession, config: ApplyConfig, dsn: str | None = None, *,
+               target: Target | None = None) -> list[BatchReport]:
+    """Apply every staged batch of the slot beyond the target's watermarks, oldest first.
 
     Idempotent under replay: a batch whose end_lsn is at or below a target table's watermark is
     skipped for that table, and each batch commits its changes together with the watermark.
+    The target is ``target``, or PostgreSQL at ``dsn``.
     """
-    for key, value in SESSION_CONF.items():  # what copy_lines' text relies on (UTC, readable TIME columns)
-        spark.conf.set(key, value)
+    if target is None:
+        if dsn is None:
+            raise ApplyError("apply_slot needs a target or a PostgreSQL DSN")
+        from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget
+
+        target = PostgresTarget(spark, config, dsn)
     batches = list_batches(config.staging_root, config.slot)
     if config.max_batches is not None:
         batches = batches[: config.max_batches]
     relations = _validate(spark, config, batches)
-    conn = pg.connect(dsn)
     reports: list[BatchReport] = []
-    try:
-        # One apply per slot and target at a time: staging table names are per (slot, batch).
-        if not pg.try_lock_slot(conn, config.slot):
-            raise ApplyError(f"another apply of slot {config.slot} into this target is running")
-        pg.ensure_bookkeeping(conn, config.progress_table, config.rejects_table)
-        fks = pg.foreign_keys(conn)
-        conn.commit()
+    with target.session(config.slot):
         for batch in batches:
-            reports.append(_apply_one(spark, config, dsn, conn, batch, relations[batch.end_lsn], fks))
+            reports.append(_apply_one(spark, config, target, batch, relations[batch.end_lsn]))
             log.info("batch %X-%X applied=%s rows=%s seconds=%s", batch.start_lsn, batch.end_lsn,
                      reports[-1].applied, reports[-1].rows, reports[-1].seconds)
-    finally:
-        conn.close()
     return reports
 
 
-def _stage_table(spark: SparkSession, config: ApplyConfig, dsn: str, conn, batch: Batch, rel: RelationInfo,
-                 cfg: TableApplyConfig, shape: planning.TableShape, target: pg.TargetTable, staging: str,
-                 truncated_at: tuple[int, int] | None, *, in_order: bool = False) -> None:
-    """One table's changes COPYed by the executors into a fresh unlogged staging table.
+class _Described(Mapping[str, TargetTable | None]):
+    """Target tables described on first lookup (planning asks only for the ones it needs)."""
 
-    Net changes per key for the set-based apply; with ``in_order``, every change with its
-    position (commit LSN, order in transaction) for the ordered replay.
-    """
-    changes = read_changes(spark, batch, shape.source)
-    if shape.update_delete_problem and not in_order:
-        check_updates_deletes(changes, rel, cfg, shape, batch)
-    notes = has_value_notes(batch, shape.source)
-    from_key = [F.col(FROM).getField(k).alias(pg.from_column(i)) for i, k in enumerate(shape.key)]
-    if in_order:
-        columns = ordered.ordered_columns(target, shape.key, shape.columns)
-        frame = ordered_changes(changes, rel, cfg, shape, truncated_at, notes).select(
-            KIND, KEEP, LSN, F.col(SEQ).getField("c").alias(ordered.COMMIT),
-            F.col(SEQ).getField("o").alias(ordered.ORDER), *from_key, *shape.columns)
-    else:
-        columns = pg.staging_columns(target, shape.key, shape.columns)
-        frame = net_changes(changes, rel, cfg, shape, truncated_at, notes).select(KIND, KEEP, LSN, *from_key, TOUCHED,
-                                                                            *shape.columns)
-    types = describe_types(conn, columns)  # before create_staging, which commits
-    pg.create_staging(conn, staging, columns)
-    written = _copy(config, dsn, conn, frame, staging, [c for c, _ in columns], types)
-    log.debug("staged %s %s changes of %s", written, "ordered" if in_order else "net", shape.target)
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.found: dict[str, TargetTable | None] = {}
+
+    def __getitem__(self, table: str) -> TargetTable | None:
+        if table not in self.found:
+            self.found[table] = self.target.describe(table)
+        return self.found[table]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.found)
+
+    def __len__(self) -> int:
+        return len(self.found)
+
+
+def _apply_one(spark: SparkSession, config: ApplyConfig, target: Target, batch: Batch,
+               rels: dict[str, RelationInfo]) -> BatchReport:
+    report = BatchReport(batch.start_lsn, batch.end_lsn, applied=False)
+    marks = target.watermarks(config.slot)
+    truncates = read_truncates(batch)
+    pending = planning.pending_tables(planning.batch_sources(batch.table_files, truncates), config, marks,
+                                      batch.end_lsn)
+    if not pending:
+        return report
+    existing = _Described(target)
+    for source, (name, cfg) in sorted(pending.items()):
+        if source in batch.table_files and existing[name] is None:
+            rel = rels[source]
+            columns = planning.written_columns(rel, cfg)
+            target.create_table(name, planning.column_types(rel, columns, name),
+                                planning.choose_key(rel, cfg, None, columns))
+            existing.found.pop(name)
+    # Columns each row filter references: an UPDATE/DELETE is refused when they leave the replica identity.
+    filter_columns = {source: referenced_columns(spark, cfg.row_filter) for source, (_, cfg) in pending.items()
+                      if cfg.row_filter and source in batch.table_files}
+    plan = planning.plan_batch(config.slot, batch.start_lsn, batch.end_lsn, set(batch.table_files), pending, rels,
+                               truncates, marks, target.foreign_keys(), existing, read_relation_versions(batch),
+                               filter_columns)
+    for table in plan.tables:
+        if table.column_changes:
+            log.info("batch %X-%X: %s follows source schema changes: %s", batch.start_lsn, batch.end_lsn,
+                     table.target, ", ".join(f"{c.kind} {c.column}" for c in table.column_changes))
+    result = target.apply_batch(plan, SparkBatchChanges(spark, batch))
+    report.applied, report.rows, report.ordered = result.applied, result.rows, result.ordered
+    report.seconds = result.seconds
+    return report
+
+
+class SparkBatchChanges:
+    """``BatchChanges`` of one staged batch: frames built from the shared pure transforms on demand."""
+
+    def __init__(self, spark: SparkSession, batch: Batch) -> None:
+        self.spark = spark
+        self.batch = batch
+
+    def _staged(self, table: PlannedTable) -> tuple[DataFrame, bool, list]:
+        changes = read_changes(self.spark, self.batch, table.source)
+        notes = has_value_notes(self.batch, table.source)
+        from_key = [F.col(FROM).getField(k).alias(from_column(i)) for i, k in enumerate(table.key)]
+        return changes, notes, from_key
+
+    def net(self, table: PlannedTable) -> DataFrame:
+        """Net changes; first, an UPDATE/DELETE the table cannot apply stops the batch (``check_updates_deletes``).
+        The ordered replay follows only a set-based attempt, so ``ordered`` needs no check of its own."""
+        changes, notes, from_key = self._staged(table)
+        shape = planning.TableShape(table.source, table.target, table.key, table.columns, table.update_delete_problem)
+        if shape.update_delete_problem:
+            check_updates_deletes(changes, table.relation, table.config, shape, self.batch)
+        return (net_changes(changes, table.relation, table.config, shape, table.truncated_at, notes)
+                .select(KIND, KEEP, LSN, *from_key, TOUCHED, *table.columns))
+
+    def ordered(self, table: PlannedTable) -> DataFrame:
+        changes, notes, from_key = self._staged(table)
+        shape = planning.TableShape(table.source, table.target, table.key, table.columns)
+        return (ordered_changes(changes, table.relation, table.config, shape, table.truncated_at, notes)
+                .select(KIND, KEEP, LSN, F.col(SEQ).getField("c").alias(COMMIT),
+                        F.col(SEQ).getField("o").alias(ORDER), *from_key, *table.columns))
 
 
 def check_updates_deletes(changes: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, shape: planning.TableShape,
@@ -216,117 +274,3 @@ def check_updates_deletes(changes: DataFrame, rel: RelationInfo, cfg: TableApply
     if planning.has_replica_identity(rel):
         raise RowFilterError(text)
     raise ReplicaIdentityError(text, table=shape.source, lsn=lsn)
-
-
-def _copy(config: ApplyConfig, dsn: str, conn, frame: DataFrame, staging: str, copy_cols: list[str],
-          types: dict[str, PgType]) -> int:
-    """``frame`` (kind, keep, lsn, then ``copy_cols``, whose target type trees are ``types``) COPYed by the executors
-    into ``staging``, then analyzed."""
-    if config.write_partitions:
-        frame = frame.repartition(config.write_partitions)
-    written = (copy_lines(frame, types).mapInArrow(pg.copy_partitions(dsn, staging, copy_cols), "rows long")
-               .agg(F.sum("rows")).collect()[0][0])
-    with conn.cursor() as cur:
-        cur.execute(pg.sql.SQL("ANALYZE {}").format(pg.ident(staging)))  # the planner needs row counts
-    conn.commit()
-    return written or 0
-
-
-def _apply_one(spark: SparkSession, config: ApplyConfig, dsn: str, conn, batch: Batch,
-               rels: dict[str, RelationInfo], fks: list[tuple[str, str]]) -> BatchReport:
-    marks = pg.watermarks(conn, config.progress_table, config.slot)
-    conn.commit()
-    truncates = read_truncates(batch)
-    sources = set(batch.table_files) | {r for ev in truncates for r in ev.relations}
-    configured = {s: (planning.target_name(s, c), c) for s in sources if (c := config.table_config(s)) is not None}
-    pending = {s: tc for s, tc in configured.items() if marks.get(tc[0], -1) < batch.end_lsn}
-    report = BatchReport(batch.start_lsn, batch.end_lsn, applied=False)
-    if not pending:
-        return report
-    truncs = planning.plan_truncates(truncates, pending, fks)
-    truncs_pending = {t: p for t, p in truncs.position.items() if marks.get(t, -1) < batch.end_lsn}
-    shapes: dict[str, planning.TableShape] = {}
-    targets: dict[str, pg.TargetTable] = {}
-    versions = read_relation_versions(batch)
-    ddl: list = []
-    for source, (target, cfg) in sorted(pending.items()):
-        if source not in batch.table_files:
-            continue
-        rel = rels[source]
-        existing = pg.describe(conn, target)
-        columns = planning.written_columns(rel, cfg)
-        key = planning.choose_key(rel, cfg, existing, columns)
-        if existing is None:
-            types = {c.name: c.type_name for c in rel.columns}
-            if any(types[c] is None for c in columns):
-                raise ApplyError(f"cannot create {target}: the staged relation lacks type names")
-            pg.create_table(conn, target, [(c, types[c]) for c in columns], key)
-            conn.commit()
-            existing = pg.describe(conn, target)
-            fks = pg.foreign_keys(conn)
-        refs = referenced_columns(spark, cfg.row_filter) if cfg.row_filter else frozenset()
-        shape = planning.TableShape(source, target, key, columns, planning.update_delete_problem(rel, cfg, refs))
-        changes = schema_changes.plan_column_changes(
-            target, existing.columns, pg_schema.not_null_without_default(conn, target),
-            [schema_changes.SourceVersion(lsn, {c.name: c.type_name for c in v.columns})
-             for lsn, v in versions.get(source, [(batch.start_lsn, rel)])], columns, policy=cfg.schema_changes)
-        conn.commit()
-        if changes:
-            log.info("batch %X-%X: %s follows source schema changes: %s", batch.start_lsn, batch.end_lsn, target,
-                     ", ".join(f"{c.kind} {c.column}" for c in changes))
-            ddl += pg_schema.alter_statements(target, changes)
-            existing = pg_schema.planned_table(existing, changes)
-        planning.check_target_columns(shape, existing)
-        shapes[source], targets[source] = shape, existing
-    started = time.monotonic()
-    order = planning.parents_first(sorted({s.target for s in shapes.values()}), fks)
-    plans: list[pg.TablePlan] = []
-    replayed = False
-    try:
-        for target in order:
-            source, shape = next((s, sh) for s, sh in shapes.items() if sh.target == target)
-            cfg = pending[source][1]
-            plans.append(pg.TablePlan(source, target, shape.key, shape.columns,
-                                      pg.staging_name(config.slot, batch.end_lsn, target), cfg.conflict,
-                                      cfg.unchanged_toast))
-            _stage_table(spark, config, dsn, conn, batch, rels[source], cfg, shape, targets[source],
-                         plans[-1].staging, truncs_pending.get(target))
-        truncated = planning.parents_first(sorted(t for t in truncs_pending if pg.describe(conn, t) is not None), fks)
-        plan = pg.BatchPlan(
-            slot=config.slot, start_lsn=batch.start_lsn, end_lsn=batch.end_lsn, tables=plans, truncate=truncated,
-            restart_identity=[t for t in truncated if t in truncs.restart_identity],
-            watermark_tables=sorted({t for t, _ in pending.values()} | set(truncated)), ddl=ddl)
-        staged_at = time.monotonic()
-        seconds = report.seconds
-        seconds["stage"] = round(staged_at - started, 3)
-        try:
-            result = setbased.apply_batch(conn, plan, progress=config.progress_table, rejects=config.rejects_table)
-        except setbased.OrderedReplayNeeded as why:
-            # Rolled back already. A new transaction rather than a savepoint: staging the changes is a Spark
-            # job, and an open transaction would hold the truncates' ACCESS EXCLUSIVE locks through it.
-            log.info("batch %X-%X: %s; replaying it change by change in commit order", batch.start_lsn,
-                     batch.end_lsn, why)
-            seconds["apply"] = round(time.monotonic() - staged_at, 3)
-            replayed, replay_at = True, time.monotonic()
-            for p in plans:
-                _stage_table(spark, config, dsn, conn, batch, rels[p.source], pending[p.source][1], shapes[p.source],
-                             targets[p.source], ordered.ordered_name(p.staging), truncs_pending.get(p.target),
-                             in_order=True)
-            staged_at = time.monotonic()
-            seconds["stage_ordered"] = round(staged_at - replay_at, 3)
-            result = ordered.apply_ordered(conn, plan, progress=config.progress_table, rejects=config.rejects_table)
-            seconds["apply_ordered"] = round(time.monotonic() - staged_at, 3)
-        else:
-            seconds["apply"] = round(time.monotonic() - staged_at, 3)
-    finally:
-        # Staging tables are disposable in every outcome; a crash before this line leaves them for
-        # the next run of the batch, which drops and recreates them under the same names.
-        names = [p.staging for p in plans if p.staging]
-        try:
-            pg.drop_staging(conn, names + ([ordered.ordered_name(n) for n in names] if replayed else []))
-        except pg.psycopg2.Error as exc:  # never mask the apply's own outcome
-            conn.rollback()
-            log.warning("could not drop staging tables of batch %X-%X: %s", batch.start_lsn, batch.end_lsn,
-                        exc.pgcode)
-    report.applied, report.rows, report.ordered = result.applied, result.rows, result.ordered
-    return report

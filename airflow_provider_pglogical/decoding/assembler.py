@@ -347,7 +347,8 @@ class ChangeAssembler:
     def _commit(self, tx: _Buffer, lsn: int, msg: m.CommitMessage | m.StreamCommitMessage) -> Transaction:
         if isinstance(msg, m.CommitMessage):
             self._tx = None
-            assert isinstance(tx.start, m.BeginMessage)
+            if not isinstance(tx.start, m.BeginMessage):
+                raise DecodeError("Commit of a transaction not opened by Begin", lsn=lsn, message_type="C")
             if msg.commit_lsn != tx.start.final_lsn:
                 raise DecodeError(f"commit LSN {msg.commit_lsn:#x} differs from Begin's final LSN "
                                   f"{tx.start.final_lsn:#x}", lsn=lsn, message_type="C")
@@ -362,7 +363,8 @@ class ChangeAssembler:
     def _prepare(self, tx: _Buffer, lsn: int, msg: m.PrepareMessage | m.StreamPrepareMessage) -> PreparedTransaction:
         if isinstance(msg, m.PrepareMessage):
             self._tx = None
-            assert isinstance(tx.start, m.BeginPrepareMessage)
+            if not isinstance(tx.start, m.BeginPrepareMessage):
+                raise DecodeError("Prepare of a transaction not opened by Begin Prepare", lsn=lsn, message_type="P")
             if msg.prepare_lsn != tx.start.prepare_lsn or msg.gid != tx.start.gid:
                 raise DecodeError("Prepare does not match its Begin Prepare (LSN or gid)", lsn=lsn,
                                   message_type="P")

@@ -1,5 +1,27 @@
-"""Hooks: PostgreSQL logical decoding slots and publications."""
+"""Hooks: PostgreSQL logical decoding slots and publications.
 
-from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook, SlotInfo
+``PgLogicalHook`` (which imports Airflow) is loaded on first use, so the small pure modules
+beside it (``slots``, ``sizes``, ``dsn``) stay cheap to import from specs and DAG files.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
+    from airflow_provider_pglogical.hooks.slots import SlotInfo
 
 __all__ = ["PgLogicalHook", "SlotInfo"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PgLogicalHook":
+        from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
+
+        return PgLogicalHook
+    if name == "SlotInfo":
+        from airflow_provider_pglogical.hooks.slots import SlotInfo
+
+        return SlotInfo
+    raise AttributeError(name)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -16,6 +15,7 @@ from airflow_provider_pglogical.exceptions import (
     SlotNotFoundError,
     WalLevelError,
 )
+from airflow_provider_pglogical.hooks.slots import SLOT_NAME_RE
 
 # SQLSTATEs (src/backend/utils/errcodes.txt)
 UNDEFINED_OBJECT = "42704"
@@ -24,9 +24,6 @@ OBJECT_NOT_IN_PREREQUISITE_STATE = "55000"
 INSUFFICIENT_PRIVILEGE = "42501"
 INVALID_NAME = "42602"
 
-# PostgreSQL restricts slot names to lower-case letters, digits and underscores, at most
-# NAMEDATALEN-1 bytes (ReplicationSlotValidateName, slot.c).
-SLOT_NAME_RE = re.compile(r"[a-z0-9_]{1,63}")
 
 
 class InvalidSlotNameError(ValueError):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg2
@@ -18,30 +17,18 @@ from airflow_provider_pglogical.exceptions import (
     SlotNotFoundError,
     SlotPluginMismatchError,
     WalLevelError,
-    format_lsn,
 )
+from airflow_provider_pglogical.hooks.dsn import ALLOWED_EXTRAS, connection_params
 from airflow_provider_pglogical.hooks.errors import translated_errors, validate_slot_name
+from airflow_provider_pglogical.hooks.slots import SlotInfo
+from airflow_provider_pglogical.lsn import lsn_text
 
 PLUGIN = "pgoutput"
 DEFAULT_PUBLISH = ("insert", "update", "delete", "truncate")
-# Connection extras passed to libpq; anything else in the extras is ignored on purpose (a stray
-# extra must not silently become a libpq keyword).
-ALLOWED_EXTRAS = frozenset({
-    "sslmode", "sslcert", "sslkey", "sslrootcert", "sslcrl", "connect_timeout", "application_name",
-    "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "target_session_attrs",
-    "options", "gssencmode", "passfile",
-})
 APPLICATION_NAME = "airflow-provider-pglogical"
 
 # LSNs and xids leave the server as integers so nothing on the client parses "X/X" text per row.
 _LSN = "(({}) - '0/0'::pg_lsn)::bigint"
-
-
-def lsn_text(lsn: int | str | None) -> str | None:
-    """An LSN as PostgreSQL's ``X/X`` text (accepts ints and text)."""
-    if lsn is None or isinstance(lsn, str):
-        return lsn
-    return format_lsn(lsn)
 
 
 def proto_version_for(server_version_num: int) -> int:
@@ -53,29 +40,6 @@ def proto_version_for(server_version_num: int) -> int:
     if server_version_num >= 140000:
         return 2
     raise ValueError(f"PostgreSQL {server_version_num} is too old: binary pgoutput needs 14 or later")
-
-
-@dataclass(frozen=True, slots=True)
-class SlotInfo:
-    """One row of pg_replication_slots plus the WAL it retains; LSNs as integers."""
-
-    name: str
-    plugin: str | None
-    slot_type: str
-    database: str | None
-    active: bool
-    active_pid: int | None
-    restart_lsn: int | None
-    confirmed_flush_lsn: int | None
-    wal_status: str | None
-    safe_wal_size: int | None
-    two_phase: bool
-    retained_bytes: int | None  # pg_current_wal_lsn() - restart_lsn
-    pending_bytes: int | None  # pg_current_wal_lsn() - confirmed_flush_lsn
-
-    @property
-    def invalidated(self) -> bool:
-        return self.wal_status == "lost"
 
 
 class PgLogicalHook(PostgresHook):
@@ -109,15 +73,8 @@ class PgLogicalHook(PostgresHook):
         if self.dsn is not None:
             conn = psycopg2.connect(self.dsn, application_name=APPLICATION_NAME)
         else:
-            airflow_conn = self.connection
-            args: dict[str, Any] = {
-                "host": airflow_conn.host, "port": airflow_conn.port, "user": airflow_conn.login,
-                "password": airflow_conn.password, "dbname": self.database or airflow_conn.schema,
-                "application_name": APPLICATION_NAME,
-            }
-            extras = airflow_conn.extra_dejson
-            args.update({k: v for k, v in extras.items() if k in ALLOWED_EXTRAS})
-            conn = psycopg2.connect(**{k: v for k, v in args.items() if v is not None})
+            params = connection_params(self.connection, dbname=self.database, application_name=APPLICATION_NAME)
+            conn = psycopg2.connect(**params)
         self.conn = conn
         return conn
 
@@ -200,6 +157,12 @@ class PgLogicalHook(PostgresHook):
             sql.Identifier(name), target, sql.Literal(", ".join(publish)))
         self._query(query, publication=name)
         return True
+
+    def published_tables(self, publication: str) -> set[str]:
+        """``schema.table`` of every table the publication publishes (pg_publication_tables)."""
+        rows = self._query("SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s",
+                           (publication,), publication=publication)
+        return {f"{s}.{t}" for s, t in rows}
 
     def drop_publication(self, name: str) -> None:
         self._query(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(name)))
@@ -374,4 +337,4 @@ class PgLogicalHook(PostgresHook):
                 conn.autocommit = True
 
 
-__all__ = ["PgLogicalHook", "SlotInfo", "proto_version_for", "lsn_text"]
+__all__ = ["ALLOWED_EXTRAS", "PgLogicalHook", "SlotInfo", "lsn_text", "proto_version_for"]

@@ -16,6 +16,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 import airflow_provider_pglogical
 from airflow_provider_pglogical.apply.config import TableApplyConfig
 from airflow_provider_pglogical.exceptions import ApplyError
+from airflow_provider_pglogical.hooks.dsn import libpq_dsn
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -23,11 +24,6 @@ if TYPE_CHECKING:
 PACKAGE_DIR = Path(airflow_provider_pglogical.__file__).resolve().parent
 _REPO_APP = PACKAGE_DIR.parent / "spark_apps" / "apply_batches.py"
 DEFAULT_APPLICATION = str(_REPO_APP if _REPO_APP.exists() else PACKAGE_DIR / "apply" / "app.py")
-# libpq keywords read from the target connection's extras; anything else is ignored on purpose.
-DSN_EXTRAS = ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout", "application_name",
-              "target_session_attrs", "options")
-
-
 def build_package_zip(directory: str | Path) -> str:
     """Zip the installed ``airflow_provider_pglogical`` package (for ``--py-files``); returns its path."""
     path = Path(directory) / "airflow_provider_pglogical.zip"
@@ -35,19 +31,6 @@ def build_package_zip(directory: str | Path) -> str:
         for f in sorted(PACKAGE_DIR.rglob("*.py")):
             zf.write(f, Path("airflow_provider_pglogical") / f.relative_to(PACKAGE_DIR))
     return str(path)
-
-
-def libpq_dsn(conn: Any) -> str:
-    """A libpq keyword DSN from an Airflow connection (allow-listed extras only)."""
-
-    def quote(v: Any) -> str:
-        return "'" + str(v).replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-    parts = {"host": conn.host, "port": conn.port, "dbname": conn.schema, "user": conn.login,
-             "password": conn.password}
-    extras = conn.extra_dejson or {}
-    parts.update({k: extras[k] for k in DSN_EXTRAS if k in extras})
-    return " ".join(f"{k}={quote(v)}" for k, v in parts.items() if v not in (None, ""))
 
 
 class PgLogicalApplyOperator(SparkSubmitOperator):
@@ -83,7 +66,8 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
         self.slot = slot
         self.staging_uri = staging_uri
         self.target_conn_id = target_conn_id
-        self.tables = dict(tables or {})
+        self.tables = tables
+        self.spark_conn_id = conn_id
         self.max_batches = max_batches
         self.write_partitions = write_partitions
         self.python = python
@@ -91,8 +75,8 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
 
     def _tables_json(self) -> str:
         out = {}
-        for source, cfg in self.tables.items():
-            cfg = cfg if isinstance(cfg, TableApplyConfig) else TableApplyConfig.from_dict(dict(cfg))
+        for source, given in (self.tables or {}).items():
+            cfg = given if isinstance(given, TableApplyConfig) else TableApplyConfig.from_dict(dict(given))
             out[source] = {k: v for k, v in vars(cfg).items() if v is not None}
         return json.dumps(out, sort_keys=True)
 
@@ -111,7 +95,7 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
         target = BaseHook.get_connection(self.target_conn_id)
         if not target.host:
             raise ApplyError(f"connection {self.target_conn_id} has no host")
-        master = (BaseHook.get_connection(self._conn_id).host or "") if self._conn_id else ""
+        master = (BaseHook.get_connection(self.spark_conn_id).host or "") if self.spark_conn_id else ""
         workdir = tempfile.mkdtemp(prefix="pglogical-apply-")
         try:
             self.py_files = ",".join(p for p in [build_package_zip(workdir), self.py_files] if p)
@@ -123,7 +107,6 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
                 self.conf.setdefault("spark.pyspark.driver.python", python)
             self.conf.setdefault("spark.sql.session.timeZone", "UTC")
             self.env_vars = {**(self.env_vars or {}), self.dsn_env: libpq_dsn(target)}
-            self._hook = None
             super().execute(context)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)

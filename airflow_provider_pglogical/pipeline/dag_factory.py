@@ -9,6 +9,7 @@ from typing import Any
 from airflow.sdk import DAG, Param, TaskGroup, task
 
 from airflow_provider_pglogical.exceptions import SpecError
+from airflow_provider_pglogical.lsn import parse_lsn
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec, load_spec
 from airflow_provider_pglogical.pipeline.tasks import (
     EnsureReplicationOperator,
@@ -139,7 +140,7 @@ def _plan_replay_task(spec: PipelineSpec) -> Any:
         from airflow_provider_pglogical.pipeline.runs import batches_upto, first_batch_start
 
         params = params or {}
-        upto_lsn = _parse_lsn(params.get("upto_lsn") or "")
+        upto_lsn = parse_lsn(upto) if (upto := params.get("upto_lsn") or "") else None
         text = params.get("upto_time") or ""
         upto_time = datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
         if upto_time is not None and upto_time.tzinfo is None:
@@ -149,10 +150,3 @@ def _plan_replay_task(spec: PipelineSpec) -> Any:
         return {"max_batches": count}
 
     return plan_replay()
-
-
-def _parse_lsn(text: str) -> int | None:
-    if not text:
-        return None
-    high, _, low = text.partition("/")
-    return (int(high, 16) << 32) | int(low, 16)

@@ -99,21 +99,25 @@ def apply_pending(spec: PipelineSpec, *, master: str | None = None, max_batches:
 
 
 def pending_batches(spec: PipelineSpec, *, max_batches: int | None = None) -> list[tuple[int, int]]:
-    """(start, end) LSNs of staged batches some target table has not applied yet, in LSN order."""
+    """(start, end) LSNs of staged batches some target table has not applied yet, in LSN order.
+
+    Judged exactly as the apply judges them (``planning.pending_tables``), from the manifests and
+    truncate files only, so a run with nothing to do starts no Spark.
+    """
+    from airflow_provider_pglogical.apply import planning
     from airflow_provider_pglogical.staging.reader import StagingReader
 
     reader = StagingReader.from_uri(spec.staging.uri, spec.source.slot)
     batches = reader.batches()
     if max_batches is not None:
         batches = batches[:max_batches]
+    config = apply_config(spec)
     marks = target_watermark_ints(spec)
     pending = []
     for batch in batches:
         manifest = reader.manifest(batch)
-        # Apply moves a table's watermark only for batches touching it, so judge each batch by
-        # the tables it holds (any table may be hit by a truncate). No watermark: nothing applied.
-        touched = [t for name, t in spec.tables.items() if name in manifest.tables or manifest.truncates]
-        if any(marks.get(t.target_name, -1) < batch.end_lsn for t in touched):
+        sources = planning.batch_sources(manifest.tables, reader.truncates(batch, manifest))
+        if planning.pending_tables(sources, config, marks, batch.end_lsn):
             pending.append((batch.start_lsn, batch.end_lsn))
     return pending
 
@@ -201,28 +205,13 @@ def reset_target(spec: PipelineSpec, *, log: Log = _quiet) -> dict[str, Any]:
     commit leaves the target untouched, after it a replay simply starts from an empty target.
     """
     import psycopg2
-    from psycopg2 import sql
 
-    from airflow_provider_pglogical.pipeline.spec import split_qualified
+    from airflow_provider_pglogical.apply.targets.postgres.progress import reset
 
     targets = sorted({t.target_name for t in spec.tables.values()})
     conn = psycopg2.connect(target_dsn(spec))
     try:
-        with conn.cursor() as cur:
-            existing = []
-            for name in targets:
-                cur.execute("SELECT to_regclass(%s)", (sql.Identifier(*split_qualified(name)).as_string(conn),))
-                if cur.fetchone()[0] is not None:
-                    existing.append(name)
-            if existing:
-                # One TRUNCATE for all: foreign keys between target tables do not block it.
-                cur.execute(sql.SQL("TRUNCATE {}").format(
-                    sql.SQL(", ").join(sql.Identifier(*split_qualified(n)) for n in existing)))
-            cur.execute("SELECT to_regclass(%s)", (PROGRESS_TABLE,))
-            if cur.fetchone()[0] is not None:
-                cur.execute(sql.SQL("DELETE FROM {} WHERE slot = %s").format(sql.Identifier(PROGRESS_TABLE)),
-                            (spec.source.slot,))
-        conn.commit()
+        existing = reset(conn, spec.source.slot, targets, PROGRESS_TABLE)
     finally:
         conn.close()
     log(f"emptied {len(existing)} target table(s) and reset the watermarks of slot {spec.source.slot}")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_provider_pglogical.apply.targets.postgres.progress import PROGRESS_TABLE
 from airflow_provider_pglogical.exceptions import PublicationNotFoundError, SlotError, SpecError, format_lsn
+from airflow_provider_pglogical.hooks.dsn import libpq_dsn
 from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
+from airflow_provider_pglogical.hooks.slots import check_wal_retention, slot_lag_bytes, slot_summary
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec, split_qualified
-from airflow_provider_pglogical.sensors.slot_lag import check_wal_retention, slot_lag_bytes, slot_summary
-
-PROGRESS_TABLE = "pglogical_progress"  # ApplyConfig.progress_table's default
 
 
 def source_hook(spec: PipelineSpec) -> PgLogicalHook:
@@ -25,16 +25,8 @@ def target_dsn(spec: PipelineSpec) -> str:
         return spec.target.dsn
     from airflow.providers.postgres.hooks.postgres import PostgresHook
 
-    conn = PostgresHook.get_connection(spec.target.conn_id)
-    parts = {"host": conn.host, "port": conn.port, "dbname": conn.schema, "user": conn.login,
-             "password": conn.password}
-    return " ".join(f"{k}={_libpq_quote(str(v))}" for k, v in parts.items() if v not in (None, ""))
-
-
-def _libpq_quote(value: str) -> str:
-    if value and not any(c in value for c in " '\\"):
-        return value
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    # The same builder and extras allowlist as the hook and the apply operator (hooks/dsn.py).
+    return libpq_dsn(PostgresHook.get_connection(spec.target.conn_id))
 
 
 def ensure_replication(spec: PipelineSpec, hook: PgLogicalHook) -> dict[str, Any]:
@@ -51,7 +43,7 @@ def ensure_replication(spec: PipelineSpec, hook: PgLogicalHook) -> dict[str, Any
     elif not hook.publication_exists(publication):
         raise PublicationNotFoundError(
             f"publication {publication!r} does not exist; create it or set source.create: true in the spec")
-    published = _published_tables(hook, publication)
+    published = hook.published_tables(publication)
     missing = sorted(set(spec.tables) - published)
     if missing:
         raise SpecError(
@@ -64,17 +56,10 @@ def ensure_replication(spec: PipelineSpec, hook: PgLogicalHook) -> dict[str, Any
             "created_slot": created_slot, "confirmed_flush_lsn": format_lsn(info.confirmed_flush_lsn)}
 
 
-def _published_tables(hook: PgLogicalHook, publication: str) -> set[str]:
-    with hook.session.cursor() as cur:
-        cur.execute("SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s", (publication,))
-        return {f"{s}.{t}" for s, t in cur.fetchall()}
-
-
 def check_retention(spec: PipelineSpec, hook: PgLogicalHook) -> dict[str, Any]:
     """Fail (typed error) when the slot is lost, unreserved or under ``source.min_safe_wal_bytes``."""
-    info = hook.slot_info(spec.source.slot)
-    check_wal_retention(info, slot=spec.source.slot, min_safe_wal_bytes=spec.source.min_safe_wal_bytes)
-    assert info is not None
+    info = check_wal_retention(hook.slot_info(spec.source.slot), slot=spec.source.slot,
+                               min_safe_wal_bytes=spec.source.min_safe_wal_bytes)
     return {**slot_summary(info), "lag_bytes": slot_lag_bytes(info)}
 
 
@@ -97,15 +82,11 @@ def target_watermark_ints(spec: PipelineSpec, progress_table: str = PROGRESS_TAB
     """Target table → the end LSN apply has committed for it ({} before the first apply)."""
     import psycopg2
 
-    from airflow_provider_pglogical.apply.targets.postgres import watermarks
+    from airflow_provider_pglogical.apply.targets.postgres.progress import read_watermarks
 
     conn = psycopg2.connect(target_dsn(spec))
     try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT to_regclass(%s)", (progress_table,))
-            if cur.fetchone()[0] is None:
-                return {}
-        return watermarks(conn, progress_table, spec.source.slot)
+        return read_watermarks(conn, spec.source.slot, progress_table)
     finally:
         conn.close()
 

@@ -61,7 +61,7 @@ class WalRetentionCheckOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from dataclasses import replace
 
-        from airflow_provider_pglogical.pipeline.spec import parse_size
+        from airflow_provider_pglogical.hooks.sizes import parse_size
         from airflow_provider_pglogical.pipeline.steps import check_retention, source_hook
 
         spec = self.spec

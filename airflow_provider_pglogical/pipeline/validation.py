@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_pglogical.exceptions import SpecError
-from airflow_provider_pglogical.pipeline.spec import (
+from airflow_provider_pglogical.hooks.sizes import parse_size
+from airflow_provider_pglogical.pipeline.model import (
     ACTIONS,
     CONFLICT_POLICIES,
     ENV_REF,
@@ -25,7 +26,6 @@ from airflow_provider_pglogical.pipeline.spec import (
     TableSpec,
     TargetSpec,
     TruncateSpec,
-    parse_size,
 )
 
 

@@ -7,59 +7,22 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator
 
-from airflow_provider_pglogical.exceptions import (  # noqa: F401  (SlotWalRetentionError re-exported)
-    SlotInvalidatedError,
-    SlotNotFoundError,
-    SlotWalRetentionError,
+from airflow_provider_pglogical.exceptions import SlotWalRetentionError
+from airflow_provider_pglogical.hooks.sizes import parse_size
+from airflow_provider_pglogical.hooks.slots import (
+    LOST_WAL_STATUS,
+    UNSAFE_WAL_STATUS,
+    check_wal_retention,
+    slot_lag_bytes,
+    slot_summary,
 )
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_pglogical.hooks.pglogical import SlotInfo
-
-# pg_replication_slots.wal_status: 'reserved'/'extended' are fine; 'unreserved' means the WAL the
-# slot needs is already beyond max_slot_wal_keep_size and the next checkpoint may remove it.
-UNSAFE_WAL_STATUS = "unreserved"
-LOST_WAL_STATUS = "lost"
-
-
-def slot_lag_bytes(info: SlotInfo) -> int:
-    """WAL written since the slot's confirmed position: what the next drain has to read."""
-    return max(info.pending_bytes or 0, 0)
-
-
-def check_wal_retention(info: SlotInfo | None, *, slot: str, min_safe_wal_bytes: int | None = None) -> None:
-    """Raise a typed error if the slot is lost, unreserved, or closer than ``min_safe_wal_bytes``
-    to invalidation; return quietly otherwise.
-
-    ``safe_wal_size`` is NULL when ``max_slot_wal_keep_size = -1``: the server then never
-    invalidates a slot, so only wal_status is checked.
-    """
-    if info is None:
-        raise SlotNotFoundError(f"replication slot {slot!r} does not exist")
-    if info.wal_status == LOST_WAL_STATUS or info.confirmed_flush_lsn is None:
-        raise SlotInvalidatedError(f"replication slot {slot!r} has been invalidated (wal_status={info.wal_status})")
-    if info.wal_status == UNSAFE_WAL_STATUS:
-        raise SlotWalRetentionError(
-            f"replication slot {slot!r} is unreserved: it retains {info.retained_bytes} bytes of WAL, more than "
-            "max_slot_wal_keep_size, and the next checkpoint may invalidate it")
-    if min_safe_wal_bytes is not None and info.safe_wal_size is not None and info.safe_wal_size < min_safe_wal_bytes:
-        raise SlotWalRetentionError(
-            f"replication slot {slot!r} can lose WAL after {info.safe_wal_size} more bytes "
-            f"(threshold {min_safe_wal_bytes}); it retains {info.retained_bytes} bytes")
-
-
-def slot_summary(info: SlotInfo) -> dict[str, Any]:
-    """A JSON-friendly view of a slot, LSNs in ``X/X`` form (for XCom, logs and `pglogical status`)."""
-    from airflow_provider_pglogical.exceptions import format_lsn
-
-    return {
-        "slot": info.name, "active": info.active, "wal_status": info.wal_status,
-        "restart_lsn": format_lsn(info.restart_lsn), "confirmed_flush_lsn": format_lsn(info.confirmed_flush_lsn),
-        "safe_wal_size": info.safe_wal_size, "retained_bytes": info.retained_bytes,
-        "pending_bytes": info.pending_bytes,
-    }
+# The checks live beside SlotInfo (hooks/slots.py); re-exported for existing imports.
+__all__ = ["LOST_WAL_STATUS", "UNSAFE_WAL_STATUS", "SlotLagSensor", "SlotWalRetentionError", "check_wal_retention",
+           "slot_lag_bytes", "slot_summary"]
 
 
 class SlotLagSensor(BaseSensorOperator):
@@ -88,14 +51,12 @@ class SlotLagSensor(BaseSensorOperator):
 
     def poke(self, context: Context) -> bool:
         from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
-        from airflow_provider_pglogical.pipeline.spec import parse_size
 
         threshold = parse_size(self.max_lag_bytes)
         with PgLogicalHook(postgres_conn_id=self.postgres_conn_id) as hook:
-            info = hook.slot_info(self.slot)
+            found = hook.slot_info(self.slot)
         min_safe = None if self.min_safe_wal_bytes in (None, "") else parse_size(self.min_safe_wal_bytes)
-        check_wal_retention(info, slot=self.slot, min_safe_wal_bytes=min_safe)
-        assert info is not None  # check_wal_retention raised otherwise
+        info = check_wal_retention(found, slot=self.slot, min_safe_wal_bytes=min_safe)
         lag = slot_lag_bytes(info)
         self.log.info("slot %s: lag %d bytes (threshold %d), wal_status %s, safe_wal_size %s",
                       self.slot, lag, threshold, info.wal_status, info.safe_wal_size)

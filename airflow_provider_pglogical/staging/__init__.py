@@ -2,6 +2,12 @@
 
 from airflow_provider_pglogical.staging.layout import StagingLayout
 from airflow_provider_pglogical.staging.manifest import Manifest
-from airflow_provider_pglogical.staging.reader import BatchRef, StagingReader
+from airflow_provider_pglogical.staging.reader import (
+    BatchRef,
+    RelationColumn,
+    RelationInfo,
+    StagingReader,
+    TruncateEvent,
+)
 
-__all__ = ["BatchRef", "Manifest", "StagingLayout", "StagingReader"]
+__all__ = ["BatchRef", "Manifest", "RelationColumn", "RelationInfo", "StagingLayout", "StagingReader", "TruncateEvent"]

@@ -16,6 +16,7 @@ from airflow_provider_pglogical.decoding.model import (
     Transaction,
 )
 from airflow_provider_pglogical.decoding.relations import RelationCache
+from airflow_provider_pglogical.decoding.values.oids import FIRST_USER_OID
 from airflow_provider_pglogical.exceptions import (
     PublicationNotFoundError,
     SlotActiveError,
@@ -32,7 +33,6 @@ log = logging.getLogger(__name__)
 CHECKPOINTS = ("fetched_some", "files_written", "manifest_written", "advanced")
 DEFAULT_MAX_WAL_BYTES = 1 << 30
 DEFAULT_MAX_CHANGES = 1_000_000
-FIRST_USER_OID = 10_000  # FirstNormalObjectId: built-in types below need no catalog lookup
 
 
 class SlotClient(Protocol):

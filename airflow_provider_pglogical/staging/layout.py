@@ -9,6 +9,8 @@ from urllib.parse import quote, unquote
 
 import pyarrow.fs as pafs
 
+from airflow_provider_pglogical.lsn import lsn_hex
+
 MANIFEST = "_manifest.json"
 RELATION_STATE = "_relation_state.json"
 TRUNCATES = "truncates.parquet"
@@ -19,11 +21,6 @@ TRANSACTIONS = "transactions.parquet"
 # batch nor a manifest temp file is ever picked up by a glob over batches/*/tables/...
 PARTIAL_PREFIX = "_partial-"
 BATCH_NAME_RE = re.compile(r"([0-9A-F]{16})-([0-9A-F]{16})")
-
-
-def lsn_hex(lsn: int) -> str:
-    """16 upper-case hex digits: lexical order of names is LSN order."""
-    return f"{lsn:016X}"
 
 
 def quote_name(name: str) -> str:
@@ -62,11 +59,18 @@ class StagingLayout:
     fs: pafs.FileSystem
     root: str
     slot: str
+    root_uri: str = ""  # the root as the user gave it (``s3://…``): what Spark and other readers open
 
     @classmethod
     def from_uri(cls, uri: str, slot: str) -> StagingLayout:
         fs, root = resolve_filesystem(uri)
-        return cls(fs, root, slot)
+        return cls(fs, root, slot, uri.rstrip("/") if "://" in uri else root)
+
+    def uri_for(self, path: str) -> str:
+        """A path of this filesystem as a URI other readers (Spark) understand."""
+        if not self.root_uri or self.root_uri == self.root or not path.startswith(self.root):
+            return path
+        return self.root_uri + path[len(self.root):]
 
     @property
     def is_local(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_pglogical.exceptions import StagingError, format_lsn
-from airflow_provider_pglogical.staging.layout import MANIFEST, RELATION_STATE, StagingLayout
+from airflow_provider_pglogical.staging.layout import MANIFEST, RELATION_STATE, RELATIONS, TRUNCATES, StagingLayout
 from airflow_provider_pglogical.staging.manifest import (
     Manifest,
     read_manifest,
@@ -19,6 +20,45 @@ from airflow_provider_pglogical.staging.manifest import (
 )
 
 STATE_FILE = "relations.json"
+NOTES_COLUMNS = ("old_value_notes", "new_value_notes")  # exactness notes; empty maps when a file lacks them
+
+
+@dataclass(frozen=True)
+class RelationColumn:
+    name: str
+    type_name: str | None
+    is_identity: bool
+
+
+@dataclass(frozen=True)
+class RelationInfo:
+    """The latest staged shape of one source relation within a batch."""
+
+    schema: str
+    table: str
+    replica_identity: str
+    columns: tuple[RelationColumn, ...]
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    @property
+    def identity_columns(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns if c.is_identity)
+
+
+@dataclass(frozen=True)
+class TruncateEvent:
+    commit_lsn: int
+    tx_order: int
+    relations: tuple[str, ...]
+    cascade: bool
+    restart_identity: bool
 
 
 @dataclass(frozen=True)
@@ -100,6 +140,56 @@ class StagingReader:
 
     def read_file(self, batch: BatchRef, relative: str) -> pa.Table:
         return pq.read_table(f"{batch.path}/{relative}", filesystem=self.layout.fs)
+
+    def _read_small(self, batch: BatchRef, name: str) -> list[dict[str, Any]] | None:
+        path = f"{batch.path}/{name}"
+        if not self.layout.exists(path):
+            return None
+        return pq.read_table(path, filesystem=self.layout.fs).to_pylist()
+
+    def relation_versions(self, batch: BatchRef) -> dict[str, list[tuple[int, RelationInfo]]]:
+        """Every schema version per ``schema.table`` seen in the batch, as (first LSN, shape), oldest first."""
+        versions: dict[str, list[tuple[int, int, RelationInfo]]] = {}
+        for row in self._read_small(batch, RELATIONS) or []:
+            info = RelationInfo(
+                schema=row["schema"], table=row["table"], replica_identity=row["replica_identity"],
+                columns=tuple(RelationColumn(c["name"], c.get("type_name"), bool(c["is_identity"]))
+                              for c in row["columns"]))
+            versions.setdefault(info.qualified_name, []).append(
+                (int(row["first_lsn"]), int(row["schema_version"]), info))
+        # A relid dropped and recreated restarts at version 1: the first LSN orders them.
+        return {name: [(lsn, info) for lsn, _, info in sorted(vs, key=lambda v: (v[0], v[1]))]
+                for name, vs in versions.items()}
+
+    def relations(self, batch: BatchRef) -> dict[str, RelationInfo]:
+        """Latest schema version per ``schema.table`` seen in the batch."""
+        return {name: vs[-1][1] for name, vs in self.relation_versions(batch).items()}
+
+    def truncates(self, batch: BatchRef, manifest: Manifest | None = None) -> list[TruncateEvent]:
+        """The batch's TRUNCATE events in commit order (none without reading when the manifest counts none)."""
+        if not (manifest or self.manifest(batch)).truncates:
+            return []
+        return [TruncateEvent(int(r["commit_lsn"]), int(r["tx_order"]), tuple(r["relations"]),
+                              bool(r["cascade"]), bool(r["restart_identity"]))
+                for r in self._read_small(batch, TRUNCATES) or []]
+
+    def has_value_notes(self, batch: BatchRef, files: Sequence[str]) -> bool:
+        """Whether any staged image in ``files`` (a table's files of ``batch``) carries an exactness note.
+
+        Read from the two small notes columns only: almost every batch has none, and then a reader
+        can skip carrying notes through altogether.
+        """
+        for rel in files:
+            parquet = pq.ParquetFile(f"{batch.path}/{rel}", filesystem=self.layout.fs)
+            present = [c for c in NOTES_COLUMNS if c in parquet.schema_arrow.names]
+            if present and any(len(chunk.keys) for column in parquet.read(columns=present).columns
+                               for chunk in column.chunks):
+                return True
+        return False
+
+    def uri(self, batch: BatchRef) -> str:
+        """The batch directory as a URI for Spark (``s3://…`` stays ``s3://…``)."""
+        return self.layout.uri_for(batch.path)
 
     def read_table_changes(self, batch: BatchRef, qualified_name: str) -> list[pa.Table]:
         """The row-change files of one table in a batch, one Arrow table per schema version."""

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from airflow_provider_pglogical.decoding.values.temporal import PG_TO_UNIX_USECS
+
 # PostgreSQL timestamps count µs from 2000-01-01 UTC; Arrow counts from 1970-01-01.
-POSTGRES_EPOCH_OFFSET_US = 946_684_800_000_000
+POSTGRES_EPOCH_OFFSET_US = PG_TO_UNIX_USECS
 
 COMMIT_TIME = pa.timestamp("us", tz="UTC")
 # value path → exact text, for values the typed column cannot hold (see docs/types.md)

@@ -244,7 +244,7 @@ def test_replaying_batches_without_a_watermark_upserts_to_the_same_state(spark, 
 def test_a_failed_copy_names_its_position_but_never_the_value(target):
     import psycopg2
 
-    from airflow_provider_pglogical.apply.targets.postgres import copy_rows, create_staging
+    from airflow_provider_pglogical.apply.targets.postgres.copy import copy_rows, create_staging
 
     conn = psycopg2.connect(target)
     create_staging(conn, "stg", [("n", "int")])

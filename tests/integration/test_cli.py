@@ -142,3 +142,29 @@ def test_validate_with_filters_rejects_a_function_the_apply_cannot_evaluate_like
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
         f"pglogical validate: error: {path}: tables.public.orders.row_filter: row filter: function now is not supported")
+
+
+def test_apply_with_a_target_conn_id_keeps_the_connections_libpq_extras(pipeline, pg_server, monkeypatch):
+    """`target.conn_id` goes through the one DSN builder (hooks/dsn.py): its sslmode reaches libpq.
+
+    The test server speaks no SSL, so ``sslmode=require`` must make the target connection fail,
+    while ``sslmode=disable`` on the same connection works; a builder dropping the extras passes both.
+    """
+    target_db = pipeline["target"].split("dbname=")[1].split()[0]
+    doc = {**pipeline["doc"], "target": {"kind": "postgres", "conn_id": "pgl_target"}}
+    spec = pipeline["tmp"] / "conn_id.yaml"
+    spec.write_text(yaml.safe_dump(doc))
+
+    def connection(sslmode: str) -> str:
+        return json.dumps({"conn_type": "postgres", "host": pg_server.host, "port": pg_server.port,
+                           "schema": target_db, "login": pg_server.superuser, "extra": {"sslmode": sslmode}})
+
+    monkeypatch.setenv("AIRFLOW_CONN_PGL_TARGET", connection("disable"))
+    ok = pglogical("apply", "--spec", str(spec))
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["batches_applied"] == 0
+
+    monkeypatch.setenv("AIRFLOW_CONN_PGL_TARGET", connection("require"))
+    refused = pglogical("apply", "--spec", str(spec))
+    assert refused.returncode != 0
+    assert "SSL" in refused.stderr

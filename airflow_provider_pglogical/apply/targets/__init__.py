@@ -1,1 +1,1 @@
-"""Target adapters: where compacted net changes are written."""
+"""Targets: where a batch's changes are applied. ``base.Target`` is the interface; one folder per target."""

@@ -75,7 +75,7 @@ WITH RECURSIVE closure(oid) AS (
         UNION ALL SELECT r.rngsubtype FROM pg_catalog.pg_range r WHERE r.rngtypid = t.oid
         UNION ALL SELECT r.rngtypid FROM pg_catalog.pg_range r WHERE r.rngmultitypid = t.oid
     ) AS d(dep)
-    WHERE d.dep >= 10000
+    WHERE d.dep >= {first_user_oid}
 )
 SELECT t.oid::int8 AS oid, n.nspname::text, t.typname::text, t.typtype::text,
        t.typbasetype::int8, t.typtypmod, t.typelem::int8,
@@ -96,7 +96,7 @@ FROM closure c
 JOIN pg_catalog.pg_type t ON t.oid = c.oid
 JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
 ORDER BY t.oid
-"""
+""".replace("{first_user_oid}", str(oids.FIRST_USER_OID))
 
     def __init__(self, types: Iterable[UserType] = ()) -> None:
         self.types: dict[int, UserType] = {t.oid: t for t in types}

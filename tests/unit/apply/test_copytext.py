@@ -7,7 +7,7 @@ from decimal import Decimal
 
 from pyspark.sql import Row
 
-from airflow_provider_pglogical.apply.targets.copytext import copy_lines
+from airflow_provider_pglogical.apply.targets.postgres.copytext import copy_lines
 
 
 def lines(spark, rows, schema):

@@ -16,8 +16,15 @@ import pytest
 from pyspark.sql import functions as F
 
 from airflow_provider_pglogical.apply.notes import ELEMENT_NOTES, NOTE, VALUE
-from airflow_provider_pglogical.apply.targets.copytext import SESSION_CONF, copy_lines, pg_text
-from airflow_provider_pglogical.apply.targets.target_types import ARRAY, COMPOSITE, MULTIRANGE, RANGE, SCALAR, PgType
+from airflow_provider_pglogical.apply.targets.postgres.copytext import SESSION_CONF, copy_lines, pg_text
+from airflow_provider_pglogical.apply.targets.postgres.target_types import (
+    ARRAY,
+    COMPOSITE,
+    MULTIRANGE,
+    RANGE,
+    SCALAR,
+    PgType,
+)
 from airflow_provider_pglogical.decoding.values import oids
 from airflow_provider_pglogical.decoding.values.arrays import ArrayCodec
 from airflow_provider_pglogical.decoding.values.composite import CompositeCodec

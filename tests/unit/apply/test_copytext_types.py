@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from airflow_provider_pglogical.apply.batches import META
 from airflow_provider_pglogical.apply.notes import fold_notes, inherit_toast_notes
-from airflow_provider_pglogical.apply.targets.copytext import SESSION_CONF, copy_lines
+from airflow_provider_pglogical.apply.targets.postgres.copytext import SESSION_CONF, copy_lines
 from airflow_provider_pglogical.decoding.values.interval import ARROW_TYPE as INTERVAL
 from airflow_provider_pglogical.decoding.values.temporal import TimetzCodec
 

@@ -13,7 +13,7 @@ from airflow_provider_pglogical.apply.planning import (
     update_delete_problem,
     written_columns,
 )
-from airflow_provider_pglogical.apply.targets.postgres import TargetTable
+from airflow_provider_pglogical.apply.targets.base import TargetTable
 from airflow_provider_pglogical.exceptions import ApplyError
 
 REL = RelationInfo("public", "t", "d", (RelationColumn("id", "int", True), RelationColumn("v", "text", False)))

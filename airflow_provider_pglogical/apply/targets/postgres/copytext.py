@@ -21,8 +21,8 @@ from pyspark.sql.types import (
 )
 
 from airflow_provider_pglogical.apply.notes import ELEMENT_NOTES, NOTE, VALUE, is_folded
-from airflow_provider_pglogical.apply.targets.target_types import ARRAY, COMPOSITE, MONEY, MULTIRANGE, PgType
-from airflow_provider_pglogical.apply.targets.temporal_text import (
+from airflow_provider_pglogical.apply.targets.postgres.target_types import ARRAY, COMPOSITE, MONEY, MULTIRANGE, PgType
+from airflow_provider_pglogical.apply.targets.postgres.temporal_text import (
     date_text,
     interval_text,
     is_interval,

@@ -25,7 +25,10 @@ from collections.abc import Sequence
 import psycopg2
 from psycopg2 import sql
 
-from airflow_provider_pglogical.apply.targets.postgres import (
+from airflow_provider_pglogical.apply.targets.base import COMMIT, ORDER
+from airflow_provider_pglogical.apply.targets.postgres.catalog import TargetTable, ident
+from airflow_provider_pglogical.apply.targets.postgres.frame import batch_error, run_batch
+from airflow_provider_pglogical.apply.targets.postgres.plan import (
     KEEP,
     LSN,
     OP,
@@ -33,15 +36,10 @@ from airflow_provider_pglogical.apply.targets.postgres import (
     BatchPlan,
     BatchResult,
     TablePlan,
-    TargetTable,
-    batch_error,
     from_column,
-    ident,
-    run_batch,
 )
 from airflow_provider_pglogical.exceptions import ApplyError, UnresolvableToastError, format_lsn
 
-COMMIT, ORDER = "_pgl_c", "_pgl_o"  # commit_lsn, tx_order
 # PL/pgSQL variables are named _pglv_*: never a staging column (_pgl_*), so no reference is ambiguous.
 COUNTERS = ("inserted", "updated", "deleted", "rejected", "skipped_missing_update", "skipped_missing_delete")
 TOAST_STATE, CONFLICT_STATE = "PGLT1", "PGLC1"  # our own SQLSTATEs, raised inside the replay

@@ -13,7 +13,9 @@ from collections.abc import Sequence
 import psycopg2
 from psycopg2 import sql
 
-from airflow_provider_pglogical.apply.targets.postgres import (
+from airflow_provider_pglogical.apply.targets.postgres.catalog import ident
+from airflow_provider_pglogical.apply.targets.postgres.frame import batch_error, run_batch
+from airflow_provider_pglogical.apply.targets.postgres.plan import (
     KEEP,
     LSN,
     OP,
@@ -22,10 +24,7 @@ from airflow_provider_pglogical.apply.targets.postgres import (
     BatchPlan,
     BatchResult,
     TablePlan,
-    batch_error,
     from_column,
-    ident,
-    run_batch,
 )
 from airflow_provider_pglogical.exceptions import ApplyError, UnresolvableToastError, format_lsn
 

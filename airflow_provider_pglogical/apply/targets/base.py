@@ -1,0 +1,166 @@
+"""The target boundary: what the runner hands a target for one batch, and what a target must guarantee.
+
+The runner (``apply/runner.py``) reads staged batches, plans each one without I/O
+(``apply/planning.py``: which tables are pending against the target's watermarks, their keys and
+columns, where truncates fall and in which order tables go) and hands the plan plus lazily built
+Spark frames to a ``Target``. Everything about *how* a batch becomes durable is the target's:
+PostgreSQL stages the frames with COPY and runs one transaction (falling back to an ordered
+replay of its own); another target (Delta, Iceberg) commits by its own means. The pure transforms
+(``apply/transforms.py``, ``filters.py``, ``notes.py``) are shared and know no target.
+
+Contract of every target
+------------------------
+* **Watermarks.** ``watermarks(slot)`` answers, per target table, the ``end_lsn`` of the last batch
+  whose changes are durably in that table ({} before the first apply). The runner skips a table
+  whose watermark is at or beyond a batch's ``end_lsn``.
+* **Atomic batch.** ``apply_batch`` makes a batch's truncates, net changes and the new watermarks
+  of ``plan.watermark_tables`` durable together, or none of them. A crash before that point leaves
+  the target as it was (staging leftovers are the target's to clean up on the next run); a crash
+  after it makes the next run skip the batch.
+* **Idempotent under replay.** The same batch may be handed over again (a crash after commit,
+  two runs racing, a retried Airflow task): the target re-reads its watermarks inside its
+  commit protocol and returns ``BatchResult(applied=False)`` when every table of
+  ``plan.watermark_tables`` is already at ``plan.end_lsn``. It never writes a batch twice and
+  never moves a watermark backwards.
+* **One writer per slot.** ``session(slot)`` holds whatever lock makes concurrent applies of the
+  same slot into the same target fail fast (``ApplyError``) rather than interleave.
+* **Errors.** Failures raise ``ApplyError`` (or a subclass) naming tables, LSNs and constraint
+  names, never row values; nothing is committed then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from airflow_provider_pglogical.apply.config import TableApplyConfig
+from airflow_provider_pglogical.apply.schema_changes import ADD, RELAX, WIDEN, ColumnChange
+from airflow_provider_pglogical.staging.reader import RelationInfo
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+# Columns of the frames a target receives (besides the written columns, named as in the target):
+# see ``BatchChanges``. The change kind, unchanged-TOAST keep list and LSN come from transforms.
+COMMIT, ORDER = "_pgl_c", "_pgl_o"  # ordered frames: commit_lsn, order in transaction
+
+
+def from_column(i: int) -> str:
+    """Name of the i-th column of the key a change moved away from (the old key of a key change)."""
+    return f"_pgl_from_{i}"
+
+
+@dataclass(frozen=True)
+class TargetTable:
+    """A target table as the target describes it: columns (name → the target's own type text, in
+    table order), primary key, and the columns every INSERT must set (NOT NULL without a default,
+    outside the primary key: a column the source dropped is relaxed so inserts keep succeeding)."""
+
+    qualified: str
+    columns: dict[str, str]
+    primary_key: tuple[str, ...]
+    required: tuple[str, ...] = ()
+
+    def after(self, changes: Sequence[ColumnChange]) -> TargetTable:
+        """The table as it will be once ``changes`` ran (staging and COPY text use these types)."""
+        columns = dict(self.columns)
+        for ch in changes:
+            if ch.kind in (ADD, WIDEN) and ch.new_type is not None:
+                columns[ch.column] = ch.new_type
+        relaxed = {ch.column for ch in changes if ch.kind == RELAX}
+        return TargetTable(self.qualified, columns, self.primary_key,
+                           tuple(c for c in self.required if c not in relaxed))
+
+
+@dataclass(frozen=True)
+class PlannedTable:
+    """One target table with row changes in a batch: what is written and how."""
+
+    source: str  # staged schema.table
+    target: str  # target schema.table
+    key: tuple[str, ...]  # compacts and matches rows
+    columns: tuple[str, ...]  # target columns written (key included), relation order
+    relation: RelationInfo
+    config: TableApplyConfig
+    truncated_at: tuple[int, int] | None = None  # last truncate (commit_lsn, tx_order) in the batch
+    # Source schema changes the target follows (``apply/schema_changes.py``), in the batch's
+    # transaction before its truncates and rows; each target renders them in its own dialect.
+    column_changes: tuple[ColumnChange, ...] = ()
+    # Why an arriving UPDATE/DELETE must stop the batch (no replica identity, a row filter outside
+    # it); None: they apply. Checked on the changes themselves, not up front (PostgreSQL's rule).
+    update_delete_problem: str | None = None
+
+    @property
+    def conflict(self) -> str:
+        return self.config.conflict
+
+    @property
+    def unchanged_toast(self) -> str:
+        return self.config.unchanged_toast
+
+
+@dataclass(frozen=True)
+class PlannedBatch:
+    """Everything a target needs to apply one batch, decided without I/O."""
+
+    slot: str
+    start_lsn: int
+    end_lsn: int
+    tables: tuple[PlannedTable, ...]  # parents before children (FKs)
+    truncate: tuple[str, ...] = ()  # target tables emptied by the batch, parents first
+    restart_identity: tuple[str, ...] = ()  # subset of ``truncate`` whose owned sequences restart
+    watermark_tables: tuple[str, ...] = ()  # every target table whose watermark moves to end_lsn
+
+
+@dataclass
+class BatchResult:
+    applied: bool  # False: nothing was pending (already applied, e.g. by a concurrent run)
+    rows: dict[str, dict[str, int]] = field(default_factory=dict)  # target -> counters
+    ordered: bool = False  # applied change by change in commit order rather than set-based
+    seconds: dict[str, float] = field(default_factory=dict)  # phase -> wall time
+
+
+class BatchChanges(Protocol):
+    """A batch's changes as Spark frames, built only when a target asks (planning reads no rows).
+
+    ``net(table)``: one net change per key — ``KIND`` (I, U, D, R), ``KEEP`` (columns whose value must
+    come from the target: unchanged TOAST), ``LSN``, ``from_column(i)`` for the moved-from key,
+    ``TOUCHED``, then ``table.columns``. ``ordered(table)``: every change after the last truncate,
+    un-netted — ``KIND``, ``KEEP``, ``LSN``, ``COMMIT``, ``ORDER``, ``from_column(i)``, then
+    ``table.columns`` — for targets that must replay in commit order.
+    """
+
+    def net(self, table: PlannedTable) -> DataFrame: ...
+
+    def ordered(self, table: PlannedTable) -> DataFrame: ...
+
+
+class Target(Protocol):
+    """A place staged changes are applied to (see the module docstring for the contract)."""
+
+    def session(self, slot: str) -> AbstractContextManager[None]:
+        """Open the target for a run over ``slot``: lock it against concurrent applies, create bookkeeping."""
+        ...
+
+    def watermarks(self, slot: str) -> dict[str, int]:
+        """Target table → end LSN of the last batch durably applied to it."""
+        ...
+
+    def foreign_keys(self) -> list[tuple[str, str]]:
+        """(child, parent) pairs between target tables, for truncate cascades and apply order ([] if none)."""
+        ...
+
+    def describe(self, table: str) -> TargetTable | None:
+        """The table's columns and key, or None when it does not exist."""
+        ...
+
+    def create_table(self, table: str, columns: Sequence[tuple[str, str]], key: Sequence[str]) -> None:
+        """Create ``table`` (if missing) with ``columns`` as (name, PostgreSQL type text of the source)."""
+        ...
+
+    def apply_batch(self, plan: PlannedBatch, changes: BatchChanges) -> BatchResult:
+        """Truncates, net changes and watermarks of one batch, atomically and idempotently."""
+        ...
+

@@ -1,0 +1,110 @@
+"""Per-batch unlogged staging tables in the PostgreSQL target, filled by the executors with COPY."""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+import psycopg2
+import pyarrow as pa
+from psycopg2 import sql
+
+from airflow_provider_pglogical.apply.targets.base import TargetTable, from_column
+from airflow_provider_pglogical.apply.targets.postgres.catalog import ident
+from airflow_provider_pglogical.apply.targets.postgres.plan import KEEP, LSN, OP, TOUCHED
+from airflow_provider_pglogical.exceptions import ApplyError
+
+COPY_CHUNK_ROWS = 20000
+
+
+def staging_columns(target: TargetTable, key: Sequence[str], columns: Sequence[str]) -> list[tuple[str, str]]:
+    """(name, type) after the three meta columns: the moved-from key, the touched flag, then the written columns."""
+    return ([(from_column(i), target.columns[k]) for i, k in enumerate(key)] + [(TOUCHED, "boolean")]
+            + [(c, target.columns[c]) for c in columns])
+
+
+def create_staging(conn, staging: str, columns: Sequence[tuple[str, str]]) -> None:
+    """A fresh unlogged table: op, keep list, lsn, then ``columns`` (name, type) — target types, no constraints.
+
+    ``columns`` is ``staging_columns`` (net changes) or ``ordered.ordered_columns`` (ordered replay).
+    """
+    defs = [sql.SQL("{} text, {} text[], {} bigint").format(*map(sql.Identifier, (OP, KEEP, LSN)))]
+    defs += [sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t)) for c, t in columns]
+    with conn.cursor() as cur:
+        cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(staging)))
+        cur.execute(sql.SQL("CREATE UNLOGGED TABLE {} ({})").format(ident(staging), sql.SQL(", ").join(defs)))
+    conn.commit()
+
+
+def drop_staging(conn, names: Iterable[str]) -> None:
+    with conn.cursor() as cur:
+        for name in names:
+            cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(name)))
+    conn.commit()
+
+
+def drop_leftover_staging(conn) -> None:
+    """Staging tables of batches a crashed run left behind (their batches are re-staged or skipped)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname) FROM pg_class c "
+                    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relname LIKE '\\_pglogical\\_stg\\_%%' "
+                    "AND c.relkind = 'r'")
+        for (name,) in cur.fetchall():
+            cur.execute(f"DROP TABLE IF EXISTS {name}")  # name was quoted by quote_ident above
+    conn.commit()
+
+
+def copy_rows(dsn: str, staging: str, columns: Sequence[str], lines: Iterator[str]) -> int:
+    """COPY ready text lines (``copytext.copy_lines``) into ``staging``; returns the row count.
+
+    Columns are (kind, keep, lsn, *columns). Runs on executors; the DSN arrives in the task closure.
+    """
+    target = sql.SQL("COPY {} ({}) FROM STDIN").format(
+        ident(staging), sql.SQL(", ").join(map(sql.Identifier, (OP, KEEP, LSN, *columns))))
+    conn = psycopg2.connect(dsn)
+    total = 0
+    try:
+        with conn.cursor() as cur:
+            copy_sql = target.as_string(conn)
+            while True:
+                chunk = [line for _, line in zip(range(COPY_CHUNK_ROWS), lines, strict=False)]
+                if not chunk:
+                    break
+                cur.copy_expert(copy_sql, io.StringIO("\n".join(chunk) + "\n"))
+                total += len(chunk)
+        conn.commit()
+    except psycopg2.Error as exc:
+        raise copy_error(staging, exc, total) from None
+    finally:
+        conn.close()
+    return total
+
+
+_QUOTED_VALUE = re.compile(r':\s*".*', re.S)
+_COPY_POSITION = re.compile(r"line (\d+), column ([^:]+)")
+
+
+def copy_error(staging: str, exc: psycopg2.Error, copied: int) -> ApplyError:
+    """A COPY failure without the value that caused it (input-function messages quote it: ``…: "abc"``).
+
+    Executor errors reach Spark's and Airflow's logs; like ``batch_error``, only the statement of
+    the problem, its SQLSTATE and its position may go there, never row data.
+    """
+    diag = exc.diag
+    primary = _QUOTED_VALUE.sub("", (diag.message_primary if diag else None) or type(exc).__name__)
+    where = _COPY_POSITION.search((diag.context if diag else None) or "")
+    position = f" (line {int(where.group(1)) + copied} of this partition, column {where.group(2)})" if where else ""
+    return ApplyError(f"COPY into {staging} failed{position}: [{exc.pgcode}] {primary}")
+
+
+def copy_partitions(dsn: str, staging: str, columns: Sequence[str]) -> Callable[[Iterator[pa.RecordBatch]],
+                                                                               Iterator[pa.RecordBatch]]:
+    """A ``mapInArrow`` function: each partition's lines (Arrow batches, no pickling) COPYed; yields its count."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        lines = (line for b in batches for line in b.column(0).to_pylist())
+        yield pa.RecordBatch.from_pydict({"rows": [copy_rows(dsn, staging, columns, lines)]},
+                                         schema=pa.schema([("rows", pa.int64())]))
+
+    return run

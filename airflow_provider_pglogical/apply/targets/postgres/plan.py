@@ -1,0 +1,48 @@
+"""The PostgreSQL target's plan of one batch: per-table staging tables, the batch transaction's inputs, its result."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from psycopg2 import sql
+
+from airflow_provider_pglogical.apply.targets.base import BatchResult, from_column
+
+# The frames' meta columns (apply/transforms.py: KIND, KEEP, LSN, TOUCHED), as staging-table columns.
+OP, KEEP, LSN, TOUCHED = "_pgl_kind", "_pgl_keep", "_pgl_lsn", "_pgl_touched"
+TOAST_REASON = "unchanged TOAST value unavailable (not in the target, not in the old image)"
+
+__all__ = ["KEEP", "LSN", "OP", "TOAST_REASON", "TOUCHED", "BatchPlan", "BatchResult", "TablePlan", "from_column",
+           "staging_name"]
+
+
+@dataclass
+class TablePlan:
+    """What one target table gets in one batch (built on the driver, executed in one transaction)."""
+
+    source: str
+    target: str
+    key: tuple[str, ...]
+    columns: tuple[str, ...]  # target columns written (key included)
+    staging: str | None = None  # None: no row changes for this table in the batch
+    conflict: str = "upsert"
+    unchanged_toast: str = "fail"
+
+
+@dataclass
+class BatchPlan:
+    slot: str
+    start_lsn: int
+    end_lsn: int
+    tables: list[TablePlan]  # parents before children
+    truncate: list[str] = field(default_factory=list)  # target tables, one TRUNCATE statement
+    restart_identity: list[str] = field(default_factory=list)  # subset whose owned sequences restart
+    watermark_tables: list[str] = field(default_factory=list)
+    # Source schema changes the target follows (schema.alter_statements), run first in the transaction.
+    ddl: list[sql.Composable] = field(default_factory=list)
+
+
+def staging_name(slot: str, end_lsn: int, target: str) -> str:
+    digest = hashlib.sha1(f"{slot}\0{target}".encode()).hexdigest()[:12]
+    return f"public._pglogical_stg_{digest}_{end_lsn:016X}"

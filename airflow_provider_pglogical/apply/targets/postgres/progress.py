@@ -1,0 +1,77 @@
+"""Target bookkeeping in PostgreSQL: the progress (watermark) and rejects tables, and resetting a slot.
+
+The only place that knows their names and SQL: the apply, ``pglogical status`` and replay's reset
+all come here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from psycopg2 import sql
+
+from airflow_provider_pglogical.apply.targets.postgres.catalog import ident
+
+PROGRESS_TABLE = "pglogical_progress"
+REJECTS_TABLE = "pglogical_rejects"
+
+
+def ensure_bookkeeping(conn, progress: str, rejects: str) -> None:
+    with conn.cursor() as cur:
+        cur.execute(sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (slot text NOT NULL, target_table text NOT NULL, "
+            "end_lsn pg_lsn NOT NULL, applied_at timestamptz NOT NULL DEFAULT now(), "
+            "PRIMARY KEY (slot, target_table))").format(ident(progress)))
+        cur.execute(sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (id bigserial PRIMARY KEY, slot text NOT NULL, "
+            "table_name text NOT NULL, lsn pg_lsn, reason text NOT NULL, key jsonb, "
+            "rejected_at timestamptz NOT NULL DEFAULT now())").format(ident(rejects)))
+    conn.commit()
+
+
+def watermarks(conn, progress: str, slot: str) -> dict[str, int]:
+    with conn.cursor() as cur:
+        cur.execute(sql.SQL("SELECT target_table, (end_lsn - '0/0'::pg_lsn)::bigint FROM {} WHERE slot = %s")
+                    .format(ident(progress)), (slot,))
+        return dict(cur.fetchall())
+
+
+def exists(conn: Any, qualified: str) -> bool:
+    with conn.cursor() as cur:
+        cur.execute("SELECT to_regclass(%s)", (ident(qualified).as_string(conn),))
+        return cur.fetchone()[0] is not None
+
+
+def read_watermarks(conn: Any, slot: str, progress: str = PROGRESS_TABLE) -> dict[str, int]:
+    """``watermarks``, or {} when the progress table does not exist yet (nothing applied)."""
+    if not exists(conn, progress):
+        return {}
+    return watermarks(conn, progress, slot)
+
+
+def advance_watermarks(cur: Any, progress: str, slot: str, tables: Iterable[str], end_lsn: int) -> None:
+    """Move the watermark of ``tables`` to ``end_lsn`` (never backwards), inside the caller's transaction."""
+    for table in tables:
+        cur.execute(sql.SQL(
+            "INSERT INTO {} AS p (slot, target_table, end_lsn) VALUES (%s, %s, '0/0'::pg_lsn + %s::numeric) "
+            "ON CONFLICT (slot, target_table) DO UPDATE SET end_lsn = EXCLUDED.end_lsn, applied_at = now() "
+            "WHERE p.end_lsn < EXCLUDED.end_lsn").format(ident(progress)),
+            (slot, table, end_lsn))
+
+
+def reset(conn: Any, slot: str, tables: Iterable[str], progress: str = PROGRESS_TABLE) -> list[str]:
+    """Empty the existing ``tables`` and forget ``slot``'s watermarks, in one transaction; returns the emptied tables.
+
+    Used by replay before re-applying the staged log from its first batch; crashing before the
+    commit leaves the target untouched, after it a replay simply starts from an empty target.
+    """
+    existing = [name for name in tables if exists(conn, name)]
+    with conn.cursor() as cur:
+        if existing:
+            # One TRUNCATE for all: foreign keys between target tables do not block it.
+            cur.execute(sql.SQL("TRUNCATE {}").format(sql.SQL(", ").join(ident(n) for n in existing)))
+        if exists(conn, progress):
+            cur.execute(sql.SQL("DELETE FROM {} WHERE slot = %s").format(ident(progress)), (slot,))
+    conn.commit()
+    return existing

@@ -1,0 +1,176 @@
+"""The PostgreSQL target: a batch's frames COPYed into unlogged staging tables, then applied in one transaction.
+
+Crash windows: executors COPY into unlogged staging tables first (nothing visible yet; a crash
+leaves only staging tables, which the next run drops and refills). The apply transaction then
+does the truncates and the changes (``setbased.py``, or ``ordered.py`` change by change) *and*
+moves the watermark in the progress table (``progress.py``); a crash before COMMIT leaves the
+target untouched, a crash after COMMIT makes the next run skip the batch (end_lsn ≤ watermark)
+and just drop the leftover staging tables.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg2
+from psycopg2 import sql
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from airflow_provider_pglogical.apply.config import ApplyConfig
+from airflow_provider_pglogical.apply.targets.base import (
+    BatchChanges,
+    BatchResult,
+    PlannedBatch,
+    PlannedTable,
+    TargetTable,
+)
+from airflow_provider_pglogical.apply.targets.postgres import catalog, ordered, progress, schema, setbased
+from airflow_provider_pglogical.apply.targets.postgres.copy import (
+    copy_partitions,
+    create_staging,
+    drop_staging,
+    staging_columns,
+)
+from airflow_provider_pglogical.apply.targets.postgres.copytext import SESSION_CONF, copy_lines
+from airflow_provider_pglogical.apply.targets.postgres.plan import BatchPlan, TablePlan, staging_name
+from airflow_provider_pglogical.apply.targets.postgres.target_types import describe_types
+from airflow_provider_pglogical.exceptions import ApplyError
+
+log = logging.getLogger(__name__)
+
+
+class PostgresTarget:
+    """``Target`` for a PostgreSQL database reached by ``dsn`` (driver and executors alike)."""
+
+    def __init__(self, spark: SparkSession, config: ApplyConfig, dsn: str) -> None:
+        self.spark = spark
+        self.config = config
+        self.dsn = dsn
+        self._conn: Any = None
+
+    @property
+    def conn(self) -> Any:
+        if self._conn is None:
+            raise ApplyError("the PostgreSQL target is used outside its session()")
+        return self._conn
+
+    @contextmanager
+    def session(self, slot: str) -> Iterator[None]:
+        for key, value in SESSION_CONF.items():  # what copy_lines' text relies on (UTC, readable TIME columns)
+            self.spark.conf.set(key, value)
+        self._conn = catalog.connect(self.dsn)
+        try:
+            # One apply per slot and target at a time: staging table names are per (slot, batch).
+            if not catalog.try_lock_slot(self._conn, slot):
+                raise ApplyError(f"another apply of slot {slot} into this target is running")
+            progress.ensure_bookkeeping(self._conn, self.config.progress_table, self.config.rejects_table)
+            yield
+        finally:
+            self._conn.close()
+            self._conn = None
+
+    def watermarks(self, slot: str) -> dict[str, int]:
+        marks = progress.watermarks(self.conn, self.config.progress_table, slot)
+        self.conn.commit()
+        return marks
+
+    def foreign_keys(self) -> list[tuple[str, str]]:
+        fks = catalog.foreign_keys(self.conn)
+        self.conn.commit()
+        return fks
+
+    def describe(self, table: str) -> TargetTable | None:
+        return catalog.describe(self.conn, table)
+
+    def create_table(self, table: str, columns: Sequence[tuple[str, str]], key: Sequence[str]) -> None:
+        catalog.create_table(self.conn, table, columns, key)
+        self.conn.commit()
+
+    # -- one batch -------------------------------------------------------------------------
+
+    def apply_batch(self, plan: PlannedBatch, changes: BatchChanges) -> BatchResult:
+        """Stage every table's net changes, apply them set-based in one transaction; when that cannot
+        reproduce a native subscriber (``OrderedReplayNeeded``), stage the un-netted changes and replay
+        them in commit order instead."""
+        conn, seconds = self.conn, {}
+        tables = [TablePlan(t.source, t.target, t.key, t.columns, staging_name(plan.slot, plan.end_lsn, t.target),
+                            t.conflict, t.unchanged_toast) for t in plan.tables]
+        batch = BatchPlan(slot=plan.slot, start_lsn=plan.start_lsn, end_lsn=plan.end_lsn, tables=tables,
+                          truncate=list(plan.truncate), restart_identity=list(plan.restart_identity),
+                          watermark_tables=list(plan.watermark_tables),
+                          ddl=[s for t in plan.tables for s in schema.alter_statements(t.target, t.column_changes)])
+        # Staged as the tables will be once the batch's schema changes ran (they run in its transaction).
+        described = {t.target: self._existing(t.target).after(t.column_changes) for t in plan.tables}
+        started, replayed = time.monotonic(), False
+        try:
+            for planned, table in zip(plan.tables, tables, strict=True):
+                self._stage(planned, described[planned.target], table.staging or "", changes.net(planned),
+                            in_order=False)
+            staged_at = time.monotonic()
+            seconds["stage"] = round(staged_at - started, 3)
+            try:
+                result = setbased.apply_batch(conn, batch, progress=self.config.progress_table,
+                                              rejects=self.config.rejects_table)
+            except setbased.OrderedReplayNeeded as why:
+                # Rolled back already. A new transaction rather than a savepoint: staging the changes is a Spark
+                # job, and an open transaction would hold the truncates' ACCESS EXCLUSIVE locks through it.
+                log.info("batch %X-%X: %s; replaying it change by change in commit order", plan.start_lsn,
+                         plan.end_lsn, why)
+                seconds["apply"] = round(time.monotonic() - staged_at, 3)
+                replayed, replay_at = True, time.monotonic()
+                for planned, table in zip(plan.tables, tables, strict=True):
+                    self._stage(planned, described[planned.target], ordered.ordered_name(table.staging or ""),
+                                changes.ordered(planned), in_order=True)
+                staged_at = time.monotonic()
+                seconds["stage_ordered"] = round(staged_at - replay_at, 3)
+                result = ordered.apply_ordered(conn, batch, progress=self.config.progress_table,
+                                               rejects=self.config.rejects_table)
+                seconds["apply_ordered"] = round(time.monotonic() - staged_at, 3)
+            else:
+                seconds["apply"] = round(time.monotonic() - staged_at, 3)
+        finally:
+            # Staging tables are disposable in every outcome; a crash before this line leaves them for
+            # the next run of the batch, which drops and recreates them under the same names.
+            names = [t.staging for t in tables if t.staging]
+            try:
+                drop_staging(conn, names + ([ordered.ordered_name(n) for n in names] if replayed else []))
+            except psycopg2.Error as exc:  # never mask the apply's own outcome
+                conn.rollback()
+                log.warning("could not drop staging tables of batch %X-%X: %s", plan.start_lsn, plan.end_lsn,
+                            exc.pgcode)
+        result.seconds = seconds
+        return result
+
+    def _existing(self, table: str) -> TargetTable:
+        found = catalog.describe(self.conn, table)
+        if found is None:
+            raise ApplyError(f"target table {table} does not exist")
+        return found
+
+    def _stage(self, planned: PlannedTable, target: TargetTable, staging: str, frame: DataFrame, *,
+               in_order: bool) -> None:
+        """One table's changes COPYed by the executors into a fresh unlogged staging table.
+
+        Net changes per key for the set-based apply; with ``in_order``, every change with its
+        position (commit LSN, order in transaction) for the ordered replay.
+        """
+        if in_order:
+            columns = ordered.ordered_columns(target, planned.key, planned.columns)
+        else:
+            columns = staging_columns(target, planned.key, planned.columns)
+        types = describe_types(self.conn, columns)  # before create_staging, which commits
+        create_staging(self.conn, staging, columns)
+        if self.config.write_partitions:
+            frame = frame.repartition(self.config.write_partitions)
+        copy_cols = [c for c, _ in columns]
+        written = (copy_lines(frame, types).mapInArrow(copy_partitions(self.dsn, staging, copy_cols), "rows long")
+                   .agg(F.sum("rows")).collect()[0][0])
+        with self.conn.cursor() as cur:
+            cur.execute(sql.SQL("ANALYZE {}").format(catalog.ident(staging)))  # the planner needs row counts
+        self.conn.commit()
+        log.debug("staged %s %s changes of %s", written or 0, "ordered" if in_order else "net", planned.target)

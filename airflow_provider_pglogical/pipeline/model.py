@@ -1,0 +1,106 @@
+"""The validated pipeline spec as dataclasses, and the vocabulary the validator checks against (no I/O)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from airflow_provider_pglogical.apply.config import (
+    ACTIONS,
+    CASCADE_POLICIES,
+    CONFLICT_POLICIES,
+    SCHEMA_CHANGE_POLICIES,
+    TOAST_POLICIES,
+)
+from airflow_provider_pglogical.hooks.slots import SLOT_NAME_RE
+
+# `${NAME}` or `${NAME:-default}` inside any string value: DSNs and staging paths usually differ
+# between laptop, CI and production while the rest of a spec does not.
+ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+SLOT_NAME = SLOT_NAME_RE  # PostgreSQL's rule for replication slot names (hooks/slots.py)
+NAMEDATALEN = 63
+
+TARGET_KINDS = ("postgres",)
+# The apply's own choices (apply/config.py, a light module), under the spec's names.
+TRUNCATE_CASCADE = CASCADE_POLICIES
+__all__ = ["ACTIONS", "CONFLICT_POLICIES", "ENV_REF", "NAMEDATALEN", "SCHEMA_CHANGE_POLICIES", "SLOT_NAME",
+           "TARGET_KINDS", "TOAST_POLICIES", "TRUNCATE_CASCADE", "PipelineSpec", "SourceSpec", "SparkSpec",
+           "StagingSpec", "TableSpec", "TargetSpec", "TruncateSpec", "split_qualified"]
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """The PostgreSQL server whose slot is drained."""
+
+    publication: str
+    slot: str
+    dsn: str | None = None
+    conn_id: str | None = None
+    create: bool = False
+    max_batch_bytes: int | None = None
+    max_changes: int | None = None
+    max_lag_bytes: int | None = None
+    min_safe_wal_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class StagingSpec:
+    uri: str
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    kind: str
+    dsn: str | None = None
+    conn_id: str | None = None
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One published source table and how it lands in the target."""
+
+    name: str  # schema.table on the source
+    row_filter: str | None = None
+    columns: tuple[str, ...] | None = None  # None: every column
+    target: str | None = None  # None: same name as the source
+    conflict: str = "upsert"
+    unchanged_toast: str = "fail"
+    key_columns: tuple[str, ...] | None = None
+    actions: tuple[str, ...] = ACTIONS  # published actions (publish = '...'), judged on the original operation
+    schema_changes: str = "follow"  # follow source ADD/DROP COLUMN and lossless widening, or fail
+
+    @property
+    def target_name(self) -> str:
+        return self.target or self.name
+
+
+@dataclass(frozen=True)
+class TruncateSpec:
+    cascade: str = "follow_source"
+
+
+@dataclass(frozen=True)
+class SparkSpec:
+    conn_id: str = "spark_default"
+    master: str | None = None  # CLI default when --master is not given
+    conf: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """A validated pipeline spec; build it with :func:`load_spec` or :func:`parse_spec`."""
+
+    source: SourceSpec
+    staging: StagingSpec
+    target: TargetSpec
+    tables: dict[str, TableSpec]
+    truncate: TruncateSpec = field(default_factory=TruncateSpec)
+    spark: SparkSpec = field(default_factory=SparkSpec)
+    origin: str = "<spec>"
+
+
+
+def split_qualified(name: str) -> tuple[str, str]:
+    """``schema.table`` → (schema, table); names are unquoted and may not contain dots."""
+    schema, _, table = name.partition(".")
+    return schema, table
