@@ -9,12 +9,13 @@ from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfi
 from airflow_provider_pglogical.apply.planning import (
     choose_key,
     parents_first,
+    plan_batch,
     plan_truncates,
     update_delete_problem,
     written_columns,
 )
 from airflow_provider_pglogical.apply.targets.base import TargetTable
-from airflow_provider_pglogical.exceptions import ApplyError
+from airflow_provider_pglogical.exceptions import ApplyError, SchemaChangeError
 
 REL = RelationInfo("public", "t", "d", (RelationColumn("id", "int", True), RelationColumn("v", "text", False)))
 FULL = RelationInfo("public", "t", "f", (RelationColumn("id", "int", True), RelationColumn("v", "text", True)))
@@ -103,3 +104,23 @@ def test_wildcard_entries_select_tables_like_a_publication_with_exact_names_firs
     bad = ApplyConfig(slot="s", staging_root="/x", tables={"*": TableApplyConfig(target="public.one")})
     with pytest.raises(ApplyError, match="wildcard"):
         bad.table_config("public.t")
+
+
+def test_plan_batch_carries_schema_changes_and_the_update_delete_rule_to_the_target():
+    v1 = RelationInfo("public", "t", "d", (RelationColumn("id", "integer", True), RelationColumn("v", "text", False)))
+    v2 = RelationInfo("public", "t", "d", (*v1.columns, RelationColumn("w", "bigint", False)))
+    table = TargetTable("public.t", {"id": "integer", "v": "text", "gone": "text"}, ("id",), ("gone",))
+
+    def plan(cfg: TableApplyConfig):
+        return plan_batch("s", 10, 20, {"public.t"}, {"public.t": ("public.t", cfg)}, {"public.t": v2}, [], {}, [],
+                          {"public.t": table}, {"public.t": [(10, v1), (15, v2)]}, {"public.t": frozenset({"v"})})
+
+    planned = plan(TableApplyConfig(row_filter="v > 'a'")).tables[0]
+    assert [(c.kind, c.column, c.new_type) for c in planned.column_changes] == [
+        ("add", "w", "bigint"), ("drop_not_null", "gone", None)]
+    assert "outside the replica identity" in planned.update_delete_problem
+    assert table.after(planned.column_changes) == TargetTable(
+        "public.t", {"id": "integer", "v": "text", "gone": "text", "w": "bigint"}, ("id",), ())
+    assert plan(TableApplyConfig(row_filter="v > 'a'", actions=("insert",))).tables[0].update_delete_problem is None
+    with pytest.raises(SchemaChangeError, match="new column w"):
+        plan(TableApplyConfig(schema_changes="fail"))
