@@ -140,3 +140,30 @@ class SnapshotOnExistingSlotError(SnapshotError):
 
 class SnapshotConnectionLostError(SnapshotError):
     """The replication connection holding the exported snapshot closed before every reader imported it."""
+
+
+class ReplicaIdentityError(ApplyError):
+    """An UPDATE or DELETE arrived that the table's replica identity cannot apply.
+
+    A table without a replica identity (no primary key, ``REPLICA IDENTITY NOTHING``) is applied
+    insert-only, and a row filter over columns outside the replica identity can only judge
+    INSERTs; PostgreSQL refuses such an UPDATE/DELETE on the publisher. ``table`` is the source
+    table, ``lsn`` the first offending change. No row values.
+    """
+
+    def __init__(self, message: str, *, table: str, lsn: int | None) -> None:
+        super().__init__(message)
+        self.table, self.lsn = table, lsn
+
+
+class SchemaChangeError(ApplyError):
+    """A source schema change the target cannot follow (or ``schema_changes: fail``); nothing was written.
+
+    ``table`` is the target table, ``column`` the column, ``old_type``/``new_type`` the target's and
+    the source's type (None for an added/dropped column), ``lsn`` where the new schema was first seen.
+    """
+
+    def __init__(self, message: str, *, table: str, column: str | None, old_type: str | None,
+                 new_type: str | None, lsn: int | None) -> None:
+        super().__init__(message)
+        self.table, self.column, self.old_type, self.new_type, self.lsn = table, column, old_type, new_type, lsn

@@ -32,7 +32,8 @@ CHANGE_META_COLUMNS = ("commit_lsn", "end_lsn", "lsn", "tx_order", "xid", "commi
                        "schema_version", "old", "old_key_only", "new", "new_unchanged_toast")
 
 __all__ = ["CHANGE_META_COLUMNS", "META", "NOTES_COLUMNS", "Batch", "RelationColumn", "RelationInfo",
-           "TruncateEvent", "has_value_notes", "keys_never_repeat", "list_batches", "read_changes", "read_relations",
+           "TruncateEvent", "has_value_notes", "keys_never_repeat", "list_batches", "read_changes",
+           "read_relation_versions", "read_relations",
            "read_truncates"]
 
 
@@ -71,6 +72,11 @@ def list_batches(staging_root: str, slot: str) -> list[Batch]:
     """Visible batches of ``slot`` in LSN order; StagingError on a gap or an overlap between them."""
     reader = StagingReader.from_uri(staging_root, slot)
     return [Batch(reader, ref, reader.manifest(ref)) for ref in reader.batches()]
+
+
+def read_relation_versions(batch: Batch) -> dict[str, list[tuple[int, RelationInfo]]]:
+    """Every schema version per ``schema.table`` seen in the batch, as (first LSN, shape), oldest first."""
+    return batch.reader.relation_versions(batch.ref)
 
 
 def read_relations(batch: Batch) -> dict[str, RelationInfo]:

@@ -12,6 +12,7 @@ CONFLICT_POLICIES = ("upsert", "strict")
 TOAST_POLICIES = ("fail", "reject_and_continue")
 CASCADE_POLICIES = ("follow_source", "never")
 ACTIONS = ("insert", "update", "delete", "truncate")
+SCHEMA_CHANGE_POLICIES = ("follow", "fail")
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,9 @@ class TableApplyConfig:
     ``columns`` a column list (None: all); ``target`` the target table (``schema.table`` or a bare
     name in ``public``; default: the source name); ``key_columns`` overrides the key used to
     compact and match rows (default: the target's primary key for REPLICA IDENTITY FULL sources,
-    else the replica identity); ``actions`` the published actions (publish = '...').
+    else the replica identity); ``actions`` the published actions (publish = '...');
+    ``schema_changes`` whether a source schema change the target can follow losslessly is applied
+    to the target (``follow``: ADD COLUMN, widening type changes) or stops the batch (``fail``).
     """
 
     row_filter: str | None = None
@@ -33,9 +36,11 @@ class TableApplyConfig:
     truncate_cascade: str = "follow_source"
     key_columns: tuple[str, ...] | None = None
     actions: tuple[str, ...] = ACTIONS
+    schema_changes: str = "follow"
 
     def __post_init__(self) -> None:
         for name, value, allowed in (("conflict", self.conflict, CONFLICT_POLICIES),
+                                     ("schema_changes", self.schema_changes, SCHEMA_CHANGE_POLICIES),
                                      ("unchanged_toast", self.unchanged_toast, TOAST_POLICIES),
                                      ("truncate_cascade", self.truncate_cascade, CASCADE_POLICIES)):
             if value not in allowed:
@@ -61,7 +66,9 @@ class ApplyConfig:
     """One apply run: which slot's batches, from where, into which target.
 
     ``tables`` maps source ``schema.table`` to its config; when empty every staged table is
-    applied with defaults (like a publication FOR ALL TABLES). The target DSN is never part of
+    applied with defaults (like a publication FOR ALL TABLES). Keys ``schema.*`` and ``*`` select
+    every staged table of a schema / every staged table, exact names taking precedence, so tables
+    added to the publication later are applied by the next run (``table_config``). The target DSN is never part of
     this object: it is read from the environment variable named ``dsn_env`` (or the 0600 file
     ``dsn_file``) so it never reaches a command line or a log.
     """
@@ -79,9 +86,17 @@ class ApplyConfig:
     bookkeeping_schema: str | None = None
 
     def table_config(self, source: str) -> TableApplyConfig | None:
+        """The config of ``schema.table``: its own entry, else ``schema.*``, else ``*`` (like a publication's
+        FOR TABLE / FOR TABLES IN SCHEMA / FOR ALL TABLES); None when none applies (the table is ignored).
+
+        A wildcard entry never names a ``target``: each table it selects keeps its own name.
+        """
         if not self.tables:
             return TableApplyConfig()
-        return self.tables.get(source)
+        found = self.tables.get(source) or self.tables.get(f"{source.partition('.')[0]}.*") or self.tables.get("*")
+        if found is not None and found.target and source not in self.tables:
+            raise ApplyError(f"the wildcard entry that selects {source} must not name a target")
+        return found
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

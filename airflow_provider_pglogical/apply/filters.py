@@ -74,7 +74,12 @@ _FILTERABLE_TYPE = re.compile(
 def validate_row_filter(spark: SparkSession, expression: str, *, table: str, columns: Sequence[str],
                         identity: Sequence[str], replica_identity: str, actions: Sequence[str],
                         types: Mapping[str, str | None] | None = None) -> frozenset[str]:
-    """Check a filter as PostgreSQL would at publication/DML time; returns the referenced columns.
+    """Check a filter as PostgreSQL would when the publication is created; returns the referenced columns.
+
+    The replica-identity rule (filter columns of a table whose UPDATE/DELETE are applied must be in
+    its replica identity) is PostgreSQL's DML-time check: it is judged when such a change arrives
+    (``planning.update_delete_problem``), so insert-only tables pass. ``identity``,
+    ``replica_identity`` and ``actions`` are kept for callers and that later check.
 
     ``types`` (column → SQL type name): every referenced column must be of a type the filter
     evaluates exactly on staged values (``_FILTERABLE_TYPE``); others are refused up front
@@ -94,13 +99,6 @@ def validate_row_filter(spark: SparkSession, expression: str, *, table: str, col
                 f"row filter of {table} references column(s) {', '.join(unsupported)} whose staged values do not "
                 "compare like PostgreSQL's; filters support integer, float, boolean, numeric(p,s), date, timestamp, "
                 "text/varchar, name, uuid and oid columns")
-    if replica_identity != "f" and ({"update", "delete"} & set(actions)):
-        outside = sorted(refs - {c.lower() for c in identity})
-        if outside:
-            raise RowFilterError(
-                f"row filter of {table} references column(s) {', '.join(outside)} outside the replica "
-                "identity while UPDATE/DELETE are applied (PostgreSQL rejects such publications unless "
-                "the table is REPLICA IDENTITY FULL)")
     return refs
 
 

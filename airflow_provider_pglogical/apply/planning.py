@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from airflow_provider_pglogical.apply import schema_changes
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import PlannedBatch, PlannedTable, TargetTable
 from airflow_provider_pglogical.exceptions import ApplyError
@@ -17,8 +18,9 @@ class TableShape:
 
     source: str
     target: str
-    key: tuple[str, ...]
+    key: tuple[str, ...]  # empty: keyless, insert-only (appended)
     columns: tuple[str, ...]
+    update_delete_problem: str | None = None  # why an arriving UPDATE/DELETE must stop the batch
 
 
 def target_name(source: str, cfg: TableApplyConfig) -> str:
@@ -42,23 +44,52 @@ def written_columns(rel: RelationInfo, cfg: TableApplyConfig) -> tuple[str, ...]
     return tuple(c for c in rel.column_names if c in cfg.columns)
 
 
+def has_replica_identity(rel: RelationInfo) -> bool:
+    """Whether old images identify rows: REPLICA IDENTITY FULL, or identity columns (PK / USING INDEX)."""
+    return rel.replica_identity == "f" or bool(rel.identity_columns)
+
+
 def choose_key(rel: RelationInfo, cfg: TableApplyConfig, target: TargetTable | None,
                columns: Sequence[str]) -> tuple[str, ...]:
-    """Key to compact and match rows: configured, else the target PK for RI FULL, else the replica identity."""
+    """Key to compact and match rows: configured, else the target PK for RI FULL, else the replica identity.
+
+    A table without a replica identity gets the empty key (insert-only, appended) unless
+    ``key_columns`` names a unique key of the target: INSERTs then upsert on it. Its UPDATEs and
+    DELETEs cannot be matched (old images carry nothing) and fail when they arrive
+    (``update_delete_problem``), as PostgreSQL fails them on the publisher.
+    """
     if cfg.key_columns:
         key = cfg.key_columns
     elif rel.replica_identity == "f":
         key = target.primary_key if target is not None and target.primary_key else tuple(columns)
     else:
         key = rel.identity_columns
-    if not key:
-        raise ApplyError(f"{rel.qualified_name} has no replica identity; set key_columns in its apply config")
     outside = sorted(set(key) - set(columns))
     if outside:
         raise ApplyError(f"key column(s) {', '.join(outside)} of {rel.qualified_name} are not replicated")
-    if rel.replica_identity != "f" and set(key) - set(rel.identity_columns):
+    if has_replica_identity(rel) and rel.replica_identity != "f" and set(key) - set(rel.identity_columns):
         raise ApplyError(f"key of {rel.qualified_name} must be within its replica identity (old images carry only it)")
     return tuple(key)
+
+
+def update_delete_problem(rel: RelationInfo, cfg: TableApplyConfig, filter_columns: Iterable[str]) -> str | None:
+    """Why an UPDATE/DELETE of this table cannot be applied, if it cannot; None when it can.
+
+    Checked when such a change actually arrives in a batch (PostgreSQL refuses it on the publisher
+    at that moment, not when the publication is created): a table without a replica identity is
+    insert-only, and a row filter over columns outside the replica identity cannot judge the old
+    row of an UPDATE/DELETE unless the table is REPLICA IDENTITY FULL.
+    """
+    if not ({"update", "delete"} & set(cfg.actions)):
+        return None
+    if not has_replica_identity(rel):
+        return "has no replica identity (no primary key, or REPLICA IDENTITY NOTHING), so it is applied insert-only"
+    if rel.replica_identity != "f":
+        outside = sorted({c.lower() for c in filter_columns} - {c.lower() for c in rel.identity_columns})
+        if outside:
+            return (f"has a row filter on column(s) {', '.join(outside)} outside the replica identity, which cannot "
+                    "judge the old row (use REPLICA IDENTITY FULL or USING INDEX on the source)")
+    return None
 
 
 def check_target_columns(shape: TableShape, target: TargetTable) -> None:
@@ -152,13 +183,23 @@ def column_types(rel: RelationInfo, columns: Sequence[str], target: str) -> list
     return out
 
 
+def source_versions(versions: Sequence[tuple[int, RelationInfo]]) -> list[schema_changes.SourceVersion]:
+    """A table's staged schema versions (first LSN, relation; LSN order) as schema-change planning sees them."""
+    return [schema_changes.SourceVersion(lsn, {c.name: c.type_name for c in rel.columns}) for lsn, rel in versions]
+
+
 def plan_batch(slot: str, start_lsn: int, end_lsn: int, changed: Collection[str],
                pending: Mapping[str, tuple[str, TableApplyConfig]], relations: Mapping[str, RelationInfo],
                truncates: Sequence[TruncateEvent], marks: Mapping[str, int], fks: Sequence[tuple[str, str]],
-               existing: Mapping[str, TargetTable | None]) -> PlannedBatch:
+               existing: Mapping[str, TargetTable | None],
+               versions: Mapping[str, Sequence[tuple[int, RelationInfo]]] | None = None,
+               filter_columns: Mapping[str, Collection[str]] | None = None) -> PlannedBatch:
     """The batch's plan, without I/O: keys and columns of every pending table with row changes
-    (``changed``), the last truncate position of each, the tables emptied (those that exist) and the
-    order parents → children. ``existing`` describes the target tables (None: missing)."""
+    (``changed``), the source schema changes its target follows, the last truncate position of each,
+    the tables emptied (those that exist) and the order parents → children. ``existing`` describes the
+    target tables (None: missing); ``versions`` gives each source's staged schema versions as
+    (first LSN, relation) in LSN order (default: ``relations`` alone, at ``start_lsn``);
+    ``filter_columns`` the columns each source's row filter references."""
     truncs = plan_truncates(truncates, dict(pending), fks)
     truncated_at = {t: p for t, p in truncs.position.items() if is_pending(marks.get(t), end_lsn)}
     by_target: dict[str, PlannedTable] = {}
@@ -170,11 +211,16 @@ def plan_batch(slot: str, start_lsn: int, end_lsn: int, changed: Collection[str]
         if table is None:
             raise ApplyError(f"target table {target} does not exist")
         columns = written_columns(rel, cfg)
-        shape = TableShape(source, target, choose_key(rel, cfg, table, columns), columns)
-        check_target_columns(shape, table)
+        problem = update_delete_problem(rel, cfg, (filter_columns or {}).get(source, ()))
+        shape = TableShape(source, target, choose_key(rel, cfg, table, columns), columns, problem)
+        staged = (versions or {}).get(source) or [(start_lsn, rel)]
+        changes = tuple(schema_changes.plan_column_changes(target, table.columns, table.required,
+                                                           source_versions(staged), columns,
+                                                           policy=cfg.schema_changes))
+        check_target_columns(shape, table.after(changes))
         # Two sources into one target: the first (by name) is written, as before the split.
         by_target.setdefault(target, PlannedTable(source, target, shape.key, columns, rel, cfg,
-                                                  truncated_at.get(target)))
+                                                  truncated_at.get(target), changes, problem))
     order = parents_first(sorted(by_target), fks)
     truncate = parents_first(sorted(t for t in truncated_at if existing.get(t) is not None), fks)
     return PlannedBatch(

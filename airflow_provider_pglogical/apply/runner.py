@@ -25,11 +25,12 @@ from airflow_provider_pglogical.apply.batches import (
     keys_never_repeat,
     list_batches,
     read_changes,
+    read_relation_versions,
     read_relations,
     read_truncates,
 )
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
-from airflow_provider_pglogical.apply.filters import apply_row_filter, validate_row_filter
+from airflow_provider_pglogical.apply.filters import apply_row_filter, referenced_columns, validate_row_filter
 from airflow_provider_pglogical.apply.notes import fold_notes, inherit_toast_notes
 from airflow_provider_pglogical.apply.targets.base import (
     COMMIT,
@@ -48,14 +49,16 @@ from airflow_provider_pglogical.apply.transforms import (
     TOUCHED,
     compact,
     filter_actions,
+    first_update_or_delete,
     project_columns,
     resolve_toast_from_old,
     single_event_net,
+    to_appends,
     to_key_events,
     to_ordered_changes,
     void_before,
 )
-from airflow_provider_pglogical.exceptions import ApplyError
+from airflow_provider_pglogical.exceptions import ApplyError, ReplicaIdentityError, RowFilterError, format_lsn
 from airflow_provider_pglogical.metrics.progress import Progress
 from airflow_provider_pglogical.staging.reader import RelationInfo
 
@@ -111,6 +114,9 @@ def net_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, shape: 
     already its key's net change and ``single_event_net`` replaces the shuffle of ``compact``.
     """
     net = single_event_net if unique_keys else compact
+    if not shape.key:  # keyless (insert-only): every INSERT is its own row
+        return published_changes(df, rel, cfg, shape, notes).transform(to_appends(shape.columns)) \
+            .transform(void_before(truncated_at))
     return (published_changes(df, rel, cfg, shape, notes)
             .transform(to_key_events(shape.key, shape.columns))
             .transform(void_before(truncated_at))
@@ -120,6 +126,8 @@ def net_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, shape: 
 def ordered_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, shape: planning.TableShape,
                     truncated_at: tuple[int, int] | None, notes: bool = True) -> DataFrame:
     """Staged changes of one table → every change after the last truncate, un-netted, for the ordered replay."""
+    if not shape.key:
+        return net_changes(df, rel, cfg, shape, truncated_at, notes)
     return (published_changes(df, rel, cfg, shape, notes)
             .transform(to_ordered_changes(shape.key, shape.columns))
             .transform(void_before(truncated_at)))
@@ -240,8 +248,16 @@ def _apply_one(spark: SparkSession, config: ApplyConfig, target: Target, batch: 
             target.create_table(name, planning.column_types(rel, columns, name),
                                 planning.choose_key(rel, cfg, None, columns))
             existing.found.pop(name)
+    # Columns each row filter references: an UPDATE/DELETE is refused when they leave the replica identity.
+    filter_columns = {source: referenced_columns(spark, cfg.row_filter) for source, (_, cfg) in pending.items()
+                      if cfg.row_filter and source in batch.table_files}
     plan = planning.plan_batch(config.slot, batch.start_lsn, batch.end_lsn, set(batch.table_files), pending, rels,
-                               truncates, marks, target.foreign_keys(), existing)
+                               truncates, marks, target.foreign_keys(), existing, read_relation_versions(batch),
+                               filter_columns)
+    for table in plan.tables:
+        if table.column_changes:
+            log.info("batch %X-%X: %s follows source schema changes: %s", batch.start_lsn, batch.end_lsn,
+                     table.target, ", ".join(f"{c.kind} {c.column}" for c in table.column_changes))
     result = target.apply_batch(plan, SparkBatchChanges(spark, batch, sync))
     report.applied, report.rows, report.ordered = result.applied, result.rows, result.ordered
     report.seconds = result.seconds
@@ -272,11 +288,15 @@ class SparkBatchChanges:
         return changes, notes, from_key
 
     def net(self, table: PlannedTable) -> DataFrame:
+        """Net changes; first, an UPDATE/DELETE the table cannot apply stops the batch (``check_updates_deletes``).
+        The ordered replay follows only a set-based attempt, so ``ordered`` needs no check of its own."""
         changes, notes, from_key = self._staged(table)
-        shape = planning.TableShape(table.source, table.target, table.key, table.columns)
+        shape = planning.TableShape(table.source, table.target, table.key, table.columns, table.update_delete_problem)
+        if shape.update_delete_problem:
+            check_updates_deletes(changes, table.relation, table.config, shape, self.batch)
         # Decided here, not in a target: every target's net frame skips compaction's shuffle then.
-        unique = keys_never_repeat(self.batch, table.source, table.key,
-                                   full_identity=table.relation.replica_identity == "f")
+        unique = bool(table.key) and keys_never_repeat(self.batch, table.source, table.key,
+                                                       full_identity=table.relation.replica_identity == "f")
         return (net_changes(changes, table.relation, table.config, shape, table.truncated_at, notes, unique)
                 .select(KIND, KEEP, LSN, *from_key, TOUCHED, *table.columns))
 
@@ -286,3 +306,21 @@ class SparkBatchChanges:
         return (ordered_changes(changes, table.relation, table.config, shape, table.truncated_at, notes)
                 .select(KIND, KEEP, LSN, F.col(SEQ).getField("c").alias(COMMIT),
                         F.col(SEQ).getField("o").alias(ORDER), *from_key, *table.columns))
+
+
+def check_updates_deletes(changes: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, shape: planning.TableShape,
+                          batch: Batch) -> None:
+    """Stop the batch, naming table and LSN, when an UPDATE/DELETE arrives that the table cannot apply.
+
+    Judged on published actions (an unpublished UPDATE never arrives natively either); insert-only
+    traffic passes. ``RowFilterError`` for the filter rule, ``ReplicaIdentityError`` otherwise.
+    """
+    count, lsn = first_update_or_delete(changes.transform(filter_actions(cfg.actions)))
+    if not count:
+        return
+    text = (f"{count} UPDATE/DELETE change(s) of {shape.source} from LSN {format_lsn(lsn)} cannot be applied: the table "
+            f"{shape.update_delete_problem}; batch {format_lsn(batch.start_lsn)}-{format_lsn(batch.end_lsn)} not "
+            "applied (PostgreSQL refuses such changes on the publisher)")
+    if planning.has_replica_identity(rel):
+        raise RowFilterError(text)
+    raise ReplicaIdentityError(text, table=shape.source, lsn=lsn)

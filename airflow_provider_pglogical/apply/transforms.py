@@ -235,3 +235,28 @@ def single_event_net(key: Sequence[str], columns: Sequence[str]) -> Step:
               for c in columns])
 
     return step
+
+
+def to_appends(columns: Sequence[str]) -> Step:
+    """Step: keyless (insert-only) tables — every INSERT is its own row, nothing is netted.
+
+    Output columns match ``compact`` (kind ``I``, nothing kept, not touched) plus ``_pgl_seq`` for
+    ``void_before``. UPDATE/DELETE never reach here: the runner refuses them first
+    (``planning.update_delete_problem``), as PostgreSQL refuses them on the publisher.
+    """
+
+    def step(df: DataFrame) -> DataFrame:
+        new = F.col(META + "new")
+        return df.where(F.col(META + "op") == "I").select(
+            F.lit("I").alias(KIND), _seq(F.lit(1)).alias(SEQ), F.col(META + "lsn").alias(LSN),
+            F.array().cast("array<string>").alias(KEEP), F.lit(False).alias(TOUCHED),
+            *[new.getField(c).alias(c) for c in columns])
+
+    return step
+
+
+def first_update_or_delete(df: DataFrame) -> tuple[int, int | None]:
+    """(count, first LSN) of UPDATE/DELETE changes in a staged frame — one small Spark job."""
+    row = (df.where(F.col(META + "op").isin("U", "D"))
+           .agg(F.count(F.lit(1)).alias("n"), F.min(F.col(META + "lsn")).alias("lsn")).collect()[0])
+    return int(row["n"]), (int(row["lsn"]) if row["lsn"] is not None else None)

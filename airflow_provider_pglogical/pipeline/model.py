@@ -5,7 +5,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from airflow_provider_pglogical.apply.config import CASCADE_POLICIES, CONFLICT_POLICIES, TOAST_POLICIES
+from airflow_provider_pglogical.apply.config import (
+    ACTIONS,
+    CASCADE_POLICIES,
+    CONFLICT_POLICIES,
+    SCHEMA_CHANGE_POLICIES,
+    TOAST_POLICIES,
+)
 from airflow_provider_pglogical.hooks.slots import SLOT_NAME_RE
 
 # `${NAME}` or `${NAME:-default}` inside any string value: DSNs and staging paths usually differ
@@ -20,9 +26,9 @@ DELTA_MODES = ("mirror", "changelog")  # = apply.targets.delta.target.MODES (a u
 SECRET_OPTION = re.compile(r"SECRET|TOKEN|PASSWORD|ACCESS_KEY|SAS|CREDENTIAL", re.IGNORECASE)
 # The apply's own choices (apply/config.py, a light module), under the spec's names.
 TRUNCATE_CASCADE = CASCADE_POLICIES
-__all__ = ["CONFLICT_POLICIES", "DELTA_MODES", "ENV_REF", "NAMEDATALEN", "SECRET_OPTION", "SLOT_NAME", "TARGET_KINDS", "TOAST_POLICIES",
-           "TRUNCATE_CASCADE", "PipelineSpec", "SourceSpec", "SparkSpec", "StagingSpec", "TableSpec", "TargetSpec",
-           "TruncateSpec", "split_qualified"]
+__all__ = ["ACTIONS", "CONFLICT_POLICIES", "DELTA_MODES", "ENV_REF", "NAMEDATALEN", "SCHEMA_CHANGE_POLICIES", "SECRET_OPTION",
+           "SLOT_NAME", "TARGET_KINDS", "TOAST_POLICIES", "TRUNCATE_CASCADE", "PipelineSpec", "SourceSpec", "SparkSpec",
+           "StagingSpec", "TableSpec", "TargetSpec", "TruncateSpec", "split_qualified"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,8 @@ class TableSpec:
     conflict: str = "upsert"
     unchanged_toast: str = "fail"
     key_columns: tuple[str, ...] | None = None
+    actions: tuple[str, ...] = ACTIONS  # published actions (publish = '...'), judged on the original operation
+    schema_changes: str = "follow"  # follow source ADD/DROP COLUMN and lossless widening, or fail
 
     @property
     def target_name(self) -> str:

@@ -40,7 +40,8 @@ def apply_config(spec: PipelineSpec, *, max_batches: int | None = None) -> Apply
     def table(t: TableSpec) -> TableApplyConfig:
         return TableApplyConfig(row_filter=t.row_filter, columns=t.columns, target=t.target_name,
                                 conflict=t.conflict, unchanged_toast=t.unchanged_toast,
-                                truncate_cascade=spec.truncate.cascade, key_columns=t.key_columns)
+                                truncate_cascade=spec.truncate.cascade, key_columns=t.key_columns,
+                                actions=t.actions, schema_changes=t.schema_changes)
 
     return ApplyConfig(slot=spec.source.slot, staging_root=spec.staging.uri,
                        tables={name: table(t) for name, t in spec.tables.items()}, max_batches=max_batches,

@@ -12,10 +12,12 @@ import yaml
 from airflow_provider_pglogical.exceptions import SpecError
 from airflow_provider_pglogical.hooks.sizes import parse_size
 from airflow_provider_pglogical.pipeline.model import (
+    ACTIONS,
     CONFLICT_POLICIES,
     DELTA_MODES,
     ENV_REF,
     NAMEDATALEN,
+    SCHEMA_CHANGE_POLICIES,
     SLOT_NAME,
     TARGET_KINDS,
     TOAST_POLICIES,
@@ -34,10 +36,10 @@ from airflow_provider_pglogical.pipeline.validation import SpecValidator
 
 # The spec's public face: the dataclasses live in model.py (which the validator imports), the
 # loading here; ``parse_size`` lives beside the slot checks (hooks/sizes.py).
-__all__ = ["CONFLICT_POLICIES", "DELTA_MODES", "ENV_REF", "NAMEDATALEN", "SLOT_NAME", "TARGET_KINDS",
-           "TOAST_POLICIES", "TRUNCATE_CASCADE", "PipelineSpec", "SnapshotSpec", "SourceSpec", "SparkSpec", "StagingSpec",
-           "TableSpec", "TargetSpec",
-           "TruncateSpec", "load_spec", "parse_size", "parse_spec", "split_qualified"]
+__all__ = ["ACTIONS", "CONFLICT_POLICIES", "DELTA_MODES", "ENV_REF", "NAMEDATALEN", "SCHEMA_CHANGE_POLICIES", "SLOT_NAME",
+           "TARGET_KINDS", "TOAST_POLICIES", "TRUNCATE_CASCADE", "PipelineSpec", "SnapshotSpec", "SourceSpec", "SparkSpec",
+           "StagingSpec", "TableSpec", "TargetSpec", "TruncateSpec", "load_spec", "parse_size", "parse_spec",
+           "split_qualified"]
 
 
 def load_spec(path: str | os.PathLike, env: Mapping[str, str] | None = None) -> PipelineSpec:

@@ -147,18 +147,23 @@ class StagingReader:
             return None
         return pq.read_table(path, filesystem=self.layout.fs).to_pylist()
 
-    def relations(self, batch: BatchRef) -> dict[str, RelationInfo]:
-        """Latest schema version per ``schema.table`` seen in the batch."""
-        latest: dict[str, tuple[int, RelationInfo]] = {}
+    def relation_versions(self, batch: BatchRef) -> dict[str, list[tuple[int, RelationInfo]]]:
+        """Every schema version per ``schema.table`` seen in the batch, as (first LSN, shape), oldest first."""
+        versions: dict[str, list[tuple[int, int, RelationInfo]]] = {}
         for row in self._read_small(batch, RELATIONS) or []:
             info = RelationInfo(
                 schema=row["schema"], table=row["table"], replica_identity=row["replica_identity"],
                 columns=tuple(RelationColumn(c["name"], c.get("type_name"), bool(c["is_identity"]))
                               for c in row["columns"]))
-            version = int(row["schema_version"])
-            if info.qualified_name not in latest or latest[info.qualified_name][0] < version:
-                latest[info.qualified_name] = (version, info)
-        return {name: info for name, (_, info) in latest.items()}
+            versions.setdefault(info.qualified_name, []).append(
+                (int(row["first_lsn"]), int(row["schema_version"]), info))
+        # A relid dropped and recreated restarts at version 1: the first LSN orders them.
+        return {name: [(lsn, info) for lsn, _, info in sorted(vs, key=lambda v: (v[0], v[1]))]
+                for name, vs in versions.items()}
+
+    def relations(self, batch: BatchRef) -> dict[str, RelationInfo]:
+        """Latest schema version per ``schema.table`` seen in the batch."""
+        return {name: vs[-1][1] for name, vs in self.relation_versions(batch).items()}
 
     def truncates(self, batch: BatchRef, manifest: Manifest | None = None) -> list[TruncateEvent]:
         """The batch's TRUNCATE events in commit order (none without reading when the manifest counts none)."""

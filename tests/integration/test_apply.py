@@ -145,7 +145,7 @@ def test_strict_conflict_policy_refuses_inserts_of_existing_keys(spark, tmp_path
 def test_invalid_row_filters_fail_before_anything_is_written(spark, tmp_path, target):
     write_batch(tmp_path, "s1", BatchSpec(0x100, 0x200, {PARENT: [Chg("I", 0x110, 0, new={"id": 1, "name": "y"})]}))
     with pytest.raises(RowFilterError):
-        run(spark, tmp_path, target, {"public.parent": TableApplyConfig(row_filter="name = 'x'")})
+        run(spark, tmp_path, target, {"public.parent": TableApplyConfig(row_filter="nope = 'x'")})
     assert rows(target, "SELECT count(*) FROM pg_tables WHERE tablename IN ('parent', 'pglogical_progress')") == [(0,)]
 
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from airflow_provider_pglogical.apply.config import TableApplyConfig
+from airflow_provider_pglogical.apply.schema_changes import ADD, RELAX, WIDEN, ColumnChange
 from airflow_provider_pglogical.staging.reader import RelationInfo
 
 if TYPE_CHECKING:
@@ -54,11 +55,23 @@ def from_column(i: int) -> str:
 @dataclass(frozen=True)
 class TargetTable:
     """A target table as the target describes it: columns (name → the target's own type text, in
-    table order) and primary key."""
+    table order), primary key, and the columns every INSERT must set (NOT NULL without a default,
+    outside the primary key: a column the source dropped is relaxed so inserts keep succeeding)."""
 
     qualified: str
     columns: dict[str, str]
     primary_key: tuple[str, ...]
+    required: tuple[str, ...] = ()
+
+    def after(self, changes: Sequence[ColumnChange]) -> TargetTable:
+        """The table as it will be once ``changes`` ran (staging and COPY text use these types)."""
+        columns = dict(self.columns)
+        for ch in changes:
+            if ch.kind in (ADD, WIDEN) and ch.new_type is not None:
+                columns[ch.column] = ch.new_type
+        relaxed = {ch.column for ch in changes if ch.kind == RELAX}
+        return TargetTable(self.qualified, columns, self.primary_key,
+                           tuple(c for c in self.required if c not in relaxed))
 
 
 @dataclass(frozen=True)
@@ -72,6 +85,12 @@ class PlannedTable:
     relation: RelationInfo
     config: TableApplyConfig
     truncated_at: tuple[int, int] | None = None  # last truncate (commit_lsn, tx_order) in the batch
+    # Source schema changes the target follows (``apply/schema_changes.py``), in the batch's
+    # transaction before its truncates and rows; each target renders them in its own dialect.
+    column_changes: tuple[ColumnChange, ...] = ()
+    # Why an arriving UPDATE/DELETE must stop the batch (no replica identity, a row filter outside
+    # it); None: they apply. Checked on the changes themselves, not up front (PostgreSQL's rule).
+    update_delete_problem: str | None = None
 
     @property
     def conflict(self) -> str:

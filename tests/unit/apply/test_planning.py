@@ -6,12 +6,21 @@ import pytest
 
 from airflow_provider_pglogical.apply.batches import RelationColumn, RelationInfo, TruncateEvent
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
-from airflow_provider_pglogical.apply.planning import choose_key, parents_first, plan_truncates, written_columns
+from airflow_provider_pglogical.apply.planning import (
+    choose_key,
+    parents_first,
+    plan_batch,
+    plan_truncates,
+    update_delete_problem,
+    written_columns,
+)
 from airflow_provider_pglogical.apply.targets.base import TargetTable
-from airflow_provider_pglogical.exceptions import ApplyError
+from airflow_provider_pglogical.exceptions import ApplyError, SchemaChangeError
 
 REL = RelationInfo("public", "t", "d", (RelationColumn("id", "int", True), RelationColumn("v", "text", False)))
 FULL = RelationInfo("public", "t", "f", (RelationColumn("id", "int", True), RelationColumn("v", "text", True)))
+NO_RI = RelationInfo("public", "t", "n", (RelationColumn("id", "int", False), RelationColumn("v", "text", False)))
+NO_PK = RelationInfo("public", "t", "d", NO_RI.columns)
 FKS = [("public.child", "public.parent"), ("public.grandchild", "public.child")]
 
 
@@ -19,6 +28,31 @@ def test_the_key_is_the_replica_identity_or_the_target_pk_for_full_identity():
     assert choose_key(REL, TableApplyConfig(), None, ("id", "v")) == ("id",)
     assert choose_key(FULL, TableApplyConfig(), TargetTable("public.t", {}, ("id",)), ("id", "v")) == ("id",)
     assert choose_key(FULL, TableApplyConfig(), None, ("id", "v")) == ("id", "v")
+
+
+@pytest.mark.parametrize("rel", [NO_RI, NO_PK], ids=["nothing", "default-without-pk"])
+def test_a_table_without_replica_identity_is_keyless_unless_key_columns_name_a_target_key(rel):
+    assert choose_key(rel, TableApplyConfig(), None, ("id", "v")) == ()
+    # Any replicated columns may key its INSERTs (upserts): UPDATE/DELETE never match by them.
+    assert choose_key(rel, TableApplyConfig(key_columns=("v",)), None, ("id", "v")) == ("v",)
+    with pytest.raises(ApplyError, match="not replicated"):
+        choose_key(rel, TableApplyConfig(key_columns=("zz",)), None, ("id", "v"))
+    assert "no replica identity" in update_delete_problem(rel, TableApplyConfig(), ())
+    assert "no replica identity" in update_delete_problem(rel, TableApplyConfig(key_columns=("v",)), ())
+    assert update_delete_problem(rel, TableApplyConfig(actions=("insert", "truncate")), ()) is None
+
+
+def test_a_key_with_replica_identity_must_stay_within_it():
+    with pytest.raises(ApplyError, match="within its replica identity"):
+        choose_key(REL, TableApplyConfig(key_columns=("v",)), None, ("id", "v"))
+
+
+def test_filter_columns_outside_the_identity_block_updates_and_deletes_only():
+    assert "outside the replica identity" in update_delete_problem(REL, TableApplyConfig(), ("V",))
+    assert update_delete_problem(REL, TableApplyConfig(), ("id",)) is None
+    assert update_delete_problem(FULL, TableApplyConfig(), ("v",)) is None
+    assert update_delete_problem(REL, TableApplyConfig(actions=("insert",)), ("v",)) is None
+    assert "outside" in update_delete_problem(REL, TableApplyConfig(actions=("delete",)), ("v",))
 
 
 def test_a_column_list_must_cover_the_identity_while_updates_are_applied():
@@ -56,3 +90,37 @@ def test_config_round_trips_through_json_and_rejects_unknown_policies():
     assert ApplyConfig.from_json(cfg.to_json()) == cfg
     with pytest.raises(ApplyError):
         TableApplyConfig(conflict="ignore")
+
+
+def test_wildcard_entries_select_tables_like_a_publication_with_exact_names_first():
+    cfg = ApplyConfig(slot="s", staging_root="/x", tables={
+        "*": TableApplyConfig(conflict="strict"), "sales.*": TableApplyConfig(actions=("insert",)),
+        "sales.orders": TableApplyConfig(target="dw.orders")})
+    assert cfg.table_config("sales.orders").target == "dw.orders"
+    assert cfg.table_config("sales.new_table").actions == ("insert",)
+    assert cfg.table_config("public.anything").conflict == "strict"
+    only_sales = ApplyConfig(slot="s", staging_root="/x", tables={"sales.*": TableApplyConfig()})
+    assert only_sales.table_config("public.t") is None
+    bad = ApplyConfig(slot="s", staging_root="/x", tables={"*": TableApplyConfig(target="public.one")})
+    with pytest.raises(ApplyError, match="wildcard"):
+        bad.table_config("public.t")
+
+
+def test_plan_batch_carries_schema_changes_and_the_update_delete_rule_to_the_target():
+    v1 = RelationInfo("public", "t", "d", (RelationColumn("id", "integer", True), RelationColumn("v", "text", False)))
+    v2 = RelationInfo("public", "t", "d", (*v1.columns, RelationColumn("w", "bigint", False)))
+    table = TargetTable("public.t", {"id": "integer", "v": "text", "gone": "text"}, ("id",), ("gone",))
+
+    def plan(cfg: TableApplyConfig):
+        return plan_batch("s", 10, 20, {"public.t"}, {"public.t": ("public.t", cfg)}, {"public.t": v2}, [], {}, [],
+                          {"public.t": table}, {"public.t": [(10, v1), (15, v2)]}, {"public.t": frozenset({"v"})})
+
+    planned = plan(TableApplyConfig(row_filter="v > 'a'")).tables[0]
+    assert [(c.kind, c.column, c.new_type) for c in planned.column_changes] == [
+        ("add", "w", "bigint"), ("drop_not_null", "gone", None)]
+    assert "outside the replica identity" in planned.update_delete_problem
+    assert table.after(planned.column_changes) == TargetTable(
+        "public.t", {"id": "integer", "v": "text", "gone": "text", "w": "bigint"}, ("id",), ())
+    assert plan(TableApplyConfig(row_filter="v > 'a'", actions=("insert",))).tables[0].update_delete_problem is None
+    with pytest.raises(SchemaChangeError, match="new column w"):
+        plan(TableApplyConfig(schema_changes="fail"))

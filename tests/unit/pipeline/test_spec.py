@@ -194,6 +194,39 @@ def test_key_columns_must_be_among_the_listed_columns():
         with_change("tables/public.orders/key_columns", ["sku"]))
 
 
+def test_actions_and_schema_changes_are_per_table_choices():
+    spec = parse_spec(with_change("tables/public.customers", {"actions": ["truncate", "insert"],
+                                                              "schema_changes": "fail"}), env={})
+    assert spec.tables["public.customers"].actions == ("insert", "truncate")  # canonical order
+    assert spec.tables["public.customers"].schema_changes == "fail"
+    assert spec.tables["public.orders"].actions == ("insert", "update", "delete", "truncate")
+    assert spec.tables["public.orders"].schema_changes == "follow"
+    assert parse_spec(with_change("tables/public.customers", {"actions": []}), env={}) \
+        .tables["public.customers"].actions == ()
+    message = error_of(with_change("tables/public.customers", {"actions": ["insert", "upsert", "insert"],
+                                                               "schema_changes": "ignore"}))
+    assert "tables.public.customers.actions[1]: must be one of insert, update, delete, truncate, got 'upsert'" \
+        in message
+    assert "tables.public.customers.actions[2]: action 'insert' is listed twice" in message
+    assert "tables.public.customers.schema_changes: must be one of follow, fail, got 'ignore'" in message
+    assert "tables.public.customers.actions: expected a list" in error_of(
+        with_change("tables/public.customers", {"actions": "insert"}))
+
+
+def test_wildcard_table_selection_is_refused_in_specs_for_now():
+    assert "tables.sales.*: wildcard table selection is not supported in specs yet" in error_of(
+        with_change("tables/sales.*", {}))
+
+
+def test_the_apply_config_carries_actions_and_schema_changes():
+    from airflow_provider_pglogical.pipeline.runs import apply_config
+
+    spec = parse_spec(with_change("tables/public.customers", {"actions": ["insert"], "schema_changes": "fail"}),
+                      env={})
+    cfg = apply_config(spec).tables["public.customers"]
+    assert (cfg.actions, cfg.schema_changes) == (("insert",), "fail")
+
+
 def test_an_unknown_conflict_policy_is_an_error():
     assert "tables.public.orders.conflict: must be one of upsert, strict, got 'ignore'" in error_of(
         with_change("tables/public.orders/conflict", "ignore"))
@@ -279,6 +312,8 @@ def test_the_spec_choices_match_the_apply_package():
     assert specmod.CONFLICT_POLICIES == config.CONFLICT_POLICIES
     assert specmod.TOAST_POLICIES == config.TOAST_POLICIES
     assert specmod.TRUNCATE_CASCADE == config.CASCADE_POLICIES
+    assert specmod.ACTIONS == config.ACTIONS
+    assert specmod.SCHEMA_CHANGE_POLICIES == config.SCHEMA_CHANGE_POLICIES
 
 
 def test_the_snapshot_section_defaults_to_no_initial_snapshot_and_validates_its_keys():

@@ -58,7 +58,16 @@ def describe(conn, qualified: str) -> TargetTable | None:
             "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary "
             "ORDER BY array_position(i.indkey, a.attnum)", (sql.Identifier(schema, name).as_string(conn),))
         pk = tuple(r[0] for r in cur.fetchall())
-    return TargetTable(qualified, dict(cols), pk)
+        # Columns every INSERT must set: NOT NULL, no default, not generated, not identity, not in the
+        # primary key (whose NOT NULL cannot be dropped) — what a source DROP COLUMN has to relax.
+        cur.execute(
+            "SELECT a.attname FROM pg_attribute a WHERE a.attrelid = %s::regclass AND a.attnum > 0 "
+            "AND NOT a.attisdropped AND a.attnotnull AND NOT a.atthasdef AND a.attidentity = '' "
+            "AND a.attgenerated = '' AND NOT EXISTS (SELECT FROM pg_index i WHERE i.indrelid = a.attrelid "
+            "AND i.indisprimary AND a.attnum = ANY(i.indkey)) ORDER BY a.attnum",
+            (sql.Identifier(schema, name).as_string(conn),))
+        required = tuple(r[0] for r in cur.fetchall())
+    return TargetTable(qualified, dict(cols), pk, required)
 
 
 def create_table(conn, qualified: str, columns: Sequence[tuple[str, str]], key: Sequence[str]) -> None:

@@ -15,12 +15,14 @@ from airflow_provider_pglogical.exceptions import ApplyError, ConstraintViolatio
 
 
 def begin_batch(cur, plan: BatchPlan, progress: str) -> bool:
-    """Lock the slot, re-read the watermark (False: already applied) and run the truncates."""
+    """Lock the slot, re-read the watermark (False: already applied), follow schema changes, run the truncates."""
     # Same key as the run's session lock: re-entrant here, and it serialises other writers.
     cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (lock_key(plan.slot),))
     marks = watermarks(cur.connection, progress, plan.slot)
     if all(marks.get(t, -1) >= plan.end_lsn for t in plan.watermark_tables):
         return False
+    for statement in plan.ddl:
+        cur.execute(statement)
     if plan.truncate:
         cur.execute(sql.SQL("TRUNCATE {}").format(sql.SQL(", ").join(map(ident, plan.truncate))))
         for table in plan.restart_identity:

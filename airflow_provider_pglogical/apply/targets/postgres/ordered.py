@@ -68,6 +68,11 @@ def _change_block(i: int, t: TablePlan, plan: BatchPlan, rejects: str) -> sql.Co
     def rec(c: str) -> sql.Composable:
         return sql.SQL("{}.{}").format(r, sql.Identifier(c))
 
+    if not t.key:  # keyless, insert-only (the runner refused its UPDATE/DELETE): append
+        return sql.SQL("\n      INSERT INTO {tgt} ({cols}) VALUES ({vals}); {inserted}").format(
+            tgt=ident(t.target), cols=sql.SQL(", ").join(sql.Identifier(c) for c in t.columns),
+            vals=sql.SQL(", ").join(rec(c) for c in t.columns), inserted=_bump("inserted", n))
+
     def tgt(c: str) -> sql.Composable:
         return sql.SQL("_pgl_t.{}").format(sql.Identifier(c))
 

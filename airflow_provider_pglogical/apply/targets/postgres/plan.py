@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+from psycopg2 import sql
+
 from airflow_provider_pglogical.apply.targets.base import BatchResult, from_column
 
 # The frames' meta columns (apply/transforms.py: KIND, KEEP, LSN, TOUCHED), as staging-table columns.
@@ -37,6 +39,8 @@ class BatchPlan:
     truncate: list[str] = field(default_factory=list)  # target tables, one TRUNCATE statement
     restart_identity: list[str] = field(default_factory=list)  # subset whose owned sequences restart
     watermark_tables: list[str] = field(default_factory=list)
+    # Source schema changes the target follows (schema.alter_statements), run first in the transaction.
+    ddl: list[sql.Composable] = field(default_factory=list)
 
 
 def staging_name(slot: str, end_lsn: int, target: str, schema: str = "public") -> str:

@@ -92,6 +92,13 @@ def _fill_from_moved_rows(cur, t: TablePlan) -> None:
 def _apply_table_rows(cur, plan: BatchPlan, t: TablePlan, rejects: str, counters: dict[str, int]) -> None:
     """Conflict/TOAST checks, then UPDATE of existing rows and INSERT of new ones (deletes done earlier)."""
     stg, tgt = ident(t.staging), ident(t.target)
+    cols = sql.SQL(", ").join(map(sql.Identifier, t.columns))
+    scols = sql.SQL(", ").join(sql.SQL("s.{}").format(sql.Identifier(c)) for c in t.columns)
+    if not t.key:  # keyless, insert-only: append every INSERT (the runner refused UPDATE/DELETE)
+        cur.execute(sql.SQL("INSERT INTO {tgt} ({cols}) SELECT {scols} FROM {stg} s WHERE s.{op} = 'I'").format(
+            tgt=tgt, cols=cols, scols=scols, stg=stg, op=sql.Identifier(OP)))
+        counters["inserted"] = cur.rowcount
+        return
     exists = _exists_in_target(t)
     unresolved = sql.SQL("s.{op} IN ('I', 'R') AND cardinality(s.{keep}) > 0 AND (s.{op} = 'R' OR NOT {ex})").format(
         op=sql.Identifier(OP), keep=sql.Identifier(KEEP), ex=exists)
@@ -127,8 +134,6 @@ def _apply_table_rows(cur, plan: BatchPlan, t: TablePlan, rejects: str, counters
         cur.execute(sql.SQL("UPDATE {tgt} t SET {sets} FROM {stg} s WHERE s.{op} IN ('U', 'I') AND {m}").format(
             tgt=tgt, sets=sets, stg=stg, op=sql.Identifier(OP), m=_key_match(t.key, "t", "s")))
         counters["updated"] = cur.rowcount
-    cols = sql.SQL(", ").join(map(sql.Identifier, t.columns))
-    scols = sql.SQL(", ").join(sql.SQL("s.{}").format(sql.Identifier(c)) for c in t.columns)
     cur.execute(sql.SQL("INSERT INTO {tgt} ({cols}) SELECT {scols} FROM {stg} s WHERE s.{op} IN ('I', 'R') "
                         "AND cardinality(s.{keep}) = 0 AND NOT {ex}").format(
         tgt=tgt, cols=cols, scols=scols, stg=stg, op=sql.Identifier(OP), keep=sql.Identifier(KEEP), ex=exists))
@@ -147,20 +152,21 @@ def apply_batch(conn, plan: BatchPlan, *, progress: str, rejects: str) -> BatchR
     result: an order-dependent violation, or unchanged-TOAST values along a key-change chain.
     """
     staged = [t for t in plan.tables if t.staging is not None]
+    keyed = [t for t in staged if t.key]  # keyless tables are insert-only: nothing to match, move or delete
 
     def apply_rows(cur) -> None:
-        for t in staged:
+        for t in keyed:
             if _moved_toast_needs_order(cur, t):
                 raise OrderedReplayNeeded(f"unchanged TOAST values of {t.target} moved along a key-change chain")
         try:
-            for t in staged:
+            for t in keyed:
                 _fill_from_moved_rows(cur, t)
-            for t in reversed(staged):
+            for t in reversed(keyed):
                 cur.execute(sql.SQL("DELETE FROM {tgt} t USING {stg} s WHERE s.{op} IN ('D', 'R') AND {m}").format(
                     tgt=ident(t.target), stg=ident(t.staging), op=sql.Identifier(OP), m=_key_match(t.key, "t", "s")))
                 result.rows.setdefault(t.target, {})["deleted"] = cur.rowcount
             for t in staged:
-                _apply_table_rows(cur, plan, t, rejects, result.rows[t.target])
+                _apply_table_rows(cur, plan, t, rejects, result.rows.setdefault(t.target, {}))
         except psycopg2.Error as exc:
             if exc.pgcode in ORDER_DEPENDENT:
                 raise OrderedReplayNeeded(f"set-based apply hit [{exc.pgcode}] "

@@ -143,8 +143,10 @@ class PostgresTarget:
                             t.conflict, t.unchanged_toast) for t in plan.tables]
         batch = BatchPlan(slot=plan.slot, start_lsn=plan.start_lsn, end_lsn=plan.end_lsn, tables=tables,
                           truncate=list(plan.truncate), restart_identity=list(plan.restart_identity),
-                          watermark_tables=list(plan.watermark_tables))
-        described = {t.target: self._existing(t.target) for t in plan.tables}
+                          watermark_tables=list(plan.watermark_tables),
+                          ddl=[s for t in plan.tables for s in schema.alter_statements(t.target, t.column_changes)])
+        # Staged as the tables will be once the batch's schema changes ran (they run in its transaction).
+        described = {t.target: self._existing(t.target).after(t.column_changes) for t in plan.tables}
         started, replayed = time.monotonic(), False
         try:
             for planned, table in zip(plan.tables, tables, strict=True):
