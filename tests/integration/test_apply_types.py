@@ -110,7 +110,7 @@ def staged_wide_update(uri: str) -> dict:
     """The staged UPDATE of wide in the second batch (to prove the unchanged-TOAST path was taken)."""
     batch = list_batches(uri, "ours")[1]
     (path,) = batch.table_files["public.wide"]
-    (row,) = pq.read_table(posixpath.join(batch.path, path)).to_pylist()
+    (row,) = pq.read_table(posixpath.join(batch.ref.path, path)).to_pylist()
     return row
 
 

@@ -13,7 +13,9 @@ from pyspark.sql.types import (
     DataType,
     DateType,
     MapType,
+    NumericType,
     StringType,
+    StructField,
     StructType,
     TimestampNTZType,
     TimestampType,
@@ -51,8 +53,21 @@ def _replace_all(c: Column, pairs: list[tuple[str, str]]) -> Column:
 
 
 def copy_escape(c: Column) -> Column:
-    """COPY text escapes: backslash first, then the delimiter and line breaks."""
-    return _replace_all(c, [(r"\\", r"\\\\"), ("\t", r"\\t"), ("\n", r"\\n"), ("\r", r"\\r")])
+    """COPY text escapes: backslash first, then the delimiter and line breaks (literal replaces, no regex)."""
+    for search, replacement in (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r")):
+        c = F.replace(c, F.lit(search), F.lit(replacement))
+    return c
+
+
+def may_need_escape(dtype: DataType) -> bool:
+    """Whether the text of a value of ``dtype`` can hold a backslash, tab or line break.
+
+    Numbers, booleans and the dates, times and intervals printed here are digits and punctuation
+    only; bytea's hex starts with a backslash, and text, and anything with text inside (arrays,
+    composites, ranges, noted values), may hold anything.
+    """
+    return not isinstance(dtype, (BooleanType, DateType, TimestampType, TimestampNTZType, TimeType,
+                                  NumericType)) and not is_interval(dtype) and not is_timetz(dtype)
 
 
 def _array_quote(c: Column) -> Column:
@@ -227,7 +242,12 @@ def copy_lines(df: DataFrame, types: Mapping[str, PgType] | None = None, *, term
     line with its newline, so a partition's lines are the COPY data as they are (``copy.copy_partitions``).
     """
     types = types or {}
-    fields = [F.coalesce(copy_escape(pg_text(F.col(f.name), f.dataType, types.get(f.name))), F.lit(NULL))
-              for f in df.schema.fields]
+    def field(f: StructField) -> Column:
+        text = pg_text(F.col(f.name), f.dataType, types.get(f.name))
+        # money is numeric-typed but only ever digits too; a composite that looks like an interval is still
+        # escaped (its target type says composite), which is merely redundant
+        return F.coalesce(copy_escape(text) if may_need_escape(f.dataType) or f.name in types else text, F.lit(NULL))
+
+    fields = [field(f) for f in df.schema.fields]
     line = F.concat_ws("\t", *fields)
     return df.select((F.concat(line, F.lit("\n")) if terminated else line).alias("line"))
