@@ -22,9 +22,10 @@ ALTER TABLE orders REPLICA IDENTITY USING INDEX orders_identity;
 """
 
 
-def pglogical(*args: str) -> subprocess.CompletedProcess:
-    # As a user calls it: by path, venv not activated, no PYSPARK_PYTHON/SPARK_LOCAL_IP/AIRFLOW_* exported.
-    return run_as_user([PGLOGICAL, *args], timeout=300)
+def pglogical(*args: str, extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    # As a user calls it: by path, venv not activated, no PYSPARK_PYTHON/SPARK_LOCAL_IP/AIRFLOW_* exported
+    # beyond ``extra`` (what the user exports for this command).
+    return run_as_user([PGLOGICAL, *args], extra, timeout=300)
 
 
 @pytest.fixture
@@ -180,7 +181,7 @@ def test_decode_with_an_initial_snapshot_stages_pre_existing_rows_and_resync_res
     assert refused.returncode == 1 and "pglogical resync" in refused.stderr and "cli_slot" in refused.stderr
 
 
-def test_apply_with_a_target_conn_id_keeps_the_connections_libpq_extras(pipeline, pg_server, monkeypatch):
+def test_apply_with_a_target_conn_id_keeps_the_connections_libpq_extras(pipeline, pg_server):
     """`target.conn_id` goes through the one DSN builder (hooks/dsn.py): its sslmode reaches libpq.
 
     The test server speaks no SSL, so ``sslmode=require`` must make the target connection fail,
@@ -195,12 +196,10 @@ def test_apply_with_a_target_conn_id_keeps_the_connections_libpq_extras(pipeline
         return json.dumps({"conn_type": "postgres", "host": pg_server.host, "port": pg_server.port,
                            "schema": target_db, "login": pg_server.superuser, "extra": {"sslmode": sslmode}})
 
-    monkeypatch.setenv("AIRFLOW_CONN_PGL_TARGET", connection("disable"))
-    ok = pglogical("apply", "--spec", str(spec))
+    ok = pglogical("apply", "--spec", str(spec), extra={"AIRFLOW_CONN_PGL_TARGET": connection("disable")})
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["batches_applied"] == 0
 
-    monkeypatch.setenv("AIRFLOW_CONN_PGL_TARGET", connection("require"))
-    refused = pglogical("apply", "--spec", str(spec))
+    refused = pglogical("apply", "--spec", str(spec), extra={"AIRFLOW_CONN_PGL_TARGET": connection("require")})
     assert refused.returncode != 0
     assert "SSL" in refused.stderr
