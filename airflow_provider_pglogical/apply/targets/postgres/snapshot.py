@@ -53,7 +53,8 @@ def apply_snapshot(target: Any, plan: PlannedSnapshot, changes: Any) -> BatchRes
     ensure_sync_table(conn)
     result = BatchResult(applied=False)
     started = time.monotonic()
-    names = {t.target: staging_name(plan.slot, plan.lsn, t.target) + "_snap" for t in plan.tables}
+    names = {t.target: staging_name(plan.slot, plan.lsn, t.target, target.bookkeeping_schema) + "_snap"
+             for t in plan.tables}
     try:
         for t in plan.tables:
             target._stage(t, target._existing(t.target), names[t.target], changes.net(t), in_order=False)

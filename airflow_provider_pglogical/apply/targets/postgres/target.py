@@ -30,7 +30,7 @@ from airflow_provider_pglogical.apply.targets.base import (
     PlannedTable,
     TargetTable,
 )
-from airflow_provider_pglogical.apply.targets.postgres import catalog, ordered, progress, setbased
+from airflow_provider_pglogical.apply.targets.postgres import catalog, ordered, progress, schema, setbased
 from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import qualified, resolve_schema
 from airflow_provider_pglogical.apply.targets.postgres.copy import (
     copy_partitions,
@@ -79,14 +79,14 @@ class PostgresTarget:
                 raise ApplyError(f"another apply of slot {slot} into this target is running")
             # Progress, rejects and staging tables go to a schema the role can create in (a loader role
             # that owns only its schema has no CREATE on public); from here on their names are qualified.
-            schema = resolve_schema(self._conn, self.config.bookkeeping_schema, self.target_tables,
-                                    self.config.progress_table)
+            resolved = resolve_schema(self._conn, self.config.bookkeeping_schema, self.target_tables,
+                                      self.config.progress_table)
             self._conn.commit()
-            self.config = replace(self.config, bookkeeping_schema=schema,
-                                  progress_table=qualified(schema, self.config.progress_table),
-                                  rejects_table=qualified(schema, self.config.rejects_table))
+            self.config = replace(self.config, bookkeeping_schema=resolved,
+                                  progress_table=qualified(resolved, self.config.progress_table),
+                                  rejects_table=qualified(resolved, self.config.rejects_table))
             log.info("bookkeeping tables %s, %s and staging tables in schema %s", self.config.progress_table,
-                     self.config.rejects_table, schema)
+                     self.config.rejects_table, resolved)
             progress.ensure_bookkeeping(self._conn, self.config.progress_table, self.config.rejects_table)
             yield
         finally:
@@ -138,8 +138,9 @@ class PostgresTarget:
         reproduce a native subscriber (``OrderedReplayNeeded``), stage the un-netted changes and replay
         them in commit order instead."""
         conn, seconds = self.conn, {}
-        schema = self.bookkeeping_schema
-        tables = [TablePlan(t.source, t.target, t.key, t.columns, staging_name(plan.slot, plan.end_lsn, t.target, schema),
+        bookkeeping = self.bookkeeping_schema
+        tables = [TablePlan(t.source, t.target, t.key, t.columns,
+                            staging_name(plan.slot, plan.end_lsn, t.target, bookkeeping),
                             t.conflict, t.unchanged_toast) for t in plan.tables]
         batch = BatchPlan(slot=plan.slot, start_lsn=plan.start_lsn, end_lsn=plan.end_lsn, tables=tables,
                           truncate=list(plan.truncate), restart_identity=list(plan.restart_identity),
