@@ -110,6 +110,8 @@ def sync_states(spec: PipelineSpec, applied: dict[str, int] | None = None) -> di
 
 def target_sync_marks(spec: PipelineSpec) -> dict[str, int]:
     """Target table → sync LSN of the snapshot it holds ({} before any snapshot was applied)."""
+    if spec.target.kind != "postgres":  # only the PostgreSQL target loads snapshots so far (SnapshotTarget)
+        return {}
     import psycopg2
 
     from airflow_provider_pglogical.pipeline.steps import target_dsn
