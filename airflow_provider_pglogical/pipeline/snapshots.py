@@ -20,16 +20,11 @@ def source_dsn(spec: PipelineSpec) -> str:
     """The source as a libpq DSN (snapshot readers and the replication connection open their own)."""
     if spec.source.dsn is not None:
         return spec.source.dsn
-    from airflow_provider_pglogical.pipeline.steps import _libpq_quote
+    from airflow_provider_pglogical.hooks.dsn import libpq_dsn
 
+    # The one DSN builder and extras allowlist (hooks/dsn.py), with the hook's database override.
     hook = PgLogicalHook(postgres_conn_id=spec.source.conn_id)
-    conn = hook.connection
-    parts: dict[str, Any] = {"host": conn.host, "port": conn.port, "dbname": hook.database or conn.schema,
-                             "user": conn.login, "password": conn.password}
-    from airflow_provider_pglogical.hooks.pglogical import ALLOWED_EXTRAS
-
-    parts.update({k: v for k, v in conn.extra_dejson.items() if k in ALLOWED_EXTRAS})
-    return " ".join(f"{k}={_libpq_quote(str(v))}" for k, v in parts.items() if v not in (None, ""))
+    return libpq_dsn(hook.connection, dbname=hook.database or None)
 
 
 def snapshot_job(spec: PipelineSpec) -> Any:
