@@ -89,7 +89,7 @@ def texts(dsn: str, table: str) -> list[tuple]:
 def staged_comp_schema(uri: str) -> pa.StructType:
     batch = list_batches(uri, "ours")[0]
     (path,) = batch.table_files["public.comp"]
-    return pq.read_schema(posixpath.join(batch.path, path)).field("new").type
+    return pq.read_schema(posixpath.join(batch.ref.path, path)).field("new").type
 
 
 def test_composites_ranges_and_multiranges_apply_exactly_like_a_native_subscriber(server_15_and_17, spark, tmp_path):
