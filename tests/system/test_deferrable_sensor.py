@@ -8,6 +8,7 @@ from pathlib import Path
 
 from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
 from tests.pgserver import execute
+from tests.userenv import venv_script
 
 TEST_DAGS = Path(__file__).parent / "dags"
 
@@ -23,7 +24,7 @@ def test_the_deferrable_lag_sensor_waits_in_the_trigger_and_resumes_once_the_slo
            "PGLOGICAL_TEST_SLOT": "lag_wait_slot", "AIRFLOW__CORE__DAGS_FOLDER": str(TEST_DAGS)}
     lines: list[str] = []
     polls_seen = threading.Event()
-    proc = subprocess.Popen([str(Path(airflow.env["PATH"].split(":")[0]) / "airflow"), "dags", "test",
+    proc = subprocess.Popen([venv_script("airflow"), "dags", "test",
                              "pglogical_test_lag_wait"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
 
