@@ -87,7 +87,7 @@ def lsn_now(dsn: str) -> int:
 def unchanged_toast_marks(uri: str, batch: int) -> int:
     """How many staged o_toast changes of a batch carry body as unchanged TOAST ('u')."""
     staged = list_batches(uri, "ours")[batch]
-    files = [posixpath.join(staged.path, f) for f in staged.table_files["public.o_toast"]]
+    files = [posixpath.join(staged.ref.path, f) for f in staged.table_files["public.o_toast"]]
     return sum("body" in r["new_unchanged_toast"] for f in files for r in pq.read_table(f).to_pylist())
 
 
