@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from airflow_provider_pglogical.apply import schema_changes
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import PlannedBatch, PlannedTable, TargetTable
 from airflow_provider_pglogical.exceptions import ApplyError
-from airflow_provider_pglogical.staging.reader import RelationInfo, TruncateEvent
+from airflow_provider_pglogical.staging.reader import RelationColumn, RelationInfo, TruncateEvent
 
 
 @dataclass(frozen=True)
@@ -185,7 +186,28 @@ def column_types(rel: RelationInfo, columns: Sequence[str], target: str) -> list
 
 def source_versions(versions: Sequence[tuple[int, RelationInfo]]) -> list[schema_changes.SourceVersion]:
     """A table's staged schema versions (first LSN, relation; LSN order) as schema-change planning sees them."""
-    return [schema_changes.SourceVersion(lsn, {c.name: c.type_name for c in rel.columns}) for lsn, rel in versions]
+    return [schema_changes.SourceVersion(lsn, {c.name: c.type_name for c in rel.columns},
+                                         {c.name: c.missing for c in rel.columns if c.missing is not None})
+            for lsn, rel in versions]
+
+
+def with_previous_shapes(versions: Mapping[str, Sequence[tuple[int, RelationInfo]]], state: Any,
+                         start_lsn: int) -> dict[str, list[tuple[int, RelationInfo]]]:
+    """``versions`` with each table's shape before the batch first, from the decoder's relation state the
+    previous batch left (``StagingReader.relation_state``), so a type change between two batches is judged
+    like one inside a batch. The state has type OIDs, not names: only builtin types planning judges get a
+    name (``schema_changes.builtin_type_name``), the others None (unknown, not judged)."""
+    before: dict[str, RelationInfo] = {}
+    for rel in (state or {}).get("relations", []) if isinstance(state, Mapping) else []:
+        cols = tuple(RelationColumn(str(name), schema_changes.builtin_type_name(int(oid), int(typmod)), bool(key))
+                     for name, oid, typmod, key in rel["columns"])
+        info = RelationInfo(str(rel["namespace"]), str(rel["name"]), str(rel["replica_identity"]), cols)
+        before[info.qualified_name] = info
+    out: dict[str, list[tuple[int, RelationInfo]]] = {}
+    for table, staged in versions.items():
+        prev = before.get(table)
+        out[table] = ([(start_lsn, prev)] if prev is not None and staged else []) + list(staged)
+    return out
 
 
 def plan_batch(slot: str, start_lsn: int, end_lsn: int, changed: Collection[str],

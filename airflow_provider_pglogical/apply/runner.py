@@ -251,9 +251,12 @@ def _apply_one(spark: SparkSession, config: ApplyConfig, target: Target, batch: 
     # Columns each row filter references: an UPDATE/DELETE is refused when they leave the replica identity.
     filter_columns = {source: referenced_columns(spark, cfg.row_filter) for source, (_, cfg) in pending.items()
                       if cfg.row_filter and source in batch.table_files}
+    # The shapes before the batch (the previous batch's relation state) come first: a type change
+    # between two batches is judged like one inside a batch.
+    versions = planning.with_previous_shapes(read_relation_versions(batch),
+                                             batch.reader.relation_state(batch.start_lsn), batch.start_lsn)
     plan = planning.plan_batch(config.slot, batch.start_lsn, batch.end_lsn, set(batch.table_files), pending, rels,
-                               truncates, marks, target.foreign_keys(), existing, read_relation_versions(batch),
-                               filter_columns)
+                               truncates, marks, target.foreign_keys(), existing, versions, filter_columns)
     for table in plan.tables:
         if table.column_changes:
             log.info("batch %X-%X: %s follows source schema changes: %s", batch.start_lsn, batch.end_lsn,

@@ -263,6 +263,14 @@ class PgLogicalHook(PostgresHook):
                            " ORDER BY i", ([int(o) for o, _ in pairs], [int(m) for _, m in pairs]))
         return [r[0] for r in rows]
 
+    def missing_values(self, relid: int) -> dict[str, str]:
+        """Column → text of ``pg_attribute.attmissingval`` (a one-element array literal) for the columns of
+        ``relid`` that have one: the value rows older than a column's ``ADD COLUMN … DEFAULT`` read
+        (PostgreSQL 11+ fast default). Current catalog; empty for an unknown relation."""
+        rows = self._query("SELECT attname, attmissingval::text FROM pg_catalog.pg_attribute WHERE attrelid = %s "
+                           "AND attnum > 0 AND NOT attisdropped AND atthasmissing", (int(relid),))
+        return {str(name): str(text) for name, text in rows if text is not None}
+
     @property
     def proto_version(self) -> int:
         return proto_version_for(self.server_version_num)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -54,6 +54,7 @@ class SlotClient(Protocol):
     def advance_slot(self, name: str, lsn: int) -> int: ...
     def load_type_catalog(self, oids: Sequence[int]) -> Any: ...
     def format_types(self, pairs: Sequence[tuple[int, int]]) -> list[str | None]: ...
+    def missing_values(self, relid: int) -> dict[str, str]: ...
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,7 @@ class CatalogResolver:
     def __init__(self, client: SlotClient) -> None:
         self.client = client
         self._names: dict[tuple[int, int], list[str | None]] = {}
+        self._missing: dict[int, dict[str, str]] = {}
 
     def converter(self, relation: RelationSchema) -> RowConverter:
         from airflow_provider_pglogical.decoding.values import RowImageConverter, TypeCatalog
@@ -143,6 +145,12 @@ class CatalogResolver:
         if key not in self._names:
             self._names[key] = self.client.format_types([(c.type_oid, c.type_modifier) for c in relation.columns])
         return self._names[key]
+
+    def missing_values(self, relation: RelationSchema) -> Mapping[str, str]:
+        """Column → ``attmissingval`` text, looked up when the batch's relations are written (its end)."""
+        if relation.relid not in self._missing:
+            self._missing[relation.relid] = self.client.missing_values(relation.relid)
+        return self._missing[relation.relid]
 
 
 Checkpoint = Callable[[str], None]

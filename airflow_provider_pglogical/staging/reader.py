@@ -28,6 +28,8 @@ class RelationColumn:
     name: str
     type_name: str | None
     is_identity: bool
+    # attmissingval text ("{7}") of a column added with a DEFAULT: what older rows read on the source.
+    missing: str | None = None
 
 
 @dataclass(frozen=True)
@@ -153,7 +155,7 @@ class StagingReader:
         for row in self._read_small(batch, RELATIONS) or []:
             info = RelationInfo(
                 schema=row["schema"], table=row["table"], replica_identity=row["replica_identity"],
-                columns=tuple(RelationColumn(c["name"], c.get("type_name"), bool(c["is_identity"]))
+                columns=tuple(RelationColumn(c["name"], c.get("type_name"), bool(c["is_identity"]), c.get("missing"))
                               for c in row["columns"]))
             versions.setdefault(info.qualified_name, []).append(
                 (int(row["first_lsn"]), int(row["schema_version"]), info))
