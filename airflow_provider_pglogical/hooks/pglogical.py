@@ -145,21 +145,28 @@ class PgLogicalHook(PostgresHook):
         return bool(self._query("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)))
 
     def create_publication(self, name: str, tables: Sequence[str | tuple[str, str]] | None = None, *,
-                           all_tables: bool = False, publish: Sequence[str] = DEFAULT_PUBLISH) -> bool:
+                           all_tables: bool = False, publish: Sequence[str] = DEFAULT_PUBLISH,
+                           schemas: Sequence[str] = ()) -> bool:
         """Create the publication unless it exists; returns True when it was created.
 
         ``tables`` are ``(schema, table)`` pairs or unqualified names (resolved by search_path);
-        both are quoted as identifiers, so any spelling works.
+        both are quoted as identifiers, so any spelling works. ``schemas`` adds ``TABLES IN SCHEMA``
+        (PostgreSQL 15+).
         """
         if self.publication_exists(name):
             return False
-        if all_tables == bool(tables):
-            raise ValueError("give exactly one of tables=[...] or all_tables=True")
+        if all_tables == bool(tables or schemas):
+            raise ValueError("give exactly one of tables=[...]/schemas=[...] or all_tables=True")
         if all_tables:
             target = sql.SQL("FOR ALL TABLES")
         else:
-            target = sql.SQL("FOR TABLE {}").format(sql.SQL(", ").join(
-                sql.Identifier(*t) if isinstance(t, tuple) else sql.Identifier(t) for t in tables or ()))
+            parts: list[sql.Composable] = []
+            if tables:
+                parts.append(sql.SQL("TABLE {}").format(sql.SQL(", ").join(
+                    sql.Identifier(*t) if isinstance(t, tuple) else sql.Identifier(t) for t in tables)))
+            if schemas:
+                parts.append(sql.SQL("TABLES IN SCHEMA {}").format(sql.SQL(", ").join(map(sql.Identifier, schemas))))
+            target = sql.SQL("FOR {}").format(sql.SQL(", ").join(parts))
         query = sql.SQL("CREATE PUBLICATION {} {} WITH (publish = {})").format(
             sql.Identifier(name), target, sql.Literal(", ".join(publish)))
         self._query(query, publication=name)

@@ -38,13 +38,17 @@ def apply_config(spec: PipelineSpec, *, max_batches: int | None = None) -> Apply
     from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 
     def table(t: TableSpec) -> TableApplyConfig:
-        return TableApplyConfig(row_filter=t.row_filter, columns=t.columns, target=t.target_name,
+        return TableApplyConfig(row_filter=t.row_filter, columns=t.columns,
+                                target=None if t.name.endswith("*") else t.target_name,
                                 conflict=t.conflict, unchanged_toast=t.unchanged_toast,
                                 truncate_cascade=spec.truncate.cascade, key_columns=t.key_columns,
                                 actions=t.actions, schema_changes=t.schema_changes)
 
+    # Selections ("*", "schema.*") go along as wildcard entries (ApplyConfig.table_config): a table the
+    # publication started publishing after the spec was last resolved is applied all the same.
     return ApplyConfig(slot=spec.source.slot, staging_root=spec.staging.uri,
-                       tables={name: table(t) for name, t in spec.tables.items()}, max_batches=max_batches,
+                       tables={name: table(t) for name, t in {**spec.selectors, **spec.tables}.items()},
+                       max_batches=max_batches,
                        progress_table=PROGRESS_TABLE, bookkeeping_schema=spec.target.bookkeeping_schema)
 
 
@@ -77,7 +81,9 @@ def apply_pending(spec: PipelineSpec, *, master: str | None = None, max_batches:
                   log: Log = _quiet) -> dict[str, Any]:
     """Apply every staged batch beyond the target's watermarks, oldest first (idempotent)."""
     from airflow_provider_pglogical.apply.runner import apply_slot
+    from airflow_provider_pglogical.pipeline.selection import resolved
 
+    spec = resolved(spec)  # the selected tables' targets carry watermarks and snapshots too
     config = apply_config(spec, max_batches=max_batches)
     pending = pending_batches(spec, max_batches=max_batches)
     from airflow_provider_pglogical.pipeline.snapshots import unapplied_snapshots
@@ -232,7 +238,9 @@ def reset_target(spec: PipelineSpec, *, log: Log = _quiet) -> dict[str, Any]:
     import psycopg2
 
     from airflow_provider_pglogical.apply.targets.postgres.progress import reset
+    from airflow_provider_pglogical.pipeline.selection import resolved
 
+    spec = resolved(spec)
     targets = sorted({t.target_name for t in spec.tables.values()})
     progress = target_progress_table(spec)
     conn = psycopg2.connect(target_dsn(spec))

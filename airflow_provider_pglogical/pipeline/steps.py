@@ -44,11 +44,17 @@ def ensure_replication(spec: PipelineSpec, hook: PgLogicalHook) -> dict[str, Any
     The publication is created before the slot: pgoutput looks publications up with the
     catalog as of each decoded change, so WAL older than the publication could not be decoded.
     """
+    from airflow_provider_pglogical.pipeline.selection import create_selected_publication, resolve_with
+
     publication, slot = spec.source.publication, spec.source.slot
     created_publication = created_slot = False
+    if spec.selectors:
+        created_publication = spec.source.create and create_selected_publication(spec, hook)
+        spec = resolve_with(spec, hook)
     if spec.source.create:
         hook.check_wal_level()
-        created_publication = hook.create_publication(publication, [split_qualified(t) for t in spec.tables])
+        created_publication = (hook.create_publication(publication, [split_qualified(t) for t in spec.tables])
+                               or created_publication)
     elif not hook.publication_exists(publication):
         raise PublicationNotFoundError(
             f"publication {publication!r} does not exist; create it or set source.create: true in the spec")

@@ -145,24 +145,33 @@ class SpecValidator:
     # -- sections -----------------------------------------------------------------------------
 
     def pipeline(self, raw: Any, origin: str) -> PipelineSpec | None:
-        top = self.mapping(raw, "", ("source", "staging", "target", "tables", "truncate", "spark", "snapshot"),
-                           ("source", "staging", "target", "tables"))
+        top = self.mapping(raw, "", ("source", "staging", "target", "tables", "schemas", "truncate", "spark",
+                                     "snapshot"), ("source", "staging", "target"))
         if top is None:
             return None
         # A missing required section was reported by mapping(); do not report its keys too.
         source = self.source(top["source"], "source") if "source" in top else None
         staging = self.staging(top["staging"], "staging") if "staging" in top else None
         target = self.target(top["target"], "target") if "target" in top else None
-        tables = self.tables(top["tables"], "tables") if "tables" in top else {}
+        selectors: dict[str, TableSpec] = {}
+        if "tables" in top:
+            tables = self.tables(top["tables"], "tables", selectors)
+        elif "schemas" not in top:
+            self.err("tables", "required key is missing")  # (or schemas:, docs/pipeline-spec.md)
+            tables = {}
+        else:
+            tables = {}
+        if "schemas" in top:
+            self.schemas(top["schemas"], "schemas", selectors)
         truncate = self.truncate(top.get("truncate"), "truncate")
         spark = self.spark(top.get("spark"), "spark")
         snapshot = self.snapshot(top.get("snapshot"), "snapshot")
         if target is not None and target.kind == "delta":
-            self.delta_tables(target, tables)
+            self.delta_tables(target, tables, selectors)
         if self.errors:
             return None
         return PipelineSpec(source=source, staging=staging, target=target, tables=tables,
-                            truncate=truncate, spark=spark, snapshot=snapshot, origin=origin)
+                            truncate=truncate, spark=spark, snapshot=snapshot, origin=origin, selectors=selectors)
 
     def source(self, value: Any, path: str) -> SourceSpec | None:
         raw = self.mapping(value, path, ("dsn", "conn_id", "publication", "slot", "create", "max_batch_bytes",
@@ -212,14 +221,22 @@ class SpecValidator:
                              required="bookkeeping_schema" in raw)
         return TargetSpec(kind=kind, dsn=dsn, conn_id=conn_id, bookkeeping_schema=schema)
 
-    def delta_tables(self, target: TargetSpec, tables: dict[str, TableSpec]) -> None:
+    def delta_tables(self, target: TargetSpec, tables: dict[str, TableSpec],
+                     selectors: dict[str, TableSpec] | None = None) -> None:
         """What a Delta target cannot do with the tables' settings, and partitions of tables it does not write."""
-        for name, table in tables.items():
-            if table.conflict == "strict":
+        selectors = selectors or {}
+
+        def selected(name: str) -> bool:
+            return "*" in selectors or f"{name.partition('.')[0]}.*" in selectors
+
+        for name, entry in {**tables, **selectors}.items():
+            if entry.conflict == "strict":
                 self.err(f"tables.{name}.conflict", "strict is not supported by a delta target (no unique keys)")
         targets = {t.target_name: t for t in tables.values()}
         for table, cols in target.partition_by.items():
             spec = targets.get(table)
+            if spec is None and selected(table):
+                continue  # a selected table's target: known at run time
             if spec is None:
                 self.err(f"target.partition_by.{table}", "is not the target of any table")
             elif spec.columns is not None and set(cols) - set(spec.columns):
@@ -258,7 +275,21 @@ class SpecValidator:
         return TargetSpec(kind="delta", conn_id=conn_id, uri=uri or "", mode=mode, storage_options=options,
                           partition_by=partitions)
 
-    def tables(self, value: Any, path: str) -> dict[str, TableSpec]:
+    def schemas(self, value: Any, path: str, selectors: dict[str, TableSpec]) -> None:
+        """``schemas: [sales]``: every published table of each schema, default settings (a ``sales.*``
+        entry under ``tables`` gives them settings instead)."""
+        if not isinstance(value, list) or not value:
+            self.err(path, f"expected a non-empty list of schema names, got {_kind(value)}")
+            return
+        for i, schema in enumerate(value):
+            if not isinstance(schema, str) or not schema.strip() or "." in schema:
+                self.err(f"{path}[{i}]", f"expected a schema name (no dots), got {_kind(schema)}")
+            elif f"{schema}.*" in selectors:
+                self.err(f"{path}[{i}]", f"schema {schema!r} is selected twice (schemas and tables.{schema}.*)")
+            else:
+                selectors[f"{schema}.*"] = TableSpec(name=f"{schema}.*")
+
+    def tables(self, value: Any, path: str, selectors: dict[str, TableSpec] | None = None) -> dict[str, TableSpec]:
         if value is None or value == {}:
             self.err(path, "list at least one table as schema.table")
             return {}
@@ -270,9 +301,17 @@ class SpecValidator:
         for name, settings in value.items():
             tpath = _join(path, str(name))
             if isinstance(name, str) and (name == "*" or name.endswith(".*")):
-                # The apply config accepts them (ApplyConfig.table_config); publication creation, pending-batch
-                # detection, assets and replay of a spec do not handle them yet.
-                self.err(tpath, "wildcard table selection is not supported in specs yet; list the tables")
+                # "*": every table of the publication; "schema.*": every published table of the schema.
+                # Named entries override them (pipeline/selection.py resolves them at run time).
+                if name != "*" and (not _qualified_ok(name[:-2] + ".x") or "*" in name[:-2]):
+                    self.err(tpath, 'a selection is "*" or schema.*')
+                    continue
+                selector = self.table(name, settings, tpath)
+                if selector is not None and selector.target is not None:
+                    self.err(_join(tpath, "target"), "a selection keeps each table's own name; name a target "
+                                                     "in an entry of its own")
+                elif selector is not None:
+                    (selectors if selectors is not None else {})[name] = selector
                 continue
             if not isinstance(name, str) or not _qualified_ok(name):
                 self.err(tpath, "table names must be schema.table")
@@ -431,7 +470,7 @@ def check_row_filters(spec: PipelineSpec, spark: Any) -> None:
     from airflow_provider_pglogical.exceptions import RowFilterError
 
     errors = []
-    for name, table in spec.tables.items():
+    for name, table in {**spec.selectors, **spec.tables}.items():
         if table.row_filter is None:
             continue
         try:
