@@ -59,7 +59,7 @@ def decode_task(spec: PipelineSpec, task_id: str = "decode") -> Any:
     from airflow_provider_pglogical.operators.decode import PgLogicalDecodeOperator, table_asset
 
     return PgLogicalDecodeOperator(
-        task_id=task_id, slot=spec.source.slot, publication=spec.source.publication, staging_uri=spec.staging.uri,
+        task_id=task_id, slot=spec.source.slot, publication=spec.source.publications or spec.source.publication, staging_uri=spec.staging.uri,
         postgres_conn_id=spec.source.conn_id, max_wal_bytes=_param("max_wal_bytes"), max_changes=_param("max_changes"),
         outlets=[table_asset(spec.source.slot, name) for name in spec.tables])
 

@@ -44,6 +44,13 @@ class SourceSpec:
     max_changes: int | None = None
     max_lag_bytes: int | None = None
     min_safe_wal_bytes: int | None = None
+    # ``publication: [a, b]``: every publication, decoded together with a subscription's union
+    # semantics (pgoutput's publication_names); ``publication`` is then the first.
+    publications: tuple[str, ...] = ()
+
+    @property
+    def all_publications(self) -> tuple[str, ...]:
+        return self.publications or (self.publication,)
 
 
 @dataclass(frozen=True)

@@ -156,7 +156,7 @@ def decode_pending(spec: PipelineSpec, *, max_batches: int | None = None, log: L
         # snapshot.initial: a new slot is created with an exported snapshot (before ensure_replication)
         initial = initial_snapshot_if_new(spec, hook, log=log)
         ensured = ensure_replication(spec, hook)
-        log(f"slot {spec.source.slot} at {ensured['confirmed_flush_lsn']} (publication {spec.source.publication})")
+        log(f"slot {spec.source.slot} at {ensured['confirmed_flush_lsn']} (publication {', '.join(spec.source.all_publications)})")
         retention = check_retention(spec, hook)
         log(f"slot lag {retention['lag_bytes']} bytes, wal_status {retention['wal_status']}")
     synced = sync_tables(spec, resync=resync, log=log)
@@ -169,7 +169,8 @@ def drain_config(spec: PipelineSpec) -> DrainConfig:
     """The spec's source and staging as the drain library's per-cycle config."""
     from airflow_provider_pglogical.staging.drain import DEFAULT_MAX_CHANGES, DEFAULT_MAX_WAL_BYTES, DrainConfig
 
-    return DrainConfig(slot=spec.source.slot, publication=spec.source.publication, staging_uri=spec.staging.uri,
+    publication = spec.source.publications or spec.source.publication  # several: pgoutput's union semantics
+    return DrainConfig(slot=spec.source.slot, publication=publication, staging_uri=spec.staging.uri,
                        max_wal_bytes=spec.source.max_batch_bytes or DEFAULT_MAX_WAL_BYTES,
                        max_changes=spec.source.max_changes or DEFAULT_MAX_CHANGES)
 

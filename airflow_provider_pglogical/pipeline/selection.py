@@ -61,9 +61,9 @@ def resolve_with(spec: PipelineSpec, hook: PgLogicalHook) -> PipelineSpec:
         return spec
     if spec.source.create:
         create_selected_publication(spec, hook)
-    if not hook.publication_exists(spec.source.publication):
+    if not all(hook.publication_exists(p) for p in spec.source.all_publications):
         return spec
-    return resolve(spec, hook.published_tables(spec.source.publication))
+    return resolve(spec, hook.published_tables(spec.source.all_publications))
 
 
 def resolved(spec: PipelineSpec) -> PipelineSpec:

@@ -80,6 +80,9 @@ def sync_tables(spec: PipelineSpec, *, resync: list[str] | None = None, log: Log
     from airflow_provider_pglogical.snapshot.run import request_added_tables, request_resync, sync_pending
 
     spec = resolved(spec)  # tables newly selected in the publication are "added" tables
+    if resync and spec.source.publications:
+        raise SpecError(f"{spec.origin}: resync with several publications is not supported yet (the snapshot reads "
+                        "one publication's row filter and column list)")
     job = snapshot_job(spec)
     if resync:
         request_resync(job, resync)

@@ -55,14 +55,16 @@ def ensure_replication(spec: PipelineSpec, hook: PgLogicalHook) -> dict[str, Any
         hook.check_wal_level()
         created_publication = (hook.create_publication(publication, [split_qualified(t) for t in spec.tables])
                                or created_publication)
-    elif not hook.publication_exists(publication):
-        raise PublicationNotFoundError(
-            f"publication {publication!r} does not exist; create it or set source.create: true in the spec")
-    published = hook.published_tables(publication)
+    for name in spec.source.all_publications if not spec.source.create else ():
+        if not hook.publication_exists(name):
+            raise PublicationNotFoundError(
+                f"publication {name!r} does not exist; create it or set source.create: true in the spec")
+    published = hook.published_tables(spec.source.all_publications)
     missing = sorted(set(spec.tables) - published)
     if missing:
+        names = ", ".join(repr(p) for p in spec.source.all_publications)
         raise SpecError(
-            f"publication {publication!r} does not publish {', '.join(missing)}; add them with ALTER PUBLICATION "
+            f"publication {names} does not publish {', '.join(missing)}; add them with ALTER PUBLICATION "
             "... ADD TABLE or remove them from the spec's tables")
     if spec.source.create:
         created_slot = hook.create_slot(slot)
@@ -135,7 +137,7 @@ def status(spec: PipelineSpec) -> dict[str, Any]:
     batches = staged_batches(spec)
     return {
         "spec": spec.origin,
-        "source": {"publication": spec.source.publication, "current_wal_flush_lsn": format_lsn(current), "slot": slot},
+        "source": {"publication": ", ".join(spec.source.all_publications), "current_wal_flush_lsn": format_lsn(current), "slot": slot},
         "staging": {"uri": spec.staging.uri, "batches": batches,
                     "staged_changes": sum(b["changes"] for b in batches),
                     "last_end_lsn": batches[-1]["end_lsn"] if batches else None},

@@ -379,3 +379,21 @@ def test_the_snapshot_section_defaults_to_no_initial_snapshot_and_validates_its_
     assert "snapshot.parallelism: must be greater than 0" in text
     assert "snapshot.chunk_size: must be at least 1MB" in text
     assert "snapshot.chunks: unknown key" in text
+
+
+def test_several_publications_are_decoded_together():
+    from airflow_provider_pglogical.pipeline.runs import drain_config
+
+    doc = with_change("source/publication", ["pub_a", "pub_b"])
+    doc["source"]["create"] = False
+    spec = parse_spec(doc, env={})
+    assert spec.source.publication == "pub_a" and spec.source.all_publications == ("pub_a", "pub_b")
+    assert drain_config(spec).publications == ("pub_a", "pub_b")
+    assert parse_spec(VALID, env={}).source.all_publications == ("app_pub",)
+    message = error_of(with_change("source/publication", ["a", "a", "b,c", ""]))
+    assert "source.create: creates one publication; with several, create them yourself" in message
+    assert "source.publication[1]: publication 'a' is listed twice" in message
+    assert "source.publication[2]: a publication name in a list cannot contain" in message
+    assert "source.publication[3]: expected a publication name" in message
+    doc["snapshot"] = {"initial": True}
+    assert "snapshot.initial: not supported with several publications yet" in error_of(doc)
