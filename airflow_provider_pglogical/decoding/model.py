@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypeAlias
 
 if TYPE_CHECKING:
     from airflow_provider_pglogical.decoding.wiretuple import WireTuple
@@ -92,6 +92,10 @@ class TupleData:
     values: tuple[bytes | None, ...]
 
 
+# A row image as the decoder hands it on: decoded, or (straight from the assembler) still in its wire form.
+RowImage: TypeAlias = "TupleData | WireTuple"
+
+
 class RowChange(NamedTuple):
     """An INSERT, UPDATE or DELETE of one row, in relation column order.
 
@@ -107,8 +111,8 @@ class RowChange(NamedTuple):
     op: str
     relation: RelationSchema
     lsn: int  # start LSN of the change's WAL record
-    old: TupleData | WireTuple | None
-    new: TupleData | WireTuple | None
+    old: RowImage | None
+    new: RowImage | None
     old_key_only: bool = False
 
 

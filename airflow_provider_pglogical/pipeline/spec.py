@@ -42,7 +42,7 @@ __all__ = ["ACTIONS", "CONFLICT_POLICIES", "DELTA_MODES", "ENV_REF", "NAMEDATALE
            "split_qualified"]
 
 
-def load_spec(path: str | os.PathLike, env: Mapping[str, str] | None = None) -> PipelineSpec:
+def load_spec(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> PipelineSpec:
     """Read and validate a spec file (YAML, or JSON which YAML also reads)."""
     path = Path(path)
     try:

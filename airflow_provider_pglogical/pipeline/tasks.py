@@ -121,7 +121,7 @@ class DeltaApplyOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_pglogical.pipeline.runs import apply_pending
 
-        limit = None if self.max_batches in (None, "", "None") else int(self.max_batches)  # type: ignore[arg-type]
+        limit = None if self.max_batches in (None, "", "None") else int(self.max_batches)
         return apply_pending(self.spec, max_batches=limit, log=self.log.info)
 
 

@@ -47,10 +47,10 @@ from typing import Any
 
 from airflow_provider_pglogical import exceptions
 from airflow_provider_pglogical.exceptions import SnapshotError, format_lsn
+from airflow_provider_pglogical.lsn import lsn_hex
 from airflow_provider_pglogical.snapshot.copier import ChunkResult, ChunkTask, copy_chunk
 from airflow_provider_pglogical.snapshot.layout import SnapshotLayout, SnapshotManifest
 from airflow_provider_pglogical.snapshot.source import ExportedSnapshot, TableRead, describe_tables
-from airflow_provider_pglogical.staging.layout import lsn_hex
 
 log = logging.getLogger(__name__)
 

@@ -31,6 +31,14 @@ from airflow_provider_pglogical.staging.writer import DEFAULT_ROW_GROUP_ROWS, Ba
 
 log = logging.getLogger(__name__)
 
+
+class Logger(Protocol):
+    """What a drain logs through: a ``logging.Logger``, or an Airflow task's ``self.log``."""
+
+    def info(self, msg: str, /, *args: object) -> object: ...
+
+    def warning(self, msg: str, /, *args: object) -> object: ...
+
 CHECKPOINTS = ("fetched_some", "files_written", "manifest_written", "advanced")
 DEFAULT_MAX_WAL_BYTES = 1 << 30
 DEFAULT_MAX_CHANGES = 1_000_000
@@ -153,7 +161,7 @@ def _noop(_name: str) -> None:
 
 
 def drain_slot(client: SlotClient, config: DrainConfig, *, on_checkpoint: Checkpoint | None = None,
-               logger: logging.Logger | None = None) -> DrainResult:
+               logger: Logger | None = None) -> DrainResult:
     """Run one drain cycle for ``config.slot`` and return what it staged.
 
     Exactly-once comes from the order of the durable steps, not from any transaction spanning
@@ -203,7 +211,7 @@ def drain_slot(client: SlotClient, config: DrainConfig, *, on_checkpoint: Checkp
 
 
 def _drain_locked(client: SlotClient, config: DrainConfig, checkpoint: Checkpoint,
-                  logger: logging.Logger) -> DrainResult:
+                  logger: Logger) -> DrainResult:
     # Re-read under the lock: a drain that finished meanwhile has moved the slot.
     start = client.require_slot(config.slot).confirmed_flush_lsn
     layout = StagingLayout.from_uri(config.staging_uri, config.slot)
@@ -241,7 +249,7 @@ def _drain_locked(client: SlotClient, config: DrainConfig, checkpoint: Checkpoin
 
 def _stage(client: SlotClient, config: DrainConfig, layout: StagingLayout, reader: StagingReader,
            cache: RelationCache, start: int, upto: int, checkpoint: Checkpoint,
-           logger: logging.Logger) -> DrainResult:
+           logger: Logger) -> DrainResult:
     consume = config.mode == "get"
     read = client.get_changes if consume else client.peek_changes
     writer = BatchWriter(layout, start_lsn=start, slot=config.slot, publication=",".join(config.publications),

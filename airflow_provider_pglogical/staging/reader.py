@@ -145,7 +145,8 @@ class StagingReader:
         path = f"{batch.path}/{name}"
         if not self.layout.exists(path):
             return None
-        return pq.read_table(path, filesystem=self.layout.fs).to_pylist()
+        rows: list[dict[str, Any]] = pq.read_table(path, filesystem=self.layout.fs).to_pylist()
+        return rows
 
     def relation_versions(self, batch: BatchRef) -> dict[str, list[tuple[int, RelationInfo]]]:
         """Every schema version per ``schema.table`` seen in the batch, as (first LSN, shape), oldest first."""
