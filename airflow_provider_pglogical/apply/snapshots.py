@@ -27,7 +27,7 @@ from airflow_provider_pglogical.apply.config import ACTIONS, ApplyConfig, TableA
 from airflow_provider_pglogical.apply.targets.base import BatchResult, PlannedTable, Target
 from airflow_provider_pglogical.exceptions import ApplyError, format_lsn
 from airflow_provider_pglogical.snapshot.layout import SnapshotLayout, SnapshotManifest
-from airflow_provider_pglogical.staging.reader import RelationColumn, RelationInfo, TruncateEvent
+from airflow_provider_pglogical.staging.reader import RelationInfo, TruncateEvent
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -58,10 +58,7 @@ class SnapshotTarget(Protocol):
 
 
 def relation_info(manifest: SnapshotManifest) -> RelationInfo:
-    rel = manifest.relation
-    return RelationInfo(schema=rel["schema"], table=rel["table"], replica_identity=rel["replica_identity"],
-                        columns=tuple(RelationColumn(name=c["name"], type_name=c.get("type_name"),
-                                                     is_identity=bool(c["is_identity"])) for c in rel["columns"]))
+    return RelationInfo.from_row(manifest.relation)
 
 
 def read_snapshot(spark: SparkSession, uri: str, files: Sequence[str]) -> DataFrame:

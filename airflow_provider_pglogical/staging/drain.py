@@ -31,6 +31,9 @@ from airflow_provider_pglogical.staging.writer import DEFAULT_ROW_GROUP_ROWS, Ba
 
 log = logging.getLogger(__name__)
 
+DrainMode = Literal["peek", "get"]
+DRAIN_MODES: tuple[DrainMode, ...] = ("peek", "get")
+
 
 class Logger(Protocol):
     """What a drain logs through: a ``logging.Logger``, or an Airflow task's ``self.log``."""
@@ -84,7 +87,7 @@ class DrainConfig:
     staging_uri: str
     max_wal_bytes: int | None = DEFAULT_MAX_WAL_BYTES
     max_changes: int | None = DEFAULT_MAX_CHANGES
-    mode: Literal["peek", "get"] = "peek"
+    mode: DrainMode = "peek"
     row_group_rows: int = DEFAULT_ROW_GROUP_ROWS
     itersize: int = 5000
     empty_advance_bytes: int | None = 64 << 20
