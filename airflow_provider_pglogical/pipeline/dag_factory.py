@@ -71,7 +71,8 @@ def decode_task(spec: PipelineSpec, task_id: str = "decode") -> Any:
 
     return PgLogicalDecodeOperator(
         task_id=task_id, slot=spec.source.slot, publication=spec.source.publication, staging_uri=spec.staging.uri,
-        postgres_conn_id=_conn_id(spec, "source", spec.source.conn_id), max_wal_bytes=_param("max_wal_bytes"), max_changes=_param("max_changes"),
+        postgres_conn_id=_conn_id(spec, "source", spec.source.conn_id), max_wal_bytes=_param("max_wal_bytes"),
+        max_changes=_param("max_changes"),
         outlets=[table_asset(spec.source.slot, name) for name in spec.tables])
 
 
@@ -92,7 +93,8 @@ def apply_task(spec: PipelineSpec, task_id: str = "apply", max_batches: Any = No
     tables = {name: {k: v for k, v in vars(cfg).items() if v is not None} for name, cfg in config.tables.items()}
     return PgLogicalApplyOperator(
         task_id=task_id, slot=spec.source.slot, staging_uri=spec.staging.uri,
-        target_conn_id=_conn_id(spec, "target", spec.target.conn_id), tables=tables, max_batches=max_batches, conn_id=spec.spark.conn_id, conf=dict(spec.spark.conf) or None,
+        target_conn_id=_conn_id(spec, "target", spec.target.conn_id), tables=tables, max_batches=max_batches,
+        conn_id=spec.spark.conn_id, conf=dict(spec.spark.conf) or None,
         source_conn_id=spec.source.conn_id, bookkeeping_schema=spec.target.bookkeeping_schema,
         outlets=[target_table_asset(spec.source.slot, t.target_name) for t in spec.tables.values()])
 

@@ -119,7 +119,8 @@ class _ParquetSink:
 
     def close(self) -> int:
         self.flush()
-        assert self.writer is not None
+        if self.writer is None:  # flush() opens it, for an empty chunk too
+            raise SnapshotError(f"snapshot chunk {self.task.path} was never opened for writing")
         self.writer.close()
         self.fs.move(self.tmp, self.task.path)
         return self.fs.get_file_info(self.task.path).size or 0

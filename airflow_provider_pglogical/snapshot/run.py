@@ -326,7 +326,8 @@ class WorkerPool:
         stop = threading.Event()
 
         def feed(proc: subprocess.Popen[str]) -> None:
-            assert proc.stdin is not None and proc.stdout is not None
+            if proc.stdin is None or proc.stdout is None:  # started with stdin/stdout=PIPE
+                raise SnapshotError("a snapshot reader process has no pipes")
             while not stop.is_set():
                 try:
                     task = todo.get_nowait()

@@ -71,7 +71,8 @@ def describe(conn: psycopg2.extensions.connection, qualified: str) -> TargetTabl
     return TargetTable(qualified, dict(cols), pk, required)
 
 
-def create_table(conn: psycopg2.extensions.connection, qualified: str, columns: Sequence[tuple[str, str]], key: Sequence[str]) -> None:
+def create_table(conn: psycopg2.extensions.connection, qualified: str, columns: Sequence[tuple[str, str]],
+                 key: Sequence[str]) -> None:
     """CREATE TABLE IF NOT EXISTS with exact staged PostgreSQL types, primary key = ``key``."""
     parts = [sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t)) for n, t in columns]
     if key:

@@ -41,7 +41,8 @@ def finish_batch(cur: cursor, plan: BatchPlan, progress: str) -> None:
     advance_watermarks(cur, progress, plan.slot, plan.watermark_tables, plan.end_lsn)
 
 
-def run_batch(conn: connection, plan: BatchPlan, progress: str, result: BatchResult, apply_rows: Callable[[cursor], None],
+def run_batch(conn: connection, plan: BatchPlan, progress: str, result: BatchResult,
+              apply_rows: Callable[[cursor], None],
               error: Callable[[psycopg2.Error], ApplyError]) -> BatchResult:
     """The exactly-once frame of a batch transaction, shared by the set-based apply and the ordered replay.
 

@@ -165,7 +165,8 @@ def apply_batch(conn: connection, plan: BatchPlan, *, progress: str, rejects: st
                 _fill_from_moved_rows(cur, t)
             for t in reversed(keyed):
                 cur.execute(sql.SQL("DELETE FROM {tgt} t USING {stg} s WHERE s.{op} IN ('D', 'R') AND {m}").format(
-                    tgt=ident(t.target), stg=ident(t.staging_table), op=sql.Identifier(OP), m=_key_match(t.key, "t", "s")))
+                    tgt=ident(t.target), stg=ident(t.staging_table), op=sql.Identifier(OP),
+                    m=_key_match(t.key, "t", "s")))
                 result.rows.setdefault(t.target, {})["deleted"] = cur.rowcount
             for t in staged:
                 _apply_table_rows(cur, plan, t, rejects, result.rows.setdefault(t.target, {}))
