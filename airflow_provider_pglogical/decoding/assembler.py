@@ -253,7 +253,10 @@ class ChangeAssembler:
         for relid in relids:
             if relid not in tx.stream_relids and relid not in self.relations:
                 raise unknown_relation(relid, lsn, chr(t))
-        subxid: int = msg.xid  # type: ignore[assignment]  # always present in a stream
+        subxid = msg.xid
+        if subxid is None:  # parse_message(in_stream=True) reads it for every streamable type
+            raise DecodeError(f"{type(msg).__name__} inside a streaming block without an xid", lsn=lsn,
+                              message_type=chr(t))
         if subxid in tx.aborted:
             raise DecodeError(f"change for subtransaction {subxid} after its Stream Abort", lsn=lsn,
                               message_type=chr(t))

@@ -42,6 +42,7 @@ class Logger(Protocol):
 
     def warning(self, msg: str, /, *args: object) -> object: ...
 
+
 CHECKPOINTS = ("fetched_some", "files_written", "manifest_written", "advanced")
 DEFAULT_MAX_WAL_BYTES = 1 << 30
 DEFAULT_MAX_CHANGES = 1_000_000
