@@ -25,6 +25,7 @@ from airflow_provider_pglogical.staging.reader import (
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 # Every staged metadata column gets this prefix in the working frame so a source column named
 # e.g. "op" can never collide with it.
@@ -33,7 +34,7 @@ CHANGE_META_COLUMNS = ("commit_lsn", "end_lsn", "lsn", "tx_order", "xid", "commi
                        "schema_version", "old", "old_key_only", "new", "new_unchanged_toast")
 
 __all__ = ["CHANGE_META_COLUMNS", "META", "NOTES_COLUMNS", "Batch", "RelationColumn", "RelationInfo",
-           "TruncateEvent", "has_value_notes", "keys_never_repeat", "list_batches", "read_changes",
+           "TruncateEvent", "has_value_notes", "image_type", "keys_never_repeat", "list_batches", "read_changes",
            "read_relation_versions", "read_relations",
            "read_truncates"]
 
@@ -123,6 +124,16 @@ def read_changes(spark: SparkSession, batch: Batch, table: str) -> DataFrame:
     notes = [(df[c] if c in df.columns else F.create_map().cast("map<string,string>")).alias(META + c)
              for c in NOTES_COLUMNS]
     return df.select(*[df[c].alias(META + c) for c in CHANGE_META_COLUMNS], *notes)
+
+
+def image_type(df: DataFrame, image: str) -> StructType:
+    """The struct of a staged row image column (``old``/``new``: one field per column, in relation order)."""
+    from pyspark.sql.types import StructType
+
+    dtype = df.schema[META + image].dataType
+    if not isinstance(dtype, StructType):
+        raise StagingError(f"staged column {META + image} is {dtype.simpleString()}, not a row image struct")
+    return dtype
 
 
 def _castable_from_text(dtype: object, text: str) -> bool:

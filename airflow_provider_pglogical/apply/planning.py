@@ -144,7 +144,7 @@ def plan_truncates(events: Sequence[TruncateEvent], targets: dict[str, tuple[str
 
 def parents_first(tables: Sequence[str], fks: Sequence[tuple[str, str]]) -> list[str]:
     """Topological order (referenced tables before referencing ones); cycles keep input order."""
-    pending, ordered = list(tables), []
+    pending, ordered = list(tables), list[str]()
     deps = {t: {p for c, p in fks if c == t and p in tables and p != t} for t in tables}
     while pending:
         ready = [t for t in pending if not (deps[t] - set(ordered))] or pending[:1]

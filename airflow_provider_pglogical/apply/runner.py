@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_provider_pglogical.apply import planning, snapshots
@@ -22,6 +22,7 @@ from airflow_provider_pglogical.apply.batches import (
     META,
     Batch,
     has_value_notes,
+    image_type,
     keys_never_repeat,
     list_batches,
     read_changes,
@@ -95,7 +96,7 @@ def published_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, s
 
     ``notes=False`` (the batch has no exactness notes for this table) leaves out carrying them.
     """
-    all_columns = df.schema["_pgl_new"].dataType.fieldNames()
+    all_columns = image_type(df, "new").fieldNames()
     df = df.transform(filter_actions(cfg.actions))
     if notes:
         df = df.transform(inherit_toast_notes)
@@ -281,7 +282,7 @@ class SparkBatchChanges:
         self.batch = batch
         self.sync = dict(sync or {})
 
-    def _staged(self, table: PlannedTable) -> tuple[DataFrame, bool, list]:
+    def _staged(self, table: PlannedTable) -> tuple[DataFrame, bool, list[Column]]:
         changes = read_changes(self.spark, self.batch, table.source)
         sync_lsn = self.sync.get(table.source)
         if sync_lsn is not None and self.batch.start_lsn < sync_lsn:

@@ -18,6 +18,7 @@ from airflow_provider_pglogical.exceptions import (
     SlotPluginMismatchError,
     WalLevelError,
 )
+from airflow_provider_pglogical.hooks.cursor import one_row
 from airflow_provider_pglogical.hooks.dsn import ALLOWED_EXTRAS, connection_params
 from airflow_provider_pglogical.hooks.errors import translated_errors, validate_slot_name
 from airflow_provider_pglogical.hooks.slots import SlotInfo
@@ -87,7 +88,7 @@ class PgLogicalHook(PostgresHook):
             conn.autocommit = True
             with conn.cursor() as cur:
                 cur.execute("SHOW server_encoding")
-                conn.set_client_encoding(cur.fetchone()[0])
+                conn.set_client_encoding(one_row(cur)[0])
             self._session = conn
         return self._session
 
@@ -103,7 +104,7 @@ class PgLogicalHook(PostgresHook):
         self.close()
 
     def _query(self, query: sql.Composable | str, params: Any = None, *, slot: str | None = None,
-               publication: str | None = None) -> list[tuple]:
+               publication: str | None = None) -> list[tuple[Any, ...]]:
         with translated_errors(slot=slot, publication=publication), self.session.cursor() as cur:
             cur.execute(query, params)
             return cur.fetchall() if cur.description else []
@@ -116,7 +117,7 @@ class PgLogicalHook(PostgresHook):
 
     @property
     def server_encoding(self) -> str:
-        return self._query("SHOW server_encoding")[0][0]
+        return str(self._query("SHOW server_encoding")[0][0])
 
     # -- preconditions ---------------------------------------------------------------------
 
@@ -157,6 +158,7 @@ class PgLogicalHook(PostgresHook):
             return False
         if all_tables == bool(tables or schemas):
             raise ValueError("give exactly one of tables=[...]/schemas=[...] or all_tables=True")
+        target: sql.Composable
         if all_tables:
             target = sql.SQL("FOR ALL TABLES")
         else:
@@ -340,7 +342,7 @@ class PgLogicalHook(PostgresHook):
         params = (slot, lsn_text(upto_lsn), upto_nchanges, *options)
         return self._stream(query, params, slot=slot, publication=pub_name, itersize=itersize)
 
-    def _stream(self, query: sql.Composable, params: tuple, *, slot: str, publication: str,
+    def _stream(self, query: sql.Composable, params: tuple[Any, ...], *, slot: str, publication: str,
                 itersize: int) -> Iterator[tuple[int, int, memoryview]]:
         conn = self.session
         conn.autocommit = False  # a named (server-side) cursor lives inside a transaction

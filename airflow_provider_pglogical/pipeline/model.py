@@ -27,8 +27,8 @@ SECRET_OPTION = re.compile(r"SECRET|TOKEN|PASSWORD|ACCESS_KEY|SAS|CREDENTIAL", r
 # The apply's own choices (apply/config.py, a light module), under the spec's names.
 TRUNCATE_CASCADE = CASCADE_POLICIES
 __all__ = ["ACTIONS", "CONFLICT_POLICIES", "DELTA_MODES", "ENV_REF", "NAMEDATALEN", "SCHEMA_CHANGE_POLICIES", "SECRET_OPTION",
-           "SLOT_NAME", "TARGET_KINDS", "TOAST_POLICIES", "TRUNCATE_CASCADE", "PipelineSpec", "SourceSpec", "SparkSpec",
-           "StagingSpec", "TableSpec", "TargetSpec", "TruncateSpec", "split_qualified"]
+           "SLOT_NAME", "TARGET_KINDS", "TOAST_POLICIES", "TRUNCATE_CASCADE", "PipelineSpec", "SnapshotSpec",
+           "SourceSpec", "SparkSpec", "StagingSpec", "TableSpec", "TargetSpec", "TruncateSpec", "split_qualified"]
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_pglogical.apply.targets.postgres.progress import PROGRESS_TABLE
 from airflow_provider_pglogical.exceptions import SpecError, StagingError, format_lsn
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec, TableSpec
 from airflow_provider_pglogical.pipeline.steps import (
-    PROGRESS_TABLE,
     check_retention,
     ensure_replication,
     source_hook,

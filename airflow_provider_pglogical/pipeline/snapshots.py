@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_pglogical.exceptions import SnapshotOnExistingSlotError, SpecError
+from airflow_provider_pglogical.hooks.cursor import one_row
 from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec, split_qualified
 
@@ -124,7 +125,7 @@ def target_sync_marks(spec: PipelineSpec) -> dict[str, int]:
     try:
         with conn.cursor() as cur:  # pglogical_sync: written by the apply's snapshot loads
             cur.execute("SELECT to_regclass('pglogical_sync')")
-            if cur.fetchone()[0] is None:
+            if one_row(cur)[0] is None:
                 return {}
             cur.execute("SELECT target_table, (sync_lsn - '0/0'::pg_lsn)::bigint FROM pglogical_sync WHERE slot = %s",
                         (spec.source.slot,))

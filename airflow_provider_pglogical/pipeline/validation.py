@@ -44,7 +44,8 @@ class SpecValidator:
 
     # -- generic helpers ----------------------------------------------------------------------
 
-    def mapping(self, value: Any, path: str, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> dict | None:
+    def mapping(self, value: Any, path: str, allowed: tuple[str, ...],
+                required: tuple[str, ...] = ()) -> dict[str, Any] | None:
         if value is None and not required:
             return {}
         if not isinstance(value, dict):
@@ -70,16 +71,16 @@ class SpecValidator:
         if not isinstance(value, str):
             self.err(path, f"expected a string, got {_kind(value)}")
             return None
-        value = self.interpolate(value, path)
-        if value is not None and not value.strip():
+        text = self.interpolate(value, path)
+        if text is not None and not text.strip():
             self.err(path, "must not be empty")
             return None
-        return value
+        return text
 
     def interpolate(self, value: str, path: str) -> str | None:
         missing: list[str] = []
 
-        def sub(m: re.Match) -> str:
+        def sub(m: re.Match[str]) -> str:
             name, default = m.group(1), m.group(2)
             if name in self.env:
                 return self.env[name]
@@ -131,9 +132,9 @@ class SpecValidator:
         if value not in choices:
             self.err(path, f"must be one of {', '.join(choices)}, got {value!r}")
             return default
-        return value
+        return str(value)
 
-    def connection(self, raw: dict, path: str) -> tuple[str | None, str | None]:
+    def connection(self, raw: dict[str, Any], path: str) -> tuple[str | None, str | None]:
         dsn = self.string(raw.get("dsn"), _join(path, "dsn"))
         conn_id = self.string(raw.get("conn_id"), _join(path, "conn_id"))
         if "dsn" in raw and "conn_id" in raw:
@@ -171,7 +172,7 @@ class SpecValidator:
         if source is not None and source.publications and snapshot.initial:
             # snapshot/source.describe_tables reads one publication's row filter and column list.
             self.err("snapshot.initial", "not supported with several publications yet; list one publication")
-        if self.errors:
+        if self.errors or source is None or staging is None or target is None:  # a missing one was reported
             return None
         return PipelineSpec(source=source, staging=staging, target=target, tables=tables,
                             truncate=truncate, spark=spark, snapshot=snapshot, origin=origin, selectors=selectors)
@@ -263,16 +264,16 @@ class SpecValidator:
             if entry.conflict == "strict":
                 self.err(f"tables.{name}.conflict", "strict is not supported by a delta target (no unique keys)")
         targets = {t.target_name: t for t in tables.values()}
-        for table, cols in target.partition_by.items():
-            spec = targets.get(table)
-            if spec is None and selected(table):
+        for target_name, cols in target.partition_by.items():
+            spec = targets.get(target_name)
+            if spec is None and selected(target_name):
                 continue  # a selected table's target: known at run time
             if spec is None:
-                self.err(f"target.partition_by.{table}", "is not the target of any table")
+                self.err(f"target.partition_by.{target_name}", "is not the target of any table")
             elif spec.columns is not None and set(cols) - set(spec.columns):
-                self.err(f"target.partition_by.{table}", "partition columns must be among the table's columns")
+                self.err(f"target.partition_by.{target_name}", "partition columns must be among the table's columns")
 
-    def delta_target(self, raw: dict, path: str) -> TargetSpec:
+    def delta_target(self, raw: dict[str, Any], path: str) -> TargetSpec:
         if "dsn" in raw:
             self.err(_join(path, "dsn"), "a delta target has a uri, not a dsn")
         if "bookkeeping_schema" in raw:

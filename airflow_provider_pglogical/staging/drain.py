@@ -31,6 +31,18 @@ from airflow_provider_pglogical.staging.writer import DEFAULT_ROW_GROUP_ROWS, Ba
 
 log = logging.getLogger(__name__)
 
+DrainMode = Literal["peek", "get"]
+DRAIN_MODES: tuple[DrainMode, ...] = ("peek", "get")
+
+
+class Logger(Protocol):
+    """What a drain logs through: a ``logging.Logger``, or an Airflow task's ``self.log``."""
+
+    def info(self, msg: str, /, *args: object) -> object: ...
+
+    def warning(self, msg: str, /, *args: object) -> object: ...
+
+
 CHECKPOINTS = ("fetched_some", "files_written", "manifest_written", "advanced")
 DEFAULT_MAX_WAL_BYTES = 1 << 30
 DEFAULT_MAX_CHANGES = 1_000_000
@@ -77,7 +89,7 @@ class DrainConfig:
     staging_uri: str
     max_wal_bytes: int | None = DEFAULT_MAX_WAL_BYTES
     max_changes: int | None = DEFAULT_MAX_CHANGES
-    mode: Literal["peek", "get"] = "peek"
+    mode: DrainMode = "peek"
     row_group_rows: int = DEFAULT_ROW_GROUP_ROWS
     itersize: int = 5000
     empty_advance_bytes: int | None = 64 << 20
@@ -161,7 +173,7 @@ def _noop(_name: str) -> None:
 
 
 def drain_slot(client: SlotClient, config: DrainConfig, *, on_checkpoint: Checkpoint | None = None,
-               logger: logging.Logger | None = None) -> DrainResult:
+               logger: Logger | None = None) -> DrainResult:
     """Run one drain cycle for ``config.slot`` and return what it staged.
 
     Exactly-once comes from the order of the durable steps, not from any transaction spanning
@@ -211,7 +223,7 @@ def drain_slot(client: SlotClient, config: DrainConfig, *, on_checkpoint: Checkp
 
 
 def _drain_locked(client: SlotClient, config: DrainConfig, checkpoint: Checkpoint,
-                  logger: logging.Logger) -> DrainResult:
+                  logger: Logger) -> DrainResult:
     # Re-read under the lock: a drain that finished meanwhile has moved the slot.
     start = client.require_slot(config.slot).confirmed_flush_lsn
     layout = StagingLayout.from_uri(config.staging_uri, config.slot)
@@ -249,7 +261,7 @@ def _drain_locked(client: SlotClient, config: DrainConfig, checkpoint: Checkpoin
 
 def _stage(client: SlotClient, config: DrainConfig, layout: StagingLayout, reader: StagingReader,
            cache: RelationCache, start: int, upto: int, checkpoint: Checkpoint,
-           logger: logging.Logger) -> DrainResult:
+           logger: Logger) -> DrainResult:
     consume = config.mode == "get"
     read = client.get_changes if consume else client.peek_changes
     writer = BatchWriter(layout, start_lsn=start, slot=config.slot, publication=",".join(config.publications),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_pglogical.exceptions import StagingError, format_lsn
+from airflow_provider_pglogical.relation_shape import RelationShape
 from airflow_provider_pglogical.staging.layout import MANIFEST, RELATION_STATE, RELATIONS, TRUNCATES, StagingLayout
 from airflow_provider_pglogical.staging.manifest import (
     Manifest,
@@ -33,7 +34,7 @@ class RelationColumn:
 
 
 @dataclass(frozen=True)
-class RelationInfo:
+class RelationInfo(RelationShape):
     """The latest staged shape of one source relation within a batch."""
 
     schema: str
@@ -41,17 +42,16 @@ class RelationInfo:
     replica_identity: str
     columns: tuple[RelationColumn, ...]
 
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> RelationInfo:
+        """A relation as staged: a ``relations.parquet`` row, or a snapshot manifest's ``relation``."""
+        return cls(schema=row["schema"], table=row["table"], replica_identity=row["replica_identity"],
+                   columns=tuple(RelationColumn(c["name"], c.get("type_name"), bool(c["is_identity"]), c.get("missing"))
+                                 for c in row["columns"]))
+
     @property
     def qualified_name(self) -> str:
         return f"{self.schema}.{self.table}"
-
-    @property
-    def column_names(self) -> tuple[str, ...]:
-        return tuple(c.name for c in self.columns)
-
-    @property
-    def identity_columns(self) -> tuple[str, ...]:
-        return tuple(c.name for c in self.columns if c.is_identity)
 
 
 @dataclass(frozen=True)
@@ -147,16 +147,14 @@ class StagingReader:
         path = f"{batch.path}/{name}"
         if not self.layout.exists(path):
             return None
-        return pq.read_table(path, filesystem=self.layout.fs).to_pylist()
+        rows: list[dict[str, Any]] = pq.read_table(path, filesystem=self.layout.fs).to_pylist()
+        return rows
 
     def relation_versions(self, batch: BatchRef) -> dict[str, list[tuple[int, RelationInfo]]]:
         """Every schema version per ``schema.table`` seen in the batch, as (first LSN, shape), oldest first."""
         versions: dict[str, list[tuple[int, int, RelationInfo]]] = {}
         for row in self._read_small(batch, RELATIONS) or []:
-            info = RelationInfo(
-                schema=row["schema"], table=row["table"], replica_identity=row["replica_identity"],
-                columns=tuple(RelationColumn(c["name"], c.get("type_name"), bool(c["is_identity"]), c.get("missing"))
-                              for c in row["columns"]))
+            info = RelationInfo.from_row(row)
             versions.setdefault(info.qualified_name, []).append(
                 (int(row["first_lsn"]), int(row["schema_version"]), info))
         # A relid dropped and recreated restarts at version 1: the first LSN orders them.

@@ -16,6 +16,7 @@ from airflow_provider_pglogical.decoding.model import (
     NonTransactionalMessage,
     RelationSchema,
     RowChange,
+    RowImage,
     Transaction,
     TruncateChange,
 )
@@ -37,9 +38,16 @@ DEFAULT_ROW_GROUP_ROWS = 32_768
 
 
 class ConvertedImages(Protocol):
-    array: pa.StructArray
-    notes: pa.MapArray  # map<string,string> per row: exactness notes
-    unchanged: pa.ListArray  # list<string> per row: columns sent as unchanged TOAST
+    """``decoding.values.ConvertedImages`` (a frozen dataclass: read-only here too)."""
+
+    @property
+    def array(self) -> pa.StructArray: ...
+
+    @property
+    def notes(self) -> pa.MapArray: ...  # map<string,string> per row: exactness notes
+
+    @property
+    def unchanged(self) -> pa.ListArray: ...  # list<string> per row: columns sent as unchanged TOAST
 
 
 class RowConverter(Protocol):
@@ -47,7 +55,7 @@ class RowConverter(Protocol):
 
     arrow_type: pa.StructType
 
-    def convert(self, images: Sequence[Any]) -> ConvertedImages: ...
+    def convert(self, images: Sequence[RowImage | None]) -> ConvertedImages: ...
 
 
 class RelationResolver(Protocol):

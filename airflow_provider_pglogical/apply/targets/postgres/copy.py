@@ -9,6 +9,7 @@ import numpy as np
 import psycopg2
 import pyarrow as pa
 from psycopg2 import sql
+from psycopg2.extensions import connection
 
 from airflow_provider_pglogical.apply.targets.base import TargetTable, from_column
 from airflow_provider_pglogical.apply.targets.postgres.catalog import ident
@@ -24,7 +25,7 @@ def staging_columns(target: TargetTable, key: Sequence[str], columns: Sequence[s
             + [(c, target.columns[c]) for c in columns])
 
 
-def create_staging(conn, staging: str, columns: Sequence[tuple[str, str]]) -> None:
+def create_staging(conn: connection, staging: str, columns: Sequence[tuple[str, str]]) -> None:
     """A fresh unlogged table: op, keep list, lsn, then ``columns`` (name, type) — target types, no constraints.
 
     ``columns`` is ``staging_columns`` (net changes) or ``ordered.ordered_columns`` (ordered replay).
@@ -37,14 +38,14 @@ def create_staging(conn, staging: str, columns: Sequence[tuple[str, str]]) -> No
     conn.commit()
 
 
-def drop_staging(conn, names: Iterable[str]) -> None:
+def drop_staging(conn: connection, names: Iterable[str]) -> None:
     with conn.cursor() as cur:
         for name in names:
             cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(name)))
     conn.commit()
 
 
-def drop_leftover_staging(conn) -> None:
+def drop_leftover_staging(conn: connection) -> None:
     """Staging tables of batches a crashed run left behind (their batches are re-staged or skipped)."""
     with conn.cursor() as cur:
         cur.execute("SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname) FROM pg_class c "
@@ -84,6 +85,10 @@ class _ChunkReader:
                 self.rows += rows
                 return data
         return b""
+
+    def readline(self, _size: int = -1) -> bytes:
+        # Never called (COPY FROM reads with ``read``); it makes this the file object psycopg2's API names.
+        return self.read()
 
 
 def copy_chunks(dsn: str, staging: str, columns: Sequence[str], chunks: Iterator[tuple[bytes, int]]) -> int:

@@ -151,7 +151,7 @@ class PostgresTarget:
         started, replayed = time.monotonic(), False
         try:
             for planned, table in zip(plan.tables, tables, strict=True):
-                self._stage(planned, described[planned.target], table.staging or "", changes.net(planned),
+                self._stage(planned, described[planned.target], table.staging_table, changes.net(planned),
                             in_order=False)
             staged_at = time.monotonic()
             seconds["stage"] = round(staged_at - started, 3)
@@ -166,7 +166,7 @@ class PostgresTarget:
                 seconds["apply"] = round(time.monotonic() - staged_at, 3)
                 replayed, replay_at = True, time.monotonic()
                 for planned, table in zip(plan.tables, tables, strict=True):
-                    self._stage(planned, described[planned.target], ordered.ordered_name(table.staging or ""),
+                    self._stage(planned, described[planned.target], ordered.ordered_name(table.staging_table),
                                 changes.ordered(planned), in_order=True)
                 staged_at = time.monotonic()
                 seconds["stage_ordered"] = round(staged_at - replay_at, 3)
