@@ -25,13 +25,17 @@ from airflow_provider_pglogical.staging.reader import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+# What a Spark session needs to read staged files: TIME columns (time64 Parquet) are refused without
+# timeType; timestamps without time zone stay wall-clock microseconds in UTC.
+READ_CONF = {"spark.sql.session.timeZone": "UTC", "spark.sql.timeType.enabled": "true"}
+
 # Every staged metadata column gets this prefix in the working frame so a source column named
 # e.g. "op" can never collide with it.
 META = "_pgl_"
 CHANGE_META_COLUMNS = ("commit_lsn", "end_lsn", "lsn", "tx_order", "xid", "commit_time", "op",
                        "schema_version", "old", "old_key_only", "new", "new_unchanged_toast")
 
-__all__ = ["CHANGE_META_COLUMNS", "META", "NOTES_COLUMNS", "Batch", "RelationColumn", "RelationInfo",
+__all__ = ["CHANGE_META_COLUMNS", "META", "NOTES_COLUMNS", "READ_CONF", "is_local", "Batch", "RelationColumn", "RelationInfo",
            "TruncateEvent", "has_value_notes", "keys_never_repeat", "list_batches", "read_changes",
            "read_relation_versions", "read_relations",
            "read_truncates"]
@@ -102,16 +106,31 @@ def keys_never_repeat(batch: Batch, table: str, key: Sequence[str], *, full_iden
                                           full_identity=full_identity)
 
 
+def is_local(uri: str) -> bool:
+    """Whether Spark reads ``uri`` itself (a path or ``file://``); object stores need jars it lacks."""
+    return "://" not in uri or uri.startswith("file://")
+
+
 def read_changes(spark: SparkSession, batch: Batch, table: str) -> DataFrame:
     """The table's row changes of every schema version, meta columns prefixed with ``_pgl_``.
 
     Versions are unioned by name (missing struct fields become null), so the frame always has
     the union of the columns of all versions. The exactness notes come along (``apply/notes.py``).
+    A staging root on an object store (``s3://``) is read with pyarrow on the driver (the staging
+    layout's filesystem, credentials from the environment) and handed to Spark as Arrow, because
+    Spark's own s3a reader needs hadoop-aws jars that are not installed (docs/delta.md).
     """
-    frames = [spark.read.parquet(f"{batch.uri}/{rel}") for rel in batch.table_files.get(table, ())]
-    if not frames:
+    files = batch.table_files.get(table, ())
+    if not files:
         raise StagingError(f"batch {batch.start_lsn}-{batch.end_lsn} has no files for {table}")
-    df = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
+    if is_local(batch.uri):
+        frames = [spark.read.parquet(f"{batch.uri}/{rel}") for rel in files]
+        df = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
+    else:
+        import pyarrow as pa
+
+        parts = [batch.reader.read_file(batch.ref, rel) for rel in files]
+        df = spark.createDataFrame(pa.concat_tables(parts, promote_options="permissive"))
     from pyspark.sql import functions as F
 
     notes = [(df[c] if c in df.columns else F.create_map().cast("map<string,string>")).alias(META + c)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from airflow_provider_pglogical.exceptions import SchemaChangeError, format_lsn
 
@@ -44,6 +44,8 @@ class ColumnChange:
     column: str
     old_type: str | None
     new_type: str | None
+    # First LSN of the staged schema version that asks for the change (for a target's own refusal).
+    lsn: int | None = field(default=None, compare=False)
 
 
 # Integer ranges as digits before the decimal point a numeric(p,s) needs to hold them all.
@@ -150,11 +152,11 @@ def plan_column_changes(table: str, target_columns: Mapping[str, str], not_null_
                     f"target table {table} is missing replicated column {name}, and its type is unknown "
                     f"(LSN {format_lsn(lsn)}); add the column to the target, then run again",
                     table=table, column=name, old_type=None, new_type=None, lsn=lsn)
-            changes.append(ColumnChange(ADD, name, None, new_type))
+            changes.append(ColumnChange(ADD, name, None, new_type, lsn))
         elif new_type is None or widens(new_type, old_type):
             continue  # same type, or the target's column holds every value (a narrowing on the source)
         elif widens(old_type, new_type):
-            changes.append(ColumnChange(WIDEN, name, old_type, new_type))
+            changes.append(ColumnChange(WIDEN, name, old_type, new_type, lsn))
         else:
             raise _unfollowable(table, name, old_type, new_type, lsn)
     written_set = set(written)
