@@ -7,8 +7,8 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_pglogical.apply.config import ApplyConfig
-from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
 from airflow_provider_pglogical.apply.runner import apply_slot
+from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
 from airflow_provider_pglogical.apply.targets.delta.target import CHECKPOINTS, DeltaTarget
 from airflow_provider_pglogical.hooks import PgLogicalHook
 from tests.integration.test_native_equivalence import (

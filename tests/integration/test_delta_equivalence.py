@@ -9,8 +9,8 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_pglogical.apply.config import ApplyConfig
-from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
 from airflow_provider_pglogical.apply.runner import apply_slot
+from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
 from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
 from airflow_provider_pglogical.hooks import PgLogicalHook
 from tests.conftest import make_database

@@ -228,7 +228,7 @@ class DeltaTarget:
                 dt.alter.add_columns([_delta_field(ch.column, wanted, ch.new_type)])
             elif ch.kind == WIDEN:
                 have = current[ch.column]
-                if _arrow_type(have) != wanted:
+                if delta_type(_arrow_type(have)) != wanted:
                     raise _cannot_widen(table.target, ch, _arrow_type(have), wanted)
                 dt.alter.set_column_metadata(ch.column, {TYPE_KEY: str(ch.new_type)})
 
@@ -273,7 +273,7 @@ class DeltaTarget:
                  type_names: Mapping[str, str | None]) -> tuple[pa.Table, pa.Schema]:
         schema = delta_schema(table.select(list(columns)).schema, type_names)
         out = to_delta(table, schema, where, type_names)
-        if FROM in out.column_names:  # the old key, typed like the key columns (replay compares them)
+        if FROM in out.column_names and key:  # the old key, typed like the key columns (replay compares them)
             from_type = pa.struct([schema.field(k) for k in key])
             col = out.column(FROM)
             out = out.set_column(out.column_names.index(FROM), FROM, pa.chunked_array(
@@ -297,6 +297,8 @@ class DeltaTarget:
         app = app_id(self.slot, target)
         if (dt.transaction_version(app) or -1) >= end_lsn:
             return TableOutcome(committed=False)
+        if not key:
+            return self._append_rows(dt, target, start_lsn, end_lsn, converted.select(list(columns)), truncated)
         replayed = False
         if mirror.needs_replay(converted):
             if ordered is None:
@@ -321,6 +323,17 @@ class DeltaTarget:
             rows = self._delete_all(dt, props) if truncated else {}
         self._finish(dt, version, props, target)
         return TableOutcome(committed=True, rows=_counts(rows), rejects=rejects, replayed=replayed)
+
+    def _append_rows(self, dt: DeltaTable, target: str, start_lsn: int, end_lsn: int, rows: pa.Table,
+                     truncated: bool) -> TableOutcome:
+        """A keyless (insert-only) table: its INSERTs appended — after a truncate, replacing every row — in one
+        commit with the watermark (nothing to match: the source table has no replica identity)."""
+        props = mirror.commit_properties(app_id(self.slot, target), end_lsn,
+                                         mirror.metadata(self.slot, start_lsn, end_lsn, []))
+        self.checkpoint("before_commit", target)
+        write_deltalake(dt, rows, mode="overwrite" if truncated else "append", commit_properties=props)
+        self.checkpoint("committed", target)
+        return TableOutcome(committed=True, rows={"inserted": rows.num_rows})
 
     def truncate(self, target: str, start_lsn: int, end_lsn: int) -> TableOutcome:
         """A batch that only truncates ``target`` (mirror mode): delete every row, with the watermark."""
@@ -351,7 +364,9 @@ class DeltaTarget:
             return TableOutcome(committed=False)
         props = mirror.commit_properties(app, end_lsn, mirror.metadata(self.slot, start_lsn, end_lsn, []))
         self.checkpoint("before_commit", target)
-        write_deltalake(dt, converted, mode="append", commit_properties=props)
+        # ``merge``: the old image ``_old`` is a struct of the relation's columns, which gains (or loses)
+        # fields as the source schema changes; top-level columns were added by ``_follow_schema`` already.
+        write_deltalake(dt, converted, mode="append", schema_mode="merge", commit_properties=props)
         self.checkpoint("committed", target)
         return TableOutcome(committed=True, rows={"appended": converted.num_rows})
 
@@ -377,8 +392,7 @@ def _with_from(frame: pa.Table, key: Sequence[str]) -> pa.Table:
     named as ``mirror`` expects already (``COMMIT``, ``ORDER``)."""
     names = [from_column(i) for i in range(len(key))]
     if not key:
-        fields = pa.struct([])
-        return frame.append_column(FROM, pa.nulls(frame.num_rows, fields))
+        return frame  # keyless (insert-only): nothing moves
     children = [frame.column(n).combine_chunks() if frame.num_rows else pa.array([], frame.schema.field(n).type)
                 for n in names]
     moved = children[0].is_valid()
