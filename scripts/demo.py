@@ -172,7 +172,7 @@ def main() -> None:
 
     step("applying the same staged batches into a local Delta Lake target (pglogical apply)")
     write_delta_spec()
-    say(f"    spec {DELTA_SPEC.relative_to(REPO)}: the example pipeline with target kind delta at {LAKE.relative_to(REPO)}")
+    say(f"    spec {shown(DELTA_SPEC)}: the example pipeline with target kind delta at {shown(LAKE)}")
     pglogical = str(VENV_BIN / "pglogical")
     run([pglogical, "apply", "--spec", str(DELTA_SPEC)], env, log, "pglogical apply (Delta target)")
 
@@ -186,7 +186,7 @@ def main() -> None:
     report(json.loads(status.stdout), source, target)
     report_delta(json.loads(delta_status.stdout), source)
     say(f"""
-The Delta tables are under {LAKE.relative_to(REPO)}/public/ (any Delta reader: deltalake, DuckDB, Spark with Delta, Polars).
+The Delta tables are under {shown(LAKE)}/public/ (any Delta reader: deltalake, DuckDB, Spark with Delta, Polars).
 The demo PostgreSQL keeps running so you can look around:
     psql "{server.uri('app')}"      # source
     psql "{server.uri('dw')}"       # warehouse
