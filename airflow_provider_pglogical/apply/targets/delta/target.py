@@ -272,7 +272,7 @@ class DeltaTarget:
     def _convert(self, table: pa.Table, columns: Sequence[str], key: Sequence[str], where: str,
                  type_names: Mapping[str, str | None]) -> tuple[pa.Table, pa.Schema]:
         schema = delta_schema(table.select(list(columns)).schema, type_names)
-        out = to_delta(table, schema, where, type_names)
+        out = to_delta(table, schema, where, type_names, lsn_column=LSN)
         if FROM in out.column_names and key:  # the old key, typed like the key columns (replay compares them)
             from_type = pa.struct([schema.field(k) for k in key])
             col = out.column(FROM)
@@ -292,7 +292,7 @@ class DeltaTarget:
                   null_safe_key: bool = False) -> TableOutcome:
         """Mirror mode: the batch's net changes of ``target`` (and a truncate before them) in one MERGE commit."""
         where = f"batch {start_lsn:X}-{end_lsn:X}"
-        converted, schema = self._convert(net, columns, key, where, type_names)
+        converted, schema = self._convert(net, columns, key, f"{where}: {target}", type_names)
         dt = self._table(target, schema, where, type_names)
         app = app_id(self.slot, target)
         if (dt.transaction_version(app) or -1) >= end_lsn:
@@ -303,7 +303,7 @@ class DeltaTarget:
         if mirror.needs_replay(converted):
             if ordered is None:
                 raise ApplyError(f"{where}: {target} needs its ordered changes to place moved unchanged-TOAST values")
-            changes, _ = self._convert(ordered(), columns, key, where, type_names)
+            changes, _ = self._convert(ordered(), columns, key, f"{where}: {target}", type_names)
             keys = set(mirror._key_tuples(changes, key)) | {f for f in mirror._from_tuples(changes, key) if f}
             base = mirror.target_rows(dt, set() if truncated else keys, key, columns)
             converted, rejects = mirror.replay_net(changes, base.cast(schema.remove_metadata()) if base.num_rows
@@ -357,7 +357,7 @@ class DeltaTarget:
         """Changelog mode: the batch's published changes (and truncates) of ``target`` appended in one commit."""
         where = f"batch {start_lsn:X}-{end_lsn:X}"
         schema = delta_schema(rows.schema, type_names)
-        converted = to_delta(rows, schema, where, type_names)
+        converted = to_delta(rows, schema, f"{where}: {target}", type_names, lsn_column=changelog.LSN)
         dt = self._table(target, schema, where, type_names)
         app = app_id(self.slot, target)
         if (dt.transaction_version(app) or -1) >= end_lsn:
