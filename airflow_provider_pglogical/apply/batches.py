@@ -27,14 +27,19 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
+# What a Spark session needs to read staged files: TIME columns (time64 Parquet) are refused without
+# timeType; timestamps without time zone stay wall-clock microseconds in UTC.
+READ_CONF = {"spark.sql.session.timeZone": "UTC", "spark.sql.timeType.enabled": "true"}
+
 # Every staged metadata column gets this prefix in the working frame so a source column named
 # e.g. "op" can never collide with it.
 META = "_pgl_"
 CHANGE_META_COLUMNS = ("commit_lsn", "end_lsn", "lsn", "tx_order", "xid", "commit_time", "op",
                        "schema_version", "old", "old_key_only", "new", "new_unchanged_toast")
 
-__all__ = ["CHANGE_META_COLUMNS", "META", "NOTES_COLUMNS", "Batch", "RelationColumn", "RelationInfo",
-           "TruncateEvent", "has_value_notes", "image_type", "keys_never_repeat", "list_batches", "read_changes",
+__all__ = ["CHANGE_META_COLUMNS", "META", "NOTES_COLUMNS", "READ_CONF", "Batch", "RelationColumn", "RelationInfo",
+           "TruncateEvent", "has_value_notes", "image_type", "is_local", "keys_never_repeat", "list_batches",
+           "read_changes",
            "read_relation_versions", "read_relations",
            "read_truncates"]
 
@@ -104,6 +109,11 @@ def keys_never_repeat(batch: Batch, table: str, key: Sequence[str], *, full_iden
                                           full_identity=full_identity)
 
 
+def is_local(uri: str) -> bool:
+    """Whether Spark reads ``uri`` itself (a path or ``file://``); object stores need jars it lacks."""
+    return "://" not in uri or uri.startswith("file://")
+
+
 def read_changes(spark: SparkSession, batch: Batch, table: str) -> DataFrame:
     """The table's row changes of every schema version, meta columns prefixed with ``_pgl_``.
 
@@ -111,10 +121,17 @@ def read_changes(spark: SparkSession, batch: Batch, table: str) -> DataFrame:
     the union of the columns of all versions — except a column the source added with a
     ``DEFAULT``: rows staged before its ``ADD COLUMN`` read that default on the source, so their
     new image gets it (``_with_source_defaults``). The exactness notes come along (``apply/notes.py``).
+    A staging root on an object store (``s3://``) is read with pyarrow on the driver (the staging
+    layout's filesystem, credentials from the environment) and handed to Spark as Arrow, because
+    Spark's own s3a reader needs hadoop-aws jars that are not installed (docs/delta.md).
     """
-    frames = [spark.read.parquet(f"{batch.uri}/{rel}") for rel in batch.table_files.get(table, ())]
-    if not frames:
+    files = batch.table_files.get(table, ())
+    if not files:
         raise StagingError(f"batch {batch.start_lsn}-{batch.end_lsn} has no files for {table}")
+    if is_local(batch.uri):
+        frames = [spark.read.parquet(f"{batch.uri}/{rel}") for rel in files]
+    else:
+        frames = [spark.createDataFrame(batch.reader.read_file(batch.ref, rel)) for rel in files]
     if len(frames) > 1:
         frames = _as_text_where_types_conflict(
             _with_source_defaults(frames, read_relation_versions(batch).get(table, [])))

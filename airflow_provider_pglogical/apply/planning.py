@@ -8,7 +8,7 @@ from typing import Any
 
 from airflow_provider_pglogical.apply import schema_changes
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
-from airflow_provider_pglogical.apply.targets.base import PlannedBatch, PlannedTable, TargetTable
+from airflow_provider_pglogical.apply.targets.base import PlannedBatch, PlannedTable, PlannedTruncate, TargetTable
 from airflow_provider_pglogical.exceptions import ApplyError
 from airflow_provider_pglogical.staging.reader import RelationColumn, RelationInfo, TruncateEvent
 
@@ -116,6 +116,7 @@ def descendants(tables: Iterable[str], fks: Sequence[tuple[str, str]]) -> set[st
 class TruncatePlan:
     position: dict[str, tuple[int, int]]  # target -> last truncate (commit_lsn, tx_order)
     restart_identity: frozenset[str]
+    events: tuple[tuple[str, TruncateEvent], ...] = ()  # (target, truncate emptying it), in LSN order
 
 
 def plan_truncates(events: Sequence[TruncateEvent], targets: dict[str, tuple[str, TableApplyConfig]],
@@ -129,17 +130,19 @@ def plan_truncates(events: Sequence[TruncateEvent], targets: dict[str, tuple[str
     """
     position: dict[str, tuple[int, int]] = {}
     restart: set[str] = set()
-    for ev in events:
+    emptying: list[tuple[str, TruncateEvent]] = []
+    for ev in sorted(events, key=lambda e: (e.commit_lsn, e.tx_order)):
         listed = [targets[r] for r in ev.relations if r in targets and "truncate" in targets[r][1].actions]
         emptied = {t for t, _ in listed}
         if ev.cascade:
             emptied = descendants({t for t, c in listed if c.truncate_cascade == "follow_source"}, fks) | emptied
-        for t in emptied:
+        for t in sorted(emptied):
+            emptying.append((t, ev))
             pos = (ev.commit_lsn, ev.tx_order)
             position[t] = max(position.get(t, pos), pos)
             if ev.restart_identity:
                 restart.add(t)
-    return TruncatePlan(position, frozenset(restart))
+    return TruncatePlan(position, frozenset(restart), tuple(emptying))
 
 
 def parents_first(tables: Sequence[str], fks: Sequence[tuple[str, str]]) -> list[str]:
@@ -162,6 +165,11 @@ def is_pending(mark: int | None, end_lsn: int) -> bool:
 def batch_sources(tables: Iterable[str], truncates: Iterable[TruncateEvent]) -> set[str]:
     """Source tables a batch touches: those with row changes and those its truncates name."""
     return set(tables) | {r for ev in truncates for r in ev.relations}
+
+
+def configured_targets(sources: Iterable[str], config: ApplyConfig) -> set[str]:
+    """Target tables of the configured ones among ``sources`` (whose watermarks a batch's planning reads)."""
+    return {target_name(s, c) for s in sources if (c := config.table_config(s)) is not None}
 
 
 def pending_tables(sources: Iterable[str], config: ApplyConfig, marks: Mapping[str, int],
@@ -248,4 +256,6 @@ def plan_batch(slot: str, start_lsn: int, end_lsn: int, changed: Collection[str]
     return PlannedBatch(
         slot=slot, start_lsn=start_lsn, end_lsn=end_lsn, tables=tuple(by_target[t] for t in order),
         truncate=tuple(truncate), restart_identity=tuple(t for t in truncate if t in truncs.restart_identity),
-        watermark_tables=tuple(sorted({t for t, _ in pending.values()} | set(truncate))))
+        watermark_tables=tuple(sorted({t for t, _ in pending.values()} | set(truncate))),
+        truncates=tuple(PlannedTruncate(t, ev.commit_lsn, ev.tx_order, ev.lsn, ev.xid, ev.commit_time)
+                        for t, ev in truncs.events if t in truncate and t in truncated_at))

@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 from airflow_provider_pglogical.apply import planning, snapshots
 from airflow_provider_pglogical.apply.batches import (
     META,
+    READ_CONF,
     Batch,
     has_value_notes,
     image_type,
@@ -168,6 +169,8 @@ def apply_slot(spark: SparkSession, config: ApplyConfig, dsn: str | None = None,
     The target is ``target``, or PostgreSQL at ``dsn``. ``on_batch`` sees each batch's report
     right after its commit (metrics, report files).
     """
+    for key, value in READ_CONF.items():
+        spark.conf.set(key, value)
     batches = list_batches(config.staging_root, config.slot)
     if config.max_batches is not None:
         batches = batches[: config.max_batches]
@@ -235,10 +238,10 @@ def _apply_one(spark: SparkSession, config: ApplyConfig, target: Target, batch: 
     before it are in its snapshot (PostgreSQL's ``should_apply_changes_for_rel``) and are dropped."""
     report = BatchReport(batch.start_lsn, batch.end_lsn, applied=False)
     sync = sync or {}
-    marks = target.watermarks(config.slot)
     truncates = snapshots.drop_synced_truncates(read_truncates(batch), sync)
-    pending = planning.pending_tables(planning.batch_sources(batch.table_files, truncates), config, marks,
-                                      batch.end_lsn)
+    sources = planning.batch_sources(batch.table_files, truncates)
+    marks = target.watermarks(config.slot, planning.configured_targets(sources, config))
+    pending = planning.pending_tables(sources, config, marks, batch.end_lsn)
     if not pending:
         return report
     existing = _Described(target)
@@ -303,6 +306,11 @@ class SparkBatchChanges:
                                                        full_identity=table.relation.replica_identity == "f")
         return (net_changes(changes, table.relation, table.config, shape, table.truncated_at, notes, unique)
                 .select(KIND, KEEP, LSN, *from_key, TOUCHED, *table.columns))
+
+    def published(self, table: PlannedTable) -> DataFrame:
+        changes, notes, _ = self._staged(table)
+        shape = planning.TableShape(table.source, table.target, table.key, table.columns)
+        return published_changes(changes, table.relation, table.config, shape, notes)
 
     def ordered(self, table: PlannedTable) -> DataFrame:
         changes, notes, from_key = self._staged(table)

@@ -55,6 +55,8 @@ class ColumnChange:
     new_type: str | None
     # ``add`` only: the text of the value rows older than the source's ADD COLUMN read (its default).
     default: str | None = None
+    # First LSN of the staged schema version that asks for the change (for a target's own refusal).
+    lsn: int | None = field(default=None, compare=False)
 
 
 # Integer ranges as digits before the decimal point a numeric(p,s) needs to hold them all.
@@ -223,11 +225,11 @@ def plan_column_changes(table: str, target_columns: Mapping[str, str], not_null_
                     f"target table {table} is missing replicated column {name}, and its type is unknown "
                     f"(LSN {format_lsn(lsn)}); add the column to the target, then run again",
                     table=table, column=name, old_type=None, new_type=None, lsn=lsn)
-            changes.append(ColumnChange(ADD, name, None, new_type, missing_value(latest.missing.get(name))))
+            changes.append(ColumnChange(ADD, name, None, new_type, missing_value(latest.missing.get(name)), lsn=lsn))
         elif new_type is None or widens(new_type, old_type):
             continue  # same type, or the target's column holds every value (a narrowing on the source)
         elif widens(old_type, new_type):
-            changes.append(ColumnChange(WIDEN, name, old_type, new_type))
+            changes.append(ColumnChange(WIDEN, name, old_type, new_type, lsn=lsn))
         else:
             raise _unfollowable(table, name, old_type, new_type, lsn)
     written_set = set(written)

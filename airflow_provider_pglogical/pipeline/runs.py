@@ -94,15 +94,13 @@ def apply_pending(spec: PipelineSpec, *, master: str | None = None, max_batches:
         return {"batches_seen": 0, "batches_applied": 0, "batches_replayed_in_order": 0, "last_applied_end_lsn": None,
                 "rows": {}}
     log(f"applying {len(pending)} staged batch(es) of slot {spec.source.slot} from {spec.staging.uri}")
-    if spec.target.kind == "delta":
-        from airflow_provider_pglogical.apply.targets.delta import settings
-        from airflow_provider_pglogical.apply.targets.delta.runner import apply_slot as apply_delta
+    # One apply path: the shared runner plans every batch and hands it to the spec's target.
+    with target_environment(spec), local_spark(master or spec.spark.master, spec.spark.conf) as spark:
+        if spec.target.kind == "delta":
+            from airflow_provider_pglogical.apply.targets.delta import settings
 
-        with settings.environment(settings.spec_env(spec)), \
-                local_spark(master or spec.spark.master, spec.spark.conf) as spark:
-            reports = apply_delta(spark, config, settings.target_for_spec(spec))
-    else:
-        with local_spark(master or spec.spark.master, spec.spark.conf) as spark:
+            reports = apply_slot(spark, config, target=settings.target_for_spec(spec))
+        else:
             reports = apply_slot(spark, config, target_dsn(spec))
     rows: dict[str, dict[str, int]] = {}
     for report in reports:
@@ -116,6 +114,19 @@ def apply_pending(spec: PipelineSpec, *, master: str | None = None, max_batches:
     log(f"applied {len(applied)} of {len(reports)} staged batches ({replayed} replayed change by change)")
     return {"batches_seen": len(reports), "batches_applied": len(applied), "batches_replayed_in_order": replayed,
             "last_applied_end_lsn": format_lsn(applied[-1].end_lsn) if applied else None, "rows": rows}
+
+
+@contextmanager
+def target_environment(spec: PipelineSpec) -> Iterator[None]:
+    """The process environment the spec's target reads its credentials from (an object store's ``AWS_*``
+    from ``target.conn_id``, set for the block only); nothing for PostgreSQL, whose DSN is passed."""
+    if spec.target.kind != "delta":
+        yield
+        return
+    from airflow_provider_pglogical.apply.targets.delta import settings
+
+    with settings.environment(settings.spec_env(spec)):
+        yield
 
 
 def pending_batches(spec: PipelineSpec, *, max_batches: int | None = None) -> list[tuple[int, int]]:

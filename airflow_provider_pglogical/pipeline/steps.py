@@ -101,7 +101,8 @@ def target_watermark_ints(spec: PipelineSpec, progress_table: str | None = None)
         from airflow_provider_pglogical.apply.targets.delta import settings
 
         with settings.environment(settings.spec_env(spec)):
-            return settings.target_for_spec(spec).watermarks(sorted({t.target_name for t in spec.tables.values()}))
+            return settings.target_for_spec(spec).watermarks(spec.source.slot,
+                                                             {t.target_name for t in spec.tables.values()})
     import psycopg2
 
     from airflow_provider_pglogical.apply.targets.postgres.progress import read_watermarks

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
@@ -56,11 +57,17 @@ class RelationInfo(RelationShape):
 
 @dataclass(frozen=True)
 class TruncateEvent:
+    """One staged TRUNCATE at (commit_lsn, tx_order); ``lsn``, ``xid`` and ``commit_time`` are its
+    record's own position for targets that show truncates as changes (a change feed)."""
+
     commit_lsn: int
     tx_order: int
     relations: tuple[str, ...]
     cascade: bool
     restart_identity: bool
+    lsn: int | None = None
+    xid: int | None = None
+    commit_time: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -170,7 +177,8 @@ class StagingReader:
         if not (manifest or self.manifest(batch)).truncates:
             return []
         return [TruncateEvent(int(r["commit_lsn"]), int(r["tx_order"]), tuple(r["relations"]),
-                              bool(r["cascade"]), bool(r["restart_identity"]))
+                              bool(r["cascade"]), bool(r["restart_identity"]), r.get("lsn"), r.get("xid"),
+                              r.get("commit_time"))
                 for r in self._read_small(batch, TRUNCATES) or []]
 
     def has_value_notes(self, batch: BatchRef, files: Sequence[str]) -> bool:

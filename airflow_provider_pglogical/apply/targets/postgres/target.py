@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -98,7 +98,8 @@ class PostgresTarget:
         """The schema of the progress, rejects and staging tables (resolved when the session opens)."""
         return self.config.bookkeeping_schema or "public"
 
-    def watermarks(self, slot: str) -> dict[str, int]:
+    def watermarks(self, slot: str, tables: Collection[str] = ()) -> dict[str, int]:
+        """Every table's watermark of ``slot`` (one read of the progress table; ``tables`` is not needed)."""
         marks = progress.watermarks(self.conn, self.config.progress_table, slot)
         self.conn.commit()
         return marks
