@@ -67,7 +67,9 @@ def test_new_dropped_widened_narrowed_and_renamed_columns_are_followed_in_mirror
     # Between batches: a new column, a widening Delta's string holds already. Inside one batch: rows before
     # and after ADD COLUMN and DROP COLUMN (of a NOT NULL column). Narrowing, rename (= drop + add).
     run_script(src, [
-        "ALTER TABLE t_between ADD COLUMN b numeric(10,3); ALTER TABLE t_between ALTER v TYPE text;",
+        "ALTER TABLE t_between ADD COLUMN b numeric(10,3); ALTER TABLE t_between ALTER v TYPE text;"
+        "ALTER TABLE t_between ADD COLUMN d int DEFAULT 7, ADD COLUMN e numeric(6,2) DEFAULT 2.5,"
+        " ADD COLUMN f text DEFAULT 'it''s';",
         "INSERT INTO t_between VALUES (2, 5, 'longer than five', 1.25);",
         "INSERT INTO t_inside VALUES (2, 'x2', 2.5);",
         "ALTER TABLE t_inside ADD COLUMN c text;",
@@ -85,6 +87,9 @@ def test_new_dropped_widened_narrowed_and_renamed_columns_are_followed_in_mirror
     assert between["b"] == (pa.decimal128(10, 3), "numeric(10,3)") and between["v"] == (pa.string(), "text")
     assert delta_rows(mirror_loc, "t_between", "id, a, v, b") == source_rows(src, "t_between", "id, a, v, b") == [
         (1, 10, "abc", None), (2, 5, "longer than five", Decimal("1.250"))]
+    # Row 1 is older than ADD COLUMN … DEFAULT: on the source it reads the defaults, so in the mirror.
+    assert delta_rows(mirror_loc, "t_between", "id, d, e, f") == source_rows(src, "t_between", "id, d, e, f") == [
+        (1, 7, Decimal("2.50"), "it's"), (2, 7, Decimal("2.50"), "it's")]
     # x is kept, no longer written: the rows of the batch that dropped it have none, row 1 keeps its value.
     assert set(fields(mirror_loc, "t_inside")) == {"id", "x", "n", "c"}
     assert delta_rows(mirror_loc, "t_inside", "id, n, c") == source_rows(src, "t_inside", "id, n, c")

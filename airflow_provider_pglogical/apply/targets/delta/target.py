@@ -15,6 +15,7 @@ is what ``describe`` reports and source schema changes are judged against (``app
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -226,6 +227,11 @@ class DeltaTarget:
             if ch.kind == ADD and ch.column not in current:
                 log.info("%s: adding column %s (%s) to Delta table %s", where, ch.column, ch.new_type, table.target)
                 dt.alter.add_columns([_delta_field(ch.column, wanted, ch.new_type)])
+                fill = _default_sql(wanted, ch.default) if self.mode == "mirror" else None
+                if fill is not None:
+                    # Rows older than the source's ADD COLUMN … DEFAULT read the default there: so do they here.
+                    # (A change feed keeps its history as it happened.)
+                    dt.update(updates={ch.column: fill})
             elif ch.kind == WIDEN:
                 have = current[ch.column]
                 if delta_type(_arrow_type(have)) != wanted:
@@ -418,6 +424,34 @@ def _with_truncates(rows: pa.Table, truncates: Sequence[PlannedTruncate]) -> pa.
 
 def _arrow_type(f: DeltaField) -> pa.DataType:
     return pa.schema(DeltaSchema([f]).to_arrow()).field(0).type
+
+
+_SQL_TYPES = {pa.int8(): "TINYINT", pa.int16(): "SMALLINT", pa.int32(): "INT", pa.int64(): "BIGINT",
+              pa.float32(): "REAL", pa.float64(): "DOUBLE", pa.string(): "VARCHAR", pa.large_string(): "VARCHAR",
+              pa.bool_(): "BOOLEAN", pa.date32(): "DATE"}
+
+
+def _default_sql(dtype: pa.DataType, text: str | None) -> str | None:
+    """A SQL expression of the source's ADD COLUMN default (its ``attmissingval`` text) as the Delta column's type;
+    None when there is none or the type does not cast exactly from PostgreSQL's text (the rows stay null, as
+    in the PostgreSQL target's in-batch rule: integers, floats, numeric, text, boolean, ISO dates)."""
+    if text is None:
+        return None
+    if pa.types.is_decimal(dtype):
+        if text.lower() == "nan":
+            return None
+        sql_type = f"DECIMAL({dtype.precision},{dtype.scale})"
+    elif pa.types.is_date32(dtype):
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+            return None
+        sql_type = "DATE"
+    else:
+        found = _SQL_TYPES.get(dtype)
+        if found is None:
+            return None
+        sql_type = found
+    literal = "'" + text.replace("'", "''") + "'"
+    return literal if sql_type == "VARCHAR" else f"CAST({literal} AS {sql_type})"
 
 
 def _delta_field(name: str, dtype: pa.DataType, source_type: str | None) -> DeltaField:
