@@ -109,17 +109,14 @@ def target_sync_marks(spec: PipelineSpec) -> dict[str, int]:
         return {}
     import psycopg2
 
-    from airflow_provider_pglogical.pipeline.steps import target_dsn
+    from airflow_provider_pglogical.apply.targets.postgres.snapshot import SYNC_TABLE, sync_marks
+    from airflow_provider_pglogical.pipeline.steps import target_dsn, target_progress_table
 
+    # pglogical_sync lives next to the progress table, in the bookkeeping schema the apply resolves.
+    schema = target_progress_table(spec).rpartition(".")[0]
     conn = psycopg2.connect(target_dsn(spec))
     try:
-        with conn.cursor() as cur:  # pglogical_sync: written by the apply's snapshot loads
-            cur.execute("SELECT to_regclass('pglogical_sync')")
-            if cur.fetchone()[0] is None:
-                return {}
-            cur.execute("SELECT target_table, (sync_lsn - '0/0'::pg_lsn)::bigint FROM pglogical_sync WHERE slot = %s",
-                        (spec.source.slot,))
-            return dict(cur.fetchall())
+        return sync_marks(conn, spec.source.slot, f"{schema}.{SYNC_TABLE}" if schema else SYNC_TABLE)
     finally:
         conn.close()
 
