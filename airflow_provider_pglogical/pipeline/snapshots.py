@@ -75,6 +75,9 @@ def sync_tables(spec: PipelineSpec, *, resync: list[str] | None = None, log: Log
     from airflow_provider_pglogical.snapshot.run import request_added_tables, request_resync, sync_pending
 
     job = snapshot_job(spec)
+    if resync and spec.target.kind != "postgres":  # nothing would load it (targets without SnapshotTarget)
+        raise SpecError(f"resync of {', '.join(resync)}: only for target kind: postgres so far; a "
+                        f"{spec.target.kind} target cannot load snapshots yet")
     if resync:
         request_resync(job, resync)
     added = request_added_tables(job) if spec.snapshot.initial else []

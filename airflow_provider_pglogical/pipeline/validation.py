@@ -159,6 +159,9 @@ class SpecValidator:
         snapshot = self.snapshot(top.get("snapshot"), "snapshot")
         if target is not None and target.kind == "delta":
             self.delta_tables(target, tables)
+            if snapshot.initial:  # its changes would apply without the pre-existing rows (no SnapshotTarget)
+                self.err("snapshot.initial", "only for target kind: postgres so far: a delta target cannot load "
+                                             "snapshots yet; set snapshot.initial: false")
         if self.errors:
             return None
         return PipelineSpec(source=source, staging=staging, target=target, tables=tables,

@@ -11,7 +11,6 @@ import sys
 import time
 
 import psycopg2
-import pytest
 
 from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
@@ -39,7 +38,7 @@ CREATE TABLE wide (id bigint PRIMARY KEY, payload text, flags int[], at timestam
 """
 # wide: enough rows that its staging COPY lasts long enough to be killed in the middle
 MORE_WIDE_SQL = """INSERT INTO wide SELECT g, repeat('m', 50 + g % 30), ARRAY[g % 11], '2024-06-01'::timestamptz
-  + g * interval '1 s' FROM generate_series(30001, 150000) g"""
+  + g * interval '1 s' FROM generate_series(30001, 90000) g"""
 TABLES = ("parents", "children", "wide")
 
 
@@ -86,9 +85,18 @@ def staging_tables(dsn: str) -> list[str]:
     return [r[0] for r in query(dsn, "SELECT relname FROM pg_class WHERE relname LIKE '\\_pglogical\\_stg\\_%'")]
 
 
-@pytest.mark.parametrize("kill_at", ["snapshot_staged:1", "mid_copy", "snapshot_loaded:1", "snapshot_before_commit:1",
-                                     "snapshot_committed:1", "snapshot_committed:2"])
-def test_a_snapshot_apply_killed_anywhere_reruns_to_an_exact_copy(kill_at, pg_server, spark, tmp_path):
+# Each child run is killed at its point, starting from what the previous kill left: group 1 is parents +
+# children at the initial snapshot's LSN, group 2 is wide at its resync's LSN.
+KILLS = (("snapshot_staged:1", 0),  # parents staged, children not yet
+         ("snapshot_loaded:1", 0),  # parents INSERTed inside the load transaction
+         ("snapshot_before_commit:1", 0),  # everything written, COMMIT not sent
+         ("snapshot_committed:1", 2),  # group 1 committed, its staging tables not dropped, group 2 not begun
+         ("mid_copy", 2),  # the rerun skips group 1; an executor COPYing wide's snapshot staging table
+         ("snapshot_loaded:1", 2),  # dies inside group 2's transaction
+         ("snapshot_committed:1", 3))  # group 2 committed, the change batches not applied
+
+
+def test_a_snapshot_apply_killed_anywhere_reruns_to_an_exact_copy(pg_server, spark, tmp_path):
     source = pg_server.dsn(make_database(pg_server))
     _, target = make_target(pg_server)
     execute(source, SNAP_SCHEMA_SQL, MORE_WIDE_SQL)
@@ -112,17 +120,18 @@ def test_a_snapshot_apply_killed_anywhere_reruns_to_an_exact_copy(kill_at, pg_se
     write_burst(wcur, rnd, 5, truncate_wide=False)
     drain_all(source, uri)
 
-    code = run_child(dsn=target, slot="s1", staging_uri=uri, kill_at=kill_at,
-                     target_tables=[f"public.{t}" for t in TABLES])
-    assert code == KILLED, f"the child was not killed at {kill_at}"
-    wait_for_no_other_sessions(target)
-    synced_before = dict(query(target, "SELECT target_table, sync_lsn::text FROM pglogical_sync")) \
-        if query(target, "SELECT to_regclass('pglogical_sync')") != [(None,)] else {}
-    if kill_at.startswith("snapshot_committed"):
-        assert staging_tables(target), "a crash after COMMIT leaves the group's staging tables"
-        assert len(synced_before) == (2 if kill_at.endswith(":1") else 3)
-    else:
-        assert synced_before == {}  # nothing of the group became visible
+    for kill_at, synced_groups in KILLS:
+        code = run_child(dsn=target, slot="s1", staging_uri=uri, kill_at=kill_at,
+                         target_tables=[f"public.{t}" for t in TABLES])
+        assert code == KILLED, f"the child was not killed at {kill_at}"
+        wait_for_no_other_sessions(target)
+        synced = dict(query(target, "SELECT target_table, sync_lsn::text FROM pglogical_sync")) \
+            if query(target, "SELECT to_regclass('pglogical_sync')") != [(None,)] else {}
+        assert len(synced) == synced_groups, kill_at  # nothing of an uncommitted group is visible
+        if synced_groups == 0:
+            assert query(target, "SELECT count(*) FROM parents") == [(0,)], kill_at
+        if kill_at.startswith("snapshot_committed"):
+            assert staging_tables(target), "a crash after COMMIT leaves the group's staging tables"
 
     config = ApplyConfig(slot="s1", staging_root=uri, tables={})
     apply_slot(spark, config, target)
