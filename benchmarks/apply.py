@@ -158,6 +158,9 @@ def main() -> int:
         t0 = time.monotonic()
         from pyspark.sql import SparkSession
 
+        from airflow_provider_pglogical.apply.sparkenv import use_package_python
+
+        use_package_python()  # Python workers run this interpreter, not python3 from PATH
         builder = (SparkSession.builder.master(args.master).appName("pglogical-bench")
                    .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
                    .config("spark.driver.host", "127.0.0.1").config("spark.driver.memory", "2g"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -17,7 +18,8 @@ import psycopg2  # noqa: E402
 from tests.pgserver import PgServer, start_server, stop_server  # noqa: E402
 from tests.userenv import user_env  # noqa: E402
 
-DEMO_DIR = REPO / ".cache" / "demo"
+# PGLOGICAL_DEMO_DIR: where the demo keeps its server, staging and Airflow home (the tests use a temp dir).
+DEMO_DIR = Path(os.environ.get("PGLOGICAL_DEMO_DIR") or REPO / ".cache" / "demo").resolve()
 STATE = DEMO_DIR / "server.json"
 SPEC = REPO / "dags" / "specs" / "example_pipeline.yaml"
 DAG_ID = "pglogical_example_pipeline"
@@ -98,6 +100,11 @@ def rows(dsn: str, query: str) -> list[tuple]:
     return out
 
 
+def shown(path: Path) -> Path:
+    """A path relative to the repository when it is inside it (shorter to read and to copy)."""
+    return path.relative_to(REPO) if path.is_relative_to(REPO) else path
+
+
 def run(cmd: list[str], env: dict[str, str], log: Path, what: str) -> subprocess.CompletedProcess:
     started = time.monotonic()
     offset = log.stat().st_size if log.exists() else 0
@@ -111,7 +118,7 @@ def run(cmd: list[str], env: dict[str, str], log: Path, what: str) -> subprocess
         say(f"    FAILED: {what} (exit {result.returncode}); last lines of {log}:")
         say("".join(log.read_text().splitlines(keepends=True)[-40:]))
         raise SystemExit(1)
-    say(f"    {what}: ok in {time.monotonic() - started:.0f}s (log: {log.relative_to(REPO)})")
+    say(f"    {what}: ok in {time.monotonic() - started:.0f}s (log: {shown(log)})")
     return result
 
 

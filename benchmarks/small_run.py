@@ -1,0 +1,166 @@
+"""Benchmark: `pglogical run` on an empty slot and on a small batch (100 changes), and where the seconds go.
+
+The commands run as a user runs them (console script by path, venv not activated). Then the same
+small batch size again in-process, split into: Python start + imports, decode (peek → staged →
+advanced), Spark session start (JVM), the apply's stage (plan + Spark job + COPY into the staging
+table) and target transaction, the Spark jobs' wall time from the event log (so plan/driver time =
+stage − jobs), and the session stop.
+
+Usage: python benchmarks/small_run.py [--changes 100] [--repeat 3] [--json FILE]
+Prints one JSON object as the last lines of stdout (the package's log lines come before it) and,
+with ``--json``, writes it to FILE.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import yaml  # noqa: E402
+
+from tests.conftest import make_database  # noqa: E402
+from tests.pgserver import execute, start_server, stop_server  # noqa: E402
+from tests.userenv import run_as_user, venv_script  # noqa: E402
+
+SCHEMA = "CREATE TABLE t (id int PRIMARY KEY, a int NOT NULL, b text, c numeric(12,2), d timestamptz);"
+
+
+def small_batch(dsn: str, changes: int, base: int) -> None:
+    """``changes`` row changes in one transaction: half inserts, 30% updates, 20% deletes."""
+    inserts, updates = changes // 2, changes * 3 // 10
+    deletes = changes - inserts - updates
+    execute(dsn, f"""BEGIN;
+INSERT INTO t SELECT g, g, md5(g::text), g * 0.01, now() FROM generate_series({base}, {base + inserts - 1}) g;
+UPDATE t SET a = a + 1 WHERE id BETWEEN {base} AND {base + updates - 1};
+DELETE FROM t WHERE id BETWEEN {base + inserts - deletes} AND {base + inserts - 1};
+COMMIT;""")
+
+
+def timed_cli(*args: str, env: dict[str, str]) -> float:
+    t0 = time.monotonic()
+    done = run_as_user([venv_script("pglogical"), *args], env, timeout=600)
+    if done.returncode != 0:
+        raise SystemExit(f"pglogical {' '.join(args)} failed: {done.stderr[-2000:]}")
+    return time.monotonic() - t0
+
+
+class BatchSeconds(logging.Handler):
+    """Collects the runner's per-batch ``seconds={...}`` log line (stage / apply split)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.seconds: list[dict[str, float]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        found = re.search(r"seconds=(\{.*\})", record.getMessage())
+        if found:
+            self.seconds.append(json.loads(found.group(1).replace("'", '"')))
+
+
+def in_process(spec_path: Path, dsn: str, changes: int, base: int, event_dir: Path) -> dict[str, Any]:
+    """One small batch through the same calls as `pglogical run`, each step timed on its own."""
+    from airflow_provider_pglogical.pipeline import runs
+    from airflow_provider_pglogical.pipeline.spec import load_spec
+
+    event_dir.mkdir(parents=True, exist_ok=True)
+    doc = yaml.safe_load(spec_path.read_text())
+    doc["spark"]["conf"] = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": str(event_dir)}
+    timed_spec = spec_path.with_name(f"timed-{event_dir.name}.yaml")
+    timed_spec.write_text(yaml.safe_dump(doc))
+    spec = load_spec(str(timed_spec))
+
+    t0 = time.monotonic()  # a session started and stopped alone: the JVM's share of every apply
+    with runs.local_spark(spec.spark.master):
+        started = time.monotonic()
+    jvm_start_s, jvm_stop_s = started - t0, time.monotonic() - started
+
+    small_batch(dsn, changes, base)
+    t0 = time.monotonic()
+    runs.decode_pending(spec)
+    decode_s = time.monotonic() - t0
+
+    handler = BatchSeconds()
+    package_log = logging.getLogger("airflow_provider_pglogical")
+    package_log.addHandler(handler)
+    package_log.setLevel(logging.INFO)
+    t0 = time.monotonic()
+    try:
+        runs.apply_pending(spec)
+    finally:
+        package_log.removeHandler(handler)
+    apply_s = time.monotonic() - t0
+
+    from benchmarks.spark_events import summarize
+
+    jobs_s = float(summarize(str(event_dir))["job_wall_s"])
+    split = handler.seconds[-1] if handler.seconds else {}
+    stage, target_tx = split.get("stage"), split.get("apply")
+    return {"decode_s": round(decode_s, 2), "apply_total_s": round(apply_s, 2),
+            "jvm_start_s": round(jvm_start_s, 2), "jvm_stop_s": round(jvm_stop_s, 2),
+            "stage_s": stage, "target_tx_s": target_tx, "spark_jobs_wall_s": round(jobs_s, 2),
+            "stage_outside_spark_jobs_s": None if stage is None else round(stage - jobs_s, 2),
+            # the session start/stop inside the apply (the JVM is already up here, a CLI run pays jvm_start_s too),
+            # listing batches, watermarks, bookkeeping DDL
+            "apply_rest_s": None if stage is None or target_tx is None else round(apply_s - stage - target_tx, 2)}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--changes", type=int, default=100)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--json", type=Path, default=None, help="also write the result to this file")
+    args = p.parse_args()
+    server = start_server()
+    work = Path(tempfile.mkdtemp(prefix="pglogical-small-"))
+    try:
+        source, target = make_database(server), make_database(server)
+        dsn = server.dsn(source)
+        execute(dsn, SCHEMA)
+        spec_path = work / "spec.yaml"
+        spec_path.write_text(yaml.safe_dump({
+            "source": {"dsn": server.uri(source), "publication": "small_pub", "slot": "small_slot", "create": True},
+            "staging": {"uri": str(work / "staging")},
+            "target": {"kind": "postgres", "dsn": server.uri(target)},
+            "tables": {"public.t": {}}, "spark": {"master": "local[2]"}}))
+        env: dict[str, str] = {}
+        spec = ["--spec", str(spec_path)]
+        help_s = [timed_cli("--help", env=env) for _ in range(args.repeat)]
+        first_s = timed_cli("run", *spec, env=env)  # creates publication and slot
+        empty_s = [timed_cli("run", *spec, env=env) for _ in range(args.repeat)]
+        small_s = []
+        for i in range(args.repeat):
+            small_batch(dsn, args.changes, 1_000_000 * (i + 1))
+            small_s.append(timed_cli("run", *spec, env=env))
+        split = [in_process(spec_path, dsn, args.changes, 1_000_000 * (args.repeat + i + 1), work / f"events{i}")
+                 for i in range(args.repeat)]
+        median = {key: statistics.median(s[key] for s in split if s[key] is not None)
+                  for key in split[0] if any(s[key] is not None for s in split)}
+        result = json.dumps({
+            "changes_per_batch": args.changes,
+            "cli_help_s": round(statistics.median(help_s), 2),
+            "cli_first_run_creating_slot_s": round(first_s, 2),
+            "cli_run_empty_slot_s": [round(s, 2) for s in empty_s],
+            "cli_run_small_batch_s": [round(s, 2) for s in small_s],
+            "in_process_split_median": {k: round(v, 2) for k, v in median.items()},
+            "in_process_split_runs": split,
+        }, indent=2)
+        print(result)
+        if args.json:
+            args.json.write_text(result + "\n")
+        return 0
+    finally:
+        stop_server(server)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
