@@ -148,3 +148,21 @@ def test_a_snapshot_apply_killed_anywhere_reruns_to_an_exact_copy(pg_server, spa
     assert_equal(source, target)
     assert not any(r.applied for r in apply_slot(spark, config, target))
     writer.close()
+
+
+def test_leftover_staging_tables_are_dropped_for_this_slot_only(pg_conn):
+    from airflow_provider_pglogical.apply.targets.postgres.copy import drop_leftover_staging
+    from airflow_provider_pglogical.apply.targets.postgres.plan import staging_name, staging_prefix
+
+    mine = [staging_name("s1", 0x16B3C10, "public.t"), staging_name("s1", 0x16B3C10, "public.t") + "_snap"]
+    other = [staging_name("s2", 0x16B3C10, "public.t"), staging_name("s1", 0x16B3C10, "public.u")]
+    with pg_conn.cursor() as cur:
+        for name in mine + other:
+            schema, _, table = name.partition(".")
+            cur.execute(f'CREATE UNLOGGED TABLE {schema}."{table}" (x int)')
+    pg_conn.commit()
+    dropped = drop_leftover_staging(pg_conn, "public", [staging_prefix("s1", "public.t")])
+    assert sorted(dropped) == sorted(n.partition(".")[2] for n in mine)
+    with pg_conn.cursor() as cur:
+        cur.execute("SELECT relname FROM pg_class WHERE relname LIKE '\\_pglogical\\_stg\\_%' ORDER BY 1")
+        assert [r[0] for r in cur.fetchall()] == sorted(n.partition(".")[2] for n in other)

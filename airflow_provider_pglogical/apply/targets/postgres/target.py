@@ -99,10 +99,16 @@ class PostgresTarget:
             # Staging tables a run left when it died after its COMMIT (the rerun skips that batch or
             # snapshot): this slot's, of the tables this run may write or that have a watermark.
             known = set(self.target_tables) | set(progress.watermarks(self._conn, self.config.progress_table, slot))
-            dropped = drop_leftover_staging(self._conn, resolved, [staging_prefix(slot, t) for t in known])
-            if dropped:
-                log.info("dropped %d staging table(s) a crashed run of slot %s left in %s", len(dropped), slot,
-                         resolved)
+            try:
+                dropped = drop_leftover_staging(self._conn, resolved, [staging_prefix(slot, t) for t in known])
+            except psycopg2.Error as exc:  # e.g. left by another role: cleanup never fails the run
+                self._conn.rollback()
+                log.warning("could not drop staging tables a crashed run of slot %s left in %s: %s", slot, resolved,
+                            exc.pgcode)
+            else:
+                if dropped:
+                    log.info("dropped %d staging table(s) a crashed run of slot %s left in %s", len(dropped), slot,
+                             resolved)
             yield
         finally:
             self._conn.close()
