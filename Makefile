@@ -33,10 +33,11 @@ demo-stop: venv  ## stop the demo PostgreSQL and delete .cache/demo (staging, Ai
 unit: venv  ## the fast tests that need no services
 	$(BIN)/python -m pytest -q tests/unit
 
-lint: venv
+lint: venv  ## ruff, then mypy (strict for the package, see typecheck)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
-typecheck: venv  ## mypy --strict over the package (configured in pyproject.toml; not yet clean, so not in lint)
+typecheck: venv  ## mypy alone: strict over the package, non-strict over spark_apps/ and dags/ (pyproject.toml)
 	$(BIN)/mypy
 
 bootstrap: system-deps venv pg17

@@ -54,8 +54,10 @@ def cmd_run(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_resync(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
+    from airflow_provider_pglogical.pipeline.selection import resolved
     from airflow_provider_pglogical.pipeline.snapshots import sync_tables
 
+    spec = resolved(spec)  # tables selected by "*" / schema.* can be resynced by name
     unknown = sorted(set(args.table) - set(spec.tables))
     if unknown:
         from airflow_provider_pglogical.exceptions import SpecError
@@ -65,9 +67,10 @@ def cmd_resync(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_status(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
+    from airflow_provider_pglogical.pipeline.selection import resolved
     from airflow_provider_pglogical.pipeline.steps import status
 
-    return status(spec)
+    return status(resolved(spec))
 
 
 def cmd_maintain(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
@@ -77,8 +80,9 @@ def cmd_maintain(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]
         raise SpecError(f"{spec.origin}: maintain compacts and vacuums Delta tables; the target is {spec.target.kind}")
     from airflow_provider_pglogical.apply.targets.delta import settings
     from airflow_provider_pglogical.apply.targets.delta.maintenance import maintain
+    from airflow_provider_pglogical.pipeline.selection import resolved
 
-    tables = sorted({t.target_name for t in spec.tables.values()})
+    tables = sorted({t.target_name for t in resolved(spec).tables.values()})
     with settings.environment(settings.spec_env(spec)):
         location = settings.target_for_spec(spec).location
         return {"tables": maintain(location, tables, retention_hours=args.retention_hours, vacuum=not args.no_vacuum)}

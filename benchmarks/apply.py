@@ -192,12 +192,11 @@ def main() -> int:
             from deltalake import DeltaTable
 
             from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
-            from airflow_provider_pglogical.apply.targets.delta.runner import apply_slot as apply_delta
             from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
 
             lake = DeltaLocation(tempfile.mkdtemp(prefix="pglogical-bench-lake-"))
             t0 = time.monotonic()
-            delta_reports = apply_delta(spark, config, DeltaTarget(lake, "ours"))
+            delta_reports = apply_slot(spark, config, target=DeltaTarget(lake, "ours"))
             delta_s = time.monotonic() - t0
             rows = DeltaTable(lake.table_uri(f"public.{table}")).to_pyarrow_table().sort_by("id")
             native_rows = query(native_dsn, f"SELECT * FROM {table} ORDER BY id")

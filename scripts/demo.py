@@ -1,4 +1,5 @@
-"""`make demo`: a local PostgreSQL 15, a small workload, the example pipeline DAG via `airflow dags test`, and a report."""
+"""`make demo`: a local PostgreSQL 15, a small workload, the example pipeline DAG via `airflow dags test`, the same
+staged changes applied into a local Delta Lake target with `pglogical apply`, and a report comparing both with the source."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the throwaway-server helper lives with the tests
 
 import psycopg2  # noqa: E402
+import yaml  # noqa: E402
 
 from tests.pgserver import PgServer, start_server, stop_server  # noqa: E402
 from tests.userenv import user_env  # noqa: E402
@@ -22,6 +24,8 @@ from tests.userenv import user_env  # noqa: E402
 DEMO_DIR = Path(os.environ.get("PGLOGICAL_DEMO_DIR") or REPO / ".cache" / "demo").resolve()
 STATE = DEMO_DIR / "server.json"
 SPEC = REPO / "dags" / "specs" / "example_pipeline.yaml"
+DELTA_SPEC = DEMO_DIR / "delta_pipeline.yaml"
+LAKE = DEMO_DIR / "lake"
 DAG_ID = "pglogical_example_pipeline"
 VENV_BIN = Path(sys.executable).parent
 
@@ -166,19 +170,48 @@ def main() -> None:
         say(f"    {what}")
     run([airflow, "dags", "test", DAG_ID], env, log, f"airflow dags test {DAG_ID}")
 
-    status = subprocess.run([str(VENV_BIN / "pglogical"), "status", "--spec", str(SPEC)], env=env,
-                            capture_output=True, text=True)
-    if status.returncode != 0:
-        say(f"    pglogical status failed: {status.stderr.strip()}")
-        raise SystemExit(1)
+    step("applying the same staged batches into a local Delta Lake target (pglogical apply)")
+    write_delta_spec()
+    say(f"    spec {shown(DELTA_SPEC)}: the example pipeline with target kind delta at {shown(LAKE)}")
+    pglogical = str(VENV_BIN / "pglogical")
+    run([pglogical, "apply", "--spec", str(DELTA_SPEC)], env, log, "pglogical apply (Delta target)")
+
+    status = subprocess.run([pglogical, "status", "--spec", str(SPEC)], env=env, capture_output=True, text=True)
+    delta_status = subprocess.run([pglogical, "status", "--spec", str(DELTA_SPEC)], env=env, capture_output=True,
+                                  text=True)
+    for result in (status, delta_status):
+        if result.returncode != 0:
+            say(f"    pglogical status failed: {result.stderr.strip()}")
+            raise SystemExit(1)
     report(json.loads(status.stdout), source, target)
+    report_delta(json.loads(delta_status.stdout), source)
     say(f"""
+The Delta tables are under {shown(LAKE)}/public/ (any Delta reader: deltalake, DuckDB, Spark with Delta, Polars).
 The demo PostgreSQL keeps running so you can look around:
     psql "{server.uri('app')}"      # source
     psql "{server.uri('dw')}"       # warehouse
     env AIRFLOW_CONN_PGLOGICAL_SOURCE={server.uri('app')} AIRFLOW_CONN_PGLOGICAL_TARGET={server.uri('dw')} \\
         PGLOGICAL_STAGING_URI={staging} {VENV_BIN.relative_to(REPO)}/pglogical status --spec {SPEC.relative_to(REPO)}
-Stop it and delete everything (server, staging, Airflow home): make demo-stop""")
+Stop it and delete everything (server, staging, Airflow home, lake): make demo-stop""")
+
+
+def write_delta_spec() -> None:
+    """The example spec with a Delta target: the same slot's staged batches, applied a second time elsewhere."""
+    doc = yaml.safe_load(SPEC.read_text())
+    doc["target"] = {"kind": "delta", "uri": str(LAKE)}
+    doc["spark"] = {"master": "local[2]"}
+    DELTA_SPEC.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+def delta_rows(table: str, columns: str) -> list[tuple]:
+    """A Delta table's current rows, read with deltalake and queried with DuckDB (two independent readers)."""
+    import duckdb
+    from deltalake import DeltaTable
+
+    from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
+
+    data = DeltaTable(DeltaLocation(str(LAKE)).table_uri(table)).to_pyarrow_table()  # noqa: F841 (read by DuckDB)
+    return [tuple(r) for r in duckdb.connect().execute(f"SELECT {columns} FROM data ORDER BY id").fetchall()]
 
 
 def report(status: dict, source: str, target: str) -> None:
@@ -205,6 +238,23 @@ def report(status: dict, source: str, target: str) -> None:
         say(f"    {'OK  ' if same else 'DIFF'} {label}: {len(expected)} rows in source, {len(actual)} in warehouse")
     if not ok:
         raise SystemExit("source and warehouse differ")
+
+
+def report_delta(status: dict, source: str) -> None:
+    step("rows in the Delta tables (watermark = app transaction in each table's Delta log)")
+    for table, lsn in status["target"]["watermarks"].items():
+        say(f"    {table:<22} {len(delta_rows(table, 'id')):>5} rows   watermark {lsn}")
+    step("source vs Delta tables")
+    ok = True
+    for label, source_query, target_query in CHECKS:
+        columns, table = target_query.removeprefix("SELECT ").split(" FROM ")
+        table = table.split(" ")[0]
+        expected, actual = rows(source, source_query), delta_rows(f"public.{table}", columns)
+        same = expected == actual
+        ok &= same
+        say(f"    {'OK  ' if same else 'DIFF'} {label}: {len(expected)} rows in source, {len(actual)} in Delta")
+    if not ok:
+        raise SystemExit("source and Delta tables differ")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ overlap checks) lives in ``staging/reader.py``; this module adds only the Spark 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import reduce
@@ -24,6 +25,11 @@ from airflow_provider_pglogical.staging.reader import (
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+# What a Spark session needs to read staged files: TIME columns (time64 Parquet) are refused without
+# timeType; timestamps without time zone stay wall-clock microseconds in UTC.
+READ_CONF = {"spark.sql.session.timeZone": "UTC", "spark.sql.timeType.enabled": "true"}
 
 # Every staged metadata column gets this prefix in the working frame so a source column named
 # e.g. "op" can never collide with it.
@@ -31,8 +37,9 @@ META = "_pgl_"
 CHANGE_META_COLUMNS = ("commit_lsn", "end_lsn", "lsn", "tx_order", "xid", "commit_time", "op",
                        "schema_version", "old", "old_key_only", "new", "new_unchanged_toast")
 
-__all__ = ["CHANGE_META_COLUMNS", "META", "NOTES_COLUMNS", "Batch", "RelationColumn", "RelationInfo",
-           "TruncateEvent", "has_value_notes", "keys_never_repeat", "list_batches", "read_changes",
+__all__ = ["CHANGE_META_COLUMNS", "META", "NOTES_COLUMNS", "READ_CONF", "Batch", "RelationColumn", "RelationInfo",
+           "TruncateEvent", "has_value_notes", "image_type", "is_local", "keys_never_repeat", "list_batches",
+           "read_changes",
            "read_relation_versions", "read_relations",
            "read_truncates"]
 
@@ -102,18 +109,125 @@ def keys_never_repeat(batch: Batch, table: str, key: Sequence[str], *, full_iden
                                           full_identity=full_identity)
 
 
+def is_local(uri: str) -> bool:
+    """Whether Spark reads ``uri`` itself (a path or ``file://``); object stores need jars it lacks."""
+    return "://" not in uri or uri.startswith("file://")
+
+
 def read_changes(spark: SparkSession, batch: Batch, table: str) -> DataFrame:
     """The table's row changes of every schema version, meta columns prefixed with ``_pgl_``.
 
     Versions are unioned by name (missing struct fields become null), so the frame always has
-    the union of the columns of all versions. The exactness notes come along (``apply/notes.py``).
+    the union of the columns of all versions — except a column the source added with a
+    ``DEFAULT``: rows staged before its ``ADD COLUMN`` read that default on the source, so their
+    new image gets it (``_with_source_defaults``). The exactness notes come along (``apply/notes.py``).
+    A staging root on an object store (``s3://``) is read with pyarrow on the driver (the staging
+    layout's filesystem, credentials from the environment) and handed to Spark as Arrow, because
+    Spark's own s3a reader needs hadoop-aws jars that are not installed (docs/delta.md).
     """
-    frames = [spark.read.parquet(f"{batch.uri}/{rel}") for rel in batch.table_files.get(table, ())]
-    if not frames:
+    files = batch.table_files.get(table, ())
+    if not files:
         raise StagingError(f"batch {batch.start_lsn}-{batch.end_lsn} has no files for {table}")
+    if is_local(batch.uri):
+        frames = [spark.read.parquet(f"{batch.uri}/{rel}") for rel in files]
+    else:
+        frames = [spark.createDataFrame(batch.reader.read_file(batch.ref, rel)) for rel in files]
+    if len(frames) > 1:
+        frames = _as_text_where_types_conflict(
+            _with_source_defaults(frames, read_relation_versions(batch).get(table, [])))
     df = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
     from pyspark.sql import functions as F
 
     notes = [(df[c] if c in df.columns else F.create_map().cast("map<string,string>")).alias(META + c)
              for c in NOTES_COLUMNS]
     return df.select(*[df[c].alias(META + c) for c in CHANGE_META_COLUMNS], *notes)
+
+
+def image_type(df: DataFrame, image: str) -> StructType:
+    """The struct of a staged row image column (``old``/``new``: one field per column, in relation order)."""
+    from pyspark.sql.types import StructType
+
+    dtype = df.schema[META + image].dataType
+    if not isinstance(dtype, StructType):
+        raise StagingError(f"staged column {META + image} is {dtype.simpleString()}, not a row image struct")
+    return dtype
+
+
+def _castable_from_text(dtype: object, text: str) -> bool:
+    """Whether Spark's cast of PostgreSQL's text output ``text`` to the staged type ``dtype`` is exact."""
+    from pyspark.sql import types as T
+
+    if isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType,
+                          T.DecimalType, T.StringType, T.BooleanType)):
+        return not (isinstance(dtype, T.DecimalType) and text.lower() == "nan")
+    return isinstance(dtype, T.DateType) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", text) is not None
+
+
+def _with_source_defaults(frames: list[DataFrame], versions: Sequence[tuple[int, RelationInfo]]) -> list[DataFrame]:
+    """Frames of older schema versions with the latest version's source defaults (``attmissingval``) in
+    their new image, for the columns they lack: the value such a row reads on the source after the
+    ``ADD COLUMN … DEFAULT``. Only types whose staged form casts exactly from text get it (integers,
+    floats, numeric, text-like, boolean, ISO dates); the others stay null (docs/apply.md)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    from airflow_provider_pglogical.apply.schema_changes import missing_value
+
+    if not versions:
+        return frames
+    defaults = {c.name: v for c in versions[-1][1].columns if (v := missing_value(c.missing)) is not None}
+    if not defaults:
+        return frames
+
+    def fields(df: DataFrame) -> dict[str, object]:
+        dtype = df.schema["new"].dataType
+        return {f.name: f.dataType for f in dtype.fields} if isinstance(dtype, StructType) else {}
+
+    types: dict[str, object] = {}
+    for df in frames:
+        for name, dtype in fields(df).items():
+            types.setdefault(name, dtype)
+    out = []
+    for df in frames:
+        have = fields(df)
+        fill = {c: v for c, v in defaults.items() if c not in have and c in types and _castable_from_text(types[c], v)}
+        if fill:
+            image = F.col("new")
+            for name, text in fill.items():
+                image = image.withField(name, F.lit(text).cast(types[name]))  # type: ignore[arg-type]
+            df = df.withColumn("new", F.when(F.col("new").isNotNull(), image))
+        out.append(df)
+    return out
+
+
+def _as_text_where_types_conflict(frames: list[DataFrame]) -> list[DataFrame]:
+    """Image fields whose staged type changed between versions in a way Spark's union cannot widen
+    (``integer`` → ``text``: a type change the target was converted for by hand) become text in every
+    frame, so the union cannot fail on a value; the target parses the text as its column's type.
+    Numeric to numeric is left to the union (it widens)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    numeric = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.DecimalType, T.FloatType, T.DoubleType)
+    out = frames
+    for image in ("old", "new"):
+        seen: dict[str, set[str]] = {}
+        kinds: dict[str, bool] = {}
+        for df in out:
+            dtype = df.schema[image].dataType
+            for f in dtype.fields if isinstance(dtype, T.StructType) else []:
+                seen.setdefault(f.name, set()).add(f.dataType.simpleString())
+                kinds[f.name] = kinds.get(f.name, True) and isinstance(f.dataType, numeric)
+        conflicting = [name for name, types in seen.items() if len(types) > 1 and not kinds[name]]
+        if not conflicting:
+            continue
+        fixed = []
+        for df in out:
+            dtype = df.schema[image].dataType
+            present = [n for n in conflicting if isinstance(dtype, T.StructType) and n in dtype.fieldNames()]
+            value = F.col(image)
+            for name in present:
+                value = value.withField(name, F.col(image)[name].cast("string"))
+            fixed.append(df.withColumn(image, F.when(F.col(image).isNotNull(), value)) if present else df)
+        out = fixed
+    return out

@@ -18,13 +18,13 @@ copytext writes those values without them (a NULL field, an unbounded side, a fl
 
 from __future__ import annotations
 
-from typing import cast
+from typing import TypeGuard
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, DecimalType, StructType
 
-from airflow_provider_pglogical.apply.batches import META
+from airflow_provider_pglogical.apply.batches import META, image_type
 
 VALUE, NOTE, ELEMENT_NOTES = "_pgl_value", "_pgl_note", "_pgl_element_notes"
 NOTES_TYPE = "map<string,string>"
@@ -38,7 +38,8 @@ def can_have_notes(dtype: DataType) -> bool:
     return isinstance(dtype, (DecimalType, ArrayType))
 
 
-def is_folded(dtype: DataType) -> bool:
+def is_folded(dtype: DataType) -> TypeGuard[StructType]:
+    """A value folded with its exactness notes: ``struct<_pgl_value, _pgl_note[, _pgl_element_notes]>``."""
     names = [f.name for f in dtype.fields] if isinstance(dtype, StructType) else []
     return names in ([VALUE, NOTE], [VALUE, NOTE, ELEMENT_NOTES])
 
@@ -81,8 +82,7 @@ def fold_notes(df: DataFrame) -> DataFrame:
     """
     for image in ("old", "new"):
         img = F.col(META + image)
-        # the staged old/new images are always structs (one field per column)
-        fields = cast(StructType, df.schema[META + image].dataType).fields
+        fields = image_type(df, image).fields
         if not any(can_have_notes(f.dataType) for f in fields):
             continue
         notes = _notes(image)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from airflow_provider_pglogical.apply import schema_changes
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
-from airflow_provider_pglogical.apply.targets.base import PlannedBatch, PlannedTable, TargetTable
+from airflow_provider_pglogical.apply.targets.base import PlannedBatch, PlannedTable, PlannedTruncate, TargetTable
 from airflow_provider_pglogical.exceptions import ApplyError
-from airflow_provider_pglogical.staging.reader import RelationInfo, TruncateEvent
+from airflow_provider_pglogical.staging.reader import RelationColumn, RelationInfo, TruncateEvent
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,7 @@ def descendants(tables: Iterable[str], fks: Sequence[tuple[str, str]]) -> set[st
 class TruncatePlan:
     position: dict[str, tuple[int, int]]  # target -> last truncate (commit_lsn, tx_order)
     restart_identity: frozenset[str]
+    events: tuple[tuple[str, TruncateEvent], ...] = ()  # (target, truncate emptying it), in LSN order
 
 
 def plan_truncates(events: Sequence[TruncateEvent], targets: dict[str, tuple[str, TableApplyConfig]],
@@ -128,22 +130,24 @@ def plan_truncates(events: Sequence[TruncateEvent], targets: dict[str, tuple[str
     """
     position: dict[str, tuple[int, int]] = {}
     restart: set[str] = set()
-    for ev in events:
+    emptying: list[tuple[str, TruncateEvent]] = []
+    for ev in sorted(events, key=lambda e: (e.commit_lsn, e.tx_order)):
         listed = [targets[r] for r in ev.relations if r in targets and "truncate" in targets[r][1].actions]
         emptied = {t for t, _ in listed}
         if ev.cascade:
             emptied = descendants({t for t, c in listed if c.truncate_cascade == "follow_source"}, fks) | emptied
-        for t in emptied:
+        for t in sorted(emptied):
+            emptying.append((t, ev))
             pos = (ev.commit_lsn, ev.tx_order)
             position[t] = max(position.get(t, pos), pos)
             if ev.restart_identity:
                 restart.add(t)
-    return TruncatePlan(position, frozenset(restart))
+    return TruncatePlan(position, frozenset(restart), tuple(emptying))
 
 
 def parents_first(tables: Sequence[str], fks: Sequence[tuple[str, str]]) -> list[str]:
     """Topological order (referenced tables before referencing ones); cycles keep input order."""
-    pending, ordered = list(tables), []
+    pending, ordered = list(tables), list[str]()
     deps = {t: {p for c, p in fks if c == t and p in tables and p != t} for t in tables}
     while pending:
         ready = [t for t in pending if not (deps[t] - set(ordered))] or pending[:1]
@@ -161,6 +165,11 @@ def is_pending(mark: int | None, end_lsn: int) -> bool:
 def batch_sources(tables: Iterable[str], truncates: Iterable[TruncateEvent]) -> set[str]:
     """Source tables a batch touches: those with row changes and those its truncates name."""
     return set(tables) | {r for ev in truncates for r in ev.relations}
+
+
+def configured_targets(sources: Iterable[str], config: ApplyConfig) -> set[str]:
+    """Target tables of the configured ones among ``sources`` (whose watermarks a batch's planning reads)."""
+    return {target_name(s, c) for s in sources if (c := config.table_config(s)) is not None}
 
 
 def pending_tables(sources: Iterable[str], config: ApplyConfig, marks: Mapping[str, int],
@@ -185,7 +194,28 @@ def column_types(rel: RelationInfo, columns: Sequence[str], target: str) -> list
 
 def source_versions(versions: Sequence[tuple[int, RelationInfo]]) -> list[schema_changes.SourceVersion]:
     """A table's staged schema versions (first LSN, relation; LSN order) as schema-change planning sees them."""
-    return [schema_changes.SourceVersion(lsn, {c.name: c.type_name for c in rel.columns}) for lsn, rel in versions]
+    return [schema_changes.SourceVersion(lsn, {c.name: c.type_name for c in rel.columns},
+                                         {c.name: c.missing for c in rel.columns if c.missing is not None})
+            for lsn, rel in versions]
+
+
+def with_previous_shapes(versions: Mapping[str, Sequence[tuple[int, RelationInfo]]], state: Any,
+                         start_lsn: int) -> dict[str, list[tuple[int, RelationInfo]]]:
+    """``versions`` with each table's shape before the batch first, from the decoder's relation state the
+    previous batch left (``StagingReader.relation_state``), so a type change between two batches is judged
+    like one inside a batch. The state has type OIDs, not names: only builtin types planning judges get a
+    name (``schema_changes.builtin_type_name``), the others None (unknown, not judged)."""
+    before: dict[str, RelationInfo] = {}
+    for rel in (state or {}).get("relations", []) if isinstance(state, Mapping) else []:
+        cols = tuple(RelationColumn(str(name), schema_changes.builtin_type_name(int(oid), int(typmod)), bool(key))
+                     for name, oid, typmod, key in rel["columns"])
+        info = RelationInfo(str(rel["namespace"]), str(rel["name"]), str(rel["replica_identity"]), cols)
+        before[info.qualified_name] = info
+    out: dict[str, list[tuple[int, RelationInfo]]] = {}
+    for table, staged in versions.items():
+        prev = before.get(table)
+        out[table] = ([(start_lsn, prev)] if prev is not None and staged else []) + list(staged)
+    return out
 
 
 def plan_batch(slot: str, start_lsn: int, end_lsn: int, changed: Collection[str],
@@ -226,4 +256,6 @@ def plan_batch(slot: str, start_lsn: int, end_lsn: int, changed: Collection[str]
     return PlannedBatch(
         slot=slot, start_lsn=start_lsn, end_lsn=end_lsn, tables=tuple(by_target[t] for t in order),
         truncate=tuple(truncate), restart_identity=tuple(t for t in truncate if t in truncs.restart_identity),
-        watermark_tables=tuple(sorted({t for t, _ in pending.values()} | set(truncate))))
+        watermark_tables=tuple(sorted({t for t, _ in pending.values()} | set(truncate))),
+        truncates=tuple(PlannedTruncate(t, ev.commit_lsn, ev.tx_order, ev.lsn, ev.xid, ev.commit_time)
+                        for t, ev in truncs.events if t in truncate and t in truncated_at))

@@ -14,14 +14,16 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_provider_pglogical.apply import planning, snapshots
 from airflow_provider_pglogical.apply.batches import (
     META,
+    READ_CONF,
     Batch,
     has_value_notes,
+    image_type,
     keys_never_repeat,
     list_batches,
     read_changes,
@@ -95,7 +97,7 @@ def published_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, s
 
     ``notes=False`` (the batch has no exactness notes for this table) leaves out carrying them.
     """
-    all_columns = df.schema["_pgl_new"].dataType.fieldNames()
+    all_columns = image_type(df, "new").fieldNames()
     df = df.transform(filter_actions(cfg.actions))
     if notes:
         df = df.transform(inherit_toast_notes)
@@ -167,6 +169,8 @@ def apply_slot(spark: SparkSession, config: ApplyConfig, dsn: str | None = None,
     The target is ``target``, or PostgreSQL at ``dsn``. ``on_batch`` sees each batch's report
     right after its commit (metrics, report files).
     """
+    for key, value in READ_CONF.items():
+        spark.conf.set(key, value)
     batches = list_batches(config.staging_root, config.slot)
     if config.max_batches is not None:
         batches = batches[: config.max_batches]
@@ -234,10 +238,10 @@ def _apply_one(spark: SparkSession, config: ApplyConfig, target: Target, batch: 
     before it are in its snapshot (PostgreSQL's ``should_apply_changes_for_rel``) and are dropped."""
     report = BatchReport(batch.start_lsn, batch.end_lsn, applied=False)
     sync = sync or {}
-    marks = target.watermarks(config.slot)
     truncates = snapshots.drop_synced_truncates(read_truncates(batch), sync)
-    pending = planning.pending_tables(planning.batch_sources(batch.table_files, truncates), config, marks,
-                                      batch.end_lsn)
+    sources = planning.batch_sources(batch.table_files, truncates)
+    marks = target.watermarks(config.slot, planning.configured_targets(sources, config))
+    pending = planning.pending_tables(sources, config, marks, batch.end_lsn)
     if not pending:
         return report
     existing = _Described(target)
@@ -251,9 +255,12 @@ def _apply_one(spark: SparkSession, config: ApplyConfig, target: Target, batch: 
     # Columns each row filter references: an UPDATE/DELETE is refused when they leave the replica identity.
     filter_columns = {source: referenced_columns(spark, cfg.row_filter) for source, (_, cfg) in pending.items()
                       if cfg.row_filter and source in batch.table_files}
+    # The shapes before the batch (the previous batch's relation state) come first: a type change
+    # between two batches is judged like one inside a batch.
+    versions = planning.with_previous_shapes(read_relation_versions(batch),
+                                             batch.reader.relation_state(batch.start_lsn), batch.start_lsn)
     plan = planning.plan_batch(config.slot, batch.start_lsn, batch.end_lsn, set(batch.table_files), pending, rels,
-                               truncates, marks, target.foreign_keys(), existing, read_relation_versions(batch),
-                               filter_columns)
+                               truncates, marks, target.foreign_keys(), existing, versions, filter_columns)
     for table in plan.tables:
         if table.column_changes:
             log.info("batch %X-%X: %s follows source schema changes: %s", batch.start_lsn, batch.end_lsn,
@@ -278,7 +285,7 @@ class SparkBatchChanges:
         self.batch = batch
         self.sync = dict(sync or {})
 
-    def _staged(self, table: PlannedTable) -> tuple[DataFrame, bool, list]:
+    def _staged(self, table: PlannedTable) -> tuple[DataFrame, bool, list[Column]]:
         changes = read_changes(self.spark, self.batch, table.source)
         sync_lsn = self.sync.get(table.source)
         if sync_lsn is not None and self.batch.start_lsn < sync_lsn:
@@ -299,6 +306,11 @@ class SparkBatchChanges:
                                                        full_identity=table.relation.replica_identity == "f")
         return (net_changes(changes, table.relation, table.config, shape, table.truncated_at, notes, unique)
                 .select(KIND, KEEP, LSN, *from_key, TOUCHED, *table.columns))
+
+    def published(self, table: PlannedTable) -> DataFrame:
+        changes, notes, _ = self._staged(table)
+        shape = planning.TableShape(table.source, table.target, table.key, table.columns)
+        return published_changes(changes, table.relation, table.config, shape, notes)
 
     def ordered(self, table: PlannedTable) -> DataFrame:
         changes, notes, from_key = self._staged(table)

@@ -4,14 +4,23 @@ A source ``ALTER TABLE`` reaches the change stream only as a new Relation messag
 schema version, ``relations.parquet``); the rows it rewrote on the source are not in the stream.
 So a target can follow exactly the changes whose effect on existing rows is the default one:
 
-* a new column: added to the target with its exact type. Existing rows hold NULL there; a
-  (non-volatile) ``DEFAULT`` of the source's ``ADD COLUMN`` is not in the stream (see docs/apply.md);
+* a new column: added to the target with its exact type. Rows older than the source's ``ADD COLUMN
+  … DEFAULT x`` read ``x`` there; no change carries it, but the staged relation does (the column's
+  ``attmissingval``, looked up when the batch was staged): the target adds the column with that
+  default (then drops the default), and rows staged before the ``ADD COLUMN`` in the same batch
+  get it too (``apply/batches.read_changes``). Without one (no default, a volatile default that
+  rewrote the table, a rewrite since) older rows hold NULL (see docs/apply.md);
 * a dropped column: stops being written; the target keeps it (made nullable so inserts succeed);
 * a lossless widening (``integer`` → ``bigint``, ``varchar(n)`` → ``text``, ``numeric(p,s)`` →
   ``numeric(p',s')`` with room for every old value, …): the target column is altered; the
   source's default conversion kept every value, and the target's keeps the same ones;
-* a narrowing (``bigint`` → ``integer``, …): every value the source now holds fits the target's
-  wider column, which is kept as it is;
+* a narrowing that keeps every value or fails on the source (``bigint`` → ``integer``,
+  ``text`` → ``varchar(n)``, ``numeric(p,s)`` → ``numeric(p',s)``): every value the source now
+  holds fits the target's wider column, which is kept as it is;
+* a narrowing that rounds (``numeric(p,s)`` → fewer decimals, ``timestamp(6)`` → ``timestamp(3)``,
+  ``double precision`` → ``real``): the source rounded its existing rows, which the stream does
+  not show — a stop like any other type change (below). Seen inside a batch, or between batches
+  through the relation state the previous batch left (``relation_state``, builtin types);
 * anything else (``integer`` → ``text``, ``timestamp`` → ``timestamptz``, …): existing rows changed
   on the source by a conversion the stream does not show, so the batch stops with
   ``SchemaChangeError`` naming table, column, both types and the LSN.
@@ -28,7 +37,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from airflow_provider_pglogical.exceptions import SchemaChangeError, format_lsn
 
@@ -44,6 +53,10 @@ class ColumnChange:
     column: str
     old_type: str | None
     new_type: str | None
+    # ``add`` only: the text of the value rows older than the source's ADD COLUMN read (its default).
+    default: str | None = None
+    # First LSN of the staged schema version that asks for the change (for a target's own refusal).
+    lsn: int | None = field(default=None, compare=False)
 
 
 # Integer ranges as digits before the decimal point a numeric(p,s) needs to hold them all.
@@ -63,6 +76,50 @@ def _numeric(t: str) -> tuple[int | None, int] | None:
     if m.group(1) is None:
         return None, 0
     return int(m.group(1)), int(m.group(2) or 0)
+
+
+def rounds(old: str, new: str) -> bool:
+    """Whether converting ``old`` to the narrower ``new`` rounds values (rather than keep them or fail)."""
+    if old == "double precision":
+        return new == "real"
+    old_num, new_num = _numeric(old), _numeric(new)
+    if old_num is not None and new_num is not None:
+        return new_num[0] is not None and (old_num[0] is None or new_num[1] < old_num[1])
+    old_p, new_p = _PRECISION.fullmatch(old), _PRECISION.fullmatch(new)
+    if old_p and new_p and old_p.group(1) == new_p.group(1):
+        return int(new_p.group(2) or 6) < int(old_p.group(2) or 6)
+    return False
+
+
+def narrows_exactly(old: str, new: str) -> bool:
+    """Whether ``old`` → ``new`` is a narrowing under which the source kept every value (or refused)."""
+    return widens(new, old) and not rounds(old, new)
+
+
+# format_type text of the builtin types whose changes planning judges, from (type OID, typmod):
+# what the decoder's relation state (no type names) gives for the shape before a batch.
+_BUILTIN = {21: "smallint", 23: "integer", 20: "bigint", 700: "real", 701: "double precision", 25: "text",
+            16: "boolean", 1082: "date"}
+_WITH_PRECISION = {1114: ("timestamp", " without time zone"), 1184: ("timestamp", " with time zone"),
+                   1083: ("time", " without time zone"), 1266: ("time", " with time zone")}
+
+
+def builtin_type_name(oid: int, typmod: int) -> str | None:
+    """``format_type(oid, typmod)`` for a few builtin types (numeric, integers, floats, text, varchar,
+    times); None for the others."""
+    if oid in _BUILTIN:
+        return _BUILTIN[oid]
+    if oid == 1700:
+        if typmod < 4:
+            return "numeric"
+        t = typmod - 4
+        return f"numeric({(t >> 16) & 0xFFFF},{((t & 0x7FF) ^ 1024) - 1024})"
+    if oid == 1043:
+        return "character varying" if typmod < 4 else f"character varying({typmod - 4})"
+    if oid in _WITH_PRECISION:
+        base, zone = _WITH_PRECISION[oid]
+        return f"{base}{zone}" if typmod < 0 else f"{base}({typmod}){zone}"
+    return None
 
 
 def widens(old: str, new: str) -> bool:
@@ -111,6 +168,24 @@ class SourceVersion:
 
     first_lsn: int
     columns: Mapping[str, str | None]  # name -> format_type (None: unknown), relation order
+    missing: Mapping[str, str] = field(default_factory=dict)  # name -> attmissingval literal ("{7}")
+
+
+def missing_value(literal: str | None) -> str | None:
+    """The element text of ``attmissingval``'s one-element array literal (``{7}`` → ``7``,
+    ``{"a \\"b"}`` → ``a "b``, ``{"{1,2}"}`` → ``{1,2}``); None for none or a NULL element."""
+    if literal is None or len(literal) < 2 or literal[0] != "{" or literal[-1] != "}":
+        return None
+    body = literal[1:-1]
+    if not body.startswith('"'):
+        return None if body.upper() == "NULL" or not body else body
+    out, i = [], 1
+    while i < len(body) and body[i] != '"':
+        if body[i] == "\\" and i + 1 < len(body):
+            i += 1
+        out.append(body[i])
+        i += 1
+    return "".join(out)
 
 
 def plan_column_changes(table: str, target_columns: Mapping[str, str], not_null_without_default: Iterable[str],
@@ -133,7 +208,7 @@ def plan_column_changes(table: str, target_columns: Mapping[str, str], not_null_
             old_type = before.columns.get(name)
             if old_type is None or new_type is None or old_type == new_type:
                 continue
-            if widens(old_type, new_type) or widens(new_type, old_type):
+            if widens(old_type, new_type) or narrows_exactly(old_type, new_type):
                 continue
             current = target_columns.get(name)
             if current is not None and current != old_type and widens(new_type, current):
@@ -150,11 +225,11 @@ def plan_column_changes(table: str, target_columns: Mapping[str, str], not_null_
                     f"target table {table} is missing replicated column {name}, and its type is unknown "
                     f"(LSN {format_lsn(lsn)}); add the column to the target, then run again",
                     table=table, column=name, old_type=None, new_type=None, lsn=lsn)
-            changes.append(ColumnChange(ADD, name, None, new_type))
+            changes.append(ColumnChange(ADD, name, None, new_type, missing_value(latest.missing.get(name)), lsn=lsn))
         elif new_type is None or widens(new_type, old_type):
             continue  # same type, or the target's column holds every value (a narrowing on the source)
         elif widens(old_type, new_type):
-            changes.append(ColumnChange(WIDEN, name, old_type, new_type))
+            changes.append(ColumnChange(WIDEN, name, old_type, new_type, lsn=lsn))
         else:
             raise _unfollowable(table, name, old_type, new_type, lsn)
     written_set = set(written)
@@ -186,7 +261,10 @@ def _first_seen(versions: Sequence[SourceVersion], column: str, type_name: str |
 def _unfollowable(table: str, column: str, old_type: str, new_type: str, lsn: int) -> SchemaChangeError:
     return SchemaChangeError(
         f"column {column} of {table} changed type from {old_type} to {new_type} at LSN {format_lsn(lsn)}, which is "
-        f"not a lossless widening: the source converted its existing rows in a way the change stream does not show. "
+        f"not a lossless widening or an exact narrowing: the source converted its existing rows in a way the change "
+        f"stream does not show. "
         f"Convert the target column as the source did (ALTER TABLE {table} ALTER COLUMN {column} TYPE {new_type} "
-        f"USING ...), then run again: the batch applies once the target's type holds the new values",
+        f"USING ...), then run again: the batch applies once the target's type holds the new values (rows of this "
+        f"batch staged before the change keep their old values converted by the target; `pglogical resync --table "
+        f"{table}` copies the table anew instead)",
         table=table, column=column, old_type=old_type, new_type=new_type, lsn=lsn)

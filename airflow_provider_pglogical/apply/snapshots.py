@@ -27,7 +27,7 @@ from airflow_provider_pglogical.apply.config import ACTIONS, ApplyConfig, TableA
 from airflow_provider_pglogical.apply.targets.base import BatchResult, PlannedTable, Target
 from airflow_provider_pglogical.exceptions import ApplyError, format_lsn
 from airflow_provider_pglogical.snapshot.layout import SnapshotLayout, SnapshotManifest
-from airflow_provider_pglogical.staging.reader import RelationColumn, RelationInfo, TruncateEvent
+from airflow_provider_pglogical.staging.reader import RelationInfo, TruncateEvent
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -58,10 +58,7 @@ class SnapshotTarget(Protocol):
 
 
 def relation_info(manifest: SnapshotManifest) -> RelationInfo:
-    rel = manifest.relation
-    return RelationInfo(schema=rel["schema"], table=rel["table"], replica_identity=rel["replica_identity"],
-                        columns=tuple(RelationColumn(name=c["name"], type_name=c.get("type_name"),
-                                                     is_identity=bool(c["is_identity"])) for c in rel["columns"]))
+    return RelationInfo.from_row(manifest.relation)
 
 
 def read_snapshot(spark: SparkSession, uri: str, files: Sequence[str]) -> DataFrame:
@@ -185,8 +182,9 @@ def pending_snapshots(config: ApplyConfig, target: Target) -> list[tuple[Planned
                 target.create_table(name, planning.column_types(rel, columns, name),
                                     planning.choose_key(rel, cfg, None, columns))
                 existing = target.describe(name)
+            if existing is None:
+                raise ApplyError(f"target table {name} does not exist after CREATE TABLE")
             shape = planning.TableShape(source, name, planning.choose_key(rel, cfg, existing, columns), columns)
-            assert existing is not None
             planning.check_target_columns(shape, existing)
             planned[name] = PlannedTable(source, name, shape.key, columns, rel, cfg, None)
             uris[source] = (uri, tuple(manifest.files))
@@ -199,9 +197,10 @@ def apply_snapshots(spark: SparkSession, config: ApplyConfig, target: Target) ->
     """Load every pending snapshot group (before any change batch); one report per group."""
     from airflow_provider_pglogical.apply.runner import BatchReport
 
-    reports = []
+    reports: list[Any] = []
+    if not isinstance(target, SnapshotTarget):  # pending_snapshots() has none for it either
+        return reports
     for plan, uris in pending_snapshots(config, target):
-        assert isinstance(target, SnapshotTarget)
         result = target.apply_snapshot(plan, SnapshotChanges(spark, uris))
         report = BatchReport(plan.lsn, plan.lsn, applied=result.applied, rows=result.rows, seconds=result.seconds)
         log.info("snapshot at %s of %s applied=%s rows=%s", format_lsn(plan.lsn),

@@ -52,7 +52,7 @@ def resolve_toast_from_old(columns: Sequence[str], identity: Sequence[str]) -> S
         has_old = old.isNotNull()
         ident = set(identity)
 
-        def fillable(name: str):
+        def fillable(name: str) -> Column:
             return has_old if name in ident else has_full_old
 
         filled = F.struct(*[
@@ -69,7 +69,7 @@ def project_columns(columns: Sequence[str]) -> Step:
     """Step: a publication column list — images keep only the listed columns (after filtering)."""
 
     def step(df: DataFrame) -> DataFrame:
-        def proj(name: str):
+        def proj(name: str) -> Column:
             c = F.col(META + name)
             return F.when(c.isNull(), F.lit(None)).otherwise(F.struct(*[c.getField(x).alias(x) for x in columns]))
 
@@ -100,7 +100,8 @@ def to_key_events(key: Sequence[str], columns: Sequence[str]) -> Step:
         empty = F.array().cast("array<string>")
         is_delete = op == "D"
 
-        def event(kind, sub, key_image, with_values, keep, moved_from, away) -> Column:
+        def event(kind: Column, sub: Column, key_image: Column, with_values: Column, keep: Column, moved_from: Column,
+                  away: bool) -> Column:
             cols = [key_image.getField(c).alias(c) if c in key
                     else F.when(with_values, new.getField(c)).alias(c) for c in columns]
             return F.struct(kind.alias(KIND), _seq(sub).alias(SEQ), F.col(META + "lsn").alias(LSN), keep.alias(KEEP),

@@ -47,23 +47,29 @@ def _spill_decoder(in_stream: bool) -> Callable[[bytes, int, Mapping[int, Relati
     return decode
 
 
+# A message of a streamed transaction, kept until its commit: (lsn, subxid, message, size of its bytes).
+StreamedItem = tuple[int, int | None, m.Message, int]
+
+
 @dataclass(eq=False, slots=True)
 class _Buffer:
-    """One open transaction. Non-streamed: ``items`` are Changes. Streamed: ``items`` are
+    """One open transaction. Non-streamed: its Changes are in ``items``. Streamed: ``streamed`` holds
     ``(lsn, subxid, wire message, size)`` resolved at commit, because Relation messages inside a
     stream must only reach the cache if and when the transaction commits."""
 
     xid: int
     kind: str  # 'B' (Begin), 'b' (Begin Prepare) or 'S' (streamed)
     start: m.BeginMessage | m.BeginPrepareMessage | None = None
-    items: list = field(default_factory=list)
+    items: list[Change] = field(default_factory=list)
+    streamed: list[StreamedItem] = field(default_factory=list)
     types: list[TypeInfo] = field(default_factory=list)
     origin: str | None = None
     origin_lsn: int | None = None
     mem_bytes: int = 0
     spill: SpillFile | None = None
     base: dict[int, RelationSchema] | None = None  # relation snapshot when spilling began
-    side: list = field(default_factory=list)  # (spill index, schema or wire R/Y message)
+    side: list[tuple[int, RelationSchema]] = field(default_factory=list)  # (spill index, schema) while spilling
+    stream_side: list[tuple[int, m.RelationMessage | m.TypeMessage]] = field(default_factory=list)  # streamed: wire R/Y
     spill_counts: dict[int, int] = field(default_factory=dict)  # subxid → spilled changes
     aborted: set[int] = field(default_factory=set)
     stream_relids: set[int] = field(default_factory=set)
@@ -231,9 +237,9 @@ class ChangeAssembler:
             if isinstance(msg, m.RelationMessage):
                 tx.stream_relids.add(msg.relid)
             if tx.spill is not None:
-                tx.side.append((tx.spill.records, msg))
+                tx.stream_side.append((tx.spill.records, msg))
             else:
-                tx.items.append((lsn, msg.xid, msg, 0))
+                tx.streamed.append((lsn, msg.xid, msg, 0))
             return None
         if not isinstance(msg, (m.InsertMessage, m.UpdateMessage, m.DeleteMessage, m.TruncateMessage,
                                 m.LogicalDecodingMessage)):
@@ -247,7 +253,10 @@ class ChangeAssembler:
         for relid in relids:
             if relid not in tx.stream_relids and relid not in self.relations:
                 raise unknown_relation(relid, lsn, chr(t))
-        subxid: int = msg.xid  # type: ignore[assignment]  # always present in a stream
+        subxid = msg.xid
+        if subxid is None:  # parse_message(in_stream=True) reads it for every streamable type
+            raise DecodeError(f"{type(msg).__name__} inside a streaming block without an xid", lsn=lsn,
+                              message_type=chr(t))
         if subxid in tx.aborted:
             raise DecodeError(f"change for subtransaction {subxid} after its Stream Abort", lsn=lsn,
                               message_type=chr(t))
@@ -255,7 +264,7 @@ class ChangeAssembler:
             tx.spill.append(lsn, subxid, data)
             tx.spill_counts[subxid] = tx.spill_counts.get(subxid, 0) + 1
         else:
-            tx.items.append((lsn, subxid, msg, len(data)))
+            tx.streamed.append((lsn, subxid, msg, len(data)))
             self._account(tx, len(data))
         return None
 
@@ -306,12 +315,12 @@ class ChangeAssembler:
             self._release(tx)
             return
         keep, freed = [], 0
-        for item in tx.items:
+        for item in tx.streamed:
             if item[1] == msg.subxid and not isinstance(item[2], _SCHEMA_MESSAGES):
                 freed += item[3]
             else:
                 keep.append(item)
-        tx.items = keep
+        tx.streamed = keep
         tx.mem_bytes -= freed
         self._buffered -= freed
         tx.aborted.add(msg.subxid)
@@ -323,7 +332,7 @@ class ChangeAssembler:
             prefix = tuple(tx.items)
         else:
             out = []
-            for lsn, _subxid, msg, _size in tx.items:
+            for lsn, _subxid, msg, _size in tx.streamed:
                 if isinstance(msg, m.RelationMessage):
                     self.relations.apply_relation(msg)
                 elif isinstance(msg, m.TypeMessage):
@@ -333,14 +342,14 @@ class ChangeAssembler:
             prefix = tuple(out)
         if tx.spill is None:
             return prefix
-        timeline = []
+        timeline: list[tuple[int, RelationSchema]] = []
         if tx.kind == "S":
             tx.base = self.relations.snapshot()
-            for index, msg in tx.side:
-                if isinstance(msg, m.RelationMessage):
-                    timeline.append((index, self.relations.apply_relation(msg)))
+            for index, schema_msg in tx.stream_side:
+                if isinstance(schema_msg, m.RelationMessage):
+                    timeline.append((index, self.relations.apply_relation(schema_msg)))
                 else:
-                    tx.types.append(self.relations.apply_type(msg))
+                    tx.types.append(self.relations.apply_type(schema_msg))
         else:
             timeline = tx.side
             # Outside streams every spilled record is a change of the top-level xid (schema messages go to

@@ -307,11 +307,14 @@ def parse_message(data: bytes | bytearray | memoryview, *, lsn: int | None = Non
     mtype = _CHR[t]
     if t in (73, 85, 68):  # 'I', 'U', 'D'
         xid, relid, old, key_only, new = parse_row(data, lsn, in_stream)
-        if t == 73:
-            return InsertMessage(xid, relid, new)  # type: ignore[arg-type]
-        if t == 85:
-            return UpdateMessage(xid, relid, old, key_only, new)  # type: ignore[arg-type]
-        return DeleteMessage(xid, relid, old, key_only)  # type: ignore[arg-type]
+        # parse_row raises unless I/U carry their new tuple and D its old one; the checks only tell the types.
+        if t == 73 and new is not None:
+            return InsertMessage(xid, relid, new)
+        if t == 85 and new is not None:
+            return UpdateMessage(xid, relid, old, key_only, new)
+        if t == 68 and old is not None:
+            return DeleteMessage(xid, relid, old, key_only)
+        raise DecodeError("row message without its tuple", lsn=lsn, offset=1, message_type=mtype)
     r = Reader(data, 1, lsn=lsn, message_type=mtype)
     xid = r.uint32() if in_stream and t in STREAMABLE_TYPES else None
     msg: Message

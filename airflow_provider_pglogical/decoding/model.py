@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypeAlias
+
+from airflow_provider_pglogical.relation_shape import RelationShape
 
 if TYPE_CHECKING:
     from airflow_provider_pglogical.decoding.wiretuple import WireTuple
@@ -43,7 +45,7 @@ class ColumnDef:
 
 
 @dataclass(frozen=True, slots=True)
-class RelationSchema:
+class RelationSchema(RelationShape):
     """One version of a published relation's shape.
 
     ``version`` starts at 1 per relid and increments whenever a Relation message arrives whose
@@ -61,14 +63,6 @@ class RelationSchema:
     @property
     def qualified_name(self) -> str:
         return f"{self.namespace}.{self.name}"
-
-    @property
-    def column_names(self) -> tuple[str, ...]:
-        return tuple(c.name for c in self.columns)
-
-    @property
-    def identity_columns(self) -> tuple[str, ...]:
-        return tuple(c.name for c in self.columns if c.is_identity)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +86,10 @@ class TupleData:
     values: tuple[bytes | None, ...]
 
 
+# A row image as the decoder hands it on: decoded, or (straight from the assembler) still in its wire form.
+RowImage: TypeAlias = "TupleData | WireTuple"
+
+
 class RowChange(NamedTuple):
     """An INSERT, UPDATE or DELETE of one row, in relation column order.
 
@@ -107,8 +105,8 @@ class RowChange(NamedTuple):
     op: str
     relation: RelationSchema
     lsn: int  # start LSN of the change's WAL record
-    old: TupleData | WireTuple | None
-    new: TupleData | WireTuple | None
+    old: RowImage | None
+    new: RowImage | None
     old_key_only: bool = False
 
 

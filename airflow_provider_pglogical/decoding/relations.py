@@ -13,8 +13,8 @@ from airflow_provider_pglogical.decoding.model import (
     LogicalMessage,
     RelationSchema,
     RowChange,
+    RowImage,
     TruncateChange,
-    TupleData,
     TypeInfo,
 )
 from airflow_provider_pglogical.decoding.reader import UINT32
@@ -125,8 +125,8 @@ class RelationCache:
 _tuple_new = tuple.__new__
 
 
-def row_change(op: str, relation: RelationSchema, lsn: int, old: TupleData | WireTuple | None,
-               new: TupleData | WireTuple | None, old_key_only: bool) -> RowChange:
+def row_change(op: str, relation: RelationSchema, lsn: int, old: RowImage | None,
+               new: RowImage | None, old_key_only: bool) -> RowChange:
     """``RowChange(...)`` built the fast way (the decoder makes one per row)."""
     return _tuple_new(RowChange, (op, relation, lsn, old, new, old_key_only))
 

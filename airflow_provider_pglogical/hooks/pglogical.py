@@ -18,6 +18,7 @@ from airflow_provider_pglogical.exceptions import (
     SlotPluginMismatchError,
     WalLevelError,
 )
+from airflow_provider_pglogical.hooks.cursor import one_row
 from airflow_provider_pglogical.hooks.dsn import ALLOWED_EXTRAS, connection_params
 from airflow_provider_pglogical.hooks.errors import translated_errors, validate_slot_name
 from airflow_provider_pglogical.hooks.slots import SlotInfo
@@ -87,7 +88,7 @@ class PgLogicalHook(PostgresHook):
             conn.autocommit = True
             with conn.cursor() as cur:
                 cur.execute("SHOW server_encoding")
-                conn.set_client_encoding(cur.fetchone()[0])
+                conn.set_client_encoding(one_row(cur)[0])
             self._session = conn
         return self._session
 
@@ -103,7 +104,7 @@ class PgLogicalHook(PostgresHook):
         self.close()
 
     def _query(self, query: sql.Composable | str, params: Any = None, *, slot: str | None = None,
-               publication: str | None = None) -> list[tuple]:
+               publication: str | None = None) -> list[tuple[Any, ...]]:
         with translated_errors(slot=slot, publication=publication), self.session.cursor() as cur:
             cur.execute(query, params)
             return cur.fetchall() if cur.description else []
@@ -116,7 +117,7 @@ class PgLogicalHook(PostgresHook):
 
     @property
     def server_encoding(self) -> str:
-        return self._query("SHOW server_encoding")[0][0]
+        return str(self._query("SHOW server_encoding")[0][0])
 
     # -- preconditions ---------------------------------------------------------------------
 
@@ -145,21 +146,29 @@ class PgLogicalHook(PostgresHook):
         return bool(self._query("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)))
 
     def create_publication(self, name: str, tables: Sequence[str | tuple[str, str]] | None = None, *,
-                           all_tables: bool = False, publish: Sequence[str] = DEFAULT_PUBLISH) -> bool:
+                           all_tables: bool = False, publish: Sequence[str] = DEFAULT_PUBLISH,
+                           schemas: Sequence[str] = ()) -> bool:
         """Create the publication unless it exists; returns True when it was created.
 
         ``tables`` are ``(schema, table)`` pairs or unqualified names (resolved by search_path);
-        both are quoted as identifiers, so any spelling works.
+        both are quoted as identifiers, so any spelling works. ``schemas`` adds ``TABLES IN SCHEMA``
+        (PostgreSQL 15+).
         """
         if self.publication_exists(name):
             return False
-        if all_tables == bool(tables):
-            raise ValueError("give exactly one of tables=[...] or all_tables=True")
+        if all_tables == bool(tables or schemas):
+            raise ValueError("give exactly one of tables=[...]/schemas=[...] or all_tables=True")
+        target: sql.Composable
         if all_tables:
             target = sql.SQL("FOR ALL TABLES")
         else:
-            target = sql.SQL("FOR TABLE {}").format(sql.SQL(", ").join(
-                sql.Identifier(*t) if isinstance(t, tuple) else sql.Identifier(t) for t in tables or ()))
+            parts: list[sql.Composable] = []
+            if tables:
+                parts.append(sql.SQL("TABLE {}").format(sql.SQL(", ").join(
+                    sql.Identifier(*t) if isinstance(t, tuple) else sql.Identifier(t) for t in tables)))
+            if schemas:
+                parts.append(sql.SQL("TABLES IN SCHEMA {}").format(sql.SQL(", ").join(map(sql.Identifier, schemas))))
+            target = sql.SQL("FOR {}").format(sql.SQL(", ").join(parts))
         query = sql.SQL("CREATE PUBLICATION {} {} WITH (publish = {})").format(
             sql.Identifier(name), target, sql.Literal(", ".join(publish)))
         self._query(query, publication=name)
@@ -263,6 +272,14 @@ class PgLogicalHook(PostgresHook):
                            " ORDER BY i", ([int(o) for o, _ in pairs], [int(m) for _, m in pairs]))
         return [r[0] for r in rows]
 
+    def missing_values(self, relid: int) -> dict[str, str]:
+        """Column → text of ``pg_attribute.attmissingval`` (a one-element array literal) for the columns of
+        ``relid`` that have one: the value rows older than a column's ``ADD COLUMN … DEFAULT`` read
+        (PostgreSQL 11+ fast default). Current catalog; empty for an unknown relation."""
+        rows = self._query("SELECT attname, attmissingval::text FROM pg_catalog.pg_attribute WHERE attrelid = %s "
+                           "AND attnum > 0 AND NOT attisdropped AND atthasmissing", (int(relid),))
+        return {str(name): str(text) for name, text in rows if text is not None}
+
     @property
     def proto_version(self) -> int:
         return proto_version_for(self.server_version_num)
@@ -325,7 +342,7 @@ class PgLogicalHook(PostgresHook):
         params = (slot, lsn_text(upto_lsn), upto_nchanges, *options)
         return self._stream(query, params, slot=slot, publication=pub_name, itersize=itersize)
 
-    def _stream(self, query: sql.Composable, params: tuple, *, slot: str, publication: str,
+    def _stream(self, query: sql.Composable, params: tuple[Any, ...], *, slot: str, publication: str,
                 itersize: int) -> Iterator[tuple[int, int, memoryview]]:
         conn = self.session
         conn.autocommit = False  # a named (server-side) cursor lives inside a transaction

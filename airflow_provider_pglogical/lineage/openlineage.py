@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_pglogical.lineage.datasets import DatasetName
+
+if TYPE_CHECKING:
+    from openlineage.client.generated.base import OutputDatasetFacet
 
 
 def operator_lineage(inputs: Iterable[DatasetName], outputs: Mapping[DatasetName, int | None]) -> Any:
@@ -22,7 +25,8 @@ def operator_lineage(inputs: Iterable[DatasetName], outputs: Mapping[DatasetName
         return None
 
     def output(d: DatasetName, rows: int | None) -> Any:
-        facets = {} if rows is None else {"outputStatistics": OutputStatisticsOutputDatasetFacet(rowCount=rows)}
+        facets: dict[str, OutputDatasetFacet] = (
+            {} if rows is None else {"outputStatistics": OutputStatisticsOutputDatasetFacet(rowCount=rows)})
         return OutputDataset(namespace=d.namespace, name=d.name, outputFacets=facets)
 
     unique_inputs = list(dict.fromkeys(inputs))

@@ -154,7 +154,7 @@ def newest_commit_age_s(staging_uri: str, slot: str, start_lsn: int) -> float | 
     if ref is None:
         return None
     commits = reader.read_file(ref, TRANSACTIONS).column("commit_time")
-    newest = pc.max(commits).as_py() if len(commits) else None
+    newest: dt.datetime | None = pc.max(commits).as_py() if len(commits) else None
     if newest is None:
         return None
     return max((dt.datetime.now(dt.UTC) - newest).total_seconds(), 0.0)

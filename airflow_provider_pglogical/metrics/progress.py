@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 DEFAULT_INTERVAL_S = 30.0
-Row = TypeVar("Row", bound=tuple)
+Row = TypeVar("Row", bound=tuple[Any, ...])
 
 
 def human_bytes(n: float) -> str:
@@ -46,7 +46,7 @@ class Progress:
     :param detail: called only when a line is written, for extra state (read from the heartbeat thread)
     """
 
-    def __init__(self, what: str, log: Callable[[str], None], *, total_bytes: int | None = None,
+    def __init__(self, what: str, log: Callable[[str], object], *, total_bytes: int | None = None,
                  interval: float = DEFAULT_INTERVAL_S, detail: Callable[[], str] | None = None) -> None:
         self.what = what
         self.log = log

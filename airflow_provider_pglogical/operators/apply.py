@@ -86,11 +86,15 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
         self.source_conn_id = source_conn_id
         self.bookkeeping_schema = bookkeeping_schema
 
+    @property
+    def table_configs(self) -> dict[str, TableApplyConfig]:
+        """``tables`` (rendered: it is templated) as configs; empty: every staged table with defaults."""
+        return {source: given if isinstance(given, TableApplyConfig) else TableApplyConfig.from_dict(dict(given))
+                for source, given in (self.tables or {}).items()}
+
     def _tables_json(self) -> str:
-        out = {}
-        for source, given in (self.tables or {}).items():
-            cfg = given if isinstance(given, TableApplyConfig) else TableApplyConfig.from_dict(dict(given))
-            out[source] = {k: v for k, v in vars(cfg).items() if v is not None}
+        out = {source: {k: v for k, v in vars(cfg).items() if v is not None}
+               for source, cfg in self.table_configs.items()}
         return json.dumps(out, sort_keys=True)
 
     def application_arguments(self) -> list[str]:
@@ -104,7 +108,8 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
             args += ["--write-partitions", str(self.write_partitions)]
         return args
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    # SparkSubmitOperator.execute returns None; this one returns the run's summary as its XCom.
+    def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
         from airflow.sdk import BaseHook
 
         target = BaseHook.get_connection(self.target_conn_id)
@@ -183,8 +188,7 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
         rows: dict[str, int] = getattr(self, "_lineage_rows", {})
         info = {"authority": postgres_authority(target.host or "", target.port), "database": target.schema or ""}
         pairs: dict[str, str] = {}  # source table -> target table
-        for source, cfg in self.tables.items():
-            cfg = cfg if isinstance(cfg, TableApplyConfig) else TableApplyConfig.from_dict(dict(cfg))
+        for source, cfg in self.table_configs.items():
             pairs[source] = _qualified(cfg.target or source)
         if not pairs:  # an empty ``tables`` applies every staged table under its own name
             pairs = {table: table for table in rows}

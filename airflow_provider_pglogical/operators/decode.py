@@ -12,6 +12,7 @@ from airflow_provider_pglogical.metrics.batches import decode_metrics, emit_deco
 from airflow_provider_pglogical.staging.drain import (
     DEFAULT_MAX_CHANGES,
     DEFAULT_MAX_WAL_BYTES,
+    DRAIN_MODES,
     DrainConfig,
     DrainResult,
     drain_slot,
@@ -78,12 +79,13 @@ class PgLogicalDecodeOperator(BaseOperator):
         self.row_group_rows = row_group_rows
 
     def build_config(self) -> DrainConfig:
-        if self.mode not in ("peek", "get"):
+        mode = next((m for m in DRAIN_MODES if m == self.mode), None)
+        if mode is None:
             raise ValueError(f"mode must be 'peek' or 'get', not {self.mode!r}")
         publication = self.publication if isinstance(self.publication, str) else tuple(self.publication)
         return DrainConfig(slot=self.slot, publication=publication, staging_uri=self.staging_uri,
                            max_wal_bytes=_optional_int(self.max_wal_bytes),
-                           max_changes=_optional_int(self.max_changes), mode=self.mode,  # type: ignore[arg-type]
+                           max_changes=_optional_int(self.max_changes), mode=mode,
                            empty_advance_bytes=_optional_int(self.empty_advance_bytes),
                            row_group_rows=self.row_group_rows)
 

@@ -42,11 +42,22 @@ def pipeline_params(spec: PipelineSpec) -> dict[str, Param]:
 def _require_conn_ids(spec: PipelineSpec) -> None:
     # Tasks run in other processes (and machines): they can only find the databases through
     # Airflow connections, never through a DSN that exists in the DAG file's environment.
-    problems = [f"{section}: Airflow DAGs need {section}.conn_id instead of {section}.dsn"
+    problems = [_missing_conn_id(section)
                 for section, conn_id in (("source", spec.source.conn_id), ("target", spec.target.conn_id))
                 if conn_id is None and not (section == "target" and spec.target.kind == "delta")]
     if problems:
         raise SpecError(f"{spec.origin}: " + "; ".join(problems))
+
+
+def _missing_conn_id(section: str) -> str:
+    return f"{section}: Airflow DAGs need {section}.conn_id instead of {section}.dsn"
+
+
+def _conn_id(spec: PipelineSpec, section: str, conn_id: str | None) -> str:
+    """``conn_id`` of the spec's ``section``, which a task needs (see ``_require_conn_ids``)."""
+    if conn_id is None:
+        raise SpecError(f"{spec.origin}: {_missing_conn_id(section)}")
+    return conn_id
 
 
 def _param(name: str) -> str:
@@ -59,8 +70,10 @@ def decode_task(spec: PipelineSpec, task_id: str = "decode") -> Any:
     from airflow_provider_pglogical.operators.decode import PgLogicalDecodeOperator, table_asset
 
     return PgLogicalDecodeOperator(
-        task_id=task_id, slot=spec.source.slot, publication=spec.source.publication, staging_uri=spec.staging.uri,
-        postgres_conn_id=spec.source.conn_id, max_wal_bytes=_param("max_wal_bytes"), max_changes=_param("max_changes"),
+        task_id=task_id, slot=spec.source.slot, publication=spec.source.publications or spec.source.publication,
+        staging_uri=spec.staging.uri,
+        postgres_conn_id=_conn_id(spec, "source", spec.source.conn_id), max_wal_bytes=_param("max_wal_bytes"),
+        max_changes=_param("max_changes"),
         outlets=[table_asset(spec.source.slot, name) for name in spec.tables])
 
 
@@ -80,8 +93,9 @@ def apply_task(spec: PipelineSpec, task_id: str = "apply", max_batches: Any = No
     # Plain dicts: the operator's ``tables`` is a templated field.
     tables = {name: {k: v for k, v in vars(cfg).items() if v is not None} for name, cfg in config.tables.items()}
     return PgLogicalApplyOperator(
-        task_id=task_id, slot=spec.source.slot, staging_uri=spec.staging.uri, target_conn_id=spec.target.conn_id,
-        tables=tables, max_batches=max_batches, conn_id=spec.spark.conn_id, conf=dict(spec.spark.conf) or None,
+        task_id=task_id, slot=spec.source.slot, staging_uri=spec.staging.uri,
+        target_conn_id=_conn_id(spec, "target", spec.target.conn_id), tables=tables, max_batches=max_batches,
+        conn_id=spec.spark.conn_id, conf=dict(spec.spark.conf) or None,
         source_conn_id=spec.source.conn_id, bookkeeping_schema=spec.target.bookkeeping_schema,
         outlets=[target_table_asset(spec.source.slot, t.target_name) for t in spec.tables.values()])
 
@@ -100,7 +114,7 @@ def pipeline_task_group(spec: PipelineSpec, *, group_id: str = "pglogical") -> T
     return group
 
 
-def build_pipeline_dag(spec: PipelineSpec | str | os.PathLike, *, dag_id: str, schedule: Any = None,
+def build_pipeline_dag(spec: PipelineSpec | str | os.PathLike[str], *, dag_id: str, schedule: Any = None,
                        **dag_kwargs: Any) -> DAG:
     """A DAG running the spec's pipeline once per run (one drain cycle, then apply of all pending).
 
@@ -119,7 +133,7 @@ def build_pipeline_dag(spec: PipelineSpec | str | os.PathLike, *, dag_id: str, s
     return dag
 
 
-def build_replay_dag(spec: PipelineSpec | str | os.PathLike, *, dag_id: str, **dag_kwargs: Any) -> DAG:
+def build_replay_dag(spec: PipelineSpec | str | os.PathLike[str], *, dag_id: str, **dag_kwargs: Any) -> DAG:
     """A manually triggered DAG that rebuilds the targets from the staged log up to an LSN or a time.
 
     Replay applies whole staged batches in LSN order: every batch ending at or before
@@ -150,7 +164,7 @@ def build_replay_dag(spec: PipelineSpec | str | os.PathLike, *, dag_id: str, **d
 
 def _plan_replay_task(spec: PipelineSpec) -> Any:
     @task(task_id="plan_replay")
-    def plan_replay(params: dict | None = None) -> dict[str, Any]:
+    def plan_replay(params: dict[str, Any] | None = None) -> dict[str, Any]:
         from datetime import UTC, datetime
 
         from airflow_provider_pglogical.pipeline.runs import batches_upto, first_batch_start

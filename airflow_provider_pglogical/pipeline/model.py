@@ -27,8 +27,8 @@ SECRET_OPTION = re.compile(r"SECRET|TOKEN|PASSWORD|ACCESS_KEY|SAS|CREDENTIAL", r
 # The apply's own choices (apply/config.py, a light module), under the spec's names.
 TRUNCATE_CASCADE = CASCADE_POLICIES
 __all__ = ["ACTIONS", "CONFLICT_POLICIES", "DELTA_MODES", "ENV_REF", "NAMEDATALEN", "SCHEMA_CHANGE_POLICIES", "SECRET_OPTION",
-           "SLOT_NAME", "TARGET_KINDS", "TOAST_POLICIES", "TRUNCATE_CASCADE", "PipelineSpec", "SourceSpec", "SparkSpec",
-           "StagingSpec", "TableSpec", "TargetSpec", "TruncateSpec", "split_qualified"]
+           "SLOT_NAME", "TARGET_KINDS", "TOAST_POLICIES", "TRUNCATE_CASCADE", "PipelineSpec", "SnapshotSpec",
+           "SourceSpec", "SparkSpec", "StagingSpec", "TableSpec", "TargetSpec", "TruncateSpec", "split_qualified"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,13 @@ class SourceSpec:
     max_changes: int | None = None
     max_lag_bytes: int | None = None
     min_safe_wal_bytes: int | None = None
+    # ``publication: [a, b]``: every publication, decoded together with a subscription's union
+    # semantics (pgoutput's publication_names); ``publication`` is then the first.
+    publications: tuple[str, ...] = ()
+
+    @property
+    def all_publications(self) -> tuple[str, ...]:
+        return self.publications or (self.publication,)
 
 
 @dataclass(frozen=True)
@@ -119,6 +126,10 @@ class PipelineSpec:
     spark: SparkSpec = field(default_factory=SparkSpec)
     snapshot: SnapshotSpec = field(default_factory=SnapshotSpec)
     origin: str = "<spec>"
+    # Table selection like a publication's: "*" (every table of the publication) and "schema.*"
+    # (`schemas:` or a "schema.*" entry), with their settings. ``tables`` holds the named tables;
+    # ``pipeline/selection.resolve`` adds the selected ones the publication publishes at run time.
+    selectors: dict[str, TableSpec] = field(default_factory=dict)
 
 
 

@@ -7,10 +7,10 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_pglogical.apply.targets.postgres.progress import PROGRESS_TABLE
 from airflow_provider_pglogical.exceptions import SpecError, StagingError, format_lsn
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec, TableSpec
 from airflow_provider_pglogical.pipeline.steps import (
-    PROGRESS_TABLE,
     check_retention,
     ensure_replication,
     source_hook,
@@ -38,13 +38,17 @@ def apply_config(spec: PipelineSpec, *, max_batches: int | None = None) -> Apply
     from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 
     def table(t: TableSpec) -> TableApplyConfig:
-        return TableApplyConfig(row_filter=t.row_filter, columns=t.columns, target=t.target_name,
+        return TableApplyConfig(row_filter=t.row_filter, columns=t.columns,
+                                target=None if t.name.endswith("*") else t.target_name,
                                 conflict=t.conflict, unchanged_toast=t.unchanged_toast,
                                 truncate_cascade=spec.truncate.cascade, key_columns=t.key_columns,
                                 actions=t.actions, schema_changes=t.schema_changes)
 
+    # Selections ("*", "schema.*") go along as wildcard entries (ApplyConfig.table_config): a table the
+    # publication started publishing after the spec was last resolved is applied all the same.
     return ApplyConfig(slot=spec.source.slot, staging_root=spec.staging.uri,
-                       tables={name: table(t) for name, t in spec.tables.items()}, max_batches=max_batches,
+                       tables={name: table(t) for name, t in {**spec.selectors, **spec.tables}.items()},
+                       max_batches=max_batches,
                        progress_table=PROGRESS_TABLE, bookkeeping_schema=spec.target.bookkeeping_schema)
 
 
@@ -77,7 +81,9 @@ def apply_pending(spec: PipelineSpec, *, master: str | None = None, max_batches:
                   log: Log = _quiet) -> dict[str, Any]:
     """Apply every staged batch beyond the target's watermarks, oldest first (idempotent)."""
     from airflow_provider_pglogical.apply.runner import apply_slot
+    from airflow_provider_pglogical.pipeline.selection import resolved
 
+    spec = resolved(spec)  # the selected tables' targets carry watermarks and snapshots too
     config = apply_config(spec, max_batches=max_batches)
     pending = pending_batches(spec, max_batches=max_batches)
     from airflow_provider_pglogical.pipeline.snapshots import unapplied_snapshots
@@ -88,15 +94,13 @@ def apply_pending(spec: PipelineSpec, *, master: str | None = None, max_batches:
         return {"batches_seen": 0, "batches_applied": 0, "batches_replayed_in_order": 0, "last_applied_end_lsn": None,
                 "rows": {}}
     log(f"applying {len(pending)} staged batch(es) of slot {spec.source.slot} from {spec.staging.uri}")
-    if spec.target.kind == "delta":
-        from airflow_provider_pglogical.apply.targets.delta import settings
-        from airflow_provider_pglogical.apply.targets.delta.runner import apply_slot as apply_delta
+    # One apply path: the shared runner plans every batch and hands it to the spec's target.
+    with target_environment(spec), local_spark(master or spec.spark.master, spec.spark.conf) as spark:
+        if spec.target.kind == "delta":
+            from airflow_provider_pglogical.apply.targets.delta import settings
 
-        with settings.environment(settings.spec_env(spec)), \
-                local_spark(master or spec.spark.master, spec.spark.conf) as spark:
-            reports = apply_delta(spark, config, settings.target_for_spec(spec))
-    else:
-        with local_spark(master or spec.spark.master, spec.spark.conf) as spark:
+            reports = apply_slot(spark, config, target=settings.target_for_spec(spec))
+        else:
             reports = apply_slot(spark, config, target_dsn(spec))
     rows: dict[str, dict[str, int]] = {}
     for report in reports:
@@ -110,6 +114,19 @@ def apply_pending(spec: PipelineSpec, *, master: str | None = None, max_batches:
     log(f"applied {len(applied)} of {len(reports)} staged batches ({replayed} replayed change by change)")
     return {"batches_seen": len(reports), "batches_applied": len(applied), "batches_replayed_in_order": replayed,
             "last_applied_end_lsn": format_lsn(applied[-1].end_lsn) if applied else None, "rows": rows}
+
+
+@contextmanager
+def target_environment(spec: PipelineSpec) -> Iterator[None]:
+    """The process environment the spec's target reads its credentials from (an object store's ``AWS_*``
+    from ``target.conn_id``, set for the block only); nothing for PostgreSQL, whose DSN is passed."""
+    if spec.target.kind != "delta":
+        yield
+        return
+    from airflow_provider_pglogical.apply.targets.delta import settings
+
+    with settings.environment(settings.spec_env(spec)):
+        yield
 
 
 def pending_batches(spec: PipelineSpec, *, max_batches: int | None = None) -> list[tuple[int, int]]:
@@ -150,7 +167,7 @@ def decode_pending(spec: PipelineSpec, *, max_batches: int | None = None, log: L
         # snapshot.initial: a new slot is created with an exported snapshot (before ensure_replication)
         initial = initial_snapshot_if_new(spec, hook, log=log)
         ensured = ensure_replication(spec, hook)
-        log(f"slot {spec.source.slot} at {ensured['confirmed_flush_lsn']} (publication {spec.source.publication})")
+        log(f"slot {spec.source.slot} at {ensured['confirmed_flush_lsn']} (publication {', '.join(spec.source.all_publications)})")
         retention = check_retention(spec, hook)
         log(f"slot lag {retention['lag_bytes']} bytes, wal_status {retention['wal_status']}")
     synced = sync_tables(spec, resync=resync, log=log)
@@ -163,7 +180,8 @@ def drain_config(spec: PipelineSpec) -> DrainConfig:
     """The spec's source and staging as the drain library's per-cycle config."""
     from airflow_provider_pglogical.staging.drain import DEFAULT_MAX_CHANGES, DEFAULT_MAX_WAL_BYTES, DrainConfig
 
-    return DrainConfig(slot=spec.source.slot, publication=spec.source.publication, staging_uri=spec.staging.uri,
+    publication = spec.source.publications or spec.source.publication  # several: pgoutput's union semantics
+    return DrainConfig(slot=spec.source.slot, publication=publication, staging_uri=spec.staging.uri,
                        max_wal_bytes=spec.source.max_batch_bytes or DEFAULT_MAX_WAL_BYTES,
                        max_changes=spec.source.max_changes or DEFAULT_MAX_CHANGES)
 
@@ -232,7 +250,9 @@ def reset_target(spec: PipelineSpec, *, log: Log = _quiet) -> dict[str, Any]:
     import psycopg2
 
     from airflow_provider_pglogical.apply.targets.postgres.progress import reset
+    from airflow_provider_pglogical.pipeline.selection import resolved
 
+    spec = resolved(spec)
     targets = sorted({t.target_name for t in spec.tables.values()})
     progress = target_progress_table(spec)
     conn = psycopg2.connect(target_dsn(spec))

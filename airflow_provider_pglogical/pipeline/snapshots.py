@@ -56,6 +56,10 @@ def initial_snapshot_if_new(spec: PipelineSpec, hook: PgLogicalHook, *, log: Log
                 "consistent with it is gone. Set snapshot.initial: false and resync tables one by one "
                 "(pglogical resync --spec FILE --table schema.table)")
         return None
+    if spec.selectors:  # create the publication for the selection, then snapshot what it publishes
+        from airflow_provider_pglogical.pipeline.selection import resolve_with
+
+        spec = resolve_with(spec, hook)
     if spec.source.create:
         hook.check_wal_level()
         hook.create_publication(spec.source.publication, [split_qualified(t) for t in spec.tables])
@@ -72,8 +76,13 @@ def sync_tables(spec: PipelineSpec, *, resync: list[str] | None = None, log: Log
                 on_checkpoint: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Snapshot tables waiting for one: ``resync`` ones, tables added to a snapshotting pipeline,
     and tables a crashed snapshot left unfinished — each at a later sync LSN (temporary slot)."""
+    from airflow_provider_pglogical.pipeline.selection import resolved
     from airflow_provider_pglogical.snapshot.run import request_added_tables, request_resync, sync_pending
 
+    spec = resolved(spec)  # tables newly selected in the publication are "added" tables
+    if resync and spec.source.publications:
+        raise SpecError(f"{spec.origin}: resync with several publications is not supported yet (the snapshot reads "
+                        "one publication's row filter and column list)")
     job = snapshot_job(spec)
     if resync and spec.target.kind != "postgres":  # nothing would load it (targets without SnapshotTarget)
         raise SpecError(f"resync of {', '.join(resync)}: only for target kind: postgres so far; a "

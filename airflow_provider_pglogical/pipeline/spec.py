@@ -11,38 +11,18 @@ import yaml
 
 from airflow_provider_pglogical.exceptions import SpecError
 from airflow_provider_pglogical.hooks.sizes import parse_size
-from airflow_provider_pglogical.pipeline.model import (
-    ACTIONS,
-    CONFLICT_POLICIES,
-    DELTA_MODES,
-    ENV_REF,
-    NAMEDATALEN,
-    SCHEMA_CHANGE_POLICIES,
-    SLOT_NAME,
-    TARGET_KINDS,
-    TOAST_POLICIES,
-    TRUNCATE_CASCADE,
-    PipelineSpec,
-    SnapshotSpec,
-    SourceSpec,
-    SparkSpec,
-    StagingSpec,
-    TableSpec,
-    TargetSpec,
-    TruncateSpec,
-    split_qualified,
-)
+from airflow_provider_pglogical.pipeline import model
+from airflow_provider_pglogical.pipeline.model import *  # noqa: F403 - re-exported: the names model.__all__ lists
+from airflow_provider_pglogical.pipeline.model import PipelineSpec
 from airflow_provider_pglogical.pipeline.validation import SpecValidator
 
 # The spec's public face: the dataclasses live in model.py (which the validator imports), the
 # loading here; ``parse_size`` lives beside the slot checks (hooks/sizes.py).
-__all__ = ["ACTIONS", "CONFLICT_POLICIES", "DELTA_MODES", "ENV_REF", "NAMEDATALEN", "SCHEMA_CHANGE_POLICIES", "SLOT_NAME",
-           "TARGET_KINDS", "TOAST_POLICIES", "TRUNCATE_CASCADE", "PipelineSpec", "SnapshotSpec", "SourceSpec", "SparkSpec",
-           "StagingSpec", "TableSpec", "TargetSpec", "TruncateSpec", "load_spec", "parse_size", "parse_spec",
-           "split_qualified"]
+__all__ = ["load_spec", "parse_size", "parse_spec"]
+__all__ += model.__all__
 
 
-def load_spec(path: str | os.PathLike, env: Mapping[str, str] | None = None) -> PipelineSpec:
+def load_spec(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> PipelineSpec:
     """Read and validate a spec file (YAML, or JSON which YAML also reads)."""
     path = Path(path)
     try:

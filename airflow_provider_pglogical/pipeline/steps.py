@@ -44,19 +44,27 @@ def ensure_replication(spec: PipelineSpec, hook: PgLogicalHook) -> dict[str, Any
     The publication is created before the slot: pgoutput looks publications up with the
     catalog as of each decoded change, so WAL older than the publication could not be decoded.
     """
+    from airflow_provider_pglogical.pipeline.selection import create_selected_publication, resolve_with
+
     publication, slot = spec.source.publication, spec.source.slot
     created_publication = created_slot = False
+    if spec.selectors:
+        created_publication = spec.source.create and create_selected_publication(spec, hook)
+        spec = resolve_with(spec, hook)
     if spec.source.create:
         hook.check_wal_level()
-        created_publication = hook.create_publication(publication, [split_qualified(t) for t in spec.tables])
-    elif not hook.publication_exists(publication):
-        raise PublicationNotFoundError(
-            f"publication {publication!r} does not exist; create it or set source.create: true in the spec")
-    published = hook.published_tables(publication)
+        created_publication = (hook.create_publication(publication, [split_qualified(t) for t in spec.tables])
+                               or created_publication)
+    for name in spec.source.all_publications if not spec.source.create else ():
+        if not hook.publication_exists(name):
+            raise PublicationNotFoundError(
+                f"publication {name!r} does not exist; create it or set source.create: true in the spec")
+    published = hook.published_tables(spec.source.all_publications)
     missing = sorted(set(spec.tables) - published)
     if missing:
+        names = ", ".join(repr(p) for p in spec.source.all_publications)
         raise SpecError(
-            f"publication {publication!r} does not publish {', '.join(missing)}; add them with ALTER PUBLICATION "
+            f"publication {names} does not publish {', '.join(missing)}; add them with ALTER PUBLICATION "
             "... ADD TABLE or remove them from the spec's tables")
     if spec.source.create:
         created_slot = hook.create_slot(slot)
@@ -93,7 +101,8 @@ def target_watermark_ints(spec: PipelineSpec, progress_table: str | None = None)
         from airflow_provider_pglogical.apply.targets.delta import settings
 
         with settings.environment(settings.spec_env(spec)):
-            return settings.target_for_spec(spec).watermarks(sorted({t.target_name for t in spec.tables.values()}))
+            return settings.target_for_spec(spec).watermarks(spec.source.slot,
+                                                             {t.target_name for t in spec.tables.values()})
     import psycopg2
 
     from airflow_provider_pglogical.apply.targets.postgres.progress import read_watermarks
@@ -129,7 +138,7 @@ def status(spec: PipelineSpec) -> dict[str, Any]:
     batches = staged_batches(spec)
     return {
         "spec": spec.origin,
-        "source": {"publication": spec.source.publication, "current_wal_flush_lsn": format_lsn(current), "slot": slot},
+        "source": {"publication": ", ".join(spec.source.all_publications), "current_wal_flush_lsn": format_lsn(current), "slot": slot},
         "staging": {"uri": spec.staging.uri, "batches": batches,
                     "staged_changes": sum(b["changes"] for b in batches),
                     "last_end_lsn": batches[-1]["end_lsn"] if batches else None},

@@ -3,7 +3,7 @@ and the in-process apply into a Delta target."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
@@ -12,6 +12,21 @@ from airflow_provider_pglogical.pipeline.spec import PipelineSpec
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
+
+SourceStep = Callable[[PipelineSpec, "PgLogicalHook"], dict[str, Any]]
+
+
+def _run_on_source(task: BaseOperator, spec: PipelineSpec, step: SourceStep, message: str,
+                   keys: Sequence[str]) -> dict[str, Any]:
+    """``step`` with a hook on the spec's source (closed afterwards); logs ``message`` with the result's ``keys``."""
+    from airflow_provider_pglogical.pipeline.steps import source_hook
+
+    with source_hook(spec) as hook:
+        result = step(spec, hook)
+    task.log.info(message, *(result[k] for k in keys))
+    return result
 
 
 class EnsureReplicationOperator(BaseOperator):
@@ -30,14 +45,11 @@ class EnsureReplicationOperator(BaseOperator):
         self.spec = spec
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_pglogical.pipeline.steps import ensure_replication, source_hook
+        from airflow_provider_pglogical.pipeline.steps import ensure_replication
 
-        with source_hook(self.spec) as hook:
-            result = ensure_replication(self.spec, hook)
-        self.log.info("publication %s (created: %s), slot %s at %s (created: %s)", result["publication"],
-                      result["created_publication"], result["slot"], result["confirmed_flush_lsn"],
-                      result["created_slot"])
-        return result
+        return _run_on_source(self, self.spec, ensure_replication,
+                              "publication %s (created: %s), slot %s at %s (created: %s)",
+                              ("publication", "created_publication", "slot", "confirmed_flush_lsn", "created_slot"))
 
 
 class WalRetentionCheckOperator(BaseOperator):
@@ -63,16 +75,13 @@ class WalRetentionCheckOperator(BaseOperator):
         from dataclasses import replace
 
         from airflow_provider_pglogical.hooks.sizes import parse_size
-        from airflow_provider_pglogical.pipeline.steps import check_retention, source_hook
+        from airflow_provider_pglogical.pipeline.steps import check_retention
 
         spec = self.spec
         if self.min_safe_wal_bytes not in (None, ""):
             spec = replace(spec, source=replace(spec.source, min_safe_wal_bytes=parse_size(self.min_safe_wal_bytes)))
-        with source_hook(spec) as hook:
-            summary = check_retention(spec, hook)
-        self.log.info("slot %s: wal_status %s, safe_wal_size %s, lag %s bytes", summary["slot"],
-                      summary["wal_status"], summary["safe_wal_size"], summary["lag_bytes"])
-        return summary
+        return _run_on_source(self, spec, check_retention, "slot %s: wal_status %s, safe_wal_size %s, lag %s bytes",
+                              ("slot", "wal_status", "safe_wal_size", "lag_bytes"))
 
 
 class ResetTargetOperator(BaseOperator):
@@ -121,7 +130,7 @@ class DeltaApplyOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_pglogical.pipeline.runs import apply_pending
 
-        limit = None if self.max_batches in (None, "", "None") else int(self.max_batches)  # type: ignore[arg-type]
+        limit = None if self.max_batches in (None, "", "None") else int(self.max_batches)
         return apply_pending(self.spec, max_batches=limit, log=self.log.info)
 
 

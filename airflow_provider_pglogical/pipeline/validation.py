@@ -44,7 +44,8 @@ class SpecValidator:
 
     # -- generic helpers ----------------------------------------------------------------------
 
-    def mapping(self, value: Any, path: str, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> dict | None:
+    def mapping(self, value: Any, path: str, allowed: tuple[str, ...],
+                required: tuple[str, ...] = ()) -> dict[str, Any] | None:
         if value is None and not required:
             return {}
         if not isinstance(value, dict):
@@ -70,16 +71,16 @@ class SpecValidator:
         if not isinstance(value, str):
             self.err(path, f"expected a string, got {_kind(value)}")
             return None
-        value = self.interpolate(value, path)
-        if value is not None and not value.strip():
+        text = self.interpolate(value, path)
+        if text is not None and not text.strip():
             self.err(path, "must not be empty")
             return None
-        return value
+        return text
 
     def interpolate(self, value: str, path: str) -> str | None:
         missing: list[str] = []
 
-        def sub(m: re.Match) -> str:
+        def sub(m: re.Match[str]) -> str:
             name, default = m.group(1), m.group(2)
             if name in self.env:
                 return self.env[name]
@@ -131,9 +132,9 @@ class SpecValidator:
         if value not in choices:
             self.err(path, f"must be one of {', '.join(choices)}, got {value!r}")
             return default
-        return value
+        return str(value)
 
-    def connection(self, raw: dict, path: str) -> tuple[str | None, str | None]:
+    def connection(self, raw: dict[str, Any], path: str) -> tuple[str | None, str | None]:
         dsn = self.string(raw.get("dsn"), _join(path, "dsn"))
         conn_id = self.string(raw.get("conn_id"), _join(path, "conn_id"))
         if "dsn" in raw and "conn_id" in raw:
@@ -145,27 +146,39 @@ class SpecValidator:
     # -- sections -----------------------------------------------------------------------------
 
     def pipeline(self, raw: Any, origin: str) -> PipelineSpec | None:
-        top = self.mapping(raw, "", ("source", "staging", "target", "tables", "truncate", "spark", "snapshot"),
-                           ("source", "staging", "target", "tables"))
+        top = self.mapping(raw, "", ("source", "staging", "target", "tables", "schemas", "truncate", "spark",
+                                     "snapshot"), ("source", "staging", "target"))
         if top is None:
             return None
         # A missing required section was reported by mapping(); do not report its keys too.
         source = self.source(top["source"], "source") if "source" in top else None
         staging = self.staging(top["staging"], "staging") if "staging" in top else None
         target = self.target(top["target"], "target") if "target" in top else None
-        tables = self.tables(top["tables"], "tables") if "tables" in top else {}
+        selectors: dict[str, TableSpec] = {}
+        if "tables" in top:
+            tables = self.tables(top["tables"], "tables", selectors)
+        elif "schemas" not in top:
+            self.err("tables", "required key is missing")  # (or schemas:, docs/pipeline-spec.md)
+            tables = {}
+        else:
+            tables = {}
+        if "schemas" in top:
+            self.schemas(top["schemas"], "schemas", selectors)
         truncate = self.truncate(top.get("truncate"), "truncate")
         spark = self.spark(top.get("spark"), "spark")
         snapshot = self.snapshot(top.get("snapshot"), "snapshot")
         if target is not None and target.kind == "delta":
-            self.delta_tables(target, tables)
+            self.delta_tables(target, tables, selectors)
             if snapshot.initial:  # its changes would apply without the pre-existing rows (no SnapshotTarget)
                 self.err("snapshot.initial", "only for target kind: postgres so far: a delta target cannot load "
                                              "snapshots yet; set snapshot.initial: false")
-        if self.errors:
+        if source is not None and source.publications and snapshot.initial:
+            # snapshot/source.describe_tables reads one publication's row filter and column list.
+            self.err("snapshot.initial", "not supported with several publications yet; list one publication")
+        if self.errors or source is None or staging is None or target is None:  # a missing one was reported
             return None
         return PipelineSpec(source=source, staging=staging, target=target, tables=tables,
-                            truncate=truncate, spark=spark, snapshot=snapshot, origin=origin)
+                            truncate=truncate, spark=spark, snapshot=snapshot, origin=origin, selectors=selectors)
 
     def source(self, value: Any, path: str) -> SourceSpec | None:
         raw = self.mapping(value, path, ("dsn", "conn_id", "publication", "slot", "create", "max_batch_bytes",
@@ -174,7 +187,15 @@ class SpecValidator:
         if raw is None:
             return None
         dsn, conn_id = self.connection(raw, path)
-        publication = self.string(raw.get("publication"), _join(path, "publication"), required="publication" in raw)
+        publications: tuple[str, ...] = ()
+        if isinstance(raw.get("publication"), list):
+            publications = self.publications(raw["publication"], _join(path, "publication"))
+            publication: str | None = publications[0] if publications else ""
+            if len(raw["publication"]) > 1 and raw.get("create") is True:
+                self.err(_join(path, "create"), "creates one publication; with several, create them yourself")
+        else:
+            publication = self.string(raw.get("publication"), _join(path, "publication"),
+                                      required="publication" in raw)
         if publication is not None and len(publication.encode()) > NAMEDATALEN:
             self.err(_join(path, "publication"), f"longer than {NAMEDATALEN} bytes")
         slot = self.string(raw.get("slot"), _join(path, "slot"), required="slot" in raw)
@@ -183,6 +204,7 @@ class SpecValidator:
                                           "from a-z, 0-9 and '_'")
         return SourceSpec(
             publication=publication or "", slot=slot or "", dsn=dsn, conn_id=conn_id,
+            publications=publications if len(publications) > 1 else (),
             create=self.boolean(raw.get("create"), _join(path, "create"), False),
             max_batch_bytes=self.size(raw.get("max_batch_bytes"), _join(path, "max_batch_bytes")),
             max_changes=self.count(raw.get("max_changes"), _join(path, "max_changes")),
@@ -190,6 +212,24 @@ class SpecValidator:
             min_safe_wal_bytes=self.size(raw.get("min_safe_wal_bytes"), _join(path, "min_safe_wal_bytes"),
                                          positive=False),
         )
+
+    def publications(self, value: list[Any], path: str) -> tuple[str, ...]:
+        """``publication: [a, b]``: decoded together like a subscription to several publications."""
+        names: list[str] = []
+        if not value:
+            self.err(path, "expected a publication name or a non-empty list of them")
+        for i, name in enumerate(value):
+            if not isinstance(name, str) or not name.strip():
+                self.err(f"{path}[{i}]", f"expected a publication name, got {_kind(name)}")
+            elif "," in name or '"' in name:
+                self.err(f"{path}[{i}]", "a publication name in a list cannot contain ',' or '\"'")
+            elif len(name.encode()) > NAMEDATALEN:
+                self.err(f"{path}[{i}]", f"longer than {NAMEDATALEN} bytes")
+            elif name in names:
+                self.err(f"{path}[{i}]", f"publication {name!r} is listed twice")
+            else:
+                names.append(name)
+        return tuple(names)
 
     def staging(self, value: Any, path: str) -> StagingSpec | None:
         raw = self.mapping(value, path, ("uri",), ("uri",))
@@ -215,20 +255,28 @@ class SpecValidator:
                              required="bookkeeping_schema" in raw)
         return TargetSpec(kind=kind, dsn=dsn, conn_id=conn_id, bookkeeping_schema=schema)
 
-    def delta_tables(self, target: TargetSpec, tables: dict[str, TableSpec]) -> None:
+    def delta_tables(self, target: TargetSpec, tables: dict[str, TableSpec],
+                     selectors: dict[str, TableSpec] | None = None) -> None:
         """What a Delta target cannot do with the tables' settings, and partitions of tables it does not write."""
-        for name, table in tables.items():
-            if table.conflict == "strict":
+        selectors = selectors or {}
+
+        def selected(name: str) -> bool:
+            return "*" in selectors or f"{name.partition('.')[0]}.*" in selectors
+
+        for name, entry in {**tables, **selectors}.items():
+            if entry.conflict == "strict":
                 self.err(f"tables.{name}.conflict", "strict is not supported by a delta target (no unique keys)")
         targets = {t.target_name: t for t in tables.values()}
-        for table, cols in target.partition_by.items():
-            spec = targets.get(table)
+        for target_name, cols in target.partition_by.items():
+            spec = targets.get(target_name)
+            if spec is None and selected(target_name):
+                continue  # a selected table's target: known at run time
             if spec is None:
-                self.err(f"target.partition_by.{table}", "is not the target of any table")
+                self.err(f"target.partition_by.{target_name}", "is not the target of any table")
             elif spec.columns is not None and set(cols) - set(spec.columns):
-                self.err(f"target.partition_by.{table}", "partition columns must be among the table's columns")
+                self.err(f"target.partition_by.{target_name}", "partition columns must be among the table's columns")
 
-    def delta_target(self, raw: dict, path: str) -> TargetSpec:
+    def delta_target(self, raw: dict[str, Any], path: str) -> TargetSpec:
         if "dsn" in raw:
             self.err(_join(path, "dsn"), "a delta target has a uri, not a dsn")
         if "bookkeeping_schema" in raw:
@@ -261,7 +309,21 @@ class SpecValidator:
         return TargetSpec(kind="delta", conn_id=conn_id, uri=uri or "", mode=mode, storage_options=options,
                           partition_by=partitions)
 
-    def tables(self, value: Any, path: str) -> dict[str, TableSpec]:
+    def schemas(self, value: Any, path: str, selectors: dict[str, TableSpec]) -> None:
+        """``schemas: [sales]``: every published table of each schema, default settings (a ``sales.*``
+        entry under ``tables`` gives them settings instead)."""
+        if not isinstance(value, list) or not value:
+            self.err(path, f"expected a non-empty list of schema names, got {_kind(value)}")
+            return
+        for i, schema in enumerate(value):
+            if not isinstance(schema, str) or not schema.strip() or "." in schema:
+                self.err(f"{path}[{i}]", f"expected a schema name (no dots), got {_kind(schema)}")
+            elif f"{schema}.*" in selectors:
+                self.err(f"{path}[{i}]", f"schema {schema!r} is selected twice (schemas and tables.{schema}.*)")
+            else:
+                selectors[f"{schema}.*"] = TableSpec(name=f"{schema}.*")
+
+    def tables(self, value: Any, path: str, selectors: dict[str, TableSpec] | None = None) -> dict[str, TableSpec]:
         if value is None or value == {}:
             self.err(path, "list at least one table as schema.table")
             return {}
@@ -273,9 +335,17 @@ class SpecValidator:
         for name, settings in value.items():
             tpath = _join(path, str(name))
             if isinstance(name, str) and (name == "*" or name.endswith(".*")):
-                # The apply config accepts them (ApplyConfig.table_config); publication creation, pending-batch
-                # detection, assets and replay of a spec do not handle them yet.
-                self.err(tpath, "wildcard table selection is not supported in specs yet; list the tables")
+                # "*": every table of the publication; "schema.*": every published table of the schema.
+                # Named entries override them (pipeline/selection.py resolves them at run time).
+                if name != "*" and (not _qualified_ok(name[:-2] + ".x") or "*" in name[:-2]):
+                    self.err(tpath, 'a selection is "*" or schema.*')
+                    continue
+                selector = self.table(name, settings, tpath)
+                if selector is not None and selector.target is not None:
+                    self.err(_join(tpath, "target"), "a selection keeps each table's own name; name a target "
+                                                     "in an entry of its own")
+                elif selector is not None:
+                    (selectors if selectors is not None else {})[name] = selector
                 continue
             if not isinstance(name, str) or not _qualified_ok(name):
                 self.err(tpath, "table names must be schema.table")
@@ -434,7 +504,7 @@ def check_row_filters(spec: PipelineSpec, spark: Any) -> None:
     from airflow_provider_pglogical.exceptions import RowFilterError
 
     errors = []
-    for name, table in spec.tables.items():
+    for name, table in {**spec.selectors, **spec.tables}.items():
         if table.row_filter is None:
             continue
         try:

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from airflow_provider_pglogical.decoding.model import ColumnDef, RelationSchema
 from airflow_provider_pglogical.exceptions import SnapshotConnectionLostError, SnapshotError
+from airflow_provider_pglogical.hooks.cursor import one_row
 from airflow_provider_pglogical.snapshot.copyframe import TRAILER, frame_copy_rows, strip_header
 from airflow_provider_pglogical.staging import schema as S
 from airflow_provider_pglogical.staging.layout import resolve_filesystem
@@ -118,7 +119,8 @@ class _ParquetSink:
 
     def close(self) -> int:
         self.flush()
-        assert self.writer is not None
+        if self.writer is None:  # flush() opens it, for an empty chunk too
+            raise SnapshotError(f"snapshot chunk {self.task.path} was never opened for writing")
         self.writer.close()
         self.fs.move(self.tmp, self.task.path)
         return self.fs.get_file_info(self.task.path).size or 0
@@ -145,7 +147,7 @@ def copy_chunk(task: ChunkTask) -> ChunkResult:
     try:
         with conn.cursor() as cur:
             cur.execute("SHOW server_encoding")
-            conn.set_client_encoding(cur.fetchone()[0])
+            conn.set_client_encoding(one_row(cur)[0])
             cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             try:
                 cur.execute("SET TRANSACTION SNAPSHOT %s", (task.snapshot_name,))

@@ -25,11 +25,11 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from airflow_provider_pglogical.exceptions import StagingError, format_lsn
+from airflow_provider_pglogical.lsn import lsn_hex
 from airflow_provider_pglogical.staging.layout import (
     MANIFEST,
     PARTIAL_PREFIX,
     StagingLayout,
-    lsn_hex,
     quote_name,
     unquote_name,
 )
@@ -133,7 +133,7 @@ class SnapshotLayout:
     def _list(self, path: str) -> list[pafs.FileInfo]:
         if not self.staging.exists(path):
             return []
-        return self.fs.get_file_info(pafs.FileSelector(path))
+        return list(self.fs.get_file_info(pafs.FileSelector(path)))
 
     # -- published snapshots ---------------------------------------------------------------
 
@@ -216,7 +216,8 @@ class SnapshotLayout:
         if not self.staging.exists(path):
             return None
         try:
-            return json.loads(read_text(self.staging, path))
+            progress: dict[str, Any] = json.loads(read_text(self.staging, path))
+            return progress
         except (ValueError, OSError):
             return None
 

@@ -47,10 +47,10 @@ from typing import Any
 
 from airflow_provider_pglogical import exceptions
 from airflow_provider_pglogical.exceptions import SnapshotError, format_lsn
+from airflow_provider_pglogical.lsn import lsn_hex
 from airflow_provider_pglogical.snapshot.copier import ChunkResult, ChunkTask, copy_chunk
 from airflow_provider_pglogical.snapshot.layout import SnapshotLayout, SnapshotManifest
 from airflow_provider_pglogical.snapshot.source import ExportedSnapshot, TableRead, describe_tables
-from airflow_provider_pglogical.staging.layout import lsn_hex
 
 log = logging.getLogger(__name__)
 
@@ -326,7 +326,8 @@ class WorkerPool:
         stop = threading.Event()
 
         def feed(proc: subprocess.Popen[str]) -> None:
-            assert proc.stdin is not None and proc.stdout is not None
+            if proc.stdin is None or proc.stdout is None:  # started with stdin/stdout=PIPE
+                raise SnapshotError("a snapshot reader process has no pipes")
             while not stop.is_set():
                 try:
                     task = todo.get_nowait()

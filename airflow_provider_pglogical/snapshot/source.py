@@ -24,6 +24,7 @@ from airflow_provider_pglogical.exceptions import (
     SnapshotConnectionLostError,
     SnapshotError,
 )
+from airflow_provider_pglogical.hooks.cursor import one_row
 
 PLUGIN = "pgoutput"
 
@@ -65,7 +66,7 @@ class ExportedSnapshot:
                     primary = (exc.diag.message_primary if exc.diag else None) or type(exc).__name__
                     raise SnapshotError(f"could not create slot {self.slot!r} with an exported snapshot: "
                                         f"[{exc.pgcode}] {primary}") from None
-                _slot, consistent_point, snapshot_name, _plugin = cur.fetchone()
+                _slot, consistent_point, snapshot_name, _plugin = one_row(cur)
         except BaseException:
             conn.close()
             raise
@@ -161,7 +162,7 @@ def describe_tables(conn: psycopg2.extensions.connection, publication: str,
     out: dict[str, TableRead] = {}
     with conn.cursor() as cur:
         cur.execute("SELECT current_setting('block_size')::int, current_setting('server_version_num')::int")
-        block_size, version = cur.fetchone()
+        block_size, version = one_row(cur)
         for table, (spec_columns, spec_filter) in tables.items():
             schema, _, name = table.partition(".")
             cur.execute("SELECT c.oid, c.relreplident, has_table_privilege(c.oid, 'SELECT'), pg_relation_size(c.oid)"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from typing import Any
 
 
 def main() -> int:
@@ -23,7 +24,7 @@ def main() -> int:
             continue
         try:
             result = copy_chunk(ChunkTask(**json.loads(line)))
-            answer = {"ok": dataclasses.asdict(result)}
+            answer: dict[str, Any] = {"ok": dataclasses.asdict(result)}
         except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises it typed
             answer = {"error": type(exc).__name__, "message": str(exc)}
         out.write(json.dumps(answer) + "\n")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -31,6 +31,18 @@ from airflow_provider_pglogical.staging.writer import DEFAULT_ROW_GROUP_ROWS, Ba
 
 log = logging.getLogger(__name__)
 
+DrainMode = Literal["peek", "get"]
+DRAIN_MODES: tuple[DrainMode, ...] = ("peek", "get")
+
+
+class Logger(Protocol):
+    """What a drain logs through: a ``logging.Logger``, or an Airflow task's ``self.log``."""
+
+    def info(self, msg: str, /, *args: object) -> object: ...
+
+    def warning(self, msg: str, /, *args: object) -> object: ...
+
+
 CHECKPOINTS = ("fetched_some", "files_written", "manifest_written", "advanced")
 DEFAULT_MAX_WAL_BYTES = 1 << 30
 DEFAULT_MAX_CHANGES = 1_000_000
@@ -54,6 +66,7 @@ class SlotClient(Protocol):
     def advance_slot(self, name: str, lsn: int) -> int: ...
     def load_type_catalog(self, oids: Sequence[int]) -> Any: ...
     def format_types(self, pairs: Sequence[tuple[int, int]]) -> list[str | None]: ...
+    def missing_values(self, relid: int) -> dict[str, str]: ...
 
 
 @dataclass(frozen=True)
@@ -76,7 +89,7 @@ class DrainConfig:
     staging_uri: str
     max_wal_bytes: int | None = DEFAULT_MAX_WAL_BYTES
     max_changes: int | None = DEFAULT_MAX_CHANGES
-    mode: Literal["peek", "get"] = "peek"
+    mode: DrainMode = "peek"
     row_group_rows: int = DEFAULT_ROW_GROUP_ROWS
     itersize: int = 5000
     empty_advance_bytes: int | None = 64 << 20
@@ -130,6 +143,7 @@ class CatalogResolver:
     def __init__(self, client: SlotClient) -> None:
         self.client = client
         self._names: dict[tuple[int, int], list[str | None]] = {}
+        self._missing: dict[int, dict[str, str]] = {}
 
     def converter(self, relation: RelationSchema) -> RowConverter:
         from airflow_provider_pglogical.decoding.values import RowImageConverter, TypeCatalog
@@ -144,6 +158,12 @@ class CatalogResolver:
             self._names[key] = self.client.format_types([(c.type_oid, c.type_modifier) for c in relation.columns])
         return self._names[key]
 
+    def missing_values(self, relation: RelationSchema) -> Mapping[str, str]:
+        """Column → ``attmissingval`` text, looked up when the batch's relations are written (its end)."""
+        if relation.relid not in self._missing:
+            self._missing[relation.relid] = self.client.missing_values(relation.relid)
+        return self._missing[relation.relid]
+
 
 Checkpoint = Callable[[str], None]
 
@@ -153,7 +173,7 @@ def _noop(_name: str) -> None:
 
 
 def drain_slot(client: SlotClient, config: DrainConfig, *, on_checkpoint: Checkpoint | None = None,
-               logger: logging.Logger | None = None) -> DrainResult:
+               logger: Logger | None = None) -> DrainResult:
     """Run one drain cycle for ``config.slot`` and return what it staged.
 
     Exactly-once comes from the order of the durable steps, not from any transaction spanning
@@ -203,7 +223,7 @@ def drain_slot(client: SlotClient, config: DrainConfig, *, on_checkpoint: Checkp
 
 
 def _drain_locked(client: SlotClient, config: DrainConfig, checkpoint: Checkpoint,
-                  logger: logging.Logger) -> DrainResult:
+                  logger: Logger) -> DrainResult:
     # Re-read under the lock: a drain that finished meanwhile has moved the slot.
     start = client.require_slot(config.slot).confirmed_flush_lsn
     layout = StagingLayout.from_uri(config.staging_uri, config.slot)
@@ -241,7 +261,7 @@ def _drain_locked(client: SlotClient, config: DrainConfig, checkpoint: Checkpoin
 
 def _stage(client: SlotClient, config: DrainConfig, layout: StagingLayout, reader: StagingReader,
            cache: RelationCache, start: int, upto: int, checkpoint: Checkpoint,
-           logger: logging.Logger) -> DrainResult:
+           logger: Logger) -> DrainResult:
     consume = config.mode == "get"
     read = client.get_changes if consume else client.peek_changes
     writer = BatchWriter(layout, start_lsn=start, slot=config.slot, publication=",".join(config.publications),

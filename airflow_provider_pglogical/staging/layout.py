@@ -96,7 +96,7 @@ class StagingLayout:
         return f"{self.batches_dir}/{PARTIAL_PREFIX}{lsn_hex(start_lsn)}"
 
     def exists(self, path: str) -> bool:
-        return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+        return bool(self.fs.get_file_info(path).type != pafs.FileType.NotFound)
 
     def list_batch_dirs(self) -> list[tuple[int, int, str]]:
         """Every ``<start>-<end>`` directory (visible or not), in LSN order."""

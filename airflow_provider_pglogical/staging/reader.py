@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_pglogical.exceptions import StagingError, format_lsn
+from airflow_provider_pglogical.relation_shape import RelationShape
 from airflow_provider_pglogical.staging.layout import MANIFEST, RELATION_STATE, RELATIONS, TRUNCATES, StagingLayout
 from airflow_provider_pglogical.staging.manifest import (
     Manifest,
@@ -28,10 +30,12 @@ class RelationColumn:
     name: str
     type_name: str | None
     is_identity: bool
+    # attmissingval text ("{7}") of a column added with a DEFAULT: what older rows read on the source.
+    missing: str | None = None
 
 
 @dataclass(frozen=True)
-class RelationInfo:
+class RelationInfo(RelationShape):
     """The latest staged shape of one source relation within a batch."""
 
     schema: str
@@ -39,26 +43,31 @@ class RelationInfo:
     replica_identity: str
     columns: tuple[RelationColumn, ...]
 
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> RelationInfo:
+        """A relation as staged: a ``relations.parquet`` row, or a snapshot manifest's ``relation``."""
+        return cls(schema=row["schema"], table=row["table"], replica_identity=row["replica_identity"],
+                   columns=tuple(RelationColumn(c["name"], c.get("type_name"), bool(c["is_identity"]), c.get("missing"))
+                                 for c in row["columns"]))
+
     @property
     def qualified_name(self) -> str:
         return f"{self.schema}.{self.table}"
 
-    @property
-    def column_names(self) -> tuple[str, ...]:
-        return tuple(c.name for c in self.columns)
-
-    @property
-    def identity_columns(self) -> tuple[str, ...]:
-        return tuple(c.name for c in self.columns if c.is_identity)
-
 
 @dataclass(frozen=True)
 class TruncateEvent:
+    """One staged TRUNCATE at (commit_lsn, tx_order); ``lsn``, ``xid`` and ``commit_time`` are its
+    record's own position for targets that show truncates as changes (a change feed)."""
+
     commit_lsn: int
     tx_order: int
     relations: tuple[str, ...]
     cascade: bool
     restart_identity: bool
+    lsn: int | None = None
+    xid: int | None = None
+    commit_time: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -145,16 +154,14 @@ class StagingReader:
         path = f"{batch.path}/{name}"
         if not self.layout.exists(path):
             return None
-        return pq.read_table(path, filesystem=self.layout.fs).to_pylist()
+        rows: list[dict[str, Any]] = pq.read_table(path, filesystem=self.layout.fs).to_pylist()
+        return rows
 
     def relation_versions(self, batch: BatchRef) -> dict[str, list[tuple[int, RelationInfo]]]:
         """Every schema version per ``schema.table`` seen in the batch, as (first LSN, shape), oldest first."""
         versions: dict[str, list[tuple[int, int, RelationInfo]]] = {}
         for row in self._read_small(batch, RELATIONS) or []:
-            info = RelationInfo(
-                schema=row["schema"], table=row["table"], replica_identity=row["replica_identity"],
-                columns=tuple(RelationColumn(c["name"], c.get("type_name"), bool(c["is_identity"]))
-                              for c in row["columns"]))
+            info = RelationInfo.from_row(row)
             versions.setdefault(info.qualified_name, []).append(
                 (int(row["first_lsn"]), int(row["schema_version"]), info))
         # A relid dropped and recreated restarts at version 1: the first LSN orders them.
@@ -170,7 +177,8 @@ class StagingReader:
         if not (manifest or self.manifest(batch)).truncates:
             return []
         return [TruncateEvent(int(r["commit_lsn"]), int(r["tx_order"]), tuple(r["relations"]),
-                              bool(r["cascade"]), bool(r["restart_identity"]))
+                              bool(r["cascade"]), bool(r["restart_identity"]), r.get("lsn"), r.get("xid"),
+                              r.get("commit_time"))
                 for r in self._read_small(batch, TRUNCATES) or []]
 
     def has_value_notes(self, batch: BatchRef, files: Sequence[str]) -> bool:

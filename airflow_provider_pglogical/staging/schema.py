@@ -53,6 +53,9 @@ RELATION_COLUMN = pa.struct([
     pa.field("type_modifier", pa.int32()),
     pa.field("is_identity", pa.bool_()),
     pa.field("type_name", pa.string()),
+    # pg_attribute.attmissingval as text (a one-element array literal) when the column has one:
+    # what rows older than its ADD COLUMN … DEFAULT read on the source. Absent in older batches.
+    pa.field("missing", pa.string()),
 ])
 
 RELATIONS_SCHEMA = pa.schema([

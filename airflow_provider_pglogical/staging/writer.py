@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from operator import attrgetter
 from typing import Any, Protocol
 
@@ -16,6 +16,7 @@ from airflow_provider_pglogical.decoding.model import (
     NonTransactionalMessage,
     RelationSchema,
     RowChange,
+    RowImage,
     Transaction,
     TruncateChange,
 )
@@ -37,9 +38,16 @@ DEFAULT_ROW_GROUP_ROWS = 32_768
 
 
 class ConvertedImages(Protocol):
-    array: pa.StructArray
-    notes: pa.MapArray  # map<string,string> per row: exactness notes
-    unchanged: pa.ListArray  # list<string> per row: columns sent as unchanged TOAST
+    """``decoding.values.ConvertedImages`` (a frozen dataclass: read-only here too)."""
+
+    @property
+    def array(self) -> pa.StructArray: ...
+
+    @property
+    def notes(self) -> pa.MapArray: ...  # map<string,string> per row: exactness notes
+
+    @property
+    def unchanged(self) -> pa.ListArray: ...  # list<string> per row: columns sent as unchanged TOAST
 
 
 class RowConverter(Protocol):
@@ -47,7 +55,7 @@ class RowConverter(Protocol):
 
     arrow_type: pa.StructType
 
-    def convert(self, images: Sequence[Any]) -> ConvertedImages: ...
+    def convert(self, images: Sequence[RowImage | None]) -> ConvertedImages: ...
 
 
 class RelationResolver(Protocol):
@@ -293,8 +301,12 @@ class BatchWriter:
         for (_relid, _version), (rel, first_lsn) in sorted(
                 self._relations.items(), key=lambda kv: (kv[1][0].namespace, kv[1][0].name, kv[0])):
             names = list(self.resolver.type_names(rel))
+            # Optional on resolvers: the value older rows read for a column added with a DEFAULT.
+            missing_of = getattr(self.resolver, "missing_values", None)
+            missing: Mapping[str, str] = missing_of(rel) if missing_of is not None else {}
             columns = [{"name": c.name, "type_oid": c.type_oid, "type_modifier": c.type_modifier,
-                        "is_identity": c.is_identity, "type_name": names[i] if i < len(names) else None}
+                        "is_identity": c.is_identity, "type_name": names[i] if i < len(names) else None,
+                        "missing": missing.get(c.name)}
                        for i, c in enumerate(rel.columns)]
             sink.append(rel.relid, rel.namespace, rel.name, rel.version, rel.replica_identity, columns, first_lsn)
         sink.close(write_empty=True)

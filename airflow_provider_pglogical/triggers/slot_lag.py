@@ -18,11 +18,13 @@ def poll_slot(postgres_conn_id: str, slot: str, min_safe_wal_bytes: int | None) 
     from airflow_provider_pglogical.hooks.slots import check_wal_retention, slot_lag_bytes, slot_summary
 
     with PgLogicalHook(postgres_conn_id=postgres_conn_id) as hook:
-        info = hook.slot_info(slot)
-    check_wal_retention(info, slot=slot, min_safe_wal_bytes=min_safe_wal_bytes)
-    if info is None:  # check_wal_retention raised already; this narrows the type
-        raise RuntimeError(f"replication slot {slot!r} vanished")
+        found = hook.slot_info(slot)
+    info = check_wal_retention(found, slot=slot, min_safe_wal_bytes=min_safe_wal_bytes)
     return {**slot_summary(info), "lag_bytes": slot_lag_bytes(info)}
+
+
+def _event(payload: dict[str, Any]) -> TriggerEvent:
+    return TriggerEvent(payload)  # type: ignore[no-untyped-call]  # airflow.triggers.base is not annotated
 
 
 class SlotLagTrigger(BaseTrigger):
@@ -44,7 +46,7 @@ class SlotLagTrigger(BaseTrigger):
 
     def __init__(self, *, slot: str, max_lag_bytes: int, postgres_conn_id: str, poll_interval: float = 60.0,
                  min_safe_wal_bytes: int | None = None) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # airflow.triggers.base is not annotated
         self.slot = slot
         self.max_lag_bytes = int(max_lag_bytes)
         self.postgres_conn_id = postgres_conn_id
@@ -68,13 +70,13 @@ class SlotLagTrigger(BaseTrigger):
             try:
                 status = await self.poll()
             except SlotError as exc:
-                yield TriggerEvent({"status": "error", "slot": self.slot, "error_type": type(exc).__name__,
-                                    "message": str(exc)})
+                yield _event({"status": "error", "slot": self.slot, "error_type": type(exc).__name__,
+                              "message": str(exc)})
                 return
             if status["lag_bytes"] <= self.max_lag_bytes:
                 self.log.info("slot %s: lag %d bytes is within %d after %d poll(s)", self.slot, status["lag_bytes"],
                               self.max_lag_bytes, polls)
-                yield TriggerEvent({"status": "success", "polls": polls, **status})
+                yield _event({"status": "success", "polls": polls, **status})
                 return
             self.log.info("slot %s: lag %d bytes > %d (wal_status %s); polling again in %.0fs", self.slot,
                           status["lag_bytes"], self.max_lag_bytes, status["wal_status"], self.poll_interval)

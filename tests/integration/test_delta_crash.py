@@ -7,8 +7,8 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_pglogical.apply.config import ApplyConfig
+from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
-from airflow_provider_pglogical.apply.targets.delta.runner import apply_slot
 from airflow_provider_pglogical.apply.targets.delta.target import CHECKPOINTS, DeltaTarget
 from airflow_provider_pglogical.hooks import PgLogicalHook
 from tests.integration.test_native_equivalence import (
@@ -51,7 +51,7 @@ def test_a_crash_at_any_commit_boundary_then_a_rerun_equals_an_uninterrupted_app
     drain_all(dsn, staging)
     config = ApplyConfig(slot="ours", staging_root=staging, tables=APPLY_TABLES)
     clean = DeltaLocation(str(tmp_path / "clean"))
-    apply_slot(spark, config, DeltaTarget(clean, "ours", mode=mode))
+    apply_slot(spark, config, target=DeltaTarget(clean, "ours", mode=mode))
 
     crashed = DeltaLocation(str(tmp_path / "crashed"))
     # In the second batch (TRUNCATE CASCADE, FK order, TOAST): stop at each boundary of two tables in turn.
@@ -64,8 +64,8 @@ def test_a_crash_at_any_commit_boundary_then_a_rerun_equals_an_uninterrupted_app
                 raise Crash(f"{name} {target}")
 
         with pytest.raises(Crash):
-            apply_slot(spark, config, DeltaTarget(crashed, "ours", mode=mode, on_checkpoint=crash))
-    apply_slot(spark, config, DeltaTarget(crashed, "ours", mode=mode))
+            apply_slot(spark, config, target=DeltaTarget(crashed, "ours", mode=mode, on_checkpoint=crash))
+    apply_slot(spark, config, target=DeltaTarget(crashed, "ours", mode=mode))
     assert len(seen) == len(stops)
     assert snapshot(crashed, mode) == snapshot(clean, mode)
-    assert [r.applied for r in apply_slot(spark, config, DeltaTarget(crashed, "ours", mode=mode))] == [False, False]
+    assert [r.applied for r in apply_slot(spark, config, target=DeltaTarget(crashed, "ours", mode=mode))] == [False, False]

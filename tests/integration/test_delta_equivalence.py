@@ -9,8 +9,8 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_pglogical.apply.config import ApplyConfig
+from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
-from airflow_provider_pglogical.apply.targets.delta.runner import apply_slot
 from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
 from airflow_provider_pglogical.hooks import PgLogicalHook
 from tests.conftest import make_database
@@ -86,10 +86,10 @@ def test_delta_mirror_matches_a_native_subscriber_and_the_changelog_rebuilds_it(
         assert drain_all(source_dsn, staging) == 1
         run_script(source_dsn, BATCH_TWO + [DEVIATION_SQL])
         assert drain_all(source_dsn, staging) == 1
-        assert [r.applied for r in apply_slot(spark, config, mirror)] == [True, True]
-        assert [r.applied for r in apply_slot(spark, config, mirror)] == [False, False]  # re-run: no-op
-        assert [r.applied for r in apply_slot(spark, config, feed)] == [True, True]
-        assert [r.applied for r in apply_slot(spark, config, feed)] == [False, False]
+        assert [r.applied for r in apply_slot(spark, config, target=mirror)] == [True, True]
+        assert [r.applied for r in apply_slot(spark, config, target=mirror)] == [False, False]  # re-run: no-op
+        assert [r.applied for r in apply_slot(spark, config, target=feed)] == [True, True]
+        assert [r.applied for r in apply_slot(spark, config, target=feed)] == [False, False]
         wait_for_subscriber(source_dsn, native_dsn)
         for table in TABLES:
             if table == "toast_rf":

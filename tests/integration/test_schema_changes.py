@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextlib import ExitStack
+from datetime import date
 from decimal import Decimal
 
 import pytest
@@ -15,7 +16,7 @@ from tests.pgserver import execute, query
 from tests.subscriber import drain_all, run_script
 from tests.unit.apply.targetdb import make_target
 
-TABLES = ("t_between", "t_inside", "t_default", "t_narrow", "t_rename")
+TABLES = ("t_between", "t_inside", "t_default", "t_default_in", "t_narrow", "t_rename")
 
 
 def columns(dsn: str, table: str) -> list[tuple]:
@@ -40,27 +41,30 @@ def pipeline(pg_server, tmp_path):
 
 
 def test_add_drop_widen_narrow_and_rename_are_followed_between_and_inside_batches(spark, pipeline):
+    """Each change between batches (the ALTER before the batch's rows) and inside one (rows before and after)."""
     src, slot, ours, uri = pipeline("""
-        CREATE TABLE t_between (id int PRIMARY KEY, a int, v varchar(5));
+        CREATE TABLE t_between (id int PRIMARY KEY, a int, v varchar(5), z int);
         CREATE TABLE t_inside (id int PRIMARY KEY, x text NOT NULL, n numeric(6,2));
         CREATE TABLE t_default (id int PRIMARY KEY);
-        CREATE TABLE t_narrow (id int PRIMARY KEY, big bigint);
-        CREATE TABLE t_rename (id int PRIMARY KEY, a text);
-        CREATE PUBLICATION pub_all FOR TABLE t_between, t_inside, t_default, t_narrow, t_rename;""")
+        CREATE TABLE t_default_in (id int PRIMARY KEY, s text);
+        CREATE TABLE t_narrow (id int PRIMARY KEY, big bigint, wide numeric(10,2));
+        CREATE TABLE t_rename (id int PRIMARY KEY, a text, b int);
+        CREATE PUBLICATION pub_all FOR TABLE t_between, t_inside, t_default, t_default_in, t_narrow, t_rename;""")
     # Created by hand with NOT NULL (a table the apply creates has no NOT NULL but its key).
     execute(ours, "CREATE TABLE t_inside (id int PRIMARY KEY, x text NOT NULL, n numeric(6,2))")
     config = ApplyConfig(slot=slot, staging_root=uri, tables={f"public.{t}": TableApplyConfig() for t in TABLES})
     run_script(src, [
-        "INSERT INTO t_between VALUES (1, 10, 'abc'); INSERT INTO t_inside VALUES (1, 'x1', 1.5);"
-        "INSERT INTO t_default VALUES (1); INSERT INTO t_narrow VALUES (1, 5); INSERT INTO t_rename VALUES (1, 'r1');",
+        "INSERT INTO t_between VALUES (1, 10, 'abc', 1); INSERT INTO t_inside VALUES (1, 'x1', 1.5);"
+        "INSERT INTO t_default VALUES (1); INSERT INTO t_narrow VALUES (1, 5, 1.25); INSERT INTO t_rename VALUES (1, 'r1', 1);"
+        "INSERT INTO t_default_in VALUES (1, 's1');",
+        # Between batches: nothing of t_between changes after these in the first batch.
+        "ALTER TABLE t_between ADD COLUMN b numeric(10,3); ALTER TABLE t_between ALTER a TYPE bigint;"
+        "ALTER TABLE t_between ALTER v TYPE text; ALTER TABLE t_between DROP COLUMN z;",
     ])
     assert drain_all(src, uri, slot=slot) == 1
     apply_slot(spark, config, ours)
-    # Between batches: new column, widening of two columns; nothing else in the batch changes them.
     # Inside one batch: rows before and after ADD COLUMN, DROP COLUMN of a NOT NULL column, widening.
     run_script(src, [
-        "ALTER TABLE t_between ADD COLUMN b numeric(10,3); ALTER TABLE t_between ALTER a TYPE bigint;"
-        "ALTER TABLE t_between ALTER v TYPE text;",
         "INSERT INTO t_between VALUES (2, 5000000000, 'longer than five', 1.25);",
         "INSERT INTO t_inside VALUES (2, 'x2', 2.5);",
         "ALTER TABLE t_inside ADD COLUMN c text;",
@@ -69,32 +73,54 @@ def test_add_drop_widen_narrow_and_rename_are_followed_between_and_inside_batche
         "INSERT INTO t_inside VALUES (4, 4.5, 'c4');",
         "ALTER TABLE t_inside ALTER n TYPE numeric(12,4);",
         "INSERT INTO t_inside VALUES (5, 12345678.1234, 'c5'); UPDATE t_inside SET n = 0.0001 WHERE id = 2;",
-        # Narrowing: the target keeps its wider column, every value fits.
-        "ALTER TABLE t_narrow ALTER big TYPE int; INSERT INTO t_narrow VALUES (2, 7);",
-        # ADD COLUMN ... DEFAULT: existing rows read the default on the source; the stream does not carry it.
-        "ALTER TABLE t_default ADD COLUMN d int DEFAULT 7; INSERT INTO t_default VALUES (2);",
-        # A rename is followed as drop + add.
-        "ALTER TABLE t_rename RENAME a TO a2; INSERT INTO t_rename VALUES (2, 'r2');",
+        # Narrowing that keeps every value (or fails on the source): the target keeps its wider column.
+        # big: between (first in the batch), wide: inside (a row before and after). Narrowings that
+        # round stop (test_a_rounding_narrowing_stops...).
+        "ALTER TABLE t_narrow ALTER big TYPE int; INSERT INTO t_narrow VALUES (2, 7, 2.5);",
+        "ALTER TABLE t_narrow ALTER wide TYPE numeric(8,2); INSERT INTO t_narrow VALUES (3, 8, 3.5);",
+        # ADD COLUMN ... DEFAULT between batches: row 1 is in the target already.
+        "ALTER TABLE t_default ADD COLUMN d int DEFAULT 7; INSERT INTO t_default VALUES (2); "
+        "INSERT INTO t_default VALUES (3, 8);",
+        # ... and inside one batch: rows 2 and 3 are staged before the ALTER, under the old schema.
+        "INSERT INTO t_default_in VALUES (2, 's2'); UPDATE t_default_in SET s = 's1b' WHERE id = 1;",
+        "INSERT INTO t_default_in VALUES (3, 's3');",
+        """ALTER TABLE t_default_in ADD COLUMN d numeric(5,2) DEFAULT 1.5, ADD COLUMN e text DEFAULT 'say "hi" \\ ok',
+           ADD COLUMN f boolean DEFAULT true, ADD COLUMN g date DEFAULT '2024-02-29', ADD COLUMN h int;""",
+        "INSERT INTO t_default_in VALUES (4, 's4', 2.25, 'e4', false, '2020-01-01', 4); "
+        "UPDATE t_default_in SET s = 's3b' WHERE id = 3;",
+        # A rename is followed as drop + add: between (a, first in the batch) and inside (b, a row before).
+        "ALTER TABLE t_rename RENAME a TO a2; INSERT INTO t_rename VALUES (2, 'r2', 2);",
+        "ALTER TABLE t_rename RENAME b TO b2; INSERT INTO t_rename VALUES (3, 'r3', 3);",
     ])
     assert drain_all(src, uri, slot=slot) == 1
     assert [r.applied for r in apply_slot(spark, config, ours)] == [False, True]
+    # z is kept in the target, nullable, no longer written.
     assert columns(ours, "t_between") == [("id", "integer", True), ("a", "bigint", False), ("v", "text", False),
-                                          ("b", "numeric(10,3)", False)]
-    assert table_rows(ours, "t_between", "*") == table_rows(src, "t_between", "*") == [
+                                          ("z", "integer", False), ("b", "numeric(10,3)", False)]
+    assert table_rows(ours, "t_between", "id, a, v, b") == table_rows(src, "t_between", "*") == [
         (1, 10, "abc", None), (2, 5000000000, "longer than five", Decimal("1.250"))]
+    assert table_rows(ours, "t_between", "id, z") == [(1, 1), (2, None)]
     # x is kept in the target, nullable, no longer written.
     assert columns(ours, "t_inside") == [("id", "integer", True), ("x", "text", False), ("n", "numeric(12,4)", False),
                                          ("c", "text", False)]
     assert table_rows(ours, "t_inside", "id, n, c") == table_rows(src, "t_inside", "id, n, c")
     # Written up to the batch before the drop; the batch that drops it writes no value there.
     assert table_rows(ours, "t_inside", "id, x") == [(1, "x1"), (2, None), (3, None), (4, None), (5, None)]
-    assert columns(ours, "t_narrow")[1] == ("big", "bigint", False)
-    assert table_rows(ours, "t_narrow", "*") == table_rows(src, "t_narrow", "*") == [(1, 5), (2, 7)]
-    # Documented: the pre-existing row has the default on the source, NULL in the target.
-    assert table_rows(src, "t_default", "*") == [(1, 7), (2, 7)]
-    assert table_rows(ours, "t_default", "*") == [(1, None), (2, 7)]
+    assert columns(ours, "t_narrow")[1:] == [("big", "bigint", False), ("wide", "numeric(10,2)", False)]
+    assert table_rows(ours, "t_narrow", "*") == table_rows(src, "t_narrow", "*") == [
+        (1, 5, Decimal("1.25")), (2, 7, Decimal("2.5")), (3, 8, Decimal("3.5"))]
+    # The source's default reaches rows older than the ADD COLUMN: in the target before the batch
+    # (t_default) and staged before it in the same batch (t_default_in); the target keeps no default.
+    assert table_rows(ours, "t_default", "*") == table_rows(src, "t_default", "*") == [(1, 7), (2, 7), (3, 8)]
+    assert table_rows(ours, "t_default_in", "*") == table_rows(src, "t_default_in", "*") == [
+        (1, "s1b", Decimal("1.50"), 'say "hi" \\ ok', True, date(2024, 2, 29), None),
+        (2, "s2", Decimal("1.50"), 'say "hi" \\ ok', True, date(2024, 2, 29), None),
+        (3, "s3b", Decimal("1.50"), 'say "hi" \\ ok', True, date(2024, 2, 29), None),
+        (4, "s4", Decimal("2.25"), "e4", False, date(2020, 1, 1), 4)]
+    assert query(ours, "SELECT count(*) FROM pg_attrdef WHERE adrelid = 't_default_in'::regclass") == [(0,)]
     # Documented: rename = drop + add; the old column keeps the values written before.
-    assert table_rows(ours, "t_rename", "id, a, a2") == [(1, "r1", None), (2, None, "r2")]
+    assert table_rows(ours, "t_rename", "id, a, a2, b, b2") == [
+        (1, "r1", None, 1, None), (2, None, "r2", None, None), (3, None, "r3", None, 3)]
 
 
 def test_a_default_added_on_the_target_first_makes_add_column_default_exact(spark, pipeline):
@@ -112,23 +138,47 @@ def test_a_default_added_on_the_target_first_makes_add_column_default_exact(spar
 
 def test_an_unfollowable_type_change_stops_with_a_typed_error_and_resumes_after_the_target_is_fixed(
         spark, pipeline):
+    """Inside one batch (a row staged before the change, one after): the documented stop and resume."""
     src, slot, ours, uri = pipeline("CREATE TABLE t (id int PRIMARY KEY, c int); CREATE PUBLICATION pub_all FOR TABLE t;")
     config = ApplyConfig(slot=slot, staging_root=uri, tables={"public.t": TableApplyConfig()})
     run_script(src, ["INSERT INTO t VALUES (1, 1);", "INSERT INTO t VALUES (2, 2);"])
     drain_all(src, uri, slot=slot)
     apply_slot(spark, config, ours)
-    run_script(src, ["ALTER TABLE t ALTER c TYPE text USING 'v' || c;", "INSERT INTO t VALUES (3, 'v3');"])
+    run_script(src, ["INSERT INTO t VALUES (3, 3);", "ALTER TABLE t ALTER c TYPE text USING 'v' || c;",
+                     "INSERT INTO t VALUES (4, 'v4');"])
     drain_all(src, uri, slot=slot)
     with pytest.raises(SchemaChangeError) as info:
         apply_slot(spark, config, ours)
     err = info.value
     assert (err.table, err.column, err.old_type, err.new_type) == ("public.t", "c", "integer", "text")
     assert err.lsn is not None and "ALTER TABLE public.t ALTER COLUMN c TYPE text" in str(err)
+    assert "pglogical resync --table public.t" in str(err)
     assert table_rows(ours, "t", "*") == [(1, 1), (2, 2)]  # nothing of the batch
     # The user converts the target as the source did, and runs again.
     execute(ours, "ALTER TABLE t ALTER c TYPE text USING 'v' || c")
     assert [r.applied for r in apply_slot(spark, config, ours)] == [False, True]
-    assert table_rows(ours, "t", "*") == table_rows(src, "t", "*") == [(1, "v1"), (2, "v2"), (3, "v3")]
+    # Documented: row 3 was staged as the integer 3 before the change; the source converted it to 'v3'.
+    assert table_rows(src, "t", "*") == [(1, "v1"), (2, "v2"), (3, "v3"), (4, "v4")]
+    assert table_rows(ours, "t", "*") == [(1, "v1"), (2, "v2"), (3, "3"), (4, "v4")]
+
+
+def test_a_rounding_narrowing_between_batches_stops_and_resumes_after_the_target_is_rounded(spark, pipeline):
+    """numeric(10,2) → numeric(6,1) rounds the source's rows; seen across batches through the relation state."""
+    src, slot, ours, uri = pipeline("CREATE TABLE t (id int PRIMARY KEY, n numeric(10,2)); "
+                                    "CREATE PUBLICATION pub_all FOR TABLE t;")
+    config = ApplyConfig(slot=slot, staging_root=uri, tables={"public.t": TableApplyConfig()})
+    run_script(src, ["INSERT INTO t VALUES (1, 1.25), (2, 2.5);"])
+    drain_all(src, uri, slot=slot)
+    apply_slot(spark, config, ours)
+    run_script(src, ["ALTER TABLE t ALTER n TYPE numeric(6,1);", "INSERT INTO t VALUES (3, 3.5);"])
+    drain_all(src, uri, slot=slot)
+    with pytest.raises(SchemaChangeError, match=r"from numeric\(10,2\) to numeric\(6,1\)") as info:
+        apply_slot(spark, config, ours)
+    assert (info.value.table, info.value.column) == ("public.t", "n")
+    execute(ours, "ALTER TABLE t ALTER n TYPE numeric(6,1)")
+    assert [r.applied for r in apply_slot(spark, config, ours)] == [False, True]
+    assert table_rows(ours, "t", "*") == table_rows(src, "t", "*") == [
+        (1, Decimal("1.3")), (2, Decimal("2.5")), (3, Decimal("3.5"))]
 
 
 def test_schema_changes_fail_stops_at_a_new_column(spark, pipeline):

@@ -10,13 +10,18 @@ replay of its own); another target (Delta, Iceberg) commits by its own means. Th
 
 Contract of every target
 ------------------------
-* **Watermarks.** ``watermarks(slot)`` answers, per target table, the ``end_lsn`` of the last batch
+* **Watermarks.** ``watermarks(slot, tables)`` answers, per target table, the ``end_lsn`` of the last batch
   whose changes are durably in that table ({} before the first apply). The runner skips a table
   whose watermark is at or beyond a batch's ``end_lsn``.
+  It may answer for more tables than ``tables`` (those the caller is about to plan), never for
+  fewer of those that hold one (a target that cannot list its tables cheaply opens just these).
 * **Atomic batch.** ``apply_batch`` makes a batch's truncates, net changes and the new watermarks
   of ``plan.watermark_tables`` durable together, or none of them. A crash before that point leaves
   the target as it was (staging leftovers are the target's to clean up on the next run); a crash
-  after it makes the next run skip the batch.
+  after it makes the next run skip the batch. A target without multi-table transactions (Delta:
+  one log per table) makes each table's part durable together with *that table's* watermark
+  instead: the runner plans per table (``planning.pending_tables``), so a re-run after a crash
+  between tables applies the batch to the tables not yet committed and to no other.
 * **Idempotent under replay.** The same batch may be handed over again (a crash after commit,
   two runs racing, a retried Airflow task): the target re-reads its watermarks inside its
   commit protocol and returns ``BatchResult(applied=False)`` when every table of
@@ -30,9 +35,10 @@ Contract of every target
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 from airflow_provider_pglogical.apply.config import TableApplyConfig
@@ -102,6 +108,19 @@ class PlannedTable:
 
 
 @dataclass(frozen=True)
+class PlannedTruncate:
+    """One TRUNCATE that empties ``target`` (listed, or cascaded by the source), at its place in the batch,
+    with its record's position for targets that show truncates as changes (a change feed)."""
+
+    target: str
+    commit_lsn: int
+    tx_order: int
+    lsn: int | None = None
+    xid: int | None = None
+    commit_time: datetime | None = None
+
+
+@dataclass(frozen=True)
 class PlannedBatch:
     """Everything a target needs to apply one batch, decided without I/O."""
 
@@ -112,6 +131,8 @@ class PlannedBatch:
     truncate: tuple[str, ...] = ()  # target tables emptied by the batch, parents first
     restart_identity: tuple[str, ...] = ()  # subset of ``truncate`` whose owned sequences restart
     watermark_tables: tuple[str, ...] = ()  # every target table whose watermark moves to end_lsn
+    # Every truncate emptying a table of ``truncate`` (not only its last), in (commit_lsn, tx_order) order.
+    truncates: tuple[PlannedTruncate, ...] = ()
 
 
 @dataclass
@@ -129,12 +150,22 @@ class BatchChanges(Protocol):
     come from the target: unchanged TOAST), ``LSN``, ``from_column(i)`` for the moved-from key,
     ``TOUCHED``, then ``table.columns``. ``ordered(table)``: every change after the last truncate,
     un-netted — ``KIND``, ``KEEP``, ``LSN``, ``COMMIT``, ``ORDER``, ``from_column(i)``, then
-    ``table.columns`` — for targets that must replay in commit order.
+    ``table.columns`` — for targets that must replay in commit order. ``published(table)``: every
+    change as the publication sends it (actions, row filter with its UPDATE→INSERT/DELETE transforms,
+    column list), *before* any truncate too and not netted — the staged columns prefixed with
+    ``batches.META`` (``_pgl_op`` I/U/D, ``_pgl_commit_lsn``, ``_pgl_tx_order``, ``_pgl_lsn``,
+    ``_pgl_xid``, ``_pgl_commit_time``, ``_pgl_old``, ``_pgl_old_key_only``, ``_pgl_new`` with only
+    ``table.columns``, ``_pgl_new_unchanged_toast``) — for targets that keep every change (a change feed).
+
+    Values with exactness notes (``apply/notes.py``) arrive folded as ``struct<_pgl_value, _pgl_note…>``
+    in every frame; a target that cannot hold a note refuses it (naming table, column and LSN).
     """
 
     def net(self, table: PlannedTable) -> DataFrame: ...
 
     def ordered(self, table: PlannedTable) -> DataFrame: ...
+
+    def published(self, table: PlannedTable) -> DataFrame: ...
 
 
 class Target(Protocol):
@@ -144,8 +175,8 @@ class Target(Protocol):
         """Open the target for a run over ``slot``: lock it against concurrent applies, create bookkeeping."""
         ...
 
-    def watermarks(self, slot: str) -> dict[str, int]:
-        """Target table → end LSN of the last batch durably applied to it."""
+    def watermarks(self, slot: str, tables: Collection[str]) -> dict[str, int]:
+        """Target table → end LSN of the last batch durably applied to it, for (at least) ``tables``."""
         ...
 
     def foreign_keys(self) -> list[tuple[str, str]]:

@@ -6,12 +6,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import attrgetter, is_
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
 
-from airflow_provider_pglogical.decoding.model import RelationSchema, TupleData
+from airflow_provider_pglogical.decoding.model import RelationSchema, RowImage, TupleData
 from airflow_provider_pglogical.decoding.values.catalog import TypeCatalog
 from airflow_provider_pglogical.decoding.values.codec import Codec, Notes
 from airflow_provider_pglogical.decoding.values.framing import FramedImages, frame_images
@@ -54,7 +54,7 @@ class RowImageConverter:
 
     # -- framing --------------------------------------------------------------------------
 
-    def frame(self, images: Sequence[TupleData | WireTuple | None]) -> tuple[FramedImages, np.ndarray]:
+    def frame(self, images: Sequence[RowImage | None]) -> tuple[FramedImages, np.ndarray]:
         """All images split into columns in one numpy pass, and the mask of None images.
 
         None images are not framed: they become all-'n' rows afterwards. Decoded TupleData
@@ -62,20 +62,20 @@ class RowImageConverter:
         """
         n = len(images)
         absent = np.fromiter(map(is_, images, repeat(None)), dtype=bool, count=n)
-        present = list(compress(images, ~absent)) if absent.any() else list(images)
+        # The None images are masked out: ``present`` holds images only.
+        present = cast("list[RowImage]", list(compress(images, ~absent)) if absent.any() else list(images))
         if set(map(type, present)) <= {WireTuple}:
             messages = list(map(_MESSAGE, present))
             offsets = list(map(_OFFSET, present))
             lsns = list(map(_LSN, present))
         else:
-            wire = [img if type(img) is WireTuple else None for img in present]
-            messages = [self._encode(img) if w is None else w.message for img, w in zip(present, wire, strict=True)]
-            offsets = [0 if w is None else w.offset for w in wire]
-            lsns = [None if w is None else w.lsn for w in wire]
+            messages = [img.message if isinstance(img, WireTuple) else self._encode(img) for img in present]
+            offsets = [img.offset if isinstance(img, WireTuple) else 0 for img in present]
+            lsns = [img.lsn if isinstance(img, WireTuple) else None for img in present]
         framed = frame_images(messages, offsets, len(self.names), lsns)
         return (framed if len(present) == n else framed.expand(~absent)), absent
 
-    def _check_width(self, image: TupleData | WireTuple) -> None:
+    def _check_width(self, image: RowImage) -> None:
         if len(image.kinds) != len(self.names) or len(image.values) != len(self.names):
             raise DecodeError(f"row image has {len(image.kinds)} columns, relation "
                               f"{self.relation.qualified_name} has {len(self.names)}")
@@ -88,7 +88,7 @@ class RowImageConverter:
 
     # -- conversion -----------------------------------------------------------------------
 
-    def convert(self, images: Sequence[TupleData | WireTuple | None]) -> ConvertedImages:
+    def convert(self, images: Sequence[RowImage | None]) -> ConvertedImages:
         n = len(images)
         notes: dict[int, Notes] = {}
         if n == 0:
@@ -110,18 +110,18 @@ class RowImageConverter:
         array = pa.StructArray.from_arrays(arrays, fields=list(self.arrow_type))
         return ConvertedImages(array, _notes_array(notes, n), self._unchanged(framed, n), notes)
 
-    def to_arrow(self, images: Sequence[TupleData | WireTuple | None]) -> pa.StructArray:
+    def to_arrow(self, images: Sequence[RowImage | None]) -> pa.StructArray:
         return self.convert(images).array
 
-    def to_arrow_with_notes(self, images: Sequence[TupleData | WireTuple | None]) -> tuple[pa.StructArray, list[Notes]]:
+    def to_arrow_with_notes(self, images: Sequence[RowImage | None]) -> tuple[pa.StructArray, list[Notes]]:
         """The StructArray and, per image, its exactness notes (value path → text; usually empty)."""
         got = self.convert(images)
         return got.array, [got.sparse_notes.get(i, {}) for i in range(len(images))]
 
-    def notes(self, images: Sequence[TupleData | WireTuple | None]) -> list[Notes]:
+    def notes(self, images: Sequence[RowImage | None]) -> list[Notes]:
         return self.to_arrow_with_notes(images)[1]
 
-    def unchanged_toast(self, images: Sequence[TupleData | WireTuple | None]) -> list[list[str]]:
+    def unchanged_toast(self, images: Sequence[RowImage | None]) -> list[list[str]]:
         """Per image, the names of columns sent as 'u' (empty for a None image)."""
         return self._unchanged(self.frame(images)[0], len(images)).to_pylist() if images else []
 
@@ -145,7 +145,7 @@ class RowImageConverter:
             return arr
         values: list[Any] = [None] * len(col)
         for i, (k, raw) in enumerate(zip(col.kinds_str(), col.raws(), strict=True)):
-            if k == "b" or k == "t":
+            if (k == "b" or k == "t") and raw is not None:  # a 'b'/'t' value always has its bytes
                 row_notes: Notes = {}
                 values[i] = codec.arrow(k, raw, row_notes, name)
                 if row_notes:
@@ -155,10 +155,10 @@ class RowImageConverter:
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
             raise DecodeError(f"value of column {name} does not fit {codec.arrow_type}") from None
 
-    def to_python(self, image: TupleData | WireTuple) -> tuple[Any, ...]:
+    def to_python(self, image: RowImage) -> tuple[Any, ...]:
         self._check_width(image)
         return tuple(
-            UNCHANGED_TOAST if k == "u" else None if k == "n" else codec.python(k, raw)
+            UNCHANGED_TOAST if k == "u" else None if k == "n" or raw is None else codec.python(k, raw)
             for codec, k, raw in zip(self.codecs, image.kinds, image.values, strict=True))
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -12,7 +14,11 @@ from airflow_provider_pglogical.apply.schema_changes import (
     WIDEN,
     ColumnChange,
     SourceVersion,
+    builtin_type_name,
+    missing_value,
+    narrows_exactly,
     plan_column_changes,
+    rounds,
     widens,
 )
 from airflow_provider_pglogical.exceptions import SchemaChangeError
@@ -99,3 +105,50 @@ def test_policy_fail_stops_at_any_change_the_target_would_need():
 def test_a_missing_column_of_unknown_type_stops():
     with pytest.raises(SchemaChangeError, match="type is unknown"):
         plan_column_changes("public.t", {}, [], [v(0x10, id=None)], ["id"])
+
+
+@pytest.mark.parametrize(("literal", "value"), [
+    ("{7}", "7"), ("{1.50}", "1.50"), ('{"a \\"b\\\\ c"}', 'a "b\\ c'), ('{"{1,2}"}', "{1,2}"),
+    ('{"2019-12-31 20:02:03+00"}', "2019-12-31 20:02:03+00"), ('{""}', ""), ("{NULL}", None), (None, None),
+    ("7", None),
+])
+def test_missing_value_is_the_element_of_attmissingvals_one_element_array(literal, value):
+    assert missing_value(literal) == value
+
+
+def test_a_column_added_with_a_source_default_carries_it_to_the_target():
+    versions = [v(0x10, id="bigint"), SourceVersion(0x20, {"id": "bigint", "d": "integer"}, {"d": "{7}"})]
+    assert plan_column_changes("public.t", {"id": "bigint"}, [], versions, ["id", "d"]) == [
+        ColumnChange(ADD, "d", None, "integer", "7")]
+    # Already in the target (e.g. added there with the same DEFAULT first): nothing to do.
+    assert plan_column_changes("public.t", {"id": "bigint", "d": "integer"}, [], versions, ["id", "d"]) == []
+
+
+@pytest.mark.parametrize(("old", "new", "rounding"), [
+    ("numeric(10,2)", "numeric(6,1)", True), ("numeric(10,2)", "numeric(8,2)", False), ("numeric", "numeric(8,2)", True),
+    ("double precision", "real", True), ("bigint", "integer", False), ("text", "character varying(3)", False),
+    ("timestamp without time zone", "timestamp(3) without time zone", True),
+    ("time(3) with time zone", "time(1) with time zone", True), ("numeric(12,2)", "integer", False),
+])
+def test_a_narrowing_that_rounds_is_not_followed(old, new, rounding):
+    assert widens(new, old)
+    assert rounds(old, new) is rounding
+    assert narrows_exactly(old, new) is not rounding
+    versions = [v(0x10, id="bigint", c=old), v(0x20, id="bigint", c=new)]
+    if rounding:
+        with pytest.raises(SchemaChangeError, match=re.escape(f"from {old} to {new}")):
+            plan_column_changes("public.t", {"id": "bigint", "c": old}, [], versions, ["id", "c"])
+        # The user converted (rounded) the target column as the source did: the batch applies.
+        assert plan_column_changes("public.t", {"id": "bigint", "c": new}, [], versions, ["id", "c"]) == []
+    else:
+        assert plan_column_changes("public.t", {"id": "bigint", "c": old}, [], versions, ["id", "c"]) == []
+
+
+@pytest.mark.parametrize(("oid", "typmod", "name"), [
+    (1700, -1, "numeric"), (1700, (10 << 16 | 2) + 4, "numeric(10,2)"), (1700, (5 << 16 | 0x7FE) + 4, "numeric(5,-2)"),
+    (1043, 24, "character varying(20)"), (1043, -1, "character varying"), (23, -1, "integer"),
+    (1114, 3, "timestamp(3) without time zone"), (1184, -1, "timestamp with time zone"),
+    (1266, 2, "time(2) with time zone"), (701, -1, "double precision"), (3802, -1, None),
+])
+def test_builtin_type_names_match_format_type(oid, typmod, name):
+    assert builtin_type_name(oid, typmod) == name

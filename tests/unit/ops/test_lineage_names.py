@@ -50,3 +50,17 @@ def test_operator_lineage_carries_row_counts_as_output_statistics():
     assert [(d.namespace, d.name) for d in lineage.inputs] == [("pglogical://s", "public.a")]
     (out,) = lineage.outputs
     assert out.outputFacets["outputStatistics"].rowCount == 12
+
+
+def test_apply_lineage_without_a_tables_mapping_names_each_applied_table_as_its_own_target(monkeypatch):
+    # ``tables`` left out applies every staged table under its own name; its lineage once failed on None.
+    from airflow_provider_pglogical.operators.apply import PgLogicalApplyOperator
+
+    monkeypatch.setenv("AIRFLOW_CONN_DW", "postgresql://loader@warehouse:5432/dw")
+    op = PgLogicalApplyOperator(task_id="apply", slot="s", staging_uri="/tmp/staging", target_conn_id="dw")
+    op._lineage_rows = {"public.orders": 3}  # what execute() leaves for the listener
+    lineage = op.get_openlineage_facets_on_complete(None)
+    assert [(d.namespace, d.name) for d in lineage.inputs] == [("pglogical://s", "public.orders")]
+    (out,) = lineage.outputs
+    assert (out.namespace, out.name) == ("postgres://warehouse:5432", "dw.public.orders")
+    assert out.outputFacets["outputStatistics"].rowCount == 3

@@ -73,6 +73,19 @@ def test_a_spec_with_dsns_cannot_become_a_dag():
         build_pipeline_dag(parse_spec(doc, env={}), dag_id="d")
 
 
+def test_a_task_for_a_spec_section_given_by_dsn_is_refused_when_built_alone():
+    from airflow_provider_pglogical.pipeline.dag_factory import apply_task, decode_task
+
+    doc = copy.deepcopy(DOC)
+    doc["source"] = {"dsn": "postgresql://x/y", "publication": "p", "slot": "s"}
+    doc["target"] = {"kind": "postgres", "dsn": "postgresql://x/z"}
+    spec = parse_spec(doc, env={})
+    with pytest.raises(SpecError, match="source: Airflow DAGs need source.conn_id instead of source.dsn"):
+        decode_task(spec)
+    with pytest.raises(SpecError, match="target: Airflow DAGs need target.conn_id instead of target.dsn"):
+        apply_task(spec)
+
+
 def test_the_replay_dag_plans_resets_then_applies_a_bounded_number_of_batches():
     dag = build_replay_dag(EXAMPLE, dag_id="r", start_date=datetime(2026, 1, 1))
     assert [t.task_id for t in dag.topological_sort()] == ["plan_replay", "reset_target", "replay"]

@@ -213,9 +213,57 @@ def test_actions_and_schema_changes_are_per_table_choices():
         with_change("tables/public.customers", {"actions": "insert"}))
 
 
-def test_wildcard_table_selection_is_refused_in_specs_for_now():
-    assert "tables.sales.*: wildcard table selection is not supported in specs yet" in error_of(
-        with_change("tables/sales.*", {}))
+def test_table_selection_like_publications_with_named_overrides():
+    doc = with_change("tables/*", {"conflict": "strict"})
+    doc["tables"]["sales.*"] = {"actions": ["insert"]}
+    doc["schemas"] = ["hr"]
+    spec = parse_spec(doc, env={})
+    assert sorted(spec.selectors) == ["*", "hr.*", "sales.*"]
+    assert spec.selectors["*"].conflict == "strict" and spec.selectors["sales.*"].actions == ("insert",)
+    assert sorted(spec.tables) == ["public.customers", "public.orders"]
+    # schemas alone need no tables
+    only = with_change("tables", None, delete=True)
+    only["schemas"] = ["sales"]
+    assert sorted(parse_spec(only, env={}).selectors) == ["sales.*"]
+    # the apply gets them as wildcard entries, named entries first in precedence
+    from airflow_provider_pglogical.pipeline.runs import apply_config
+
+    config = apply_config(spec)
+    assert config.table_config("sales.anything").actions == ("insert",)
+    assert config.table_config("public.orders").target == "public.orders_eu"
+    assert config.table_config("other.t").conflict == "strict"
+
+
+def test_table_selection_errors_are_clear():
+    assert "tables.*.target: a selection keeps each table's own name" in error_of(
+        with_change("tables/*", {"target": "public.all"}))
+    assert 'tables.a.b.*: a selection is "*" or schema.*' in error_of(with_change("tables/a.b.*", {}))
+    doc = with_change("tables/sales.*", {})
+    doc["schemas"] = ["sales", "x.y", 3]
+    message = error_of(doc)
+    assert "schemas[0]: schema 'sales' is selected twice (schemas and tables.sales.*)" in message
+    assert "schemas[1]: expected a schema name (no dots)" in message and "schemas[2]:" in message
+    assert "schemas: expected a non-empty list of schema names" in error_of(with_change("schemas", []))
+    assert "tables: list at least one table as schema.table" in error_of(with_change("tables", {}))
+
+
+def test_resolving_a_selection_against_the_publication():
+    from airflow_provider_pglogical.pipeline.selection import resolve
+
+    doc = with_change("tables/*", {"unchanged_toast": "reject_and_continue"})
+    doc["tables"]["sales.*"] = {"actions": ["insert"]}
+    spec = parse_spec(doc, env={})
+    published = {"public.orders", "public.customers", "sales.a", "hr.b"}
+    got = resolve(spec, published)
+    assert sorted(got.tables) == ["hr.b", "public.customers", "public.orders", "sales.a"]
+    assert got.tables["public.orders"].target_name == "public.orders_eu"  # the named entry wins
+    assert got.tables["sales.a"].actions == ("insert",) and got.tables["sales.a"].name == "sales.a"
+    assert got.tables["hr.b"].unchanged_toast == "reject_and_continue" and got.tables["hr.b"].target_name == "hr.b"
+    assert resolve(parse_spec(VALID, env={}), published).tables == parse_spec(VALID, env={}).tables
+    # a selected table that is a named entry's target: two sources, one target
+    with pytest.raises(SpecError, match=r"tables\.\* selects the published table public\.orders_eu, which is also "
+                                        r"the target of tables\.public\.orders"):
+        resolve(spec, published | {"public.orders_eu"})
 
 
 def test_the_apply_config_carries_actions_and_schema_changes():
@@ -351,3 +399,21 @@ def test_a_resync_on_a_delta_target_is_refused_before_anything_is_requested(tmp_
     with pytest.raises(SpecError, match="resync of public.customers: only for target kind: postgres"):
         sync_tables(parse_spec(doc, env={}), resync=["public.customers"])
     assert not (tmp_path / "staging").exists()
+
+
+def test_several_publications_are_decoded_together():
+    from airflow_provider_pglogical.pipeline.runs import drain_config
+
+    doc = with_change("source/publication", ["pub_a", "pub_b"])
+    doc["source"]["create"] = False
+    spec = parse_spec(doc, env={})
+    assert spec.source.publication == "pub_a" and spec.source.all_publications == ("pub_a", "pub_b")
+    assert drain_config(spec).publications == ("pub_a", "pub_b")
+    assert parse_spec(VALID, env={}).source.all_publications == ("app_pub",)
+    message = error_of(with_change("source/publication", ["a", "a", "b,c", ""]))
+    assert "source.create: creates one publication; with several, create them yourself" in message
+    assert "source.publication[1]: publication 'a' is listed twice" in message
+    assert "source.publication[2]: a publication name in a list cannot contain" in message
+    assert "source.publication[3]: expected a publication name" in message
+    doc["snapshot"] = {"initial": True}
+    assert "snapshot.initial: not supported with several publications yet" in error_of(doc)

@@ -33,11 +33,10 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
+from airflow_provider_pglogical.apply.targets.base import COMMIT, ORDER  # ordered changes: commit LSN, order
 from airflow_provider_pglogical.apply.transforms import FROM, KEEP, KIND, LSN
 from airflow_provider_pglogical.exceptions import UnresolvableToastError
 
-COMMIT = "_pgl_c"  # ordered changes: commit LSN and order in transaction, flattened from _pgl_seq
-ORDER = "_pgl_o"
 KEEP_FLAG = "_pgl_keep_"  # + column index: per-row "target keeps this column" for the MERGE
 
 # A primary-key value as a tuple of the key columns' Python values (from ``to_pylist``).

@@ -1,24 +1,56 @@
 """The Delta Lake target: per (batch, table) one commit into ``<uri>/<schema>/<table>``, watermark in the same commit.
 
+``DeltaTarget`` implements ``targets.base.Target``: the shared runner plans each batch and hands it the
+plan with the batch's Spark frames; the target collects each table's net changes (mirror) or published
+changes (changelog) as Arrow on the driver — delta-rs writes from one process, and a MERGE needs the
+batch's changes of a table in one place anyway; Spark does the reading, filtering, projection and
+compaction — and commits them with one delta-rs commit per table. Below ``apply_batch`` everything
+is Arrow (``apply_net``, ``truncate``, ``append_changes``), so it runs (and is tested) without Spark.
+
 Tables are created on first use from the staged columns (types: ``types.py``), partitioned by the
-configured columns. ``DeltaTarget`` is what the apply runner talks to; it never sees Spark, only
-Arrow tables, so it runs (and is tested) without a Spark session.
+configured columns; each column records its source type (``pglogical.type`` field metadata), which
+is what ``describe`` reports and source schema changes are judged against (``apply/schema_changes.py``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake import Field as DeltaField
+from deltalake import Schema as DeltaSchema
 
-from airflow_provider_pglogical.apply.targets.delta import mirror
+from airflow_provider_pglogical.apply.schema_changes import ADD, WIDEN, ColumnChange
+from airflow_provider_pglogical.apply.targets.base import (
+    BatchChanges,
+    BatchResult,
+    PlannedBatch,
+    PlannedTable,
+    PlannedTruncate,
+    TargetTable,
+    from_column,
+)
+from airflow_provider_pglogical.apply.targets.delta import changelog, mirror
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation, app_id
-from airflow_provider_pglogical.apply.targets.delta.types import convert_array, delta_schema, to_delta
-from airflow_provider_pglogical.apply.transforms import FROM
-from airflow_provider_pglogical.exceptions import ApplyError
+from airflow_provider_pglogical.apply.targets.delta.types import (
+    convert_array,
+    delta_schema,
+    delta_type,
+    to_delta,
+    unwrap_notes,
+)
+from airflow_provider_pglogical.apply.transforms import FROM, LSN
+from airflow_provider_pglogical.exceptions import ApplyError, SchemaChangeError, format_lsn
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
 
@@ -26,10 +58,27 @@ MODES = ("mirror", "changelog")
 # Where a test may stop the apply (``on_checkpoint(name, target)``): right before deltalake commits the
 # table's batch (its data files may already be written), and right after the commit.
 CHECKPOINTS = ("before_commit", "committed")
+TYPE_KEY = "pglogical.type"  # field metadata: the source column's PostgreSQL type (format_type text)
+# Delta types → the PostgreSQL type a column without TYPE_KEY is judged as (tables written by other tools).
+_CANONICAL = {"byte": "smallint", "short": "smallint", "integer": "integer", "long": "bigint", "float": "real",
+              "double": "double precision", "boolean": "boolean", "string": "text", "binary": "bytea",
+              "date": "date", "timestamp": "timestamp with time zone", "timestamp_ntz": "timestamp without time zone"}
 
 
 def _noop(name: str, target: str) -> None:
     return None
+
+
+def _column_type(f: DeltaField) -> str:
+    recorded = (f.metadata or {}).get(TYPE_KEY)
+    if recorded:
+        return str(recorded)
+    text = getattr(f.type, "type", None)
+    if isinstance(text, str):
+        if text.startswith("decimal("):
+            return "numeric" + text.removeprefix("decimal").replace(" ", "")
+        return _CANONICAL.get(text, text)
+    return str(f.type)
 
 
 @dataclass
@@ -58,15 +107,149 @@ class DeltaTarget:
         self.location, self.slot, self.mode = location, slot, mode
         self.partition_by = {t: tuple(c) for t, c in (partition_by or {}).items()}
         self.checkpoint = on_checkpoint or _noop
+        self._creating: dict[str, dict[str, str]] = {}  # tables create_table announced, made on first write
 
-    def watermark(self, target: str) -> int | None:
+    # -- the Target protocol (targets/base.py) ---------------------------------------------
+
+    @contextmanager
+    def session(self, slot: str) -> Iterator[None]:
+        """Nothing to open: every commit is its own. One apply per slot at a time is the scheduler's
+        (``max_active_runs=1``); a racing second apply of a batch is refused by its app transaction."""
+        if slot != self.slot:
+            raise ApplyError(f"this Delta target writes slot {self.slot}, not {slot}")
+        yield
+
+    def watermarks(self, slot: str, tables: Collection[str] = ()) -> dict[str, int]:
+        """``tables`` → their watermarks of ``slot`` (a Delta location is not listed: each table is opened)."""
+        return {t: w for t in sorted(tables) if (w := self.watermark(t, slot)) is not None}
+
+    def foreign_keys(self) -> list[tuple[str, str]]:
+        """None: a source TRUNCATE … CASCADE names every table it emptied, which planning follows."""
+        return []
+
+    def describe(self, table: str) -> TargetTable | None:
+        """Columns with their source types (``TYPE_KEY``), no key and nothing required (Delta has neither)."""
+        if table in self._creating:
+            return TargetTable(table, dict(self._creating[table]), ())
+        dt = self.location.open(table)
+        if dt is None:
+            return None
+        return TargetTable(table, {f.name: _column_type(f) for f in dt.schema().fields}, ())
+
+    def create_table(self, table: str, columns: Sequence[tuple[str, str]], key: Sequence[str]) -> None:
+        """Announced only: the Delta table is created by its first commit, typed from the staged Arrow data
+        (``types.delta_type``), which the PostgreSQL type text alone does not determine (composites, enums)."""
+        if self.location.open(table) is None:
+            self._creating[table] = dict(columns)
+
+    def apply_batch(self, plan: PlannedBatch, changes: BatchChanges) -> BatchResult:
+        """Each table's part of the batch in one commit of its own, with its watermark (see the module docstring)."""
+        where = f"batch {plan.start_lsn:X}-{plan.end_lsn:X}"
+        seconds = {"stage": 0.0, "apply": 0.0}
+        outcomes: dict[str, TableOutcome] = {}
+        for table in plan.tables:
+            if table.conflict == "strict":
+                raise ApplyError(f"{table.target}: conflict 'strict' is not supported by the Delta target "
+                                 "(it has no unique keys)")
+        truncates: dict[str, list[PlannedTruncate]] = {}
+        for t in plan.truncates:
+            truncates.setdefault(t.target, []).append(t)
+        for table in plan.tables:
+            if self._at(table.target, plan.end_lsn, plan.slot):
+                continue  # committed by an earlier (crashed or racing) run
+            started = time.monotonic()
+            if self.mode == "changelog":
+                changelog.check_names(table.target, table.columns)
+                rows = unwrap_notes(_arrow(changes.published(table).transform(changelog.to_changelog(table.columns))),
+                                    f"{where}: {table.target}", changelog.LSN)
+                rows = _with_truncates(rows, truncates.get(table.target, []))
+                seconds["stage"] += time.monotonic() - started
+                started = time.monotonic()
+                self._follow_schema(table, rows, where)
+                outcomes[table.target] = self.append_changes(
+                    table.target, plan.start_lsn, plan.end_lsn, rows, columns=table.columns,
+                    type_names=_type_names(table))
+            else:
+                net = unwrap_notes(_with_from(_arrow(changes.net(table)), table.key), f"{where}: {table.target}", LSN)
+                seconds["stage"] += time.monotonic() - started
+                started = time.monotonic()
+                self._follow_schema(table, net, where)
+
+                def ordered(table: PlannedTable = table) -> pa.Table:
+                    return unwrap_notes(_with_from(_arrow(changes.ordered(table)), table.key),
+                                        f"{where}: {table.target}", LSN)
+
+                outcomes[table.target] = self.apply_net(
+                    table.target, plan.start_lsn, plan.end_lsn, net, key=table.key, columns=table.columns,
+                    type_names=_type_names(table), truncated=table.truncated_at is not None,
+                    unchanged_toast=table.unchanged_toast, ordered=ordered,
+                    null_safe_key=table.relation.replica_identity == "f" and not table.config.key_columns)
+            seconds["apply"] += time.monotonic() - started
+        started = time.monotonic()
+        for name in plan.truncate:  # tables the batch only empties
+            if name in outcomes or any(t.target == name for t in plan.tables):
+                continue
+            if self.mode == "mirror":
+                outcomes[name] = self.truncate(name, plan.start_lsn, plan.end_lsn)
+            else:
+                outcomes[name] = self._append_truncates_only(name, plan.start_lsn, plan.end_lsn,
+                                                             truncates.get(name, []))
+        seconds["apply"] += time.monotonic() - started
+        return BatchResult(applied=any(o.committed for o in outcomes.values()),
+                           rows={t: o.rows for t, o in outcomes.items() if o.committed},
+                           ordered=any(o.replayed for o in outcomes.values()),
+                           seconds={k: round(v, 3) for k, v in seconds.items()})
+
+    def _at(self, target: str, end_lsn: int, slot: str | None = None) -> bool:
+        mark = self.watermark(target, slot)
+        return mark is not None and mark >= end_lsn
+
+    def _follow_schema(self, table: PlannedTable, data: pa.Table, where: str) -> None:
+        """The planned source schema changes (``apply/schema_changes.py``) on the Delta table, before its data.
+
+        A new column is added (typed like the staged values, nullable); a widening the Delta type already
+        holds (``varchar(n)`` → ``text``, ``timestamp(3)`` → ``timestamp``) only records the new source
+        type; a widening that changes the Delta type (``integer`` → ``bigint``, ``numeric(10,2)`` →
+        ``numeric(12,2)``) stops with ``SchemaChangeError``: delta-rs cannot change a column's type in
+        place. Each is a commit of its own without a watermark, so a re-run finds it done. A dropped source
+        column is simply no longer written (Delta columns are nullable). A table not created yet is created
+        with the new shape by its first commit.
+        """
+        changes = [c for c in table.column_changes if c.kind in (ADD, WIDEN)]
+        dt = self.location.open(table.target) if changes else None
+        if dt is None:
+            return
+        current = {f.name: f for f in dt.schema().fields}
+        types = _type_names(table)
+        for ch in changes:
+            wanted = delta_type(data.schema.field(ch.column).type, types.get(ch.column))
+            if ch.kind == ADD and ch.column not in current:
+                log.info("%s: adding column %s (%s) to Delta table %s", where, ch.column, ch.new_type, table.target)
+                dt.alter.add_columns([_delta_field(ch.column, wanted, ch.new_type)])
+            elif ch.kind == WIDEN:
+                have = current[ch.column]
+                if delta_type(_arrow_type(have)) != wanted:
+                    raise _cannot_widen(table.target, ch, _arrow_type(have), wanted)
+                dt.alter.set_column_metadata(ch.column, {TYPE_KEY: str(ch.new_type)})
+
+    def _append_truncates_only(self, name: str, start_lsn: int, end_lsn: int,
+                               truncates: Sequence[PlannedTruncate]) -> TableOutcome:
+        table = self.location.open(name)
+        if table is None:
+            return TableOutcome(committed=False)  # no feed yet: a truncate of nothing has no reader
+        schema = pa.schema(table.schema().to_arrow())
+        rows = _with_truncates(schema.empty_table(), truncates)
+        columns = [c for c in schema.names if c not in changelog.LEADING + changelog.TRAILING]
+        return self.append_changes(name, start_lsn, end_lsn, rows, columns=columns, type_names={})
+
+    # -- Arrow level -----------------------------------------------------------------------
+
+    def watermark(self, target: str, slot: str | None = None) -> int | None:
         table = self.location.open(target)
-        return None if table is None else table.transaction_version(app_id(self.slot, target))
+        return None if table is None else table.transaction_version(app_id(slot or self.slot, target))
 
-    def watermarks(self, targets: Sequence[str]) -> dict[str, int]:
-        return {t: w for t in targets if (w := self.watermark(t)) is not None}
-
-    def _table(self, target: str, schema: pa.Schema, where: str) -> DeltaTable:
+    def _table(self, target: str, schema: pa.Schema, where: str,
+               type_names: Mapping[str, str | None] | None = None) -> DeltaTable:
         table = self.location.open(target)
         if table is None:
             parts = list(self.partition_by.get(target, ()))
@@ -74,9 +257,13 @@ class DeltaTarget:
             if unknown:
                 raise ApplyError(f"partition column(s) {', '.join(unknown)} of {target} are not replicated columns")
             log.info("%s: creating Delta table %s (%s)", where, target, self.mode)
-            table = DeltaTable.create(self.location.table_uri(target), schema=schema, partition_by=parts or None,
+            names = type_names or {}
+            typed = pa.schema([f.with_metadata({TYPE_KEY: names[f.name]}) if names.get(f.name) else f
+                               for f in schema])
+            table = DeltaTable.create(self.location.table_uri(target), schema=typed, partition_by=parts or None,
                                       mode="ignore", storage_options=self.location.options,
                                       name=target, description=f"pglogical {self.mode} of slot {self.slot}")
+            self._creating.pop(target, None)
         missing = sorted(set(schema.names) - {f.name for f in table.schema().fields})
         if missing:
             raise ApplyError(f"Delta table {target} is missing replicated column(s) {', '.join(missing)}")
@@ -85,8 +272,8 @@ class DeltaTarget:
     def _convert(self, table: pa.Table, columns: Sequence[str], key: Sequence[str], where: str,
                  type_names: Mapping[str, str | None]) -> tuple[pa.Table, pa.Schema]:
         schema = delta_schema(table.select(list(columns)).schema, type_names)
-        out = to_delta(table, schema, where, type_names)
-        if FROM in out.column_names:  # the old key, typed like the key columns (replay compares them)
+        out = to_delta(table, schema, where, type_names, lsn_column=LSN)
+        if FROM in out.column_names and key:  # the old key, typed like the key columns (replay compares them)
             from_type = pa.struct([schema.field(k) for k in key])
             col = out.column(FROM)
             out = out.set_column(out.column_names.index(FROM), FROM, pa.chunked_array(
@@ -105,16 +292,18 @@ class DeltaTarget:
                   null_safe_key: bool = False) -> TableOutcome:
         """Mirror mode: the batch's net changes of ``target`` (and a truncate before them) in one MERGE commit."""
         where = f"batch {start_lsn:X}-{end_lsn:X}"
-        converted, schema = self._convert(net, columns, key, where, type_names)
-        dt = self._table(target, schema, where)
+        converted, schema = self._convert(net, columns, key, f"{where}: {target}", type_names)
+        dt = self._table(target, schema, where, type_names)
         app = app_id(self.slot, target)
         if (dt.transaction_version(app) or -1) >= end_lsn:
             return TableOutcome(committed=False)
+        if not key:
+            return self._append_rows(dt, target, start_lsn, end_lsn, converted.select(list(columns)), truncated)
         replayed = False
         if mirror.needs_replay(converted):
             if ordered is None:
                 raise ApplyError(f"{where}: {target} needs its ordered changes to place moved unchanged-TOAST values")
-            changes, _ = self._convert(ordered(), columns, key, where, type_names)
+            changes, _ = self._convert(ordered(), columns, key, f"{where}: {target}", type_names)
             keys = set(mirror._key_tuples(changes, key)) | {f for f in mirror._from_tuples(changes, key) if f}
             base = mirror.target_rows(dt, set() if truncated else keys, key, columns)
             converted, rejects = mirror.replay_net(changes, base.cast(schema.remove_metadata()) if base.num_rows
@@ -134,6 +323,17 @@ class DeltaTarget:
             rows = self._delete_all(dt, props) if truncated else {}
         self._finish(dt, version, props, target)
         return TableOutcome(committed=True, rows=_counts(rows), rejects=rejects, replayed=replayed)
+
+    def _append_rows(self, dt: DeltaTable, target: str, start_lsn: int, end_lsn: int, rows: pa.Table,
+                     truncated: bool) -> TableOutcome:
+        """A keyless (insert-only) table: its INSERTs appended — after a truncate, replacing every row — in one
+        commit with the watermark (nothing to match: the source table has no replica identity)."""
+        props = mirror.commit_properties(app_id(self.slot, target), end_lsn,
+                                         mirror.metadata(self.slot, start_lsn, end_lsn, []))
+        self.checkpoint("before_commit", target)
+        write_deltalake(dt, rows, mode="overwrite" if truncated else "append", commit_properties=props)
+        self.checkpoint("committed", target)
+        return TableOutcome(committed=True, rows={"inserted": rows.num_rows})
 
     def truncate(self, target: str, start_lsn: int, end_lsn: int) -> TableOutcome:
         """A batch that only truncates ``target`` (mirror mode): delete every row, with the watermark."""
@@ -157,14 +357,16 @@ class DeltaTarget:
         """Changelog mode: the batch's published changes (and truncates) of ``target`` appended in one commit."""
         where = f"batch {start_lsn:X}-{end_lsn:X}"
         schema = delta_schema(rows.schema, type_names)
-        converted = to_delta(rows, schema, where, type_names)
-        dt = self._table(target, schema, where)
+        converted = to_delta(rows, schema, f"{where}: {target}", type_names, lsn_column=changelog.LSN)
+        dt = self._table(target, schema, where, type_names)
         app = app_id(self.slot, target)
         if (dt.transaction_version(app) or -1) >= end_lsn:
             return TableOutcome(committed=False)
         props = mirror.commit_properties(app, end_lsn, mirror.metadata(self.slot, start_lsn, end_lsn, []))
         self.checkpoint("before_commit", target)
-        write_deltalake(dt, converted, mode="append", commit_properties=props)
+        # ``merge``: the old image ``_old`` is a struct of the relation's columns, which gains (or loses)
+        # fields as the source schema changes; top-level columns were added by ``_follow_schema`` already.
+        write_deltalake(dt, converted, mode="append", schema_mode="merge", commit_properties=props)
         self.checkpoint("committed", target)
         return TableOutcome(committed=True, rows={"appended": converted.num_rows})
 
@@ -173,3 +375,62 @@ def _counts(metrics: Mapping[str, object]) -> dict[str, int]:
     keep = ("num_target_rows_inserted", "num_target_rows_updated", "num_target_rows_deleted", "num_deleted_rows")
     return {k.removeprefix("num_target_rows_").removeprefix("num_"): int(v)  # type: ignore[call-overload]
             for k, v in metrics.items() if k in keep}
+
+
+def _arrow(frame: DataFrame) -> pa.Table:
+    """A Spark frame collected as Arrow on the driver (no per-row Python)."""
+    return frame.toArrow()
+
+
+def _type_names(table: PlannedTable) -> dict[str, str | None]:
+    return {c.name: c.type_name for c in table.relation.columns}
+
+
+def _with_from(frame: pa.Table, key: Sequence[str]) -> pa.Table:
+    """The runner's flat moved-from key columns (``from_column(i)``) → the ``FROM`` struct ``mirror`` reads
+    (null where the change did not move a row: every field null). Ordered frames' commit positions are
+    named as ``mirror`` expects already (``COMMIT``, ``ORDER``)."""
+    names = [from_column(i) for i in range(len(key))]
+    if not key:
+        return frame  # keyless (insert-only): nothing moves
+    children = [frame.column(n).combine_chunks() if frame.num_rows else pa.array([], frame.schema.field(n).type)
+                for n in names]
+    moved = children[0].is_valid()
+    for c in children[1:]:
+        moved = pc.or_(moved, c.is_valid())
+    struct = pa.StructArray.from_arrays(children, names=list(key), mask=pc.invert(moved))
+    return frame.drop_columns(names).append_column(FROM, struct)
+
+
+def _with_truncates(rows: pa.Table, truncates: Sequence[PlannedTruncate]) -> pa.Table:
+    """Changelog rows plus one ``truncate`` row per truncate of the table, all in (commit LSN, order)."""
+    if truncates:
+        values = {changelog.OP: ["truncate"] * len(truncates),
+                  changelog.COMMIT_LSN: [t.commit_lsn for t in truncates],
+                  changelog.TX_ORDER: [t.tx_order for t in truncates], changelog.LSN: [t.lsn for t in truncates],
+                  changelog.COMMIT_TIME: [t.commit_time for t in truncates], changelog.XID: [t.xid for t in truncates],
+                  changelog.UNCHANGED: [[] for _ in truncates]}
+        extra = {name: pa.array(values[name], rows.schema.field(name).type) if name in values
+                 else pa.nulls(len(truncates), rows.schema.field(name).type) for name in rows.column_names}
+        rows = pa.concat_tables([rows, pa.table(extra, schema=rows.schema)])
+    return rows.sort_by([(changelog.COMMIT_LSN, "ascending"), (changelog.TX_ORDER, "ascending")])
+
+
+def _arrow_type(f: DeltaField) -> pa.DataType:
+    return pa.schema(DeltaSchema([f]).to_arrow()).field(0).type
+
+
+def _delta_field(name: str, dtype: pa.DataType, source_type: str | None) -> DeltaField:
+    arrow = pa.field(name, dtype, nullable=True, metadata={TYPE_KEY: source_type} if source_type else None)
+    return DeltaField.from_arrow(arrow)
+
+
+def _cannot_widen(target: str, ch: ColumnChange, have: pa.DataType, wanted: pa.DataType) -> SchemaChangeError:
+    lsn = ch.lsn if ch.lsn is not None else 0
+    return SchemaChangeError(
+        f"column {ch.column} of Delta table {target} widened on the source from {ch.old_type} to {ch.new_type} at "
+        f"LSN {format_lsn(lsn)}: its Delta type {have} cannot hold the new values ({wanted}) and delta-rs cannot "
+        "change a column's type in place. Rewrite the table with the wider type (e.g. read it, cast the column, "
+        f"overwrite with schema_mode='overwrite', keeping field metadata {TYPE_KEY}={ch.new_type!r}), then run "
+        "again (docs/delta.md, Schema changes)",
+        table=target, column=ch.column, old_type=ch.old_type, new_type=ch.new_type, lsn=lsn)

@@ -85,14 +85,18 @@ def _money(arr: pa.Array) -> pa.Array:
     return pa.Array.from_buffers(MONEY, len(arr), [validity, pa.py_buffer(words.tobytes())], arr.null_count)
 
 
-def _check_finite(arr: pa.Array, low: int, high: int, path: str, where: str) -> None:
+def _check_finite(arr: pa.Array, low: int, high: int, path: str, where: str, lsns: pa.Array | None) -> None:
     raw = pc.cast(arr, pa.int32() if high == INT32_MAX else pa.int64())
-    if pc.any(pc.or_(pc.equal(raw, low), pc.equal(raw, high))).as_py():
-        raise DeltaValueError(f"{where}: column {path} holds ±infinity, which no Delta date/timestamp can hold")
+    infinite = pc.fill_null(pc.or_(pc.equal(raw, low), pc.equal(raw, high)), False)
+    if pc.any(infinite).as_py():
+        at = f" (change at LSN {pc.min(lsns.filter(infinite)).as_py():X})" if lsns is not None else ""
+        raise DeltaValueError(f"{where}: column {path}{at} holds ±infinity, which no Delta date/timestamp can hold")
 
 
-def convert_array(arr: pa.Array, target: pa.DataType, path: str, where: str, type_name: str | None = None) -> pa.Array:
-    """One array to ``target`` (from ``delta_type``), checking what cannot be held exactly."""
+def convert_array(arr: pa.Array, target: pa.DataType, path: str, where: str, type_name: str | None = None,
+                  lsns: pa.Array | None = None) -> pa.Array:
+    """One array to ``target`` (from ``delta_type``), checking what cannot be held exactly; ``lsns`` (aligned
+    with ``arr``) name the first offending change in an error."""
     src = arr.type
     if isinstance(arr, pa.DictionaryArray):
         arr, src = arr.dictionary_decode(), src.value_type
@@ -108,16 +112,17 @@ def convert_array(arr: pa.Array, target: pa.DataType, path: str, where: str, typ
             raise DeltaValueError(f"{where}: column {path} has nanoseconds, Delta holds microseconds") from exc
     if pa.types.is_date(src):
         out = pc.cast(arr, pa.date32())
-        _check_finite(out, INT32_MIN, INT32_MAX, path, where)
+        _check_finite(out, INT32_MIN, INT32_MAX, path, where, lsns)
         return out
     if pa.types.is_timestamp(src):
-        _check_finite(arr, INT64_MIN, INT64_MAX, path, where)
+        _check_finite(arr, INT64_MIN, INT64_MAX, path, where, lsns)
         try:
             return pc.cast(arr, target, safe=True)
         except pa.ArrowInvalid as exc:
             raise DeltaValueError(f"{where}: column {path} has nanoseconds, Delta holds microseconds") from exc
     if pa.types.is_struct(src):
-        fields = [convert_array(arr.field(i), target.field(i).type, f"{path}.{target.field(i).name}", where)
+        fields = [convert_array(arr.field(i), target.field(i).type, f"{path}.{target.field(i).name}", where,
+                                lsns=lsns)
                   for i in range(src.num_fields)]
         mask = pc.is_null(arr) if arr.null_count else None
         return pa.StructArray.from_arrays(fields, fields=list(target), mask=mask)
@@ -132,14 +137,83 @@ def convert_array(arr: pa.Array, target: pa.DataType, path: str, where: str, typ
 
 
 def to_delta(table: pa.Table, schema: pa.Schema, where: str,
-             type_names: Mapping[str, str | None] | None = None) -> pa.Table:
+             type_names: Mapping[str, str | None] | None = None, lsn_column: str | None = None) -> pa.Table:
     """``table`` with every column converted to its field in ``schema`` (columns absent from ``schema`` pass)."""
     names = type_names or {}
+    if lsn_column is not None and lsn_column not in table.column_names:
+        lsn_column = None
+    if lsn_column is not None:
+        table = table.combine_chunks()  # every column chunked like the LSNs
     columns, fields = [], []
     for field in table.schema:
         target = schema.field(field.name).type if field.name in schema.names else field.type
         col = table.column(field.name)
-        chunks = [convert_array(c, target, field.name, where, names.get(field.name)) for c in col.chunks]
+        lsns: list[pa.Array | None] = list(table.column(lsn_column).chunks) if lsn_column else [None] * col.num_chunks
+        chunks = [convert_array(c, target, field.name, where, names.get(field.name), lsns=lsn)
+                  for c, lsn in zip(col.chunks, lsns, strict=True)]
         columns.append(pa.chunked_array(chunks, type=target))
         fields.append(pa.field(field.name, target, nullable=True))
     return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+
+
+# Folded exactness notes (``apply/notes.py``): struct<_pgl_value, _pgl_note[, _pgl_element_notes]>.
+_VALUE, _NOTE, _ELEMENT_NOTES = "_pgl_value", "_pgl_note", "_pgl_element_notes"
+
+
+def _is_folded(dtype: pa.DataType) -> bool:
+    return pa.types.is_struct(dtype) and [f.name for f in dtype] in ([_VALUE, _NOTE], [_VALUE, _NOTE, _ELEMENT_NOTES])
+
+
+def _noted(arr: pa.StructArray) -> pa.Array:
+    """Per row: whether the folded value carries a note (whole value, or any element)."""
+    children = arr.flatten()
+    noted = pc.is_valid(children[1])
+    if len(children) > 2:
+        elements = children[2]
+        flat_valid = pc.is_valid(pc.list_flatten(elements))
+        counts = pc.list_value_length(elements)
+        has = np.zeros(len(arr), dtype=bool)
+        if len(flat_valid):
+            parents = pc.list_parent_indices(elements).to_numpy(zero_copy_only=False)
+            np.logical_or.at(has, parents, flat_valid.to_numpy(zero_copy_only=False))
+        noted = pc.or_(noted, pc.and_(pc.fill_null(pc.greater(counts, 0), False), pa.array(has)))
+    return pc.fill_null(noted, False)
+
+
+def _unwrap(arr: pa.Array, path: str, where: str, lsns: pa.Array | None) -> pa.Array:
+    if isinstance(arr, pa.ChunkedArray):  # pragma: no cover - callers pass chunks
+        raise TypeError("pass chunks")
+    if _is_folded(arr.type):
+        noted = _noted(arr)
+        if pc.any(noted).as_py():
+            at = "" if lsns is None else f" (change at LSN {pc.min(lsns.filter(noted)).as_py():X})"
+            raise DeltaValueError(
+                f"{where}: column {path}{at} holds a value no Delta type holds exactly (numeric NaN, or an "
+                "array that is multi-dimensional or does not start at 1); see docs/types.md")
+        return _unwrap(arr.flatten()[0], path, where, lsns)
+    if pa.types.is_struct(arr.type) and any(_has_folded(f.type) for f in arr.type):
+        children = [_unwrap(c, f"{path}.{f.name}", where, lsns) for c, f in zip(arr.flatten(), arr.type, strict=True)]
+        mask = pc.is_null(arr) if arr.null_count else None
+        return pa.StructArray.from_arrays(children, names=[f.name for f in arr.type], mask=mask)
+    return arr
+
+
+def _has_folded(dtype: pa.DataType) -> bool:
+    return _is_folded(dtype) or (pa.types.is_struct(dtype) and any(_has_folded(f.type) for f in dtype))
+
+
+def unwrap_notes(table: pa.Table, where: str, lsn_column: str | None = None) -> pa.Table:
+    """``table`` with every folded value (top level or inside a struct such as an old image) replaced by the
+    value itself; a value whose note survives into the rows written raises ``DeltaValueError`` naming the
+    column and the first LSN (never the value). Notes of changes netted away do not matter."""
+    if not any(_has_folded(f.type) for f in table.schema):
+        return table
+    table = table.combine_chunks()
+    lsns = table.column(lsn_column).chunk(0) if lsn_column and table.num_rows else None
+    for i, f in enumerate(table.schema):
+        if _has_folded(f.type):
+            col = table.column(i)
+            arr = col.chunk(0) if col.num_chunks else pa.array([], f.type)
+            out = _unwrap(arr, f.name, where, lsns)
+            table = table.set_column(i, f.name, out)
+    return table

@@ -17,6 +17,7 @@ from psycopg2 import sql
 
 from airflow_provider_pglogical.apply.targets.postgres.progress import PROGRESS_TABLE
 from airflow_provider_pglogical.exceptions import PrivilegeError
+from airflow_provider_pglogical.hooks.cursor import one_row
 
 
 def resolve_schema(conn: psycopg2.extensions.connection, configured: str | None, target_tables: Iterable[str],
@@ -40,7 +41,7 @@ def resolve_schema(conn: psycopg2.extensions.connection, configured: str | None,
             return str(row[0])
         candidates = list(dict.fromkeys([t.partition(".")[0] for t in target_tables if "." in t]))
         cur.execute("SELECT current_schema(), current_user")
-        current, user = cur.fetchone()
+        current, user = one_row(cur)
         if current is not None:
             candidates.append(current)
         for schema in dict.fromkeys(candidates):

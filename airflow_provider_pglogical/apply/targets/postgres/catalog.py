@@ -9,6 +9,7 @@ import psycopg2.extensions
 from psycopg2 import sql
 
 from airflow_provider_pglogical.apply.targets.base import TargetTable
+from airflow_provider_pglogical.hooks.cursor import one_row
 
 __all__ = ["TargetTable", "connect", "create_table", "describe", "foreign_keys", "ident", "lock_key", "split_name",
            "try_lock_slot"]
@@ -33,16 +34,16 @@ def lock_key(slot: str) -> str:
     return f"pglogical-apply:{slot}"
 
 
-def try_lock_slot(conn, slot: str) -> bool:
+def try_lock_slot(conn: psycopg2.extensions.connection, slot: str) -> bool:
     """Session-level advisory lock for a whole run (released when the connection closes)."""
     with conn.cursor() as cur:
         cur.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (lock_key(slot),))
-        locked = cur.fetchone()[0]
+        locked = one_row(cur)[0]
     conn.commit()
     return bool(locked)
 
 
-def describe(conn, qualified: str) -> TargetTable | None:
+def describe(conn: psycopg2.extensions.connection, qualified: str) -> TargetTable | None:
     schema, name = split_name(qualified)
     with conn.cursor() as cur:
         cur.execute(
@@ -70,7 +71,8 @@ def describe(conn, qualified: str) -> TargetTable | None:
     return TargetTable(qualified, dict(cols), pk, required)
 
 
-def create_table(conn, qualified: str, columns: Sequence[tuple[str, str]], key: Sequence[str]) -> None:
+def create_table(conn: psycopg2.extensions.connection, qualified: str, columns: Sequence[tuple[str, str]],
+                 key: Sequence[str]) -> None:
     """CREATE TABLE IF NOT EXISTS with exact staged PostgreSQL types, primary key = ``key``."""
     parts = [sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t)) for n, t in columns]
     if key:
@@ -79,7 +81,7 @@ def create_table(conn, qualified: str, columns: Sequence[tuple[str, str]], key: 
         cur.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(ident(qualified), sql.SQL(", ").join(parts)))
 
 
-def foreign_keys(conn) -> list[tuple[str, str]]:
+def foreign_keys(conn: psycopg2.extensions.connection) -> list[tuple[str, str]]:
     """(child, parent) qualified-name pairs of every FK in the target database."""
     with conn.cursor() as cur:
         cur.execute(

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
 
 import numpy as np
 import psycopg2
 import pyarrow as pa
 from psycopg2 import sql
+from psycopg2.extensions import connection
 
 from airflow_provider_pglogical.apply.targets.base import TargetTable, from_column
 from airflow_provider_pglogical.apply.targets.postgres.catalog import ident
@@ -25,7 +25,7 @@ def staging_columns(target: TargetTable, key: Sequence[str], columns: Sequence[s
             + [(c, target.columns[c]) for c in columns])
 
 
-def create_staging(conn, staging: str, columns: Sequence[tuple[str, str]]) -> None:
+def create_staging(conn: connection, staging: str, columns: Sequence[tuple[str, str]]) -> None:
     """A fresh unlogged table: op, keep list, lsn, then ``columns`` (name, type) — target types, no constraints.
 
     ``columns`` is ``staging_columns`` (net changes) or ``ordered.ordered_columns`` (ordered replay).
@@ -38,14 +38,14 @@ def create_staging(conn, staging: str, columns: Sequence[tuple[str, str]]) -> No
     conn.commit()
 
 
-def drop_staging(conn, names: Iterable[str]) -> None:
+def drop_staging(conn: connection, names: Iterable[str]) -> None:
     with conn.cursor() as cur:
         for name in names:
             cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(name)))
     conn.commit()
 
 
-def drop_leftover_staging(conn: Any, schema: str, prefixes: Iterable[str]) -> list[str]:
+def drop_leftover_staging(conn: connection, schema: str, prefixes: Iterable[str]) -> list[str]:
     """Staging tables in ``schema`` whose names start with one of ``prefixes`` (``plan.staging_prefix``
     of this slot's target tables), dropped: a run that crashed after its COMMIT left them, and the
     rerun skips their batch or snapshot, so nothing else would. Call it holding the slot's lock."""
@@ -93,6 +93,10 @@ class _ChunkReader:
                 self.rows += rows
                 return data
         return b""
+
+    def readline(self, _size: int = -1) -> bytes:
+        # Never called (COPY FROM reads with ``read``); it makes this the file object psycopg2's API names.
+        return self.read()
 
 
 def copy_chunks(dsn: str, staging: str, columns: Sequence[str], chunks: Iterator[tuple[bytes, int]]) -> int:

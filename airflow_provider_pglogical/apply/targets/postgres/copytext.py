@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TypeGuard
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -99,22 +100,26 @@ def _nest(items: Column, shape: Column) -> Column:
     return F.concat(F.lit("{"), F.array_join(F.aggregate(inner_first, items, group), ","), F.lit("}"))
 
 
-def is_range(dtype: DataType) -> bool:
+def is_range(dtype: DataType) -> TypeGuard[StructType]:
     """The staged range struct: both bounds of the subtype, then the three flags."""
     return (isinstance(dtype, StructType) and tuple(dtype.fieldNames()) == RANGE_FIELDS
             and dtype["lower"].dataType == dtype["upper"].dataType
             and all(isinstance(dtype[f].dataType, BooleanType) for f in RANGE_FIELDS[2:]))
 
 
-def _is_multirange(dtype: DataType, pgtype: PgType | None, in_array: bool = False) -> bool:
-    """Whether a ``list<range>`` is a multirange rather than an array of ranges: the target type says.
+def _multirange_of(dtype: DataType, pgtype: PgType | None, in_array: bool = False) -> StructType | None:
+    """The range type of a ``list<range>`` that is a multirange rather than an array of ranges, else None:
+    the target type says.
 
     Without it: inside an array yes (staged arrays are flat, so a list there is an array of
     multiranges), elsewhere no.
     """
-    if not (isinstance(dtype, ArrayType) and is_range(dtype.elementType)):
-        return False
-    return pgtype.kind == MULTIRANGE if pgtype is not None else in_array
+    if not isinstance(dtype, ArrayType):
+        return None
+    element = dtype.elementType
+    if is_range(element) and (pgtype.kind == MULTIRANGE if pgtype is not None else in_array):
+        return element
+    return None
 
 
 def array_text(c: Column, dtype: ArrayType, shape: Column | None = None,
@@ -125,11 +130,11 @@ def array_text(c: Column, dtype: ArrayType, shape: Column | None = None,
     ranges too: ``{"(1,x)",NULL}``."""
     element = dtype.elementType
     element_type = pgtype.element if pgtype is not None and pgtype.kind == ARRAY else None
-    multirange = _is_multirange(element, element_type, in_array=True)
-    nested = isinstance(element, ArrayType) and not multirange  # lists from other sources: multi-dimensional
+    multirange = _multirange_of(element, element_type, in_array=True)
+    nested = isinstance(element, ArrayType) and multirange is None  # lists from other sources: multi-dimensional
 
     def one(x: Column, i: Column) -> Column:
-        text = multirange_text(x, element) if multirange else pg_text(x, element, element_type)
+        text = multirange_text(x, multirange) if multirange is not None else pg_text(x, element, element_type)
         text = F.when(x.isNull(), F.lit("NULL")).otherwise(text if nested else _array_quote(text))
         if element_notes is None:
             return text
@@ -167,9 +172,10 @@ def range_text(c: Column, dtype: StructType) -> Column:
     return F.when(c.getField("empty"), F.lit("empty")).otherwise(finite)
 
 
-def multirange_text(c: Column, dtype: ArrayType) -> Column:
-    """multirange_in text '{[1,3),[5,7)}' ('{}' when empty): bare ranges, which it needs (no array quoting)."""
-    ranges = F.transform(c, lambda r: range_text(r, dtype.elementType))
+def multirange_text(c: Column, range_type: StructType) -> Column:
+    """multirange_in text '{[1,3),[5,7)}' ('{}' when empty): bare ranges, which it needs (no array quoting).
+    ``range_type`` is the element type of the staged ``list<range>`` (``_multirange_of``)."""
+    ranges = F.transform(c, lambda r: range_text(r, range_type))
     return F.concat(F.lit("{"), F.array_join(ranges, ","), F.lit("}"))
 
 
@@ -180,8 +186,8 @@ def _noted_text(c: Column, dtype: StructType, pgtype: PgType | None) -> Column:
     null elements); notes inside their bounds (``mr[0].lower``) are not folded at all.
     """
     value, value_type = c.getField(VALUE), dtype[VALUE].dataType
-    if _is_multirange(value_type, pgtype):
-        return F.when(value.isNotNull(), multirange_text(value, value_type))
+    if (range_type := _multirange_of(value_type, pgtype)) is not None:
+        return F.when(value.isNotNull(), multirange_text(value, range_type))
     if isinstance(value_type, ArrayType):
         elements = c.getField(ELEMENT_NOTES) if ELEMENT_NOTES in dtype.fieldNames() else None
         return F.when(value.isNotNull(), array_text(value, value_type, c.getField(NOTE), elements, pgtype))
@@ -210,8 +216,10 @@ def _text(c: Column, dtype: DataType, pgtype: PgType | None) -> Column:
         return timestamp_text(c, with_tz=isinstance(dtype, TimestampType))
     if isinstance(dtype, TimeType):
         return time_text(c)
+    if (range_type := _multirange_of(dtype, pgtype)) is not None:
+        return multirange_text(c, range_type)
     if isinstance(dtype, ArrayType):
-        return multirange_text(c, dtype) if _is_multirange(dtype, pgtype) else array_text(c, dtype, pgtype=pgtype)
+        return array_text(c, dtype, pgtype=pgtype)
     if is_folded(dtype):
         return _noted_text(c, dtype, pgtype)
     if isinstance(dtype, StructType):

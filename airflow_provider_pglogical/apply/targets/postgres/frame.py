@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import psycopg2
 from psycopg2 import sql
+from psycopg2.extensions import connection, cursor
 
 from airflow_provider_pglogical.apply.targets.postgres.catalog import ident, lock_key
 from airflow_provider_pglogical.apply.targets.postgres.plan import BatchPlan, BatchResult
@@ -14,7 +14,7 @@ from airflow_provider_pglogical.apply.targets.postgres.progress import advance_w
 from airflow_provider_pglogical.exceptions import ApplyError, ConstraintViolationError, format_lsn
 
 
-def begin_batch(cur, plan: BatchPlan, progress: str) -> bool:
+def begin_batch(cur: cursor, plan: BatchPlan, progress: str) -> bool:
     """Lock the slot, re-read the watermark (False: already applied), follow schema changes, run the truncates."""
     # Same key as the run's session lock: re-entrant here, and it serialises other writers.
     cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (lock_key(plan.slot),))
@@ -35,13 +35,14 @@ def begin_batch(cur, plan: BatchPlan, progress: str) -> bool:
     return True
 
 
-def finish_batch(cur, plan: BatchPlan, progress: str) -> None:
+def finish_batch(cur: cursor, plan: BatchPlan, progress: str) -> None:
     """Deferred constraints checked now (against the batch's end state, while errors are still ours), then the watermark."""
     cur.execute("SET CONSTRAINTS ALL IMMEDIATE")
     advance_watermarks(cur, progress, plan.slot, plan.watermark_tables, plan.end_lsn)
 
 
-def run_batch(conn, plan: BatchPlan, progress: str, result: BatchResult, apply_rows: Callable[[Any], None],
+def run_batch(conn: connection, plan: BatchPlan, progress: str, result: BatchResult,
+              apply_rows: Callable[[cursor], None],
               error: Callable[[psycopg2.Error], ApplyError]) -> BatchResult:
     """The exactly-once frame of a batch transaction, shared by the set-based apply and the ordered replay.
 

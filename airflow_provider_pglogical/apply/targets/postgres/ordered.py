@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import psycopg2
 from psycopg2 import sql
+from psycopg2.extensions import connection, cursor
 
 from airflow_provider_pglogical.apply.targets.base import COMMIT, ORDER
 from airflow_provider_pglogical.apply.targets.postgres.catalog import TargetTable, ident
@@ -39,6 +40,7 @@ from airflow_provider_pglogical.apply.targets.postgres.plan import (
     from_column,
 )
 from airflow_provider_pglogical.exceptions import ApplyError, UnresolvableToastError, format_lsn
+from airflow_provider_pglogical.hooks.cursor import one_row
 
 # PL/pgSQL variables are named _pglv_*: never a staging column (_pgl_*), so no reference is ambiguous.
 COUNTERS = ("inserted", "updated", "deleted", "rejected", "skipped_missing_update", "skipped_missing_delete")
@@ -76,7 +78,7 @@ def _change_block(i: int, t: TablePlan, plan: BatchPlan, rejects: str) -> sql.Co
     def tgt(c: str) -> sql.Composable:
         return sql.SQL("_pgl_t.{}").format(sql.Identifier(c))
 
-    def both(pairs, sep: str) -> sql.Composable:
+    def both(pairs: Iterable[sql.Composable], sep: str) -> sql.Composable:
         return sql.SQL(sep).join(pairs)
 
     at_old = both([sql.SQL("{} = {}").format(tgt(k), rec(from_column(j))) for j, k in enumerate(t.key)], " AND ")
@@ -138,7 +140,7 @@ def replay_block(plan: BatchPlan, tables: Sequence[TablePlan], rejects: str) -> 
     Errors are re-raised with their SQLSTATE, primary message and constraint, plus a hint naming the
     table and LSN of the change (DETAIL, which holds row values, is dropped).
     """
-    stg = [ident(ordered_name(t.staging)) for t in tables]
+    stg = [ident(ordered_name(t.staging_table)) for t in tables]
     merged = sql.SQL(" UNION ALL ").join(
         sql.SQL("SELECT {i} AS t, {c} AS c, {o} AS o, {lsn} AS l, ctid AS id FROM {s}").format(
             i=sql.Literal(i), c=sql.Identifier(COMMIT), o=sql.Identifier(ORDER), lsn=sql.Identifier(LSN), s=s)
@@ -189,7 +191,7 @@ def _replay_error(plan: BatchPlan, tables: Sequence[TablePlan], exc: psycopg2.Er
                        table=table, lsn=lsn)
 
 
-def apply_ordered(conn, plan: BatchPlan, *, progress: str, rejects: str) -> BatchResult:
+def apply_ordered(conn: connection, plan: BatchPlan, *, progress: str, rejects: str) -> BatchResult:
     """The batch in one transaction, change by change: truncates, the replay, deferred constraints, watermark.
 
     The tables' changes must be in their ``ordered_name`` staging tables. Same exactly-once frame as
@@ -198,12 +200,12 @@ def apply_ordered(conn, plan: BatchPlan, *, progress: str, rejects: str) -> Batc
     result = BatchResult(applied=False, ordered=True)
     tables = [t for t in plan.tables if t.staging is not None]
 
-    def apply_rows(cur) -> None:
+    def apply_rows(cur: cursor) -> None:
         if not tables:
             return
         cur.execute(sql.SQL("DO {}").format(sql.Literal(replay_block(plan, tables, rejects).as_string(cur))))
         cur.execute("SELECT current_setting(%s)", (RESULT_SETTING,))
-        for name, per_table in zip(COUNTERS, json.loads(cur.fetchone()[0]), strict=True):
+        for name, per_table in zip(COUNTERS, json.loads(one_row(cur)[0]), strict=True):
             for t, count in zip(tables, per_table, strict=True):
                 result.rows.setdefault(t.target, {})[name] = count
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from psycopg2 import sql
 
 from airflow_provider_pglogical.apply.targets.base import BatchResult, from_column
+from airflow_provider_pglogical.exceptions import ApplyError
 
 # The frames' meta columns (apply/transforms.py: KIND, KEEP, LSN, TOUCHED), as staging-table columns.
 OP, KEEP, LSN, TOUCHED = "_pgl_kind", "_pgl_keep", "_pgl_lsn", "_pgl_touched"
@@ -28,6 +29,13 @@ class TablePlan:
     staging: str | None = None  # None: no row changes for this table in the batch
     conflict: str = "upsert"
     unchanged_toast: str = "fail"
+
+    @property
+    def staging_table(self) -> str:
+        """``staging``, for the steps that only run on tables with row changes."""
+        if self.staging is None:
+            raise ApplyError(f"{self.target} has no staging table in this batch (no row changes)")
+        return self.staging
 
 
 @dataclass

@@ -7,17 +7,18 @@ all come here.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from psycopg2 import sql
+from psycopg2.extensions import connection, cursor
 
 from airflow_provider_pglogical.apply.targets.postgres.catalog import ident
+from airflow_provider_pglogical.hooks.cursor import one_row
 
 PROGRESS_TABLE = "pglogical_progress"
 REJECTS_TABLE = "pglogical_rejects"
 
 
-def ensure_bookkeeping(conn, progress: str, rejects: str) -> None:
+def ensure_bookkeeping(conn: connection, progress: str, rejects: str) -> None:
     with conn.cursor() as cur:
         cur.execute(sql.SQL(
             "CREATE TABLE IF NOT EXISTS {} (slot text NOT NULL, target_table text NOT NULL, "
@@ -30,27 +31,27 @@ def ensure_bookkeeping(conn, progress: str, rejects: str) -> None:
     conn.commit()
 
 
-def watermarks(conn, progress: str, slot: str) -> dict[str, int]:
+def watermarks(conn: connection, progress: str, slot: str) -> dict[str, int]:
     with conn.cursor() as cur:
         cur.execute(sql.SQL("SELECT target_table, (end_lsn - '0/0'::pg_lsn)::bigint FROM {} WHERE slot = %s")
                     .format(ident(progress)), (slot,))
         return dict(cur.fetchall())
 
 
-def exists(conn: Any, qualified: str) -> bool:
+def exists(conn: connection, qualified: str) -> bool:
     with conn.cursor() as cur:
         cur.execute("SELECT to_regclass(%s)", (ident(qualified).as_string(conn),))
-        return cur.fetchone()[0] is not None
+        return one_row(cur)[0] is not None
 
 
-def read_watermarks(conn: Any, slot: str, progress: str = PROGRESS_TABLE) -> dict[str, int]:
+def read_watermarks(conn: connection, slot: str, progress: str = PROGRESS_TABLE) -> dict[str, int]:
     """``watermarks``, or {} when the progress table does not exist yet (nothing applied)."""
     if not exists(conn, progress):
         return {}
     return watermarks(conn, progress, slot)
 
 
-def advance_watermarks(cur: Any, progress: str, slot: str, tables: Iterable[str], end_lsn: int) -> None:
+def advance_watermarks(cur: cursor, progress: str, slot: str, tables: Iterable[str], end_lsn: int) -> None:
     """Move the watermark of ``tables`` to ``end_lsn`` (never backwards), inside the caller's transaction."""
     for table in tables:
         cur.execute(sql.SQL(
@@ -60,7 +61,7 @@ def advance_watermarks(cur: Any, progress: str, slot: str, tables: Iterable[str]
             (slot, table, end_lsn))
 
 
-def reset(conn: Any, slot: str, tables: Iterable[str], progress: str = PROGRESS_TABLE) -> list[str]:
+def reset(conn: connection, slot: str, tables: Iterable[str], progress: str = PROGRESS_TABLE) -> list[str]:
     """Empty the existing ``tables`` and forget ``slot``'s watermarks, in one transaction; returns the emptied tables.
 
     Used by replay before re-applying the staged log from its first batch; crashing before the

@@ -15,11 +15,17 @@ from airflow_provider_pglogical.apply.targets.postgres.catalog import ident
 
 
 def alter_statements(qualified: str, changes: Sequence[ColumnChange]) -> list[sql.Composable]:
-    """One ALTER TABLE per change, in plan order; types are the source's ``format_type`` text (exact)."""
+    """ALTER TABLE statements for the changes, in plan order; types are the source's ``format_type`` text (exact)."""
     out: list[sql.Composable] = []
     for ch in changes:
         col = sql.Identifier(ch.column)
-        if ch.kind == ADD:
+        if ch.kind == ADD and ch.default is not None:
+            # Rows already in the target read the source's default (a fast default, no rewrite);
+            # the target keeps no default of its own, as for a column added without one.
+            out.append(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {} DEFAULT {}::{}").format(
+                ident(qualified), col, sql.SQL(str(ch.new_type)), sql.Literal(ch.default), sql.SQL(str(ch.new_type))))
+            stmt = sql.SQL("ALTER TABLE {} ALTER COLUMN {} DROP DEFAULT").format(ident(qualified), col)
+        elif ch.kind == ADD:
             stmt = sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}").format(
                 ident(qualified), col, sql.SQL(str(ch.new_type)))
         elif ch.kind == WIDEN:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import psycopg2
 from psycopg2 import sql
+from psycopg2.extensions import connection, cursor
 
 from airflow_provider_pglogical.apply.targets.postgres.catalog import ident
 from airflow_provider_pglogical.apply.targets.postgres.frame import batch_error, run_batch
@@ -27,6 +28,7 @@ from airflow_provider_pglogical.apply.targets.postgres.plan import (
     from_column,
 )
 from airflow_provider_pglogical.exceptions import ApplyError, UnresolvableToastError, format_lsn
+from airflow_provider_pglogical.hooks.cursor import one_row
 
 # Violations whose outcome depends on the order rows are written in (RESTRICT FKs raise 23001). CHECK and
 # NOT NULL judge one row's final values, which both paths write alike, so they fail either way.
@@ -47,7 +49,7 @@ def _exists_in_target(t: TablePlan) -> sql.Composable:
     return sql.SQL("EXISTS (SELECT 1 FROM {} t WHERE {})").format(ident(t.target), _key_match(t.key, "t", "s"))
 
 
-def _moved_toast_needs_order(cur, t: TablePlan) -> bool:
+def _moved_toast_needs_order(cur: cursor, t: TablePlan) -> bool:
     """Whether a row that arrived by a key change needs unchanged-TOAST values the target row at its old key
     cannot give: that row is not there (inserted or moved in earlier in the batch, or truncated) or it changed
     in the batch before moving (``_pgl_touched``). Only replaying the chain of changes finds the value.
@@ -60,16 +62,16 @@ def _moved_toast_needs_order(cur, t: TablePlan) -> bool:
         "SELECT EXISTS (SELECT FROM {stg} s LEFT JOIN {tgt} t ON {at_old} WHERE s.{op} IN ('I', 'R') "
         "AND cardinality(s.{keep}) > 0 AND {old0} IS NOT NULL AND (t.{k0} IS NULL "
         "OR ({old}) IN (SELECT {key} FROM {stg} f WHERE f.{touched})))").format(
-        stg=ident(t.staging), tgt=ident(t.target), op=sql.Identifier(OP), keep=sql.Identifier(KEEP),
+        stg=ident(t.staging_table), tgt=ident(t.target), op=sql.Identifier(OP), keep=sql.Identifier(KEEP),
         at_old=sql.SQL(" AND ").join(sql.SQL("t.{} = {}").format(sql.Identifier(k), o) for k, o in zip(t.key, old_key,
                                                                                                       strict=True)),
         old0=old_key[0], k0=sql.Identifier(t.key[0]), old=sql.SQL(", ").join(old_key),
         key=sql.SQL(", ").join(sql.SQL("f.{}").format(sql.Identifier(k)) for k in t.key),
         touched=sql.Identifier(TOUCHED)))
-    return cur.fetchone()[0]
+    return bool(one_row(cur)[0])
 
 
-def _fill_from_moved_rows(cur, t: TablePlan) -> None:
+def _fill_from_moved_rows(cur: cursor, t: TablePlan) -> None:
     """Unchanged-TOAST values of rows that arrived by a key change, from the target row at the old key.
 
     Runs after the truncates (a truncated row is no source) and before the deletes (which remove
@@ -85,13 +87,13 @@ def _fill_from_moved_rows(cur, t: TablePlan) -> None:
                                   for i, k in enumerate(t.key))
     cur.execute(sql.SQL("UPDATE {stg} s SET {sets}, {keep} = '{{}}' FROM {tgt} t WHERE s.{op} IN ('I', 'R') "
                         "AND cardinality(s.{keep}) > 0 AND {m}").format(
-        stg=ident(t.staging), sets=sets, keep=sql.Identifier(KEEP), tgt=ident(t.target), op=sql.Identifier(OP),
+        stg=ident(t.staging_table), sets=sets, keep=sql.Identifier(KEEP), tgt=ident(t.target), op=sql.Identifier(OP),
         m=match))
 
 
-def _apply_table_rows(cur, plan: BatchPlan, t: TablePlan, rejects: str, counters: dict[str, int]) -> None:
+def _apply_table_rows(cur: cursor, plan: BatchPlan, t: TablePlan, rejects: str, counters: dict[str, int]) -> None:
     """Conflict/TOAST checks, then UPDATE of existing rows and INSERT of new ones (deletes done earlier)."""
-    stg, tgt = ident(t.staging), ident(t.target)
+    stg, tgt = ident(t.staging_table), ident(t.target)
     cols = sql.SQL(", ").join(map(sql.Identifier, t.columns))
     scols = sql.SQL(", ").join(sql.SQL("s.{}").format(sql.Identifier(c)) for c in t.columns)
     if not t.key:  # keyless, insert-only: append every INSERT (the runner refused UPDATE/DELETE)
@@ -104,7 +106,7 @@ def _apply_table_rows(cur, plan: BatchPlan, t: TablePlan, rejects: str, counters
         op=sql.Identifier(OP), keep=sql.Identifier(KEEP), ex=exists)
     cur.execute(sql.SQL("SELECT count(*), min(s.{lsn}), max(s.{lsn}) FROM {stg} s WHERE {u}").format(
         lsn=sql.Identifier(LSN), stg=stg, u=unresolved))
-    n, lo, hi = cur.fetchone()
+    n, lo, hi = one_row(cur)
     if n:
         if t.unchanged_toast == "fail":
             raise UnresolvableToastError(
@@ -122,7 +124,7 @@ def _apply_table_rows(cur, plan: BatchPlan, t: TablePlan, rejects: str, counters
     if t.conflict == "strict":
         cur.execute(sql.SQL("SELECT count(*) FROM {} s WHERE s.{} = 'I' AND {}").format(
             stg, sql.Identifier(OP), exists))
-        (conflicts,) = cur.fetchone()
+        (conflicts,) = one_row(cur)
         if conflicts:
             raise ApplyError(f"{conflicts} INSERT(s) into {t.target} hit an existing key (conflict policy strict); "
                              f"batch {format_lsn(plan.start_lsn)}-{format_lsn(plan.end_lsn)} not applied")
@@ -140,10 +142,10 @@ def _apply_table_rows(cur, plan: BatchPlan, t: TablePlan, rejects: str, counters
     counters["inserted"] = cur.rowcount
     cur.execute(sql.SQL("SELECT count(*) FROM {} s WHERE s.{} = 'U' AND NOT {}").format(
         stg, sql.Identifier(OP), exists))
-    counters["skipped_missing_update"] = cur.fetchone()[0]
+    counters["skipped_missing_update"] = one_row(cur)[0]
 
 
-def apply_batch(conn, plan: BatchPlan, *, progress: str, rejects: str) -> BatchResult:
+def apply_batch(conn: connection, plan: BatchPlan, *, progress: str, rejects: str) -> BatchResult:
     """One transaction: truncates, deletes (children first), upserts (parents first), watermark.
 
     Idempotent under replay: the watermark is re-read under a per-slot advisory lock inside the
@@ -154,7 +156,7 @@ def apply_batch(conn, plan: BatchPlan, *, progress: str, rejects: str) -> BatchR
     staged = [t for t in plan.tables if t.staging is not None]
     keyed = [t for t in staged if t.key]  # keyless tables are insert-only: nothing to match, move or delete
 
-    def apply_rows(cur) -> None:
+    def apply_rows(cur: cursor) -> None:
         for t in keyed:
             if _moved_toast_needs_order(cur, t):
                 raise OrderedReplayNeeded(f"unchanged TOAST values of {t.target} moved along a key-change chain")
@@ -163,7 +165,8 @@ def apply_batch(conn, plan: BatchPlan, *, progress: str, rejects: str) -> BatchR
                 _fill_from_moved_rows(cur, t)
             for t in reversed(keyed):
                 cur.execute(sql.SQL("DELETE FROM {tgt} t USING {stg} s WHERE s.{op} IN ('D', 'R') AND {m}").format(
-                    tgt=ident(t.target), stg=ident(t.staging), op=sql.Identifier(OP), m=_key_match(t.key, "t", "s")))
+                    tgt=ident(t.target), stg=ident(t.staging_table), op=sql.Identifier(OP),
+                    m=_key_match(t.key, "t", "s")))
                 result.rows.setdefault(t.target, {})["deleted"] = cur.rowcount
             for t in staged:
                 _apply_table_rows(cur, plan, t, rejects, result.rows.setdefault(t.target, {}))

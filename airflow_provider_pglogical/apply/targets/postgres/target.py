@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -119,7 +119,8 @@ class PostgresTarget:
         """The schema of the progress, rejects and staging tables (resolved when the session opens)."""
         return self.config.bookkeeping_schema or "public"
 
-    def watermarks(self, slot: str) -> dict[str, int]:
+    def watermarks(self, slot: str, tables: Collection[str] = ()) -> dict[str, int]:
+        """Every table's watermark of ``slot`` (one read of the progress table; ``tables`` is not needed)."""
         marks = progress.watermarks(self.conn, self.config.progress_table, slot)
         self.conn.commit()
         return marks
@@ -173,7 +174,7 @@ class PostgresTarget:
         started, replayed = time.monotonic(), False
         try:
             for planned, table in zip(plan.tables, tables, strict=True):
-                self._stage(planned, described[planned.target], table.staging or "", changes.net(planned),
+                self._stage(planned, described[planned.target], table.staging_table, changes.net(planned),
                             in_order=False)
             staged_at = time.monotonic()
             seconds["stage"] = round(staged_at - started, 3)
@@ -188,7 +189,7 @@ class PostgresTarget:
                 seconds["apply"] = round(time.monotonic() - staged_at, 3)
                 replayed, replay_at = True, time.monotonic()
                 for planned, table in zip(plan.tables, tables, strict=True):
-                    self._stage(planned, described[planned.target], ordered.ordered_name(table.staging or ""),
+                    self._stage(planned, described[planned.target], ordered.ordered_name(table.staging_table),
                                 changes.ordered(planned), in_order=True)
                 staged_at = time.monotonic()
                 seconds["stage_ordered"] = round(staged_at - replay_at, 3)

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from psycopg2.extensions import connection
+
 ARRAY, COMPOSITE, RANGE, MULTIRANGE, MONEY, SCALAR = "array", "composite", "range", "multirange", "money", "scalar"
 _MONEY_OID = 790  # staged as int64 minor units, like a bigint: only the target type tells them apart
 
@@ -29,6 +31,10 @@ FROM pg_catalog.pg_type t WHERE t.oid = ANY(%s::oid[])
 """
 
 
+# One ``_LEVEL_QUERY`` row after its oid: typtype, domain base, array element (or None), field names, field oids.
+LevelRow = tuple[str, int, int | None, list[str], list[int]]
+
+
 @dataclass(frozen=True)
 class PgType:
     kind: str
@@ -39,7 +45,7 @@ class PgType:
         return next((t for n, t in self.fields if n == name), None)
 
 
-def build_tree(oid: int, rows: dict[int, tuple], depth: int = 0) -> PgType:
+def build_tree(oid: int, rows: dict[int, LevelRow], depth: int = 0) -> PgType:
     """The tree of ``oid`` from ``_LEVEL_QUERY`` rows (oid → (typtype, base, element, names, field oids))."""
     row = rows.get(oid)
     if row is None or depth > 32:  # PostgreSQL forbids a composite containing itself; this is only a guard
@@ -57,14 +63,14 @@ def build_tree(oid: int, rows: dict[int, tuple], depth: int = 0) -> PgType:
     return PgType({"r": RANGE, "m": MULTIRANGE}.get(typtype, SCALAR))
 
 
-def describe_types(conn, columns: Iterable[tuple[str, str]]) -> dict[str, PgType]:
+def describe_types(conn: connection, columns: Iterable[tuple[str, str]]) -> dict[str, PgType]:
     """``(column, format_type text)`` pairs → trees of the columns whose type is not a scalar.
 
     Runs a few catalog queries in the caller's transaction (names resolve by its search_path,
     as ``format_type`` printed them).
     """
     columns = list(columns)
-    rows: dict[int, tuple] = {}
+    rows: dict[int, LevelRow] = {}
     with conn.cursor() as cur:
         cur.execute("SELECT n, n::regtype::oid::int8 FROM unnest(%s::text[]) AS n", (sorted({t for _, t in columns}),))
         oid_of = dict(cur.fetchall())

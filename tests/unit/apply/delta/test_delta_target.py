@@ -8,11 +8,11 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from airflow_provider_pglogical.apply.targets.base import COMMIT, ORDER
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation, app_id
-from airflow_provider_pglogical.apply.targets.delta.mirror import COMMIT, ORDER
 from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
 from airflow_provider_pglogical.apply.transforms import FROM, KEEP, KIND, LSN, TOUCHED
-from airflow_provider_pglogical.exceptions import UnresolvableToastError
+from airflow_provider_pglogical.exceptions import ApplyError, UnresolvableToastError
 
 COLUMNS = ("id", "n", "body")
 TYPES = {"id": "integer", "n": "integer", "body": "text"}
@@ -154,3 +154,84 @@ def test_a_key_of_all_columns_matches_rows_whose_columns_are_null(target):
     run(0, 10, [("I", [], None, 1, None, "a"), ("I", [], None, 2, None, None)])
     run(10, 20, [("D", [], None, 2, None, None)])
     assert rows_of(target.location, "public.full") == [(1, None, "a")]
+
+
+def test_the_delta_target_answers_the_target_protocol_from_its_log(target):
+    from airflow_provider_pglogical.apply.targets.base import Target
+
+    as_target: Target = target  # mypy checks the protocol; the calls below check the behaviour
+    assert as_target.describe("public.t") is None and as_target.foreign_keys() == []
+    as_target.create_table("public.t", [("id", "integer"), ("n", "integer"), ("body", "text")], ("id",))
+    announced = as_target.describe("public.t")
+    assert announced is not None and announced.columns == TYPES and announced.primary_key == ()
+    assert not DeltaTable.is_deltatable(target.location.table_uri("public.t"))  # created by its first commit
+    apply(target, 0, 10, [("I", [], None, 1, 1, "a")])
+    described = as_target.describe("public.t")
+    assert described is not None and described.columns == TYPES  # the recorded source types
+    with as_target.session("s1"):
+        assert as_target.watermarks("s1", ["public.t", "public.missing"]) == {"public.t": 10}
+        assert as_target.watermarks("other_slot", ["public.t"]) == {}
+    with pytest.raises(ApplyError, match="writes slot s1"), as_target.session("s2"):
+        pass
+
+
+def test_a_keyless_table_is_appended_to_and_replaced_after_a_truncate(target):
+    def run(start: int, end: int, rows: list[tuple], truncated: bool = False):
+        return target.apply_net("public.log", start, end, net(rows).drop_columns([FROM]), key=(), columns=COLUMNS,
+                                type_names=TYPES, truncated=truncated)
+
+    run(0, 10, [("I", [], None, 1, 1, "a"), ("I", [], None, 1, 1, "a")])
+    run(10, 20, [("I", [], None, 2, 1, "b")])
+    assert rows_of(target.location, "public.log") == [(1, 1, "a"), (1, 1, "a"), (2, 1, "b")]
+    assert not run(10, 20, [("I", [], None, 9, 9, "again")]).committed
+    run(20, 30, [("I", [], None, 3, 1, "c")], truncated=True)
+    assert rows_of(target.location, "public.log") == [(3, 1, "c")] and target.watermark("public.log") == 30
+
+
+def test_the_runner_frames_become_the_arrow_shapes_of_the_mirror_and_the_feed():
+    from datetime import UTC, datetime
+
+    from airflow_provider_pglogical.apply.targets.base import PlannedTruncate, from_column
+    from airflow_provider_pglogical.apply.targets.delta import changelog
+    from airflow_provider_pglogical.apply.targets.delta.target import _with_from, _with_truncates
+
+    flat = pa.table({KIND: ["I", "U"], from_column(0): pa.array([7, None], pa.int32()),
+                     "id": pa.array([1, 2], pa.int32())})
+    moved = _with_from(flat, ("id",))
+    assert moved.column_names == [KIND, "id", FROM] and moved.column(FROM).to_pylist() == [{"id": 7}, None]
+    feed = pa.table({changelog.OP: ["insert", "delete"], changelog.COMMIT_LSN: pa.array([30, 10], pa.int64()),
+                     changelog.TX_ORDER: pa.array([0, 1], pa.int64()), changelog.LSN: pa.array([31, 11], pa.int64()),
+                     changelog.COMMIT_TIME: pa.array([None, None], pa.timestamp("us", tz="UTC")),
+                     changelog.XID: pa.array([5, 4], pa.int64()),
+                     changelog.UNCHANGED: pa.array([[], []], pa.list_(pa.string())), "id": pa.array([1, 2], pa.int32())})
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    rows = _with_truncates(feed, [PlannedTruncate("public.t", 20, 3, 21, 9, at)])
+    assert rows.column(changelog.OP).to_pylist() == ["delete", "truncate", "insert"]
+    assert rows.slice(1, 1).to_pylist()[0] | {"id": None} == {
+        changelog.OP: "truncate", changelog.COMMIT_LSN: 20, changelog.TX_ORDER: 3, changelog.LSN: 21,
+        changelog.COMMIT_TIME: at, changelog.XID: 9, changelog.UNCHANGED: [], "id": None}
+
+
+def test_folded_exactness_notes_are_unwrapped_or_refused_naming_column_and_lsn():
+    from airflow_provider_pglogical.apply.targets.delta.types import DeltaValueError, unwrap_notes
+
+    folded = pa.struct([("_pgl_value", pa.decimal128(6, 2)), ("_pgl_note", pa.string())])
+    arrays = pa.struct([("_pgl_value", pa.list_(pa.int32())), ("_pgl_note", pa.string()),
+                        ("_pgl_element_notes", pa.list_(pa.string()))])
+    clean = pa.table({LSN: pa.array([16, 17], pa.int64()),
+                      "n": pa.array([{"_pgl_value": 1, "_pgl_note": None}, None], folded),
+                      "a": pa.array([{"_pgl_value": [1, 2], "_pgl_note": None, "_pgl_element_notes": [None, None]},
+                                     {"_pgl_value": None, "_pgl_note": None, "_pgl_element_notes": None}], arrays),
+                      "_old": pa.array([{"n": {"_pgl_value": 3, "_pgl_note": None}}, None],
+                                       pa.struct([("n", folded)]))})
+    out = unwrap_notes(clean, "batch 0-10: public.t", LSN)
+    assert out.column("n").to_pylist()[0] is not None and out.column("n").type == pa.decimal128(6, 2)
+    assert out.column("a").to_pylist() == [[1, 2], None]
+    assert out.column("_old").type == pa.struct([("n", pa.decimal128(6, 2))])
+    nan = clean.set_column(1, "n", pa.array([None, {"_pgl_value": None, "_pgl_note": "NaN"}], folded))
+    with pytest.raises(DeltaValueError, match=r"public\.t: column n \(change at LSN 11\)"):
+        unwrap_notes(nan, "batch 0-10: public.t", LSN)
+    element = clean.set_column(2, "a", pa.array(
+        [{"_pgl_value": [1], "_pgl_note": None, "_pgl_element_notes": ["NaN"]}, None], arrays))
+    with pytest.raises(DeltaValueError, match=r"column a \(change at LSN 10\)"):
+        unwrap_notes(element, "batch 0-10: public.t", LSN)

@@ -79,3 +79,14 @@ def test_nanoseconds_are_never_truncated():
     table = pa.table({"t": pa.array([1_001], pa.timestamp("ns"))})
     with pytest.raises(DeltaValueError, match="nanoseconds"):
         to_delta(table, delta_schema(table.schema), "b")
+
+
+def test_infinity_names_the_first_change_that_holds_it_when_the_lsns_are_given():
+    table = pa.table({"_pgl_lsn": pa.array([0x30, 0x20, 0x10], pa.int64()),
+                      "valid_to": pa.array([0, INT32_MAX, None], pa.date32()),
+                      "span": pa.array([None, None, {"lower": -(2**31)}], pa.struct([("lower", pa.date32())]))})
+    with pytest.raises(DeltaValueError, match=r"b: public.t: column valid_to \(change at LSN 20\) holds ±infinity"):
+        to_delta(table, delta_schema(table.schema), "b: public.t", lsn_column="_pgl_lsn")
+    with pytest.raises(DeltaValueError, match=r"column span.lower \(change at LSN 10\)"):
+        to_delta(table.drop_columns(["valid_to"]), delta_schema(table.drop_columns(["valid_to"]).schema), "b",
+                 lsn_column="_pgl_lsn")
