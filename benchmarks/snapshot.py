@@ -111,12 +111,14 @@ def ours(src_dsn: str, target_dsn: str, uri: str, parallelism: int, chunk_bytes:
         spark.range(1).collect()  # JVM up: not part of the apply
         warm_s = time.monotonic() - t1
         t2 = time.monotonic()
-        apply_slot(spark, ApplyConfig(slot="ours", staging_root=uri, tables={}), target_dsn)
+        reports = apply_slot(spark, ApplyConfig(slot="ours", staging_root=uri, tables={}), target_dsn)
         apply_s = time.monotonic() - t2
+        # where the apply's time went: Spark read + convert + COPY into staging tables vs the load transaction
+        detail = {k: round(sum(r.seconds.get(k, 0.0) for r in reports), 2) for k in ("stage", "apply")}
     finally:
         spark.stop()
     return {"snapshot_s": round(snapshot_s, 2), "apply_s": round(apply_s, 2), "spark_start_s": round(warm_s, 2),
-            "staged_bytes": staged}
+            "apply_stage_s": detail["stage"], "apply_load_s": detail["apply"], "staged_bytes": staged}
 
 
 def main() -> int:
@@ -129,6 +131,7 @@ def main() -> int:
     p.add_argument("--also-parallelism", type=int, nargs="*", default=[],
                    help="also time the snapshot alone with these reader counts (e.g. 1 4)")
     args = p.parse_args()
+    load_before = os.getloadavg()[0]  # the machine is shared: the numbers mean little without it
     server = start_server(settings={"max_sync_workers_per_subscription": "2"})
     try:
         source, native, target = make_database(server), make_database(server), make_database(server)
@@ -153,7 +156,8 @@ def main() -> int:
         same = args.skip_apply or all(query(native_dsn, check.format(t)) == query(target_dsn, check.format(t)) for t in TABLES)
         total = our["snapshot_s"] + our["apply_s"]
         print(json.dumps({
-            "rows": counts, "populate_s": round(populate_s, 2), "parallelism": args.parallelism,
+            "rows": counts, "load_avg_1m": [round(load_before, 1), round(os.getloadavg()[0], 1)],
+            "populate_s": round(populate_s, 2), "parallelism": args.parallelism,
             "raw_copy_to_s": round(raw_s, 2), "native_initial_sync_s": round(native_s, 2), "ours": our,
             "snapshot_s_by_parallelism": {str(args.parallelism): our["snapshot_s"], **others},
             "ours_total_s": round(total, 2), "targets_identical": same,

@@ -87,11 +87,23 @@ class SnapshotChanges:
         cfg = dataclasses.replace(table.config, actions=ACTIONS)
         shape = planning.TableShape(table.source, table.target, table.key, table.columns)
         from_key = [F.lit(None).alias(from_column(i)) for i, _k in enumerate(table.key)]
-        return (net_changes(df, table.relation, cfg, shape, None, notes=True)
+        return (net_changes(df, table.relation, cfg, shape, None, notes=True, unique_keys=unique_in_snapshot(table))
                 .select(KIND, KEEP, LSN, *from_key, TOUCHED, *table.columns))
 
     def ordered(self, table: PlannedTable) -> DataFrame:
         raise ApplyError(f"snapshot of {table.source}: a snapshot is loaded set-based only")
+
+
+def unique_in_snapshot(table: PlannedTable) -> bool:
+    """Whether no key occurs twice in the table's snapshot, so netting needs no shuffle (``single_event_net``).
+
+    True when the key is the source's primary key or replica identity index: one consistent snapshot
+    holds each of its values once (filters and column lists only drop rows and other columns). Other
+    keys (REPLICA IDENTITY FULL, a configured key) may repeat and are netted by ``compact``.
+    """
+    rel = table.relation
+    return (rel.replica_identity in ("d", "i") and bool(table.key)
+            and tuple(table.key) == tuple(rel.identity_columns))
 
 
 def _uri(layout: SnapshotLayout, path: str) -> str:

@@ -6,7 +6,6 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_pglogical.exceptions import SnapshotOnExistingSlotError, SpecError
-from airflow_provider_pglogical.hooks.cursor import one_row
 from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec, split_qualified
 
@@ -85,6 +84,9 @@ def sync_tables(spec: PipelineSpec, *, resync: list[str] | None = None, log: Log
         raise SpecError(f"{spec.origin}: resync with several publications is not supported yet (the snapshot reads "
                         "one publication's row filter and column list)")
     job = snapshot_job(spec)
+    if resync and spec.target.kind != "postgres":  # nothing would load it (targets without SnapshotTarget)
+        raise SpecError(f"resync of {', '.join(resync)}: only for target kind: postgres so far; a "
+                        f"{spec.target.kind} target cannot load snapshots yet")
     if resync:
         request_resync(job, resync)
     added = request_added_tables(job) if spec.snapshot.initial else []
@@ -119,17 +121,14 @@ def target_sync_marks(spec: PipelineSpec) -> dict[str, int]:
         return {}
     import psycopg2
 
-    from airflow_provider_pglogical.pipeline.steps import target_dsn
+    from airflow_provider_pglogical.apply.targets.postgres.snapshot import SYNC_TABLE, sync_marks
+    from airflow_provider_pglogical.pipeline.steps import target_dsn, target_progress_table
 
+    # pglogical_sync lives next to the progress table, in the bookkeeping schema the apply resolves.
+    schema = target_progress_table(spec).rpartition(".")[0]
     conn = psycopg2.connect(target_dsn(spec))
     try:
-        with conn.cursor() as cur:  # pglogical_sync: written by the apply's snapshot loads
-            cur.execute("SELECT to_regclass('pglogical_sync')")
-            if one_row(cur)[0] is None:
-                return {}
-            cur.execute("SELECT target_table, (sync_lsn - '0/0'::pg_lsn)::bigint FROM pglogical_sync WHERE slot = %s",
-                        (spec.source.slot,))
-            return dict(cur.fetchall())
+        return sync_marks(conn, spec.source.slot, f"{schema}.{SYNC_TABLE}" if schema else SYNC_TABLE)
     finally:
         conn.close()
 

@@ -169,6 +169,9 @@ class SpecValidator:
         snapshot = self.snapshot(top.get("snapshot"), "snapshot")
         if target is not None and target.kind == "delta":
             self.delta_tables(target, tables, selectors)
+            if snapshot.initial:  # its changes would apply without the pre-existing rows (no SnapshotTarget)
+                self.err("snapshot.initial", "only for target kind: postgres so far: a delta target cannot load "
+                                             "snapshots yet; set snapshot.initial: false")
         if source is not None and source.publications and snapshot.initial:
             # snapshot/source.describe_tables reads one publication's row filter and column list.
             self.err("snapshot.initial", "not supported with several publications yet; list one publication")

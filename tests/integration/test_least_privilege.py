@@ -223,3 +223,38 @@ def test_a_configured_bookkeeping_schema_holds_the_bookkeeping_and_a_role_withou
     with pytest.raises(PrivilegeError, match="lacks CREATE on it") as err:
         resolve_for_dsn(dsn, "public", ["warehouse.orders"])
     assert err.value.privilege == "CREATE ON SCHEMA public"
+
+
+def test_a_loader_role_owning_only_its_schema_loads_the_initial_snapshot_with_its_sync_marks_there(
+        pg_server, pg_dbname, loader_target, tmp_path):
+    src = pg_server.dsn(pg_dbname)
+    dw_db, role = loader_target
+    execute(src, SCHEMA)
+    execute(src, "INSERT INTO customers SELECT g, 'c' || g FROM generate_series(1, 50) g; "
+                 "INSERT INTO orders SELECT g, g * 10 FROM generate_series(1, 80) g")
+    dw = pg_server.dsn(dw_db)
+    execute(dw, f'CREATE SCHEMA pgl_meta AUTHORIZATION "{role}"')
+    spec = {**loader_spec(pg_server, pg_dbname, dw_db, role, tmp_path, bookkeeping_schema="pgl_meta"),
+            "snapshot": {"initial": True}}
+    first = run_cli(spec, tmp_path)  # slot with an exported snapshot, the pre-existing rows, then the apply
+    assert first.returncode == 0, first.stderr[-3000:]
+    execute(src, "UPDATE orders SET amount = 1 WHERE id = 1; DELETE FROM customers WHERE id = 2; "
+                 "INSERT INTO orders VALUES (100, 5)")
+    second = run_cli(spec, tmp_path)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert rows(dw, "SELECT id, name FROM warehouse.customers ORDER BY id") == \
+        rows(src, "SELECT id, name FROM customers ORDER BY id")
+    assert rows(dw, "SELECT id, amount::int FROM warehouse.orders ORDER BY id") == \
+        rows(src, "SELECT id, amount::int FROM orders ORDER BY id")
+    assert rows(dw, "SELECT to_regclass('pgl_meta.pglogical_sync') IS NOT NULL, "
+                    "to_regclass('pgl_meta.pglogical_progress') IS NOT NULL, "
+                    "to_regclass('public.pglogical_sync') IS NULL, to_regclass('warehouse.pglogical_sync') IS NULL") \
+        == [(True, True, True, True)]
+    assert rows(dw, "SELECT target_table FROM pgl_meta.pglogical_sync ORDER BY 1") == \
+        [("warehouse.customers",), ("warehouse.orders",)]
+    assert rows(dw, "SELECT count(*) FROM pg_class WHERE relname LIKE '\\_pglogical\\_stg\\_%'") == [(0,)]
+    status = subprocess.run([PGLOGICAL, "status", "--spec", str(tmp_path / "spec.yaml")], capture_output=True,
+                            text=True, timeout=300)
+    assert status.returncode == 0, status.stderr[-2000:]
+    sync = json.loads(status.stdout)["sync"]
+    assert {t: s["state"] for t, s in sync.items()} == {"public.orders": "synced", "public.customers": "synced"}

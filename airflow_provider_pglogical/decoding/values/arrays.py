@@ -5,13 +5,24 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from airflow_provider_pglogical.decoding.values.codec import Codec, Notes, Reader
 from airflow_provider_pglogical.decoding.values.sentinels import PgArray
+from airflow_provider_pglogical.decoding.values.vector import (
+    KIND_BINARY,
+    KIND_NULL,
+    KIND_TEXT,
+    Column,
+    big_endian,
+    validity_buffer,
+)
 from airflow_provider_pglogical.exceptions import DecodeError
 
 MAXDIM = 6  # utils/array.h
+# The vectorised path frames element j of every array in one numpy step; longer arrays go value by value.
+VECTOR_MAX_ELEMENTS = 4096
 _DIMS = re.compile(r"((?:\[-?\d+:-?\d+\])+)=")
 _BOUND = re.compile(r"\[(-?\d+):(-?\d+)\]")
 
@@ -154,6 +165,16 @@ class ArrayCodec(Codec):
         el = self.element
         return self._python(dims, lbs, [None if e is None else el.from_text(e) for e in elems])
 
+    def arrow_column(self, col: Column) -> pa.Array | None:
+        """Binary 1-D arrays from 1 (and empty ones) of an element type with a vectorised path, as one
+        ListArray over the element codec's column: no Python object per value or element.
+
+        Anything else — text values, more dimensions or other lower bounds (they need a shape note),
+        element types without a vectorised path, malformed values — returns None, and the per-value
+        path converts the column (and raises the precise error).
+        """
+        return _vector_arrays(self, col)
+
     def arrow_from_binary(self, raw: bytes, notes: Notes, path: str) -> list[Any]:
         dims, lbs, elems = _binary_layout(raw)
         el = self.element
@@ -171,3 +192,67 @@ class ArrayCodec(Codec):
         if note:
             notes[path] = note
         return out
+
+
+def _vector_arrays(codec: ArrayCodec, col: Column) -> pa.Array | None:
+    """``ArrayCodec.arrow_column``: frame every element into one ``Column``, convert it at once."""
+    if col.has(KIND_TEXT):
+        return None
+    n = len(col)
+    valid = col.kinds == KIND_BINARY
+    rows = np.flatnonzero(valid)
+    starts, lengths = col.starts[rows], col.lengths[rows]
+    if (lengths < 12).any():  # ndim, has_nulls, element type
+        return None
+    i32 = big_endian(col.buf, ">i4")
+    ndim, has_nulls = i32[starts], i32[starts + 4]
+    one = ndim == 1
+    if not ((ndim == 0) | one).all() or not ((has_nulls == 0) | (has_nulls == 1)).all():
+        return None
+    if (lengths[one] < 20).any():  # ndim 1: plus its dimension and lower bound
+        return None
+    at = np.where(one, starts, 0)
+    counts = np.where(one, i32[at + 12], 0).astype(np.int64)
+    lower = np.where(one, i32[at + 16], 1)
+    if (counts < 0).any() or (lower != 1).any() or (4 * counts > lengths).any():
+        return None
+    if len(counts) and counts.max() > VECTOR_MAX_ELEMENTS:
+        return None
+    ends = starts + lengths
+    first = np.zeros(len(rows) + 1, dtype=np.int64)  # index of each array's first element
+    np.cumsum(counts, out=first[1:])
+    total = int(first[-1])
+    kinds = np.full(total, KIND_NULL, dtype=np.uint8)
+    e_starts = np.zeros(total, dtype=np.int64)
+    e_lengths = np.zeros(total, dtype=np.int64)
+    pos = starts + np.where(one, 20, 12)
+    active = np.flatnonzero(counts > 0)
+    j = 0
+    while len(active):
+        p = pos[active]
+        if (p + 4 > ends[active]).any():
+            return None
+        length = i32[p]
+        if (length < -1).any():
+            return None
+        has_value = length >= 0
+        out = first[active] + j
+        kinds[out] = np.where(has_value, KIND_BINARY, KIND_NULL)
+        e_starts[out] = np.where(has_value, p + 4, 0)
+        e_lengths[out] = np.where(has_value, length, 0)
+        pos[active] = p + 4 + np.where(has_value, length, 0)
+        j += 1
+        active = active[counts[active] > j]
+    if (pos != ends).any():  # an element runs past its value, or trailing bytes
+        return None
+    values = codec.element.arrow_column(Column(kinds, col.data, col.buf, e_starts, e_lengths))
+    if values is None or values.type != codec.element.arrow_type:
+        return None
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    per_row = np.zeros(n, dtype=np.int64)
+    per_row[rows] = counts
+    if total > 2**31 - 1:
+        return None
+    np.cumsum(per_row, out=offsets[1:])
+    return pa.Array.from_buffers(codec.arrow_type, n, [validity_buffer(valid), pa.py_buffer(offsets)],
+                                 null_count=int(n - len(rows)), children=[values])

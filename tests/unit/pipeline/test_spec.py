@@ -381,6 +381,26 @@ def test_the_snapshot_section_defaults_to_no_initial_snapshot_and_validates_its_
     assert "snapshot.chunks: unknown key" in text
 
 
+def test_a_delta_target_refuses_an_initial_snapshot_it_could_not_load():
+    doc = copy.deepcopy(VALID)
+    doc["target"] = {"kind": "delta", "uri": "s3://lake/cdc"}
+    doc["snapshot"] = {"initial": True}
+    assert "snapshot.initial: only for target kind: postgres so far" in error_of(doc)
+    doc["snapshot"] = {"initial": False, "parallelism": 2}
+    assert parse_spec(doc, env={}).snapshot.parallelism == 2
+
+
+def test_a_resync_on_a_delta_target_is_refused_before_anything_is_requested(tmp_path):
+    from airflow_provider_pglogical.pipeline.snapshots import sync_tables
+
+    doc = copy.deepcopy(VALID)
+    doc["target"] = {"kind": "delta", "uri": str(tmp_path / "lake")}
+    doc["staging"] = {"uri": str(tmp_path / "staging")}
+    with pytest.raises(SpecError, match="resync of public.customers: only for target kind: postgres"):
+        sync_tables(parse_spec(doc, env={}), resync=["public.customers"])
+    assert not (tmp_path / "staging").exists()
+
+
 def test_several_publications_are_decoded_together():
     from airflow_provider_pglogical.pipeline.runs import drain_config
 

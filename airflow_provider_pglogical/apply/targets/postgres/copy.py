@@ -45,15 +45,23 @@ def drop_staging(conn: connection, names: Iterable[str]) -> None:
     conn.commit()
 
 
-def drop_leftover_staging(conn: connection) -> None:
-    """Staging tables of batches a crashed run left behind (their batches are re-staged or skipped)."""
+def drop_leftover_staging(conn: connection, schema: str, prefixes: Iterable[str]) -> list[str]:
+    """Staging tables in ``schema`` whose names start with one of ``prefixes`` (``plan.staging_prefix``
+    of this slot's target tables), dropped: a run that crashed after its COMMIT left them, and the
+    rerun skips their batch or snapshot, so nothing else would. Call it holding the slot's lock."""
+    patterns = sorted({p.replace("\\", "\\\\").replace("_", "\\_").replace("%", "\\%") + "%" for p in prefixes})
+    dropped: list[str] = []
+    if not patterns:
+        return dropped
     with conn.cursor() as cur:
-        cur.execute("SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname) FROM pg_class c "
-                    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relname LIKE '\\_pglogical\\_stg\\_%%' "
-                    "AND c.relkind = 'r'")
+        cur.execute("SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                    "WHERE n.nspname = %s AND c.relkind = 'r' AND c.relname LIKE ANY(%s) ORDER BY 1",
+                    (schema, patterns))
         for (name,) in cur.fetchall():
-            cur.execute(f"DROP TABLE IF EXISTS {name}")  # name was quoted by quote_ident above
+            cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(schema), sql.Identifier(name)))
+            dropped.append(name)
     conn.commit()
+    return dropped
 
 
 def copy_rows(dsn: str, staging: str, columns: Sequence[str], lines: Iterator[str]) -> int:

@@ -15,7 +15,7 @@ OP, KEEP, LSN, TOUCHED = "_pgl_kind", "_pgl_keep", "_pgl_lsn", "_pgl_touched"
 TOAST_REASON = "unchanged TOAST value unavailable (not in the target, not in the old image)"
 
 __all__ = ["KEEP", "LSN", "OP", "TOAST_REASON", "TOUCHED", "BatchPlan", "BatchResult", "TablePlan", "from_column",
-           "staging_name"]
+           "staging_name", "staging_prefix"]
 
 
 @dataclass
@@ -51,7 +51,12 @@ class BatchPlan:
     ddl: list[sql.Composable] = field(default_factory=list)
 
 
+def staging_prefix(slot: str, target: str) -> str:
+    """What every staging table name of ``target`` in ``slot``'s applies starts with (batches, ordered, snapshots)."""
+    digest = hashlib.sha1(f"{slot}\0{target}".encode()).hexdigest()[:12]
+    return f"_pglogical_stg_{digest}_"
+
+
 def staging_name(slot: str, end_lsn: int, target: str, schema: str = "public") -> str:
     """The unlogged staging table of ``target`` in one batch, in the bookkeeping ``schema``."""
-    digest = hashlib.sha1(f"{slot}\0{target}".encode()).hexdigest()[:12]
-    return f"{schema}._pglogical_stg_{digest}_{end_lsn:016X}"
+    return f"{schema}.{staging_prefix(slot, target)}{end_lsn:016X}"

@@ -7,6 +7,12 @@ COMMIT and the new ones after (TRUNCATE is transactional in PostgreSQL), while g
 constraints, FKs and dependent views of the target table stay as they are — a swap would have to
 recreate all of them. Tables snapshotted at one LSN are loaded in one transaction, emptied by one
 TRUNCATE (so FKs among them are fine) and filled parents first.
+
+Crash windows (``CHECKPOINTS``, where the crash tests stop the process): while the executors COPY
+into the unlogged ``…_snap`` staging tables nothing is visible, and the rerun recreates them under
+the same names; before COMMIT the transaction rolls back with the connection; after COMMIT the
+sync marks make the rerun skip the group, and the session's start drops the staging tables the
+crash left (``copy.drop_leftover_staging``).
 """
 
 from __future__ import annotations
@@ -19,15 +25,20 @@ from psycopg2 import sql
 
 from airflow_provider_pglogical.apply.snapshots import PlannedSnapshot
 from airflow_provider_pglogical.apply.targets.base import BatchResult
+from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import qualified
 from airflow_provider_pglogical.apply.targets.postgres.catalog import ident, lock_key
 from airflow_provider_pglogical.apply.targets.postgres.copy import drop_staging
 from airflow_provider_pglogical.apply.targets.postgres.plan import staging_name
 from airflow_provider_pglogical.exceptions import ApplyError, format_lsn
 
 SYNC_TABLE = "pglogical_sync"
+# ``staged`` after each table's staging table is filled, ``loaded`` after each table's INSERT inside the
+# transaction (watermark and sync LSN not written yet), then right before and right after COMMIT.
+CHECKPOINTS = ("snapshot_staged", "snapshot_loaded", "snapshot_before_commit", "snapshot_committed")
 
 
 def ensure_sync_table(conn: Any, table: str = SYNC_TABLE) -> None:
+    """``table``: qualified with the bookkeeping schema (``bookkeeping_schema.qualified``), like the progress table."""
     with conn.cursor() as cur:
         cur.execute(sql.SQL(
             "CREATE TABLE IF NOT EXISTS {} (slot text NOT NULL, target_table text NOT NULL, sync_lsn pg_lsn NOT NULL, "
@@ -37,6 +48,7 @@ def ensure_sync_table(conn: Any, table: str = SYNC_TABLE) -> None:
 
 
 def sync_marks(conn: Any, slot: str, table: str = SYNC_TABLE) -> dict[str, int]:
+    """Target table → sync LSN recorded in ``table`` for ``slot`` ({} while ``table`` does not exist)."""
     with conn.cursor() as cur:
         cur.execute("SELECT to_regclass(%s)", (ident(table).as_string(conn),))
         if cur.fetchone()[0] is None:
@@ -50,7 +62,8 @@ def apply_snapshot(target: Any, plan: PlannedSnapshot, changes: Any) -> BatchRes
     """Stage every table's rows, then TRUNCATE + INSERT + watermark + sync LSN in one transaction."""
     conn = target.conn
     progress = target.config.progress_table
-    ensure_sync_table(conn)
+    sync_table = qualified(target.bookkeeping_schema, SYNC_TABLE)
+    ensure_sync_table(conn, sync_table)
     result = BatchResult(applied=False)
     started = time.monotonic()
     names = {t.target: staging_name(plan.slot, plan.lsn, t.target, target.bookkeeping_schema) + "_snap"
@@ -58,11 +71,12 @@ def apply_snapshot(target: Any, plan: PlannedSnapshot, changes: Any) -> BatchRes
     try:
         for t in plan.tables:
             target._stage(t, target._existing(t.target), names[t.target], changes.net(t), in_order=False)
+            target.checkpoint("snapshot_staged")
         staged_at = time.monotonic()
         try:
             with conn.cursor() as cur:
                 cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (lock_key(plan.slot),))
-                marks = sync_marks(conn, plan.slot)
+                marks = sync_marks(conn, plan.slot, sync_table)
                 load = [t for t in plan.tables if marks.get(t.target, -1) < plan.lsn]
                 if not load:
                     conn.rollback()
@@ -74,6 +88,7 @@ def apply_snapshot(target: Any, plan: PlannedSnapshot, changes: Any) -> BatchRes
                         ident(t.target), cols, cols, ident(names[t.target])))
                     inserted = cur.rowcount
                     result.rows[t.target] = {"snapshot_rows": inserted}
+                    target.checkpoint("snapshot_loaded")
                     cur.execute(sql.SQL(
                         "INSERT INTO {} (slot, target_table, end_lsn) VALUES (%s, %s, %s::pg_lsn) "
                         "ON CONFLICT (slot, target_table) DO UPDATE SET end_lsn = EXCLUDED.end_lsn, applied_at = now()"
@@ -82,9 +97,11 @@ def apply_snapshot(target: Any, plan: PlannedSnapshot, changes: Any) -> BatchRes
                         "INSERT INTO {} (slot, target_table, sync_lsn, rows) VALUES (%s, %s, %s::pg_lsn, %s) "
                         "ON CONFLICT (slot, target_table) DO UPDATE SET sync_lsn = EXCLUDED.sync_lsn, "
                         "rows = EXCLUDED.rows, synced_at = now()"
-                    ).format(ident(SYNC_TABLE)), (plan.slot, t.target, format_lsn(plan.lsn), inserted))
+                    ).format(ident(sync_table)), (plan.slot, t.target, format_lsn(plan.lsn), inserted))
                 cur.execute("SET CONSTRAINTS ALL IMMEDIATE")
+                target.checkpoint("snapshot_before_commit")
             conn.commit()
+            target.checkpoint("snapshot_committed")
         except psycopg2.Error as exc:
             conn.rollback()
             primary = (exc.diag.message_primary if exc.diag else None) or type(exc).__name__

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -35,11 +35,12 @@ from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import
 from airflow_provider_pglogical.apply.targets.postgres.copy import (
     copy_partitions,
     create_staging,
+    drop_leftover_staging,
     drop_staging,
     staging_columns,
 )
 from airflow_provider_pglogical.apply.targets.postgres.copytext import SESSION_CONF, copy_lines
-from airflow_provider_pglogical.apply.targets.postgres.plan import BatchPlan, TablePlan, staging_name
+from airflow_provider_pglogical.apply.targets.postgres.plan import BatchPlan, TablePlan, staging_name, staging_prefix
 from airflow_provider_pglogical.apply.targets.postgres.target_types import describe_types
 from airflow_provider_pglogical.exceptions import ApplyError
 
@@ -49,14 +50,21 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def _noop(_name: str) -> None:
+    pass
+
+
 class PostgresTarget:
     """``Target`` for a PostgreSQL database reached by ``dsn`` (driver and executors alike)."""
 
     def __init__(self, spark: SparkSession, config: ApplyConfig, dsn: str,
-                 target_tables: Sequence[str] = ()) -> None:
+                 target_tables: Sequence[str] = (), *, on_checkpoint: Callable[[str], None] | None = None) -> None:
         """``target_tables``: the tables the run may write, whose schemas are candidates for the
-        bookkeeping schema when ``config.bookkeeping_schema`` is unset (``bookkeeping_schema.py``)."""
+        bookkeeping schema when ``config.bookkeeping_schema`` is unset (``bookkeeping_schema.py``).
+        ``on_checkpoint(name)``: called at the snapshot load's crash windows (``snapshot.CHECKPOINTS``),
+        where the crash tests stop the process."""
         self.spark = spark
+        self.checkpoint: Callable[[str], None] = on_checkpoint or _noop
         self.config = config
         self.dsn = dsn
         self.target_tables = tuple(target_tables)
@@ -88,6 +96,19 @@ class PostgresTarget:
             log.info("bookkeeping tables %s, %s and staging tables in schema %s", self.config.progress_table,
                      self.config.rejects_table, resolved)
             progress.ensure_bookkeeping(self._conn, self.config.progress_table, self.config.rejects_table)
+            # Staging tables a run left when it died after its COMMIT (the rerun skips that batch or
+            # snapshot): this slot's, of the tables this run may write or that have a watermark.
+            known = set(self.target_tables) | set(progress.watermarks(self._conn, self.config.progress_table, slot))
+            try:
+                dropped = drop_leftover_staging(self._conn, resolved, [staging_prefix(slot, t) for t in known])
+            except psycopg2.Error as exc:  # e.g. left by another role: cleanup never fails the run
+                self._conn.rollback()
+                log.warning("could not drop staging tables a crashed run of slot %s left in %s: %s", slot, resolved,
+                            exc.pgcode)
+            else:
+                if dropped:
+                    log.info("dropped %d staging table(s) a crashed run of slot %s left in %s", len(dropped), slot,
+                             resolved)
             yield
         finally:
             self._conn.close()
@@ -119,10 +140,11 @@ class PostgresTarget:
     # -- snapshots (``apply/snapshots.SnapshotTarget``) ---------------------------------------
 
     def sync_marks(self, slot: str) -> dict[str, int]:
-        """Target table → sync LSN of the snapshot it holds (``pglogical_sync``; {} before any)."""
+        """Target table → sync LSN of the snapshot it holds (``pglogical_sync`` in the bookkeeping schema;
+        {} before any)."""
         from airflow_provider_pglogical.apply.targets.postgres import snapshot
 
-        marks = snapshot.sync_marks(self.conn, slot)
+        marks = snapshot.sync_marks(self.conn, slot, qualified(self.bookkeeping_schema, snapshot.SYNC_TABLE))
         self.conn.commit()  # no transaction left open between the runner's steps
         return marks
 

@@ -1,0 +1,73 @@
+"""An apply of staged snapshots + changes in a child process that dies (exit 137) at a kill point.
+
+Usage: python -m tests.integration.snapshot_apply_child '<json>' with keys dsn (target), slot,
+staging_uri, kill_at: a checkpoint of ``apply/targets/postgres/snapshot.CHECKPOINTS`` (optionally
+"name:n" for its n-th occurrence), or ``mid_copy``: a thread watching the target's
+``pg_stat_progress_copy`` kills the process while the executors COPY a snapshot staging table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+
+import psycopg2
+
+from airflow_provider_pglogical.apply.config import ApplyConfig
+from airflow_provider_pglogical.apply.runner import apply_slot
+from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget
+
+KILLED = 137
+
+
+def kill_mid_copy(dsn: str, min_rows: int = 1000) -> None:
+    """Die once some executor has COPYed ``min_rows`` rows into a snapshot staging table (not all yet)."""
+    conn = psycopg2.connect(dsn)
+    conn.autocommit = True
+    cur = conn.cursor()
+    while True:
+        cur.execute("SELECT 1 FROM pg_stat_progress_copy p JOIN pg_class c ON c.oid = p.relid "
+                    "WHERE p.command = 'COPY FROM' AND c.relname LIKE '%%\\_snap' AND p.tuples_processed >= %s",
+                    (min_rows,))
+        if cur.fetchone() is not None:
+            os._exit(KILLED)
+        time.sleep(0.002)
+
+
+def main() -> None:
+    from pyspark.sql import SparkSession
+
+    from airflow_provider_pglogical.apply.sparkenv import LOCAL_DRIVER_CONF, use_package_python
+
+    args = json.loads(sys.argv[1])
+    name, _, nth = args["kill_at"].partition(":")
+    seen = {"n": 0}
+
+    def checkpoint(point: str) -> None:
+        if point == name:
+            seen["n"] += 1
+            if seen["n"] >= int(nth or 1):
+                os._exit(KILLED)
+
+    use_package_python()
+    builder = (SparkSession.builder.master("local[2]").appName("snapshot-apply-child")
+               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
+               .config("spark.sql.session.timeZone", "UTC"))
+    for key, value in LOCAL_DRIVER_CONF.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    if name == "mid_copy":
+        threading.Thread(target=kill_mid_copy, args=(args["dsn"],), daemon=True).start()
+    config = ApplyConfig(slot=args["slot"], staging_root=args["staging_uri"], tables={})
+    target = PostgresTarget(spark, config, args["dsn"], target_tables=args.get("target_tables", ()),
+                            on_checkpoint=checkpoint)
+    apply_slot(spark, config, target=target)
+    spark.stop()
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

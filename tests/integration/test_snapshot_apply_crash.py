@@ -1,0 +1,168 @@
+"""Kill the apply of staged snapshots at every crash window (between tables' staging, mid-COPY, inside the
+load transaction, right before and after its COMMIT, between two snapshot groups); the rerun ends with
+the target equal to the source, every row once, no staging table left, each table synced at its LSN."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import time
+
+import psycopg2
+
+from airflow_provider_pglogical.apply.config import ApplyConfig
+from airflow_provider_pglogical.apply.runner import apply_slot
+from airflow_provider_pglogical.exceptions import format_lsn
+from airflow_provider_pglogical.hooks import PgLogicalHook
+from airflow_provider_pglogical.snapshot.run import (
+    SnapshotJob,
+    SnapshotSettings,
+    initial_snapshot,
+    request_resync,
+    sync_pending,
+)
+from airflow_provider_pglogical.staging.drain import DrainConfig, drain_slot
+from tests.conftest import REPO_ROOT, make_database
+from tests.integration.snapshot_apply_child import KILLED
+from tests.integration.snapshot_support import SNAP_SCHEMA_SQL, write_burst
+from tests.pgserver import execute, query
+from tests.unit.apply.targetdb import make_target
+
+TARGET_SQL = """
+CREATE TABLE parents (id int PRIMARY KEY, name text NOT NULL, region text, amount numeric(12,2));
+CREATE TABLE children (id int PRIMARY KEY, parent_id int REFERENCES parents(id) ON DELETE CASCADE,
+                       body text, big text, secret text);
+CREATE TABLE wide (id bigint PRIMARY KEY, payload text, flags int[], at timestamptz);
+"""
+# wide: enough rows that its staging COPY lasts long enough to be killed in the middle
+MORE_WIDE_SQL = """INSERT INTO wide SELECT g, repeat('m', 50 + g % 30), ARRAY[g % 11], '2024-06-01'::timestamptz
+  + g * interval '1 s' FROM generate_series(30001, 90000) g"""
+TABLES = ("parents", "children", "wide")
+
+
+def job(dsn: str, uri: str) -> SnapshotJob:
+    return SnapshotJob(dsn=dsn, slot="s1", publication="pub", staging_uri=uri,
+                       tables={f"public.{t}": (None, None) for t in TABLES},
+                       settings=SnapshotSettings(initial=True, parallelism=2, chunk_bytes=2 << 20))
+
+
+def drain_all(dsn: str, uri: str) -> None:
+    with PgLogicalHook.from_dsn(dsn) as hook:
+        for _ in range(50):
+            if not drain_slot(hook, DrainConfig(slot="s1", publication="pub", staging_uri=uri)).staged:
+                break
+
+
+def run_child(**args) -> int:
+    proc = subprocess.run([sys.executable, "-m", "tests.integration.snapshot_apply_child", json.dumps(args)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode in (0, KILLED), proc.stderr[-3000:]
+    return proc.returncode
+
+
+def wait_for_no_other_sessions(dsn: str, timeout_s: float = 60) -> None:
+    """The killed child's backends (apply connection, executors' COPY) end when they see the socket close."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if query(dsn, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                      "AND pid <> pg_backend_pid()") == [(0,)]:
+            return
+        time.sleep(0.1)
+    raise TimeoutError("the killed apply's sessions are still there")
+
+
+def assert_equal(source: str, target: str) -> None:
+    for table in TABLES:
+        expected = query(source, f"SELECT * FROM {table} ORDER BY id")
+        got = query(target, f"SELECT * FROM {table} ORDER BY id")
+        assert len(got) == len(expected), table  # nothing twice, nothing missing
+        assert got == expected, table
+
+
+def staging_tables(dsn: str) -> list[str]:
+    return [r[0] for r in query(dsn, "SELECT relname FROM pg_class WHERE relname LIKE '\\_pglogical\\_stg\\_%'")]
+
+
+# Each child run is killed at its point, starting from what the previous kill left: group 1 is parents +
+# children at the initial snapshot's LSN, group 2 is wide at its resync's LSN.
+KILLS = (("snapshot_staged:1", 0),  # parents staged, children not yet
+         ("snapshot_loaded:1", 0),  # parents INSERTed inside the load transaction
+         ("snapshot_before_commit:1", 0),  # everything written, COMMIT not sent
+         ("snapshot_committed:1", 2),  # group 1 committed, its staging tables not dropped, group 2 not begun
+         ("mid_copy", 2),  # the rerun skips group 1; an executor COPYing wide's snapshot staging table
+         ("snapshot_loaded:1", 2),  # dies inside group 2's transaction
+         ("snapshot_committed:1", 3))  # group 2 committed, the change batches not applied
+
+
+def test_a_snapshot_apply_killed_anywhere_reruns_to_an_exact_copy(pg_server, spark, tmp_path):
+    source = pg_server.dsn(make_database(pg_server))
+    _, target = make_target(pg_server)
+    execute(source, SNAP_SCHEMA_SQL, MORE_WIDE_SQL)
+    execute(target, TARGET_SQL)
+    uri = str(tmp_path / "stage")
+    rnd = random.Random(5)
+    writer = psycopg2.connect(source)
+    writer.autocommit = True
+    wcur = writer.cursor()
+
+    def meanwhile(point: str) -> None:
+        if point == "chunk_written":
+            write_burst(wcur, rnd, 1)
+
+    first = initial_snapshot(job(source, uri), on_checkpoint=meanwhile)
+    write_burst(wcur, rnd, 5)
+    # a resync of wide at a later LSN: two snapshot groups (parents + children at the first LSN, wide later)
+    request_resync(job(source, uri), ["public.wide"])
+    second = sync_pending(job(source, uri))
+    assert second.lsn > first.lsn and set(second.tables) == {"public.wide"}
+    write_burst(wcur, rnd, 5, truncate_wide=False)
+    drain_all(source, uri)
+
+    for kill_at, synced_groups in KILLS:
+        code = run_child(dsn=target, slot="s1", staging_uri=uri, kill_at=kill_at,
+                         target_tables=[f"public.{t}" for t in TABLES])
+        assert code == KILLED, f"the child was not killed at {kill_at}"
+        wait_for_no_other_sessions(target)
+        synced = dict(query(target, "SELECT target_table, sync_lsn::text FROM pglogical_sync")) \
+            if query(target, "SELECT to_regclass('pglogical_sync')") != [(None,)] else {}
+        assert len(synced) == synced_groups, kill_at  # nothing of an uncommitted group is visible
+        if synced_groups == 0:
+            assert query(target, "SELECT count(*) FROM parents") == [(0,)], kill_at
+        if kill_at.startswith("snapshot_committed"):
+            assert staging_tables(target), "a crash after COMMIT leaves the group's staging tables"
+
+    config = ApplyConfig(slot="s1", staging_root=uri, tables={})
+    apply_slot(spark, config, target)
+    assert_equal(source, target)
+    assert staging_tables(target) == []
+    synced = dict(query(target, "SELECT target_table, sync_lsn::text FROM pglogical_sync"))
+    assert synced == {"public.parents": format_lsn(first.lsn), "public.children": format_lsn(first.lsn),
+                      "public.wide": format_lsn(second.lsn)}
+
+    # more changes, including a truncate; the next run applies them once
+    write_burst(wcur, rnd, 4, truncate_wide=True)
+    drain_all(source, uri)
+    apply_slot(spark, config, target)
+    assert_equal(source, target)
+    assert not any(r.applied for r in apply_slot(spark, config, target))
+    writer.close()
+
+
+def test_leftover_staging_tables_are_dropped_for_this_slot_only(pg_conn):
+    from airflow_provider_pglogical.apply.targets.postgres.copy import drop_leftover_staging
+    from airflow_provider_pglogical.apply.targets.postgres.plan import staging_name, staging_prefix
+
+    mine = [staging_name("s1", 0x16B3C10, "public.t"), staging_name("s1", 0x16B3C10, "public.t") + "_snap"]
+    other = [staging_name("s2", 0x16B3C10, "public.t"), staging_name("s1", 0x16B3C10, "public.u")]
+    with pg_conn.cursor() as cur:
+        for name in mine + other:
+            schema, _, table = name.partition(".")
+            cur.execute(f'CREATE UNLOGGED TABLE {schema}."{table}" (x int)')
+    pg_conn.commit()
+    dropped = drop_leftover_staging(pg_conn, "public", [staging_prefix("s1", "public.t")])
+    assert sorted(dropped) == sorted(n.partition(".")[2] for n in mine)
+    with pg_conn.cursor() as cur:
+        cur.execute("SELECT relname FROM pg_class WHERE relname LIKE '\\_pglogical\\_stg\\_%' ORDER BY 1")
+        assert [r[0] for r in cur.fetchall()] == sorted(n.partition(".")[2] for n in other)
