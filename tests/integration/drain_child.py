@@ -8,14 +8,14 @@ transactions), and optional max_changes / row_group_rows.
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 from airflow_provider_pglogical.hooks import PgLogicalHook
 from airflow_provider_pglogical.staging import writer as writer_module
 from airflow_provider_pglogical.staging.drain import DrainConfig, drain_slot
+from tests.integration.kill_points import KILLED, die, dying_at
 
-KILLED = 137
+__all__ = ["KILLED"]
 
 
 def main() -> None:
@@ -29,18 +29,14 @@ def main() -> None:
         def write_then_die(self, tx):  # test-only wrapper: production code has no kill switch
             original(self, tx)
             if self.manifest.transactions >= limit:
-                os._exit(KILLED)
+                die()
 
         writer_module.BatchWriter.write_transaction = write_then_die
-
-    def checkpoint(name: str) -> None:
-        if name == kill_at:
-            os._exit(KILLED)
 
     hook = PgLogicalHook.from_dsn(args["dsn"])
     config = DrainConfig(slot=args["slot"], publication=args["publication"], staging_uri=args["staging_uri"],
                          max_changes=args.get("max_changes"), row_group_rows=args.get("row_group_rows", 65536))
-    drain_slot(hook, config, on_checkpoint=checkpoint)
+    drain_slot(hook, config, on_checkpoint=dying_at(kill_at))
     sys.exit(0)
 
 

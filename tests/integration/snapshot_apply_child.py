@@ -9,7 +9,6 @@ staging_uri, kill_at: a checkpoint of ``apply/targets/postgres/snapshot.CHECKPOI
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 import time
@@ -19,8 +18,9 @@ import psycopg2
 from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget
+from tests.integration.kill_points import KILLED, die, dying_at
 
-KILLED = 137
+__all__ = ["KILLED"]
 
 
 def kill_mid_copy(dsn: str, min_rows: int = 1000) -> None:
@@ -33,7 +33,7 @@ def kill_mid_copy(dsn: str, min_rows: int = 1000) -> None:
                     "WHERE p.command = 'COPY FROM' AND c.relname LIKE '%%\\_snap' AND p.tuples_processed >= %s",
                     (min_rows,))
         if cur.fetchone() is not None:
-            os._exit(KILLED)
+            die()
         time.sleep(0.002)
 
 
@@ -43,14 +43,7 @@ def main() -> None:
     from airflow_provider_pglogical.apply.sparkenv import LOCAL_DRIVER_CONF, use_package_python
 
     args = json.loads(sys.argv[1])
-    name, _, nth = args["kill_at"].partition(":")
-    seen = {"n": 0}
-
-    def checkpoint(point: str) -> None:
-        if point == name:
-            seen["n"] += 1
-            if seen["n"] >= int(nth or 1):
-                os._exit(KILLED)
+    checkpoint = dying_at(args["kill_at"])
 
     use_package_python()
     builder = (SparkSession.builder.master("local[2]").appName("snapshot-apply-child")
@@ -59,7 +52,7 @@ def main() -> None:
     for key, value in LOCAL_DRIVER_CONF.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    if name == "mid_copy":
+    if args["kill_at"] == "mid_copy":
         threading.Thread(target=kill_mid_copy, args=(args["dsn"],), daemon=True).start()
     config = ApplyConfig(slot=args["slot"], staging_root=args["staging_uri"], tables={})
     target = PostgresTarget(spark, config, args["dsn"], target_tables=args.get("target_tables", ()),

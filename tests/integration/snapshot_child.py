@@ -8,32 +8,23 @@ staging_uri, tables ({name: [columns|null, filter|null]}), mode (initial|pending
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings, initial_snapshot, sync_pending
+from tests.integration.kill_points import KILLED, dying_at
 
-KILLED = 137
+__all__ = ["KILLED"]
 
 
 def main() -> None:
     args = json.loads(sys.argv[1])
-    name, _, nth = args["kill_at"].partition(":")
-    seen = {"n": 0}
-
-    def checkpoint(point: str) -> None:
-        if point == name:
-            seen["n"] += 1
-            if seen["n"] >= int(nth or 1):
-                os._exit(KILLED)
-
     job = SnapshotJob(dsn=args["dsn"], slot=args["slot"], publication=args["publication"],
                       staging_uri=args["staging_uri"],
                       tables={t: (tuple(c) if c else None, f) for t, (c, f) in args["tables"].items()},
                       settings=SnapshotSettings(initial=True, parallelism=args.get("parallelism", 1),
                                                 chunk_bytes=args.get("chunk_bytes", 1 << 20)))
     run = initial_snapshot if args["mode"] == "initial" else sync_pending
-    run(job, on_checkpoint=checkpoint)
+    run(job, on_checkpoint=dying_at(args["kill_at"]))
     sys.exit(0)
 
 

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -41,29 +43,36 @@ SCRIPT = [
 def test_insert_only_tables_filters_and_actions_match_a_native_subscriber(pg_server, spark, tmp_path):
     from airflow_provider_pglogical.apply.runner import apply_slot
 
-    with source_with_slot(pg_server, TABLES_SQL + PUBLICATIONS_SQL) as (src, slot):
-        native_name = make_database(pg_server)
-        native_db = pg_server.dsn(native_name)
-        ours = make_target(pg_server)[1]
-        execute(native_db, TABLES_SQL)
-        subscribe(src, native_db, publication="pub_native, pub_native_audit", name=f"n_{slot}")
-        try:
-            run_script(src, SCRIPT)
-            uri = str(tmp_path / "staging")
-            drain_all(src, uri, slot=slot)
-            apply_slot(spark, ApplyConfig(slot=slot, staging_root=uri, tables=APPLY_TABLES), ours)
-            wait_for_subscriber(src, native_db, name=f"n_{slot}")
-            for table in ("logs", "events", "audit"):
-                sql = f"SELECT * FROM {table} ORDER BY 1, 2"  # module constants
-                assert query(ours, sql) == query(native_db, sql), table
-            # Not vacuous: duplicates, the truncate, the unpublished UPDATEs and the filter all show.
-            assert query(native_db, "SELECT * FROM logs ORDER BY 1") == [(3, "c")]
-            assert query(native_db, "SELECT * FROM events ORDER BY 1") == [(4, 8, "after")]
-            assert query(native_db, "SELECT * FROM audit ORDER BY 1") == [(1, "x")]
-        finally:
-            unsubscribe(native_db, name=f"n_{slot}")
-            drop_slot_when_idle(src, f"n_{slot}")
-            execute(pg_server.dsn(), f'DROP DATABASE IF EXISTS "{native_name}" WITH (FORCE)')
+    with source_with_slot(pg_server, TABLES_SQL + PUBLICATIONS_SQL) as (src, slot), \
+            native_and_ours(pg_server, src, slot, TABLES_SQL, "pub_native, pub_native_audit") as (native_db, ours):
+        run_script(src, SCRIPT)
+        uri = str(tmp_path / "staging")
+        drain_all(src, uri, slot=slot)
+        apply_slot(spark, ApplyConfig(slot=slot, staging_root=uri, tables=APPLY_TABLES), ours)
+        wait_for_subscriber(src, native_db, name=f"n_{slot}")
+        for table in ("logs", "events", "audit"):
+            sql = f"SELECT * FROM {table} ORDER BY 1, 2"  # module constants
+            assert query(ours, sql) == query(native_db, sql), table
+        # Not vacuous: duplicates, the truncate, the unpublished UPDATEs and the filter all show.
+        assert query(native_db, "SELECT * FROM logs ORDER BY 1") == [(3, "c")]
+        assert query(native_db, "SELECT * FROM events ORDER BY 1") == [(4, 8, "after")]
+        assert query(native_db, "SELECT * FROM audit ORDER BY 1") == [(1, "x")]
+
+
+@contextmanager
+def native_and_ours(pg_server, src: str, slot: str, native_sql: str, publication: str) -> Iterator[tuple[str, str]]:
+    """A native subscriber of ``publication`` (tables from ``native_sql``) and our empty target: (native, ours)."""
+    native_name = make_database(pg_server)
+    native_db = pg_server.dsn(native_name)
+    ours = make_target(pg_server)[1]
+    execute(native_db, native_sql)
+    subscribe(src, native_db, publication=publication, name=f"n_{slot}")
+    try:
+        yield native_db, ours
+    finally:
+        unsubscribe(native_db, name=f"n_{slot}")
+        drop_slot_when_idle(src, f"n_{slot}")
+        execute(pg_server.dsn(), f'DROP DATABASE IF EXISTS "{native_name}" WITH (FORCE)')
 
 
 def drop_slot_when_idle(dsn: str, slot: str, timeout: float = 30) -> None:
@@ -96,29 +105,20 @@ def test_several_publications_union_their_row_filters_like_a_native_subscription
     """Filters of one table in two publications are OR-ed; a publication without a filter wins."""
     from airflow_provider_pglogical.apply.runner import apply_slot
 
-    with source_with_slot(pg_server, UNION_TABLES_SQL + UNION_PUBLICATIONS_SQL) as (src, slot):
-        native_name = make_database(pg_server)
-        native_db = pg_server.dsn(native_name)
-        ours = make_target(pg_server)[1]
-        execute(native_db, UNION_TABLES_SQL)
-        subscribe(src, native_db, publication="pub_x, pub_y", name=f"n_{slot}")
-        try:
-            run_script(src, UNION_SCRIPT)
-            uri = str(tmp_path / "staging")
-            drain_all(src, uri, slot=slot, publication=("pub_x", "pub_y"))
-            tables = {"public.t_or": TableApplyConfig(), "public.t_nofilter": TableApplyConfig()}
-            apply_slot(spark, ApplyConfig(slot=slot, staging_root=uri, tables=tables), ours)
-            wait_for_subscriber(src, native_db, name=f"n_{slot}")
-            for table in ("t_or", "t_nofilter"):
-                sql = f"SELECT * FROM {table} ORDER BY 1"  # module constants
-                assert query(ours, sql) == query(native_db, sql), table
-            # Not vacuous: rows outside both filters are gone or never came; t_nofilter has every row.
-            assert query(native_db, "SELECT * FROM t_or ORDER BY 1") == [(1, 8), (2, -2)]
-            assert query(native_db, "SELECT * FROM t_nofilter ORDER BY 1") == [(2, 3), (3, 4)]
-        finally:
-            unsubscribe(native_db, name=f"n_{slot}")
-            drop_slot_when_idle(src, f"n_{slot}")
-            execute(pg_server.dsn(), f'DROP DATABASE IF EXISTS "{native_name}" WITH (FORCE)')
+    with source_with_slot(pg_server, UNION_TABLES_SQL + UNION_PUBLICATIONS_SQL) as (src, slot), \
+            native_and_ours(pg_server, src, slot, UNION_TABLES_SQL, "pub_x, pub_y") as (native_db, ours):
+        run_script(src, UNION_SCRIPT)
+        uri = str(tmp_path / "staging")
+        drain_all(src, uri, slot=slot, publication=("pub_x", "pub_y"))
+        tables = {"public.t_or": TableApplyConfig(), "public.t_nofilter": TableApplyConfig()}
+        apply_slot(spark, ApplyConfig(slot=slot, staging_root=uri, tables=tables), ours)
+        wait_for_subscriber(src, native_db, name=f"n_{slot}")
+        for table in ("t_or", "t_nofilter"):
+            sql = f"SELECT * FROM {table} ORDER BY 1"  # module constants
+            assert query(ours, sql) == query(native_db, sql), table
+        # Not vacuous: rows outside both filters are gone or never came; t_nofilter has every row.
+        assert query(native_db, "SELECT * FROM t_or ORDER BY 1") == [(1, 8), (2, -2)]
+        assert query(native_db, "SELECT * FROM t_nofilter ORDER BY 1") == [(2, 3), (3, 4)]
 
 
 def test_different_column_lists_of_one_table_in_two_publications_stop_the_drain_as_pgoutput_does(pg_server, tmp_path):
@@ -158,33 +158,25 @@ def test_a_partitioned_table_published_via_its_root_matches_a_native_subscriber(
     from airflow_provider_pglogical.apply.runner import apply_slot
 
     setup = PARTITIONED_SQL + "CREATE PUBLICATION pub_root FOR TABLE meas WITH (publish_via_partition_root = true);"
-    with source_with_slot(pg_server, setup) as (src, slot):
-        native_name = make_database(pg_server)
-        native_db = pg_server.dsn(native_name)
-        ours = make_target(pg_server)[1]
-        execute(native_db, "CREATE TABLE meas (id int, region text, v int, PRIMARY KEY (id, region))")
+    with source_with_slot(pg_server, setup) as (src, slot), \
+            native_and_ours(pg_server, src, slot, "CREATE TABLE meas (id int, region text, v int, PRIMARY KEY (id, region))",
+                            "pub_root") as (native_db, ours):
         execute(ours, "CREATE TABLE meas (id int, region text, v int, PRIMARY KEY (id, region)) PARTITION BY HASH (id);"
                       "CREATE TABLE meas_h0 PARTITION OF meas FOR VALUES WITH (MODULUS 2, REMAINDER 0);"
                       "CREATE TABLE meas_h1 PARTITION OF meas FOR VALUES WITH (MODULUS 2, REMAINDER 1);")
-        subscribe(src, native_db, publication="pub_root", name=f"n_{slot}")
-        try:
-            run_script(src, PARTITION_SCRIPT[:3])
-            uri = str(tmp_path / "staging")
-            drain_all(src, uri, slot=slot, publication="pub_root")
-            config = ApplyConfig(slot=slot, staging_root=uri, tables={"public.meas": TableApplyConfig()})
-            apply_slot(spark, config, ours)
-            run_script(src, PARTITION_SCRIPT[3:])
-            drain_all(src, uri, slot=slot, publication="pub_root")
-            apply_slot(spark, config, ours)
-            wait_for_subscriber(src, native_db, name=f"n_{slot}")
-            sql = "SELECT * FROM meas ORDER BY 1, 2"
-            assert query(ours, sql) == query(native_db, sql)
-            # Not vacuous: the moved row, the unpublished leaf TRUNCATE (rows 2 and 5 stay there).
-            assert query(native_db, sql) == [(1, "us", 11), (2, "eu", 2), (3, "us", 31), (5, "eu", 5), (6, "eu", 6),
-                                             (7, "us", 8)]
-            assert query(src, "SELECT count(*) FROM meas") == [(4,)]
-            assert query(ours, "SELECT count(*) FROM ONLY meas") == [(0,)]  # the rows live in our hash leaves
-        finally:
-            unsubscribe(native_db, name=f"n_{slot}")
-            drop_slot_when_idle(src, f"n_{slot}")
-            execute(pg_server.dsn(), f'DROP DATABASE IF EXISTS "{native_name}" WITH (FORCE)')
+        run_script(src, PARTITION_SCRIPT[:3])
+        uri = str(tmp_path / "staging")
+        drain_all(src, uri, slot=slot, publication="pub_root")
+        config = ApplyConfig(slot=slot, staging_root=uri, tables={"public.meas": TableApplyConfig()})
+        apply_slot(spark, config, ours)
+        run_script(src, PARTITION_SCRIPT[3:])
+        drain_all(src, uri, slot=slot, publication="pub_root")
+        apply_slot(spark, config, ours)
+        wait_for_subscriber(src, native_db, name=f"n_{slot}")
+        sql = "SELECT * FROM meas ORDER BY 1, 2"
+        assert query(ours, sql) == query(native_db, sql)
+        # Not vacuous: the moved row, the unpublished leaf TRUNCATE (rows 2 and 5 stay there).
+        assert query(native_db, sql) == [(1, "us", 11), (2, "eu", 2), (3, "us", 31), (5, "eu", 5), (6, "eu", 6),
+                                         (7, "us", 8)]
+        assert query(src, "SELECT count(*) FROM meas") == [(4,)]
+        assert query(ours, "SELECT count(*) FROM ONLY meas") == [(0,)]  # the rows live in our hash leaves
