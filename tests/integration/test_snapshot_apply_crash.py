@@ -24,7 +24,7 @@ from airflow_provider_pglogical.snapshot.run import (
     sync_pending,
 )
 from airflow_provider_pglogical.staging.drain import DrainConfig, drain_slot
-from tests.conftest import REPO_ROOT, make_database
+from tests.conftest import REPO_ROOT
 from tests.integration.snapshot_apply_child import KILLED
 from tests.integration.snapshot_support import SNAP_SCHEMA_SQL, write_burst
 from tests.pgserver import execute, query
@@ -96,8 +96,8 @@ KILLS = (("snapshot_staged:1", 0),  # parents staged, children not yet
          ("snapshot_committed:1", 3))  # group 2 committed, the change batches not applied
 
 
-def test_a_snapshot_apply_killed_anywhere_reruns_to_an_exact_copy(pg_server, spark, tmp_path):
-    source = pg_server.dsn(make_database(pg_server))
+def test_a_snapshot_apply_killed_anywhere_reruns_to_an_exact_copy(pg_server, pg_dsn, spark, tmp_path):
+    source = pg_dsn  # the fixture's database: dropped with its slot s1 (slot names are cluster-wide)
     _, target = make_target(pg_server)
     execute(source, SNAP_SCHEMA_SQL, MORE_WIDE_SQL)
     execute(target, TARGET_SQL)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import threading
 from pathlib import Path
@@ -19,7 +20,10 @@ def test_the_deferrable_lag_sensor_waits_in_the_trigger_and_resumes_once_the_slo
     execute(dsn, "CREATE TABLE t (id int PRIMARY KEY)")
     hook = PgLogicalHook.from_dsn(dsn)
     hook.create_slot("lag_wait_slot")
-    execute(dsn, "INSERT INTO t SELECT generate_series(1, 100)")  # lag > 0: the first check must defer
+    # ~4 MB of WAL: above the DAG's 1 MiB bound, so the first check must defer
+    execute(dsn, "INSERT INTO t SELECT generate_series(1, 50000)")
+    info = hook.slot_info("lag_wait_slot")
+    assert info is not None and (info.pending_bytes or 0) > 1 << 20
     env = {**airflow.env, "AIRFLOW_CONN_PGLOGICAL_SOURCE": pg_server.uri(pg_dbname),
            "PGLOGICAL_TEST_SLOT": "lag_wait_slot", "AIRFLOW__CORE__DAGS_FOLDER": str(TEST_DAGS)}
     lines: list[str] = []
@@ -50,5 +54,6 @@ def test_the_deferrable_lag_sensor_waits_in_the_trigger_and_resumes_once_the_slo
     output = "".join(lines)
     assert "state=success" in output, output[-6000:]
     assert "[DAG TEST] running trigger in line" in output
-    assert "lag 0 bytes is within 0 after" in output  # the trigger's final poll
+    # the trigger's final poll, after the slot caught up
+    assert re.search(r"lag \d+ bytes is within 1048576 after", output), output[-6000:]
     assert "in the triggerer" in output  # execute_complete ran on resume
