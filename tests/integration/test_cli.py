@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 
@@ -21,6 +22,11 @@ CREATE UNIQUE INDEX orders_identity ON orders (id, amount, region);
 ALTER TABLE orders REPLICA IDENTITY USING INDEX orders_identity;
 """
 
+# The spec's tables: a filtered, column-listed, renamed table and a plain one (shared with test_cli_delta).
+TABLES = {"public.orders": {"row_filter": "amount > 100 AND region = 'EU'",
+                            "columns": ["id", "amount", "region", "note"], "target": "public.orders_eu"},
+          "public.customers": {}}
+
 
 def pglogical(*args: str, extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     # As a user calls it: by path, venv not activated, no PYSPARK_PYTHON/SPARK_LOCAL_IP/AIRFLOW_* exported
@@ -37,9 +43,7 @@ def pipeline(pg_server, pg_dsn, pg_dbname, tmp_path):
         "source": {"dsn": pg_server.uri(pg_dbname), "publication": "cli_pub", "slot": "cli_slot", "create": True},
         "staging": {"uri": str(tmp_path / "staging")},
         "target": {"kind": "postgres", "dsn": pg_server.uri(target)},
-        "tables": {"public.orders": {"row_filter": "amount > 100 AND region = 'EU'",
-                                     "columns": ["id", "amount", "region", "note"], "target": "public.orders_eu"},
-                   "public.customers": {}},
+        "tables": copy.deepcopy(TABLES),  # tests change their spec in place
         "spark": {"master": "local[2]"},
     }
     path = tmp_path / "spec.yaml"

@@ -3,22 +3,16 @@ environment holds the credentials (never its argv), the tables read back with de
 
 from __future__ import annotations
 
+import copy
 import json
-import os
 
 import duckdb
 import yaml
 from deltalake import DeltaTable
 
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
-from tests.integration.test_cli import PGLOGICAL, SCHEMA
+from tests.integration.test_cli import SCHEMA, TABLES, pglogical
 from tests.pgserver import execute
-
-
-def run_cli(env: dict[str, str], *args: str):
-    import subprocess
-
-    return subprocess.run([PGLOGICAL, *args], capture_output=True, text=True, timeout=600, env=env)
 
 
 def test_run_applies_into_delta_on_s3_and_status_shows_the_delta_watermarks(pg_server, pg_dsn, pg_dbname, tmp_path,
@@ -29,21 +23,19 @@ def test_run_applies_into_delta_on_s3_and_status_shows_the_delta_watermarks(pg_s
         "source": {"dsn": pg_server.uri(pg_dbname), "publication": "cli_pub", "slot": "cli_slot", "create": True},
         "staging": {"uri": f"s3://{s3.bucket}/staging"},
         "target": {"kind": "delta", "uri": lake, "partition_by": {"public.orders_eu": ["region"]}},
-        "tables": {"public.orders": {"row_filter": "amount > 100 AND region = 'EU'",
-                                     "columns": ["id", "amount", "region", "note"], "target": "public.orders_eu"},
-                   "public.customers": {}},
+        "tables": copy.deepcopy(TABLES),  # tests change their spec in place
         "spark": {"master": "local[2]"},
     }
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(doc))
-    env = {**os.environ, **s3.env()}
-    first = run_cli(env, "run", "--spec", str(spec))  # creates publication and slot
+    env = s3.env()  # the credentials the user exports, nothing else (tests/userenv.py)
+    first = pglogical("run", "--spec", str(spec), extra=env)  # creates publication and slot
     assert first.returncode == 0, first.stderr
     execute(pg_dsn, """INSERT INTO customers VALUES (1, 'ada'), (2, 'bob');
         INSERT INTO orders VALUES (10, 1, 500, 'EU', 'big'), (11, 2, 50, 'EU', 'small'), (12, 2, 900, 'US', 'us');
         UPDATE orders SET amount = 20 WHERE id = 10; UPDATE orders SET amount = 700 WHERE id = 11;
         UPDATE customers SET name = 'ada l.' WHERE id = 1;""")
-    result = run_cli(env, "run", "--spec", str(spec))
+    result = pglogical("run", "--spec", str(spec), extra=env)
     assert result.returncode == 0, result.stderr
     assert s3.env()["AWS_SECRET_ACCESS_KEY"] not in result.stdout + result.stderr
     location = DeltaLocation(lake)
@@ -53,7 +45,7 @@ def test_run_applies_into_delta_on_s3_and_status_shows_the_delta_watermarks(pg_s
     assert [(r["id"], r["name"]) for r in customers] == [(1, "ada l."), (2, "bob")]
     assert DeltaTable(location.table_uri("public.orders_eu")).metadata().partition_columns == ["region"]
 
-    status = run_cli(env, "status", "--spec", str(spec))
+    status = pglogical("status", "--spec", str(spec), extra=env)
     assert status.returncode == 0, status.stderr
     report = json.loads(status.stdout)
     assert report["target"]["kind"] == "delta"
@@ -76,7 +68,7 @@ def test_maintain_compacts_a_delta_target_keeping_rows_and_watermarks(tmp_path):
            "target": {"kind": "delta", "uri": location.uri}, "tables": {"public.t": {}}}
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(doc))
-    result = run_cli(dict(os.environ), "maintain", "--spec", str(spec), "--retention-hours", "0")
+    result = pglogical("maintain", "--spec", str(spec), "--retention-hours", "0")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)["tables"]["public.t"]
     assert report["files_removed"] == 5 and report["files_added"] == 1 and report["files_vacuumed"] == 5
