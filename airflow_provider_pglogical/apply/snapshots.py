@@ -68,11 +68,40 @@ def read_snapshot(spark: SparkSession, uri: str, files: Sequence[str]) -> DataFr
                      *[df[c].alias(META + c) for c in NOTES_COLUMNS])
 
 
-class SnapshotChanges:
-    """``BatchChanges`` of a snapshot group: the shared pure transforms over INSERT-only frames."""
+@dataclass(frozen=True)
+class SnapshotFiles:
+    """One table's published snapshot as the apply reads it."""
 
-    def __init__(self, spark: SparkSession, uris: Mapping[str, tuple[str, tuple[str, ...]]]) -> None:
-        self.spark, self.uris = spark, uris  # source table → (snapshot directory URI, files)
+    uri: str  # the snapshot directory as a URI Spark reads
+    files: tuple[str, ...]  # chunk files, relative to ``uri``
+    row_filter: str | None = None  # the filter the source evaluated (manifest ``row_filter``)
+    has_notes: bool = True  # whether any value carries an exactness note (then values are folded)
+
+
+class SnapshotChanges:
+    """``BatchChanges`` of a snapshot group: the shared pure transforms over INSERT-only frames, and
+    ``rows``, the plain rows a target loads into an emptied table."""
+
+    def __init__(self, spark: SparkSession, uris: Mapping[str, SnapshotFiles | tuple[str, tuple[str, ...]]]) -> None:
+        self.spark = spark
+        self.uris = {t: u if isinstance(u, SnapshotFiles) else SnapshotFiles(u[0], tuple(u[1]))
+                     for t, u in uris.items()}  # source table → its snapshot files
+
+    def rows(self, table: PlannedTable) -> DataFrame:
+        """The snapshot's rows with exactly ``table.columns`` (staged types), one per target row.
+
+        Snapshot rows are INSERTs already filtered and column-listed on the source, without old image
+        or unchanged-TOAST marks, and a primary-key / replica-identity key occurs once: when no value
+        carries an exactness note and the source evaluated the table's configured row filter, they are
+        the ``new`` images as they are — no transform, no shuffle. Otherwise they are the columns of
+        ``net`` (the shared transforms: notes folded, the filter evaluated again, repeating keys netted).
+        """
+        snap = self.uris[table.source]
+        if snap.has_notes or not unique_in_snapshot(table) or not filtered_on_source(snap.row_filter,
+                                                                                     table.config.row_filter):
+            return self.net(table).select(*table.columns)
+        df = self.spark.read.parquet(*[f"{snap.uri}/{f}" for f in snap.files])
+        return df.select(*[df["new"].getField(c).alias(c) for c in table.columns])
 
     def net(self, table: PlannedTable) -> DataFrame:
         from pyspark.sql import functions as F
@@ -81,7 +110,7 @@ class SnapshotChanges:
         from airflow_provider_pglogical.apply.targets.base import from_column
         from airflow_provider_pglogical.apply.transforms import KEEP, KIND, LSN, TOUCHED
 
-        uri, files = self.uris[table.source]
+        uri, files = self.uris[table.source].uri, self.uris[table.source].files
         df = read_snapshot(self.spark, uri, files)
         # A table sync copies whatever the publication's actions are (native copy_data does too).
         cfg = dataclasses.replace(table.config, actions=ACTIONS)
@@ -104,6 +133,32 @@ def unique_in_snapshot(table: PlannedTable) -> bool:
     rel = table.relation
     return (rel.replica_identity in ("d", "i") and bool(table.key)
             and tuple(table.key) == tuple(rel.identity_columns))
+
+
+def filtered_on_source(source_filter: str | None, configured: str | None) -> bool:
+    """Whether the source already evaluated the table's configured row filter when it read the snapshot.
+
+    The snapshot's filter is ``(<publication filter>) AND (<spec filter>)`` as composed by
+    ``snapshot/source.describe_tables``; a spec whose filter changed since must evaluate its own again.
+    """
+    if not configured:
+        return True
+    if not source_filter:
+        return False
+    return source_filter == f"({configured})" or source_filter.endswith(f") AND ({configured})")
+
+
+def snapshot_has_notes(layout: SnapshotLayout, ref_path: str, files: Sequence[str]) -> bool:
+    """Whether any row of the snapshot's chunk files carries an exactness note (read from the notes column only)."""
+    import pyarrow.parquet as pq
+
+    for rel in files:
+        parquet = pq.ParquetFile(f"{ref_path}/{rel}", filesystem=layout.fs)
+        present = [c for c in NOTES_COLUMNS if c in parquet.schema_arrow.names]
+        if present and any(len(chunk.keys) for column in parquet.read(columns=present).columns
+                           for chunk in column.chunks):
+            return True
+    return False
 
 
 def _uri(layout: SnapshotLayout, path: str) -> str:
@@ -158,7 +213,7 @@ def pending_snapshots(config: ApplyConfig, target: Target) -> list[tuple[Planned
         return []
     layout = SnapshotLayout.from_uri(config.staging_root, config.slot)
     marks = target.sync_marks(config.slot)
-    groups: dict[int, list[tuple[str, Any, SnapshotManifest, str]]] = {}
+    groups: dict[int, list[tuple[str, Any, SnapshotManifest, SnapshotFiles]]] = {}
     for source in sorted(config.tables or layout.tables()):  # no tables configured: every staged one
         cfg = config.table_config(source)
         ref = layout.latest(source)
@@ -167,13 +222,16 @@ def pending_snapshots(config: ApplyConfig, target: Target) -> list[tuple[Planned
         name = planning.target_name(source, cfg)
         if marks.get(name, -1) >= ref.lsn:
             continue
-        groups.setdefault(ref.lsn, []).append((source, cfg, layout.manifest(ref), _uri(layout, ref.path)))
+        manifest = layout.manifest(ref)
+        snap = SnapshotFiles(_uri(layout, ref.path), tuple(manifest.files), manifest.row_filter,
+                             snapshot_has_notes(layout, ref.path, manifest.files))
+        groups.setdefault(ref.lsn, []).append((source, cfg, manifest, snap))
     out = []
     fks = target.foreign_keys()
     for lsn in sorted(groups):
         planned: dict[str, PlannedTable] = {}
         uris: dict[str, Any] = {}
-        for source, cfg, manifest, uri in groups[lsn]:
+        for source, cfg, manifest, snap in groups[lsn]:
             rel = relation_info(manifest)
             name = planning.target_name(source, cfg)
             columns = planning.written_columns(rel, cfg)
@@ -187,7 +245,7 @@ def pending_snapshots(config: ApplyConfig, target: Target) -> list[tuple[Planned
             shape = planning.TableShape(source, name, planning.choose_key(rel, cfg, existing, columns), columns)
             planning.check_target_columns(shape, existing)
             planned[name] = PlannedTable(source, name, shape.key, columns, rel, cfg, None)
-            uris[source] = (uri, tuple(manifest.files))
+            uris[source] = snap
         order = planning.parents_first(sorted(planned), fks)
         out.append((PlannedSnapshot(config.slot, lsn, tuple(planned[t] for t in order)), uris))
     return out

@@ -18,7 +18,7 @@ from airflow_provider_pglogical.exceptions import (
     SlotPluginMismatchError,
     WalLevelError,
 )
-from airflow_provider_pglogical.hooks.cursor import one_row
+from airflow_provider_pglogical.hooks.cursor import use_server_encoding
 from airflow_provider_pglogical.hooks.dsn import ALLOWED_EXTRAS, connection_params
 from airflow_provider_pglogical.hooks.errors import translated_errors, validate_slot_name
 from airflow_provider_pglogical.hooks.slots import SlotInfo
@@ -86,9 +86,7 @@ class PgLogicalHook(PostgresHook):
         if self._session is None or self._session.closed:
             conn = self.get_conn()
             conn.autocommit = True
-            with conn.cursor() as cur:
-                cur.execute("SHOW server_encoding")
-                conn.set_client_encoding(one_row(cur)[0])
+            use_server_encoding(conn)
             self._session = conn
         return self._session
 

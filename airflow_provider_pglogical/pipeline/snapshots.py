@@ -34,7 +34,8 @@ def snapshot_job(spec: PipelineSpec) -> Any:
                                 chunk_bytes=spec.snapshot.chunk_size)
     tables = {name: (t.columns, t.row_filter) for name, t in spec.tables.items()}
     return SnapshotJob(dsn=source_dsn(spec), slot=spec.source.slot, publication=spec.source.publication,
-                       staging_uri=spec.staging.uri, tables=tables, settings=settings)
+                       staging_uri=spec.staging.uri, tables=tables, settings=settings,
+                       publications=spec.source.publications)
 
 
 def initial_snapshot_if_new(spec: PipelineSpec, hook: PgLogicalHook, *, log: Log = _quiet,
@@ -63,8 +64,10 @@ def initial_snapshot_if_new(spec: PipelineSpec, hook: PgLogicalHook, *, log: Log
     if spec.source.create:
         hook.check_wal_level()
         hook.create_publication(spec.source.publication, [split_qualified(t) for t in spec.tables])
-    elif not hook.publication_exists(spec.source.publication):
-        raise SpecError(f"publication {spec.source.publication!r} does not exist; create it or set source.create")
+    else:
+        missing = [p for p in spec.source.all_publications if not hook.publication_exists(p)]
+        if missing:
+            raise SpecError(f"publication {missing[0]!r} does not exist; create it or set source.create")
     log(f"creating slot {slot} with an exported snapshot and copying {len(spec.tables)} table(s)")
     result = initial_snapshot(snapshot_job(spec), on_checkpoint=on_checkpoint)
     log(f"initial snapshot at {result.to_summary()['lsn']}: "
@@ -80,9 +83,6 @@ def sync_tables(spec: PipelineSpec, *, resync: list[str] | None = None, log: Log
     from airflow_provider_pglogical.snapshot.run import request_added_tables, request_resync, sync_pending
 
     spec = resolved(spec)  # tables newly selected in the publication are "added" tables
-    if resync and spec.source.publications:
-        raise SpecError(f"{spec.origin}: resync with several publications is not supported yet (the snapshot reads "
-                        "one publication's row filter and column list)")
     job = snapshot_job(spec)
     if resync and spec.target.kind != "postgres":  # nothing would load it (targets without SnapshotTarget)
         raise SpecError(f"resync of {', '.join(resync)}: only for target kind: postgres so far; a "

@@ -172,9 +172,6 @@ class SpecValidator:
             if snapshot.initial:  # its changes would apply without the pre-existing rows (no SnapshotTarget)
                 self.err("snapshot.initial", "only for target kind: postgres so far: a delta target cannot load "
                                              "snapshots yet; set snapshot.initial: false")
-        if source is not None and source.publications and snapshot.initial:
-            # snapshot/source.describe_tables reads one publication's row filter and column list.
-            self.err("snapshot.initial", "not supported with several publications yet; list one publication")
         if self.errors or source is None or staging is None or target is None:  # a missing one was reported
             return None
         return PipelineSpec(source=source, staging=staging, target=target, tables=tables,

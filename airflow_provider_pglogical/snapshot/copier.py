@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from airflow_provider_pglogical.decoding.model import ColumnDef, RelationSchema
 from airflow_provider_pglogical.exceptions import SnapshotConnectionLostError, SnapshotError
-from airflow_provider_pglogical.hooks.cursor import one_row
+from airflow_provider_pglogical.hooks.cursor import use_server_encoding
 from airflow_provider_pglogical.snapshot.copyframe import TRAILER, frame_copy_rows, strip_header
 from airflow_provider_pglogical.staging import schema as S
 from airflow_provider_pglogical.staging.layout import resolve_filesystem
@@ -145,9 +145,8 @@ def copy_chunk(task: ChunkTask) -> ChunkResult:
     relation = relation_schema(task.relation)
     conn = psycopg2.connect(task.dsn, application_name="airflow-provider-pglogical-snapshot")
     try:
+        use_server_encoding(conn)
         with conn.cursor() as cur:
-            cur.execute("SHOW server_encoding")
-            conn.set_client_encoding(one_row(cur)[0])
             cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             try:
                 cur.execute("SET TRANSACTION SNAPSHOT %s", (task.snapshot_name,))

@@ -86,6 +86,13 @@ class SnapshotJob:
     staging_uri: str
     tables: dict[str, tuple[tuple[str, ...] | None, str | None]]  # schema.table → (columns, row filter)
     settings: SnapshotSettings = field(default_factory=SnapshotSettings)
+    # Several publications decoded together (spec ``publication: [a, b]``): tables are read with their
+    # union (``source.describe_tables``). Empty: just ``publication``.
+    publications: tuple[str, ...] = ()
+
+    @property
+    def all_publications(self) -> tuple[str, ...]:
+        return self.publications or (self.publication,)
 
 
 @dataclass
@@ -137,7 +144,7 @@ def initial_snapshot(job: SnapshotJob, *, on_checkpoint: Checkpoint | None = Non
             "schema.table), or drop the slot and staging to start over")
     conn = _connect(job.dsn)
     try:
-        reads = describe_tables(conn, job.publication, job.tables)
+        reads = describe_tables(conn, job.all_publications, job.tables)
     finally:
         conn.close()
     for table in job.tables:
@@ -182,7 +189,7 @@ def sync_pending(job: SnapshotJob, *, on_checkpoint: Checkpoint | None = None,
         raise SnapshotError(f"snapshot requested for {', '.join(unknown)}, which the spec does not list")
     conn = _connect(job.dsn)
     try:
-        reads = describe_tables(conn, job.publication, pending)
+        reads = describe_tables(conn, job.all_publications, pending)
     finally:
         conn.close()
     with ExportedSnapshot(job.dsn, temporary_slot_name(job.slot, ",".join(sorted(pending))),
@@ -297,7 +304,7 @@ def _publish(job: SnapshotJob, layout: SnapshotLayout, read: TableRead, exported
     layout.staging.move_tree(partial, final)
     checkpoint("files_moved")
     manifest = SnapshotManifest(
-        slot=job.slot, publication=job.publication, table=read.table, lsn_int=exported.lsn,
+        slot=job.slot, publication=",".join(job.all_publications), table=read.table, lsn_int=exported.lsn,
         reason=request["reason"], request_id=request["request_id"], relation=read.relation,
         row_filter=read.row_filter, rows=sum(r.rows for r in results), bytes=sum(r.bytes for r in results),
         chunks=len(results), files=[f"chunks/c{r.index:05d}.parquet" for r in results],

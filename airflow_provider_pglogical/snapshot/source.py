@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import select
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,13 +26,9 @@ from airflow_provider_pglogical.exceptions import (
     SnapshotError,
 )
 from airflow_provider_pglogical.hooks.cursor import one_row
+from airflow_provider_pglogical.lsn import parse_lsn
 
 PLUGIN = "pgoutput"
-
-
-def parse_lsn(text: str) -> int:
-    hi, lo = text.split("/")
-    return (int(hi, 16) << 32) | int(lo, 16)
 
 
 @dataclass
@@ -151,14 +148,21 @@ class TableRead:
         return sql.SQL("COPY ({}) TO STDOUT (FORMAT binary)").format(query)
 
 
-def describe_tables(conn: psycopg2.extensions.connection, publication: str,
+def describe_tables(conn: psycopg2.extensions.connection, publications: str | Sequence[str],
                     tables: dict[str, tuple[tuple[str, ...] | None, str | None]]) -> dict[str, TableRead]:
     """Per spec table (``schema.table`` → (spec columns, spec row filter)): columns, identity, filters.
 
-    Columns: the publication's column list (PostgreSQL 15+) or every non-generated column, narrowed
-    to the spec's ``columns``; row filter: the publication's AND the spec's. Raises ``SnapshotError``
-    for a missing table, one without SELECT privilege, or one the publication does not publish.
+    Read as a native subscription to ``publications`` syncs a table (tablesync.c
+    ``fetch_remote_table_info``). Columns: the publications' column list (PostgreSQL 15+; a
+    publication without one publishes every non-generated column) or every non-generated column,
+    narrowed to the spec's ``columns``. Row filter: the publications' filters OR-ed — a row is copied
+    when any publication publishes it, so one publishing the table without a filter (or through
+    ``FOR ALL TABLES`` / ``TABLES IN SCHEMA``) means none — AND the spec's. Raises ``SnapshotError``
+    for a missing table, one without SELECT privilege, one no publication publishes, and one the
+    publications give different column lists (PostgreSQL 16+ table sync refuses it, and pgoutput stops
+    decoding its changes with the same error on every version).
     """
+    names = [publications] if isinstance(publications, str) else list(publications)
     out: dict[str, TableRead] = {}
     with conn.cursor() as cur:
         cur.execute("SELECT current_setting('block_size')::int, current_setting('server_version_num')::int")
@@ -176,20 +180,17 @@ def describe_tables(conn: psycopg2.extensions.connection, publication: str,
             if not can_select:
                 raise SnapshotError(f"the source role may not SELECT from {table}; GRANT SELECT ON {table} TO "
                                     "the replication role, then run again (nothing of it was staged)")
-            pub_filter, pub_columns = None, None
             if version >= 150000:
-                cur.execute("SELECT attnames, rowfilter FROM pg_publication_tables WHERE pubname = %s"
-                            " AND schemaname = %s AND tablename = %s", (publication, schema, name))
+                cur.execute("SELECT pubname, attnames, rowfilter FROM pg_publication_tables WHERE pubname = ANY(%s)"
+                            " AND schemaname = %s AND tablename = %s ORDER BY pubname", (names, schema, name))
             else:
-                cur.execute("SELECT NULL::name[], NULL::text FROM pg_publication_tables WHERE pubname = %s"
-                            " AND schemaname = %s AND tablename = %s", (publication, schema, name))
-            prow = cur.fetchone()
-            if prow is None:
-                raise SnapshotError(f"publication {publication!r} does not publish {table}; ALTER PUBLICATION "
-                                    f"{publication} ADD TABLE {table} first")
-            pub_columns, pub_filter = prow
-            if isinstance(pub_columns, str):  # name[] may arrive as its text form
-                pub_columns = pub_columns.strip("{}").split(",") if pub_columns.strip("{}") else []
+                cur.execute("SELECT pubname, NULL::name[], NULL::text FROM pg_publication_tables WHERE pubname = ANY(%s)"
+                            " AND schemaname = %s AND tablename = %s ORDER BY pubname", (names, schema, name))
+            published = [(pub, _names(cols), flt) for pub, cols, flt in cur.fetchall()]
+            if not published:
+                which = f"publication {names[0]!r} does not" if len(names) == 1 else \
+                    f"none of the publications {', '.join(repr(n) for n in names)}"
+                raise SnapshotError(f"{which} publish {table}; ALTER PUBLICATION {names[0]} ADD TABLE {table} first")
             cur.execute(
                 "SELECT a.attname, a.atttypid::bigint, a.atttypmod, format_type(a.atttypid, a.atttypmod),"
                 " CASE %(ri)s WHEN 'f' THEN true WHEN 'n' THEN false ELSE COALESCE(a.attnum = ANY("
@@ -199,13 +200,48 @@ def describe_tables(conn: psycopg2.extensions.connection, publication: str,
                 " AND a.attgenerated = '' ORDER BY a.attnum", {"oid": relid, "ri": replident})
             columns = [{"name": r[0], "type_oid": int(r[1]), "type_modifier": int(r[2]), "type_name": r[3],
                         "is_identity": bool(r[4])} for r in cur.fetchall()]
-            if pub_columns:
-                columns = [c for c in columns if c["name"] in set(pub_columns)]
+            pub_columns = published_columns(table, [c["name"] for c in columns], [p[1] for p in published])
+            columns = [c for c in columns if c["name"] in pub_columns]
             if spec_columns:
                 keep = set(spec_columns)
                 columns = [c for c in columns if c["name"] in keep]
+            pub_filter = published_row_filter([p[2] for p in published])
             filters = [f for f in (pub_filter, spec_filter) if f]
             row_filter = " AND ".join(f"({f})" for f in filters) if filters else None
             out[table] = TableRead(table, int(relid), schema, name, replident, tuple(columns), row_filter,
                                    int(heap_bytes), int(block_size))
     return out
+
+
+def _names(value: Any) -> tuple[str, ...] | None:
+    """A ``name[]`` column as a tuple (it may arrive as its text form); None for NULL."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        inner = value.strip("{}")
+        return tuple(inner.split(",")) if inner else ()
+    return tuple(value)
+
+
+def published_columns(table: str, columns: Sequence[str], lists: Sequence[tuple[str, ...] | None]) -> set[str]:
+    """The columns the publications publish of ``table`` (``columns``: its non-generated ones, in order).
+
+    Each entry of ``lists`` is one publication's ``attnames``: NULL or empty (PostgreSQL 14, or no
+    column list on 15) means every column. Publications giving different sets is PostgreSQL's error.
+    """
+    every = set(columns)
+    sets = {frozenset(every & set(cols)) if cols else frozenset(every) for cols in lists}
+    if len(sets) > 1:
+        raise SnapshotError(f"cannot use different column lists for table {table} in different publications "
+                            "(PostgreSQL refuses it in table sync and in decoding); give the table one column "
+                            "list in every publication, or list one publication")
+    return set(next(iter(sets))) if sets else every
+
+
+def published_row_filter(filters: Sequence[str | None]) -> str | None:
+    """The publications' row filters of one table as table sync combines them: OR-ed, each once, in order;
+    None (copy every row) when any publication has none for it."""
+    if not filters or any(not f for f in filters):
+        return None
+    distinct = list(dict.fromkeys(f for f in filters if f))
+    return distinct[0] if len(distinct) == 1 else " OR ".join(f"({f})" for f in distinct)

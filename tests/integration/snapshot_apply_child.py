@@ -3,7 +3,7 @@
 Usage: python -m tests.integration.snapshot_apply_child '<json>' with keys dsn (target), slot,
 staging_uri, kill_at: a checkpoint of ``apply/targets/postgres/snapshot.CHECKPOINTS`` (optionally
 "name:n" for its n-th occurrence), or ``mid_copy``: a thread watching the target's
-``pg_stat_progress_copy`` kills the process while the executors COPY a snapshot staging table.
+``pg_stat_progress_copy`` kills the process while the load transaction COPYs a snapshot into ``wide``.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ __all__ = ["KILLED"]
 
 
 def kill_mid_copy(dsn: str, min_rows: int = 1000) -> None:
-    """Die once some executor has COPYed ``min_rows`` rows into a snapshot staging table (not all yet)."""
+    """Die once the load transaction has COPYed ``min_rows`` rows of a snapshot into ``wide`` (not all yet)."""
     conn = psycopg2.connect(dsn)
     conn.autocommit = True
     cur = conn.cursor()
     while True:
         cur.execute("SELECT 1 FROM pg_stat_progress_copy p JOIN pg_class c ON c.oid = p.relid "
-                    "WHERE p.command = 'COPY FROM' AND c.relname LIKE '%%\\_snap' AND p.tuples_processed >= %s",
+                    "WHERE p.command = 'COPY FROM' AND c.relname = 'wide' AND p.tuples_processed >= %s",
                     (min_rows,))
         if cur.fetchone() is not None:
             die()
