@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -48,8 +48,9 @@ class PlannedSnapshot:
 class SnapshotTarget(Protocol):
     """What a target adds to ``Target`` to load snapshots (see the module docstring)."""
 
-    def sync_marks(self, slot: str) -> dict[str, int]:
-        """Target table → sync LSN of the snapshot it holds ({} when none was loaded)."""
+    def sync_marks(self, slot: str, tables: Collection[str] = ()) -> dict[str, int]:
+        """Target table → sync LSN of the snapshot it holds, for (at least) ``tables`` ({} when none was
+        loaded; a target that cannot list its tables cheaply opens just these)."""
         ...
 
     def apply_snapshot(self, plan: PlannedSnapshot, changes: Any) -> BatchResult:
@@ -186,6 +187,12 @@ def without(config: ApplyConfig, held: set[str], known: Iterable[str] = ()) -> A
     return dataclasses.replace(config, tables={k: v for k, v in config.tables.items() if k not in held})
 
 
+def candidate_targets(config: ApplyConfig) -> set[str]:
+    """The target tables whose sync marks a run may need: the configured tables' (or every snapshotted one's)."""
+    sources = config.tables or SnapshotLayout.from_uri(config.staging_root, config.slot).tables()
+    return {planning.target_name(s, cfg) for s in sources if (cfg := config.table_config(s)) is not None}
+
+
 def source_sync_lsns(config: ApplyConfig, marks: Mapping[str, int]) -> dict[str, int]:
     """Source table → its target's sync LSN."""
     out = {}
@@ -212,7 +219,7 @@ def pending_snapshots(config: ApplyConfig, target: Target) -> list[tuple[Planned
     if not isinstance(target, SnapshotTarget):
         return []
     layout = SnapshotLayout.from_uri(config.staging_root, config.slot)
-    marks = target.sync_marks(config.slot)
+    marks = target.sync_marks(config.slot, candidate_targets(config))
     groups: dict[int, list[tuple[str, Any, SnapshotManifest, SnapshotFiles]]] = {}
     for source in sorted(config.tables or layout.tables()):  # no tables configured: every staged one
         cfg = config.table_config(source)
@@ -271,4 +278,4 @@ def sync_lsns(config: ApplyConfig, target: Target) -> dict[str, int]:
     """Source table → sync LSN of the snapshot its target holds ({} for targets without snapshots)."""
     if not isinstance(target, SnapshotTarget):
         return {}
-    return source_sync_lsns(config, target.sync_marks(config.slot))
+    return source_sync_lsns(config, target.sync_marks(config.slot, candidate_targets(config)))

@@ -84,9 +84,8 @@ def sync_tables(spec: PipelineSpec, *, resync: list[str] | None = None, log: Log
 
     spec = resolved(spec)  # tables newly selected in the publication are "added" tables
     job = snapshot_job(spec)
-    if resync and spec.target.kind != "postgres":  # nothing would load it (targets without SnapshotTarget)
-        raise SpecError(f"resync of {', '.join(resync)}: only for target kind: postgres so far; a "
-                        f"{spec.target.kind} target cannot load snapshots yet")
+    if resync and spec.target.kind == "delta" and spec.target.mode != "mirror":  # nothing would load it
+        raise SpecError(f"resync of {', '.join(resync)}: a delta target loads snapshots in mode: mirror only")
     if resync:
         request_resync(job, resync)
     added = request_added_tables(job) if spec.snapshot.initial else []
@@ -117,7 +116,13 @@ def sync_states(spec: PipelineSpec, applied: dict[str, int] | None = None) -> di
 
 def target_sync_marks(spec: PipelineSpec) -> dict[str, int]:
     """Target table → sync LSN of the snapshot it holds ({} before any snapshot was applied)."""
-    if spec.target.kind != "postgres":  # only the PostgreSQL target loads snapshots so far (SnapshotTarget)
+    if spec.target.kind == "delta":  # app transactions in each table's Delta log
+        from airflow_provider_pglogical.apply.targets.delta import settings
+
+        with settings.environment(settings.spec_env(spec)):
+            return settings.target_for_spec(spec).sync_marks(spec.source.slot,
+                                                             {t.target_name for t in spec.tables.values()})
+    if spec.target.kind != "postgres":
         return {}
     import psycopg2
 

@@ -169,9 +169,9 @@ class SpecValidator:
         snapshot = self.snapshot(top.get("snapshot"), "snapshot")
         if target is not None and target.kind == "delta":
             self.delta_tables(target, tables, selectors)
-            if snapshot.initial:  # its changes would apply without the pre-existing rows (no SnapshotTarget)
-                self.err("snapshot.initial", "only for target kind: postgres so far: a delta target cannot load "
-                                             "snapshots yet; set snapshot.initial: false")
+            if snapshot.initial and target.mode != "mirror":  # a change feed has no rows to start from
+                self.err("snapshot.initial", "a delta target loads snapshots in mode: mirror only (a changelog "
+                                             "is a feed of changes); set snapshot.initial: false")
         if self.errors or source is None or staging is None or target is None:  # a missing one was reported
             return None
         return PipelineSpec(source=source, staging=staging, target=target, tables=tables,

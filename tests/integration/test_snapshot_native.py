@@ -189,3 +189,83 @@ def test_snapshot_then_changes_equal_a_native_copy_data_subscriber(pg_server, sp
         execute(native_dsn, "ALTER SUBSCRIPTION sub_native DISABLE", "ALTER SUBSCRIPTION sub_native SET (slot_name = NONE)",
                 "DROP SUBSCRIPTION sub_native")
         execute(source_dsn, "SELECT pg_drop_replication_slot('sub_native')")
+
+
+MULTI_TABLES_SQL = """
+CREATE TABLE mp_or (id int PRIMARY KEY, grp int, note text);
+ALTER TABLE mp_or REPLICA IDENTITY FULL;
+CREATE TABLE mp_open (id int PRIMARY KEY, grp int, note text);
+ALTER TABLE mp_open REPLICA IDENTITY FULL;
+CREATE TABLE mp_cols (id int PRIMARY KEY, a text, secret text, b int);
+"""
+MULTI_ROWS_SQL = """
+INSERT INTO mp_or SELECT g, g % 7, 'o' || g FROM generate_series(1, 600) g;
+INSERT INTO mp_open SELECT g, g % 7, 'n' || g FROM generate_series(1, 300) g;
+INSERT INTO mp_cols SELECT g, 'a' || g, 's' || g, g FROM generate_series(1, 300) g;
+"""
+# mp_or: filters OR-ed; mp_open: pub_b publishes it without a filter (no filter at all); mp_cols: the same
+# column list in both, a filter in one only (none then)
+MULTI_PUBS_SQL = """
+CREATE PUBLICATION pub_a FOR TABLE mp_or WHERE (id < 100), mp_open WHERE (grp = 1), mp_cols (id, a, b);
+CREATE PUBLICATION pub_b FOR TABLE mp_or WHERE (grp = 3), mp_open, mp_cols (id, a, b) WHERE (id > 250);
+"""
+
+
+def multi_burst(dsn: str, rnd: random.Random, n: int) -> None:
+    conn = connect(dsn)
+    cur = conn.cursor()
+    for _ in range(n):
+        cur.execute("BEGIN")
+        cur.execute("UPDATE mp_or SET grp = %s WHERE id = %s", (rnd.randint(0, 6), rnd.randint(1, 700)))
+        cur.execute("INSERT INTO mp_or VALUES (%s, %s, 'new') ON CONFLICT DO NOTHING",
+                    (rnd.randint(1, 900), rnd.randint(0, 6)))
+        cur.execute("DELETE FROM mp_or WHERE id = %s", (rnd.randint(1, 700),))
+        cur.execute("UPDATE mp_open SET grp = grp + 1, note = note || 'u' WHERE id = %s", (rnd.randint(1, 300),))
+        cur.execute("DELETE FROM mp_open WHERE id = %s", (rnd.randint(1, 300),))
+        cur.execute("UPDATE mp_cols SET secret = 'x', b = b + 1 WHERE id = %s", (rnd.randint(1, 300),))
+        cur.execute("INSERT INTO mp_cols VALUES (%s, 'na', 'ns', 0) ON CONFLICT DO NOTHING", (rnd.randint(300, 600),))
+        cur.execute("COMMIT")
+    conn.close()
+
+
+def test_snapshot_of_two_publications_equals_a_native_subscriber_to_both(pg_server, spark, tmp_path):
+    """Row filters OR-ed (a publication without one: none), one column list: as a native table sync reads them."""
+    source, native = make_database(pg_server), make_database(pg_server)
+    _, ours = make_target(pg_server)
+    source_dsn, native_dsn = pg_server.dsn(source), pg_server.dsn(native)
+    execute(source_dsn, MULTI_TABLES_SQL + MULTI_ROWS_SQL + MULTI_PUBS_SQL)
+    execute(native_dsn, MULTI_TABLES_SQL)
+    execute(ours, MULTI_TABLES_SQL)
+    uri = str(tmp_path / "staging")
+    rnd = random.Random(13)
+    tables: dict[str, tuple[tuple[str, ...] | None, str | None]] = {
+        f"public.{t}": (None, None) for t in ("mp_or", "mp_open", "mp_cols")}
+    execute(source_dsn, "SELECT pg_create_logical_replication_slot('sub_multi', 'pgoutput')")
+    execute(native_dsn, "CREATE SUBSCRIPTION sub_multi CONNECTION '" + source_dsn + "' PUBLICATION pub_a, pub_b "
+                        "WITH (create_slot = false, slot_name = sub_multi, copy_data = true)")
+    try:
+        snapshot = SnapshotJob(dsn=source_dsn, slot="ours", publication="pub_a", publications=("pub_a", "pub_b"),
+                               staging_uri=uri, tables=tables,
+                               settings=SnapshotSettings(initial=True, parallelism=1, chunk_bytes=1 << 20))
+
+        def meanwhile(point: str) -> None:
+            if point in ("slot_created", "chunk_written"):
+                multi_burst(source_dsn, rnd, 3)
+
+        result = initial_snapshot(snapshot, on_checkpoint=meanwhile)
+        assert result.tables["public.mp_or"]["rows"] < 600  # filtered on the source
+        assert query(source_dsn, "SELECT count(*) FROM mp_open") != [(0,)]
+        multi_burst(source_dsn, rnd, 10)
+        drain_all(source_dsn, uri, publication=("pub_a", "pub_b"))
+        apply_slot(spark, apply_config(uri, tables), ours)
+        wait_ready(native_dsn)
+        wait_for_subscriber(source_dsn, native_dsn, name="sub_multi")
+        assert_equal(ours, native_dsn, ("mp_or", "mp_open", "mp_cols"))
+        assert query(ours, "SELECT count(*) FROM mp_cols WHERE secret IS NOT NULL") == [(0,)]  # column list
+        assert query(ours, "SELECT count(*) FROM mp_or WHERE NOT (id < 100 OR grp = 3)") == [(0,)]
+        assert query(ours, "SELECT count(*) FROM mp_or WHERE grp = 3 AND id >= 100") != [(0,)]  # both filters
+        assert query(ours, "SELECT count(*) FROM mp_open WHERE grp <> 1") != [(0,)]  # no filter
+    finally:
+        execute(native_dsn, "ALTER SUBSCRIPTION sub_multi DISABLE", "ALTER SUBSCRIPTION sub_multi SET (slot_name = NONE)",
+                "DROP SUBSCRIPTION sub_multi")
+        execute(source_dsn, "SELECT pg_drop_replication_slot('sub_multi')")

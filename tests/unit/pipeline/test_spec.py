@@ -381,22 +381,24 @@ def test_the_snapshot_section_defaults_to_no_initial_snapshot_and_validates_its_
     assert "snapshot.chunks: unknown key" in text
 
 
-def test_a_delta_target_refuses_an_initial_snapshot_it_could_not_load():
+def test_a_delta_change_feed_refuses_an_initial_snapshot_a_mirror_loads_it():
     doc = copy.deepcopy(VALID)
-    doc["target"] = {"kind": "delta", "uri": "s3://lake/cdc"}
+    doc["target"] = {"kind": "delta", "uri": "s3://lake/cdc", "mode": "changelog"}
     doc["snapshot"] = {"initial": True}
-    assert "snapshot.initial: only for target kind: postgres so far" in error_of(doc)
+    assert "snapshot.initial: a delta target loads snapshots in mode: mirror only" in error_of(doc)
+    doc["target"]["mode"] = "mirror"
+    assert parse_spec(doc, env={}).snapshot.initial
     doc["snapshot"] = {"initial": False, "parallelism": 2}
     assert parse_spec(doc, env={}).snapshot.parallelism == 2
 
 
-def test_a_resync_on_a_delta_target_is_refused_before_anything_is_requested(tmp_path):
+def test_a_resync_on_a_delta_change_feed_is_refused_before_anything_is_requested(tmp_path):
     from airflow_provider_pglogical.pipeline.snapshots import sync_tables
 
     doc = copy.deepcopy(VALID)
-    doc["target"] = {"kind": "delta", "uri": str(tmp_path / "lake")}
+    doc["target"] = {"kind": "delta", "uri": str(tmp_path / "lake"), "mode": "changelog"}
     doc["staging"] = {"uri": str(tmp_path / "staging")}
-    with pytest.raises(SpecError, match="resync of public.customers: only for target kind: postgres"):
+    with pytest.raises(SpecError, match="resync of public.customers: a delta target loads snapshots in mode: mirror"):
         sync_tables(parse_spec(doc, env={}), resync=["public.customers"])
     assert not (tmp_path / "staging").exists()
 

@@ -58,6 +58,12 @@ def app_id(slot: str, target: str) -> str:
     return f"pglogical/{slot}/{target}"
 
 
+def sync_app_id(slot: str, target: str) -> str:
+    """The Delta app-transaction id that carries the sync LSN of the snapshot a table holds:
+    ``pglogical-sync/<slot>/<target>`` (set by the snapshot's overwrite commit, with the watermark)."""
+    return f"pglogical-sync/{slot}/{target}"
+
+
 def watermark(location: DeltaLocation, slot: str, target: str) -> int | None:
     """End LSN of the last batch of ``slot`` committed into ``target``, read from the Delta log."""
     table = location.open(target)

@@ -20,11 +20,11 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake import Field as DeltaField
 from deltalake import Schema as DeltaSchema
 
@@ -39,7 +39,7 @@ from airflow_provider_pglogical.apply.targets.base import (
     from_column,
 )
 from airflow_provider_pglogical.apply.targets.delta import changelog, mirror
-from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation, app_id
+from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation, app_id, sync_app_id
 from airflow_provider_pglogical.apply.targets.delta.types import (
     convert_array,
     delta_schema,
@@ -52,6 +52,8 @@ from airflow_provider_pglogical.exceptions import ApplyError, SchemaChangeError,
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+    from airflow_provider_pglogical.apply.snapshots import PlannedSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +202,57 @@ class DeltaTarget:
                            rows={t: o.rows for t, o in outcomes.items() if o.committed},
                            ordered=any(o.replayed for o in outcomes.values()),
                            seconds={k: round(v, 3) for k, v in seconds.items()})
+
+    # -- snapshots (``apply/snapshots.SnapshotTarget``) ---------------------------------------
+
+    def sync_marks(self, slot: str, tables: Collection[str] = ()) -> dict[str, int]:
+        """``tables`` → the sync LSN of the snapshot each holds: the app transaction ``sync_app_id`` of its log."""
+        out = {}
+        for name in sorted(tables):
+            table = self.location.open(name)
+            mark = None if table is None else table.transaction_version(sync_app_id(slot, name))
+            if mark is not None:
+                out[name] = mark
+        return out
+
+    def apply_snapshot(self, plan: PlannedSnapshot, changes: Any) -> BatchResult:
+        """Each table's snapshot rows replace its rows in one overwrite commit that also sets its watermark *to*
+        the sync LSN (backwards too: a resync) and records the sync LSN (``sync_app_id``).
+
+        Delta has no multi-table transactions: like a batch, each table is atomic on its own, and a table
+        whose sync mark is at ``plan.lsn`` already is skipped, so a re-run after a crash between tables
+        loads the others and nothing twice. A crash before a commit leaves only unreferenced files.
+        """
+        where = f"snapshot at {format_lsn(plan.lsn)}"
+        if self.mode != "mirror":
+            raise ApplyError(f"{where} of {', '.join(t.target for t in plan.tables)}: a Delta change feed "
+                             "(mode changelog) does not load snapshots; use mode mirror")
+        result = BatchResult(applied=False)
+        seconds = {"stage": 0.0, "apply": 0.0}
+        for table in plan.tables:
+            current = self.location.open(table.target)
+            if current is not None and (current.transaction_version(sync_app_id(plan.slot, table.target))
+                                        or -1) >= plan.lsn:
+                continue  # loaded by an earlier (crashed or racing) run
+            started = time.monotonic()
+            rows = unwrap_notes(_arrow(changes.rows(table)), f"{where}: {table.target}")
+            seconds["stage"] += time.monotonic() - started
+            started = time.monotonic()
+            types = _type_names(table)
+            converted, schema = self._convert(rows, table.columns, (), f"{where}: {table.target}", types)
+            dt = self._table(table.target, schema, where, types)
+            props = CommitProperties(
+                app_transactions=[Transaction(app_id(plan.slot, table.target), plan.lsn),
+                                  Transaction(sync_app_id(plan.slot, table.target), plan.lsn)],
+                custom_metadata={**mirror.metadata(plan.slot, plan.lsn, plan.lsn, []), "pglogical.snapshot": "true"})
+            self.checkpoint("before_commit", table.target)
+            write_deltalake(dt, converted.select(list(table.columns)), mode="overwrite", commit_properties=props)
+            self.checkpoint("committed", table.target)
+            seconds["apply"] += time.monotonic() - started
+            result.applied = True
+            result.rows[table.target] = {"snapshot_rows": converted.num_rows}
+        result.seconds = {k: round(v, 3) for k, v in seconds.items()}
+        return result
 
     def _at(self, target: str, end_lsn: int, slot: str | None = None) -> bool:
         mark = self.watermark(target, slot)

@@ -139,9 +139,9 @@ class PostgresTarget:
 
     # -- snapshots (``apply/snapshots.SnapshotTarget``) ---------------------------------------
 
-    def sync_marks(self, slot: str) -> dict[str, int]:
+    def sync_marks(self, slot: str, tables: Collection[str] = ()) -> dict[str, int]:
         """Target table → sync LSN of the snapshot it holds (``pglogical_sync`` in the bookkeeping schema;
-        {} before any)."""
+        {} before any). One read answers for every table, so ``tables`` is not needed."""
         from airflow_provider_pglogical.apply.targets.postgres import snapshot
 
         marks = snapshot.sync_marks(self.conn, slot, qualified(self.bookkeeping_schema, snapshot.SYNC_TABLE))
