@@ -659,7 +659,165 @@ unsplit_records(PyObject *self, PyObject *args)
     return out;
 }
 
+/* spill_records(buf, pos) -> (records, pos): the whole spill records (UInt64 lsn, UInt32 subxid,
+ * UInt32 length, bytes) in buf[pos:] as (lsn, subxid, data) tuples, and the offset after the last. */
+static PyObject *
+spill_records(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t pos;
+    if (!PyArg_ParseTuple(args, "y*n", &view, &pos))
+        return NULL;
+    const unsigned char *d = (const unsigned char *)view.buf;
+    Py_ssize_t len = view.len;
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        goto fail;
+    while (pos >= 0 && len - pos >= 16) {
+        uint32_t n = be32(d + pos + 12);
+        if ((Py_ssize_t)n > len - pos - 16)
+            break;
+        PyObject *rec = Py_BuildValue("(KIy#)", (unsigned long long)be64(d + pos), (unsigned int)be32(d + pos + 8),
+                                      (const char *)d + pos + 16, (Py_ssize_t)n);
+        if (rec == NULL || PyList_Append(out, rec) < 0) {
+            Py_XDECREF(rec);
+            goto fail;
+        }
+        Py_DECREF(rec);
+        pos += 16 + n;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(Nn)", out, pos);
+fail:
+    Py_XDECREF(out);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+/* One side (old or new) of rowchange_columns: the present images' messages joined (+ pad zero
+ * bytes), per present image its tuple start and message end in the joined bytes, and the mask of
+ * absent images. Returns NULL with no exception when an image is not a WireTuple (or not bytes). */
+static PyObject *
+image_side(PyObject *changes, Py_ssize_t n, int which, Py_ssize_t pad)
+{
+    Py_ssize_t total = 0, present = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *img = PyTuple_GET_ITEM(PyList_GET_ITEM(changes, i), which);
+        if (img == Py_None)
+            continue;
+        if (Py_TYPE(img) != WireTupleType)
+            return NULL;
+        PyObject *msg = *(PyObject **)((char *)img + off_message);
+        if (msg == NULL || !PyBytes_CheckExact(msg))
+            return NULL;
+        total += PyBytes_GET_SIZE(msg);
+        present++;
+    }
+    PyObject *absent = PyBytes_FromStringAndSize(NULL, n);
+    PyObject *joined = PyBytes_FromStringAndSize(NULL, total + pad);
+    PyObject *starts = PyBytes_FromStringAndSize(NULL, present * 8);
+    PyObject *ends = PyBytes_FromStringAndSize(NULL, present * 8);
+    if (absent == NULL || joined == NULL || starts == NULL || ends == NULL)
+        goto fail;
+    char *a = PyBytes_AS_STRING(absent), *j = PyBytes_AS_STRING(joined);
+    int64_t *st = (int64_t *)PyBytes_AS_STRING(starts), *en = (int64_t *)PyBytes_AS_STRING(ends);
+    Py_ssize_t at = 0, k = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *img = PyTuple_GET_ITEM(PyList_GET_ITEM(changes, i), which);
+        if (img == Py_None) {
+            a[i] = 1;
+            continue;
+        }
+        a[i] = 0;
+        PyObject *msg = *(PyObject **)((char *)img + off_message);
+        PyObject *offset = *(PyObject **)((char *)img + off_offset);
+        Py_ssize_t off = offset ? PyLong_AsSsize_t(offset) : -1;
+        if (off == -1 && PyErr_Occurred())
+            goto fail;
+        Py_ssize_t len = PyBytes_GET_SIZE(msg);
+        memcpy(j + at, PyBytes_AS_STRING(msg), len);
+        st[k] = at + off;
+        en[k] = at + len;
+        at += len;
+        k++;
+    }
+    memset(j + at, 0, pad);
+    return Py_BuildValue("(NNNN)", absent, joined, starts, ends);
+fail:
+    Py_XDECREF(absent);
+    Py_XDECREF(joined);
+    Py_XDECREF(starts);
+    Py_XDECREF(ends);
+    return NULL;
+}
+
+/* rowchange_columns(changes, pad) -> (lsn, op, key_only, old, new) or None
+ * The staged columns of a row group of RowChanges in one pass: lsn as native int64 bytes, op as
+ * one byte per row, key_only as one bool byte per row, and per image side image_side()'s tuple.
+ * None (the Python path then runs) when anything is not the plain shape: a change that is not a
+ * RowChange, an op that is not one ASCII letter, an image that is not a WireTuple. */
+static PyObject *
+rowchange_columns(PyObject *self, PyObject *args)
+{
+    PyObject *changes;
+    Py_ssize_t pad;
+    if (!PyArg_ParseTuple(args, "O!n", &PyList_Type, &changes, &pad))
+        return NULL;
+    if (!types_ready())
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(changes);
+    PyObject *lsn = PyBytes_FromStringAndSize(NULL, n * 8);
+    PyObject *ops = PyBytes_FromStringAndSize(NULL, n);
+    PyObject *keys = PyBytes_FromStringAndSize(NULL, n);
+    PyObject *old = NULL, *new = NULL;
+    if (lsn == NULL || ops == NULL || keys == NULL)
+        goto fail;
+    int64_t *l = (int64_t *)PyBytes_AS_STRING(lsn);
+    char *o = PyBytes_AS_STRING(ops), *k = PyBytes_AS_STRING(keys);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *c = PyList_GET_ITEM(changes, i);
+        if (Py_TYPE(c) != RowChangeType || PyTuple_GET_SIZE(c) != 6)
+            goto plain_no;
+        PyObject *op = PyTuple_GET_ITEM(c, 0), *ko = PyTuple_GET_ITEM(c, 5);
+        if (!PyUnicode_Check(op) || PyUnicode_GET_LENGTH(op) != 1 || !PyUnicode_IS_ASCII(op) ||
+            (ko != Py_True && ko != Py_False))
+            goto plain_no;
+        o[i] = (char)PyUnicode_READ_CHAR(op, 0);
+        k[i] = ko == Py_True;
+        long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(c, 2));
+        if (v == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            goto plain_no;
+        }
+        l[i] = v;
+    }
+    old = image_side(changes, n, 3, pad);
+    if (old == NULL)
+        goto side_failed;
+    new = image_side(changes, n, 4, pad);
+    if (new == NULL)
+        goto side_failed;
+    return Py_BuildValue("(NNNNN)", lsn, ops, keys, old, new);
+side_failed:
+    if (PyErr_Occurred())
+        goto fail;
+plain_no:
+    Py_XDECREF(lsn);
+    Py_XDECREF(ops);
+    Py_XDECREF(keys);
+    Py_XDECREF(old);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(lsn);
+    Py_XDECREF(ops);
+    Py_XDECREF(keys);
+    Py_XDECREF(old);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"rowchange_columns", rowchange_columns, METH_VARARGS, "Staged columns of a list of RowChanges, or None."},
+    {"spill_records", spill_records, METH_VARARGS, "Whole spill records in buf[pos:]: (records, pos)."},
     {"init_types", init_types, METH_VARARGS, "Register WireTuple, RowChange and the op strings I, U, D."},
     {"take_plain", take_plain, METH_VARARGS, "Append plain DML RowChanges from rows[start:]: (next, size)."},
     {"spill_plain", spill_plain, METH_VARARGS, "Spill records of plain DML rows from rows[start:]: (next, blob)."},

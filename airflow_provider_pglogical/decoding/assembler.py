@@ -18,7 +18,6 @@ from airflow_provider_pglogical.decoding.model import (
     PreparedOutcome,
     PreparedTransaction,
     RelationSchema,
-    RowChange,
     Transaction,
     TypeInfo,
 )
@@ -33,7 +32,6 @@ from airflow_provider_pglogical.decoding.relations import (
 )
 from airflow_provider_pglogical.decoding.speedups import compiled
 from airflow_provider_pglogical.decoding.spill import SpilledChanges, SpillFile, SpillRecord
-from airflow_provider_pglogical.decoding.wiretuple import WireTuple
 from airflow_provider_pglogical.exceptions import DecodeError
 
 DEFAULT_MEMORY_BUDGET = 64 * 1024 * 1024
@@ -69,9 +67,6 @@ def _spill_decoder_many(in_stream: bool) -> Callable[[list[SpillRecord], Mapping
         return out  # type: ignore[return-value]  # every None was replaced above
     return decode_many
 
-
-if compiled is not None:  # the C path builds RowChange/WireTuple objects itself, through their slots
-    compiled.init_types(WireTuple, RowChange, "I", "U", "D")
 
 BLOCK_ROWS = 4096  # rows handed to the compiled path at a time
 
@@ -182,6 +177,8 @@ class ChangeAssembler:
         transaction are taken in C — RowChanges appended, or spill records written in one piece —
         and every other row goes through ``_feed_rows_py``, so both paths give the same events."""
         assert compiled is not None
+        if block and type(block[0][2]) is not bytes:  # the named cursor's memoryviews: one copy each, as below
+            block = [(lsn, xid, data if type(data) is bytes else bytes(data)) for lsn, xid, data in block]
         take_plain, spill_plain = compiled.take_plain, compiled.spill_plain
         relations = self.relations.live()
         budget = self._budget

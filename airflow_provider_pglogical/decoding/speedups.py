@@ -25,7 +25,12 @@ def _load() -> ModuleType | None:
         from airflow_provider_pglogical.decoding import _speedups  # type: ignore[attr-defined]
     except ImportError:
         return None
+    from airflow_provider_pglogical.decoding.model import RowChange
+    from airflow_provider_pglogical.decoding.wiretuple import WireTuple
+
     module: ModuleType = _speedups
+    # The C paths build RowChange/WireTuple objects themselves, through their slots.
+    module.init_types(WireTuple, RowChange, "I", "U", "D")
     return module
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import overload
 
 from airflow_provider_pglogical.decoding.model import Change, RelationSchema
+from airflow_provider_pglogical.decoding.speedups import compiled
 from airflow_provider_pglogical.exceptions import DecodeError
 
 # Spill record header: UInt64 row LSN, UInt32 (sub)xid of the change, UInt32 length of the raw message.
@@ -81,21 +82,26 @@ class SpillFile:
         self._file.flush()
         fd, end = self._file.fileno(), self.size
         unpack, hsize = _HEADER.unpack_from, _HEADER.size
+        records_of = compiled.spill_records if compiled is not None else None  # the same loop in C
         buf, base, p = b"", 0, 0  # base = file offset of buf[0], p = cursor in buf
         while base + p < end:
             if len(buf) - p < hsize:
                 buf, base, p = _refill(fd, buf, base, p, hsize)
-            out: list[SpillRecord] = []
-            limit = len(buf)
-            while True:  # every whole record in buf
-                if limit - p < hsize:
-                    break
-                lsn, subxid, n = unpack(buf, p)
-                start = p + hsize
-                if limit - start < n:
-                    break
-                p = start + n
-                out.append((lsn, subxid, buf[start:p]))
+            out: list[SpillRecord]
+            if records_of is not None:
+                out, p = records_of(buf, p)
+            else:
+                out = []
+                limit = len(buf)
+                while True:  # every whole record in buf
+                    if limit - p < hsize:
+                        break
+                    lsn, subxid, n = unpack(buf, p)
+                    start = p + hsize
+                    if limit - start < n:
+                        break
+                    p = start + n
+                    out.append((lsn, subxid, buf[start:p]))
             if out:
                 yield out
             elif base + p < end:  # a record larger than what is buffered
