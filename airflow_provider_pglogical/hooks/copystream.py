@@ -64,7 +64,7 @@ def stream_rows(conn: psycopg2.extensions.connection, select: bytes, itersize: i
     """Yield the ``(lsn, xid, data)`` rows of ``select`` (three non-null columns: bigint, bigint, bytea).
 
     ``conn`` must be idle and in autocommit (the COPY is its own transaction). Raises
-    ``CopyRefused`` before the first row if the server rejects the statement, and
+    ``CopyRefused`` instead of a first row if the server fails the statement, and
     ``psycopg2.OperationalError`` if the stream fails later. Closing the generator early cancels
     the COPY and leaves ``conn`` idle.
     """
@@ -75,16 +75,21 @@ def stream_rows(conn: psycopg2.extensions.connection, select: bytes, itersize: i
     refused = compiled.copy_start(ptr, copy_statement(select))
     if refused is not None:
         raise CopyRefused(*refused)
-    done, first = False, True
+    done, first, started = False, True, False
     try:
         while not done:
             rows, done, error = compiled.copy_rows(ptr, max(int(itersize), 1), first)
             first = False
+            if error is not None and not rows and not started:
+                # The server starts the COPY before running the query: a failing function (no such
+                # slot, publication, ...) answers the first read, before any row.
+                raise CopyRefused(*error)
+            started = True
+            yield from rows
             if error is not None:
                 sqlstate, message = error
                 raise psycopg2.OperationalError(f"COPY of slot rows failed ({sqlstate or 'connection'}): "
                                                 f"{message.strip()}")
-            yield from rows
     finally:
         if not done and not conn.closed:
             compiled.copy_cancel(ptr)
