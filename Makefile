@@ -51,7 +51,9 @@ system-deps:
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt
+# setup.py and the C source too: the install compiles the optional speedups (decoding/_speedups.c)
+# when a C compiler is there, and must rebuild them when they change.
+$(STAMP): pyproject.toml constraints.txt setup.py airflow_provider_pglogical/decoding/_speedups.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,openlineage]'
