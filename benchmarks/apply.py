@@ -70,15 +70,21 @@ def big_workload(dsn: str, changes: int) -> dict[str, int]:
     return {"insert": inserts, "update": updates, "delete": deletes}
 
 
-def raw_fetch(dsn: str, slot: str, publication: str) -> tuple[int, float]:
-    """The slot's data through the hook's named cursor (binary pgoutput, same options as the drain), counted only."""
+def raw_fetch(dsn: str, slot: str, publication: str, *, cursor: bool = True) -> tuple[int, float]:
+    """The slot's data through the hook's named cursor (binary pgoutput, same options as the drain), counted only.
+    ``cursor=False``: through the drain's binary COPY reader instead, when it is built."""
     hook = PgLogicalHook.from_dsn(dsn)
     try:
-        t0 = time.monotonic()
-        n = sum(1 for _ in hook.peek_changes(slot, publication, itersize=5000))
+        t0, c0 = time.monotonic(), time.process_time()
+        n = sum(1 for _ in hook._changes("pg_logical_slot_peek_binary_changes", slot, publication, upto_lsn=None,
+                                         upto_nchanges=None, streaming=False, itersize=5000, cursor=cursor))
+        RAW_FETCH_CPU.append(round(time.process_time() - c0, 2))
         return n, time.monotonic() - t0
     finally:
         hook.close()
+
+
+RAW_FETCH_CPU: list[float] = []  # client CPU seconds of each raw fetch (the server's are not counted)
 
 
 def drain_elsewhere(code: str, dsn: str, staging: str, slot: str, drain_kw: dict[str, int]) -> float:
@@ -86,13 +92,18 @@ def drain_elsewhere(code: str, dsn: str, staging: str, slot: str, drain_kw: dict
     import subprocess
 
     script = ("import json, sys, time; sys.path.insert(0, sys.argv[1]); sys.path.insert(1, sys.argv[2]);"
-              "from tests.subscriber import drain_all; t0 = time.monotonic();"
+              "from tests.subscriber import drain_all; t0, c0 = time.monotonic(), time.process_time();"
               "drain_all(sys.argv[3], sys.argv[4], slot=sys.argv[5], **json.loads(sys.argv[6]));"
-              "print(time.monotonic() - t0)")
+              "print(time.process_time() - c0); print(time.monotonic() - t0)")
     out = subprocess.run([sys.executable, "-c", script, code, str(Path(__file__).resolve().parent.parent), dsn,
                           staging, slot, json.dumps(drain_kw)], check=True, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": code})
-    return round(float(out.stdout.strip().splitlines()[-1]), 2)
+    cpu, wall = out.stdout.strip().splitlines()[-2:]
+    AB_DRAIN_CPU.append(round(float(cpu), 2))
+    return round(float(wall), 2)
+
+
+AB_DRAIN_CPU: list[float] = []  # client CPU seconds of the A/B child's drain
 
 
 def workload(dsn: str, changes: int, tx_rows: int) -> dict[str, int]:
@@ -164,6 +175,7 @@ def main() -> int:
             ab["ab_drain_s"] = drain_elsewhere(args.ab_code, src_dsn, tempfile.mkdtemp(prefix="pglogical-bench-ab-"),
                                                "ours_ab", drain_kw)
             ab["ab_raw_fetch_after_s"] = round(raw_fetch(src_dsn, "ours", "pub_all")[1], 2)
+        ab["raw_copy_fetch_s"] = round(raw_fetch(src_dsn, "ours", "pub_all", cursor=False)[1], 2)
 
         native_s = None
         if not args.skip_apply:
@@ -179,9 +191,9 @@ def main() -> int:
 
             profiler = cProfile.Profile()
             profiler.enable()
-        t0 = time.monotonic()
+        t0, c0 = time.monotonic(), time.process_time()
         batches = drain_all(src_dsn, staging, **drain_kw)
-        drain_s = time.monotonic() - t0
+        drain_s, drain_cpu = time.monotonic() - t0, time.process_time() - c0
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(args.profile_drain)
@@ -190,6 +202,8 @@ def main() -> int:
                          "generate_s": round(generate_s, 1), "raw_fetch_s": round(fetch_s, 2),
                          "raw_fetch_rows": fetched, "drain_s": round(drain_s, 2), "batches": batches,
                          "ratio_drain_over_raw_fetch": round(drain_s / fetch_s, 2), **ab,
+                         "client_cpu_s": {"raw_fetch": RAW_FETCH_CPU, "drain": round(drain_cpu, 2),
+                                          "ab_drain": AB_DRAIN_CPU},
                          "load_average": [round(x, 2) for x in os.getloadavg()]}
             if ab:
                 out_drain["ratio_ab_drain_over_raw_fetch"] = round(float(ab["ab_drain_s"]) / fetch_s, 2)

@@ -339,7 +339,9 @@ class PgLogicalHook(PostgresHook):
         return options
 
     def _changes(self, function: str, slot: str, publication: str | Sequence[str], *, upto_lsn: int | str | None,
-                 upto_nchanges: int | None, streaming: bool, itersize: int) -> Iterator[tuple[int, int, bytes | memoryview]]:
+                 upto_nchanges: int | None, streaming: bool, itersize: int,
+                 cursor: bool = False) -> Iterator[tuple[int, int, bytes | memoryview]]:
+        """``cursor=True`` forces the named-cursor path (the reference; benchmarks measure it)."""
         validate_slot_name(slot)
         options = self.pgoutput_options(publication, streaming=streaming)
         pub_name = publication if isinstance(publication, str) else ",".join(publication)
@@ -347,7 +349,7 @@ class PgLogicalHook(PostgresHook):
             lsn=sql.SQL(_LSN.format("lsn")), fn=sql.Identifier(function),
             opts=sql.SQL(", ").join(sql.Placeholder() * len(options)))
         params = (slot, lsn_text(upto_lsn), upto_nchanges, *options)
-        if function == "pg_logical_slot_peek_binary_changes" and copystream.available():
+        if not cursor and function == "pg_logical_slot_peek_binary_changes" and copystream.available():
             return self._stream_copy(query, params, slot=slot, publication=pub_name, itersize=itersize)
         return self._stream_cursor(query, params, slot=slot, publication=pub_name, itersize=itersize)
 
