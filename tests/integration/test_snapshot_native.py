@@ -4,6 +4,7 @@ running pipeline and a resync of damaged target tables."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
@@ -244,7 +245,7 @@ def test_snapshot_of_two_publications_equals_a_native_subscriber_to_both(pg_serv
     execute(native_dsn, "CREATE SUBSCRIPTION sub_multi CONNECTION '" + source_dsn + "' PUBLICATION pub_a, pub_b "
                         "WITH (create_slot = false, slot_name = sub_multi, copy_data = true)")
     try:
-        snapshot = SnapshotJob(dsn=source_dsn, slot="ours", publication="pub_a", publications=("pub_a", "pub_b"),
+        snapshot = SnapshotJob(dsn=source_dsn, slot="ours_multi", publication="pub_a", publications=("pub_a", "pub_b"),
                                staging_uri=uri, tables=tables,
                                settings=SnapshotSettings(initial=True, parallelism=1, chunk_bytes=1 << 20))
 
@@ -256,8 +257,8 @@ def test_snapshot_of_two_publications_equals_a_native_subscriber_to_both(pg_serv
         assert result.tables["public.mp_or"]["rows"] < 600  # filtered on the source
         assert query(source_dsn, "SELECT count(*) FROM mp_open") != [(0,)]
         multi_burst(source_dsn, rnd, 10)
-        drain_all(source_dsn, uri, publication=("pub_a", "pub_b"))
-        apply_slot(spark, apply_config(uri, tables), ours)
+        drain_all(source_dsn, uri, slot="ours_multi", publication=("pub_a", "pub_b"))
+        apply_slot(spark, dataclasses.replace(apply_config(uri, tables), slot="ours_multi"), ours)
         wait_ready(native_dsn)
         wait_for_subscriber(source_dsn, native_dsn, name="sub_multi")
         assert_equal(ours, native_dsn, ("mp_or", "mp_open", "mp_cols"))
@@ -268,4 +269,5 @@ def test_snapshot_of_two_publications_equals_a_native_subscriber_to_both(pg_serv
     finally:
         execute(native_dsn, "ALTER SUBSCRIPTION sub_multi DISABLE", "ALTER SUBSCRIPTION sub_multi SET (slot_name = NONE)",
                 "DROP SUBSCRIPTION sub_multi")
-        execute(source_dsn, "SELECT pg_drop_replication_slot('sub_multi')")
+        execute(source_dsn, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                            "WHERE slot_name IN ('sub_multi', 'ours_multi')")
