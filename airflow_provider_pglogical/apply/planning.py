@@ -315,9 +315,11 @@ def merge_sources(target: str, parts: Sequence[PlannedTable]) -> PlannedTable:
                          "only leaf partitions routed to their root's target (leaves: route_to_root) may share one")
     first = parts[0]
     for p in parts[1:]:
-        if p.key != first.key:
+        if set(p.key) != set(first.key):
             raise ApplyError(f"leaf partitions {first.source} and {p.source} routed to {target} have different keys "
                              f"({', '.join(first.key) or 'none'} / {', '.join(p.key) or 'none'})")
+    # A leaf attached with another column order lists the same key in its own order: use the first's.
+    parts = [replace(p, key=first.key) for p in parts]
     columns = list(first.columns)
     columns += [c for p in parts[1:] for c in p.columns if c not in columns]
     seen: set[tuple[str, str]] = set()

@@ -1,0 +1,113 @@
+"""Leaf partitions routed to their root's target (``leaves: route_to_root``) without publish_via_partition_root,
+against a native subscriber that has the source's partitions: pgoutput sends every change under its leaf,
+a row moving between leaves as a DELETE from one and an INSERT into the other, and a leaf's TRUNCATE
+under the leaf alone — which empties only that leaf's rows of the shared target."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
+from airflow_provider_pglogical.exceptions import ApplyError
+from tests.integration.parity_support import source_with_slot
+from tests.integration.test_native_parity import native_and_ours
+from tests.pgserver import execute, query
+from tests.subscriber import drain_all, run_script, wait_for_subscriber
+from tests.unit.apply.targetdb import make_target
+
+# meas_asia was made on its own, with another column order and a dropped column, then attached: its
+# attribute numbers differ from its siblings' (columns are matched by name).
+SOURCE_SQL = """
+CREATE TABLE meas (id int, region text, v int, PRIMARY KEY (id, region)) PARTITION BY LIST (region);
+CREATE TABLE meas_eu PARTITION OF meas FOR VALUES IN ('eu');
+CREATE TABLE meas_us PARTITION OF meas FOR VALUES IN ('us');
+CREATE TABLE meas_asia (junk int, v int, region text NOT NULL, id int NOT NULL);
+ALTER TABLE meas_asia DROP COLUMN junk;
+ALTER TABLE meas ATTACH PARTITION meas_asia FOR VALUES IN ('asia');
+CREATE PUBLICATION pub_leaves FOR TABLE meas;
+"""
+NATIVE_SQL = """
+CREATE TABLE meas (id int, region text, v int, PRIMARY KEY (id, region)) PARTITION BY LIST (region);
+CREATE TABLE meas_eu PARTITION OF meas FOR VALUES IN ('eu');
+CREATE TABLE meas_us PARTITION OF meas FOR VALUES IN ('us');
+CREATE TABLE meas_asia PARTITION OF meas FOR VALUES IN ('asia');
+"""
+# Our second target is partitioned too, by other partitions than the source's (a range over the same
+# values, and a default one).
+PARTITIONED_TARGET_SQL = """
+CREATE TABLE meas (id int, region text, v int, PRIMARY KEY (id, region)) PARTITION BY RANGE (region);
+CREATE TABLE meas_a_f PARTITION OF meas FOR VALUES FROM ('a') TO ('f');
+CREATE TABLE meas_rest PARTITION OF meas DEFAULT;
+"""
+BATCH_1 = [
+    "INSERT INTO meas VALUES (1, 'eu', 1), (2, 'eu', 2), (3, 'us', 3), (4, 'us', 4), (8, 'asia', 8);",
+    # cross-partition UPDATEs: DELETE from one leaf, INSERT into the other
+    "UPDATE meas SET region = 'us', v = 10 WHERE id = 1; UPDATE meas SET v = 30 WHERE id = 3;"
+    " UPDATE meas SET v = 80 WHERE id = 8;",
+    "DELETE FROM meas WHERE id = 4; INSERT INTO meas VALUES (5, 'eu', 5); UPDATE meas SET region = 'eu' WHERE id = 8;",
+]
+BATCH_2 = [
+    # a leaf's TRUNCATE among other changes: only the eu rows go (2, 5, 8 — 8 moved there from asia)
+    "INSERT INTO meas VALUES (11, 'asia', 11); TRUNCATE meas_eu; INSERT INTO meas VALUES (6, 'eu', 6);",
+    "INSERT INTO meas VALUES (7, 'us', 7); UPDATE meas SET v = v + 1 WHERE region = 'us';"
+    " UPDATE meas SET region = 'eu' WHERE id = 7;",
+    # 9 goes into us and out again before us is truncated, 3 leaves us for asia first; then 9 moves into us
+    "INSERT INTO meas VALUES (9, 'eu', 9); UPDATE meas SET region = 'us' WHERE id = 9; UPDATE meas SET region = 'eu'"
+    " WHERE id = 9; UPDATE meas SET region = 'asia' WHERE id = 3; INSERT INTO meas VALUES (12, 'us', 12);"
+    " TRUNCATE meas_us; UPDATE meas SET region = 'us' WHERE id = 9;",
+    "INSERT INTO meas VALUES (10, 'us', 10); DELETE FROM meas WHERE id = 11; UPDATE meas SET v = 60 WHERE id = 6;",
+]
+ROUTED = {"public.meas": TableApplyConfig(leaves="route_to_root")}
+ROWS = "SELECT id, region, v FROM meas ORDER BY 1, 2"
+
+
+def test_leaves_routed_to_the_root_target_match_a_native_subscriber(pg_server, spark, tmp_path):
+    from airflow_provider_pglogical.apply.runner import apply_slot
+
+    with source_with_slot(pg_server, SOURCE_SQL) as (src, slot), \
+            native_and_ours(pg_server, src, slot, NATIVE_SQL, "pub_leaves") as (native_db, ours):
+        partitioned = make_target(pg_server)[1]
+        execute(partitioned, PARTITIONED_TARGET_SQL)
+        uri = str(tmp_path / "staging")
+        config = ApplyConfig(slot=slot, staging_root=uri, tables=ROUTED)
+        run_script(src, BATCH_1)
+        assert drain_all(src, uri, slot=slot, publication="pub_leaves", max_changes=4) >= 2
+        for target in (ours, partitioned):
+            apply_slot(spark, config, target)
+        run_script(src, BATCH_2)
+        assert drain_all(src, uri, slot=slot, publication="pub_leaves", max_changes=5) >= 2
+        for target in (ours, partitioned):
+            apply_slot(spark, config, target)
+        wait_for_subscriber(src, native_db, name=f"n_{slot}")
+        assert query(ours, ROWS) == query(native_db, ROWS)
+        assert query(partitioned, ROWS) == query(native_db, ROWS)
+        assert query(native_db, ROWS) == query(src, ROWS)
+        # Not vacuous: moved rows, both leaf truncates with survivors of the other leaves, the asia leaf.
+        assert query(native_db, ROWS) == [(3, "asia", 31), (6, "eu", 60), (7, "eu", 8), (9, "us", 9),
+                                          (10, "us", 10)]
+        # Ours was created by the apply as one plain table, with the rows of every leaf in it.
+        assert query(ours, "SELECT relkind FROM pg_class WHERE oid = 'public.meas'::regclass") == [("r",)]
+        assert query(ours, "SELECT count(*) FROM pg_class WHERE relname LIKE 'meas_%%' AND relkind IN ('r', 'p')") == [(0,)]
+        assert query(partitioned, "SELECT count(*) FROM meas_rest") == [(2,)]  # us rows: routed by our target
+
+
+def test_a_leaf_truncate_in_a_batch_staged_without_partition_constraints_is_refused(pg_server, spark, tmp_path):
+    """A batch staged before relations carried partition constraints cannot empty only the leaf's rows:
+    the batch stops naming leaf, target and LSN, and nothing of it is written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from airflow_provider_pglogical.apply.runner import apply_slot
+
+    with source_with_slot(pg_server, SOURCE_SQL) as (src, slot):
+        ours = make_target(pg_server)[1]
+        uri = str(tmp_path / "staging")
+        run_script(src, ["INSERT INTO meas VALUES (1, 'eu', 1), (3, 'us', 3);", "TRUNCATE meas_us;"])
+        assert drain_all(src, uri, slot=slot, publication="pub_leaves") == 1
+        [relations] = list((tmp_path / "staging").rglob("relations.parquet"))
+        staged = pq.read_table(relations)
+        pq.write_table(staged.set_column(staged.schema.get_field_index("partition_constraint"), "partition_constraint",
+                                         pa.nulls(staged.num_rows, pa.string())), relations)
+        with pytest.raises(ApplyError, match=r"TRUNCATE of leaf partition public\.meas_us at LSN .* public\.meas"):
+            apply_slot(spark, ApplyConfig(slot=slot, staging_root=uri, tables=ROUTED), ours)
+        assert query(ours, "SELECT count(*) FROM meas") == [(0,)]  # created, but nothing of the batch written
