@@ -111,3 +111,29 @@ def test_a_leaf_truncate_in_a_batch_staged_without_partition_constraints_is_refu
         with pytest.raises(ApplyError, match=r"TRUNCATE of leaf partition public\.meas_us at LSN .* public\.meas"):
             apply_slot(spark, ApplyConfig(slot=slot, staging_root=uri, tables=ROUTED), ours)
         assert query(ours, "SELECT count(*) FROM meas") == [(0,)]  # created, but nothing of the batch written
+
+
+def test_routed_leaves_replay_in_commit_order_when_the_netted_batch_cannot_apply(pg_server, spark, tmp_path):
+    """Our plain target has a unique index the source's leaves cannot have (on ``v`` across leaves): two rows of
+    different leaves swapping values need the ordered replay, which merges the leaves' changes by position —
+    with a row moving between leaves and a leaf TRUNCATE in the same batch."""
+    from airflow_provider_pglogical.apply.runner import apply_slot
+
+    with source_with_slot(pg_server, SOURCE_SQL) as (src, slot), \
+            native_and_ours(pg_server, src, slot, NATIVE_SQL, "pub_leaves") as (native_db, ours):
+        execute(ours, "CREATE TABLE meas (id int, region text, v int, PRIMARY KEY (id, region), UNIQUE (v))")
+        uri = str(tmp_path / "staging")
+        config = ApplyConfig(slot=slot, staging_root=uri, tables=ROUTED)
+        run_script(src, ["INSERT INTO meas VALUES (1, 'eu', 1), (2, 'us', 2), (4, 'asia', 4);"])
+        drain_all(src, uri, slot=slot, publication="pub_leaves")
+        assert not any(r.ordered for r in apply_slot(spark, config, ours))
+        run_script(src, [
+            "UPDATE meas SET v = 0 WHERE id = 1; UPDATE meas SET v = 1 WHERE id = 2; UPDATE meas SET v = 2 WHERE id = 1;",
+            "UPDATE meas SET region = 'us' WHERE id = 4; INSERT INTO meas VALUES (5, 'asia', 5); TRUNCATE meas_asia;"
+            " INSERT INTO meas VALUES (6, 'asia', 6);",
+        ])
+        drain_all(src, uri, slot=slot, publication="pub_leaves")
+        reports = apply_slot(spark, config, ours)
+        assert [r.ordered for r in reports if r.applied] == [True]
+        wait_for_subscriber(src, native_db, name=f"n_{slot}")
+        assert query(ours, ROWS) == query(native_db, ROWS) == [(1, "eu", 2), (2, "us", 1), (4, "us", 4), (6, "asia", 6)]
