@@ -78,8 +78,17 @@ def _runnable_by(owner: str | None, bin_dir: Path) -> Path:
     install_root = bin_dir.parent
     copy = Path(tempfile.gettempdir()) / f"pglogical-pgbin-{hashlib.sha1(str(install_root).encode()).hexdigest()[:12]}"
     if not (copy / "bin" / "initdb").exists():
-        shutil.copytree(install_root, copy, symlinks=True, dirs_exist_ok=True)
-        copy.chmod(0o755)
+        # Copied aside and renamed into place: parallel test workers (pytest -n) may race here.
+        scratch = copy.with_name(f"{copy.name}.{os.getpid()}")
+        shutil.copytree(install_root, scratch, symlinks=True, dirs_exist_ok=True)
+        scratch.chmod(0o755)
+        try:
+            scratch.rename(copy)
+        except OSError:  # another worker got there first (or a stale partial copy exists)
+            shutil.rmtree(scratch, ignore_errors=True)
+            if not (copy / "bin" / "initdb").exists():
+                shutil.rmtree(copy, ignore_errors=True)
+                return _runnable_by(owner, bin_dir)
     return copy / bin_dir.name
 
 
@@ -100,17 +109,25 @@ def start_server(bin_dir: str | os.PathLike | None = None, settings: dict[str, s
                    "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"], owner),
         check=True, capture_output=True,
     )
-    port = free_port()
-    conf = {**SERVER_SETTINGS, **(settings or {}), "port": str(port)}
-    with open(data_dir / "postgresql.auto.conf", "a") as f:
-        for key, value in conf.items():
-            f.write(f"{key} = {value}\n")
     with open(data_dir / "pg_hba.conf", "w") as f:
         f.write("host all all 127.0.0.1/32 trust\nhost replication all 127.0.0.1/32 trust\n")
-    subprocess.run(
-        _as_owner([str(bin_dir / "pg_ctl"), "-D", str(data_dir), "-l", str(base / "server.log"), "-w", "-t", "60", "start"], owner),
-        check=True, capture_output=True,
-    )
+    with open(data_dir / "postgresql.auto.conf", "a") as f:
+        for key, value in {**SERVER_SETTINGS, **(settings or {})}.items():
+            f.write(f"{key} = {value}\n")
+    for attempt in range(3):
+        # free_port() releases the port before the server binds it: a parallel test worker can
+        # take it in between, so a failed start is retried on another port (the last line wins).
+        port = free_port()
+        with open(data_dir / "postgresql.auto.conf", "a") as f:
+            f.write(f"port = {port}\n")
+        started = subprocess.run(
+            _as_owner([str(bin_dir / "pg_ctl"), "-D", str(data_dir), "-l", str(base / "server.log"), "-w", "-t", "60", "start"], owner),
+            capture_output=True,
+        )
+        if started.returncode == 0:
+            break
+        if attempt == 2:
+            raise RuntimeError(f"PostgreSQL did not start in {data_dir}: {started.stderr.decode(errors='replace')}")
     server = PgServer(bin_dir=bin_dir, data_dir=data_dir, port=port)
     import psycopg2
 
