@@ -137,3 +137,42 @@ def test_routed_leaves_replay_in_commit_order_when_the_netted_batch_cannot_apply
         assert [r.ordered for r in reports if r.applied] == [True]
         wait_for_subscriber(src, native_db, name=f"n_{slot}")
         assert query(ours, ROWS) == query(native_db, ROWS) == [(1, "eu", 2), (2, "us", 1), (4, "us", 4), (6, "asia", 6)]
+
+
+def test_the_source_catalog_names_leaves_ancestors_and_constraints_and_a_selection_skips_routed_leaves(pg_server):
+    """What the drain stages for a leaf (at any depth) and what a run's selection resolves, on a real source."""
+    from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
+    from airflow_provider_pglogical.pipeline.selection import resolve_with
+    from airflow_provider_pglogical.pipeline.spec import parse_spec
+    from tests.conftest import make_database
+
+    dsn = pg_server.dsn(make_database(pg_server))
+    execute(dsn, SOURCE_SQL + """
+        CREATE TABLE meas_x PARTITION OF meas FOR VALUES IN ('x1', 'x2') PARTITION BY LIST (region);
+        CREATE TABLE meas_x1 PARTITION OF meas_x FOR VALUES IN ('x1');
+        CREATE TABLE meas_x_rest PARTITION OF meas_x DEFAULT;
+        CREATE TABLE other (id int PRIMARY KEY);
+        CREATE PUBLICATION pub_two FOR TABLE meas, other;""")
+    hook = PgLogicalHook.from_dsn(dsn)
+    try:
+        def info(table: str) -> tuple[tuple[str, ...], str | None]:
+            return hook.partition_info(query(dsn, f"SELECT '{table}'::regclass::oid")[0][0])
+
+        assert hook.partition_leaves("public.meas") == ["public.meas_asia", "public.meas_eu", "public.meas_us",
+                                                        "public.meas_x1", "public.meas_x_rest"]
+        assert hook.partition_leaves("public.other") == [] and hook.partition_leaves("public.nope") == []
+        assert info("public.other") == ((), None) and info("public.meas") == ((), None)
+        ancestors, constraint = info("public.meas_x1")
+        assert ancestors == ("public.meas_x", "public.meas")
+        # the constraint holds exactly the leaf's rows: evaluated against every row the root routes
+        execute(dsn, "INSERT INTO meas VALUES (1, 'x1', 1), (2, 'x2', 2), (3, 'eu', 3), (4, 'asia', 4)")
+        for leaf in ("public.meas_x1", "public.meas_x_rest", "public.meas_eu", "public.meas_asia"):
+            _, constraint = info(leaf)
+            assert query(dsn, f"SELECT id FROM meas WHERE {constraint} ORDER BY 1") == \
+                query(dsn, f"SELECT id FROM {leaf} ORDER BY 1"), leaf
+        spec = parse_spec({"source": {"dsn": dsn, "publication": "pub_two", "slot": "s"}, "staging": {"uri": "/x"},
+                           "target": {"kind": "postgres", "dsn": dsn},
+                           "tables": {"*": {}, "public.meas": {"leaves": "route_to_root"}}}, env={})
+        assert sorted(resolve_with(spec, hook).tables) == ["public.meas", "public.other"]
+    finally:
+        hook.close()
