@@ -176,3 +176,44 @@ def test_the_source_catalog_names_leaves_ancestors_and_constraints_and_a_selecti
         assert sorted(resolve_with(spec, hook).tables) == ["public.meas", "public.other"]
     finally:
         hook.close()
+
+
+def test_pglogical_run_routes_the_leaves_named_by_a_spec_to_the_roots_target(pg_server, tmp_path):
+    """The spec as a user writes it, through the console script in a user-like environment: a ``"*"``
+    selection beside a partitioned table whose leaves go to one target table."""
+    import json
+
+    import yaml
+
+    from tests.conftest import _drop_database, make_database
+    from tests.integration.test_cli import pglogical
+
+    source_db, target_db = make_database(pg_server), make_database(pg_server)
+    src = pg_server.dsn(source_db)
+    execute(src, SOURCE_SQL + "CREATE TABLE other (id int PRIMARY KEY); ALTER PUBLICATION pub_leaves ADD TABLE other;")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({
+        "source": {"dsn": pg_server.uri(source_db), "publication": "pub_leaves", "slot": f"r_{source_db}".lower(),
+                   "create": True},
+        "staging": {"uri": str(tmp_path / "staging")},
+        "target": {"kind": "postgres", "dsn": pg_server.uri(target_db)},
+        "tables": {"*": {}, "public.meas": {"leaves": "route_to_root", "target": "public.meas_all"}},
+        "spark": {"master": "local[2]"},
+    }))
+    try:
+        assert (first := pglogical("decode", "--spec", str(spec))).returncode == 0, first.stderr[-3000:]
+        run_script(src, BATCH_1 + ["INSERT INTO other VALUES (1);", "TRUNCATE meas_us;"])
+        result = pglogical("run", "--spec", str(spec))
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert json.loads(result.stdout)["apply"]["batches_applied"] == 1
+        target = pg_server.dsn(target_db)
+        assert query(target, "SELECT id, region, v FROM meas_all ORDER BY 1, 2") == query(src, ROWS) == \
+            [(2, "eu", 2), (5, "eu", 5), (8, "eu", 80)]
+        assert query(target, "SELECT id FROM other") == [(1,)]
+        assert query(target, "SELECT count(*) FROM pg_class WHERE relname LIKE 'meas_%%' AND relname <> 'meas_all' "
+                             "AND relkind IN ('r', 'p')") == [(0,)]  # no leaf became a table of its own
+    finally:
+        execute(pg_server.dsn(), "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                                 "WHERE slot_name = %s AND NOT active", params=(f"r_{source_db}".lower(),))
+        _drop_database(pg_server, source_db)
+        _drop_database(pg_server, target_db)
