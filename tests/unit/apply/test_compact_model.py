@@ -91,7 +91,7 @@ def model(rows: list[dict[str, Any]]) -> list[tuple]:
     return sorted(out, key=repr)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(changes=histories())
 def test_compact_gives_the_models_net_change_per_key(spark, tmp_path_factory, changes):
     root = tmp_path_factory.mktemp("compact")
