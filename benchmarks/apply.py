@@ -15,6 +15,11 @@ ratios. ``--event-log DIR`` keeps Spark's event log there and prints per-job/sta
 (``benchmarks/spark_events.py``); ``--profile-drain FILE`` writes a cProfile of the drain.
 Prints one JSON object.
 
+``--skip-apply``: drain only (no native subscriber, no Spark): the raw fetch and the drain, with their ratio.
+``--ab-code DIR``: also drain a second slot (created before the workload, so it holds the same changes) with the
+package at ``DIR`` (e.g. ``git worktree``/``git archive`` of the old commit) in a subprocess, fetch and drains
+interleaved, for an A/B of two versions on the same data under the same load.
+
 ``--targets postgres,delta`` (default both): the Delta apply (Delta Lake on local disk) runs after the
 PostgreSQL one, in the same warm Spark session, and is compared with the native subscriber's rows.
 """
@@ -65,15 +70,40 @@ def big_workload(dsn: str, changes: int) -> dict[str, int]:
     return {"insert": inserts, "update": updates, "delete": deletes}
 
 
-def raw_fetch(dsn: str, slot: str, publication: str) -> tuple[int, float]:
-    """The slot's data through the hook's named cursor (binary pgoutput, same options as the drain), counted only."""
+def raw_fetch(dsn: str, slot: str, publication: str, *, cursor: bool = True) -> tuple[int, float]:
+    """The slot's data through the hook's named cursor (binary pgoutput, same options as the drain), counted only.
+    ``cursor=False``: through the drain's binary COPY reader instead, when it is built."""
     hook = PgLogicalHook.from_dsn(dsn)
     try:
-        t0 = time.monotonic()
-        n = sum(1 for _ in hook.peek_changes(slot, publication, itersize=5000))
+        t0, c0 = time.monotonic(), time.process_time()
+        n = sum(1 for _ in hook._changes("pg_logical_slot_peek_binary_changes", slot, publication, upto_lsn=None,
+                                         upto_nchanges=None, streaming=False, itersize=5000, cursor=cursor))
+        RAW_FETCH_CPU.append(round(time.process_time() - c0, 2))
         return n, time.monotonic() - t0
     finally:
         hook.close()
+
+
+RAW_FETCH_CPU: list[float] = []  # client CPU seconds of each raw fetch (the server's are not counted)
+
+
+def drain_elsewhere(code: str, dsn: str, staging: str, slot: str, drain_kw: dict[str, int]) -> float:
+    """Drain ``slot`` to the end with the package under ``code`` in a child process; its drain seconds."""
+    import subprocess
+
+    script = ("import json, sys, time; sys.path.insert(0, sys.argv[1]); sys.path.insert(1, sys.argv[2]);"
+              "from tests.subscriber import drain_all; t0, c0 = time.monotonic(), time.process_time();"
+              "drain_all(sys.argv[3], sys.argv[4], slot=sys.argv[5], **json.loads(sys.argv[6]));"
+              "print(time.process_time() - c0); print(time.monotonic() - t0)")
+    out = subprocess.run([sys.executable, "-c", script, code, str(Path(__file__).resolve().parent.parent), dsn,
+                          staging, slot, json.dumps(drain_kw)], check=True, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": code})
+    cpu, wall = out.stdout.strip().splitlines()[-2:]
+    AB_DRAIN_CPU.append(round(float(cpu), 2))
+    return round(float(wall), 2)
+
+
+AB_DRAIN_CPU: list[float] = []  # client CPU seconds of the A/B child's drain
 
 
 def workload(dsn: str, changes: int, tx_rows: int) -> dict[str, int]:
@@ -108,6 +138,8 @@ def main() -> int:
     p.add_argument("--master", default="local[2]")
     p.add_argument("--event-log", default=None, help="directory for Spark's event log; prints job/stage timings")
     p.add_argument("--profile-drain", default=None, help="write a cProfile of the drain to this file")
+    p.add_argument("--skip-apply", action="store_true", help="drain only: no native subscriber, no Spark")
+    p.add_argument("--ab-code", default=None, help="also drain a twin slot with the package found in this directory")
     p.add_argument("--targets", default="postgres,delta", help="comma-separated; postgres is always measured, delta adds the Delta target")
     args = p.parse_args()
     big = args.workload == "big"
@@ -130,16 +162,27 @@ def main() -> int:
         subscribe(src_dsn, native_dsn, publication="pub_all", name="sub_bench")
         execute(native_dsn, "ALTER SUBSCRIPTION sub_bench DISABLE")  # let the changes pile up first
         PgLogicalHook.from_dsn(src_dsn).create_slot("ours")
+        if args.ab_code:
+            PgLogicalHook.from_dsn(src_dsn).create_slot("ours_ab")
         t0 = time.monotonic()
         counts = big_workload(src_dsn, changes) if big else workload(src_dsn, changes, args.tx_rows)
         generate_s = time.monotonic() - t0
 
         fetched, fetch_s = raw_fetch(src_dsn, "ours", "pub_all")
+        ab: dict[str, object] = {}
+        if args.ab_code:
+            ab["ab_code"] = args.ab_code
+            ab["ab_drain_s"] = drain_elsewhere(args.ab_code, src_dsn, tempfile.mkdtemp(prefix="pglogical-bench-ab-"),
+                                               "ours_ab", drain_kw)
+            ab["ab_raw_fetch_after_s"] = round(raw_fetch(src_dsn, "ours", "pub_all")[1], 2)
+        ab["raw_copy_fetch_s"] = round(raw_fetch(src_dsn, "ours", "pub_all", cursor=False)[1], 2)
 
-        t0 = time.monotonic()
-        execute(native_dsn, "ALTER SUBSCRIPTION sub_bench ENABLE")
-        wait_for_subscriber(src_dsn, native_dsn, name="sub_bench", timeout=3600)
-        native_s = time.monotonic() - t0
+        native_s = None
+        if not args.skip_apply:
+            t0 = time.monotonic()
+            execute(native_dsn, "ALTER SUBSCRIPTION sub_bench ENABLE")
+            wait_for_subscriber(src_dsn, native_dsn, name="sub_bench", timeout=3600)
+            native_s = time.monotonic() - t0
 
         staging = tempfile.mkdtemp(prefix="pglogical-bench-")
         profiler = None
@@ -148,12 +191,26 @@ def main() -> int:
 
             profiler = cProfile.Profile()
             profiler.enable()
-        t0 = time.monotonic()
+        t0, c0 = time.monotonic(), time.process_time()
         batches = drain_all(src_dsn, staging, **drain_kw)
-        drain_s = time.monotonic() - t0
+        drain_s, drain_cpu = time.monotonic() - t0, time.process_time() - c0
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(args.profile_drain)
+        if args.skip_apply:
+            out_drain = {"workload": args.workload, "changes": sum(counts.values()), "by_op": counts,
+                         "generate_s": round(generate_s, 1), "raw_fetch_s": round(fetch_s, 2),
+                         "raw_fetch_rows": fetched, "drain_s": round(drain_s, 2), "batches": batches,
+                         "ratio_drain_over_raw_fetch": round(drain_s / fetch_s, 2), **ab,
+                         "client_cpu_s": {"raw_fetch": RAW_FETCH_CPU, "drain": round(drain_cpu, 2),
+                                          "ab_drain": AB_DRAIN_CPU},
+                         "load_average": [round(x, 2) for x in os.getloadavg()]}
+            if ab:
+                out_drain["ratio_ab_drain_over_raw_fetch"] = round(float(ab["ab_drain_s"]) / fetch_s, 2)
+                out_drain["ratio_drain_over_ab_drain"] = round(drain_s / float(ab["ab_drain_s"]), 2)
+            print(json.dumps(out_drain, indent=2))
+            return 0
+        assert native_s is not None
 
         t0 = time.monotonic()
         from pyspark.sql import SparkSession
@@ -186,7 +243,7 @@ def main() -> int:
             "ratio_spark_apply_over_native": round(apply_s / native_s, 2),
             "ratio_spark_start_plus_apply_over_native": round((spark_start_s + apply_s) / native_s, 2),
             "ratio_drain_plus_apply_over_native": round((drain_s + apply_s) / native_s, 2),
-            "targets_identical": same,
+            "targets_identical": same, **ab,
         }
         if "delta" in targets:
             from deltalake import DeltaTable

@@ -6,6 +6,7 @@ import os
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import islice
 
 from airflow_provider_pglogical.decoding import messages as m
 from airflow_provider_pglogical.decoding.messages import parse_message, parse_row
@@ -29,7 +30,8 @@ from airflow_provider_pglogical.decoding.relations import (
     unknown_relation,
     unsplit_row_change,
 )
-from airflow_provider_pglogical.decoding.spill import SpilledChanges, SpillFile
+from airflow_provider_pglogical.decoding.speedups import compiled
+from airflow_provider_pglogical.decoding.spill import SpilledChanges, SpillFile, SpillRecord
 from airflow_provider_pglogical.exceptions import DecodeError
 
 DEFAULT_MEMORY_BUDGET = 64 * 1024 * 1024
@@ -46,6 +48,27 @@ def _spill_decoder(in_stream: bool) -> Callable[[bytes, int, Mapping[int, Relati
         return to_change(parse_message(data, lsn=lsn, in_stream=in_stream), lsn, relations.get)
     return decode
 
+
+def _spill_decoder_many(in_stream: bool) -> Callable[[list[SpillRecord], Mapping[int, RelationSchema]], list[Change]] | None:
+    """The compiled twin of ``_spill_decoder`` over a slice of records (None without the compiled module):
+    plain DML is framed in C, anything else by ``_spill_decoder``."""
+    if compiled is None:
+        return None
+    base, one = 5 if in_stream else 1, _spill_decoder(in_stream)
+    unsplit_records = compiled.unsplit_records
+
+    def decode_many(records: list[SpillRecord], relations: Mapping[int, RelationSchema]) -> list[Change]:
+        rels = relations if type(relations) is dict else dict(relations)
+        out: list[Change | None] = unsplit_records(records, rels, base)
+        for i, change in enumerate(out):
+            if change is None:
+                lsn, _subxid, data = records[i]
+                out[i] = one(data, lsn, relations)
+        return out  # type: ignore[return-value]  # every None was replaced above
+    return decode_many
+
+
+BLOCK_ROWS = 4096  # rows handed to the compiled path at a time
 
 # A message of a streamed transaction, kept until its commit: (lsn, subxid, message, size of its bytes).
 StreamedItem = tuple[int, int | None, m.Message, int]
@@ -137,6 +160,53 @@ class ChangeAssembler:
 
     def feed_rows(self, rows: Iterable[tuple[int, int, bytes | bytearray | memoryview]]) -> Iterator[Event]:
         """Feed every ``(lsn, xid, data)`` row in order; yield the events they complete."""
+        if compiled is None:
+            yield from self._feed_rows_py(rows)
+            return
+        it = iter(rows)
+        while block := list(islice(it, BLOCK_ROWS)):
+            yield from self.feed_block(block)
+
+    def feed_blocks(self, blocks: Iterable[list[tuple[int, int, bytes | bytearray | memoryview]]]) -> Iterator[Event]:
+        """``feed_rows`` over rows that come in lists (the drain's fetch hands them so)."""
+        for block in blocks:
+            yield from self.feed_block(block) if compiled is not None else self._feed_rows_py(block)
+
+    def feed_block(self, block: list[tuple[int, int, bytes | bytearray | memoryview]]) -> Iterator[Event]:
+        """One list of rows through the compiled path (``_speedups``): runs of plain DML inside a
+        transaction are taken in C — RowChanges appended, or spill records written in one piece —
+        and every other row goes through ``_feed_rows_py``, so both paths give the same events."""
+        assert compiled is not None
+        if block and type(block[0][2]) is not bytes:  # the named cursor's memoryviews: one copy each, as below
+            block = [(lsn, xid, data if type(data) is bytes else bytes(data)) for lsn, xid, data in block]
+        take_plain, spill_plain = compiled.take_plain, compiled.spill_plain
+        relations = self.relations.live()
+        budget = self._budget
+        i, n = 0, len(block)
+        while i < n:
+            tx = self._tx
+            if tx is not None:
+                spill = tx.spill
+                if spill is None:
+                    j, size = take_plain(block, i, relations, tx.items, budget - self._buffered)
+                    if j > i:
+                        tx.mem_bytes += size
+                        self._buffered += size
+                        if self._buffered > budget:
+                            self._start_spill(tx)
+                        i = j
+                        continue
+                else:
+                    j, records = spill_plain(block, i, relations)
+                    if j > i:
+                        spill.append_records(records, j - i)
+                        i = j
+                        continue
+            yield from self._feed_rows_py(block[i:i + 1])
+            i += 1
+
+    def _feed_rows_py(self, rows: Iterable[tuple[int, int, bytes | bytearray | memoryview]]) -> Iterator[Event]:
+        """The pure-Python row loop: the reference the compiled path is tested against."""
         get_relation, budget, unsplit, is_unsplit = self._get_relation, self._budget, unsplit_row_change, is_unsplit_row
         for lsn, xid, data in rows:
             if type(data) is not bytes:  # psycopg2 hands out memoryviews whose items may be bytes, not ints
@@ -356,7 +426,8 @@ class ChangeAssembler:
             # ``side``), so the file's record count is the count — no per-row bookkeeping while spilling.
             tx.spill_counts = {0: tx.spill.records}
         changes = SpilledChanges(prefix, tx.spill, tx.base or {}, timeline, frozenset(tx.aborted),
-                                 len(prefix) + sum(tx.spill_counts.values()), _spill_decoder(tx.kind == "S"))
+                                 len(prefix) + sum(tx.spill_counts.values()), _spill_decoder(tx.kind == "S"),
+                                 _spill_decoder_many(tx.kind == "S"))
         tx.spill = None  # ownership moves to the SpilledChanges
         self._emitted.add(changes)
         return changes

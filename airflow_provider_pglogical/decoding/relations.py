@@ -71,6 +71,10 @@ class RelationCache:
         """``get`` without the method call: the live mapping's own ``dict.get`` (for the hot path)."""
         return self._relations.get
 
+    def live(self) -> dict[int, RelationSchema]:
+        """The live relid → schema dict itself (read-only use: the compiled hot path looks relids up in it)."""
+        return self._relations
+
     def __contains__(self, relid: object) -> bool:
         return relid in self._relations
 

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import overload
 
 from airflow_provider_pglogical.decoding.model import Change, RelationSchema
+from airflow_provider_pglogical.decoding.speedups import compiled
 from airflow_provider_pglogical.exceptions import DecodeError
 
 # Spill record header: UInt64 row LSN, UInt32 (sub)xid of the change, UInt32 length of the raw message.
@@ -17,6 +18,9 @@ _CHUNK = 1 << 20  # read the file back in 1 MiB slices; one pread per record wou
 
 # (raw message, row lsn, relid → schema as of this record) → the decoded change
 ChangeDecoder = Callable[[bytes, int, Mapping[int, RelationSchema]], Change]
+SpillRecord = tuple[int, int, bytes]  # (lsn, subxid, raw message)
+# The same over a slice of records that share one relation mapping (the compiled path)
+ManyDecoder = Callable[[list[SpillRecord], Mapping[int, RelationSchema]], list[Change]]
 
 
 def _refill(fd: int, buf: bytes, base: int, p: int, need: int) -> tuple[bytes, int, int]:
@@ -53,6 +57,12 @@ class SpillFile:
         self.records += 1
         self.size += len(record)
 
+    def append_records(self, records: bytes, count: int) -> None:
+        """``count`` records already in the file's format (``_speedups.spill_plain``), in one write."""
+        self._file.write(records)
+        self.records += count
+        self.size += len(records)
+
     def __iter__(self) -> Iterator[tuple[int, int, int, bytes]]:
         """Yield ``(index, lsn, subxid, data)`` for every record in write order."""
         index = 0
@@ -61,7 +71,7 @@ class SpillFile:
                 yield index, lsn, subxid, data
                 index += 1
 
-    def chunks(self) -> Iterator[list[tuple[int, int, bytes]]]:
+    def chunks(self) -> Iterator[list[SpillRecord]]:
         """Yield the records ``(lsn, subxid, data)`` in write order, a list per slice read (~1 MiB).
 
         One generator step per slice rather than per record: reading back a spilled transaction
@@ -72,21 +82,26 @@ class SpillFile:
         self._file.flush()
         fd, end = self._file.fileno(), self.size
         unpack, hsize = _HEADER.unpack_from, _HEADER.size
+        records_of = compiled.spill_records if compiled is not None else None  # the same loop in C
         buf, base, p = b"", 0, 0  # base = file offset of buf[0], p = cursor in buf
         while base + p < end:
             if len(buf) - p < hsize:
                 buf, base, p = _refill(fd, buf, base, p, hsize)
-            out: list[tuple[int, int, bytes]] = []
-            limit = len(buf)
-            while True:  # every whole record in buf
-                if limit - p < hsize:
-                    break
-                lsn, subxid, n = unpack(buf, p)
-                start = p + hsize
-                if limit - start < n:
-                    break
-                p = start + n
-                out.append((lsn, subxid, buf[start:p]))
+            out: list[SpillRecord]
+            if records_of is not None:
+                out, p = records_of(buf, p)
+            else:
+                out = []
+                limit = len(buf)
+                while True:  # every whole record in buf
+                    if limit - p < hsize:
+                        break
+                    lsn, subxid, n = unpack(buf, p)
+                    start = p + hsize
+                    if limit - start < n:
+                        break
+                    p = start + n
+                    out.append((lsn, subxid, buf[start:p]))
             if out:
                 yield out
             elif base + p < end:  # a record larger than what is buffered
@@ -108,11 +123,12 @@ class SpilledChanges(Sequence[Change]):
     Close it (or the assembler that emitted it) when done; afterwards iteration raises ValueError.
     """
 
-    __slots__ = ("_prefix", "_spill", "_base", "_timeline", "_aborted", "_count", "_decode", "__weakref__")
+    __slots__ = ("_prefix", "_spill", "_base", "_timeline", "_aborted", "_count", "_decode", "_decode_many",
+                 "__weakref__")
 
     def __init__(self, prefix: tuple[Change, ...], spill: SpillFile, base: dict[int, RelationSchema],
                  timeline: list[tuple[int, RelationSchema]], aborted: frozenset[int], count: int,
-                 decode: ChangeDecoder) -> None:
+                 decode: ChangeDecoder, decode_many: ManyDecoder | None = None) -> None:
         self._prefix = prefix
         self._spill = spill
         self._base = base
@@ -120,6 +136,7 @@ class SpilledChanges(Sequence[Change]):
         self._aborted = aborted
         self._count = count
         self._decode = decode
+        self._decode_many = decode_many
 
     @property
     def spilled_records(self) -> int:
@@ -138,11 +155,14 @@ class SpilledChanges(Sequence[Change]):
         yield from self._prefix
         relations = dict(self._base)
         timeline, t, nt = self._timeline, 0, len(self._timeline)
-        aborted, decode = self._aborted, self._decode
+        aborted, decode, decode_many = self._aborted, self._decode, self._decode_many
         index = 0
         for records in self._spill.chunks():
             if t == nt and not aborted:  # no schema change ahead, nothing dropped: the common case
-                yield from [decode(data, lsn, relations) for lsn, _subxid, data in records]
+                if decode_many is not None:
+                    yield from decode_many(records, relations)
+                else:
+                    yield from [decode(data, lsn, relations) for lsn, _subxid, data in records]
                 index += len(records)
                 continue
             for lsn, subxid, data in records:

@@ -18,6 +18,7 @@ from airflow_provider_pglogical.exceptions import (
     SlotPluginMismatchError,
     WalLevelError,
 )
+from airflow_provider_pglogical.hooks import copystream
 from airflow_provider_pglogical.hooks.cursor import one_row
 from airflow_provider_pglogical.hooks.dsn import ALLOWED_EXTRAS, connection_params
 from airflow_provider_pglogical.hooks.errors import translated_errors, validate_slot_name
@@ -71,12 +72,16 @@ class PgLogicalHook(PostgresHook):
 
     def get_conn(self) -> psycopg2.extensions.connection:
         """A new psycopg2 connection; Airflow connection extras are read from an allowlist."""
+        conn = self._connect()
+        self.conn = conn
+        return conn
+
+    def _connect(self) -> psycopg2.extensions.connection:
         if self.dsn is not None:
             conn = psycopg2.connect(self.dsn, application_name=APPLICATION_NAME)
         else:
             params = connection_params(self.connection, dbname=self.database, application_name=APPLICATION_NAME)
             conn = psycopg2.connect(**params)
-        self.conn = conn
         return conn
 
     @property
@@ -300,18 +305,20 @@ class PgLogicalHook(PostgresHook):
 
     def peek_changes(self, slot: str, publication: str | Sequence[str], *, upto_lsn: int | str | None = None,
                      upto_nchanges: int | None = None, streaming: bool = False,
-                     itersize: int = 2000) -> Iterator[tuple[int, int, memoryview]]:
+                     itersize: int = 2000) -> Iterator[tuple[int, int, bytes | memoryview]]:
         """Yield ``(lsn, xid, data)`` rows of pg_logical_slot_peek_binary_changes; never consumes.
 
         The SQL function materialises its whole result on the server before the first row, so
-        bound the batch with ``upto_lsn``; the client side streams through a named cursor.
+        bound the batch with ``upto_lsn``. The client side streams through binary COPY on a
+        connection of its own when the compiled reader is built (``hooks.copystream``), else
+        through a named cursor; both yield the same rows (``data`` as bytes or memoryview).
         """
         return self._changes("pg_logical_slot_peek_binary_changes", slot, publication, upto_lsn=upto_lsn,
                              upto_nchanges=upto_nchanges, streaming=streaming, itersize=itersize)
 
     def get_changes(self, slot: str, publication: str | Sequence[str], *, upto_lsn: int | str | None = None,
                     upto_nchanges: int | None = None, streaming: bool = False,
-                    itersize: int = 2000) -> Iterator[tuple[int, int, memoryview]]:
+                    itersize: int = 2000) -> Iterator[tuple[int, int, bytes | memoryview]]:
         """Like ``peek_changes`` but consumes: the slot moves when the generator finishes
         (its transaction commits). Rows not yet made durable elsewhere are then lost on a crash.
         """
@@ -332,7 +339,9 @@ class PgLogicalHook(PostgresHook):
         return options
 
     def _changes(self, function: str, slot: str, publication: str | Sequence[str], *, upto_lsn: int | str | None,
-                 upto_nchanges: int | None, streaming: bool, itersize: int) -> Iterator[tuple[int, int, memoryview]]:
+                 upto_nchanges: int | None, streaming: bool, itersize: int,
+                 cursor: bool = False) -> Iterator[tuple[int, int, bytes | memoryview]]:
+        """``cursor=True`` forces the named-cursor path (the reference; benchmarks measure it)."""
         validate_slot_name(slot)
         options = self.pgoutput_options(publication, streaming=streaming)
         pub_name = publication if isinstance(publication, str) else ",".join(publication)
@@ -340,10 +349,35 @@ class PgLogicalHook(PostgresHook):
             lsn=sql.SQL(_LSN.format("lsn")), fn=sql.Identifier(function),
             opts=sql.SQL(", ").join(sql.Placeholder() * len(options)))
         params = (slot, lsn_text(upto_lsn), upto_nchanges, *options)
-        return self._stream(query, params, slot=slot, publication=pub_name, itersize=itersize)
+        if not cursor and function == "pg_logical_slot_peek_binary_changes" and copystream.available():
+            return self._stream_copy(query, params, slot=slot, publication=pub_name, itersize=itersize)
+        return self._stream_cursor(query, params, slot=slot, publication=pub_name, itersize=itersize)
 
-    def _stream(self, query: sql.Composable, params: tuple[Any, ...], *, slot: str, publication: str,
-                itersize: int) -> Iterator[tuple[int, int, memoryview]]:
+    def _stream_copy(self, query: sql.Composable, params: tuple[Any, ...], *, slot: str, publication: str,
+                     itersize: int) -> Iterator[tuple[int, int, bytes | memoryview]]:
+        """Peek through binary COPY on a fresh connection (same encoding as the session). A statement
+        the server refuses is run again through the cursor path, which raises its error the way every
+        other call does (typed by ``translated_errors``)."""
+        session = self.session
+        with session.cursor() as cur:
+            select = cur.mogrify(query, params)
+        conn = self._connect()
+        try:
+            conn.autocommit = True
+            conn.set_client_encoding(session.encoding)
+            rows = copystream.stream_rows(conn, select, itersize)
+            try:
+                with translated_errors(slot=slot, publication=publication):
+                    yield from rows
+            except copystream.CopyRefused:
+                yield from self._stream_cursor(query, params, slot=slot, publication=publication, itersize=itersize)
+            finally:
+                rows.close()
+        finally:
+            conn.close()
+
+    def _stream_cursor(self, query: sql.Composable, params: tuple[Any, ...], *, slot: str, publication: str,
+                itersize: int) -> Iterator[tuple[int, int, bytes | memoryview]]:
         conn = self.session
         conn.autocommit = False  # a named (server-side) cursor lives inside a transaction
         committed = False

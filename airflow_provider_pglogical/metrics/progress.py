@@ -115,6 +115,12 @@ class Progress:
 def metered_rows(rows: Iterable[Row], progress: Progress, start_lsn: int, chunk: int = 4096) -> Iterator[Row]:
     """Pass ``(lsn, xid, data)`` rows through, telling ``progress`` the rows and WAL bytes read so far
     once per ``chunk`` rows (WAL bytes: the LSN reached minus ``start_lsn``)."""
+    for block in metered_blocks(rows, progress, start_lsn, chunk):
+        yield from block
+
+
+def metered_blocks(rows: Iterable[Row], progress: Progress, start_lsn: int, chunk: int = 4096) -> Iterator[list[Row]]:
+    """``metered_rows`` handing the rows on in lists of ``chunk`` (what the decoder's compiled path takes)."""
     it = iter(rows)
     n = 0
     while True:
@@ -123,4 +129,4 @@ def metered_rows(rows: Iterable[Row], progress: Progress, start_lsn: int, chunk:
             return
         n += len(block)
         progress.update(rows=n, done_bytes=max(int(block[-1][0]) - start_lsn, 0))
-        yield from block
+        yield block

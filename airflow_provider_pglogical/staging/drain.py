@@ -23,7 +23,7 @@ from airflow_provider_pglogical.exceptions import (
     StagingError,
     format_lsn,
 )
-from airflow_provider_pglogical.metrics.progress import Progress, metered_rows
+from airflow_provider_pglogical.metrics.progress import Progress, metered_blocks
 from airflow_provider_pglogical.staging.layout import StagingLayout
 from airflow_provider_pglogical.staging.manifest import Manifest
 from airflow_provider_pglogical.staging.reader import StagingReader
@@ -280,7 +280,7 @@ def _stage(client: SlotClient, config: DrainConfig, layout: StagingLayout, reade
         with ChangeAssembler(cache, memory_budget=config.memory_budget) as assembler, paused_gc(), progress:
             rows = read(config.slot, config.publications, upto_lsn=upto, itersize=config.itersize)
             try:
-                for event in assembler.feed_rows(metered_rows(rows, progress, start)):
+                for event in assembler.feed_blocks(metered_blocks(rows, progress, start)):
                     if isinstance(event, Transaction):
                         writer.write_transaction(event)
                     elif isinstance(event, NonTransactionalMessage):

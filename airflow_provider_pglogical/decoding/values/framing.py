@@ -58,14 +58,30 @@ def frame_images(messages: Sequence[bytes], offsets: Sequence[int], ncols: int,
     sizes = np.fromiter(map(len, messages), dtype=np.int64, count=n)
     ends = np.cumsum(sizes)
     data = b"".join(messages) + bytes(PAD)
+    framed, bad = _frame(data, ends - sizes + np.asarray(offsets, dtype=np.int64), ends, ncols)
+    if bad.any():
+        _raise_first(messages, offsets, ncols, lsns, int(np.flatnonzero(bad)[0]))
+    return framed
+
+
+def frame_joined(data: bytes, starts: np.ndarray, ends: np.ndarray, ncols: int) -> FramedImages | None:
+    """``frame_images`` over messages already joined in ``data`` (which ends with ``PAD`` zero bytes):
+    row i is the TupleData from ``starts[i]`` to exactly ``ends[i]``. None when any row does not
+    frame (the caller then frames through ``frame_images`` for the precise error)."""
+    framed, bad = _frame(data, starts, ends, ncols)
+    return None if bad.any() else framed
+
+
+def _frame(data: bytes, starts: np.ndarray, ends: np.ndarray, ncols: int) -> tuple[FramedImages, np.ndarray]:
+    n = len(starts)
     buf = np.frombuffer(data, dtype=np.uint8)
     limit = len(data) - PAD  # positions are clipped here so a garbled row never reads out of range
-    pos = np.minimum(ends - sizes + np.asarray(offsets, dtype=np.int64), limit)
+    pos = np.minimum(starts, limit)
     bad = big_endian(buf, ">u2")[pos] != ncols
     pos += 2
     int32_at = big_endian(buf, ">i4")
     kinds = np.empty((ncols, n), dtype=np.uint8)
-    starts = np.zeros((ncols, n), dtype=np.int64)
+    value_starts = np.zeros((ncols, n), dtype=np.int64)
     lengths = np.zeros((ncols, n), dtype=np.int64)
     for j in range(ncols):
         np.clip(pos, 0, limit, out=pos)  # a negative length can move a garbled row backwards
@@ -73,14 +89,12 @@ def frame_images(messages: Sequence[bytes], offsets: Sequence[int], ncols: int,
         valued = (kind == _KIND_B) | (kind == _KIND_T)
         length = np.where(valued, int32_at[pos + 1], 0)
         lengths[j] = length
-        starts[j] = np.where(valued, pos + 5, 0)
+        value_starts[j] = np.where(valued, pos + 5, 0)
         pos += np.where(valued, 5 + length, 1)
     bad |= pos != ends
     bad |= ((kinds != _KIND_B) & (kinds != _KIND_T) & (kinds != _KIND_N) & (kinds != _KIND_U)).any(axis=0)
     bad |= (lengths < 0).any(axis=0)
-    if bad.any():
-        _raise_first(messages, offsets, ncols, lsns, int(np.flatnonzero(bad)[0]))
-    return FramedImages(data, buf, kinds, starts, lengths)
+    return FramedImages(data, buf, kinds, value_starts, lengths), bad
 
 
 def _raise_first(messages: Sequence[bytes], offsets: Sequence[int], ncols: int, lsns: Sequence[int | None],

@@ -1,0 +1,841 @@
+/* Optional compiled helpers of the drain's fetch: read `COPY (SELECT lsn, xid, data FROM
+ * pg_logical_slot_peek_binary_changes(...)) TO STDOUT (FORMAT binary)` straight from psycopg2's libpq
+ * connection and split it into the (lsn, xid, data) rows the assembler takes.
+ *
+ * Why: psycopg2's named cursor fetches text: every bytea arrives hex-encoded (twice the bytes) and
+ * is decoded, and every row becomes a tuple of parsed ints and a memoryview, ~2 µs a row. Binary COPY
+ * sends the message bytes as they are; here the socket reads run without the GIL, a chunk of rows at
+ * a time, and a row costs three small object allocations.
+ *
+ * libpq is not linked: the functions are looked up (dlsym) in the libpq that psycopg2's own
+ * _psycopg module uses (bind_libpq), since a PGconn may only be handled by the libpq that made it
+ * (psycopg2-binary bundles its own). The pure-Python path (hooks.pglogical: named cursor) stays
+ * the reference and the fallback when this module is not built.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <dlfcn.h>
+#include <stdint.h>
+#include <string.h>
+
+/* libpq's ABI, declared here so building needs no libpq headers (stable since PostgreSQL 7.4). */
+typedef struct pg_conn PGconn;
+typedef struct pg_result PGresult;
+typedef struct pg_cancel PGcancel;
+enum { PGRES_COMMAND_OK = 1, PGRES_COPY_OUT = 3 };
+#define PG_DIAG_SQLSTATE 'C'
+
+static int (*p_PQsendQuery)(PGconn *, const char *);
+static PGresult *(*p_PQgetResult)(PGconn *);
+static int (*p_PQresultStatus)(const PGresult *);
+static void (*p_PQclear)(PGresult *);
+static int (*p_PQgetCopyData)(PGconn *, char **, int);
+static void (*p_PQfreemem)(void *);
+static char *(*p_PQerrorMessage)(const PGconn *);
+static char *(*p_PQresultErrorMessage)(const PGresult *);
+static char *(*p_PQresultErrorField)(const PGresult *, int);
+static PGcancel *(*p_PQgetCancel)(PGconn *);
+static int (*p_PQcancel)(PGcancel *, char *, int);
+static void (*p_PQfreeCancel)(PGcancel *);
+static int bound = 0;
+
+static PyObject *
+bind_libpq(PyObject *self, PyObject *args)
+{
+    const char *path;
+    if (!PyArg_ParseTuple(args, "s", &path))
+        return NULL;
+    /* The object is already loaded (psycopg2 imported): NOLOAD only returns its handle, and
+     * dlsym on it searches the object and its dependencies, i.e. psycopg2's libpq. */
+    void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    if (h == NULL)
+        h = dlopen(path, RTLD_NOW);
+    if (h == NULL) {
+        PyErr_Format(PyExc_OSError, "cannot open %s: %s", path, dlerror());
+        return NULL;
+    }
+#define BIND(name)                                                                          \
+    do {                                                                                    \
+        *(void **)(&p_##name) = dlsym(h, #name);                                            \
+        if (p_##name == NULL) {                                                             \
+            PyErr_Format(PyExc_OSError, "%s not found through %s", #name, path);            \
+            return NULL;                                                                    \
+        }                                                                                   \
+    } while (0)
+    BIND(PQsendQuery);
+    BIND(PQgetResult);
+    BIND(PQresultStatus);
+    BIND(PQclear);
+    BIND(PQgetCopyData);
+    BIND(PQfreemem);
+    BIND(PQerrorMessage);
+    BIND(PQresultErrorMessage);
+    BIND(PQresultErrorField);
+    BIND(PQgetCancel);
+    BIND(PQcancel);
+    BIND(PQfreeCancel);
+#undef BIND
+    bound = 1;
+    Py_RETURN_NONE;
+}
+
+static PGconn *
+conn_arg(PyObject *ptr)
+{
+    if (!bound) {
+        PyErr_SetString(PyExc_RuntimeError, "bind_libpq() has not been called");
+        return NULL;
+    }
+    void *p = PyLong_AsVoidPtr(ptr);
+    if (p == NULL && !PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError, "null PGconn pointer");
+    return (PGconn *)p;
+}
+
+/* Drain the remaining results of the current command; returns (sqlstate, message) of the first
+ * error result, or None. Called without the GIL for the waits. */
+static PyObject *
+finish_results(PGconn *conn)
+{
+    char sqlstate[8] = "";
+    char message[1024] = "";
+    int failed = 0;
+    PGresult *res;
+    for (;;) {
+        Py_BEGIN_ALLOW_THREADS
+        res = p_PQgetResult(conn);
+        Py_END_ALLOW_THREADS
+        if (res == NULL)
+            break;
+        int st = p_PQresultStatus(res);
+        if (!failed && st != PGRES_COMMAND_OK && st != PGRES_COPY_OUT) {
+            failed = 1;
+            const char *code = p_PQresultErrorField(res, PG_DIAG_SQLSTATE);
+            snprintf(sqlstate, sizeof sqlstate, "%s", code ? code : "");
+            snprintf(message, sizeof message, "%s", p_PQresultErrorMessage(res));
+        }
+        p_PQclear(res);
+    }
+    if (!failed)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(ss)", sqlstate, message);
+}
+
+static PyObject *
+copy_start(PyObject *self, PyObject *args)
+{
+    PyObject *ptr;
+    const char *sql;
+    if (!PyArg_ParseTuple(args, "Oy", &ptr, &sql))
+        return NULL;
+    PGconn *conn = conn_arg(ptr);
+    if (conn == NULL)
+        return NULL;
+    int sent;
+    PGresult *res;
+    Py_BEGIN_ALLOW_THREADS
+    sent = p_PQsendQuery(conn, sql);
+    res = sent ? p_PQgetResult(conn) : NULL;
+    Py_END_ALLOW_THREADS
+    if (!sent)
+        return Py_BuildValue("(ss)", "", p_PQerrorMessage(conn));
+    if (res != NULL && p_PQresultStatus(res) == PGRES_COPY_OUT) {
+        p_PQclear(res);
+        Py_RETURN_NONE;
+    }
+    PyObject *err;
+    if (res == NULL) {
+        err = Py_BuildValue("(ss)", "", p_PQerrorMessage(conn));
+    } else {
+        const char *code = p_PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        err = Py_BuildValue("(ss)", code ? code : "", p_PQresultErrorMessage(res));
+        p_PQclear(res);
+    }
+    PyObject *rest = finish_results(conn);
+    Py_XDECREF(rest);
+    return err;
+}
+
+/* Growable byte buffer filled without the GIL. */
+typedef struct {
+    char *data;
+    Py_ssize_t len, cap;
+} Buf;
+
+static int
+buf_add(Buf *b, const char *src, Py_ssize_t n)
+{
+    if (b->len + n > b->cap) {
+        Py_ssize_t cap = b->cap ? b->cap : (1 << 20);
+        while (cap < b->len + n)
+            cap *= 2;
+        char *d = PyMem_RawRealloc(b->data, cap);
+        if (d == NULL)
+            return -1;
+        b->data = d;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, src, n);
+    b->len += n;
+    return 0;
+}
+
+static const char SIGNATURE[11] = "PGCOPY\n\377\r\n";
+
+static inline uint16_t be16(const unsigned char *p) { return (uint16_t)((p[0] << 8) | p[1]); }
+static inline uint32_t be32(const unsigned char *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+static inline uint64_t be64(const unsigned char *p) { return ((uint64_t)be32(p) << 32) | be32(p + 4); }
+
+/* Parse binary COPY rows of (bigint, bigint, bytea) from data[0:len] into `out` (a list); `*pos` is
+ * the cursor. Returns 1 at the trailer, 0 when the input is used up, -1 with an exception set. */
+static int
+parse_rows(const unsigned char *data, Py_ssize_t len, Py_ssize_t *pos, int header, PyObject *out)
+{
+    Py_ssize_t p = *pos;
+    if (header) {
+        if (len - p < 19 || memcmp(data + p, SIGNATURE, 11) != 0) {
+            PyErr_SetString(PyExc_ValueError, "binary COPY stream without its signature");
+            return -1;
+        }
+        uint32_t ext = be32(data + p + 15);
+        if ((Py_ssize_t)ext > len - p - 19) {
+            PyErr_SetString(PyExc_ValueError, "truncated binary COPY header");
+            return -1;
+        }
+        p += 19 + ext;
+    }
+    while (p < len) {
+        if (len - p < 2)
+            goto truncated;
+        int16_t nf = (int16_t)be16(data + p);
+        if (nf == -1) {
+            *pos = p + 2;
+            return 1;
+        }
+        if (nf != 3) {
+            PyErr_Format(PyExc_ValueError, "binary COPY row with %d fields, expected 3", (int)nf);
+            return -1;
+        }
+        /* lsn and xid: Int32 8 + Int64 each; data: Int32 length + bytes */
+        if (len - p < 2 + 12 + 12 + 4)
+            goto truncated;
+        const unsigned char *q = data + p + 2;
+        if ((int32_t)be32(q) != 8 || (int32_t)be32(q + 12) != 8) {
+            PyErr_SetString(PyExc_ValueError, "binary COPY row whose lsn or xid is not a non-null bigint");
+            return -1;
+        }
+        int64_t lsn = (int64_t)be64(q + 4);
+        int64_t xid = (int64_t)be64(q + 16);
+        int32_t n = (int32_t)be32(q + 24);
+        if (n < 0) {
+            PyErr_SetString(PyExc_ValueError, "binary COPY row with a null data field");
+            return -1;
+        }
+        if ((Py_ssize_t)n > len - p - 30)
+            goto truncated;
+        PyObject *row = PyTuple_New(3);
+        if (row == NULL)
+            return -1;
+        PyObject *a = PyLong_FromLongLong(lsn), *b = PyLong_FromLongLong(xid);
+        PyObject *c = PyBytes_FromStringAndSize((const char *)q + 28, n);
+        PyTuple_SET_ITEM(row, 0, a);
+        PyTuple_SET_ITEM(row, 1, b);
+        PyTuple_SET_ITEM(row, 2, c);
+        if (a == NULL || b == NULL || c == NULL || PyList_Append(out, row) < 0) {
+            Py_DECREF(row);
+            return -1;
+        }
+        Py_DECREF(row);
+        p += 30 + n;
+    }
+    *pos = p;
+    return 0;
+truncated:
+    PyErr_Format(PyExc_ValueError, "binary COPY row truncated at offset %zd", p);
+    return -1;
+}
+
+/* copy_rows(pgconn, max_rows, first) -> (rows, done, error)
+ * Reads up to max_rows CopyData messages (one row each) without the GIL, then splits them.
+ * done: the COPY has ended (its results are consumed); error: (sqlstate, message) or None. */
+static PyObject *
+copy_rows(PyObject *self, PyObject *args)
+{
+    PyObject *ptr;
+    Py_ssize_t max_rows;
+    int first;
+    if (!PyArg_ParseTuple(args, "Onp", &ptr, &max_rows, &first))
+        return NULL;
+    PGconn *conn = conn_arg(ptr);
+    if (conn == NULL)
+        return NULL;
+    Buf b = {NULL, 0, 0};
+    Py_ssize_t got = 0;
+    int n = 0, oom = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (got < max_rows) {
+        char *msg = NULL;
+        n = p_PQgetCopyData(conn, &msg, 0);
+        if (n <= 0)
+            break;
+        if (buf_add(&b, msg, n) < 0)
+            oom = 1;
+        p_PQfreemem(msg);
+        if (oom)
+            break;
+        got++;
+    }
+    Py_END_ALLOW_THREADS
+    if (oom) {
+        PyMem_RawFree(b.data);
+        return PyErr_NoMemory();
+    }
+    PyObject *rows = PyList_New(0);
+    if (rows == NULL) {
+        PyMem_RawFree(b.data);
+        return NULL;
+    }
+    Py_ssize_t pos = 0;
+    int r = b.len ? parse_rows((const unsigned char *)b.data, b.len, &pos, first, rows) : 0;
+    PyMem_RawFree(b.data);
+    if (r < 0) {
+        Py_DECREF(rows);
+        return NULL;
+    }
+    if (n > 0 || (n == 0 && got >= max_rows))
+        return Py_BuildValue("(NOO)", rows, Py_False, Py_None);
+    PyObject *err;
+    if (n == -2) {
+        err = Py_BuildValue("(ss)", "", p_PQerrorMessage(conn));
+        PyObject *rest = finish_results(conn);
+        Py_XDECREF(rest);
+    } else {
+        err = finish_results(conn);
+    }
+    if (err == NULL) {
+        Py_DECREF(rows);
+        return NULL;
+    }
+    return Py_BuildValue("(NON)", rows, Py_True, err);
+}
+
+/* copy_cancel(pgconn): ask the server to cancel the running COPY, discard what is still coming
+ * and consume the results, so the connection is idle again. */
+static PyObject *
+copy_cancel(PyObject *self, PyObject *args)
+{
+    PyObject *ptr;
+    if (!PyArg_ParseTuple(args, "O", &ptr))
+        return NULL;
+    PGconn *conn = conn_arg(ptr);
+    if (conn == NULL)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    PGcancel *c = p_PQgetCancel(conn);
+    if (c != NULL) {
+        char errbuf[256];
+        p_PQcancel(c, errbuf, sizeof errbuf);
+        p_PQfreeCancel(c);
+    }
+    for (;;) {
+        char *msg = NULL;
+        int n = p_PQgetCopyData(conn, &msg, 0);
+        if (n <= 0)
+            break;
+        p_PQfreemem(msg);
+    }
+    Py_END_ALLOW_THREADS
+    PyObject *rest = finish_results(conn);
+    Py_XDECREF(rest);
+    Py_RETURN_NONE;
+}
+
+/* split_copy(data, header) -> (rows, end, trailer): the parser alone, for tests and for callers
+ * holding a binary COPY stream already (e.g. psycopg2's copy_expert into a buffer). */
+static PyObject *
+split_copy(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    int header;
+    if (!PyArg_ParseTuple(args, "y*p", &view, &header))
+        return NULL;
+    PyObject *rows = PyList_New(0);
+    if (rows == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    Py_ssize_t pos = 0;
+    int r = parse_rows((const unsigned char *)view.buf, view.len, &pos, header, rows);
+    PyBuffer_Release(&view);
+    if (r < 0) {
+        Py_DECREF(rows);
+        return NULL;
+    }
+    return Py_BuildValue("(NnO)", rows, pos, r == 1 ? Py_True : Py_False);
+}
+
+
+/* ---- the assembler's per-row path for plain DML (relations.unsplit_row_change in C) ----------
+ * A plain DML message carries one tuple running to its end: 'I'/'U' + relid + 'N', or 'D' + relid
+ * + 'K'/'O'. Its RowChange holds a WireTuple (the unsplit tuple) built here without running
+ * WireTuple.__init__: its four slots are set through their member offsets. */
+static PyTypeObject *WireTupleType = NULL, *RowChangeType = NULL;
+static Py_ssize_t off_decoded, off_lsn, off_message, off_offset;
+static PyObject *OP_I = NULL, *OP_U = NULL, *OP_D = NULL;
+
+static int
+slot_offset(PyTypeObject *tp, const char *name, Py_ssize_t *out)
+{
+    PyObject *d = PyObject_GetAttrString((PyObject *)tp, name);
+    if (d == NULL)
+        return -1;
+    if (Py_TYPE(d) != &PyMemberDescr_Type || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
+        Py_DECREF(d);
+        PyErr_Format(PyExc_TypeError, "%s.%s is not an object slot", tp->tp_name, name);
+        return -1;
+    }
+    *out = ((PyMemberDescrObject *)d)->d_member->offset;
+    Py_DECREF(d);
+    return 0;
+}
+
+static PyObject *
+init_types(PyObject *self, PyObject *args)
+{
+    PyObject *wt, *rc, *i, *u, *d;
+    if (!PyArg_ParseTuple(args, "O!O!UUU", &PyType_Type, &wt, &PyType_Type, &rc, &i, &u, &d))
+        return NULL;
+    PyTypeObject *w = (PyTypeObject *)wt, *r = (PyTypeObject *)rc;
+    if (!PyType_IsSubtype(r, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "RowChange must be a tuple subclass");
+        return NULL;
+    }
+    if (slot_offset(w, "_decoded", &off_decoded) < 0 || slot_offset(w, "lsn", &off_lsn) < 0 ||
+        slot_offset(w, "message", &off_message) < 0 || slot_offset(w, "offset", &off_offset) < 0)
+        return NULL;
+    Py_INCREF(w); Py_XSETREF(WireTupleType, w);
+    Py_INCREF(r); Py_XSETREF(RowChangeType, r);
+    Py_INCREF(i); Py_XSETREF(OP_I, i);
+    Py_INCREF(u); Py_XSETREF(OP_U, u);
+    Py_INCREF(d); Py_XSETREF(OP_D, d);
+    Py_RETURN_NONE;
+}
+
+#define SET_SLOT(obj, off, value) (*(PyObject **)((char *)(obj) + (off)) = (value))
+
+static PyObject *
+new_wiretuple(PyObject *data, Py_ssize_t offset, PyObject *lsn)
+{
+    PyObject *w = WireTupleType->tp_alloc(WireTupleType, 0);
+    if (w == NULL)
+        return NULL;
+    PyObject *off = PyLong_FromSsize_t(offset);
+    if (off == NULL) {
+        Py_DECREF(w);
+        return NULL;
+    }
+    Py_INCREF(Py_None); SET_SLOT(w, off_decoded, Py_None);
+    Py_INCREF(lsn); SET_SLOT(w, off_lsn, lsn);
+    Py_INCREF(data); SET_SLOT(w, off_message, data);
+    SET_SLOT(w, off_offset, off);
+    return w;
+}
+
+/* Kind of a message as plain DML starting its relid at `base`: 'I'/'U' (new tuple), 'D' with 'K'/'O',
+ * or 0 when it is anything else. */
+static inline int
+plain_kind(const unsigned char *p, Py_ssize_t n, Py_ssize_t base, int *key_only)
+{
+    if (n <= base + 5)
+        return 0;
+    unsigned char t = p[0], tag = p[base + 4];
+    if (tag == 'N' && (t == 'I' || t == 'U')) {
+        *key_only = 0;
+        return t;
+    }
+    if (t == 'D' && (tag == 'K' || tag == 'O')) {
+        *key_only = tag == 'K';
+        return t;
+    }
+    return 0;
+}
+
+/* The relation of a plain message, borrowed; NULL without an exception when unknown. */
+static PyObject *
+relation_of(PyObject *relations, const unsigned char *p, Py_ssize_t base)
+{
+    PyObject *key = PyLong_FromUnsignedLong(be32(p + base));
+    if (key == NULL)
+        return NULL;
+    PyObject *rel = PyDict_GetItemWithError(relations, key);
+    Py_DECREF(key);
+    return rel;
+}
+
+/* RowChange of a plain DML message (new reference); Py_None (new ref) when it is not one or its
+ * relation is unknown (the Python path then handles the row, with its errors); NULL on error. */
+static PyObject *
+plain_change(PyObject *data, PyObject *lsn, PyObject *relations, Py_ssize_t base)
+{
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
+    int key_only;
+    int t = plain_kind(p, PyBytes_GET_SIZE(data), base, &key_only);
+    if (t == 0)
+        Py_RETURN_NONE;
+    PyObject *rel = relation_of(relations, p, base);
+    if (rel == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    PyObject *image = new_wiretuple(data, base + 5, lsn);
+    if (image == NULL)
+        return NULL;
+    PyObject *rc = RowChangeType->tp_alloc(RowChangeType, 6);
+    if (rc == NULL) {
+        Py_DECREF(image);
+        return NULL;
+    }
+    PyObject *op = t == 'I' ? OP_I : t == 'U' ? OP_U : OP_D;
+    Py_INCREF(op); PyTuple_SET_ITEM(rc, 0, op);
+    Py_INCREF(rel); PyTuple_SET_ITEM(rc, 1, rel);
+    Py_INCREF(lsn); PyTuple_SET_ITEM(rc, 2, lsn);
+    if (t == 'D') {
+        PyTuple_SET_ITEM(rc, 3, image);
+        Py_INCREF(Py_None); PyTuple_SET_ITEM(rc, 4, Py_None);
+    } else {
+        Py_INCREF(Py_None); PyTuple_SET_ITEM(rc, 3, Py_None);
+        PyTuple_SET_ITEM(rc, 4, image);
+    }
+    PyObject *ko = key_only ? Py_True : Py_False;
+    Py_INCREF(ko); PyTuple_SET_ITEM(rc, 5, ko);
+    return rc;
+}
+
+static int
+types_ready(void)
+{
+    if (WireTupleType == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "init_types() has not been called");
+        return 0;
+    }
+    return 1;
+}
+
+/* take_plain(rows, start, relations, items, room) -> (next, size)
+ * From rows[start:] ((lsn, xid, data) tuples), append the RowChange of each plain DML row to
+ * `items` while the rows are plain DML of a known relation with bytes data; stop before any other
+ * row, or after the row that makes the summed message size exceed `room` (the budget left). */
+static PyObject *
+take_plain(PyObject *self, PyObject *args)
+{
+    PyObject *rows, *relations, *items;
+    Py_ssize_t start, room;
+    if (!PyArg_ParseTuple(args, "O!nO!O!n", &PyList_Type, &rows, &start, &PyDict_Type, &relations,
+                          &PyList_Type, &items, &room))
+        return NULL;
+    if (!types_ready())
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(rows), i = start, size = 0;
+    while (i < n) {
+        PyObject *row = PyList_GET_ITEM(rows, i);
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 3)
+            break;
+        PyObject *data = PyTuple_GET_ITEM(row, 2);
+        if (!PyBytes_CheckExact(data))
+            break;
+        PyObject *rc = plain_change(data, PyTuple_GET_ITEM(row, 0), relations, 1);
+        if (rc == NULL)
+            return NULL;
+        if (rc == Py_None) {
+            Py_DECREF(rc);
+            break;
+        }
+        int r = PyList_Append(items, rc);
+        Py_DECREF(rc);
+        if (r < 0)
+            return NULL;
+        i++;
+        size += PyBytes_GET_SIZE(data);
+        if (size > room)
+            break;
+    }
+    return Py_BuildValue("(nn)", i, size);
+}
+
+/* spill_plain(rows, start, relations) -> (next, records)
+ * The spill records (spill.SpillFile's format: UInt64 lsn, UInt32 subxid 0, UInt32 length, bytes)
+ * of the plain DML rows from rows[start:] of a known relation, up to the first other row. */
+static PyObject *
+spill_plain(PyObject *self, PyObject *args)
+{
+    PyObject *rows, *relations;
+    Py_ssize_t start;
+    if (!PyArg_ParseTuple(args, "O!nO!", &PyList_Type, &rows, &start, &PyDict_Type, &relations))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(rows), i = start, total = 0;
+    for (; i < n; i++) { /* first pass: how far, and how many bytes */
+        PyObject *row = PyList_GET_ITEM(rows, i);
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 3)
+            break;
+        PyObject *data = PyTuple_GET_ITEM(row, 2);
+        if (!PyBytes_CheckExact(data))
+            break;
+        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
+        Py_ssize_t len = PyBytes_GET_SIZE(data);
+        int key_only;
+        if (plain_kind(p, len, 1, &key_only) == 0 || len > 0xFFFFFFFFLL)
+            break;
+        PyObject *rel = relation_of(relations, p, 1);
+        if (rel == NULL) {
+            if (PyErr_Occurred())
+                return NULL;
+            break;
+        }
+        unsigned long long lsn = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(row, 0));
+        if (lsn == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            break;
+        }
+        total += 16 + len;
+    }
+    Py_ssize_t stop = i;
+    PyObject *blob = PyBytes_FromStringAndSize(NULL, total);
+    if (blob == NULL)
+        return NULL;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(blob);
+    for (i = start; i < stop; i++) {
+        PyObject *row = PyList_GET_ITEM(rows, i);
+        PyObject *data = PyTuple_GET_ITEM(row, 2);
+        Py_ssize_t len = PyBytes_GET_SIZE(data);
+        unsigned long long lsn = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(row, 0));
+        for (int k = 0; k < 8; k++)
+            out[k] = (unsigned char)(lsn >> (56 - 8 * k));
+        memset(out + 8, 0, 4);
+        out[12] = (unsigned char)(len >> 24);
+        out[13] = (unsigned char)(len >> 16);
+        out[14] = (unsigned char)(len >> 8);
+        out[15] = (unsigned char)len;
+        memcpy(out + 16, PyBytes_AS_STRING(data), len);
+        out += 16 + len;
+    }
+    return Py_BuildValue("(nN)", stop, blob);
+}
+
+/* unsplit_records(records, relations, base) -> list: per (lsn, subxid, data) record, its RowChange
+ * when it is plain DML of a known relation, else None (decoded by the Python path). */
+static PyObject *
+unsplit_records(PyObject *self, PyObject *args)
+{
+    PyObject *records, *relations;
+    Py_ssize_t base;
+    if (!PyArg_ParseTuple(args, "O!O!n", &PyList_Type, &records, &PyDict_Type, &relations, &base))
+        return NULL;
+    if (!types_ready())
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(records);
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *rec = PyList_GET_ITEM(records, i);
+        PyObject *rc;
+        if (PyTuple_Check(rec) && PyTuple_GET_SIZE(rec) == 3 && PyBytes_CheckExact(PyTuple_GET_ITEM(rec, 2))) {
+            rc = plain_change(PyTuple_GET_ITEM(rec, 2), PyTuple_GET_ITEM(rec, 0), relations, base);
+            if (rc == NULL) {
+                Py_DECREF(out);
+                return NULL;
+            }
+        } else {
+            Py_INCREF(Py_None);
+            rc = Py_None;
+        }
+        PyList_SET_ITEM(out, i, rc);
+    }
+    return out;
+}
+
+/* spill_records(buf, pos) -> (records, pos): the whole spill records (UInt64 lsn, UInt32 subxid,
+ * UInt32 length, bytes) in buf[pos:] as (lsn, subxid, data) tuples, and the offset after the last. */
+static PyObject *
+spill_records(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t pos;
+    if (!PyArg_ParseTuple(args, "y*n", &view, &pos))
+        return NULL;
+    const unsigned char *d = (const unsigned char *)view.buf;
+    Py_ssize_t len = view.len;
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        goto fail;
+    while (pos >= 0 && len - pos >= 16) {
+        uint32_t n = be32(d + pos + 12);
+        if ((Py_ssize_t)n > len - pos - 16)
+            break;
+        PyObject *rec = Py_BuildValue("(KIy#)", (unsigned long long)be64(d + pos), (unsigned int)be32(d + pos + 8),
+                                      (const char *)d + pos + 16, (Py_ssize_t)n);
+        if (rec == NULL || PyList_Append(out, rec) < 0) {
+            Py_XDECREF(rec);
+            goto fail;
+        }
+        Py_DECREF(rec);
+        pos += 16 + n;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(Nn)", out, pos);
+fail:
+    Py_XDECREF(out);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+/* One side (old or new) of rowchange_columns: the present images' messages joined (+ pad zero
+ * bytes), per present image its tuple start and message end in the joined bytes, and the mask of
+ * absent images. Returns NULL with no exception when an image is not a WireTuple (or not bytes). */
+static PyObject *
+image_side(PyObject *changes, Py_ssize_t n, int which, Py_ssize_t pad)
+{
+    Py_ssize_t total = 0, present = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *img = PyTuple_GET_ITEM(PyList_GET_ITEM(changes, i), which);
+        if (img == Py_None)
+            continue;
+        if (Py_TYPE(img) != WireTupleType)
+            return NULL;
+        PyObject *msg = *(PyObject **)((char *)img + off_message);
+        if (msg == NULL || !PyBytes_CheckExact(msg))
+            return NULL;
+        total += PyBytes_GET_SIZE(msg);
+        present++;
+    }
+    PyObject *absent = PyBytes_FromStringAndSize(NULL, n);
+    PyObject *joined = PyBytes_FromStringAndSize(NULL, total + pad);
+    PyObject *starts = PyBytes_FromStringAndSize(NULL, present * 8);
+    PyObject *ends = PyBytes_FromStringAndSize(NULL, present * 8);
+    if (absent == NULL || joined == NULL || starts == NULL || ends == NULL)
+        goto fail;
+    char *a = PyBytes_AS_STRING(absent), *j = PyBytes_AS_STRING(joined);
+    int64_t *st = (int64_t *)PyBytes_AS_STRING(starts), *en = (int64_t *)PyBytes_AS_STRING(ends);
+    Py_ssize_t at = 0, k = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *img = PyTuple_GET_ITEM(PyList_GET_ITEM(changes, i), which);
+        if (img == Py_None) {
+            a[i] = 1;
+            continue;
+        }
+        a[i] = 0;
+        PyObject *msg = *(PyObject **)((char *)img + off_message);
+        PyObject *offset = *(PyObject **)((char *)img + off_offset);
+        Py_ssize_t off = offset ? PyLong_AsSsize_t(offset) : -1;
+        if (off == -1 && PyErr_Occurred())
+            goto fail;
+        Py_ssize_t len = PyBytes_GET_SIZE(msg);
+        memcpy(j + at, PyBytes_AS_STRING(msg), len);
+        st[k] = at + off;
+        en[k] = at + len;
+        at += len;
+        k++;
+    }
+    memset(j + at, 0, pad);
+    return Py_BuildValue("(NNNN)", absent, joined, starts, ends);
+fail:
+    Py_XDECREF(absent);
+    Py_XDECREF(joined);
+    Py_XDECREF(starts);
+    Py_XDECREF(ends);
+    return NULL;
+}
+
+/* rowchange_columns(changes, pad) -> (lsn, op, key_only, old, new) or None
+ * The staged columns of a row group of RowChanges in one pass: lsn as native int64 bytes, op as
+ * one byte per row, key_only as one bool byte per row, and per image side image_side()'s tuple.
+ * None (the Python path then runs) when anything is not the plain shape: a change that is not a
+ * RowChange, an op that is not one ASCII letter, an image that is not a WireTuple. */
+static PyObject *
+rowchange_columns(PyObject *self, PyObject *args)
+{
+    PyObject *changes;
+    Py_ssize_t pad;
+    if (!PyArg_ParseTuple(args, "O!n", &PyList_Type, &changes, &pad))
+        return NULL;
+    if (!types_ready())
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(changes);
+    PyObject *lsn = PyBytes_FromStringAndSize(NULL, n * 8);
+    PyObject *ops = PyBytes_FromStringAndSize(NULL, n);
+    PyObject *keys = PyBytes_FromStringAndSize(NULL, n);
+    PyObject *old = NULL, *new = NULL;
+    if (lsn == NULL || ops == NULL || keys == NULL)
+        goto fail;
+    int64_t *l = (int64_t *)PyBytes_AS_STRING(lsn);
+    char *o = PyBytes_AS_STRING(ops), *k = PyBytes_AS_STRING(keys);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *c = PyList_GET_ITEM(changes, i);
+        if (Py_TYPE(c) != RowChangeType || PyTuple_GET_SIZE(c) != 6)
+            goto plain_no;
+        PyObject *op = PyTuple_GET_ITEM(c, 0), *ko = PyTuple_GET_ITEM(c, 5);
+        if (!PyUnicode_Check(op) || PyUnicode_GET_LENGTH(op) != 1 || !PyUnicode_IS_ASCII(op) ||
+            (ko != Py_True && ko != Py_False))
+            goto plain_no;
+        o[i] = (char)PyUnicode_READ_CHAR(op, 0);
+        k[i] = ko == Py_True;
+        long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(c, 2));
+        if (v == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            goto plain_no;
+        }
+        l[i] = v;
+    }
+    old = image_side(changes, n, 3, pad);
+    if (old == NULL)
+        goto side_failed;
+    new = image_side(changes, n, 4, pad);
+    if (new == NULL)
+        goto side_failed;
+    return Py_BuildValue("(NNNNN)", lsn, ops, keys, old, new);
+side_failed:
+    if (PyErr_Occurred())
+        goto fail;
+plain_no:
+    Py_XDECREF(lsn);
+    Py_XDECREF(ops);
+    Py_XDECREF(keys);
+    Py_XDECREF(old);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(lsn);
+    Py_XDECREF(ops);
+    Py_XDECREF(keys);
+    Py_XDECREF(old);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"rowchange_columns", rowchange_columns, METH_VARARGS, "Staged columns of a list of RowChanges, or None."},
+    {"spill_records", spill_records, METH_VARARGS, "Whole spill records in buf[pos:]: (records, pos)."},
+    {"init_types", init_types, METH_VARARGS, "Register WireTuple, RowChange and the op strings I, U, D."},
+    {"take_plain", take_plain, METH_VARARGS, "Append plain DML RowChanges from rows[start:]: (next, size)."},
+    {"spill_plain", spill_plain, METH_VARARGS, "Spill records of plain DML rows from rows[start:]: (next, blob)."},
+    {"unsplit_records", unsplit_records, METH_VARARGS, "RowChange or None per spill record."},
+    {"bind_libpq", bind_libpq, METH_VARARGS, "Look up libpq's functions through the shared object at path."},
+    {"copy_start", copy_start, METH_VARARGS, "Send a COPY ... TO STDOUT; None, or (sqlstate, message)."},
+    {"copy_rows", copy_rows, METH_VARARGS, "Read and split up to max_rows rows: (rows, done, error)."},
+    {"copy_cancel", copy_cancel, METH_VARARGS, "Cancel the running COPY and consume its results."},
+    {"split_copy", split_copy, METH_VARARGS, "Split (bigint, bigint, bytea) binary COPY rows: (rows, end, trailer)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_speedups", "Compiled helpers of the drain (optional).", -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    return PyModule_Create(&module);
+}

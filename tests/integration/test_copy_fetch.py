@@ -1,0 +1,99 @@
+"""Slot rows through binary COPY (``hooks.copystream``, compiled) against the named cursor (the reference)."""
+
+from __future__ import annotations
+
+import psycopg2
+import pytest
+
+from airflow_provider_pglogical.decoding import speedups
+from airflow_provider_pglogical.exceptions import PublicationNotFoundError, SlotNotFoundError
+from airflow_provider_pglogical.hooks import PgLogicalHook, copystream
+from tests.integration.drain_support import SCHEMA_SQL, workload
+from tests.userenv import VENV_BIN, run_as_user
+
+pytestmark = pytest.mark.skipif(speedups.compiled is None, reason="compiled helpers not built")
+
+
+@pytest.fixture
+def source(pg_conn, pg_dsn):
+    cur = pg_conn.cursor()
+    cur.execute(SCHEMA_SQL)
+    hook = PgLogicalHook.from_dsn(pg_dsn)
+    hook.create_slot("s1")
+    yield cur, hook
+    hook.close()
+
+
+def cursor_rows(hook: PgLogicalHook, **kw) -> list[tuple[int, int, bytes]]:
+    query_kw = {"upto_lsn": None, "upto_nchanges": None, "streaming": False, "itersize": 7, **kw}
+    options = hook.pgoutput_options("pub")
+    from psycopg2 import sql
+
+    from airflow_provider_pglogical.hooks.pglogical import _LSN
+    query = sql.SQL("SELECT {lsn}, xid::text::bigint, data FROM pg_logical_slot_peek_binary_changes("
+                    "%s, %s::pg_lsn, %s, {opts})").format(lsn=sql.SQL(_LSN.format("lsn")),
+                                                          opts=sql.SQL(", ").join(sql.Placeholder() * len(options)))
+    rows = hook._stream_cursor(query, ("s1", None, query_kw["upto_nchanges"], *options), slot="s1", publication="pub",
+                               itersize=query_kw["itersize"])
+    return [(lsn, xid, bytes(data)) for lsn, xid, data in rows]
+
+
+def test_peek_streams_through_binary_copy_with_the_cursors_rows(source):
+    cur, hook = source
+    workload(cur, 40)
+    cur.execute("SELECT pg_logical_emit_message(false, 'p', 'loose')")
+    assert copystream.available()
+    rows = list(hook.peek_changes("s1", "pub", itersize=7))  # several COPY chunks
+    assert rows and all(type(data) is bytes for _, _, data in rows)  # bytes: the COPY path, not memoryviews
+    assert rows == cursor_rows(hook)
+    assert {chr(d[0]) for _, _, d in rows} >= {"B", "R", "I", "U", "D", "C"}
+
+
+def test_a_peek_closed_early_cancels_the_copy_and_leaves_the_slot_and_session_usable(source):
+    cur, hook = source
+    workload(cur, 60)
+    full = list(hook.peek_changes("s1", "pub"))
+    rows = hook.peek_changes("s1", "pub", itersize=5)
+    head = [next(rows) for _ in range(3)]
+    rows.close()
+    assert head == full[:3]
+    assert hook.require_slot("s1").active is False  # no session holds the slot
+    assert list(hook.peek_changes("s1", "pub")) == full  # peek never consumed anything
+
+
+def test_errors_of_the_copy_path_are_the_typed_errors_of_the_cursor_path(source):
+    _cur, hook = source
+    with pytest.raises(SlotNotFoundError):
+        list(hook.peek_changes("nope", "pub"))
+    with pytest.raises(PublicationNotFoundError):
+        cur = _cur
+        cur.execute("INSERT INTO docs VALUES (1, 'b', 'n')")
+        list(hook.peek_changes("s1", "no_such_publication"))
+    assert hook.session.closed == 0  # the session still serves statements
+    assert hook.require_slot("s1").active is False
+
+
+def test_pglogical_in_a_user_environment_uses_the_compiled_helpers(tmp_path):
+    """What an installed `pglogical` imports: the compiled module, when the install could build it."""
+    code = ("from airflow_provider_pglogical.decoding import speedups; "
+            "from airflow_provider_pglogical.hooks import copystream; "
+            "print(speedups.implementation(), copystream.available())")
+    done = run_as_user([str(VENV_BIN / "python"), "-c", code], home=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["compiled", "True"]
+    pure = run_as_user([str(VENV_BIN / "python"), "-c", code], {speedups.PURE_PYTHON_ENV: "1"}, home=tmp_path)
+    assert pure.stdout.split() == ["python", "False"]
+
+
+def test_the_cursor_fallback_still_reads_when_the_compiled_path_is_off(source, monkeypatch):
+    cur, hook = source
+    workload(cur, 10)
+    expected = list(hook.peek_changes("s1", "pub"))
+    monkeypatch.setattr(copystream, "available", lambda: False)
+    got = list(hook.peek_changes("s1", "pub"))
+    assert all(isinstance(data, memoryview) for _, _, data in got)
+    assert [(lsn, xid, bytes(d)) for lsn, xid, d in got] == expected
+
+
+def test_copy_refused_is_a_plain_exception_not_a_psycopg2_error():
+    assert not issubclass(copystream.CopyRefused, psycopg2.Error)

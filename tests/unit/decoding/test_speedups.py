@@ -1,0 +1,275 @@
+"""The compiled helpers (``decoding._speedups``) against their pure-Python references.
+
+Properties: the binary COPY splitter gives exactly ``split_copy_py``'s rows (or the same error), and
+the assembler's compiled path (plain DML taken in C, spill records written and read back in C)
+gives exactly the events, changes and errors of the pure-Python row loop, on random message
+sequences with random memory budgets (so transactions spill at random points).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from airflow_provider_pglogical.decoding import ChangeAssembler, speedups
+from airflow_provider_pglogical.decoding.model import RowChange, TupleData
+from airflow_provider_pglogical.decoding.wiretuple import WireTuple
+from airflow_provider_pglogical.exceptions import DecodeError
+from tests.unit.decoding import wire as w
+
+needs_compiled = pytest.mark.skipif(speedups.compiled is None, reason="compiled helpers not built")
+
+
+def test_the_compiled_helpers_are_in_use_where_a_compiler_exists():
+    """`pip install` builds _speedups when a C compiler and Python's headers exist; then it must be the one used."""
+    compiler = shutil.which(sysconfig.get_config_var("CC").split()[0] if sysconfig.get_config_var("CC") else "cc")
+    headers = (Path(sysconfig.get_paths()["include"]) / "Python.h").exists()
+    if os.environ.get(speedups.PURE_PYTHON_ENV):
+        pytest.skip(f"{speedups.PURE_PYTHON_ENV} is set")
+    if not (compiler and headers):
+        pytest.skip("no C compiler or Python headers: the pure-Python path is expected")
+    assert speedups.implementation() == "compiled"
+
+
+# -- binary COPY splitting ---------------------------------------------------------------------
+
+HEADER = speedups.SIGNATURE + struct.pack("!ii", 0, 0)
+
+
+def copy_row(lsn: int, xid: int, data: bytes) -> bytes:
+    return struct.pack("!hiqiqi", 3, 8, lsn, 8, xid, len(data)) + data
+
+
+rows_st = st.lists(st.tuples(st.integers(0, 2**63 - 1), st.integers(0, 2**32), st.binary(max_size=40)), max_size=20)
+
+
+def split_both(data: bytes, header: bool) -> tuple[Any, Any]:
+    out = []
+    for fn in (speedups.compiled.split_copy, speedups.split_copy_py):  # type: ignore[union-attr]
+        try:
+            out.append(fn(data, header))
+        except ValueError as exc:
+            out.append(("ValueError", str(exc)))
+    return out[0], out[1]
+
+
+@needs_compiled
+@settings(max_examples=400, deadline=None)
+@given(rows_st, st.booleans(), st.booleans())
+def test_compiled_copy_splitter_equals_the_reference(rows, header, trailer):
+    data = (HEADER if header else b"") + b"".join(copy_row(*r) for r in rows) + (b"\xff\xff" if trailer else b"")
+    compiled, reference = split_both(data, header)
+    assert compiled == reference
+    assert reference == ([tuple(r) for r in rows], len(data), trailer)
+
+
+@needs_compiled
+@settings(max_examples=600, deadline=None)
+@given(rows_st, st.booleans(), st.data())
+def test_compiled_copy_splitter_equals_the_reference_on_damaged_input(rows, header, data):
+    raw = bytearray((HEADER if header else b"") + b"".join(copy_row(*r) for r in rows) + b"\xff\xff")
+    for _ in range(data.draw(st.integers(1, 3))):
+        if not raw:
+            break
+        pos = data.draw(st.integers(0, len(raw) - 1))
+        if data.draw(st.booleans()):
+            raw[pos] = data.draw(st.integers(0, 255))
+        else:
+            del raw[pos:]
+    compiled, reference = split_both(bytes(raw), header)
+    assert compiled == reference
+
+
+# -- the assembler's compiled path ----------------------------------------------------------------
+
+OTHER = [("id", w.INT4, -1, 1), ("v", w.TEXT, -1, 0), ("n", w.INT4, -1, 0)]
+
+
+@st.composite
+def plain_dml(draw) -> bytes:
+    relid = draw(st.sampled_from([1, 2]))
+    values = tuple(draw(st.sampled_from([w.int4(draw(st.integers(-5, 5))), ("n", None), ("u", None),
+                                         ("t", draw(st.binary(max_size=6)))]))
+                   for _ in range(draw(st.integers(0, 3))))
+    image = w.tup(*values)
+    if draw(st.integers(0, 60)) == 0:  # a damaged tuple: both paths must fail (or not) alike, later
+        image = image[:-1] if image else b"\x00"
+    kind = draw(st.sampled_from(["I", "U", "D"]))
+    if kind == "I":
+        return w.insert(relid, image)
+    if kind == "U":
+        return w.update(relid, image)
+    return w.delete(relid, image, draw(st.sampled_from(["K", "O"])))
+
+
+ROW_OTHER = [w.update(1, w.row(1), w.row(1), "O"), w.update(1, w.row(1), w.row(2), "K"), w.truncate([1, 2], 1),
+             w.message("p", b"x", transactional=True), w.message("q", b"y", transactional=False), w.origin("o"),
+             w.relation(2, "u", OTHER), w.relation(1, "t", w.T_COLUMNS[:1]), w.type_(16500, "", "x")]
+
+
+@st.composite
+def sessions(draw) -> list[bytes]:
+    out: list[bytes] = [w.relation(2, "u", OTHER)] if draw(st.integers(0, 30)) == 0 else []  # outside: an error
+    final = 0x100
+    for xid in range(1, draw(st.integers(1, 4)) + 1):
+        final += 0x100
+        out.append(w.begin(final, xid))
+        if xid == 1:
+            out += [w.relation(1, "t", w.T_COLUMNS), w.relation(2, "u", OTHER)]
+        for _ in range(draw(st.integers(0, 30))):
+            out.append(draw(plain_dml()) if draw(st.integers(0, 7)) else draw(st.sampled_from(ROW_OTHER)))
+        out.append(w.commit(final, final + 8))
+    if draw(st.integers(0, 5)) == 0:  # one broken message somewhere: both paths must fail alike
+        bad = draw(st.sampled_from([b"I\x00", w.insert(3, w.row(1)), w.delete(3, w.row(1), "K"), b"D"]))
+        out.insert(draw(st.integers(0, len(out))), bad)
+    return out
+
+
+def image_key(image: Any) -> Any:
+    if isinstance(image, WireTuple):
+        return ("wire", image.message, image.offset, image.lsn)
+    if isinstance(image, TupleData):
+        return ("tuple", image.kinds, image.values)
+    return image
+
+
+def change_key(change: Any) -> Any:
+    if type(change) is RowChange:
+        return ("row", change.op, change.relation, change.lsn, image_key(change.old), image_key(change.new),
+                change.old_key_only)
+    return change
+
+
+def outcome(messages: list[bytes], budget: int, compiled: bool, block: int, spilled: list[int] | None = None) -> list[Any]:
+    rows = [(0x1000 + i, 7, data) for i, data in enumerate(messages)]
+    got: list[Any] = []
+    with ChangeAssembler(memory_budget=budget) as asm:
+        try:
+            if compiled:
+                events = asm.feed_blocks([rows[i:i + block] for i in range(0, len(rows), block)])
+            else:
+                events = asm._feed_rows_py(rows)
+            for event in events:
+                changes = getattr(event, "changes", None)
+                if spilled is not None and hasattr(changes, "spilled_records"):
+                    spilled.append(changes.spilled_records)
+                fields = {k: getattr(event, k) for k in getattr(event, "__slots__", ()) if k != "changes"}
+                got.append((type(event).__name__, fields,
+                            None if changes is None else [change_key(c) for c in changes], len(changes or ())))
+        except DecodeError as exc:
+            got.append(("error", type(exc).__name__, str(exc)))
+        got.append(("relations", asm.relations.to_state()))
+    return got
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sessions(), st.sampled_from([0, 20, 60, 200, 1 << 20]), st.integers(1, 9))
+def test_compiled_assembler_path_equals_the_python_row_loop(messages, budget, block):
+    compiled = outcome(messages, budget, True, block)
+    assert compiled == outcome(messages, budget, False, block)
+    COMPLETED[compiled[0][0] == "Transaction"] += 1
+
+
+COMPLETED = {True: 0, False: 0}
+
+
+def test_the_property_saw_committed_transactions_not_only_errors():
+    """Guards the generator above: most random sessions must decode (else the property compares errors only)."""
+    if speedups.compiled is None:
+        pytest.skip("compiled helpers not built")
+    if not COMPLETED[True] + COMPLETED[False]:
+        test_compiled_assembler_path_equals_the_python_row_loop()
+    assert COMPLETED[True] > COMPLETED[False]
+
+
+@needs_compiled
+def test_compiled_path_takes_plain_rows_and_spills_them_like_the_python_loop():
+    """A concrete case of the property that surely exercises every branch: in memory, spilling, read back."""
+    messages = [w.begin(0x900, 5), w.relation(1, "t", w.T_COLUMNS)]
+    messages += [w.insert(1, w.row(i, "v" * (i % 7))) for i in range(300)]
+    messages += [w.delete(1, w.row(i), "K") for i in range(50)]
+    messages += [w.commit(0x900, 0x908)]
+    spilled: list[int] = []
+    compiled = outcome(messages, 2000, True, 64, spilled)
+    assert compiled == outcome(messages, 2000, False, 64)
+    assert compiled[0][0] == "Transaction" and compiled[0][3] == 350 and compiled[0][2][-1][1] == "D"
+    assert spilled and 0 < spilled[0] < 350  # part in memory, the rest spilled and read back
+
+
+# -- spill records and the staged columns ------------------------------------------------------------
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1), st.binary(max_size=30)), max_size=12),
+       st.integers(0, 40))
+def test_compiled_spill_record_parser_equals_the_python_loop(records, cut):
+    import struct as _struct
+
+    blob = b"".join(_struct.pack("!QII", lsn, sub, len(d)) + d for lsn, sub, d in records)
+    blob = blob[:max(len(blob) - cut, 0)]
+    got, pos = speedups.compiled.spill_records(blob, 0)  # type: ignore[union-attr]
+    expected, p = [], 0
+    while len(blob) - p >= 16:
+        lsn, sub, n = _struct.unpack_from("!QII", blob, p)
+        if len(blob) - p - 16 < n:
+            break
+        expected.append((lsn, sub, blob[p + 16:p + 16 + n]))
+        p += 16 + n
+    assert (got, pos) == (expected, p)
+
+
+@needs_compiled
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sessions(), st.sampled_from([60, 1 << 20]))
+def test_staged_columns_of_the_compiled_writer_path_equal_the_python_path(messages, budget):
+    """The writer's row group columns (op, lsn, key_only, both images as Arrow) built by
+    ``rowchange_columns`` + ``convert_joined`` equal the attribute-by-attribute path, errors included."""
+    from airflow_provider_pglogical.decoding.values import RowImageConverter
+
+    rows = [(0x1000 + i, 7, data) for i, data in enumerate(messages)]
+    with ChangeAssembler(memory_budget=budget) as asm:
+        try:
+            changes = [c for e in asm.feed_rows(rows) for c in getattr(e, "changes", ()) if type(c) is RowChange]
+        except DecodeError:
+            return
+        by_rel: dict[Any, list[RowChange]] = {}
+        for c in changes:
+            by_rel.setdefault(c.relation, []).append(c)
+        for relation, group in by_rel.items():
+            conv = RowImageConverter(relation)
+            cols = speedups.compiled.rowchange_columns(group, 16)  # type: ignore[union-attr]
+            wire = all(isinstance(i, WireTuple | None) for c in group for i in (c.old, c.new))
+            assert (cols is not None) == wire  # eagerly decoded images (TupleData) take the Python path
+            if cols is None:
+                continue
+            lsn, ops, keys, old_side, new_side = cols
+            assert list(memoryview(lsn).cast("q")) == [c.lsn for c in group]
+            assert ops.decode() == "".join(c.op for c in group)
+            assert list(keys) == [int(c.old_key_only) for c in group]
+            for side, attr in ((old_side, "old"), (new_side, "new")):
+                images = [getattr(c, attr) for c in group]
+                got = expected = None
+                try:
+                    expected = conv.convert(images)
+                except DecodeError as exc:
+                    expected = ("error", str(exc))
+                try:
+                    got = conv.convert_joined(side, lambda images=images: images)
+                except DecodeError as exc:
+                    got = ("error", str(exc))
+                if isinstance(expected, tuple):
+                    assert got == expected
+                else:
+                    assert not isinstance(got, tuple)
+                    assert got.array.equals(expected.array) and got.notes.equals(expected.notes)
+                    assert got.unchanged.equals(expected.unchanged)
