@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_pglogical.exceptions import ApplyError
+
+if TYPE_CHECKING:
+    from airflow_provider_pglogical.staging.reader import RelationInfo
 
 CONFLICT_POLICIES = ("upsert", "strict")
 TOAST_POLICIES = ("fail", "reject_and_continue")
 CASCADE_POLICIES = ("follow_source", "never")
 ACTIONS = ("insert", "update", "delete", "truncate")
 SCHEMA_CHANGE_POLICIES = ("follow", "fail")
+# ``leaves`` of a partitioned table's entry: ``own`` (each leaf partition is applied by its own entry, under
+# its own name: what a publication without publish_via_partition_root sends), or ``route_to_root`` (every
+# leaf's changes go to this entry's target, as publish_via_partition_root would send them).
+LEAF_POLICIES = ("own", "route_to_root")
 
 
 @dataclass(frozen=True)
@@ -37,9 +45,14 @@ class TableApplyConfig:
     key_columns: tuple[str, ...] | None = None
     actions: tuple[str, ...] = ACTIONS
     schema_changes: str = "follow"
+    leaves: str = "own"
+    # Set by ``ApplyConfig.routed`` on the config of a leaf routed to its ancestor's target: that ancestor.
+    # Its TRUNCATE then empties only the leaf's rows there (by its staged partition constraint).
+    partition_of: str | None = None
 
     def __post_init__(self) -> None:
         for name, value, allowed in (("conflict", self.conflict, CONFLICT_POLICIES),
+                                     ("leaves", self.leaves, LEAF_POLICIES),
                                      ("schema_changes", self.schema_changes, SCHEMA_CHANGE_POLICIES),
                                      ("unchanged_toast", self.unchanged_toast, TOAST_POLICIES),
                                      ("truncate_cascade", self.truncate_cascade, CASCADE_POLICIES)):
@@ -97,6 +110,24 @@ class ApplyConfig:
         if found is not None and found.target and source not in self.tables:
             raise ApplyError(f"the wildcard entry that selects {source} must not name a target")
         return found
+
+    def routed(self, relations: Mapping[str, RelationInfo]) -> ApplyConfig:
+        """This config plus an entry for every leaf partition among ``relations`` (a batch's staged
+        relations) whose ancestor's named entry says ``leaves: route_to_root``: the ancestor's settings,
+        its target, ``partition_of`` the ancestor. The top-most such ancestor wins (like pgoutput's
+        ``publish_as_relid``); a leaf with a named entry of its own keeps it. Pure."""
+        routing = {name: cfg for name, cfg in self.tables.items() if cfg.leaves == "route_to_root"}
+        if not routing:
+            return self
+        added: dict[str, TableApplyConfig] = {}
+        for source, rel in relations.items():
+            if source in self.tables or not rel.partition_ancestors:
+                continue
+            root = next((a for a in reversed(rel.partition_ancestors) if a in routing), None)
+            if root is not None:
+                cfg = routing[root]
+                added[source] = replace(cfg, target=cfg.target or root, leaves="own", partition_of=root)
+        return replace(self, tables={**self.tables, **added}) if added else self
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from airflow_provider_pglogical.apply import schema_changes
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
-from airflow_provider_pglogical.apply.targets.base import PlannedBatch, PlannedTable, PlannedTruncate, TargetTable
-from airflow_provider_pglogical.exceptions import ApplyError
+from airflow_provider_pglogical.apply.targets.base import (
+    PlannedBatch,
+    PlannedLeafTruncate,
+    PlannedTable,
+    PlannedTruncate,
+    TargetTable,
+)
+from airflow_provider_pglogical.exceptions import ApplyError, format_lsn
 from airflow_provider_pglogical.staging.reader import RelationColumn, RelationInfo, TruncateEvent
 
 
@@ -117,6 +123,10 @@ class TruncatePlan:
     position: dict[str, tuple[int, int]]  # target -> last truncate (commit_lsn, tx_order)
     restart_identity: frozenset[str]
     events: tuple[tuple[str, TruncateEvent], ...] = ()  # (target, truncate emptying it), in LSN order
+    # Routed leaf partitions (config ``partition_of``): a TRUNCATE of one empties only its rows in the
+    # shared target. (source, target, truncate) in LSN order, and source -> its last truncate position.
+    leaf_events: tuple[tuple[str, str, TruncateEvent], ...] = ()
+    leaf_position: dict[str, tuple[int, int]] | None = None
 
 
 def plan_truncates(events: Sequence[TruncateEvent], targets: dict[str, tuple[str, TableApplyConfig]],
@@ -131,18 +141,28 @@ def plan_truncates(events: Sequence[TruncateEvent], targets: dict[str, tuple[str
     position: dict[str, tuple[int, int]] = {}
     restart: set[str] = set()
     emptying: list[tuple[str, TruncateEvent]] = []
+    leaf_events: list[tuple[str, str, TruncateEvent]] = []
+    leaf_position: dict[str, tuple[int, int]] = {}
     for ev in sorted(events, key=lambda e: (e.commit_lsn, e.tx_order)):
-        listed = [targets[r] for r in ev.relations if r in targets and "truncate" in targets[r][1].actions]
-        emptied = {t for t, _ in listed}
+        named = [r for r in ev.relations if r in targets and "truncate" in targets[r][1].actions]
+        listed = [targets[r] for r in named]
+        # A routed leaf's TRUNCATE empties only its rows of the shared target (a positioned delete).
+        for r in named:
+            if targets[r][1].partition_of is not None:
+                leaf_events.append((r, targets[r][0], ev))
+                leaf_position[r] = (ev.commit_lsn, ev.tx_order)
+        emptied = {t for t, c in listed if c.partition_of is None}
         if ev.cascade:
-            emptied = descendants({t for t, c in listed if c.truncate_cascade == "follow_source"}, fks) | emptied
+            starts = {t for t, c in listed if c.truncate_cascade == "follow_source"}
+            # Tables referencing a truncated one go entirely (as on the source); a leaf's own target does not.
+            emptied = (descendants(starts, fks) - (starts - emptied)) | emptied
         for t in sorted(emptied):
             emptying.append((t, ev))
             pos = (ev.commit_lsn, ev.tx_order)
             position[t] = max(position.get(t, pos), pos)
             if ev.restart_identity:
                 restart.add(t)
-    return TruncatePlan(position, frozenset(restart), tuple(emptying))
+    return TruncatePlan(position, frozenset(restart), tuple(emptying), tuple(leaf_events), leaf_position)
 
 
 def parents_first(tables: Sequence[str], fks: Sequence[tuple[str, str]]) -> list[str]:
@@ -232,7 +252,7 @@ def plan_batch(slot: str, start_lsn: int, end_lsn: int, changed: Collection[str]
     ``filter_columns`` the columns each source's row filter references."""
     truncs = plan_truncates(truncates, dict(pending), fks)
     truncated_at = {t: p for t, p in truncs.position.items() if is_pending(marks.get(t), end_lsn)}
-    by_target: dict[str, PlannedTable] = {}
+    members: dict[str, list[PlannedTable]] = {}
     for source, (target, cfg) in sorted(pending.items()):
         if source not in changed:
             continue
@@ -248,9 +268,11 @@ def plan_batch(slot: str, start_lsn: int, end_lsn: int, changed: Collection[str]
                                                            source_versions(staged), columns,
                                                            policy=cfg.schema_changes))
         check_target_columns(shape, table.after(changes))
-        # Two sources into one target: the first (by name) is written, as before the split.
-        by_target.setdefault(target, PlannedTable(source, target, shape.key, columns, rel, cfg,
-                                                  truncated_at.get(target), changes, problem))
+        voided = max((p for p in (truncated_at.get(target), (truncs.leaf_position or {}).get(source)) if p),
+                     default=None)
+        members.setdefault(target, []).append(PlannedTable(source, target, shape.key, columns, rel, cfg, voided,
+                                                           changes, problem))
+    by_target = {target: merge_sources(target, parts) for target, parts in members.items()}
     order = parents_first(sorted(by_target), fks)
     truncate = parents_first(sorted(t for t in truncated_at if existing.get(t) is not None), fks)
     return PlannedBatch(
@@ -258,4 +280,55 @@ def plan_batch(slot: str, start_lsn: int, end_lsn: int, changed: Collection[str]
         truncate=tuple(truncate), restart_identity=tuple(t for t in truncate if t in truncs.restart_identity),
         watermark_tables=tuple(sorted({t for t, _ in pending.values()} | set(truncate))),
         truncates=tuple(PlannedTruncate(t, ev.commit_lsn, ev.tx_order, ev.lsn, ev.xid, ev.commit_time)
-                        for t, ev in truncs.events if t in truncate and t in truncated_at))
+                        for t, ev in truncs.events if t in truncate and t in truncated_at),
+        leaf_truncates=leaf_truncates(truncs, relations, marks, end_lsn, existing))
+
+
+def leaf_truncates(truncs: TruncatePlan, relations: Mapping[str, RelationInfo], marks: Mapping[str, int],
+                   end_lsn: int, existing: Mapping[str, TargetTable | None]) -> tuple[PlannedLeafTruncate, ...]:
+    """The routed leaves' TRUNCATEs of a batch as deletes by partition constraint, for pending, existing
+    targets; a leaf whose constraint was not staged (a batch staged before it was) cannot be emptied exactly."""
+    out = []
+    for source, target, ev in truncs.leaf_events:
+        if not is_pending(marks.get(target), end_lsn) or existing.get(target) is None:
+            continue
+        rel = relations.get(source)
+        if rel is None or rel.partition_constraint is None:
+            raise ApplyError(f"TRUNCATE of leaf partition {source} at LSN {format_lsn(ev.lsn or ev.commit_lsn)} cannot "
+                             f"empty only its rows of {target}: its partition constraint was not staged (a batch "
+                             "staged by an older version); resync the table")
+        out.append(PlannedLeafTruncate(target, source, rel.partition_constraint, ev.commit_lsn, ev.tx_order, ev.lsn))
+    return tuple(out)
+
+
+def merge_sources(target: str, parts: Sequence[PlannedTable]) -> PlannedTable:
+    """One planned table of several sources writing ``target``: allowed for leaf partitions routed to one
+    ancestor's target (and that ancestor itself, when a publication sends it via the root). The key must
+    be the same for all (it includes the partition key, so rows of different leaves never share one);
+    columns are matched by name, in the first source's order, plus any a later one adds; the column
+    changes of all of them, each column once."""
+    if len(parts) == 1:
+        return parts[0]
+    roots = {p.config.partition_of or p.source for p in parts}
+    if len(roots) > 1:
+        raise ApplyError(f"source tables {', '.join(p.source for p in parts)} all write target table {target}; "
+                         "only leaf partitions routed to their root's target (leaves: route_to_root) may share one")
+    first = parts[0]
+    for p in parts[1:]:
+        if set(p.key) != set(first.key):
+            raise ApplyError(f"leaf partitions {first.source} and {p.source} routed to {target} have different keys "
+                             f"({', '.join(first.key) or 'none'} / {', '.join(p.key) or 'none'})")
+    # A leaf attached with another column order lists the same key in its own order: use the first's.
+    parts = [replace(p, key=first.key) for p in parts]
+    columns = list(first.columns)
+    columns += [c for p in parts[1:] for c in p.columns if c not in columns]
+    seen: set[tuple[str, str]] = set()
+    changes = []
+    for p in parts:
+        for ch in p.column_changes:
+            if (ch.kind, ch.column) not in seen:
+                seen.add((ch.kind, ch.column))
+                changes.append(ch)
+    problem = next((p.update_delete_problem for p in parts if p.update_delete_problem), None)
+    return replace(first, columns=tuple(dict.fromkeys(columns)), column_changes=tuple(changes),
+                   update_delete_problem=problem, parts=tuple(parts))

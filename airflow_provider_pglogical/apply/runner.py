@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import reduce
 from pathlib import Path
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -141,8 +142,9 @@ def _validate(spark: SparkSession, config: ApplyConfig, batches: list[Batch]) ->
     seen: set[tuple[str, RelationInfo]] = set()
     for batch in batches:
         relations[batch.end_lsn] = rels = read_relations(batch)
+        routed = config.routed(rels)
         for source in batch.table_files:
-            cfg = config.table_config(source)
+            cfg = routed.table_config(source)
             if cfg is None:
                 continue
             rel = rels.get(source)
@@ -237,6 +239,7 @@ def _apply_one(spark: SparkSession, config: ApplyConfig, target: Target, batch: 
     """One batch; ``sync`` maps a source table to its sync LSN: its changes and truncates committed
     before it are in its snapshot (PostgreSQL's ``should_apply_changes_for_rel``) and are dropped."""
     report = BatchReport(batch.start_lsn, batch.end_lsn, applied=False)
+    config = config.routed(rels)  # leaf partitions going to their root's target get their root's entry
     sync = sync or {}
     truncates = snapshots.drop_synced_truncates(read_truncates(batch), sync)
     sources = planning.batch_sources(batch.table_files, truncates)
@@ -296,7 +299,26 @@ class SparkBatchChanges:
 
     def net(self, table: PlannedTable) -> DataFrame:
         """Net changes; first, an UPDATE/DELETE the table cannot apply stops the batch (``check_updates_deletes``).
-        The ordered replay follows only a set-based attempt, so ``ordered`` needs no check of its own."""
+        The ordered replay follows only a set-based attempt, so ``ordered`` needs no check of its own.
+
+        A table of several sources (``table.parts``: routed leaf partitions) unions their key events by
+        column name, each part voided by its own truncates, and nets them together in LSN order."""
+        if table.parts:
+            events = []
+            for part in table.parts:
+                changes, notes, _ = self._staged(part)
+                shape = planning.TableShape(part.source, part.target, part.key, part.columns, part.update_delete_problem)
+                if shape.update_delete_problem:
+                    check_updates_deletes(changes, part.relation, part.config, shape, self.batch)
+                published = published_changes(changes, part.relation, part.config, shape, notes)
+                events.append(published.transform(to_appends(part.columns) if not part.key
+                                                  else to_key_events(part.key, part.columns))
+                              .transform(void_before(part.truncated_at)))
+            union = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), events)
+            if table.key:
+                union = union.transform(compact(table.key, table.columns))
+            from_key = [F.col(FROM).getField(k).alias(from_column(i)) for i, k in enumerate(table.key)]
+            return union.select(KIND, KEEP, LSN, *from_key, TOUCHED, *table.columns)
         changes, notes, from_key = self._staged(table)
         shape = planning.TableShape(table.source, table.target, table.key, table.columns, table.update_delete_problem)
         if shape.update_delete_problem:
@@ -308,11 +330,20 @@ class SparkBatchChanges:
                 .select(KIND, KEEP, LSN, *from_key, TOUCHED, *table.columns))
 
     def published(self, table: PlannedTable) -> DataFrame:
+        if table.parts:  # routed leaves: unioned by name (images' fields too)
+            return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True),
+                          [self.published(part) for part in table.parts])
         changes, notes, _ = self._staged(table)
         shape = planning.TableShape(table.source, table.target, table.key, table.columns)
         return published_changes(changes, table.relation, table.config, shape, notes)
 
     def ordered(self, table: PlannedTable) -> DataFrame:
+        if table.parts:  # routed leaves: every part's changes, unioned by column name (merged by position later)
+            frames = [self.ordered(replace(part, columns=tuple(c for c in table.columns if c in part.columns)))
+                      for part in table.parts]
+            union = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
+            return union.select(KIND, KEEP, LSN, COMMIT, ORDER, *[from_column(i) for i in range(len(table.key))],
+                                *table.columns)
         changes, notes, from_key = self._staged(table)
         shape = planning.TableShape(table.source, table.target, table.key, table.columns)
         return (ordered_changes(changes, table.relation, table.config, shape, table.truncated_at, notes)

@@ -283,6 +283,32 @@ class PgLogicalHook(PostgresHook):
                            "AND attnum > 0 AND NOT attisdropped AND atthasmissing", (int(relid),))
         return {str(name): str(text) for name, text in rows if text is not None}
 
+    def partition_info(self, relid: int) -> tuple[tuple[str, ...], str | None]:
+        """(ancestors as ``schema.table``, parent first; partition constraint) of a leaf partition: the
+        boolean expression ``pg_get_partition_constraintdef`` gives (its bound and its ancestors'), which
+        a routed leaf's TRUNCATE deletes by in a shared target. ``((), None)`` for any other relation;
+        ``"true"`` for a partition without a constraint (the only partition at every level). Current catalog."""
+        rows = self._query(
+            "SELECT c.relispartition, pg_catalog.pg_get_partition_constraintdef(c.oid), "
+            "ARRAY(SELECT n.nspname || '.' || a.relname FROM pg_catalog.pg_partition_ancestors(c.oid) WITH ORDINALITY "
+            "AS t(relid, i) JOIN pg_catalog.pg_class a ON a.oid = t.relid JOIN pg_catalog.pg_namespace n "
+            "ON n.oid = a.relnamespace WHERE t.relid <> c.oid ORDER BY t.i) "
+            "FROM pg_catalog.pg_class c WHERE c.oid = %s", (int(relid),))
+        if not rows or not rows[0][0]:
+            return (), None
+        _, constraint, ancestors = rows[0]
+        return tuple(str(a) for a in ancestors or ()), str(constraint) if constraint is not None else "true"
+
+    def partition_leaves(self, table: str) -> list[str]:
+        """The leaf partitions (``schema.table``) under ``table``, at any depth ([] for a missing or plain table)."""
+        schema, _, name = table.partition(".")
+        rows = self._query(
+            "SELECT n.nspname || '.' || c.relname FROM pg_catalog.pg_class r JOIN pg_catalog.pg_namespace rn "
+            "ON rn.oid = r.relnamespace, pg_catalog.pg_partition_tree(r.oid) t JOIN pg_catalog.pg_class c "
+            "ON c.oid = t.relid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE rn.nspname = %s AND r.relname = %s AND t.isleaf AND t.relid <> r.oid ORDER BY 1", (schema, name))
+        return [str(r[0]) for r in rows]
+
     @property
     def proto_version(self) -> int:
         return proto_version_for(self.server_version_num)

@@ -9,6 +9,7 @@ from airflow_provider_pglogical.apply.config import (
     ACTIONS,
     CASCADE_POLICIES,
     CONFLICT_POLICIES,
+    LEAF_POLICIES,
     SCHEMA_CHANGE_POLICIES,
     TOAST_POLICIES,
 )
@@ -26,7 +27,7 @@ DELTA_MODES = ("mirror", "changelog")  # = apply.targets.delta.target.MODES (a u
 SECRET_OPTION = re.compile(r"SECRET|TOKEN|PASSWORD|ACCESS_KEY|SAS|CREDENTIAL", re.IGNORECASE)
 # The apply's own choices (apply/config.py, a light module), under the spec's names.
 TRUNCATE_CASCADE = CASCADE_POLICIES
-__all__ = ["ACTIONS", "CONFLICT_POLICIES", "DELTA_MODES", "ENV_REF", "NAMEDATALEN", "SCHEMA_CHANGE_POLICIES", "SECRET_OPTION",
+__all__ = ["ACTIONS", "CONFLICT_POLICIES", "DELTA_MODES", "ENV_REF", "LEAF_POLICIES", "NAMEDATALEN", "SCHEMA_CHANGE_POLICIES", "SECRET_OPTION",
            "SLOT_NAME", "TARGET_KINDS", "TOAST_POLICIES", "TRUNCATE_CASCADE", "PipelineSpec", "SnapshotSpec",
            "SourceSpec", "SparkSpec", "StagingSpec", "TableSpec", "TargetSpec", "TruncateSpec", "split_qualified"]
 
@@ -87,6 +88,9 @@ class TableSpec:
     key_columns: tuple[str, ...] | None = None
     actions: tuple[str, ...] = ACTIONS  # published actions (publish = '...'), judged on the original operation
     schema_changes: str = "follow"  # follow source ADD/DROP COLUMN and lossless widening, or fail
+    # A partitioned table's leaves: ``own`` (each applied by its own entry) or ``route_to_root`` (every
+    # leaf's changes go to this entry's target, for a publication without publish_via_partition_root).
+    leaves: str = "own"
 
     @property
     def target_name(self) -> str:

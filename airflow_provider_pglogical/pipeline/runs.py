@@ -42,7 +42,7 @@ def apply_config(spec: PipelineSpec, *, max_batches: int | None = None) -> Apply
                                 target=None if t.name.endswith("*") else t.target_name,
                                 conflict=t.conflict, unchanged_toast=t.unchanged_toast,
                                 truncate_cascade=spec.truncate.cascade, key_columns=t.key_columns,
-                                actions=t.actions, schema_changes=t.schema_changes)
+                                actions=t.actions, schema_changes=t.schema_changes, leaves=t.leaves)
 
     # Selections ("*", "schema.*") go along as wildcard entries (ApplyConfig.table_config): a table the
     # publication started publishing after the spec was last resolved is applied all the same.

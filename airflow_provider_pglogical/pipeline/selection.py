@@ -21,11 +21,12 @@ def selector_for(spec: PipelineSpec, table: str) -> TableSpec | None:
     return spec.selectors.get(f"{split_qualified(table)[0]}.*") or spec.selectors.get("*")
 
 
-def resolve(spec: PipelineSpec, published: Collection[str]) -> PipelineSpec:
+def resolve(spec: PipelineSpec, published: Collection[str], routed: Collection[str] = ()) -> PipelineSpec:
     """``spec`` with every ``published`` table its selectors pick added to ``tables`` (pure).
 
     A selected table whose name is already a named entry's target is an error naming both: two
-    sources would write one target table.
+    sources would write one target table. ``routed``: leaf partitions of entries with ``leaves:
+    route_to_root``, which go to their root's target and are not selected on their own.
     """
     if not spec.selectors:
         return spec
@@ -33,7 +34,7 @@ def resolve(spec: PipelineSpec, published: Collection[str]) -> PipelineSpec:
     targets = {t.target_name: name for name, t in tables.items()}
     for name in sorted(published):
         selector = selector_for(spec, name)
-        if name in tables or selector is None:
+        if name in tables or selector is None or name in routed:
             continue
         if name in targets:
             raise SpecError(f"{spec.origin}: tables.{selector.name} selects the published table {name}, which is "
@@ -63,7 +64,9 @@ def resolve_with(spec: PipelineSpec, hook: PgLogicalHook) -> PipelineSpec:
         create_selected_publication(spec, hook)
     if not all(hook.publication_exists(p) for p in spec.source.all_publications):
         return spec
-    return resolve(spec, hook.published_tables(spec.source.all_publications))
+    routed = {leaf for name, t in spec.tables.items() if t.leaves == "route_to_root"
+              for leaf in hook.partition_leaves(name)}
+    return resolve(spec, hook.published_tables(spec.source.all_publications), routed)
 
 
 def resolved(spec: PipelineSpec) -> PipelineSpec:

@@ -14,6 +14,7 @@ from airflow_provider_pglogical.pipeline.model import (
     CONFLICT_POLICIES,
     DELTA_MODES,
     ENV_REF,
+    LEAF_POLICIES,
     NAMEDATALEN,
     SCHEMA_CHANGE_POLICIES,
     SECRET_OPTION,
@@ -263,6 +264,8 @@ class SpecValidator:
         for name, entry in {**tables, **selectors}.items():
             if entry.conflict == "strict":
                 self.err(f"tables.{name}.conflict", "strict is not supported by a delta target (no unique keys)")
+            if entry.leaves != "own":  # a leaf's TRUNCATE is a delete by its PostgreSQL partition constraint
+                self.err(f"tables.{name}.leaves", "route_to_root is only for target kind: postgres so far")
         targets = {t.target_name: t for t in tables.values()}
         for target_name, cols in target.partition_by.items():
             spec = targets.get(target_name)
@@ -341,6 +344,8 @@ class SpecValidator:
                 if selector is not None and selector.target is not None:
                     self.err(_join(tpath, "target"), "a selection keeps each table's own name; name a target "
                                                      "in an entry of its own")
+                elif selector is not None and selector.leaves != "own":
+                    self.err(_join(tpath, "leaves"), "only for a named partitioned table (its leaves go to its target)")
                 elif selector is not None:
                     (selectors if selectors is not None else {})[name] = selector
                 continue
@@ -358,7 +363,7 @@ class SpecValidator:
 
     def table(self, name: str, value: Any, path: str) -> TableSpec | None:
         raw = self.mapping(value, path, ("row_filter", "columns", "target", "conflict", "unchanged_toast",
-                                         "key_columns", "actions", "schema_changes"))
+                                         "key_columns", "actions", "schema_changes", "leaves"))
         if raw is None:
             return None
         row_filter = self.string(raw.get("row_filter"), _join(path, "row_filter"), required="row_filter" in raw)
@@ -383,6 +388,7 @@ class SpecValidator:
             conflict=self.choice(raw.get("conflict"), _join(path, "conflict"), CONFLICT_POLICIES, "upsert"),
             unchanged_toast=self.choice(raw.get("unchanged_toast"), _join(path, "unchanged_toast"), TOAST_POLICIES,
                                         "fail"),
+            leaves=self.choice(raw.get("leaves"), _join(path, "leaves"), LEAF_POLICIES, "own"),
         )
 
     def columns(self, value: Any, path: str) -> tuple[str, ...] | None:

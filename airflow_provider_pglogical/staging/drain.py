@@ -67,6 +67,7 @@ class SlotClient(Protocol):
     def load_type_catalog(self, oids: Sequence[int]) -> Any: ...
     def format_types(self, pairs: Sequence[tuple[int, int]]) -> list[str | None]: ...
     def missing_values(self, relid: int) -> dict[str, str]: ...
+    def partition_info(self, relid: int) -> tuple[tuple[str, ...], str | None]: ...
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,7 @@ class CatalogResolver:
         self.client = client
         self._names: dict[tuple[int, int], list[str | None]] = {}
         self._missing: dict[int, dict[str, str]] = {}
+        self._partitions: dict[int, tuple[tuple[str, ...], str | None]] = {}
 
     def converter(self, relation: RelationSchema) -> RowConverter:
         from airflow_provider_pglogical.decoding.values import RowImageConverter, TypeCatalog
@@ -164,6 +166,13 @@ class CatalogResolver:
             self._missing[relation.relid] = self.client.missing_values(relation.relid)
         return self._missing[relation.relid]
 
+
+    def partition_info(self, relation: RelationSchema) -> tuple[tuple[str, ...], str | None]:
+        """A leaf partition's ancestors (parent first) and partition constraint, looked up when the
+        batch's relations are written; ``((), None)`` for other relations (``PgLogicalHook.partition_info``)."""
+        if relation.relid not in self._partitions:
+            self._partitions[relation.relid] = self.client.partition_info(relation.relid)
+        return self._partitions[relation.relid]
 
 Checkpoint = Callable[[str], None]
 

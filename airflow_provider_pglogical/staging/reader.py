@@ -42,13 +42,18 @@ class RelationInfo(RelationShape):
     table: str
     replica_identity: str
     columns: tuple[RelationColumn, ...]
+    # A leaf partition: its ancestors (parent first) and partition constraint as staged; () / None otherwise.
+    partition_ancestors: tuple[str, ...] = ()
+    partition_constraint: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> RelationInfo:
         """A relation as staged: a ``relations.parquet`` row, or a snapshot manifest's ``relation``."""
         return cls(schema=row["schema"], table=row["table"], replica_identity=row["replica_identity"],
                    columns=tuple(RelationColumn(c["name"], c.get("type_name"), bool(c["is_identity"]), c.get("missing"))
-                                 for c in row["columns"]))
+                                 for c in row["columns"]),
+                   partition_ancestors=tuple(row.get("partition_ancestors") or ()),
+                   partition_constraint=row.get("partition_constraint"))
 
     @property
     def qualified_name(self) -> str:

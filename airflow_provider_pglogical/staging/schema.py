@@ -66,6 +66,11 @@ RELATIONS_SCHEMA = pa.schema([
     pa.field("replica_identity", pa.string(), nullable=False),
     pa.field("columns", pa.list_(RELATION_COLUMN), nullable=False),
     pa.field("first_lsn", pa.int64(), nullable=False),
+    # A leaf partition's ancestors (``schema.table``, parent first) and its partition constraint
+    # (pg_get_partition_constraintdef, looked up when the batch is staged); empty / null otherwise,
+    # and absent in older batches.
+    pa.field("partition_ancestors", pa.list_(pa.string())),
+    pa.field("partition_constraint", pa.string()),
 ])
 
 MESSAGES_SCHEMA = pa.schema([

@@ -326,7 +326,11 @@ class BatchWriter:
                         "is_identity": c.is_identity, "type_name": names[i] if i < len(names) else None,
                         "missing": missing.get(c.name)}
                        for i, c in enumerate(rel.columns)]
-            sink.append(rel.relid, rel.namespace, rel.name, rel.version, rel.replica_identity, columns, first_lsn)
+            # Optional too: a leaf partition's ancestors and constraint (routing leaves to one target).
+            partition_of = getattr(self.resolver, "partition_info", None)
+            ancestors, constraint = partition_of(rel) if partition_of is not None else ((), None)
+            sink.append(rel.relid, rel.namespace, rel.name, rel.version, rel.replica_identity, columns, first_lsn,
+                        list(ancestors), constraint)
         sink.close(write_empty=True)
 
     def publish(self, relation_state: Any) -> Manifest:

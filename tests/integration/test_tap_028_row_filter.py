@@ -4,8 +4,9 @@ The TAP test's initial copy (tablesync) has no counterpart here (changes before 
 not streamed), so the target is seeded with the rows the TAP test expects after it; the changes
 made after CREATE SUBSCRIPTION then go through drain → stage → Spark apply and the TAP test's
 expected rows are asserted. Several publications of one table become one OR-ed filter, and a
-publication without a filter wins (no filter), as PostgreSQL combines them. Not ported (they need
-partition routing or FOR ALL TABLES selection): the partitioned and publish_via_partition_root cases.
+publication without a filter wins (no filter), as PostgreSQL combines them. Not ported yet: the
+partitioned and publish_via_partition_root cases (leaf routing itself is ``leaves: route_to_root``,
+tested in test_partition_routing.py).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ copy, the changes after CREATE SUBSCRIPTION go through drain → stage → Spark
 ``wait_for_catchup``), and the TAP test's expected rows are asserted. Publication column lists
 become ``columns``; replica-identity changes on the source (tab6, tab7) are followed from the staged
 relation versions, including writes while tab7 has no replica identity at all. Not ported: the
-partitioned-table and publish_via_partition_root scenarios (partition routing is not supported).
+partitioned-table and publish_via_partition_root scenarios (not yet; leaf routing itself is
+``leaves: route_to_root``, tested in test_partition_routing.py).
 """
 
 from __future__ import annotations

@@ -97,6 +97,11 @@ class PlannedTable:
     # Why an arriving UPDATE/DELETE must stop the batch (no replica identity, a row filter outside
     # it); None: they apply. Checked on the changes themselves, not up front (PostgreSQL's rule).
     update_delete_problem: str | None = None
+    # Several sources into this one target (leaf partitions routed to their root's target): each part is
+    # one source with its own relation, config and ``truncated_at`` (its own TRUNCATEs void only its own
+    # earlier changes); their changes are unioned by column name and netted together in LSN order.
+    # Empty: the table's only source is the one above.
+    parts: tuple[PlannedTable, ...] = ()
 
     @property
     def conflict(self) -> str:
@@ -121,6 +126,22 @@ class PlannedTruncate:
 
 
 @dataclass(frozen=True)
+class PlannedLeafTruncate:
+    """A TRUNCATE of a leaf partition routed into ``target``, which holds its siblings' rows too: it empties
+    only the rows that satisfy the leaf's partition ``constraint`` (a PostgreSQL boolean expression over the
+    column names, from the source's ``pg_get_partition_constraintdef``). Keys include the partition key, so
+    only the leaf's own changes touch those rows; its changes up to the truncate are void (its part's
+    ``truncated_at``), and the delete runs with the batch's truncates, before any row change."""
+
+    target: str
+    source: str
+    constraint: str
+    commit_lsn: int
+    tx_order: int
+    lsn: int | None = None
+
+
+@dataclass(frozen=True)
 class PlannedBatch:
     """Everything a target needs to apply one batch, decided without I/O."""
 
@@ -133,6 +154,8 @@ class PlannedBatch:
     watermark_tables: tuple[str, ...] = ()  # every target table whose watermark moves to end_lsn
     # Every truncate emptying a table of ``truncate`` (not only its last), in (commit_lsn, tx_order) order.
     truncates: tuple[PlannedTruncate, ...] = ()
+    # Leaf partitions' TRUNCATEs in a shared target (each a delete by partition constraint), in LSN order.
+    leaf_truncates: tuple[PlannedLeafTruncate, ...] = ()
 
 
 @dataclass

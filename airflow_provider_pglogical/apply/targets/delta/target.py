@@ -154,6 +154,10 @@ class DeltaTarget:
             if table.conflict == "strict":
                 raise ApplyError(f"{table.target}: conflict 'strict' is not supported by the Delta target "
                                  "(it has no unique keys)")
+        if plan.leaf_truncates:  # a delete by a PostgreSQL partition constraint, which Delta cannot evaluate
+            leaf = plan.leaf_truncates[0]
+            raise ApplyError(f"{where}: TRUNCATE of leaf partition {leaf.source} routed to {leaf.target} is not "
+                             "supported by the Delta target (leaves: route_to_root is for PostgreSQL targets)")
         truncates: dict[str, list[PlannedTruncate]] = {}
         for t in plan.truncates:
             truncates.setdefault(t.target, []).append(t)

@@ -32,6 +32,17 @@ def begin_batch(cur: cursor, plan: BatchPlan, progress: str) -> bool:
                         (ident(table).as_string(cur.connection),))
             for (seq,) in cur.fetchall():
                 cur.execute(f"ALTER SEQUENCE {seq} RESTART")  # seq is regclass text: quoted already
+    for table, source, constraint in plan.leaf_deletes:
+        # A routed leaf's TRUNCATE: only its rows, those satisfying its partition constraint (the source's
+        # pg_get_partition_constraintdef, PostgreSQL syntax over the same column names). Its earlier changes
+        # are void and keys include the partition key, so running it before the row changes is exact.
+        try:
+            cur.execute(sql.SQL("DELETE FROM {} WHERE {}").format(ident(table), sql.SQL(constraint)))
+        except psycopg2.Error as exc:  # run_batch rolls back
+            primary = (exc.diag.message_primary if exc.diag else None) or type(exc).__name__
+            raise ApplyError(f"batch {format_lsn(plan.start_lsn)}-{format_lsn(plan.end_lsn)} not applied: TRUNCATE of "
+                             f"leaf partition {source} cannot empty its rows of {table} by its partition constraint: "
+                             f"[{exc.pgcode}] {primary}") from None
     return True
 
 

@@ -49,6 +49,9 @@ class BatchPlan:
     watermark_tables: list[str] = field(default_factory=list)
     # Source schema changes the target follows (schema.alter_statements), run first in the transaction.
     ddl: list[sql.Composable] = field(default_factory=list)
+    # Routed leaf partitions' TRUNCATEs: (target, source, partition constraint) — DELETE … WHERE constraint,
+    # right after the TRUNCATE statement.
+    leaf_deletes: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 def staging_prefix(slot: str, target: str) -> str:

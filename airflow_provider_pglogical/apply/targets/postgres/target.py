@@ -168,7 +168,8 @@ class PostgresTarget:
         batch = BatchPlan(slot=plan.slot, start_lsn=plan.start_lsn, end_lsn=plan.end_lsn, tables=tables,
                           truncate=list(plan.truncate), restart_identity=list(plan.restart_identity),
                           watermark_tables=list(plan.watermark_tables),
-                          ddl=[s for t in plan.tables for s in schema.alter_statements(t.target, t.column_changes)])
+                          ddl=[s for t in plan.tables for s in schema.alter_statements(t.target, t.column_changes)],
+                          leaf_deletes=[(t.target, t.source, t.constraint) for t in plan.leaf_truncates])
         # Staged as the tables will be once the batch's schema changes ran (they run in its transaction).
         described = {t.target: self._existing(t.target).after(t.column_changes) for t in plan.tables}
         started, replayed = time.monotonic(), False
