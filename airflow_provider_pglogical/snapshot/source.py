@@ -121,6 +121,7 @@ class TableRead:
     row_filter: str | None
     heap_bytes: int
     block_size: int
+    partitioned: bool = False  # a partitioned root published via its root: its rows are its leaves' rows
 
     @property
     def relation(self) -> dict[str, Any]:
@@ -134,7 +135,10 @@ class TableRead:
     def select_sql(self, page_range: tuple[int, int | None] | None = None) -> sql.Composed:
         """``COPY (SELECT <columns> FROM ONLY <table> WHERE <filter> [AND ctid range]) TO STDOUT (FORMAT binary)``."""
         cols = sql.SQL(", ").join(sql.Identifier(c["name"]) for c in self.columns)
-        query = sql.SQL("SELECT {} FROM ONLY {}").format(cols, sql.Identifier(self.schema, self.name))
+        # ONLY keeps an inheritance parent's children out, as table sync does; a partitioned table has
+        # no rows of its own (ONLY would read none), so it is read whole, like tablesync's SELECT.
+        only = sql.SQL("") if self.partitioned else sql.SQL("ONLY ")
+        query = sql.SQL("SELECT {} FROM {}{}").format(cols, only, sql.Identifier(self.schema, self.name))
         conds: list[sql.Composable] = []
         if self.row_filter:
             conds.append(sql.SQL("(" + self.row_filter + ")"))
@@ -169,14 +173,18 @@ def describe_tables(conn: psycopg2.extensions.connection, publications: str | Se
         block_size, version = one_row(cur)
         for table, (spec_columns, spec_filter) in tables.items():
             schema, _, name = table.partition(".")
-            cur.execute("SELECT c.oid, c.relreplident, has_table_privilege(c.oid, 'SELECT'), pg_relation_size(c.oid)"
+            # A partitioned table's size is its largest leaf's: page-range chunks split every leaf.
+            cur.execute("SELECT c.oid, c.relreplident, has_table_privilege(c.oid, 'SELECT'),"
+                        " CASE WHEN c.relkind = 'p' THEN COALESCE((SELECT max(pg_relation_size(t.relid))"
+                        "   FROM pg_partition_tree(c.oid) t WHERE t.isleaf), 0) ELSE pg_relation_size(c.oid) END,"
+                        " c.relkind = 'p'"
                         " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
                         " WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')", (schema, name))
             row = cur.fetchone()
             if row is None:
                 raise SnapshotError(f"table {table} does not exist on the source (dropped?); remove it from the "
                                     "spec's tables or create it, then run again")
-            relid, replident, can_select, heap_bytes = row
+            relid, replident, can_select, heap_bytes, partitioned = row
             if not can_select:
                 raise SnapshotError(f"the source role may not SELECT from {table}; GRANT SELECT ON {table} TO "
                                     "the replication role, then run again (nothing of it was staged)")
@@ -187,6 +195,13 @@ def describe_tables(conn: psycopg2.extensions.connection, publications: str | Se
                 cur.execute("SELECT pubname, NULL::name[], NULL::text FROM pg_publication_tables WHERE pubname = ANY(%s)"
                             " AND schemaname = %s AND tablename = %s ORDER BY pubname", (names, schema, name))
             published = [(pub, _names(cols), flt) for pub, cols, flt in cur.fetchall()]
+            if not published and partitioned:
+                # Without publish_via_partition_root the publication lists the leaves, not the root
+                # (a spec entry with leaves: route_to_root): their snapshot is not built yet.
+                raise SnapshotError(f"{table} is partitioned and its publication publishes its leaves, not the "
+                                    "table (no publish_via_partition_root): snapshots of routed leaves are not "
+                                    "supported yet; set publish_via_partition_root = true on the publication, or "
+                                    "snapshot.initial: false")
             if not published:
                 which = f"publication {names[0]!r} does not" if len(names) == 1 else \
                     f"none of the publications {', '.join(repr(n) for n in names)}"
@@ -209,7 +224,7 @@ def describe_tables(conn: psycopg2.extensions.connection, publications: str | Se
             filters = [f for f in (pub_filter, spec_filter) if f]
             row_filter = " AND ".join(f"({f})" for f in filters) if filters else None
             out[table] = TableRead(table, int(relid), schema, name, replident, tuple(columns), row_filter,
-                                   int(heap_bytes), int(block_size))
+                                   int(heap_bytes), int(block_size), bool(partitioned))
     return out
 
 
