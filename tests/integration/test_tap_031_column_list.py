@@ -130,3 +130,183 @@ def run_031(spark, src: str, slot: str, ours: str, uri: str) -> None:
               "DELETE FROM tab7 WHERE a = 1;"])
     assert result(ours, "SELECT * FROM tab7 ORDER BY a") == "2|264||\n3|220||\n4|154||", \
         "replication with the modified primary key"
+
+
+# The partitioned tables, with the TAP test's initial data. pub_via_root holds what pub1, pub6, pub7,
+# pub9, pub_test_root and pub4 publish with publish_via_partition_root; pub_leaves what pub8 and
+# pub_test_root_1 publish without it. The column lists are the apply's.
+PARTITIONS_SOURCE = """
+CREATE TABLE test_part (a int PRIMARY KEY, b text, c timestamptz) PARTITION BY LIST (a);
+CREATE TABLE test_part_1_1 PARTITION OF test_part FOR VALUES IN (1,2,3,4,5,6);
+CREATE TABLE test_part_2_1 PARTITION OF test_part FOR VALUES IN (7,8,9,10,11,12) PARTITION BY LIST (a);
+CREATE TABLE test_part_2_2 PARTITION OF test_part_2_1 FOR VALUES IN (7,8,9,10);
+INSERT INTO test_part VALUES (1, 'abc', '2021-07-04 12:00:00');
+INSERT INTO test_part VALUES (2, 'bcd', '2021-07-03 11:12:13');
+INSERT INTO test_part VALUES (7, 'abc', '2021-07-04 12:00:00');
+INSERT INTO test_part VALUES (8, 'bcd', '2021-07-03 11:12:13');
+
+CREATE TABLE test_part_a (a int, b int, c int) PARTITION BY LIST (a);
+CREATE TABLE test_part_a_1 PARTITION OF test_part_a FOR VALUES IN (1,2,3,4,5);
+ALTER TABLE test_part_a_1 ADD PRIMARY KEY (a);
+ALTER TABLE test_part_a_1 REPLICA IDENTITY USING INDEX test_part_a_1_pkey;
+CREATE TABLE test_part_a_2 PARTITION OF test_part_a FOR VALUES IN (6,7,8,9,10);
+ALTER TABLE test_part_a_2 ADD PRIMARY KEY (b);
+ALTER TABLE test_part_a_2 REPLICA IDENTITY USING INDEX test_part_a_2_pkey;
+INSERT INTO test_part_a VALUES (1, 3);
+INSERT INTO test_part_a VALUES (6, 4);
+
+CREATE TABLE test_part_b (a int, b int) PARTITION BY LIST (a);
+CREATE TABLE test_part_b_1 PARTITION OF test_part_b FOR VALUES IN (1,2,3,4,5);
+ALTER TABLE test_part_b_1 ADD PRIMARY KEY (a);
+ALTER TABLE test_part_b_1 REPLICA IDENTITY USING INDEX test_part_b_1_pkey;
+CREATE TABLE test_part_b_2 PARTITION OF test_part_b FOR VALUES IN (6,7,8,9,10);
+ALTER TABLE test_part_b_2 ADD PRIMARY KEY (b);
+ALTER TABLE test_part_b_2 REPLICA IDENTITY USING INDEX test_part_b_2_pkey;
+INSERT INTO test_part_b VALUES (1, 1);
+INSERT INTO test_part_b VALUES (6, 2);
+
+CREATE TABLE test_part_c (a int, b int, c int) PARTITION BY LIST (a);
+CREATE TABLE test_part_c_1 PARTITION OF test_part_c FOR VALUES IN (1,3);
+ALTER TABLE test_part_c_1 ADD PRIMARY KEY (a);
+ALTER TABLE test_part_c_1 REPLICA IDENTITY USING INDEX test_part_c_1_pkey;
+CREATE TABLE test_part_c_2 PARTITION OF test_part_c FOR VALUES IN (2,4);
+ALTER TABLE test_part_c_2 ADD PRIMARY KEY (b);
+ALTER TABLE test_part_c_2 REPLICA IDENTITY USING INDEX test_part_c_2_pkey;
+INSERT INTO test_part_c VALUES (1, 3, 5);
+INSERT INTO test_part_c VALUES (2, 4, 6);
+
+CREATE TABLE test_part_d (a int, b int) PARTITION BY LIST (a);
+CREATE TABLE test_part_d_1 PARTITION OF test_part_d FOR VALUES IN (1,3);
+ALTER TABLE test_part_d_1 ADD PRIMARY KEY (a);
+ALTER TABLE test_part_d_1 REPLICA IDENTITY USING INDEX test_part_d_1_pkey;
+INSERT INTO test_part_d VALUES (1, 2);
+
+CREATE TABLE test_root (a int PRIMARY KEY, b int, c int) PARTITION BY RANGE (a);
+CREATE TABLE test_root_1 PARTITION OF test_root FOR VALUES FROM (1) TO (10);
+CREATE TABLE test_root_2 PARTITION OF test_root FOR VALUES FROM (10) TO (20);
+INSERT INTO test_root VALUES (1, 2, 3);
+INSERT INTO test_root VALUES (10, 20, 30);
+
+CREATE TABLE t (a int, b int, c int) PARTITION BY RANGE (a);
+CREATE TABLE t_1 PARTITION OF t FOR VALUES FROM (1) TO (10) PARTITION BY RANGE (a);
+CREATE TABLE t_2 PARTITION OF t_1 FOR VALUES FROM (1) TO (10);
+INSERT INTO t VALUES (1, 2, 3);
+
+CREATE PUBLICATION pub_via_root FOR TABLE test_part, test_part_a, test_part_a_1, test_part_a_2, test_part_b,
+    test_part_d, test_root, t_1, t_2 WITH (publish_via_partition_root = true);
+CREATE PUBLICATION pub_leaves FOR TABLE test_part_c, test_root_1;
+"""
+PARTITIONS_SUBSCRIBER = """
+CREATE TABLE test_part (a int PRIMARY KEY, b text) PARTITION BY LIST (a);
+CREATE TABLE test_part_1_1 PARTITION OF test_part FOR VALUES IN (1,2,3,4,5,6);
+CREATE TABLE test_part_2_1 PARTITION OF test_part FOR VALUES IN (7,8,9,10,11,12) PARTITION BY LIST (a);
+CREATE TABLE test_part_2_2 PARTITION OF test_part_2_1 FOR VALUES IN (7,8,9,10);
+INSERT INTO test_part VALUES (1, 'abc'), (2, 'bcd'), (7, 'abc'), (8, 'bcd');
+
+CREATE TABLE test_part_a (b int, a int) PARTITION BY LIST (a);
+CREATE TABLE test_part_a_1 PARTITION OF test_part_a FOR VALUES IN (1,2,3,4,5);
+ALTER TABLE test_part_a_1 ADD PRIMARY KEY (a);
+ALTER TABLE test_part_a_1 REPLICA IDENTITY USING INDEX test_part_a_1_pkey;
+CREATE TABLE test_part_a_2 PARTITION OF test_part_a FOR VALUES IN (6,7,8,9,10);
+ALTER TABLE test_part_a_2 ADD PRIMARY KEY (b);
+ALTER TABLE test_part_a_2 REPLICA IDENTITY USING INDEX test_part_a_2_pkey;
+INSERT INTO test_part_a (a, b) VALUES (1, 3), (6, 4);
+
+CREATE TABLE test_part_b (a int, b int) PARTITION BY LIST (a);
+CREATE TABLE test_part_b_1 PARTITION OF test_part_b FOR VALUES IN (1,2,3,4,5);
+ALTER TABLE test_part_b_1 ADD PRIMARY KEY (a);
+ALTER TABLE test_part_b_1 REPLICA IDENTITY USING INDEX test_part_b_1_pkey;
+CREATE TABLE test_part_b_2 PARTITION OF test_part_b FOR VALUES IN (6,7,8,9,10);
+ALTER TABLE test_part_b_2 ADD PRIMARY KEY (b);
+ALTER TABLE test_part_b_2 REPLICA IDENTITY USING INDEX test_part_b_2_pkey;
+INSERT INTO test_part_b VALUES (1, 1), (6, 2);
+
+CREATE TABLE test_part_c (a int, b int, c int) PARTITION BY LIST (a);
+CREATE TABLE test_part_c_1 PARTITION OF test_part_c FOR VALUES IN (1,3);
+ALTER TABLE test_part_c_1 ADD PRIMARY KEY (a);
+ALTER TABLE test_part_c_1 REPLICA IDENTITY USING INDEX test_part_c_1_pkey;
+CREATE TABLE test_part_c_2 PARTITION OF test_part_c FOR VALUES IN (2,4);
+ALTER TABLE test_part_c_2 ADD PRIMARY KEY (b);
+ALTER TABLE test_part_c_2 REPLICA IDENTITY USING INDEX test_part_c_2_pkey;
+INSERT INTO test_part_c VALUES (1, NULL, 5), (2, 4, NULL);
+
+CREATE TABLE test_part_d (a int, b int) PARTITION BY LIST (a);
+CREATE TABLE test_part_d_1 PARTITION OF test_part_d FOR VALUES IN (1,3);
+ALTER TABLE test_part_d_1 ADD PRIMARY KEY (a);
+ALTER TABLE test_part_d_1 REPLICA IDENTITY USING INDEX test_part_d_1_pkey;
+CREATE TABLE test_part_d_2 PARTITION OF test_part_d FOR VALUES IN (2,4);
+ALTER TABLE test_part_d_2 ADD PRIMARY KEY (a);
+ALTER TABLE test_part_d_2 REPLICA IDENTITY USING INDEX test_part_d_2_pkey;
+INSERT INTO test_part_d (a) VALUES (1);
+
+CREATE TABLE test_root (a int PRIMARY KEY, b int, c int) PARTITION BY RANGE (a);
+CREATE TABLE test_root_1 PARTITION OF test_root FOR VALUES FROM (1) TO (10);
+CREATE TABLE test_root_2 PARTITION OF test_root FOR VALUES FROM (10) TO (20);
+INSERT INTO test_root (a) VALUES (1), (10);
+
+CREATE TABLE t (a int, b int, c int) PARTITION BY RANGE (a);
+CREATE TABLE t_1 PARTITION OF t FOR VALUES FROM (1) TO (10) PARTITION BY RANGE (a);
+CREATE TABLE t_2 PARTITION OF t_1 FOR VALUES FROM (1) TO (10);
+INSERT INTO t (a) VALUES (1);
+"""
+PARTITION_COLUMN_LISTS = {
+    "test_part": ("a", "b"),
+    # pub6: via the root, the root's list (b, a); the leaves' lists (a) and (b) are not used.
+    "test_part_a": ("b", "a"), "test_part_a_1": ("a",), "test_part_a_2": ("b",),
+    "test_part_b": ("a", "b"),
+    # pub8: without publish_via_partition_root, each leaf's own list.
+    "test_part_c_1": ("a", "c"), "test_part_c_2": ("a", "b"),
+    "test_part_d": ("a",),
+    # pub_test_root via the root (a), pub_test_root_1 the leaf without it (a, b): the root's list.
+    "test_root": ("a",), "test_root_1": ("a", "b"),
+    # pub4: t_1 (a), t_2 (b) via the root: the top-most ancestor in the publication, t_1, and its list.
+    "t_1": ("a",), "t_2": ("b",),
+}
+
+
+def test_031_column_list_partitions(pg_server, spark, tmp_path):
+    """Column lists of partitioned tables: via the root (the root's list; multi-level partitions;
+    leaves with other replica identities than the list covers), leaves without it (their own lists,
+    changed between two runs), and the top-most published ancestor's list."""
+    with source_with_slot(pg_server, PARTITIONS_SOURCE) as (src, slot):
+        ours, uri = make_target(pg_server)[1], str(tmp_path / "staging")
+        execute(ours, PARTITIONS_SUBSCRIBER)
+
+        def catch_up(transactions: list[str], lists: dict[str, tuple[str, ...]]) -> None:
+            run_script(src, transactions)
+            drain_all(src, uri, slot=slot, publication=("pub_via_root", "pub_leaves"))
+            apply_slot(spark, ApplyConfig(slot=slot, staging_root=uri, tables={
+                f"public.{t}": TableApplyConfig(columns=c) for t, c in lists.items()}), ours)
+
+        catch_up(["INSERT INTO test_part VALUES (3, 'xxx', '2022-02-01 10:00:00');"
+                  " INSERT INTO test_part VALUES (4, 'yyy', '2022-03-02 15:12:13');"
+                  " INSERT INTO test_part VALUES (9, 'zzz', '2022-04-03 21:00:00');"
+                  " INSERT INTO test_part VALUES (10, 'qqq', '2022-05-04 22:12:13');",
+                  "INSERT INTO test_part_a VALUES (2, 5); INSERT INTO test_part_a VALUES (7, 6);",
+                  "INSERT INTO test_part_b VALUES (2, 3); INSERT INTO test_part_b VALUES (7, 4);",
+                  "INSERT INTO test_part_c VALUES (3, 7, 8); INSERT INTO test_part_c VALUES (4, 9, 10);",
+                  "INSERT INTO test_part_d VALUES (3, 4);",
+                  "INSERT INTO test_root VALUES (2, 3, 4); INSERT INTO test_root VALUES (11, 21, 31);",
+                  "INSERT INTO t VALUES (4, 5, 6);"], PARTITION_COLUMN_LISTS)
+        assert result(ours, "SELECT * FROM test_part ORDER BY a") == (
+            "1|abc\n2|bcd\n3|xxx\n4|yyy\n7|abc\n8|bcd\n9|zzz\n10|qqq"), \
+            "insert on column test_part.c columns is not replicated"
+        assert result(ours, "SELECT a, b FROM test_part_a ORDER BY a, b") == "1|3\n2|5\n6|4\n7|6", \
+            "partitions with different replica identities not replicated correctly"
+        assert result(ours, "SELECT * FROM test_part_b ORDER BY a, b") == "1|1\n2|3\n6|2\n7|4", \
+            "partitions with different replica identities not replicated correctly"
+        assert result(ours, "SELECT * FROM test_part_c ORDER BY a, b") == "1||5\n2|4|\n3||8\n4|9|", \
+            "partitions with different replica identities not replicated correctly"
+        assert result(ours, "SELECT * FROM test_part_d ORDER BY a, b") == "1|\n3|", \
+            "partitions with different replica identities not replicated correctly"
+        assert result(ours, "SELECT * FROM test_root ORDER BY a, b, c") == "1||\n2||\n10||\n11||", \
+            "publication via partition root applies column list"
+        assert result(ours, "SELECT * FROM t ORDER BY a, b, c") == "1||\n4||", \
+            "publication containing both parent and child relation"
+
+        # pub8 again with test_part_c_1 (a): the subscriber's table truncated, then the publisher's.
+        execute(ours, "TRUNCATE test_part_c")
+        catch_up(["TRUNCATE test_part_c; INSERT INTO test_part_c VALUES (1, 3, 5); INSERT INTO test_part_c VALUES (2, 4, 6);"],
+                 {**PARTITION_COLUMN_LISTS, "test_part_c_1": ("a",)})
+        assert result(ours, "SELECT * FROM test_part_c ORDER BY a, b") == "1||\n2|4|", \
+            "partitions with different replica identities not replicated correctly"
