@@ -4,9 +4,22 @@ The TAP test's initial copy (tablesync) has no counterpart here (changes before 
 not streamed), so the target is seeded with the rows the TAP test expects after it; the changes
 made after CREATE SUBSCRIPTION then go through drain → stage → Spark apply and the TAP test's
 expected rows are asserted. Several publications of one table become one OR-ed filter, and a
-publication without a filter wins (no filter), as PostgreSQL combines them. Not ported yet: the
-partitioned and publish_via_partition_root cases (leaf routing itself is ``leaves: route_to_root``,
-tested in test_partition_routing.py).
+publication without a filter wins (no filter), as PostgreSQL combines them.
+
+The partitioned tables (``test_028_row_filter_partitions``, a stream of their own): the publications
+keep the TAP test's partition semantics without filters. Without publish_via_partition_root each leaf's
+changes come under its own name and apply into the same-named leaf table with the leaf's filter
+(tab_rowfilter_less_10k/greater_10k, tab_rowfilter_partition, and "TABLES IN SCHEMA"'s
+tab_rf_partition in another schema than its root); with it, under the top-most published ancestor
+with that ancestor's filter (tab_rowfilter_viaroot_part, tab_rowfilter_parent_sync); tap_pub_3 is
+switched to publish_via_partition_root mid-stream as in the TAP test. There the TAP test's inserts
+before CREATE SUBSCRIPTION are streamed, since tablesync picks the same relation and filter for them
+as pgoutput does, except tab_rowfilter_partitioned's re-copy after the switch, which is seeded. The same
+stream is also applied with the leaves routed to the root's table (``leaves: route_to_root``, the
+root's filter): it reaches the TAP test's publish_via_partition_root rows without a re-copy. Not
+ported: the FOR ALL TABLES case (that such a publication overrides a table's filter is a publication
+property; the apply only has its result, an entry without a filter, as for schema_rf_x.tab_rf_x here)
+and the initial copy itself.
 """
 
 from __future__ import annotations

@@ -1,12 +1,21 @@
-"""PostgreSQL's src/test/subscription/t/031_column_list.pl, the non-partitioned scenarios, on one pipeline.
+"""PostgreSQL's src/test/subscription/t/031_column_list.pl, on one pipeline.
 
 As in the other TAP ports, the target is seeded with what the TAP test expects after its initial
 copy, the changes after CREATE SUBSCRIPTION go through drain → stage → Spark apply (one apply per
 ``wait_for_catchup``), and the TAP test's expected rows are asserted. Publication column lists
 become ``columns``; replica-identity changes on the source (tab6, tab7) are followed from the staged
-relation versions, including writes while tab7 has no replica identity at all. Not ported: the
-partitioned-table and publish_via_partition_root scenarios (not yet; leaf routing itself is
-``leaves: route_to_root``, tested in test_partition_routing.py).
+relation versions, including writes while tab7 has no replica identity at all.
+
+The partitioned tables (``test_031_column_list_partitions``, a stream of their own, one publication
+with publish_via_partition_root and one without): via the root, the root's list applies — test_part
+(multi-level, the subscriber without c), test_part_a/b/d (leaves whose replica identities the leaves'
+lists would not cover), test_root (the leaf also published directly, without via-root), t_1/t_2
+(pub4: the top-most ancestor *in the publication*, t_1, and its list); without it, each leaf's own list
+(test_part_c, the lists changed between two runs, with the publisher's TRUNCATE). Not ported: pub3
+(the same as pub4 here but for t_2's unused list), the s1.t schema-publication case and the FOR ALL
+TABLES / TABLES IN SCHEMA cases (a publication without a list overriding one: a publication property,
+only its result — no ``columns`` — is the apply's), the old-tuple byte check (pgoutput's own output),
+and the different-lists errors (test_native_parity.py covers the drain's).
 """
 
 from __future__ import annotations
