@@ -526,6 +526,17 @@ types_ready(void)
     return 1;
 }
 
+/* The data of a fetched or spilled row, a (lsn, xid, data) 3-tuple whose data is bytes; NULL (no
+ * exception) for any other shape, which the callers leave to the Python path. Borrowed reference. */
+static PyObject *
+row_data(PyObject *row)
+{
+    if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 3)
+        return NULL;
+    PyObject *data = PyTuple_GET_ITEM(row, 2);
+    return PyBytes_CheckExact(data) ? data : NULL;
+}
+
 /* take_plain(rows, start, relations, items, room) -> (next, size)
  * From rows[start:] ((lsn, xid, data) tuples), append the RowChange of each plain DML row to
  * `items` while the rows are plain DML of a known relation with bytes data; stop before any other
@@ -543,10 +554,8 @@ take_plain(PyObject *self, PyObject *args)
     Py_ssize_t n = PyList_GET_SIZE(rows), i = start, size = 0;
     while (i < n) {
         PyObject *row = PyList_GET_ITEM(rows, i);
-        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 3)
-            break;
-        PyObject *data = PyTuple_GET_ITEM(row, 2);
-        if (!PyBytes_CheckExact(data))
+        PyObject *data = row_data(row);
+        if (data == NULL)
             break;
         PyObject *rc = plain_change(data, PyTuple_GET_ITEM(row, 0), relations, 1);
         if (rc == NULL)
@@ -580,10 +589,8 @@ spill_plain(PyObject *self, PyObject *args)
     Py_ssize_t n = PyList_GET_SIZE(rows), i = start, total = 0;
     for (; i < n; i++) { /* first pass: how far, and how many bytes */
         PyObject *row = PyList_GET_ITEM(rows, i);
-        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 3)
-            break;
-        PyObject *data = PyTuple_GET_ITEM(row, 2);
-        if (!PyBytes_CheckExact(data))
+        PyObject *data = row_data(row);
+        if (data == NULL)
             break;
         const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
         Py_ssize_t len = PyBytes_GET_SIZE(data);
@@ -643,9 +650,10 @@ unsplit_records(PyObject *self, PyObject *args)
         return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *rec = PyList_GET_ITEM(records, i);
+        PyObject *data = row_data(rec);
         PyObject *rc;
-        if (PyTuple_Check(rec) && PyTuple_GET_SIZE(rec) == 3 && PyBytes_CheckExact(PyTuple_GET_ITEM(rec, 2))) {
-            rc = plain_change(PyTuple_GET_ITEM(rec, 2), PyTuple_GET_ITEM(rec, 0), relations, base);
+        if (data != NULL) {
+            rc = plain_change(data, PyTuple_GET_ITEM(rec, 0), relations, base);
             if (rc == NULL) {
                 Py_DECREF(out);
                 return NULL;

@@ -8,20 +8,10 @@ import pytest
 from airflow_provider_pglogical.decoding import speedups
 from airflow_provider_pglogical.exceptions import PublicationNotFoundError, SlotNotFoundError
 from airflow_provider_pglogical.hooks import PgLogicalHook, copystream
-from tests.integration.drain_support import SCHEMA_SQL, workload
+from tests.integration.drain_support import workload
 from tests.userenv import VENV_BIN, run_as_user
 
 pytestmark = pytest.mark.skipif(speedups.compiled is None, reason="compiled helpers not built")
-
-
-@pytest.fixture
-def source(pg_conn, pg_dsn):
-    cur = pg_conn.cursor()
-    cur.execute(SCHEMA_SQL)
-    hook = PgLogicalHook.from_dsn(pg_dsn)
-    hook.create_slot("s1")
-    yield cur, hook
-    hook.close()
 
 
 def cursor_rows(hook: PgLogicalHook, **kw) -> list[tuple[int, int, bytes]]:
@@ -38,8 +28,8 @@ def cursor_rows(hook: PgLogicalHook, **kw) -> list[tuple[int, int, bytes]]:
     return [(lsn, xid, bytes(data)) for lsn, xid, data in rows]
 
 
-def test_peek_streams_through_binary_copy_with_the_cursors_rows(source):
-    cur, hook = source
+def test_peek_streams_through_binary_copy_with_the_cursors_rows(drain_source):
+    cur, hook = drain_source
     workload(cur, 40)
     cur.execute("SELECT pg_logical_emit_message(false, 'p', 'loose')")
     assert copystream.available()
@@ -49,8 +39,8 @@ def test_peek_streams_through_binary_copy_with_the_cursors_rows(source):
     assert {chr(d[0]) for _, _, d in rows} >= {"B", "R", "I", "U", "D", "C"}
 
 
-def test_a_peek_closed_early_cancels_the_copy_and_leaves_the_slot_and_session_usable(source):
-    cur, hook = source
+def test_a_peek_closed_early_cancels_the_copy_and_leaves_the_slot_and_session_usable(drain_source):
+    cur, hook = drain_source
     workload(cur, 60)
     full = list(hook.peek_changes("s1", "pub"))
     rows = hook.peek_changes("s1", "pub", itersize=5)
@@ -61,8 +51,8 @@ def test_a_peek_closed_early_cancels_the_copy_and_leaves_the_slot_and_session_us
     assert list(hook.peek_changes("s1", "pub")) == full  # peek never consumed anything
 
 
-def test_errors_of_the_copy_path_are_the_typed_errors_of_the_cursor_path(source):
-    _cur, hook = source
+def test_errors_of_the_copy_path_are_the_typed_errors_of_the_cursor_path(drain_source):
+    _cur, hook = drain_source
     with pytest.raises(SlotNotFoundError):
         list(hook.peek_changes("nope", "pub"))
     with pytest.raises(PublicationNotFoundError):
@@ -85,8 +75,8 @@ def test_pglogical_in_a_user_environment_uses_the_compiled_helpers(tmp_path):
     assert pure.stdout.split() == ["python", "False"]
 
 
-def test_the_cursor_fallback_still_reads_when_the_compiled_path_is_off(source, monkeypatch):
-    cur, hook = source
+def test_the_cursor_fallback_still_reads_when_the_compiled_path_is_off(drain_source, monkeypatch):
+    cur, hook = drain_source
     workload(cur, 10)
     expected = list(hook.peek_changes("s1", "pub"))
     monkeypatch.setattr(copystream, "available", lambda: False)

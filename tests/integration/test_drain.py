@@ -17,7 +17,6 @@ from airflow_provider_pglogical.hooks import PgLogicalHook
 from airflow_provider_pglogical.staging import StagingReader
 from airflow_provider_pglogical.staging.drain import DrainConfig, drain_slot
 from tests.integration.drain_support import (
-    SCHEMA_SQL,
     assert_log_matches,
     run_tx,
     staged,
@@ -26,22 +25,12 @@ from tests.integration.drain_support import (
 )
 
 
-@pytest.fixture
-def source(pg_conn, pg_dsn):
-    cur = pg_conn.cursor()
-    cur.execute(SCHEMA_SQL)
-    hook = PgLogicalHook.from_dsn(pg_dsn)
-    hook.create_slot("s1")
-    yield cur, hook
-    hook.close()
-
-
 def drain(hook, uri, **kw):
     return drain_slot(hook, DrainConfig(slot="s1", publication="pub", staging_uri=uri, **kw))
 
 
-def test_a_drain_stages_every_kind_of_change_readable_by_plain_pyarrow(source, tmp_path):
-    cur, hook = source
+def test_a_drain_stages_every_kind_of_change_readable_by_plain_pyarrow(drain_source, tmp_path):
+    cur, hook = drain_source
     uri = str(tmp_path / "stage")
     big = "x" * 200_000  # compressible but stored out of line: TOAST
     xids = [
@@ -87,8 +76,8 @@ def test_a_drain_stages_every_kind_of_change_readable_by_plain_pyarrow(source, t
     assert manifest["tables"]["public.accounts"]["rows"] == len(accounts)
 
 
-def test_an_empty_run_stages_nothing_and_succeeds(source, tmp_path):
-    _cur, hook = source
+def test_an_empty_run_stages_nothing_and_succeeds(drain_source, tmp_path):
+    _cur, hook = drain_source
     before = hook.slot_info("s1").confirmed_flush_lsn
     result = drain(hook, str(tmp_path / "stage"))
     assert not result.staged and result.start_lsn == result.end_lsn == before
@@ -96,8 +85,8 @@ def test_an_empty_run_stages_nothing_and_succeeds(source, tmp_path):
     assert hook.slot_info("s1").confirmed_flush_lsn == before
 
 
-def test_a_second_run_continues_at_the_end_of_the_first(source, tmp_path):
-    cur, hook = source
+def test_a_second_run_continues_at_the_end_of_the_first(drain_source, tmp_path):
+    cur, hook = drain_source
     uri = str(tmp_path / "stage")
     xids = workload(cur, 5)
     first = drain(hook, uri)
@@ -113,8 +102,8 @@ def test_a_second_run_continues_at_the_end_of_the_first(source, tmp_path):
     assert files == ["tables/public.accounts/v1.parquet", "tables/public.accounts/v2.parquet"]
 
 
-def test_budgets_split_the_range_into_contiguous_batches(source, tmp_path):
-    cur, hook = source
+def test_budgets_split_the_range_into_contiguous_batches(drain_source, tmp_path):
+    cur, hook = drain_source
     uri = str(tmp_path / "stage")
     xids = workload(cur, 40)
     results = []
@@ -146,8 +135,8 @@ def test_awkward_identifiers_are_staged_under_quoted_paths(pg_conn, pg_dsn, tmp_
     assert row["new"] == {"id": 1, 'Col "x"': "v"} and row["xid"] == xid
 
 
-def test_a_concurrent_drain_gets_slot_active_and_changes_nothing(source, tmp_path, pg_dsn):
-    cur, hook = source
+def test_a_concurrent_drain_gets_slot_active_and_changes_nothing(drain_source, tmp_path, pg_dsn):
+    cur, hook = drain_source
     uri = str(tmp_path / "stage")
     workload(cur, 3)
     holder = PgLogicalHook.from_dsn(pg_dsn)
@@ -171,8 +160,8 @@ def test_a_concurrent_drain_gets_slot_active_and_changes_nothing(source, tmp_pat
     assert hook.slot_info("s1").confirmed_flush_lsn == before
 
 
-def test_restaging_the_same_range_yields_the_same_rows(source, tmp_path):
-    cur, hook = source
+def test_restaging_the_same_range_yields_the_same_rows(drain_source, tmp_path):
+    cur, hook = drain_source
     uri = str(tmp_path / "stage")
     xids = workload(cur, 12)
     copy = tmp_path / "first-attempt"
@@ -195,8 +184,8 @@ def test_restaging_the_same_range_yields_the_same_rows(source, tmp_path):
         assert f.read_bytes() == open(again, "rb").read(), f
 
 
-def test_a_slot_moved_outside_the_drain_is_reported_as_a_gap(source, tmp_path):
-    cur, hook = source
+def test_a_slot_moved_outside_the_drain_is_reported_as_a_gap(drain_source, tmp_path):
+    cur, hook = drain_source
     uri = str(tmp_path / "stage")
     workload(cur, 2)
     drain(hook, uri)
@@ -207,8 +196,8 @@ def test_a_slot_moved_outside_the_drain_is_reported_as_a_gap(source, tmp_path):
         drain(hook, uri)
 
 
-def test_get_mode_consumes_while_reading_and_keeps_batches_contiguous(source, tmp_path):
-    cur, hook = source
+def test_get_mode_consumes_while_reading_and_keeps_batches_contiguous(drain_source, tmp_path):
+    cur, hook = drain_source
     uri = str(tmp_path / "stage")
     xids = workload(cur, 6)
     first = drain(hook, uri, mode="get")
@@ -219,14 +208,14 @@ def test_get_mode_consumes_while_reading_and_keeps_batches_contiguous(source, tm
     assert_log_matches(uri, "s1", xids)
 
 
-def test_the_operator_returns_a_summary_and_emits_table_asset_events(source, tmp_path, pg_server, pg_dbname,
+def test_the_operator_returns_a_summary_and_emits_table_asset_events(drain_source, tmp_path, pg_server, pg_dbname,
                                                                      monkeypatch):
     from airflow.sdk import AssetAlias
     from airflow.sdk.execution_time.context import OutletEventAccessors
 
     from airflow_provider_pglogical.operators import PgLogicalDecodeOperator, table_asset
 
-    cur, _hook = source
+    cur, _hook = drain_source
     workload(cur, 4)
     monkeypatch.setenv("AIRFLOW_CONN_PGLOGICAL_SRC", pg_server.uri(pg_dbname))
     accounts, alias = table_asset("s1", "public.accounts"), AssetAlias("pglogical-s1")
@@ -244,8 +233,8 @@ def test_the_operator_returns_a_summary_and_emits_table_asset_events(source, tmp
     assert not again["staged"] and again["start_lsn_int"] == summary["end_lsn_int"]
 
 
-def test_a_quiet_publication_gets_an_empty_batch_so_wal_is_released(source, tmp_path):
-    cur, hook = source
+def test_a_quiet_publication_gets_an_empty_batch_so_wal_is_released(drain_source, tmp_path):
+    cur, hook = drain_source
     uri = str(tmp_path / "stage")
     cur.execute("CREATE TABLE unpublished (id int); INSERT INTO unpublished SELECT generate_series(1, 1000)")
     assert not drain(hook, uri, empty_advance_bytes=None).staged  # off: nothing staged, slot pinned
