@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
@@ -30,6 +31,27 @@ def lsn_int(text: str) -> int:
     return (int(hi, 16) << 32) | int(lo, 16)
 
 
+def wait_wal_flushed(conn, timeout_s: float = 30.0) -> None:
+    """Wait until all WAL inserted so far is flushed.
+
+    The slot functions decode only flushed WAL, and a ROLLBACK's abort record is not flushed
+    at once (the WAL writer does it within ``wal_writer_delay``); under load a peek right after
+    a ROLLBACK can see the transaction's changes but not its end.
+    """
+    deadline = time.monotonic() + timeout_s
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_current_wal_insert_lsn()")
+        [(target,)] = cur.fetchall()
+        while True:
+            cur.execute("SELECT pg_current_wal_flush_lsn() >= %s::pg_lsn", [target])
+            [(flushed,)] = cur.fetchall()
+            if flushed:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"WAL not flushed through {target} in {timeout_s} s")
+            time.sleep(0.02)
+
+
 def slot_rows(conn, slot: str = "s", *, proto: str = "3", publication: str = "p", binary: str = "true",
               messages: str = "true", streaming: str | None = None, upto_nchanges: int | None = None,
               extra: Sequence[str] = ()) -> list[Row]:
@@ -39,6 +61,7 @@ def slot_rows(conn, slot: str = "s", *, proto: str = "3", publication: str = "p"
         options += ["streaming", streaming]
     options += list(extra)
     placeholders = ", ".join(["%s"] * len(options))
+    wait_wal_flushed(conn)
     with conn.cursor() as cur:
         cur.execute(f"SELECT lsn::text, xid::text::bigint, data FROM pg_logical_slot_peek_binary_changes("
                     f"%s, NULL, %s, {placeholders})", [slot, upto_nchanges, *options])
