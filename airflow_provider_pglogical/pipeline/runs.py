@@ -193,24 +193,21 @@ def drain(spec: PipelineSpec, *, max_batches: int | None = None, log: Log = _qui
     Stopping at the starting flush position keeps a run bounded on a busy source: later WAL is
     the next run's work.
     """
-    from airflow_provider_pglogical.staging.drain import drain_slot
+    from airflow_provider_pglogical.staging.drain import DrainResult, drain_run
 
     config = drain_config(spec)
-    summaries: list[dict[str, Any]] = []
+
+    def report(result: DrainResult) -> None:
+        summary = result.to_summary()
+        log(f"staged {summary['start_lsn']}..{summary['end_lsn']}: {summary['transactions']} transactions, "
+            f"{summary['changes']} changes, {summary['truncates']} truncates"
+            + (" (already staged, slot advanced)" if result.replayed else ""))
+
     with source_hook(spec) as hook:
         stop_at = hook.current_wal_flush_lsn()
-        while max_batches is None or len(summaries) < max_batches:
-            result = drain_slot(hook, config)
-            if not (result.staged or result.replayed):
-                break
-            summary = result.to_summary()
-            summaries.append(summary)
-            log(f"staged {summary['start_lsn']}..{summary['end_lsn']}: {summary['transactions']} transactions, "
-                f"{summary['changes']} changes, {summary['truncates']} truncates"
-                + (" (already staged, slot advanced)" if result.replayed else ""))
-            if result.end_lsn >= stop_at or result.end_lsn <= result.start_lsn:
-                break
-    return summaries
+        # One lock and, when a batch is cut by max_changes, the same peek read on for the next batch.
+        results = drain_run(hook, config, max_batches=max_batches, stop_at=stop_at, on_result=report)
+    return [r.to_summary() for r in results]
 
 
 def batches_upto(spec: PipelineSpec, *, upto_lsn: int | None = None, upto_time: datetime | None = None) -> int:
