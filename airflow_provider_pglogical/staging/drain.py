@@ -294,7 +294,7 @@ def _drain_locked(client: SlotClient, config: DrainConfig, checkpoint: Checkpoin
     layout = StagingLayout.from_uri(config.staging_uri, config.slot)
     reader = StagingReader(layout)
     batches = reader.batches()  # raises StagingError on a gap or overlap
-    if peek is not None and (peek.exhausted or peek.next_start != start):
+    if peek is not None and peek.next_start != start:
         peek.close()
         peek = None
 
@@ -329,19 +329,21 @@ def _drain_locked(client: SlotClient, config: DrainConfig, checkpoint: Checkpoin
         cache = RelationCache.from_state(state) if state else RelationCache()
         peek = _OpenPeek.open(client, config, cache, start, upto, logger)
     else:
-        logger.info("slot %s: reading on from %s in the open peek up to %s", config.slot, format_lsn(start),
-                    format_lsn(peek.upto))
+        logger.info("slot %s: reading on from %s in the open peek up to %s%s", config.slot, format_lsn(start),
+                    format_lsn(peek.upto), " (read to its end already)" if peek.exhausted else "")
     keep_open = keep_open and config.mode == "peek"
     try:
         result = _stage(client, config, layout, reader, peek, start, checkpoint, logger, keep_open=keep_open)
     except BaseException:
         peek.close()
         raise
-    if keep_open and not peek.exhausted and result.staged:
+    if keep_open and result.staged:
+        # Kept even when read to its end: the next cycle then knows there is nothing more up to
+        # ``upto`` (what a fresh peek of that range would return) without asking the server again.
         peek.next_start = result.end_lsn
         return result, peek
     peek.close()
-    if continued and not result.staged:
+    if continued and not result.staged and client.current_wal_flush_lsn() > peek.upto:
         # The rest of the open peek held nothing to stage: a fresh peek looks at the WAL flushed since.
         return _drain_locked(client, config, checkpoint, logger, None, keep_open=keep_open)
     return result, None
