@@ -7,6 +7,7 @@ is where the previous batch left it.
 
 from __future__ import annotations
 
+import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_pglogical.exceptions import StagingError
@@ -180,4 +181,32 @@ def test_get_mode_runs_one_batch_per_read(drain_source, tmp_path):
     uri = str(tmp_path / "stage")
     results = drain_run(hook, config(uri, mode="get", max_changes=5))
     assert len(results) == 1  # get consumes the whole range it reads: max_changes does not apply
+    assert_log_matches(uri, "s1", xids)
+
+
+def test_a_failed_row_group_write_fails_the_batch_and_advances_nothing_past_what_is_published(
+        drain_source, tmp_path, monkeypatch):
+    """A failed Parquet write (disk full) in a later batch: the error itself, the earlier batches kept."""
+    cur, hook = drain_source
+    xids = workload(cur, 40)
+    uri = str(tmp_path / "stage")
+    real = pq.ParquetWriter.write_table
+    calls = {"n": 0}
+
+    def disk_full_later(self, table, row_group_size=None):
+        calls["n"] += 1
+        if calls["n"] > 20:  # the first batch's files (~13 row groups) get written, a later batch's fail
+            raise OSError("No space left on device")
+        return real(self, table, row_group_size=row_group_size)
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", disk_full_later)
+    published: list = []
+    with pytest.raises(OSError, match="No space left"):
+        drain_run(hook, config(uri, max_changes=25, row_group_rows=4), on_result=published.append)
+    assert published, "the failure was meant for a later batch"
+    batches = StagingReader.from_uri(uri, "s1").batches()
+    assert [b.end_lsn for b in batches] == [r.end_lsn for r in published]
+    assert hook.slot_info("s1").confirmed_flush_lsn == published[-1].end_lsn
+    monkeypatch.undo()
+    drain_run(hook, config(uri, max_changes=25))
     assert_log_matches(uri, "s1", xids)
