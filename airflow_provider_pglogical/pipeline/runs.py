@@ -123,8 +123,12 @@ class SparkStarter:
         if self._thread is not None:
             return
         # pyspark is imported here rather than on the thread, so the drain's own imports (which go on
-        # meanwhile) never wait on a module lock the start holds.
-        import pyspark.sql  # noqa: F401
+        # meanwhile) never wait on a module lock the start holds. Its failure is the thread's to report
+        # (it imports again): nothing about Spark may fail the drain.
+        try:
+            import pyspark.sql  # noqa: F401
+        except Exception:  # noqa: BLE001, S110
+            pass
 
         if reason:
             self.log(f"starting Spark ({self.master}) in the background: {reason}")
@@ -150,6 +154,11 @@ class SparkStarter:
         if self._error is not None:
             raise self._error
         assert self._session is not None
+        # The JVM keeps the active session per thread and set it for the starting thread only; the apply
+        # runs on this one (SQLConf.get outside a Dataset call would otherwise read Spark's fallback conf).
+        jvm = self._session._jvm
+        if jvm is not None:
+            jvm.SparkSession.setActiveSession(self._session._jsparkSession)
         if self.early:
             self.log(f"Spark started in the background in {self.start_s:.1f} s; the apply waited {self.waited_s:.1f} s")
         return self._session
