@@ -51,11 +51,17 @@ DEFAULT_MAX_WAL_BYTES = 1 << 30
 DEFAULT_MAX_CHANGES = 1_000_000
 
 
-class SlotClient(Protocol):
-    """What a drain needs from the source (``PgLogicalHook`` implements it)."""
+SlotRows = Iterator[tuple[int, int, bytes | memoryview]]
 
-    server_version_num: int
-    proto_version: int
+
+class SlotClient(Protocol):
+    """What a drain needs from the source (``hooks.slot_client.PgLogicalClient`` implements it, and the
+    Airflow ``PgLogicalHook`` which wraps one)."""
+
+    @property
+    def server_version_num(self) -> int: ...
+    @property
+    def proto_version(self) -> int: ...
 
     def check_wal_level(self) -> None: ...
     def check_replication_privilege(self) -> None: ...
@@ -64,8 +70,10 @@ class SlotClient(Protocol):
     def try_lock_slot(self, name: str) -> bool: ...
     def unlock_slot(self, name: str) -> None: ...
     def current_wal_flush_lsn(self) -> int: ...
-    def peek_changes(self, slot: str, publication: Any, **kw: Any) -> Any: ...
-    def get_changes(self, slot: str, publication: Any, **kw: Any) -> Any: ...
+    def peek_changes(self, slot: str, publication: str | Sequence[str], *, upto_lsn: int | str | None = ...,
+                     itersize: int = ...) -> SlotRows: ...
+    def get_changes(self, slot: str, publication: str | Sequence[str], *, upto_lsn: int | str | None = ...,
+                    itersize: int = ...) -> SlotRows: ...
     def advance_slot(self, name: str, lsn: int) -> int: ...
     def load_type_catalog(self, oids: Sequence[int]) -> Any: ...
     def format_types(self, pairs: Sequence[tuple[int, int]]) -> list[str | None]: ...
@@ -172,7 +180,7 @@ class CatalogResolver:
 
     def partition_info(self, relation: RelationSchema) -> tuple[tuple[str, ...], str | None]:
         """A leaf partition's ancestors (parent first) and partition constraint, looked up when the
-        batch's relations are written; ``((), None)`` for other relations (``PgLogicalHook.partition_info``)."""
+        batch's relations are written; ``((), None)`` for other relations (``PgLogicalClient.partition_info``)."""
         if relation.relid not in self._partitions:
             self._partitions[relation.relid] = self.client.partition_info(relation.relid)
         return self._partitions[relation.relid]
@@ -204,8 +212,8 @@ def drain_slot(client: SlotClient, config: DrainConfig, *, on_checkpoint: Checkp
       run finds the published batch with that start and only advances (no second copy);
     * after the advance: nothing to repair.
 
-    The library function takes a ``SlotClient`` (``PgLogicalHook`` satisfies it) and no Airflow
-    objects, so the operator and a CLI share it.
+    The library function takes a ``SlotClient`` (``PgLogicalClient``, or the ``PgLogicalHook`` wrapping
+    one) and no Airflow objects, so the operator and the CLI share it.
 
     ``on_checkpoint(name)`` is called at each durable boundary (``CHECKPOINTS``) so tests can
     stop the process exactly there.

@@ -36,37 +36,16 @@ from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import
 from airflow_provider_pglogical.apply.targets.postgres.catalog import ident, lock_key
 from airflow_provider_pglogical.apply.targets.postgres.copy import arrow_line_bytes
 from airflow_provider_pglogical.apply.targets.postgres.copytext import copy_lines
+from airflow_provider_pglogical.apply.targets.postgres.progress import SYNC_TABLE, ensure_sync_table, sync_marks
 from airflow_provider_pglogical.apply.targets.postgres.target_types import describe_types
 from airflow_provider_pglogical.exceptions import ApplyError, format_lsn
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-SYNC_TABLE = "pglogical_sync"
 # ``copying`` inside each table's COPY once its first chunk was sent, ``loaded`` after it (watermark and sync
 # LSN not written yet), then right before and right after COMMIT.
 CHECKPOINTS = ("snapshot_copying", "snapshot_loaded", "snapshot_before_commit", "snapshot_committed")
-
-
-def ensure_sync_table(conn: Any, table: str = SYNC_TABLE) -> None:
-    """``table``: qualified with the bookkeeping schema (``bookkeeping_schema.qualified``), like the progress table."""
-    with conn.cursor() as cur:
-        cur.execute(sql.SQL(
-            "CREATE TABLE IF NOT EXISTS {} (slot text NOT NULL, target_table text NOT NULL, sync_lsn pg_lsn NOT NULL, "
-            "rows bigint NOT NULL, synced_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (slot, target_table))"
-        ).format(ident(table)))
-    conn.commit()
-
-
-def sync_marks(conn: Any, slot: str, table: str = SYNC_TABLE) -> dict[str, int]:
-    """Target table → sync LSN recorded in ``table`` for ``slot`` ({} while ``table`` does not exist)."""
-    with conn.cursor() as cur:
-        cur.execute("SELECT to_regclass(%s)", (ident(table).as_string(conn),))
-        if cur.fetchone()[0] is None:
-            return {}
-        cur.execute(sql.SQL("SELECT target_table, (sync_lsn - '0/0'::pg_lsn)::bigint FROM {} WHERE slot = %s")
-                    .format(ident(table)), (slot,))
-        return dict(cur.fetchall())
 
 
 CHUNK_BYTES = 4 << 20  # COPY data handed from the executors to the loading connection per chunk

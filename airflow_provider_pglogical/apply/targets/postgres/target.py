@@ -142,9 +142,7 @@ class PostgresTarget:
     def sync_marks(self, slot: str, tables: Collection[str] = ()) -> dict[str, int]:
         """Target table → sync LSN of the snapshot it holds (``pglogical_sync`` in the bookkeeping schema;
         {} before any). One read answers for every table, so ``tables`` is not needed."""
-        from airflow_provider_pglogical.apply.targets.postgres import snapshot
-
-        marks = snapshot.sync_marks(self.conn, slot, qualified(self.bookkeeping_schema, snapshot.SYNC_TABLE))
+        marks = progress.sync_marks(self.conn, slot, qualified(self.bookkeeping_schema, progress.SYNC_TABLE))
         self.conn.commit()  # no transaction left open between the runner's steps
         return marks
 
