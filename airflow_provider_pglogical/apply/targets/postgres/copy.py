@@ -12,6 +12,7 @@ from psycopg2 import sql
 from psycopg2.extensions import connection
 
 from airflow_provider_pglogical.apply.targets.base import TargetTable, from_column
+from airflow_provider_pglogical.apply.targets.postgres import arrowtext
 from airflow_provider_pglogical.apply.targets.postgres.catalog import ident
 from airflow_provider_pglogical.apply.targets.postgres.plan import KEEP, LSN, OP, TOUCHED
 from airflow_provider_pglogical.exceptions import ApplyError
@@ -149,14 +150,13 @@ def copy_error(staging: str, exc: psycopg2.Error, copied: int) -> ApplyError:
     return ApplyError(f"COPY into {staging} failed{position}: [{exc.pgcode}] {primary}")
 
 
-def copy_partitions(dsn: str, staging: str, columns: Sequence[str]) -> Callable[[Iterator[pa.RecordBatch]],
-                                                                               Iterator[pa.RecordBatch]]:
-    """A ``mapInArrow`` function: each partition's newline-terminated lines (Arrow batches: no pickling, no Python
-    strings) COPYed as one statement; yields its count."""
+def copy_partitions(dsn: str, staging: str, columns: Sequence[str], fields: Sequence[arrowtext.Field]
+                    ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A ``mapInArrow`` function over ``copytext.copy_columns``' frame: each partition's rows printed as COPY text
+    lines (``arrowtext.line_bytes``: no Python strings, no pickling) and COPYed as one statement; yields its count."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        # Lines arrive newline-terminated (``copy_lines(..., terminated=True)``): their value buffer is the COPY data.
-        chunks = ((arrow_line_bytes(b.column(0)), b.num_rows) for b in batches)
+        chunks = arrowtext.line_batches(fields)(batches)
         yield pa.RecordBatch.from_pydict({"rows": [copy_chunks(dsn, staging, columns, chunks)]},
                                          schema=pa.schema([("rows", pa.int64())]))
 
