@@ -9,6 +9,7 @@ same line. Byte-identical text for everything but floats; for floats (shortest r
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from decimal import Decimal
 
@@ -23,6 +24,7 @@ from pyspark.sql import functions as F
 from airflow_provider_pglogical.apply.notes import NOTE, VALUE
 from airflow_provider_pglogical.apply.targets.postgres import arrowtext
 from airflow_provider_pglogical.apply.targets.postgres.copytext import SESSION_CONF, copy_columns, copy_lines
+from airflow_provider_pglogical.exceptions import ApplyError
 from tests.conftest import make_database
 
 I16, I32, I64 = 2**15, 2**31, 2**63
@@ -128,8 +130,6 @@ def _stored(conn, lines: bytes, table: str) -> list[tuple]:
     with conn.cursor() as cur:
         cur.execute(f"DROP TABLE IF EXISTS {table}")
         cur.execute(f"CREATE TABLE {table} ({', '.join(f'{n} {t}' for n, t in zip(names, types, strict=True))})")
-        import io
-
         cur.copy_expert(f"COPY {table} FROM STDIN", io.BytesIO(lines))
         cur.execute(f"SELECT {', '.join(f'{n}::text' for n in names)} FROM {table} ORDER BY id")
         got = cur.fetchall()
@@ -155,7 +155,7 @@ def test_arrow_text_equals_the_jvm_text_and_stores_the_same_values(spark, target
 
 def test_plan_sends_plain_scalars_typed_and_the_rest_as_jvm_text(spark, tmp_path):
     df = _frame(spark, tmp_path, [{}])
-    _frame_, fields = copy_columns(df.withColumn("arr", F.array(F.lit(1))))
+    _text_frame, fields = copy_columns(df.withColumn("arr", F.array(F.lit(1))))
     kinds = {f.column: f.kind for f in fields}
     names = dict(zip([f.column for f in fields], df.columns + ["arr"], strict=True))
     assert {names[c]: k for c, k in kinds.items()} == {
@@ -177,3 +177,9 @@ def test_text_is_escaped_and_lines_joined_by_tabs():
     fields = [arrowtext.Field(arrowtext.TEXT, "t"), arrowtext.Field(arrowtext.LINE, "l")]
     assert arrowtext.line_bytes(batch, fields) == "a\\\\b\\tc\\nd\\re\tx\n\\N\t\\N\né\ty\n".encode()
     assert arrowtext.line_bytes(batch.slice(1, 2), fields) == "\\N\t\\N\né\ty\n".encode()
+
+
+def test_a_null_line_is_an_error_not_a_dropped_row():
+    batch = pa.RecordBatch.from_pydict({"l": pa.array(["x", None], pa.string())})
+    with pytest.raises(ApplyError, match="COPY line is null"):
+        arrowtext.line_bytes(batch, [arrowtext.Field(arrowtext.LINE, "l")])

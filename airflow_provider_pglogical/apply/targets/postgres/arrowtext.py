@@ -25,8 +25,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from airflow_provider_pglogical.exceptions import ApplyError
 
 NULL = "\\N"
 
@@ -109,11 +112,11 @@ def line_bytes(batch: pa.RecordBatch, fields: Sequence[Field]) -> bytes:
     texts = [field_text(batch, f) for f in fields]
     lines = pc.binary_join_element_wise(*texts, "\t") if len(texts) > 1 else texts[0]
     lines = pc.binary_join_element_wise(lines, "\n", "")
-    offsets, data = lines.buffers()[1], lines.buffers()[2]
-    first = int.from_bytes(offsets[lines.offset * 4:lines.offset * 4 + 4], "little", signed=True)
-    end = lines.offset + len(lines)
-    last = int.from_bytes(offsets[end * 4:end * 4 + 4], "little", signed=True)
-    return memoryview(data)[first:last].tobytes()
+    if lines.null_count:  # every field was filled with \N: a null line would be a row silently dropped
+        raise ApplyError("a COPY line is null (arrowtext fills every null field)")
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32)  # string offsets: every field was cast to string
+    first, last = int(offsets[lines.offset]), int(offsets[lines.offset + len(lines)])
+    return memoryview(lines.buffers()[2])[first:last].tobytes()
 
 
 def line_batches(fields: Sequence[Field]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[tuple[bytes, int]]]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-import numpy as np
 import psycopg2
 import pyarrow as pa
 from psycopg2 import sql
@@ -68,8 +67,8 @@ def drop_leftover_staging(conn: connection, schema: str, prefixes: Iterable[str]
 def copy_rows(dsn: str, staging: str, columns: Sequence[str], lines: Iterator[str]) -> int:
     """COPY ready text lines (``copytext.copy_lines``, no line break) into ``staging``; returns the row count.
 
-    Columns are (kind, keep, lsn, *columns). The executors use ``copy_partitions``, which hands over
-    Arrow buffers without making Python strings; this form is for lines built in Python.
+    Columns are (kind, keep, lsn, *columns). The executors use ``copy_partitions``, which prints typed Arrow
+    columns straight into the COPY buffer without making Python strings; this form is for lines built in Python.
     """
     def chunks() -> Iterator[tuple[bytes, int]]:
         while True:
@@ -119,18 +118,6 @@ def copy_chunks(dsn: str, staging: str, columns: Sequence[str], chunks: Iterator
     finally:
         conn.close()
     return reader.rows
-
-
-def arrow_line_bytes(lines: pa.Array) -> bytes:
-    """The bytes of a (large_)string array of newline-terminated lines, back to back: its value buffer, one copy."""
-    if lines.null_count:
-        raise ApplyError("a COPY line is null (copy_lines never makes one)")
-    if len(lines) == 0:
-        return b""
-    wide = pa.types.is_large_string(lines.type) or pa.types.is_large_binary(lines.type)
-    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64 if wide else np.int32)
-    first, last = int(offsets[lines.offset]), int(offsets[lines.offset + len(lines)])
-    return memoryview(lines.buffers()[2])[first:last].tobytes()
 
 
 _QUOTED_VALUE = re.compile(r':\s*".*', re.S)
