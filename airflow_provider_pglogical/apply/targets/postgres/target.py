@@ -39,7 +39,7 @@ from airflow_provider_pglogical.apply.targets.postgres.copy import (
     drop_staging,
     staging_columns,
 )
-from airflow_provider_pglogical.apply.targets.postgres.copytext import SESSION_CONF, copy_lines
+from airflow_provider_pglogical.apply.targets.postgres.copytext import SESSION_CONF, copy_columns
 from airflow_provider_pglogical.apply.targets.postgres.plan import BatchPlan, TablePlan, staging_name, staging_prefix
 from airflow_provider_pglogical.apply.targets.postgres.target_types import describe_types
 from airflow_provider_pglogical.exceptions import ApplyError
@@ -78,7 +78,7 @@ class PostgresTarget:
 
     @contextmanager
     def session(self, slot: str) -> Iterator[None]:
-        for key, value in SESSION_CONF.items():  # what copy_lines' text relies on (UTC, readable TIME columns)
+        for key, value in SESSION_CONF.items():  # what the COPY text relies on (UTC, readable TIME columns)
             self.spark.conf.set(key, value)
         self._conn = catalog.connect(self.dsn)
         try:
@@ -232,7 +232,8 @@ class PostgresTarget:
         if self.config.write_partitions:
             frame = frame.repartition(self.config.write_partitions)
         copy_cols = [c for c, _ in columns]
-        written = (copy_lines(frame, types, terminated=True).mapInArrow(copy_partitions(self.dsn, staging, copy_cols), "rows long")
+        text_frame, fields = copy_columns(frame, types)
+        written = (text_frame.mapInArrow(copy_partitions(self.dsn, staging, copy_cols, fields), "rows long")
                    .agg(F.sum("rows")).collect()[0][0])
         with self.conn.cursor() as cur:
             cur.execute(sql.SQL("ANALYZE {}").format(catalog.ident(staging)))  # the planner needs row counts
