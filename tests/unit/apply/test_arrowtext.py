@@ -51,7 +51,8 @@ TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters=
 
 def _decimal(precision: int, scale: int) -> st.SearchStrategy[Decimal]:
     bound = 10**precision - 1
-    return st.integers(-bound, bound).map(lambda n: Decimal(n).scaleb(-scale))
+    # from a string: exact at any precision (scaleb would round to the context's 28 digits)
+    return st.integers(-bound, bound).map(lambda n: Decimal(f"{n}E-{scale}"))
 
 
 def _days() -> st.SearchStrategy[int]:
