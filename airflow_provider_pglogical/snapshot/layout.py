@@ -8,6 +8,7 @@
     _partial-<lsn>/                       a snapshot being written (ignored by readers)
     <lsn>/                                16 upper-case hex digits: the table's sync LSN
       chunks/c<NNNNN>.parquet             row-change schema, every row an INSERT at <lsn>
+      chunks/p<NNNN>-c<NNNNN>.parquet     a routed partitioned table: part (leaf) NNNN's chunks
       _manifest.json                      written LAST, atomically
 ```
 
