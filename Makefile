@@ -24,7 +24,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 # Two workers, one test module each at a time (module fixtures are not duplicated): 31 min for 1074
 # tests on the 2-core machine, where one process took 33 min for 1040.
 test: bootstrap lint  ## lint, then the whole suite against real PostgreSQL 15/17, Spark and Airflow
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile $(PYTEST_ARGS) tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25 $(PYTEST_ARGS) tests
 
 demo: bootstrap  ## local PostgreSQL 15 + workload + the example pipeline DAG via `airflow dags test`, then a report
 	$(BIN)/python scripts/demo.py
