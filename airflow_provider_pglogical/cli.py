@@ -46,11 +46,9 @@ def cmd_apply(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_run(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
-    from airflow_provider_pglogical.pipeline.runs import apply_pending, decode_pending
+    from airflow_provider_pglogical.pipeline.runs import run_pending
 
-    decoded = decode_pending(spec, max_batches=args.max_batches, log=progress)
-    applied = apply_pending(spec, master=args.master, log=progress)
-    return {"decode": decoded, "apply": applied}
+    return run_pending(spec, master=args.master, max_batches=args.max_batches, log=progress)
 
 
 def cmd_resync(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
@@ -92,7 +90,7 @@ COMMANDS: dict[str, tuple[Callable[[PipelineSpec, argparse.Namespace], dict[str,
     "validate": (cmd_validate, "check a spec (with --filters also parse row filters with Spark)"),
     "decode": (cmd_decode, "ensure publication/slot, check WAL retention, drain the slot into staging"),
     "apply": (cmd_apply, "apply every staged batch past the target's watermarks with Spark"),
-    "run": (cmd_run, "decode, then apply everything pending"),
+    "run": (cmd_run, "decode, then apply everything pending (Spark starts while the drain runs, when it has changes)"),
     "resync": (cmd_resync, "snapshot tables again at a later LSN; apply replaces them, then applies later changes"),
     "status": (cmd_status, "slot position and lag, staged batches, target watermarks (JSON)"),
     "maintain": (cmd_maintain, "Delta targets: compact small files, vacuum unreferenced ones, checkpoint the log"),
@@ -150,8 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def stdout_to_stderr() -> Iterator[None]:
     """Send everything written to stdout meanwhile to stderr, at the file-descriptor level.
 
-    Airflow's logging (imported with the hooks), py4j and the Spark JVM write to fd 1; stdout
-    must carry nothing but the command's JSON.
+    Airflow's logging (imported with a conn_id source or target), py4j and the Spark JVM write to
+    fd 1; stdout must carry nothing but the command's JSON.
     """
     sys.stdout.flush()
     saved = os.dup(1)

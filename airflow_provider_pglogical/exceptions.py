@@ -109,6 +109,10 @@ class ApplyError(PgLogicalError):
     """Applying staged changes to a target failed before anything was committed."""
 
 
+class SparkStartError(ApplyError):
+    """The Spark session of an in-process apply did not start (the JVM exited, a bad master or setting)."""
+
+
 class RowFilterError(ApplyError):
     """A row filter that is invalid or references columns it may not use."""
 

@@ -205,7 +205,7 @@ def main() -> int:
                          "client_cpu_s": {"raw_fetch": RAW_FETCH_CPU, "drain": round(drain_cpu, 2),
                                           "ab_drain": AB_DRAIN_CPU},
                          "load_average": [round(x, 2) for x in os.getloadavg()]}
-            if ab:
+            if "ab_drain_s" in ab:
                 out_drain["ratio_ab_drain_over_raw_fetch"] = round(float(ab["ab_drain_s"]) / fetch_s, 2)
                 out_drain["ratio_drain_over_ab_drain"] = round(drain_s / float(ab["ab_drain_s"]), 2)
             print(json.dumps(out_drain, indent=2))

@@ -6,9 +6,15 @@ advanced), Spark session start (JVM), the apply's stage (plan + Spark job + COPY
 table) and target transaction, the Spark jobs' wall time from the event log (so plan/driver time =
 stage − jobs), and the session stop.
 
-Usage: python benchmarks/small_run.py [--changes 100] [--repeat 3] [--json FILE]
+`pglogical run` starts Spark in the background once the drain has read a transaction; its JSON says
+so (``spark.started``, ``start_s``, ``apply_waited_s``) and the benchmark reports those seconds for the
+CLI's small-batch runs (the in-process split below starts its own session, not overlapped).
+
+Usage: python benchmarks/small_run.py [--changes 100] [--repeat 3] [--json FILE] [--code DIR] [--no-split]
+``--code DIR`` runs the CLI from another checkout's package (``PYTHONPATH=DIR``, e.g. an exported older
+commit with its compiled helpers copied in) for A/B runs; ``--no-split`` skips the in-process split.
 Prints one JSON object as the last lines of stdout (the package's log lines come before it) and,
-with ``--json``, writes it to FILE.
+with ``--json``, writes it to FILE. The 1-minute load average is recorded before and after.
 """
 
 from __future__ import annotations
@@ -46,12 +52,20 @@ DELETE FROM t WHERE id BETWEEN {base + inserts - deletes} AND {base + inserts - 
 COMMIT;""")
 
 
-def timed_cli(*args: str, env: dict[str, str]) -> float:
+def timed_cli(*args: str, env: dict[str, str], out: list[dict[str, Any]] | None = None) -> float:
+    """Wall seconds of one ``pglogical`` command; its JSON output is appended to ``out``."""
     t0 = time.monotonic()
     done = run_as_user([venv_script("pglogical"), *args], env, timeout=600)
     if done.returncode != 0:
         raise SystemExit(f"pglogical {' '.join(args)} failed: {done.stderr[-2000:]}")
-    return time.monotonic() - t0
+    elapsed = time.monotonic() - t0
+    if out is not None:
+        out.append(json.loads(done.stdout))
+    return elapsed
+
+
+def load_average() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
 
 
 class BatchSeconds(logging.Handler):
@@ -119,7 +133,10 @@ def main() -> int:
     p.add_argument("--changes", type=int, default=100)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--json", type=Path, default=None, help="also write the result to this file")
+    p.add_argument("--code", type=Path, default=None, help="run the CLI with this checkout's package (PYTHONPATH)")
+    p.add_argument("--no-split", action="store_true", help="skip the in-process split")
     args = p.parse_args()
+    load_before = load_average()
     server = start_server()
     work = Path(tempfile.mkdtemp(prefix="pglogical-small-"))
     try:
@@ -132,25 +149,33 @@ def main() -> int:
             "staging": {"uri": str(work / "staging")},
             "target": {"kind": "postgres", "dsn": server.uri(target)},
             "tables": {"public.t": {}}, "spark": {"master": "local[2]"}}))
-        env: dict[str, str] = {}
+        env: dict[str, str] = {"PYTHONPATH": str(args.code.resolve())} if args.code else {}
         spec = ["--spec", str(spec_path)]
         help_s = [timed_cli("--help", env=env) for _ in range(args.repeat)]
         first_s = timed_cli("run", *spec, env=env)  # creates publication and slot
         empty_s = [timed_cli("run", *spec, env=env) for _ in range(args.repeat)]
-        small_s = []
+        small_s: list[float] = []
+        small_out: list[dict[str, Any]] = []
         for i in range(args.repeat):
             small_batch(dsn, args.changes, 1_000_000 * (i + 1))
-            small_s.append(timed_cli("run", *spec, env=env))
-        split = [in_process(spec_path, dsn, args.changes, 1_000_000 * (args.repeat + i + 1), work / f"events{i}")
-                 for i in range(args.repeat)]
+            small_s.append(timed_cli("run", *spec, env=env, out=small_out))
+        spark = [o.get("spark") or {} for o in small_out]  # absent from older code's output
+        split = [] if args.no_split else [
+            in_process(spec_path, dsn, args.changes, 1_000_000 * (args.repeat + i + 1), work / f"events{i}")
+            for i in range(args.repeat)]
         median = {key: statistics.median(s[key] for s in split if s[key] is not None)
-                  for key in split[0] if any(s[key] is not None for s in split)}
+                  for key in (split[0] if split else {}) if any(s[key] is not None for s in split)}
         result = json.dumps({
             "changes_per_batch": args.changes,
+            "code": str(args.code) if args.code else "this checkout",
+            "load_average_1m": [load_before, load_average()],
             "cli_help_s": round(statistics.median(help_s), 2),
             "cli_first_run_creating_slot_s": round(first_s, 2),
             "cli_run_empty_slot_s": [round(s, 2) for s in empty_s],
+            "cli_run_empty_slot_median_s": round(statistics.median(empty_s), 2),
             "cli_run_small_batch_s": [round(s, 2) for s in small_s],
+            "cli_run_small_batch_median_s": round(statistics.median(small_s), 2),
+            "cli_run_small_batch_spark": spark,
             "in_process_split_median": {k: round(v, 2) for k, v in median.items()},
             "in_process_split_runs": split,
         }, indent=2)

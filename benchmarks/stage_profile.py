@@ -4,7 +4,7 @@ Wall seconds on the shared development machine are several times their idle valu
 For every batch of every staging root given, in one Spark session (so the first batch is the cold one):
 
 * driver phases before the first Spark job: building the net frame (``BatchChanges.net``: staged read, shared
-  transforms, ``keys_never_repeat``), building the COPY-text frame (``copy_lines``), analysis, optimisation,
+  transforms, ``keys_never_repeat``), building the COPY-text frame (``copy_columns``), analysis, optimisation,
   physical planning and code generation (``toRdd``), each timed on the driver;
 * the execution (Spark job + executors' COPY + ANALYZE), with the CPU seconds it cost the Spark JVM (all its
   threads: tasks, JIT compiler, GC), the Python workers (``mapInArrow``), PostgreSQL (COPY) and the driver's Python.
@@ -39,7 +39,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig  # noqa: E402
 from airflow_provider_pglogical.apply.targets.base import BatchChanges, BatchResult, PlannedBatch  # noqa: E402
 from airflow_provider_pglogical.apply.targets.postgres.copy import staging_columns  # noqa: E402
-from airflow_provider_pglogical.apply.targets.postgres.copytext import copy_lines  # noqa: E402
+from airflow_provider_pglogical.apply.targets.postgres.copytext import copy_columns  # noqa: E402
 from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget  # noqa: E402
 from airflow_provider_pglogical.apply.targets.postgres.target_types import describe_types  # noqa: E402
 from benchmarks.apply import BIG_SCHEMA, big_workload  # noqa: E402
@@ -128,7 +128,7 @@ class ProfiledTarget(PostgresTarget):
         record = self.batches[-1]
         types = describe_types(self.conn, staging_columns(target, planned.key, planned.columns))
         t0 = time.monotonic()
-        lines = copy_lines(frame, types, terminated=True)
+        lines, _fields = copy_columns(frame, types)
         t1 = time.monotonic()
         qe = lines._jdf.queryExecution()
         qe.analyzed()

@@ -11,7 +11,7 @@ import time
 import psycopg2
 
 from airflow_provider_pglogical.hooks import PgLogicalHook
-from airflow_provider_pglogical.staging.drain import DrainConfig, drain_slot
+from airflow_provider_pglogical.staging.drain import DrainConfig, drain_run
 from tests.pgserver import execute, query
 
 
@@ -65,15 +65,12 @@ def wait_for_subscriber(source_dsn: str, subscriber_dsn: str, name: str = "sub_n
 
 
 def drain_all(source_dsn: str, uri: str, slot: str = "ours", publication: str = "pub_all", **kw) -> int:
-    """Drain cycles until the slot is caught up; returns the number of batches staged."""
+    """Drain cycles until the slot is caught up (``drain_run``: one lock, a peek read on across
+    batches); returns the number of batches staged."""
     hook = PgLogicalHook.from_dsn(source_dsn)
-    staged = 0
     try:
-        while True:
-            result = drain_slot(hook, DrainConfig(slot=slot, publication=publication, staging_uri=uri, **kw))
-            if not result.staged:
-                return staged
-            staged += 1
+        results = drain_run(hook, DrainConfig(slot=slot, publication=publication, staging_uri=uri, **kw))
+        return sum(1 for r in results if r.staged)
     finally:
         hook.close()
 

@@ -1,6 +1,6 @@
 """Slot rows through ``COPY (SELECT ...) TO STDOUT (FORMAT binary)``, read by the compiled helpers.
 
-The named cursor (``PgLogicalHook._stream_cursor``) is the reference path: psycopg2 fetches text,
+The named cursor (``PgLogicalClient._stream_cursor``) is the reference path: psycopg2 fetches text,
 so every bytea arrives hex-encoded and is decoded, and each row costs ~2 µs of Python objects.
 Binary COPY sends the pgoutput bytes as they are; ``decoding._speedups`` reads a chunk of rows from
 psycopg2's own libpq connection without the GIL and splits them into the same ``(lsn, xid, data)``

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_pglogical.apply.targets.postgres.progress import PROGRESS_TABLE
-from airflow_provider_pglogical.exceptions import SpecError, StagingError, format_lsn
+from airflow_provider_pglogical.exceptions import SparkStartError, SpecError, StagingError, format_lsn
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec, TableSpec
 from airflow_provider_pglogical.pipeline.steps import (
     check_retention,
     ensure_replication,
-    source_hook,
+    source_client,
     target_dsn,
     target_progress_table,
     target_watermark_ints,
@@ -52,9 +54,12 @@ def apply_config(spec: PipelineSpec, *, max_batches: int | None = None) -> Apply
                        progress_table=PROGRESS_TABLE, bookkeeping_schema=spec.target.bookkeeping_schema)
 
 
-@contextmanager
-def local_spark(master: str | None = None, conf: dict[str, str] | None = None) -> Iterator[SparkSession]:
-    """A Spark session for in-process apply (the CLI); the DAG uses spark-submit instead."""
+def new_spark_session(master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
+    """A started Spark session for in-process apply (the CLI; the DAG uses spark-submit instead).
+
+    A JVM that does not come up raises ``SparkStartError`` naming the master and the cause (its own
+    output, e.g. an unrecognised JVM option, went to stderr before it).
+    """
     from pyspark.sql import SparkSession
 
     from airflow_provider_pglogical.apply.sparkenv import LOCAL_DRIVER_CONF, is_local, use_package_python
@@ -70,17 +75,144 @@ def local_spark(master: str | None = None, conf: dict[str, str] | None = None) -
             builder = builder.config(key, value)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    try:
+        return builder.getOrCreate()
+    except Exception as exc:
+        cause = " ".join(str(exc).split()) or type(exc).__name__
+        raise SparkStartError(f"Spark ({master}) did not start: {type(exc).__name__}: {cause}") from exc
+
+
+@contextmanager
+def local_spark(master: str | None = None, conf: dict[str, str] | None = None) -> Iterator[SparkSession]:
+    """``new_spark_session`` for the block, stopped afterwards."""
+    session = new_spark_session(master, conf)
     try:
         yield session
     finally:
         session.stop()
 
 
+class SparkStarter:
+    """The Spark session of one ``pglogical run``, started on a thread of its own when ``start()`` is called.
+
+    The run calls ``start()`` as soon as the drain has read a transaction, so the JVM comes up while
+    the drain decodes, stages and advances instead of after it; a run with nothing to apply never
+    calls it and starts no JVM. ``start()`` returns at once and is idempotent; ``session()`` waits for
+    the start and returns the session, or raises its error (``SparkStartError``) in the calling
+    thread — so a JVM that fails to start fails the apply, never the drain, whose slot advance keeps
+    following the durable manifest as before. ``stop()`` waits for a start under way and stops the
+    session. ``early`` tells whether the start began before the apply asked for the session.
+    """
+
+    def __init__(self, master: str | None = None, conf: dict[str, str] | None = None, *, log: Log = _quiet) -> None:
+        self.master = master or DEFAULT_MASTER
+        self.conf = dict(conf or {})
+        self.log = log
+        self.early = False
+        self.start_s: float | None = None  # JVM start to session ready
+        self.waited_s: float | None = None  # how long the apply waited for it
+        self._thread: threading.Thread | None = None
+        self._session: SparkSession | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
+
+    def start(self, reason: str = "") -> None:
+        if self._thread is not None:
+            return
+        # pyspark is imported here rather than on the thread, so the drain's own imports (which go on
+        # meanwhile) never wait on a module lock the start holds. Its failure is the thread's to report
+        # (it imports again): nothing about Spark may fail the drain.
+        try:
+            import pyspark.sql  # noqa: F401
+        except Exception:  # noqa: BLE001, S110
+            pass
+
+        if reason:
+            self.log(f"starting Spark ({self.master}) in the background: {reason}")
+        self._thread = threading.Thread(target=self._run, name="pglogical-spark-start", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        t0 = time.monotonic()
+        try:
+            self._session = new_spark_session(self.master, self.conf)
+        except BaseException as exc:  # noqa: BLE001 - handed over to the thread that asks for the session
+            self._error = exc
+        self.start_s = time.monotonic() - t0
+
+    def session(self) -> SparkSession:
+        """The started session (starting it now if nobody did yet)."""
+        self.early = self.early or self._thread is not None
+        self.start()
+        assert self._thread is not None
+        t0 = time.monotonic()
+        self._thread.join()
+        self.waited_s = time.monotonic() - t0
+        if self._error is not None:
+            raise self._error
+        assert self._session is not None
+        # The JVM keeps the active session per thread and set it for the starting thread only; the apply
+        # runs on this one (SQLConf.get outside a Dataset call would otherwise read Spark's fallback conf).
+        jvm = self._session._jvm
+        if jvm is not None:
+            jvm.SparkSession.setActiveSession(self._session._jsparkSession)
+        if self.early:
+            self.log(f"Spark started in the background in {self.start_s:.1f} s; the apply waited {self.waited_s:.1f} s")
+        return self._session
+
+    def stop(self) -> None:
+        if self._thread is None:
+            return
+        self._thread.join()
+        if self._session is not None:
+            self._session.stop()
+            self._session = None
+
+    def summary(self) -> dict[str, Any]:
+        """For the run's JSON: whether Spark was started, during the drain or for the apply, and the seconds."""
+        started = "during the drain" if self.early else ("for the apply" if self.started else None)
+        return {"started": started, "start_s": None if self.start_s is None else round(self.start_s, 2),
+                "apply_waited_s": None if self.waited_s is None else round(self.waited_s, 2)}
+
+
+def early_start_allowed(spec: PipelineSpec) -> bool:
+    """Whether Spark may start during the drain: not for a Delta target with ``conn_id``, whose credentials
+    are exported to this process (and so to the JVM and its Python workers) only around the apply."""
+    return spec.target.kind != "delta" or not spec.target.conn_id
+
+
+def run_pending(spec: PipelineSpec, *, master: str | None = None, max_batches: int | None = None,
+                log: Log = _quiet) -> dict[str, Any]:
+    """``pglogical run``: decode (at most ``max_batches`` batches), then apply everything pending.
+
+    Spark starts in the background once the drain has read a transaction (or a snapshot was staged),
+    overlapping the JVM start with the rest of the drain; an empty slot starts no JVM.
+    """
+    starter = SparkStarter(master or spec.spark.master, spec.spark.conf, log=log)
+    early = early_start_allowed(spec)
+
+    def on_changes() -> None:
+        if early:
+            starter.start("the drain has changes to stage")
+
+    try:
+        decoded = decode_pending(spec, max_batches=max_batches, log=log, on_changes=on_changes)
+        applied = apply_pending(spec, master=master, log=log, spark=starter)
+    finally:
+        starter.stop()
+    return {"decode": decoded, "apply": applied, "spark": starter.summary()}
+
+
 def apply_pending(spec: PipelineSpec, *, master: str | None = None, max_batches: int | None = None,
-                  log: Log = _quiet) -> dict[str, Any]:
-    """Apply every staged batch beyond the target's watermarks, oldest first (idempotent)."""
-    from airflow_provider_pglogical.apply.runner import apply_slot
+                  log: Log = _quiet, spark: SparkStarter | None = None) -> dict[str, Any]:
+    """Apply every staged batch beyond the target's watermarks, oldest first (idempotent).
+
+    ``spark``: the run's session starter (its owner stops it); without it a session is started and
+    stopped here, when there is something to apply.
+    """
     from airflow_provider_pglogical.pipeline.selection import resolved
 
     spec = resolved(spec)  # the selected tables' targets carry watermarks and snapshots too
@@ -94,14 +226,16 @@ def apply_pending(spec: PipelineSpec, *, master: str | None = None, max_batches:
         return {"batches_seen": 0, "batches_applied": 0, "batches_replayed_in_order": 0, "last_applied_end_lsn": None,
                 "rows": {}}
     log(f"applying {len(pending)} staged batch(es) of slot {spec.source.slot} from {spec.staging.uri}")
+    from airflow_provider_pglogical.apply.runner import apply_slot  # imports pyspark: only when there is work
+
     # One apply path: the shared runner plans every batch and hands it to the spec's target.
-    with target_environment(spec), local_spark(master or spec.spark.master, spec.spark.conf) as spark:
+    with target_environment(spec), _apply_session(spark, master or spec.spark.master, spec.spark.conf) as session:
         if spec.target.kind == "delta":
             from airflow_provider_pglogical.apply.targets.delta import settings
 
-            reports = apply_slot(spark, config, target=settings.target_for_spec(spec))
+            reports = apply_slot(session, config, target=settings.target_for_spec(spec))
         else:
-            reports = apply_slot(spark, config, target_dsn(spec))
+            reports = apply_slot(session, config, target_dsn(spec))
     rows: dict[str, dict[str, int]] = {}
     for report in reports:
         for table, counts in report.rows.items():
@@ -114,6 +248,15 @@ def apply_pending(spec: PipelineSpec, *, master: str | None = None, max_batches:
     log(f"applied {len(applied)} of {len(reports)} staged batches ({replayed} replayed change by change)")
     return {"batches_seen": len(reports), "batches_applied": len(applied), "batches_replayed_in_order": replayed,
             "last_applied_end_lsn": format_lsn(applied[-1].end_lsn) if applied else None, "rows": rows}
+
+
+@contextmanager
+def _apply_session(starter: SparkStarter | None, master: str | None, conf: dict[str, str]) -> Iterator[SparkSession]:
+    if starter is not None:
+        yield starter.session()  # started during the drain, or now; its owner stops it
+        return
+    with local_spark(master, conf) as session:
+        yield session
 
 
 @contextmanager
@@ -154,24 +297,27 @@ def pending_batches(spec: PipelineSpec, *, max_batches: int | None = None) -> li
 
 
 def decode_pending(spec: PipelineSpec, *, max_batches: int | None = None, log: Log = _quiet,
-                   resync: list[str] | None = None) -> dict[str, Any]:
+                   resync: list[str] | None = None, on_changes: Callable[[], None] | None = None) -> dict[str, Any]:
     """Ensure publication and slot, check WAL retention, then drain the slot batch by batch.
 
     Idempotent per slot position: each cycle stages ``(confirmed_flush_lsn, end]`` and advances
     the slot only after the batch's manifest exists, so a crash in between re-stages the same
-    range, which the drain replaces rather than duplicates.
+    range, which the drain replaces rather than duplicates. ``on_changes`` is called (possibly more
+    than once) when there is something for an apply: a snapshot was staged or the drain read a transaction.
     """
     from airflow_provider_pglogical.pipeline.snapshots import initial_snapshot_if_new, sync_tables
 
-    with source_hook(spec) as hook:
+    with source_client(spec) as client:
         # snapshot.initial: a new slot is created with an exported snapshot (before ensure_replication)
-        initial = initial_snapshot_if_new(spec, hook, log=log)
-        ensured = ensure_replication(spec, hook)
+        initial = initial_snapshot_if_new(spec, client, log=log)
+        ensured = ensure_replication(spec, client)
         log(f"slot {spec.source.slot} at {ensured['confirmed_flush_lsn']} (publication {', '.join(spec.source.all_publications)})")
-        retention = check_retention(spec, hook)
+        retention = check_retention(spec, client)
         log(f"slot lag {retention['lag_bytes']} bytes, wal_status {retention['wal_status']}")
     synced = sync_tables(spec, resync=resync, log=log)
-    batches = drain(spec, max_batches=max_batches, log=log)
+    if on_changes is not None and (initial or synced.get("tables")):
+        on_changes()
+    batches = drain(spec, max_batches=max_batches, log=log, on_changes=on_changes)
     return {"ensure": ensured, "retention": retention, "snapshot": {"initial": initial, "tables": synced},
             "batches": batches, "changes": sum(b.get("changes", 0) for b in batches)}
 
@@ -186,31 +332,35 @@ def drain_config(spec: PipelineSpec) -> DrainConfig:
                        max_changes=spec.source.max_changes or DEFAULT_MAX_CHANGES)
 
 
-def drain(spec: PipelineSpec, *, max_batches: int | None = None, log: Log = _quiet) -> list[dict[str, Any]]:
+def drain(spec: PipelineSpec, *, max_batches: int | None = None, log: Log = _quiet,
+          on_changes: Callable[[], None] | None = None) -> list[dict[str, Any]]:
     """Run drain cycles until the slot has caught up with the WAL flushed when we started
-    (or ``max_batches`` cycles); one summary per staged batch.
+    (or ``max_batches`` cycles); one summary per staged batch. ``on_changes`` is called when a cycle
+    has read its first transaction or message (the batch is not staged yet).
 
     Stopping at the starting flush position keeps a run bounded on a busy source: later WAL is
     the next run's work.
     """
-    from airflow_provider_pglogical.staging.drain import drain_slot
+    from airflow_provider_pglogical.staging.drain import DrainResult, drain_run
 
     config = drain_config(spec)
-    summaries: list[dict[str, Any]] = []
-    with source_hook(spec) as hook:
-        stop_at = hook.current_wal_flush_lsn()
-        while max_batches is None or len(summaries) < max_batches:
-            result = drain_slot(hook, config)
-            if not (result.staged or result.replayed):
-                break
-            summary = result.to_summary()
-            summaries.append(summary)
-            log(f"staged {summary['start_lsn']}..{summary['end_lsn']}: {summary['transactions']} transactions, "
-                f"{summary['changes']} changes, {summary['truncates']} truncates"
-                + (" (already staged, slot advanced)" if result.replayed else ""))
-            if result.end_lsn >= stop_at or result.end_lsn <= result.start_lsn:
-                break
-    return summaries
+
+    def report(result: DrainResult) -> None:
+        summary = result.to_summary()
+        log(f"staged {summary['start_lsn']}..{summary['end_lsn']}: {summary['transactions']} transactions, "
+            f"{summary['changes']} changes, {summary['truncates']} truncates"
+            + (" (already staged, slot advanced)" if result.replayed else ""))
+
+    def checkpoint(name: str) -> None:
+        if name == "fetched_some" and on_changes is not None:
+            on_changes()
+
+    with source_client(spec) as client:
+        stop_at = client.current_wal_flush_lsn()
+        # One lock and, when a batch is cut by max_changes, the same peek read on for the next batch.
+        results = drain_run(client, config, max_batches=max_batches, stop_at=stop_at, on_result=report,
+                            on_checkpoint=checkpoint)
+    return [r.to_summary() for r in results]
 
 
 def batches_upto(spec: PipelineSpec, *, upto_lsn: int | None = None, upto_time: datetime | None = None) -> int:
@@ -274,4 +424,5 @@ def first_batch_start(spec: PipelineSpec) -> str | None:
     return format_lsn(batches[0].start_lsn)
 
 
-__all__ = ["apply_config", "apply_pending", "batches_upto", "decode_pending", "drain", "local_spark", "reset_target"]
+__all__ = ["SparkStarter", "apply_config", "apply_pending", "batches_upto", "decode_pending", "drain", "local_spark",
+           "new_spark_session", "reset_target", "run_pending"]

@@ -12,7 +12,7 @@ from collections.abc import Collection
 from dataclasses import replace
 
 from airflow_provider_pglogical.exceptions import SpecError
-from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
+from airflow_provider_pglogical.hooks.slot_client import PgLogicalClient
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec, TableSpec, split_qualified
 
 
@@ -45,38 +45,38 @@ def resolve(spec: PipelineSpec, published: Collection[str], routed: Collection[s
     return replace(spec, tables=tables)
 
 
-def create_selected_publication(spec: PipelineSpec, hook: PgLogicalHook) -> bool:
+def create_selected_publication(spec: PipelineSpec, client: PgLogicalClient) -> bool:
     """With ``source.create``: create the publication for the spec's selection unless it exists —
     ``FOR ALL TABLES`` for ``"*"``, else ``FOR TABLE <named>, TABLES IN SCHEMA <schemas>`` (PostgreSQL 15+)."""
     if "*" in spec.selectors:
-        return hook.create_publication(spec.source.publication, all_tables=True)
+        return client.create_publication(spec.source.publication, all_tables=True)
     schemas = sorted(name[:-2] for name in spec.selectors)
-    return hook.create_publication(spec.source.publication, [split_qualified(t) for t in spec.tables],
-                                   schemas=schemas)
+    return client.create_publication(spec.source.publication, [split_qualified(t) for t in spec.tables],
+                                     schemas=schemas)
 
 
-def resolve_with(spec: PipelineSpec, hook: PgLogicalHook) -> PipelineSpec:
-    """``resolve`` against the publication on ``hook`` (created first with ``source.create``); a missing
+def resolve_with(spec: PipelineSpec, client: PgLogicalClient) -> PipelineSpec:
+    """``resolve`` against the publication on ``client`` (created first with ``source.create``); a missing
     publication leaves the spec as it is (``ensure_replication`` reports it)."""
     if not spec.selectors:
         return spec
     if spec.source.create:
-        create_selected_publication(spec, hook)
-    if not all(hook.publication_exists(p) for p in spec.source.all_publications):
+        create_selected_publication(spec, client)
+    if not all(client.publication_exists(p) for p in spec.source.all_publications):
         return spec
     routed = {leaf for name, t in spec.tables.items() if t.leaves == "route_to_root"
-              for leaf in hook.partition_leaves(name)}
-    return resolve(spec, hook.published_tables(spec.source.all_publications), routed)
+              for leaf in client.partition_leaves(name)}
+    return resolve(spec, client.published_tables(spec.source.all_publications), routed)
 
 
 def resolved(spec: PipelineSpec) -> PipelineSpec:
     """``resolve_with`` on a connection of its own; no connection when the spec selects nothing."""
     if not spec.selectors:
         return spec
-    from airflow_provider_pglogical.pipeline.steps import source_hook
+    from airflow_provider_pglogical.pipeline.steps import source_client
 
-    hook = source_hook(spec)
+    client = source_client(spec)
     try:
-        return resolve_with(spec, hook)
+        return resolve_with(spec, client)
     finally:
-        hook.close()
+        client.close()

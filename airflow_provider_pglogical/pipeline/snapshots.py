@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_pglogical.exceptions import SnapshotOnExistingSlotError, SpecError
-from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
+from airflow_provider_pglogical.hooks.slot_client import PgLogicalClient
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec, split_qualified
 
 Log = Callable[[str], None]
@@ -21,6 +21,7 @@ def source_dsn(spec: PipelineSpec) -> str:
     if spec.source.dsn is not None:
         return spec.source.dsn
     from airflow_provider_pglogical.hooks.dsn import libpq_dsn
+    from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
 
     # The one DSN builder and extras allowlist (hooks/dsn.py), with the hook's database override.
     hook = PgLogicalHook(postgres_conn_id=spec.source.conn_id)
@@ -39,7 +40,7 @@ def snapshot_job(spec: PipelineSpec) -> Any:
                        routing=tuple(name for name, t in spec.tables.items() if t.leaves == "route_to_root"))
 
 
-def initial_snapshot_if_new(spec: PipelineSpec, hook: PgLogicalHook, *, log: Log = _quiet,
+def initial_snapshot_if_new(spec: PipelineSpec, client: PgLogicalClient, *, log: Log = _quiet,
                             on_checkpoint: Callable[[str], None] | None = None) -> dict[str, Any] | None:
     """With ``snapshot.initial``: when the slot does not exist yet, create the publication (with
     ``source.create``), then the slot with an exported snapshot, and stage every table at its
@@ -51,7 +52,7 @@ def initial_snapshot_if_new(spec: PipelineSpec, hook: PgLogicalHook, *, log: Log
     if not spec.snapshot.initial:
         return None
     slot = spec.source.slot
-    if hook.slot_info(slot) is not None:
+    if client.slot_info(slot) is not None:
         if not SnapshotLayout.from_uri(spec.staging.uri, slot).tables():
             raise SnapshotOnExistingSlotError(
                 f"snapshot.initial is set but slot {slot!r} already exists without a snapshot: the snapshot "
@@ -61,12 +62,12 @@ def initial_snapshot_if_new(spec: PipelineSpec, hook: PgLogicalHook, *, log: Log
     if spec.selectors:  # create the publication for the selection, then snapshot what it publishes
         from airflow_provider_pglogical.pipeline.selection import resolve_with
 
-        spec = resolve_with(spec, hook)
+        spec = resolve_with(spec, client)
     if spec.source.create:
-        hook.check_wal_level()
-        hook.create_publication(spec.source.publication, [split_qualified(t) for t in spec.tables])
+        client.check_wal_level()
+        client.create_publication(spec.source.publication, [split_qualified(t) for t in spec.tables])
     else:
-        missing = [p for p in spec.source.all_publications if not hook.publication_exists(p)]
+        missing = [p for p in spec.source.all_publications if not client.publication_exists(p)]
         if missing:
             raise SpecError(f"publication {missing[0]!r} does not exist; create it or set source.create")
     log(f"creating slot {slot} with an exported snapshot and copying {len(spec.tables)} table(s)")
@@ -127,7 +128,7 @@ def target_sync_marks(spec: PipelineSpec) -> dict[str, int]:
         return {}
     import psycopg2
 
-    from airflow_provider_pglogical.apply.targets.postgres.snapshot import SYNC_TABLE, sync_marks
+    from airflow_provider_pglogical.apply.targets.postgres.progress import SYNC_TABLE, sync_marks
     from airflow_provider_pglogical.pipeline.steps import target_dsn, target_progress_table
 
     # pglogical_sync lives next to the progress table, in the bookkeeping schema the apply resolves.

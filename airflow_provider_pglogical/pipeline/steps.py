@@ -7,16 +7,19 @@ from typing import Any
 from airflow_provider_pglogical.apply.targets.postgres.progress import PROGRESS_TABLE
 from airflow_provider_pglogical.exceptions import PublicationNotFoundError, SlotError, SpecError, format_lsn
 from airflow_provider_pglogical.hooks.dsn import libpq_dsn
-from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
+from airflow_provider_pglogical.hooks.slot_client import PgLogicalClient
 from airflow_provider_pglogical.hooks.slots import check_wal_retention, slot_lag_bytes, slot_summary
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec, split_qualified
 
 
-def source_hook(spec: PipelineSpec) -> PgLogicalHook:
-    """A hook on the source: the spec's DSN, or its Airflow connection."""
+def source_client(spec: PipelineSpec) -> PgLogicalClient:
+    """A slot client on the source: the spec's DSN (no Airflow import: the CLI's path), or its
+    Airflow connection (through ``PgLogicalHook``, which resolves it when the client connects)."""
     if spec.source.dsn is not None:
-        return PgLogicalHook.from_dsn(spec.source.dsn)
-    return PgLogicalHook(postgres_conn_id=spec.source.conn_id)
+        return PgLogicalClient.from_dsn(spec.source.dsn)
+    from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
+
+    return PgLogicalHook(postgres_conn_id=spec.source.conn_id).client
 
 
 def target_dsn(spec: PipelineSpec) -> str:
@@ -38,7 +41,7 @@ def target_progress_table(spec: PipelineSpec) -> str:
     return qualified(schema, PROGRESS_TABLE)
 
 
-def ensure_replication(spec: PipelineSpec, hook: PgLogicalHook) -> dict[str, Any]:
+def ensure_replication(spec: PipelineSpec, client: PgLogicalClient) -> dict[str, Any]:
     """Make sure the publication and the slot exist (creating them when ``source.create``).
 
     The publication is created before the slot: pgoutput looks publications up with the
@@ -49,36 +52,36 @@ def ensure_replication(spec: PipelineSpec, hook: PgLogicalHook) -> dict[str, Any
     publication, slot = spec.source.publication, spec.source.slot
     created_publication = created_slot = False
     if spec.selectors:
-        created_publication = spec.source.create and create_selected_publication(spec, hook)
-        spec = resolve_with(spec, hook)
+        created_publication = spec.source.create and create_selected_publication(spec, client)
+        spec = resolve_with(spec, client)
     if spec.source.create:
-        hook.check_wal_level()
-        created_publication = (hook.create_publication(publication, [split_qualified(t) for t in spec.tables])
+        client.check_wal_level()
+        created_publication = (client.create_publication(publication, [split_qualified(t) for t in spec.tables])
                                or created_publication)
     for name in spec.source.all_publications if not spec.source.create else ():
-        if not hook.publication_exists(name):
+        if not client.publication_exists(name):
             raise PublicationNotFoundError(
                 f"publication {name!r} does not exist; create it or set source.create: true in the spec")
-    published = hook.published_tables(spec.source.all_publications)
+    published = client.published_tables(spec.source.all_publications)
     # Without publish_via_partition_root a publication lists a partitioned table's leaves, not the table:
     # an entry routing its leaves is published when they are.
     missing = sorted(name for name in set(spec.tables) - published
-                     if not (spec.tables[name].leaves == "route_to_root" and published & set(hook.partition_leaves(name))))
+                     if not (spec.tables[name].leaves == "route_to_root" and published & set(client.partition_leaves(name))))
     if missing:
         names = ", ".join(repr(p) for p in spec.source.all_publications)
         raise SpecError(
             f"publication {names} does not publish {', '.join(missing)}; add them with ALTER PUBLICATION "
             "... ADD TABLE or remove them from the spec's tables")
     if spec.source.create:
-        created_slot = hook.create_slot(slot)
-    info = hook.require_slot(slot)
+        created_slot = client.create_slot(slot)
+    info = client.require_slot(slot)
     return {"publication": publication, "created_publication": created_publication, "slot": slot,
             "created_slot": created_slot, "confirmed_flush_lsn": format_lsn(info.confirmed_flush_lsn)}
 
 
-def check_retention(spec: PipelineSpec, hook: PgLogicalHook) -> dict[str, Any]:
+def check_retention(spec: PipelineSpec, client: PgLogicalClient) -> dict[str, Any]:
     """Fail (typed error) when the slot is lost, unreserved or under ``source.min_safe_wal_bytes``."""
-    info = check_wal_retention(hook.slot_info(spec.source.slot), slot=spec.source.slot,
+    info = check_wal_retention(client.slot_info(spec.source.slot), slot=spec.source.slot,
                                min_safe_wal_bytes=spec.source.min_safe_wal_bytes)
     return {**slot_summary(info), "lag_bytes": slot_lag_bytes(info)}
 
@@ -125,9 +128,9 @@ def target_watermarks(spec: PipelineSpec) -> dict[str, str]:
 
 def status(spec: PipelineSpec) -> dict[str, Any]:
     """Slot position and lag, staged batches and target watermarks, as one JSON-friendly dict."""
-    with source_hook(spec) as hook:
-        info = hook.slot_info(spec.source.slot)
-        current = hook.current_wal_flush_lsn()
+    with source_client(spec) as client:
+        info = client.slot_info(spec.source.slot)
+        current = client.current_wal_flush_lsn()
     slot = None
     if info is not None:
         slot = {**slot_summary(info), "lag_bytes": slot_lag_bytes(info)}

@@ -13,18 +13,18 @@ from airflow_provider_pglogical.pipeline.spec import PipelineSpec
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
+    from airflow_provider_pglogical.hooks.slot_client import PgLogicalClient
 
-SourceStep = Callable[[PipelineSpec, "PgLogicalHook"], dict[str, Any]]
+SourceStep = Callable[[PipelineSpec, "PgLogicalClient"], dict[str, Any]]
 
 
 def _run_on_source(task: BaseOperator, spec: PipelineSpec, step: SourceStep, message: str,
                    keys: Sequence[str]) -> dict[str, Any]:
-    """``step`` with a hook on the spec's source (closed afterwards); logs ``message`` with the result's ``keys``."""
-    from airflow_provider_pglogical.pipeline.steps import source_hook
+    """``step`` with a slot client on the spec's source (closed afterwards); logs ``message`` with the result's ``keys``."""
+    from airflow_provider_pglogical.pipeline.steps import source_client
 
-    with source_hook(spec) as hook:
-        result = step(spec, hook)
+    with source_client(spec) as client:
+        result = step(spec, client)
     task.log.info(message, *(result[k] for k in keys))
     return result
 
@@ -172,10 +172,10 @@ class SnapshotTablesOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_pglogical.pipeline.snapshots import initial_snapshot_if_new, sync_tables
-        from airflow_provider_pglogical.pipeline.steps import source_hook
+        from airflow_provider_pglogical.pipeline.steps import source_client
 
         resync = self.tables_to_resync()
-        with source_hook(self.spec) as hook:
-            initial = initial_snapshot_if_new(self.spec, hook, log=self.log.info)
+        with source_client(self.spec) as client:
+            initial = initial_snapshot_if_new(self.spec, client, log=self.log.info)
         synced = sync_tables(self.spec, resync=resync, log=self.log.info)
         return {"initial": initial, "tables": synced}

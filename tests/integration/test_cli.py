@@ -11,9 +11,14 @@ import yaml
 
 from tests.conftest import _drop_database, make_database
 from tests.pgserver import execute, query
-from tests.userenv import run_as_user, venv_script
+from tests.userenv import VENV_BIN, run_as_user, venv_script
 
 PGLOGICAL = venv_script("pglogical")
+# The console script's main() in the venv's Python, reporting on stderr's last line which of the packages an
+# empty run must not pay for the process imported (pyspark/py4j: a JVM can only be started through them).
+IMPORT_PROBE = ("import sys\nfrom airflow_provider_pglogical.cli import main\ncode = main(sys.argv[1:])\n"
+                "heavy = [m for m in ('airflow', 'pyspark', 'py4j') if m in sys.modules]\n"
+                "print('imported:', *heavy, file=sys.stderr)\nsys.exit(code)\n")
 SCHEMA = """
 CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL);
 CREATE TABLE orders (id int PRIMARY KEY, customer_id int REFERENCES customers, amount numeric(12,2) NOT NULL,
@@ -52,6 +57,14 @@ def pipeline(pg_server, pg_dsn, pg_dbname, tmp_path):
         yield {"spec": str(path), "doc": doc, "source": pg_dsn, "target": pg_server.dsn(target), "tmp": tmp_path}
     finally:
         _drop_database(pg_server, target)
+
+
+def pglogical_probed(*args: str, extra: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """``pglogical ARGS`` as a user runs it, and the heavy packages the process imported."""
+    result = run_as_user([str(VENV_BIN / "python"), "-c", IMPORT_PROBE, *args], extra, timeout=300)
+    last = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else ""
+    assert last.startswith("imported:"), result.stderr[-3000:]
+    return result, last.split()[1:]
 
 
 def write_spec(pipeline, **changes) -> str:
@@ -134,8 +147,13 @@ def test_decode_then_run_stages_and_applies_the_filtered_changes_and_status_show
     assert batch["tables"] == {"public.customers": 2, "public.orders": 5}
     assert status["target"]["watermarks"] == {"public.customers": batch["end_lsn"], "public.orders_eu": batch["end_lsn"]}
 
+    # Spark was started while the drain ran (once it had read the transaction), not after it
+    assert result.stderr.index("starting Spark (local[2]) in the background") < result.stderr.index("pglogical: staged")
+    assert summary["spark"]["started"] == "during the drain" and summary["spark"]["start_s"] > 0
+
     again = pglogical("run", "--spec", pipeline["spec"])  # nothing new: nothing staged or applied twice
     assert again.returncode == 0 and json.loads(again.stdout)["apply"]["batches_applied"] == 0
+    assert json.loads(again.stdout)["spark"] == {"started": None, "start_s": None, "apply_waited_s": None}
 
 
 def test_validate_with_filters_rejects_a_function_the_apply_cannot_evaluate_like_postgres(pipeline):
@@ -207,3 +225,58 @@ def test_apply_with_a_target_conn_id_keeps_the_connections_libpq_extras(pipeline
     refused = pglogical("apply", "--spec", str(spec), extra={"AIRFLOW_CONN_PGL_TARGET": connection("require")})
     assert refused.returncode != 0
     assert "SSL" in refused.stderr
+
+
+def test_run_decode_and_status_on_an_empty_slot_import_neither_airflow_nor_spark(pipeline):
+    """An empty run pays no Airflow import (seconds: the slot client is plain psycopg2) and starts no JVM."""
+    created = pglogical("run", "--spec", pipeline["spec"])  # creates publication and slot; nothing to drain
+    assert created.returncode == 0, created.stderr
+    results = {}
+    for command in ("run", "decode", "status"):
+        results[command], heavy = pglogical_probed(command, "--spec", pipeline["spec"])
+        assert results[command].returncode == 0, results[command].stderr
+        assert heavy == [], f"pglogical {command} on an empty slot imported {heavy}"
+    assert json.loads(results["run"].stdout)["spark"]["started"] is None
+    assert "starting Spark" not in results["run"].stderr
+
+
+def test_a_source_given_by_conn_id_is_read_through_the_airflow_hook(pipeline, pg_server, pg_dbname):
+    """``source.conn_id``: the slot client connects through ``PgLogicalHook`` (the Airflow connection and its
+    extras); that path, and only that one, imports Airflow."""
+    doc = {**pipeline["doc"], "source": {**pipeline["doc"]["source"], "conn_id": "pgl_source"}}
+    del doc["source"]["dsn"]
+    spec = pipeline["tmp"] / "source_conn_id.yaml"
+    spec.write_text(yaml.safe_dump(doc))
+
+    def connection(sslmode: str) -> dict[str, str]:
+        return {"AIRFLOW_CONN_PGL_SOURCE": json.dumps({
+            "conn_type": "postgres", "host": pg_server.host, "port": pg_server.port, "schema": pg_dbname,
+            "login": pg_server.superuser, "extra": {"sslmode": sslmode}})}
+
+    decoded, heavy = pglogical_probed("decode", "--spec", str(spec), extra=connection("disable"))
+    assert decoded.returncode == 0, decoded.stderr
+    assert json.loads(decoded.stdout)["ensure"]["created_slot"] is True
+    assert "airflow" in heavy and "pyspark" not in heavy
+    refused = pglogical("status", "--spec", str(spec), extra=connection("require"))  # the extras reach libpq
+    assert refused.returncode == 1 and "SSL" in refused.stderr
+
+
+def test_a_spark_that_does_not_start_fails_the_run_after_the_drain_staged_and_advanced(pipeline):
+    """The JVM starts while the drain runs; when it cannot start, the drain still stages and advances the slot
+    (after the manifest, as always), the run fails with one line naming Spark, and a later apply applies it."""
+    assert pglogical("decode", "--spec", pipeline["spec"]).returncode == 0
+    execute(pipeline["source"], "INSERT INTO customers VALUES (1, 'a'), (2, 'b')")
+    failed = pglogical("run", "--spec", pipeline["spec"], extra={"JAVA_HOME": str(pipeline["tmp"] / "no-java")})
+    assert failed.returncode == 1 and failed.stdout == ""
+    assert failed.stderr.index("starting Spark (local[2]) in the background") < failed.stderr.index("pglogical: staged")
+    assert failed.stderr.strip().splitlines()[-1].startswith(
+        "pglogical run: error: Spark (local[2]) did not start: PySparkRuntimeError: [JAVA_GATEWAY_EXITED]")
+    status = json.loads(pglogical("status", "--spec", pipeline["spec"]).stdout)
+    [batch] = status["staging"]["batches"]
+    assert batch["tables"] == {"public.customers": 2}
+    assert status["source"]["slot"]["confirmed_flush_lsn"] == batch["end_lsn"]
+    assert status["target"]["watermarks"] == {}
+
+    applied = pglogical("apply", "--spec", pipeline["spec"])
+    assert applied.returncode == 0, applied.stderr[-3000:]
+    assert query(pipeline["target"], "SELECT id, name FROM customers ORDER BY id") == [(1, "a"), (2, "b")]

@@ -19,12 +19,12 @@ def cursor_rows(hook: PgLogicalHook, **kw) -> list[tuple[int, int, bytes]]:
     options = hook.pgoutput_options("pub")
     from psycopg2 import sql
 
-    from airflow_provider_pglogical.hooks.pglogical import _LSN
+    from airflow_provider_pglogical.hooks.slot_client import _LSN
     query = sql.SQL("SELECT {lsn}, xid::text::bigint, data FROM pg_logical_slot_peek_binary_changes("
                     "%s, %s::pg_lsn, %s, {opts})").format(lsn=sql.SQL(_LSN.format("lsn")),
                                                           opts=sql.SQL(", ").join(sql.Placeholder() * len(options)))
-    rows = hook._stream_cursor(query, ("s1", None, query_kw["upto_nchanges"], *options), slot="s1", publication="pub",
-                               itersize=query_kw["itersize"])
+    rows = hook.client._stream_cursor(query, ("s1", None, query_kw["upto_nchanges"], *options), slot="s1",
+                                      publication="pub", itersize=query_kw["itersize"])
     return [(lsn, xid, bytes(data)) for lsn, xid, data in rows]
 
 

@@ -1,7 +1,9 @@
-"""PgLogicalHook against a real server: lifecycle, quoting, streaming reads, and every typed error."""
+"""PgLogicalClient and the Airflow PgLogicalHook wrapping it, against a real server: lifecycle, quoting,
+streaming reads, and every typed error (each API test runs on both)."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -18,15 +20,16 @@ from airflow_provider_pglogical.exceptions import (
     SlotPluginMismatchError,
     WalLevelError,
 )
-from airflow_provider_pglogical.hooks import PgLogicalHook
+from airflow_provider_pglogical.hooks import PgLogicalClient, PgLogicalHook
 from airflow_provider_pglogical.hooks.errors import InvalidSlotNameError, translated_errors
 from airflow_provider_pglogical.hooks.pglogical import proto_version_for
 from tests.pgserver import start_server, stop_server
 
 
-@pytest.fixture
-def hook(pg_dsn):
-    h = PgLogicalHook.from_dsn(pg_dsn)
+@pytest.fixture(params=["client", "hook"])
+def hook(request, pg_dsn):
+    """The plain client (CLI, pipeline) and the Airflow hook that forwards to it must behave alike."""
+    h = PgLogicalClient.from_dsn(pg_dsn) if request.param == "client" else PgLogicalHook.from_dsn(pg_dsn)
     yield h
     h.close()
 
@@ -48,6 +51,32 @@ def test_the_hook_keeps_airflow_connection_identity():
     assert PgLogicalHook.conn_name_attr == "postgres_conn_id"
     assert PgLogicalHook.default_conn_name == "postgres_default"
     assert PgLogicalHook(postgres_conn_id="src").postgres_conn_id == "src"
+
+
+def test_the_hook_reads_through_its_airflow_connection_and_its_extras(pg_server, pg_dbname, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_PGL_HOOK_SOURCE", json.dumps({
+        "conn_type": "postgres", "host": pg_server.host, "port": pg_server.port, "schema": pg_dbname,
+        "login": pg_server.superuser, "extra": {"application_name": "from-the-extra", "evil": "x"}}))
+    with PgLogicalHook(postgres_conn_id="pgl_hook_source") as hook:
+        assert hook.client.dsn is None  # the client connects through the hook's Airflow connection
+        with hook.session.cursor() as cur:
+            cur.execute("SELECT current_database(), current_setting('application_name')")
+            assert cur.fetchone() == (pg_dbname, "from-the-extra")
+        assert hook.create_slot("via_conn_id") is True
+        assert hook.require_slot("via_conn_id").plugin == "pgoutput"
+        hook.drop_slot("via_conn_id")
+        conn = hook.get_conn()  # DbApiHook's entry point: a new connection of the same connection
+        try:
+            assert not conn.closed and conn is not hook.session
+        finally:
+            conn.close()
+
+
+def test_the_client_takes_a_dsn_or_a_connect_callable():
+    with pytest.raises(ValueError, match="exactly one"):
+        PgLogicalClient()
+    with pytest.raises(ValueError, match="exactly one"):
+        PgLogicalClient("dbname=x", connect=lambda: None)
 
 
 def test_create_and_drop_are_idempotent(hook, table):

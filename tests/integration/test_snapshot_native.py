@@ -189,7 +189,9 @@ def test_snapshot_then_changes_equal_a_native_copy_data_subscriber(pg_server, sp
     finally:
         execute(native_dsn, "ALTER SUBSCRIPTION sub_native DISABLE", "ALTER SUBSCRIPTION sub_native SET (slot_name = NONE)",
                 "DROP SUBSCRIPTION sub_native")
-        execute(source_dsn, "SELECT pg_drop_replication_slot('sub_native')")
+        # slot names are cluster-wide: leave no 'ours' behind for the next test of this server
+        execute(source_dsn, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                            "WHERE slot_name IN ('sub_native', 'ours')")
 
 
 MULTI_TABLES_SQL = """

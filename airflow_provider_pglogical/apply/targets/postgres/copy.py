@@ -5,13 +5,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-import numpy as np
 import psycopg2
 import pyarrow as pa
 from psycopg2 import sql
 from psycopg2.extensions import connection
 
 from airflow_provider_pglogical.apply.targets.base import TargetTable, from_column
+from airflow_provider_pglogical.apply.targets.postgres import arrowtext
 from airflow_provider_pglogical.apply.targets.postgres.catalog import ident
 from airflow_provider_pglogical.apply.targets.postgres.plan import KEEP, LSN, OP, TOUCHED
 from airflow_provider_pglogical.exceptions import ApplyError
@@ -67,8 +67,8 @@ def drop_leftover_staging(conn: connection, schema: str, prefixes: Iterable[str]
 def copy_rows(dsn: str, staging: str, columns: Sequence[str], lines: Iterator[str]) -> int:
     """COPY ready text lines (``copytext.copy_lines``, no line break) into ``staging``; returns the row count.
 
-    Columns are (kind, keep, lsn, *columns). The executors use ``copy_partitions``, which hands over
-    Arrow buffers without making Python strings; this form is for lines built in Python.
+    Columns are (kind, keep, lsn, *columns). The executors use ``copy_partitions``, which prints typed Arrow
+    columns straight into the COPY buffer without making Python strings; this form is for lines built in Python.
     """
     def chunks() -> Iterator[tuple[bytes, int]]:
         while True:
@@ -120,18 +120,6 @@ def copy_chunks(dsn: str, staging: str, columns: Sequence[str], chunks: Iterator
     return reader.rows
 
 
-def arrow_line_bytes(lines: pa.Array) -> bytes:
-    """The bytes of a (large_)string array of newline-terminated lines, back to back: its value buffer, one copy."""
-    if lines.null_count:
-        raise ApplyError("a COPY line is null (copy_lines never makes one)")
-    if len(lines) == 0:
-        return b""
-    wide = pa.types.is_large_string(lines.type) or pa.types.is_large_binary(lines.type)
-    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64 if wide else np.int32)
-    first, last = int(offsets[lines.offset]), int(offsets[lines.offset + len(lines)])
-    return memoryview(lines.buffers()[2])[first:last].tobytes()
-
-
 _QUOTED_VALUE = re.compile(r':\s*".*', re.S)
 _COPY_POSITION = re.compile(r"line (\d+), column ([^:]+)")
 
@@ -149,14 +137,13 @@ def copy_error(staging: str, exc: psycopg2.Error, copied: int) -> ApplyError:
     return ApplyError(f"COPY into {staging} failed{position}: [{exc.pgcode}] {primary}")
 
 
-def copy_partitions(dsn: str, staging: str, columns: Sequence[str]) -> Callable[[Iterator[pa.RecordBatch]],
-                                                                               Iterator[pa.RecordBatch]]:
-    """A ``mapInArrow`` function: each partition's newline-terminated lines (Arrow batches: no pickling, no Python
-    strings) COPYed as one statement; yields its count."""
+def copy_partitions(dsn: str, staging: str, columns: Sequence[str], fields: Sequence[arrowtext.Field]
+                    ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A ``mapInArrow`` function over ``copytext.copy_columns``' frame: each partition's rows printed as COPY text
+    lines (``arrowtext.line_bytes``: no Python strings, no pickling) and COPYed as one statement; yields its count."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        # Lines arrive newline-terminated (``copy_lines(..., terminated=True)``): their value buffer is the COPY data.
-        chunks = ((arrow_line_bytes(b.column(0)), b.num_rows) for b in batches)
+        chunks = arrowtext.line_batches(fields)(batches)
         yield pa.RecordBatch.from_pydict({"rows": [copy_chunks(dsn, staging, columns, chunks)]},
                                          schema=pa.schema([("rows", pa.int64())]))
 

@@ -11,10 +11,17 @@ from pyspark.sql.types import (
     ArrayType,
     BinaryType,
     BooleanType,
+    ByteType,
     DataType,
     DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
     MapType,
     NumericType,
+    ShortType,
     StringType,
     StructField,
     StructType,
@@ -24,8 +31,10 @@ from pyspark.sql.types import (
 )
 
 from airflow_provider_pglogical.apply.notes import ELEMENT_NOTES, NOTE, VALUE, is_folded
+from airflow_provider_pglogical.apply.targets.postgres import arrowtext
 from airflow_provider_pglogical.apply.targets.postgres.target_types import ARRAY, COMPOSITE, MONEY, MULTIRANGE, PgType
 from airflow_provider_pglogical.apply.targets.postgres.temporal_text import (
+    USECS_PER_DAY,
     date_text,
     interval_text,
     is_interval,
@@ -259,3 +268,72 @@ def copy_lines(df: DataFrame, types: Mapping[str, PgType] | None = None, *, term
     fields = [field(f) for f in df.schema.fields]
     line = F.concat_ws("\t", *fields)
     return df.select((F.concat(line, F.lit("\n")) if terminated else line).alias("line"))
+
+
+# What Arrow prints exactly (arrowtext.py): dates and timestamps in years 1–9999 (Unix days / µs), decimals up to
+# scale 6.
+ARROW_DAYS = (-719_162, 2_932_896)  # 0001-01-01, 9999-12-31
+ARROW_MICROS = (ARROW_DAYS[0] * USECS_PER_DAY, (ARROW_DAYS[1] + 1) * USECS_PER_DAY - 1)
+ARROW_MAX_DECIMAL_SCALE = 6
+
+
+def _arrow_kind(dtype: DataType) -> str | None:
+    """The ``arrowtext`` kind that prints a value of ``dtype`` exactly, or None (the JVM prints it)."""
+    if isinstance(dtype, StringType):
+        return arrowtext.TEXT
+    if isinstance(dtype, (BooleanType, ByteType, ShortType, IntegerType, LongType)):
+        return arrowtext.PLAIN
+    if isinstance(dtype, DecimalType) and dtype.scale <= ARROW_MAX_DECIMAL_SCALE:
+        return arrowtext.PLAIN
+    if isinstance(dtype, (FloatType, DoubleType)):
+        return arrowtext.FLOAT
+    if isinstance(dtype, TimestampType):
+        return arrowtext.TIMESTAMPTZ
+    if isinstance(dtype, (DateType, TimestampNTZType)):
+        return arrowtext.TEMPORAL
+    return None
+
+
+def _beyond_arrow(c: Column, dtype: DataType) -> Column:
+    """True for the dates/timestamps Arrow cannot print as PostgreSQL does (BC, past 9999, ±infinity): integer
+    comparisons of the raw value, as ``temporal_text`` reads it."""
+    if isinstance(dtype, DateType):
+        raw, (low, high) = F.unix_date(c), ARROW_DAYS
+    else:
+        raw, (low, high) = F.unix_micros(c if isinstance(dtype, TimestampType) else c.cast("timestamp")), ARROW_MICROS
+    return (raw < F.lit(low)) | (raw > F.lit(high))
+
+
+def copy_columns(df: DataFrame, types: Mapping[str, PgType] | None = None) -> tuple[DataFrame, list[arrowtext.Field]]:
+    """The frame the ``mapInArrow`` COPY writers read, and how ``arrowtext.line_bytes`` prints each field.
+
+    The same lines as ``copy_lines(df, types, terminated=True)``: plain scalar columns (``_arrow_kind``) go
+    to Python typed and are printed there; the rest as the JVM's finished field text. A date/timestamp
+    column also carries the JVM text of its values beyond Arrow's range, a decimal folded with its note
+    (``apply/notes.py``) its value and note as two columns.
+    """
+    types = types or {}
+    columns: list[Column] = []
+    fields: list[arrowtext.Field] = []
+    for i, f in enumerate(df.schema.fields):
+        c, dtype, name = F.col(f.name), f.dataType, f"f{i}"
+        note: Column | None = None
+        if is_folded(dtype) and len(dtype.fields) == 2 and isinstance(dtype[VALUE].dataType, DecimalType):
+            c, note, dtype = c.getField(VALUE), c.getField(NOTE), dtype[VALUE].dataType
+        kind = _arrow_kind(dtype) if f.name not in types else None
+        if kind is None:
+            text = pg_text(F.col(f.name), f.dataType, types.get(f.name))
+            escaped = copy_escape(text) if may_need_escape(f.dataType) or f.name in types else text
+            columns.append(F.coalesce(escaped, F.lit(NULL)).alias(name))
+            fields.append(arrowtext.Field(arrowtext.LINE, name))
+            continue
+        columns.append(c.alias(name))
+        fallback = note_name = None
+        if kind in (arrowtext.TEMPORAL, arrowtext.TIMESTAMPTZ):
+            fallback = f"{name}_fallback"
+            columns.append(F.when(_beyond_arrow(c, dtype), pg_text(c, dtype)).alias(fallback))
+        if note is not None:
+            note_name = f"{name}_note"
+            columns.append(note.alias(note_name))
+        fields.append(arrowtext.Field(kind, name, fallback, note_name))
+    return df.select(*columns), fields

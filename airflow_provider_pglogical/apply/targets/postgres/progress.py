@@ -1,4 +1,4 @@
-"""Target bookkeeping in PostgreSQL: the progress (watermark) and rejects tables, and resetting a slot.
+"""Target bookkeeping in PostgreSQL: the progress (watermark), rejects and snapshot sync tables, and resetting a slot.
 
 The only place that knows their names and SQL: the apply, ``pglogical status`` and replay's reset
 all come here.
@@ -16,6 +16,7 @@ from airflow_provider_pglogical.hooks.cursor import one_row
 
 PROGRESS_TABLE = "pglogical_progress"
 REJECTS_TABLE = "pglogical_rejects"
+SYNC_TABLE = "pglogical_sync"
 
 
 def ensure_bookkeeping(conn: connection, progress: str, rejects: str) -> None:
@@ -76,3 +77,24 @@ def reset(conn: connection, slot: str, tables: Iterable[str], progress: str = PR
             cur.execute(sql.SQL("DELETE FROM {} WHERE slot = %s").format(ident(progress)), (slot,))
     conn.commit()
     return existing
+
+
+def ensure_sync_table(conn: connection, table: str = SYNC_TABLE) -> None:
+    """``table``: qualified with the bookkeeping schema (``bookkeeping_schema.qualified``), like the progress table."""
+    with conn.cursor() as cur:
+        cur.execute(sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (slot text NOT NULL, target_table text NOT NULL, sync_lsn pg_lsn NOT NULL, "
+            "rows bigint NOT NULL, synced_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (slot, target_table))"
+        ).format(ident(table)))
+    conn.commit()
+
+
+def sync_marks(conn: connection, slot: str, table: str = SYNC_TABLE) -> dict[str, int]:
+    """Target table → sync LSN recorded in ``table`` for ``slot`` ({} while ``table`` does not exist)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT to_regclass(%s)", (ident(table).as_string(conn),))
+        if one_row(cur)[0] is None:
+            return {}
+        cur.execute(sql.SQL("SELECT target_table, (sync_lsn - '0/0'::pg_lsn)::bigint FROM {} WHERE slot = %s")
+                    .format(ident(table)), (slot,))
+        return dict(cur.fetchall())

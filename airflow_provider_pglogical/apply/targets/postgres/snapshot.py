@@ -9,7 +9,7 @@ recreate all of them. Tables snapshotted at one LSN are loaded in one transactio
 TRUNCATE (so FKs among them are fine) and filled parents first.
 
 The rows are COPYed by the transaction's own connection, like a native table sync copies into the
-table: the executors turn the staged rows into COPY text (``copytext.copy_lines``) and hand it over
+table: the executors turn the staged rows into COPY text (``copytext.copy_columns``, ``arrowtext``) and hand it over
 in chunks of whole lines (``toLocalIterator``: one partition at a time, so memory stays bounded by a
 partition) — no staging table, no ``INSERT … SELECT``. Snapshot rows need no transform on the way
 (``apply/snapshots.SnapshotChanges.rows``).
@@ -32,41 +32,20 @@ from psycopg2 import sql
 
 from airflow_provider_pglogical.apply.snapshots import PlannedSnapshot
 from airflow_provider_pglogical.apply.targets.base import BatchResult
+from airflow_provider_pglogical.apply.targets.postgres import arrowtext
 from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import qualified
 from airflow_provider_pglogical.apply.targets.postgres.catalog import ident, lock_key
-from airflow_provider_pglogical.apply.targets.postgres.copy import arrow_line_bytes
-from airflow_provider_pglogical.apply.targets.postgres.copytext import copy_lines
+from airflow_provider_pglogical.apply.targets.postgres.copytext import copy_columns
+from airflow_provider_pglogical.apply.targets.postgres.progress import SYNC_TABLE, ensure_sync_table, sync_marks
 from airflow_provider_pglogical.apply.targets.postgres.target_types import describe_types
 from airflow_provider_pglogical.exceptions import ApplyError, format_lsn
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-SYNC_TABLE = "pglogical_sync"
 # ``copying`` inside each table's COPY once its first chunk was sent, ``loaded`` after it (watermark and sync
 # LSN not written yet), then right before and right after COMMIT.
 CHECKPOINTS = ("snapshot_copying", "snapshot_loaded", "snapshot_before_commit", "snapshot_committed")
-
-
-def ensure_sync_table(conn: Any, table: str = SYNC_TABLE) -> None:
-    """``table``: qualified with the bookkeeping schema (``bookkeeping_schema.qualified``), like the progress table."""
-    with conn.cursor() as cur:
-        cur.execute(sql.SQL(
-            "CREATE TABLE IF NOT EXISTS {} (slot text NOT NULL, target_table text NOT NULL, sync_lsn pg_lsn NOT NULL, "
-            "rows bigint NOT NULL, synced_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (slot, target_table))"
-        ).format(ident(table)))
-    conn.commit()
-
-
-def sync_marks(conn: Any, slot: str, table: str = SYNC_TABLE) -> dict[str, int]:
-    """Target table → sync LSN recorded in ``table`` for ``slot`` ({} while ``table`` does not exist)."""
-    with conn.cursor() as cur:
-        cur.execute("SELECT to_regclass(%s)", (ident(table).as_string(conn),))
-        if cur.fetchone()[0] is None:
-            return {}
-        cur.execute(sql.SQL("SELECT target_table, (sync_lsn - '0/0'::pg_lsn)::bigint FROM {} WHERE slot = %s")
-                    .format(ident(table)), (slot,))
-        return dict(cur.fetchall())
 
 
 CHUNK_BYTES = 4 << 20  # COPY data handed from the executors to the loading connection per chunk
@@ -79,12 +58,14 @@ def copy_text(frame: DataFrame, types: Any) -> DataFrame:
     them back."""
     from pyspark import StorageLevel
 
+    text_frame, fields = copy_columns(frame, types)
+    lines = arrowtext.line_batches(fields)
+
     def join(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         schema = pa.schema([("data", pa.binary())])
         parts: list[bytes] = []
         size = 0
-        for batch in batches:
-            data = arrow_line_bytes(batch.column(0))
+        for data, _rows in lines(batches):
             parts.append(data)
             size += len(data)
             if size >= CHUNK_BYTES:
@@ -93,7 +74,7 @@ def copy_text(frame: DataFrame, types: Any) -> DataFrame:
         if parts:
             yield pa.RecordBatch.from_pydict({"data": [b"".join(parts)]}, schema=schema)
 
-    text = copy_lines(frame, types, terminated=True).mapInArrow(join, "data binary").persist(StorageLevel.DISK_ONLY)
+    text = text_frame.mapInArrow(join, "data binary").persist(StorageLevel.DISK_ONLY)
     text.count()
     return text
 

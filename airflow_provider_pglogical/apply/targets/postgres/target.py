@@ -39,7 +39,7 @@ from airflow_provider_pglogical.apply.targets.postgres.copy import (
     drop_staging,
     staging_columns,
 )
-from airflow_provider_pglogical.apply.targets.postgres.copytext import SESSION_CONF, copy_lines
+from airflow_provider_pglogical.apply.targets.postgres.copytext import SESSION_CONF, copy_columns
 from airflow_provider_pglogical.apply.targets.postgres.plan import BatchPlan, TablePlan, staging_name, staging_prefix
 from airflow_provider_pglogical.apply.targets.postgres.target_types import describe_types
 from airflow_provider_pglogical.exceptions import ApplyError
@@ -78,7 +78,7 @@ class PostgresTarget:
 
     @contextmanager
     def session(self, slot: str) -> Iterator[None]:
-        for key, value in SESSION_CONF.items():  # what copy_lines' text relies on (UTC, readable TIME columns)
+        for key, value in SESSION_CONF.items():  # what the COPY text relies on (UTC, readable TIME columns)
             self.spark.conf.set(key, value)
         self._conn = catalog.connect(self.dsn)
         try:
@@ -142,9 +142,7 @@ class PostgresTarget:
     def sync_marks(self, slot: str, tables: Collection[str] = ()) -> dict[str, int]:
         """Target table → sync LSN of the snapshot it holds (``pglogical_sync`` in the bookkeeping schema;
         {} before any). One read answers for every table, so ``tables`` is not needed."""
-        from airflow_provider_pglogical.apply.targets.postgres import snapshot
-
-        marks = snapshot.sync_marks(self.conn, slot, qualified(self.bookkeeping_schema, snapshot.SYNC_TABLE))
+        marks = progress.sync_marks(self.conn, slot, qualified(self.bookkeeping_schema, progress.SYNC_TABLE))
         self.conn.commit()  # no transaction left open between the runner's steps
         return marks
 
@@ -234,7 +232,8 @@ class PostgresTarget:
         if self.config.write_partitions:
             frame = frame.repartition(self.config.write_partitions)
         copy_cols = [c for c, _ in columns]
-        written = (copy_lines(frame, types, terminated=True).mapInArrow(copy_partitions(self.dsn, staging, copy_cols), "rows long")
+        text_frame, fields = copy_columns(frame, types)
+        written = (text_frame.mapInArrow(copy_partitions(self.dsn, staging, copy_cols, fields), "rows long")
                    .agg(F.sum("rows")).collect()[0][0])
         with self.conn.cursor() as cur:
             cur.execute(sql.SQL("ANALYZE {}").format(catalog.ident(staging)))  # the planner needs row counts
