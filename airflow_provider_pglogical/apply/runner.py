@@ -240,7 +240,7 @@ def _apply_one(spark: SparkSession, config: ApplyConfig, target: Target, batch: 
     before it are in its snapshot (PostgreSQL's ``should_apply_changes_for_rel``) and are dropped."""
     report = BatchReport(batch.start_lsn, batch.end_lsn, applied=False)
     config = config.routed(rels)  # leaf partitions going to their root's target get their root's entry
-    sync = sync or {}
+    sync = snapshots.routed_sync_lsns(config, sync or {})
     truncates = snapshots.drop_synced_truncates(read_truncates(batch), sync)
     sources = planning.batch_sources(batch.table_files, truncates)
     marks = target.watermarks(config.slot, planning.configured_targets(sources, config))

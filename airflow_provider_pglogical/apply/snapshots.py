@@ -97,6 +97,12 @@ class SnapshotChanges:
         the ``new`` images as they are — no transform, no shuffle. Otherwise they are the columns of
         ``net`` (the shared transforms: notes folded, the filter evaluated again, repeating keys netted).
         """
+        if table.parts:  # a routed partitioned table: every leaf's rows, unioned by column name
+            from functools import reduce
+
+            frames = [self.rows(part) for part in table.parts]
+            union = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
+            return union.select(*table.columns)
         snap = self.uris[table.source]
         if snap.has_notes or not unique_in_snapshot(table) or not filtered_on_source(snap.row_filter,
                                                                                      table.config.row_filter):
@@ -204,6 +210,16 @@ def source_sync_lsns(config: ApplyConfig, marks: Mapping[str, int]) -> dict[str,
     return out
 
 
+def routed_sync_lsns(config: ApplyConfig, sync: Mapping[str, int]) -> dict[str, int]:
+    """``sync`` plus each routed leaf partition (``config.routed``) with its root's sync LSN: the root's snapshot
+    holds every leaf's rows, so a leaf's changes and truncates committed before it are in it already."""
+    out = dict(sync)
+    for source, cfg in config.tables.items():
+        if cfg.partition_of is not None and source not in out and cfg.partition_of in sync:
+            out[source] = sync[cfg.partition_of]
+    return out
+
+
 def drop_synced_truncates(events: Sequence[TruncateEvent], sync: Mapping[str, int]) -> list[TruncateEvent]:
     """Truncates of a table committed before its sync LSN are in its snapshot already."""
     out = []
@@ -220,7 +236,7 @@ def pending_snapshots(config: ApplyConfig, target: Target) -> list[tuple[Planned
         return []
     layout = SnapshotLayout.from_uri(config.staging_root, config.slot)
     marks = target.sync_marks(config.slot, candidate_targets(config))
-    groups: dict[int, list[tuple[str, Any, SnapshotManifest, SnapshotFiles]]] = {}
+    groups: dict[int, list[tuple[str, Any, SnapshotManifest, dict[str, SnapshotFiles]]]] = {}
     for source in sorted(config.tables or layout.tables()):  # no tables configured: every staged one
         cfg = config.table_config(source)
         ref = layout.latest(source)
@@ -230,15 +246,20 @@ def pending_snapshots(config: ApplyConfig, target: Target) -> list[tuple[Planned
         if marks.get(name, -1) >= ref.lsn:
             continue
         manifest = layout.manifest(ref)
-        snap = SnapshotFiles(_uri(layout, ref.path), tuple(manifest.files), manifest.row_filter,
-                             snapshot_has_notes(layout, ref.path, manifest.files))
-        groups.setdefault(ref.lsn, []).append((source, cfg, manifest, snap))
+        uri = _uri(layout, ref.path)
+        # A routed partitioned table's snapshot has one part per leaf: files keyed by the leaf.
+        snaps = {p["table"]: SnapshotFiles(uri, tuple(p["files"]), p.get("row_filter"),
+                                           snapshot_has_notes(layout, ref.path, p["files"]))
+                 for p in manifest.parts} or \
+            {source: SnapshotFiles(uri, tuple(manifest.files), manifest.row_filter,
+                                   snapshot_has_notes(layout, ref.path, manifest.files))}
+        groups.setdefault(ref.lsn, []).append((source, cfg, manifest, snaps))
     out = []
     fks = target.foreign_keys()
     for lsn in sorted(groups):
         planned: dict[str, PlannedTable] = {}
         uris: dict[str, Any] = {}
-        for source, cfg, manifest, snap in groups[lsn]:
+        for source, cfg, manifest, snaps in groups[lsn]:
             rel = relation_info(manifest)
             name = planning.target_name(source, cfg)
             columns = planning.written_columns(rel, cfg)
@@ -251,11 +272,30 @@ def pending_snapshots(config: ApplyConfig, target: Target) -> list[tuple[Planned
                 raise ApplyError(f"target table {name} does not exist after CREATE TABLE")
             shape = planning.TableShape(source, name, planning.choose_key(rel, cfg, existing, columns), columns)
             planning.check_target_columns(shape, existing)
-            planned[name] = PlannedTable(source, name, shape.key, columns, rel, cfg, None)
-            uris[source] = snap
+            planned[name] = routed_table(source, name, shape, rel, cfg, manifest.parts, existing)
+            uris.update(snaps)
         order = planning.parents_first(sorted(planned), fks)
         out.append((PlannedSnapshot(config.slot, lsn, tuple(planned[t] for t in order)), uris))
     return out
+
+
+def routed_table(source: str, target: str, shape: planning.TableShape, rel: RelationInfo, cfg: TableApplyConfig,
+                 parts: Sequence[Mapping[str, Any]], existing: Any) -> PlannedTable:
+    """The planned table of one snapshot: ``source`` itself, or for a routed partitioned table (``parts``) the
+    root's columns filled from one part per leaf, each with its own relation and the entry's config as the
+    change batches route it (``ApplyConfig.routed``). The leaves' keys must agree, as for their changes."""
+    if not parts:
+        return PlannedTable(source, target, shape.key, shape.columns, rel, cfg, None)
+    leaf_cfg = dataclasses.replace(cfg, target=target, leaves="own", partition_of=source)
+    members = []
+    for part in parts:
+        leaf = RelationInfo.from_row(part["relation"])
+        columns = planning.written_columns(leaf, leaf_cfg)
+        members.append(PlannedTable(str(part["table"]), target, planning.choose_key(leaf, leaf_cfg, existing, columns),
+                                    columns, leaf, leaf_cfg, None))
+    merged = planning.merge_sources(target, members) if len(members) > 1 else members[0]
+    return PlannedTable(source, target, merged.key, shape.columns, rel, cfg, None,
+                        parts=tuple(dataclasses.replace(m, key=merged.key) for m in members))
 
 
 def apply_snapshots(spark: SparkSession, config: ApplyConfig, target: Target) -> list[Any]:

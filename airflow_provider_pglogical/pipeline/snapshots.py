@@ -36,7 +36,8 @@ def snapshot_job(spec: PipelineSpec) -> Any:
     tables = {name: (t.columns, t.row_filter) for name, t in spec.tables.items()}
     return SnapshotJob(dsn=source_dsn(spec), slot=spec.source.slot, publication=spec.source.publication,
                        staging_uri=spec.staging.uri, tables=tables, settings=settings,
-                       publications=spec.source.publications)
+                       publications=spec.source.publications,
+                       routing=tuple(name for name, t in spec.tables.items() if t.leaves == "route_to_root"))
 
 
 def initial_snapshot_if_new(spec: PipelineSpec, client: PgLogicalClient, *, log: Log = _quiet,

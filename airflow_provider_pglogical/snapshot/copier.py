@@ -42,6 +42,11 @@ class ChunkTask:
     commit_time_us: int
     row_group_rows: int = DEFAULT_ROW_GROUP_ROWS
     row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES
+    part: str = ""  # the leaf partition read for ``table`` (a routed root's snapshot), for messages
+
+    @property
+    def what(self) -> str:
+        return f"{self.table} (leaf {self.part})" if self.part else self.table
 
 
 @dataclass(frozen=True)
@@ -152,7 +157,7 @@ def copy_chunk(task: ChunkTask) -> ChunkResult:
                 cur.execute("SET TRANSACTION SNAPSHOT %s", (task.snapshot_name,))
             except psycopg2.Error as exc:
                 raise SnapshotConnectionLostError(
-                    f"could not import exported snapshot {task.snapshot_name} for {task.table} "
+                    f"could not import exported snapshot {task.snapshot_name} for {task.what} "
                     f"(SQLSTATE {exc.pgcode}): the replication connection holding it is gone; run again") from None
             user_oids = sorted({c.type_oid for c in relation.columns if c.type_oid >= FIRST_USER_OID})
             catalog = TypeCatalog()
@@ -165,7 +170,7 @@ def copy_chunk(task: ChunkTask) -> ChunkResult:
                 size = sink.close()
             except psycopg2.Error as exc:
                 sink.abort()
-                raise SnapshotError(f"reading {task.table} chunk {task.index} failed (SQLSTATE {exc.pgcode}: "
+                raise SnapshotError(f"reading {task.what} chunk {task.index} failed (SQLSTATE {exc.pgcode}: "
                                     f"{(exc.diag.message_primary or '').strip()}); nothing of it was published") from None
             except BaseException:
                 sink.abort()

@@ -8,6 +8,7 @@
     _partial-<lsn>/                       a snapshot being written (ignored by readers)
     <lsn>/                                16 upper-case hex digits: the table's sync LSN
       chunks/c<NNNNN>.parquet             row-change schema, every row an INSERT at <lsn>
+      chunks/p<NNNN>-c<NNNNN>.parquet     a routed partitioned table: part (leaf) NNNN's chunks
       _manifest.json                      written LAST, atomically
 ```
 
@@ -36,6 +37,9 @@ from airflow_provider_pglogical.staging.layout import (
 from airflow_provider_pglogical.staging.manifest import read_text, write_text_atomic
 
 SNAPSHOT_FORMAT_VERSION = 1
+# Version 2: a routed partitioned table's snapshot, staged whole under the table with one part per leaf
+# (``SnapshotManifest.parts``); a version-1 reader would load its leaves' files as one relation.
+ROUTED_FORMAT_VERSION = 2
 REQUESTS = "_requests"
 PROGRESS = "_progress"
 
@@ -71,6 +75,14 @@ class SnapshotManifest:
     created_at: str = ""
     kind: str = "snapshot"
     format_version: int = SNAPSHOT_FORMAT_VERSION
+    # A partitioned table whose leaves are routed to its target (``leaves: route_to_root``): one part per
+    # leaf read — {table, relation, row_filter, rows, bytes, files} — all at ``lsn``. ``relation`` above is
+    # then the root's (the target's columns and key), ``files`` every part's files, ``row_filter`` the spec's.
+    parts: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.parts:
+            self.format_version = ROUTED_FORMAT_VERSION
 
     @property
     def lsn(self) -> str:
@@ -86,7 +98,9 @@ class SnapshotManifest:
     def from_json(cls, text: str, *, where: str = "") -> SnapshotManifest:
         try:
             body = json.loads(text)
-            if int(body.get("format_version", 0)) != SNAPSHOT_FORMAT_VERSION or body.get("kind") != "snapshot":
+            version = int(body.get("format_version", 0))
+            if version not in (SNAPSHOT_FORMAT_VERSION, ROUTED_FORMAT_VERSION) or body.get("kind") != "snapshot" \
+                    or (version == ROUTED_FORMAT_VERSION) != bool(body.get("parts")):
                 raise StagingError(f"snapshot manifest {where} has an unknown kind or format_version")
             known = set(cls.__dataclass_fields__)
             return cls(**{k: v for k, v in body.items() if k in known})

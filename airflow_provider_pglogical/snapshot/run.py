@@ -89,6 +89,9 @@ class SnapshotJob:
     # Several publications decoded together (spec ``publication: [a, b]``): tables are read with their
     # union (``source.describe_tables``). Empty: just ``publication``.
     publications: tuple[str, ...] = ()
+    # Entries with ``leaves: route_to_root``: a partitioned one published without publish_via_partition_root
+    # is snapshotted as all its leaves' rows (``source.describe_tables``), staged as one snapshot of it.
+    routing: tuple[str, ...] = ()
 
     @property
     def all_publications(self) -> tuple[str, ...]:
@@ -144,7 +147,7 @@ def initial_snapshot(job: SnapshotJob, *, on_checkpoint: Checkpoint | None = Non
             "schema.table), or drop the slot and staging to start over")
     conn = _connect(job.dsn)
     try:
-        reads = describe_tables(conn, job.all_publications, job.tables)
+        reads = describe_tables(conn, job.all_publications, job.tables, job.routing)
     finally:
         conn.close()
     for table in job.tables:
@@ -189,7 +192,7 @@ def sync_pending(job: SnapshotJob, *, on_checkpoint: Checkpoint | None = None,
         raise SnapshotError(f"snapshot requested for {', '.join(unknown)}, which the spec does not list")
     conn = _connect(job.dsn)
     try:
-        reads = describe_tables(conn, job.all_publications, pending)
+        reads = describe_tables(conn, job.all_publications, pending, job.routing, named=job.tables)
     finally:
         conn.close()
     with ExportedSnapshot(job.dsn, temporary_slot_name(job.slot, ",".join(sorted(pending))),
@@ -247,12 +250,19 @@ def _copy_tables(job: SnapshotJob, layout: SnapshotLayout, reads: dict[str, Tabl
             layout.fs.delete_dir(leftover)
         partial = layout.partial_dir(table, exported.lsn)
         layout.fs.create_dir(f"{partial}/chunks", recursive=True)
-        chunks = plan_chunks(read, job.settings.chunk_bytes)
-        tasks[table] = [ChunkTask(job.dsn, exported.name, exported.lsn, table, read.relation,
-                                  read.select_sql(rng).as_string(render),
-                                  job.staging_uri, f"{partial}/chunks/c{i:05d}.parquet", i, commit_time_us)
-                        for i, rng in enumerate(chunks)]
-        logger.info("%s: %d chunk(s) over %d heap bytes, sync LSN %s", table, len(chunks), read.heap_bytes,
+        tasks[table] = []
+        # A routed partitioned table: every leaf read on its own, in the same exported snapshot, its files
+        # ``chunks/p<leaf>-c<chunk>`` (one part per leaf in the manifest); otherwise the table itself.
+        for p, part in enumerate(read.leaves or (read,)):
+            prefix = f"p{p:04d}-" if read.routed else ""
+            for rng in plan_chunks(part, job.settings.chunk_bytes):
+                i = len(tasks[table])
+                tasks[table].append(ChunkTask(job.dsn, exported.name, exported.lsn, table, part.relation,
+                                              part.select_sql(rng).as_string(render), job.staging_uri,
+                                              f"{partial}/chunks/{prefix}c{i:05d}.parquet", i, commit_time_us,
+                                              part=part.table if read.routed else ""))
+        logger.info("%s: %d chunk(s)%s over %d heap bytes, sync LSN %s", table, len(tasks[table]),
+                    f" of {len(read.leaves)} leaf partition(s)" if read.routed else "", read.heap_bytes,
                     format_lsn(exported.lsn))
     render.close()
     done: dict[str, list[ChunkResult]] = {t: [] for t in tasks}
@@ -275,7 +285,7 @@ def _copy_tables(job: SnapshotJob, layout: SnapshotLayout, reads: dict[str, Tabl
                     len(tasks[table]), rows, copied / 2**20, rows / elapsed, eta or 0)
         if len(done[table]) == len(tasks[table]):
             result.tables[table] = _publish(job, layout, read, exported, requests[table], done[table],
-                                            time.monotonic() - started[table], checkpoint)
+                                            tasks[table], time.monotonic() - started[table], checkpoint)
             logger.info("%s: snapshot published at %s (%d rows)", table, format_lsn(exported.lsn),
                         result.tables[table]["rows"])
 
@@ -293,12 +303,20 @@ def _copy_tables(job: SnapshotJob, layout: SnapshotLayout, reads: dict[str, Tabl
 
 
 def _publish(job: SnapshotJob, layout: SnapshotLayout, read: TableRead, exported: ExportedSnapshot,
-             request: dict[str, Any], results: list[ChunkResult], seconds: float,
+             request: dict[str, Any], results: list[ChunkResult], tasks: list[ChunkTask], seconds: float,
              checkpoint: Checkpoint) -> dict[str, Any]:
     exported.check_alive()  # the snapshot must have been valid until every chunk was read
     results = sorted(results, key=lambda r: r.index)
     partial = layout.partial_dir(read.table, exported.lsn)
     final = layout.snapshot_dir(read.table, exported.lsn)
+    files = {t.index: t.path.rsplit("/chunks/", 1)[1] for t in tasks}
+    part_of = {t.index: t.part for t in tasks}
+    parts = []
+    for leaf in read.leaves:  # a routed table: one part per leaf, its files in chunk order
+        mine = [r for r in results if part_of[r.index] == leaf.table]
+        parts.append({"table": leaf.table, "relation": leaf.relation, "row_filter": leaf.row_filter,
+                      "rows": sum(r.rows for r in mine), "bytes": sum(r.bytes for r in mine),
+                      "files": [f"chunks/{files[r.index]}" for r in mine]})
     if layout.staging.exists(final):
         layout.fs.delete_dir(final)
     layout.staging.move_tree(partial, final)
@@ -307,14 +325,17 @@ def _publish(job: SnapshotJob, layout: SnapshotLayout, read: TableRead, exported
         slot=job.slot, publication=",".join(job.all_publications), table=read.table, lsn_int=exported.lsn,
         reason=request["reason"], request_id=request["request_id"], relation=read.relation,
         row_filter=read.row_filter, rows=sum(r.rows for r in results), bytes=sum(r.bytes for r in results),
-        chunks=len(results), files=[f"chunks/c{r.index:05d}.parquet" for r in results],
-        server_version=0, seconds=round(seconds, 3))
+        chunks=len(results), files=[f"chunks/{files[r.index]}" for r in results],
+        server_version=0, seconds=round(seconds, 3), parts=parts)
     layout.publish(final, manifest)
     checkpoint("manifest_written")
     layout.close_request(read.table)
     checkpoint("done")
-    return {"lsn": format_lsn(exported.lsn), "rows": manifest.rows, "bytes": manifest.bytes,
-            "chunks": manifest.chunks, "reason": manifest.reason, "dir": lsn_hex(exported.lsn)}
+    summary: dict[str, Any] = {"lsn": format_lsn(exported.lsn), "rows": manifest.rows, "bytes": manifest.bytes,
+               "chunks": manifest.chunks, "reason": manifest.reason, "dir": lsn_hex(exported.lsn)}
+    if parts:
+        summary["leaves"] = {p["table"]: p["rows"] for p in parts}
+    return summary
 
 
 class WorkerPool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import select
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,6 +122,12 @@ class TableRead:
     heap_bytes: int
     block_size: int
     partitioned: bool = False  # a partitioned root published via its root: its rows are its leaves' rows
+    # A partitioned table whose entry routes its leaves (``leaves: route_to_root``) and whose publications
+    # publish the leaves, not the table: each leaf is read on its own (``FROM ONLY <leaf>``, its own
+    # filters and column list, as table sync reads a leaf) and staged as one part of this table's
+    # snapshot. ``columns`` and ``relation`` are then the root's (what its target gets).
+    leaves: tuple[TableRead, ...] = ()
+    routed: bool = False
 
     @property
     def relation(self) -> dict[str, Any]:
@@ -153,7 +159,8 @@ class TableRead:
 
 
 def describe_tables(conn: psycopg2.extensions.connection, publications: str | Sequence[str],
-                    tables: dict[str, tuple[tuple[str, ...] | None, str | None]]) -> dict[str, TableRead]:
+                    tables: dict[str, tuple[tuple[str, ...] | None, str | None]],
+                    routing: Collection[str] = (), named: Collection[str] | None = None) -> dict[str, TableRead]:
     """Per spec table (``schema.table`` → (spec columns, spec row filter)): columns, identity, filters.
 
     Read as a native subscription to ``publications`` syncs a table (tablesync.c
@@ -165,67 +172,159 @@ def describe_tables(conn: psycopg2.extensions.connection, publications: str | Se
     for a missing table, one without SELECT privilege, one no publication publishes, and one the
     publications give different column lists (PostgreSQL 16+ table sync refuses it, and pgoutput stops
     decoding its changes with the same error on every version).
+
+    ``routing``: the entries with ``leaves: route_to_root``. Such a partitioned table published
+    without ``publish_via_partition_root`` (its publications list its leaves, not it) is described
+    with its leaves (``TableRead.leaves``): every published leaf at any depth whose top-most routing
+    ancestor it is, minus leaves with an entry of their own (``named``: the spec's entries, default
+    ``tables``) — the leaves ``ApplyConfig.routed`` sends to its target. Each leaf gets its own
+    publications' filter and column list AND the entry's, as a native subscriber syncs that leaf.
     """
     names = [publications] if isinstance(publications, str) else list(publications)
+    entries = set(tables) if named is None else set(named)
     out: dict[str, TableRead] = {}
     with conn.cursor() as cur:
         cur.execute("SELECT current_setting('block_size')::int, current_setting('server_version_num')::int")
         block_size, version = one_row(cur)
         for table, (spec_columns, spec_filter) in tables.items():
-            schema, _, name = table.partition(".")
-            # A partitioned table's size is its largest leaf's: page-range chunks split every leaf.
-            cur.execute("SELECT c.oid, c.relreplident, has_table_privilege(c.oid, 'SELECT'),"
-                        " CASE WHEN c.relkind = 'p' THEN COALESCE((SELECT max(pg_relation_size(t.relid))"
-                        "   FROM pg_partition_tree(c.oid) t WHERE t.isleaf), 0) ELSE pg_relation_size(c.oid) END,"
-                        " c.relkind = 'p'"
-                        " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-                        " WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')", (schema, name))
-            row = cur.fetchone()
-            if row is None:
-                raise SnapshotError(f"table {table} does not exist on the source (dropped?); remove it from the "
-                                    "spec's tables or create it, then run again")
-            relid, replident, can_select, heap_bytes, partitioned = row
-            if not can_select:
-                raise SnapshotError(f"the source role may not SELECT from {table}; GRANT SELECT ON {table} TO "
-                                    "the replication role, then run again (nothing of it was staged)")
-            if version >= 150000:
-                cur.execute("SELECT pubname, attnames, rowfilter FROM pg_publication_tables WHERE pubname = ANY(%s)"
-                            " AND schemaname = %s AND tablename = %s ORDER BY pubname", (names, schema, name))
-            else:
-                cur.execute("SELECT pubname, NULL::name[], NULL::text FROM pg_publication_tables WHERE pubname = ANY(%s)"
-                            " AND schemaname = %s AND tablename = %s ORDER BY pubname", (names, schema, name))
-            published = [(pub, _names(cols), flt) for pub, cols, flt in cur.fetchall()]
-            if not published and partitioned:
-                # Without publish_via_partition_root the publication lists the leaves, not the root
-                # (a spec entry with leaves: route_to_root): their snapshot is not built yet.
-                raise SnapshotError(f"{table} is partitioned and its publication publishes its leaves, not the "
-                                    "table (no publish_via_partition_root): snapshots of routed leaves are not "
-                                    "supported yet; set publish_via_partition_root = true on the publication, or "
-                                    "snapshot.initial: false")
-            if not published:
+            read = _describe_one(cur, names, version, block_size, table, spec_columns, spec_filter)
+            if read is None and table in routing:
+                read = _describe_routed(cur, names, version, block_size, table, spec_columns, spec_filter,
+                                        set(routing), entries)
+            if read is None and table not in routing and _is_partitioned(cur, table):
+                # Without publish_via_partition_root a publication lists the leaves, not the root.
+                raise SnapshotError(f"{table} is partitioned and its publication publishes its leaves, not the table "
+                                    "(no publish_via_partition_root): set leaves: route_to_root on its entry to "
+                                    "snapshot every leaf into its target, or publish_via_partition_root = true on "
+                                    "the publication")
+            if read is None:
                 which = f"publication {names[0]!r} does not" if len(names) == 1 else \
                     f"none of the publications {', '.join(repr(n) for n in names)}"
                 raise SnapshotError(f"{which} publish {table}; ALTER PUBLICATION {names[0]} ADD TABLE {table} first")
-            cur.execute(
-                "SELECT a.attname, a.atttypid::bigint, a.atttypmod, format_type(a.atttypid, a.atttypmod),"
-                " CASE %(ri)s WHEN 'f' THEN true WHEN 'n' THEN false ELSE COALESCE(a.attnum = ANY("
-                "   (SELECT i.indkey FROM pg_index i WHERE i.indrelid = %(oid)s AND"
-                "    CASE %(ri)s WHEN 'd' THEN i.indisprimary ELSE i.indisreplident END LIMIT 1)::int2[]), false) END"
-                " FROM pg_attribute a WHERE a.attrelid = %(oid)s AND a.attnum > 0 AND NOT a.attisdropped"
-                " AND a.attgenerated = '' ORDER BY a.attnum", {"oid": relid, "ri": replident})
-            columns = [{"name": r[0], "type_oid": int(r[1]), "type_modifier": int(r[2]), "type_name": r[3],
-                        "is_identity": bool(r[4])} for r in cur.fetchall()]
-            pub_columns = published_columns(table, [c["name"] for c in columns], [p[1] for p in published])
-            columns = [c for c in columns if c["name"] in pub_columns]
-            if spec_columns:
-                keep = set(spec_columns)
-                columns = [c for c in columns if c["name"] in keep]
-            pub_filter = published_row_filter([p[2] for p in published])
-            filters = [f for f in (pub_filter, spec_filter) if f]
-            row_filter = " AND ".join(f"({f})" for f in filters) if filters else None
-            out[table] = TableRead(table, int(relid), schema, name, replident, tuple(columns), row_filter,
-                                   int(heap_bytes), int(block_size), bool(partitioned))
+            out[table] = read
     return out
+
+
+def _describe_one(cur: Any, names: list[str], version: int, block_size: int, table: str,
+                  spec_columns: tuple[str, ...] | None, spec_filter: str | None, *,
+                  leaf_of: str | None = None) -> TableRead | None:
+    """One table as table sync reads it; None when no publication publishes it. ``leaf_of``: the routing
+    entry a leaf is read for (errors name both)."""
+    schema, _, name = table.partition(".")
+    what = f"{table} (leaf partition of {leaf_of})" if leaf_of else table
+    # A partitioned table's size is its largest leaf's: page-range chunks split every leaf.
+    cur.execute("SELECT c.oid, c.relreplident, has_table_privilege(c.oid, 'SELECT'),"
+                " CASE WHEN c.relkind = 'p' THEN COALESCE((SELECT max(pg_relation_size(t.relid))"
+                "   FROM pg_partition_tree(c.oid) t WHERE t.isleaf), 0) ELSE pg_relation_size(c.oid) END,"
+                " c.relkind = 'p'"
+                " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')", (schema, name))
+    row = cur.fetchone()
+    if row is None:
+        raise SnapshotError(f"table {what} does not exist on the source (dropped?); remove it from the "
+                            "spec's tables or create it, then run again")
+    relid, replident, can_select, heap_bytes, partitioned = row
+    if not can_select:
+        # Reading a partition directly needs SELECT on it: a grant on its root does not reach it.
+        raise SnapshotError(f"the source role may not SELECT from {what}; GRANT SELECT ON {table} TO "
+                            "the replication role, then run again (nothing of it was staged)")
+    if version >= 150000:
+        cur.execute("SELECT pubname, attnames, rowfilter FROM pg_publication_tables WHERE pubname = ANY(%s)"
+                    " AND schemaname = %s AND tablename = %s ORDER BY pubname", (names, schema, name))
+    else:
+        cur.execute("SELECT pubname, NULL::name[], NULL::text FROM pg_publication_tables WHERE pubname = ANY(%s)"
+                    " AND schemaname = %s AND tablename = %s ORDER BY pubname", (names, schema, name))
+    published = [(pub, _names(cols), flt) for pub, cols, flt in cur.fetchall()]
+    if not published:
+        return None
+    columns = _columns(cur, int(relid), replident)
+    pub_columns = published_columns(table, [c["name"] for c in columns], [p[1] for p in published])
+    columns = [c for c in columns if c["name"] in pub_columns]
+    if spec_columns:
+        keep = set(spec_columns)
+        columns = [c for c in columns if c["name"] in keep]
+    pub_filter = published_row_filter([p[2] for p in published])
+    filters = [f for f in (pub_filter, spec_filter) if f]
+    row_filter = " AND ".join(f"({f})" for f in filters) if filters else None
+    return TableRead(table, int(relid), schema, name, replident, tuple(columns), row_filter,
+                     int(heap_bytes), block_size, bool(partitioned))
+
+
+def _is_partitioned(cur: Any, table: str) -> bool:
+    schema, _, name = table.partition(".")
+    cur.execute("SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = %s AND c.relname = %s AND c.relkind = 'p'", (schema, name))
+    return cur.fetchone() is not None
+
+
+def _columns(cur: Any, relid: int, replident: str) -> list[dict[str, Any]]:
+    """Non-generated columns in attribute order, each flagged when it is in the replica identity."""
+    cur.execute(
+        "SELECT a.attname, a.atttypid::bigint, a.atttypmod, format_type(a.atttypid, a.atttypmod),"
+        " CASE %(ri)s WHEN 'f' THEN true WHEN 'n' THEN false ELSE COALESCE(a.attnum = ANY("
+        "   (SELECT i.indkey FROM pg_index i WHERE i.indrelid = %(oid)s AND"
+        "    CASE %(ri)s WHEN 'd' THEN i.indisprimary ELSE i.indisreplident END LIMIT 1)::int2[]), false) END"
+        " FROM pg_attribute a WHERE a.attrelid = %(oid)s AND a.attnum > 0 AND NOT a.attisdropped"
+        " AND a.attgenerated = '' ORDER BY a.attnum", {"oid": relid, "ri": replident})
+    return [{"name": r[0], "type_oid": int(r[1]), "type_modifier": int(r[2]), "type_name": r[3],
+             "is_identity": bool(r[4])} for r in cur.fetchall()]
+
+
+def _describe_routed(cur: Any, names: list[str], version: int, block_size: int, table: str,
+                     spec_columns: tuple[str, ...] | None, spec_filter: str | None, routing: set[str],
+                     entries: set[str]) -> TableRead | None:
+    """A routing entry's partitioned table with its published leaves as parts (``describe_tables``); None
+    when it is not a partitioned table. A partitioned table without any leaf yet is read whole (no rows)."""
+    schema, _, name = table.partition(".")
+    cur.execute("SELECT c.oid, c.relreplident, has_table_privilege(c.oid, 'SELECT') FROM pg_class c"
+                " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = %s AND c.relname = %s AND c.relkind = 'p'", (schema, name))
+    row = cur.fetchone()
+    if row is None:
+        return None
+    relid, replident, can_select = row
+    # Every leaf under it with its ancestors (parent first), as the drain stages them for routing.
+    cur.execute("SELECT n.nspname || '.' || c.relname, ARRAY(SELECT an.nspname || '.' || a.relname"
+                "   FROM pg_partition_ancestors(t.relid) WITH ORDINALITY AS x(relid, i)"
+                "   JOIN pg_class a ON a.oid = x.relid JOIN pg_namespace an ON an.oid = a.relnamespace"
+                "   WHERE x.relid <> t.relid ORDER BY x.i)"
+                " FROM pg_partition_tree(%s::oid) t JOIN pg_class c ON c.oid = t.relid"
+                " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                # foreign-table partitions are never published (nor read by table sync)
+                " WHERE t.isleaf AND t.relid <> %s::oid AND c.relkind = 'r' ORDER BY 1",
+                (int(relid), int(relid)))
+    tree = [(str(leaf), [str(a) for a in ancestors or ()]) for leaf, ancestors in cur.fetchall()]
+    root_columns = _columns(cur, int(relid), replident)
+    if spec_columns:
+        root_columns = [c for c in root_columns if c["name"] in set(spec_columns)]
+    if not tree:
+        # No partition yet: nothing to copy, but the target and its sync LSN start here (leaves attached
+        # later bring their changes). Read whole, it has no rows.
+        if not can_select:
+            raise SnapshotError(f"the source role may not SELECT from {table}; GRANT SELECT ON {table} TO "
+                                "the replication role, then run again (nothing of it was staged)")
+        row_filter = f"({spec_filter})" if spec_filter else None
+        return TableRead(table, int(relid), schema, name, replident, tuple(root_columns), row_filter, 0,
+                         block_size, partitioned=True)
+    mine = [leaf for leaf, ancestors in tree if leaf not in entries
+            and next((a for a in reversed(ancestors) if a in routing), None) == table]
+    leaves = [read for leaf in mine
+              if (read := _describe_one(cur, names, version, block_size, leaf, spec_columns, spec_filter,
+                                        leaf_of=table)) is not None]
+    if not leaves:
+        if not mine:
+            # Every leaf goes elsewhere (an entry of its own, an upper routing entry): this entry's target gets
+            # none of their rows. Read the root with a false filter: an empty snapshot with the root's columns.
+            return TableRead(table, int(relid), schema, name, replident, tuple(root_columns), "false", 0,
+                             block_size, partitioned=True)
+        which = f"publication {names[0]!r} publishes" if len(names) == 1 else \
+            f"the publications {', '.join(repr(n) for n in names)} publish"
+        raise SnapshotError(f"{table} routes its leaf partitions (leaves: route_to_root) but {which} none of them "
+                            f"({', '.join(mine)}); ALTER PUBLICATION {names[0]} ADD TABLE {table} first")
+    published = {c["name"] for leaf in leaves for c in leaf.columns}
+    columns = tuple(c for c in root_columns if c["name"] in published)
+    return TableRead(table, int(relid), schema, name, replident, columns, f"({spec_filter})" if spec_filter else None,
+                     sum(leaf.heap_bytes for leaf in leaves), block_size, leaves=tuple(leaves), routed=True)
 
 
 def _names(value: Any) -> tuple[str, ...] | None:

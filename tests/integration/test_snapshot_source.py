@@ -215,13 +215,80 @@ def test_a_table_partitioned_and_published_via_its_root_is_snapshot_whole(pg_con
     assert {k: {c: r[c] for c in ("id", "region", "v")} for k, r in got.items()} == expected
 
 
-def test_routed_leaves_refuse_a_snapshot_clearly(pg_conn, pg_dsn, tmp_path):
+def test_a_partitioned_table_whose_entry_does_not_route_its_leaves_refuses_a_snapshot_clearly(pg_conn, pg_dsn,
+                                                                                                  tmp_path):
     cur = pg_conn.cursor()
     cur.execute("CREATE TABLE meas (id int PRIMARY KEY, v int) PARTITION BY RANGE (id);"
                 "CREATE TABLE meas_1 PARTITION OF meas FOR VALUES FROM (0) TO (100);"
                 "INSERT INTO meas VALUES (1, 1); CREATE PUBLICATION pub FOR TABLE meas")
     snap = SnapshotJob(dsn=pg_dsn, slot="s1", publication="pub", staging_uri=str(tmp_path / "stage"),
                        tables={"public.meas": (None, None)}, settings=SnapshotSettings(initial=True))
-    with pytest.raises(SnapshotError, match=r"public\.meas is partitioned .* publish_via_partition_root"):
+    with pytest.raises(SnapshotError, match=r"public\.meas is partitioned .* leaves: route_to_root .* "
+                                            "publish_via_partition_root = true"):
+        initial_snapshot(snap)
+    assert slots_of_this_database(cur) == []
+
+
+ROUTED_SQL = """
+CREATE TABLE meas (id int, k int, v text, PRIMARY KEY (id, k)) PARTITION BY LIST (k);
+CREATE TABLE meas_a PARTITION OF meas FOR VALUES IN (1);
+CREATE TABLE meas_b PARTITION OF meas FOR VALUES IN (2, 3) PARTITION BY LIST (k);
+CREATE TABLE meas_b2 PARTITION OF meas_b FOR VALUES IN (2);
+CREATE TABLE meas_b3 PARTITION OF meas_b FOR VALUES IN (3);
+CREATE TABLE meas_own PARTITION OF meas FOR VALUES IN (4);
+CREATE TABLE empty_root (id int PRIMARY KEY, v text) PARTITION BY RANGE (id);
+INSERT INTO meas SELECT g, 1 + g % 4, 'v' || g FROM generate_series(1, 4000) g;
+"""
+
+
+def test_routed_leaves_are_snapshotted_as_their_entry_routes_them(pg_conn, pg_dsn, tmp_path):
+    """Leaves at any depth, each FROM ONLY with its own publication filter AND the entry's; a leaf with an entry
+    of its own and a leaf no publication publishes stay out; a routing entry's table without leaves: no rows."""
+    import pyarrow.parquet as pq
+
+    cur = pg_conn.cursor()
+    cur.execute(ROUTED_SQL + "CREATE PUBLICATION pub FOR TABLE meas_a, meas_b2 WHERE (id > 100), meas_own, empty_root")
+    uri = str(tmp_path / "stage")
+    tables = {"public.meas": (("id", "k"), "id % 3 <> 0"), "public.meas_own": (None, None),
+              "public.empty_root": (None, None)}
+    snap = SnapshotJob(dsn=pg_dsn, slot="s1", publication="pub", staging_uri=uri, tables=tables,
+                       routing=("public.meas", "public.empty_root"),
+                       settings=SnapshotSettings(initial=True, parallelism=2, chunk_bytes=8 << 10))
+    result = initial_snapshot(snap)
+    def count(where: str) -> int:
+        cur.execute(f"SELECT count(*) FROM {where}")
+        return int(cur.fetchone()[0])
+
+    expected = {"public.meas_a": count("ONLY meas_a WHERE id % 3 <> 0"),
+                "public.meas_b2": count("ONLY meas_b2 WHERE id > 100 AND id % 3 <> 0")}
+    assert result.tables["public.meas"]["leaves"] == expected  # not meas_b3 (unpublished), not meas_own (own entry)
+    assert min(expected.values()) > 500
+    assert result.tables["public.meas_own"]["rows"] == 1000 and result.tables["public.empty_root"]["rows"] == 0
+    layout = SnapshotLayout.from_uri(uri, "s1")
+    ref = layout.latest("public.meas")
+    assert ref is not None
+    manifest = layout.manifest(ref)
+    assert manifest.format_version == 2 and manifest.row_filter == "(id % 3 <> 0)"
+    assert [c["name"] for c in manifest.relation["columns"]] == ["id", "k"]
+    by_leaf = {p["table"]: p for p in manifest.parts}
+    assert by_leaf["public.meas_b2"]["row_filter"] == "((id > 100)) AND (id % 3 <> 0)"  # its own AND the entry's
+    assert by_leaf["public.meas_a"]["row_filter"] == "(id % 3 <> 0)"
+    for leaf, k in (("public.meas_a", 1), ("public.meas_b2", 2)):
+        rows = [r["new"] for f in by_leaf[leaf]["files"] for r in pq.read_table(f"{ref.path}/{f}").to_pylist()]
+        assert rows and all(r["k"] == k and r["id"] % 3 != 0 and set(r) == {"id", "k"} for r in rows)
+        assert len(rows) == by_leaf[leaf]["rows"]
+    assert len(by_leaf["public.meas_a"]["files"]) > 1  # chunked by the leaf's own pages
+    empty = layout.latest("public.empty_root")
+    assert empty is not None and layout.manifest(empty).format_version == 1
+
+
+def test_a_routing_entry_whose_leaves_are_not_published_refuses_a_snapshot_clearly(pg_conn, pg_dsn, tmp_path):
+    cur = pg_conn.cursor()
+    cur.execute(ROUTED_SQL + "CREATE TABLE other (id int PRIMARY KEY); CREATE PUBLICATION pub FOR TABLE other")
+    snap = SnapshotJob(dsn=pg_dsn, slot="s1", publication="pub", staging_uri=str(tmp_path / "stage"),
+                       tables={"public.meas": (None, None)}, routing=("public.meas",),
+                       settings=SnapshotSettings(initial=True))
+    with pytest.raises(SnapshotError, match=r"public\.meas routes its leaf partitions .* publishes none of them "
+                                            r"\(public\.meas_a, public\.meas_b2, public\.meas_b3, public\.meas_own\)"):
         initial_snapshot(snap)
     assert slots_of_this_database(cur) == []

@@ -37,3 +37,12 @@ def test_a_selection_leaves_the_routed_leaves_to_their_root():
     got = resolve(spec, {"public.meas_eu", "public.meas_us", "public.other"}, routed={"public.meas_eu", "public.meas_us"})
     assert sorted(got.tables) == ["public.customers", "public.meas", "public.orders", "public.other"]
     assert sorted(resolve(spec, {"public.meas_eu"}).tables) == sorted([*VALID["tables"], "public.meas", "public.meas_eu"])
+
+
+def test_the_snapshot_job_snapshots_the_routing_entries_leaves():
+    """Initial snapshot, added tables and ``pglogical resync`` share ``snapshot_job``: it names the routing entries."""
+    from airflow_provider_pglogical.pipeline.snapshots import snapshot_job
+
+    doc = with_change("tables/public.meas", {"leaves": "route_to_root", "row_filter": "id > 1"})
+    job = snapshot_job(parse_spec(doc, env={}))
+    assert job.routing == ("public.meas",) and job.tables["public.meas"] == (None, "id > 1")
