@@ -40,6 +40,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig  # noqa: E402
 from airflow_provider_pglogical.apply.runner import apply_slot  # noqa: E402
 from airflow_provider_pglogical.hooks import PgLogicalHook  # noqa: E402
+from airflow_provider_pglogical.hooks.slot_client import PgLogicalClient  # noqa: E402
 from tests.conftest import make_database  # noqa: E402
 from tests.pgserver import execute, query, start_server, stop_server  # noqa: E402
 from tests.subscriber import drain_all, subscribe, wait_for_subscriber  # noqa: E402
@@ -73,15 +74,15 @@ def big_workload(dsn: str, changes: int) -> dict[str, int]:
 def raw_fetch(dsn: str, slot: str, publication: str, *, cursor: bool = True) -> tuple[int, float]:
     """The slot's data through the hook's named cursor (binary pgoutput, same options as the drain), counted only.
     ``cursor=False``: through the drain's binary COPY reader instead, when it is built."""
-    hook = PgLogicalHook.from_dsn(dsn)
+    client = PgLogicalClient.from_dsn(dsn)
     try:
         t0, c0 = time.monotonic(), time.process_time()
-        n = sum(1 for _ in hook._changes("pg_logical_slot_peek_binary_changes", slot, publication, upto_lsn=None,
-                                         upto_nchanges=None, streaming=False, itersize=5000, cursor=cursor))
+        n = sum(1 for _ in client._changes("pg_logical_slot_peek_binary_changes", slot, publication, upto_lsn=None,
+                                           upto_nchanges=None, streaming=False, itersize=5000, cursor=cursor))
         RAW_FETCH_CPU.append(round(time.process_time() - c0, 2))
         return n, time.monotonic() - t0
     finally:
-        hook.close()
+        client.close()
 
 
 RAW_FETCH_CPU: list[float] = []  # client CPU seconds of each raw fetch (the server's are not counted)
