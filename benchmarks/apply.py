@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -69,6 +70,14 @@ def big_workload(dsn: str, changes: int) -> dict[str, int]:
     execute(dsn, "UPDATE big SET a = a + 1, d = d + interval '1 day' WHERE id < %s", params=(updates,))
     execute(dsn, "DELETE FROM big WHERE id >= %s", params=(inserts - deletes,))
     return {"insert": inserts, "update": updates, "delete": deletes}
+
+
+SCRATCH: list[str] = []  # staging and lake directories, removed when the run ends
+
+
+def scratch(prefix: str) -> str:
+    SCRATCH.append(tempfile.mkdtemp(prefix=prefix))
+    return SCRATCH[-1]
 
 
 def raw_fetch(dsn: str, slot: str, publication: str, *, cursor: bool = True) -> tuple[int, float]:
@@ -173,7 +182,7 @@ def main() -> int:
         ab: dict[str, object] = {}
         if args.ab_code:
             ab["ab_code"] = args.ab_code
-            ab["ab_drain_s"] = drain_elsewhere(args.ab_code, src_dsn, tempfile.mkdtemp(prefix="pglogical-bench-ab-"),
+            ab["ab_drain_s"] = drain_elsewhere(args.ab_code, src_dsn, scratch("pglogical-bench-ab-"),
                                                "ours_ab", drain_kw)
             ab["ab_raw_fetch_after_s"] = round(raw_fetch(src_dsn, "ours", "pub_all")[1], 2)
         ab["raw_copy_fetch_s"] = round(raw_fetch(src_dsn, "ours", "pub_all", cursor=False)[1], 2)
@@ -185,7 +194,7 @@ def main() -> int:
             wait_for_subscriber(src_dsn, native_dsn, name="sub_bench", timeout=3600)
             native_s = time.monotonic() - t0
 
-        staging = tempfile.mkdtemp(prefix="pglogical-bench-")
+        staging = scratch("pglogical-bench-")
         profiler = None
         if args.profile_drain:
             import cProfile
@@ -252,7 +261,7 @@ def main() -> int:
             from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
             from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
 
-            lake = DeltaLocation(tempfile.mkdtemp(prefix="pglogical-bench-lake-"))
+            lake = DeltaLocation(scratch("pglogical-bench-lake-"))
             t0 = time.monotonic()
             delta_reports = apply_slot(spark, config, target=DeltaTarget(lake, "ours"))
             delta_s = time.monotonic() - t0
@@ -280,6 +289,8 @@ def main() -> int:
         return 0 if same else 1
     finally:
         stop_server(server)
+        for path in SCRATCH:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 if __name__ == "__main__":
