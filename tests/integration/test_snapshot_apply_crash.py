@@ -16,7 +16,6 @@ import psycopg2
 from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.exceptions import format_lsn
-from airflow_provider_pglogical.hooks import PgLogicalHook
 from airflow_provider_pglogical.snapshot.run import (
     SnapshotJob,
     SnapshotSettings,
@@ -24,11 +23,11 @@ from airflow_provider_pglogical.snapshot.run import (
     request_resync,
     sync_pending,
 )
-from airflow_provider_pglogical.staging.drain import DrainConfig, drain_slot
 from tests.conftest import REPO_ROOT
 from tests.integration.snapshot_apply_child import KILLED
 from tests.integration.snapshot_support import SNAP_SCHEMA_SQL, write_burst
 from tests.pgserver import execute, query
+from tests.subscriber import drain_all
 from tests.unit.apply.targetdb import make_target
 
 TARGET_SQL = """
@@ -47,13 +46,6 @@ def job(dsn: str, uri: str) -> SnapshotJob:
     return SnapshotJob(dsn=dsn, slot="s1", publication="pub", staging_uri=uri,
                        tables={f"public.{t}": (None, None) for t in TABLES},
                        settings=SnapshotSettings(initial=True, parallelism=2, chunk_bytes=2 << 20))
-
-
-def drain_all(dsn: str, uri: str) -> None:
-    with PgLogicalHook.from_dsn(dsn) as hook:
-        for _ in range(50):
-            if not drain_slot(hook, DrainConfig(slot="s1", publication="pub", staging_uri=uri)).staged:
-                break
 
 
 def run_child(**args) -> int:
@@ -120,7 +112,7 @@ def test_a_snapshot_apply_killed_anywhere_reruns_to_an_exact_copy(pg_server, pg_
     second = sync_pending(job(source, uri))
     assert second.lsn > first.lsn and set(second.tables) == {"public.wide"}
     write_burst(wcur, rnd, 5, truncate_wide=False)
-    drain_all(source, uri)
+    drain_all(source, uri, slot="s1", publication="pub")
 
     for kill_at, synced_groups in KILLS:
         code = run_child(dsn=target, slot="s1", staging_uri=uri, kill_at=kill_at,
@@ -144,7 +136,7 @@ def test_a_snapshot_apply_killed_anywhere_reruns_to_an_exact_copy(pg_server, pg_
 
     # more changes, including a truncate; the next run applies them once
     write_burst(wcur, rnd, 4, truncate_wide=True)
-    drain_all(source, uri)
+    drain_all(source, uri, slot="s1", publication="pub")
     apply_slot(spark, config, target)
     assert_equal(source, target)
     assert not any(r.applied for r in apply_slot(spark, config, target))

@@ -21,10 +21,10 @@ from airflow_provider_pglogical.snapshot.run import (
     request_resync,
     sync_pending,
 )
-from airflow_provider_pglogical.staging.drain import DrainConfig, drain_slot
 from tests.conftest import REPO_ROOT
 from tests.integration.snapshot_child import KILLED
 from tests.integration.snapshot_support import SNAP_SCHEMA_SQL, replayed, source_rows, write_burst
+from tests.subscriber import drain_all
 
 TABLES = {"public.parents": ("id",), "public.children": ("id",), "public.wide": ("id",)}
 COLUMNS = {"public.parents": ["id", "name", "region", "amount"],
@@ -37,13 +37,6 @@ def job(dsn: str, uri: str, **settings) -> SnapshotJob:
                        tables={t: (None, None) for t in TABLES},
                        settings=SnapshotSettings(initial=True, **{"parallelism": 2, "chunk_bytes": 1 << 20,
                                                                   **settings}))
-
-
-def drain_all(dsn: str, uri: str) -> None:
-    with PgLogicalHook.from_dsn(dsn) as hook:
-        for _ in range(50):
-            if not drain_slot(hook, DrainConfig(slot="s1", publication="pub", staging_uri=uri)).staged:
-                break
 
 
 def assert_consistent(cur, uri: str) -> None:
@@ -93,7 +86,7 @@ def test_initial_snapshot_meets_the_slot_exactly_while_writers_run(pg_conn, pg_d
 
     write_burst(wcur, rnd, 10, truncate_wide=True)
     write_burst(wcur, rnd, 5)
-    drain_all(pg_dsn, uri)
+    drain_all(pg_dsn, uri, slot="s1", publication="pub")
     assert_consistent(cur, uri)
 
     # resync one table at a later LSN: the older changes of that table are in its new snapshot
@@ -103,7 +96,7 @@ def test_initial_snapshot_meets_the_slot_exactly_while_writers_run(pg_conn, pg_d
     assert later.lsn > result.lsn and set(later.tables) == {"public.children"}
     assert layout.latest("public.children").lsn == later.lsn
     write_burst(wcur, rnd, 5)
-    drain_all(pg_dsn, uri)
+    drain_all(pg_dsn, uri, slot="s1", publication="pub")
     assert_consistent(cur, uri)
     assert slots_of_this_database(cur) == ["s1"]  # the temporary slot went with its connection
     writer.close()
@@ -138,7 +131,7 @@ def test_a_snapshot_killed_anywhere_reruns_to_an_exact_copy(kill_at, pg_conn, pg
     assert layout.requests() == {}
     assert all(layout.leftovers(t) == [] for t in TABLES)
     write_burst(cur, rnd, 5)
-    drain_all(pg_dsn, uri)
+    drain_all(pg_dsn, uri, slot="s1", publication="pub")
     assert_consistent(cur, uri)
 
 
@@ -185,7 +178,7 @@ def test_a_lost_replication_connection_publishes_nothing_unfinished_and_the_reru
     write_burst(cur, random.Random(3), 3)
     sync_pending(job(pg_dsn, uri, parallelism=1))
     assert layout.requests() == {}
-    drain_all(pg_dsn, uri)
+    drain_all(pg_dsn, uri, slot="s1", publication="pub")
     assert_consistent(cur, uri)
 
 
@@ -209,7 +202,7 @@ def test_a_table_partitioned_and_published_via_its_root_is_snapshot_whole(pg_con
     assert result.tables["public.meas"]["rows"] == 27000
     cur.execute("UPDATE meas SET v = v + 1 WHERE id % 7 = 0; DELETE FROM meas WHERE id % 11 = 0;"
                 "INSERT INTO meas VALUES (40001, 'us', 5), (40010, 'eu', 95)")
-    drain_all(pg_dsn, uri)
+    drain_all(pg_dsn, uri, slot="s1", publication="pub")
     got = replayed(uri, "s1", "public.meas", ("id", "region"))
     expected = source_rows(cur, "public.meas", ["id", "region", "v"], ("id", "region"), where="id % 10 <> 0")
     assert {k: {c: r[c] for c in ("id", "region", "v")} for k, r in got.items()} == expected
