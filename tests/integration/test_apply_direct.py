@@ -118,7 +118,8 @@ def test_direct_and_spark_paths_give_the_source_s_rows(pg_server, spark, tmp_pat
     source = make_database(pg_server)
     source_dsn = pg_server.dsn(source)
     execute(source_dsn, SCHEMA)
-    PgLogicalHook.from_dsn(source_dsn).create_slot("ours")
+    slot = f"direct{seed}"  # slots are server-wide
+    PgLogicalHook.from_dsn(source_dsn).create_slot(slot)
     uri = str(tmp_path / "staging")
     live: dict[str, set] = {t: set() for t in ("plain", "full_id", "arr", "pk2")}
     next_id = [0]
@@ -129,7 +130,7 @@ def test_direct_and_spark_paths_give_the_source_s_rows(pg_server, spark, tmp_pat
         with conn, conn.cursor() as cur:
             _round(cur, rng, live, next_id, wild=wild, repeat=repeat)
         conn.close()
-        assert drain_all(source_dsn, uri) == 1
+        assert drain_all(source_dsn, uri, slot=slot) == 1
     targets = {}
     for direct in (True, False):
         monkeypatch.setenv(ENV_SWITCH, "1" if direct else "0")
@@ -137,7 +138,7 @@ def test_direct_and_spark_paths_give_the_source_s_rows(pg_server, spark, tmp_pat
         execute(dsn, SCHEMA.split("CREATE PUBLICATION")[0])
         caplog.clear()
         with caplog.at_level(logging.DEBUG, logger="airflow_provider_pglogical.apply.targets.postgres.target"):
-            reports = apply_slot(spark, ApplyConfig(slot="ours", staging_root=uri), dsn)
+            reports = apply_slot(spark, ApplyConfig(slot=slot, staging_root=uri), dsn)
         assert [r.applied for r in reports] == [True] * 4
         straight = [r.getMessage() for r in caplog.records if "straight from the staged files" in r.getMessage()]
         if direct:  # not vacuous: the direct path ran, and not for the array table
@@ -147,8 +148,11 @@ def test_direct_and_spark_paths_give_the_source_s_rows(pg_server, spark, tmp_pat
         else:
             assert straight == []
         targets[direct] = dsn
-    for table in live:
-        expected = _rows(source_dsn, table)
-        assert expected, table
-        assert _rows(targets[True], table) == expected, table
-        assert _rows(targets[False], table) == expected, table
+    try:
+        for table in live:
+            expected = _rows(source_dsn, table)
+            assert expected, table
+            assert _rows(targets[True], table) == expected, table
+            assert _rows(targets[False], table) == expected, table
+    finally:
+        PgLogicalHook.from_dsn(source_dsn).drop_slot(slot)
