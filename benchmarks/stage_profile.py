@@ -130,7 +130,7 @@ class ProfiledTarget(PostgresTarget):
     def apply_batch(self, plan: PlannedBatch, changes: BatchChanges) -> BatchResult:
         record: dict[str, Any] = {"batch": f"{plan.start_lsn:X}-{plan.end_lsn:X}"}
         self.batches.append(record)
-        result = super().apply_batch(plan, _TimedChanges(changes, record))  # type: ignore[arg-type]
+        result = super().apply_batch(plan, _TimedChanges(changes, record))
         record["seconds"] = result.seconds
         return result
 
