@@ -121,34 +121,34 @@ def test_direct_and_spark_paths_give_the_source_s_rows(pg_server, spark, tmp_pat
     slot = f"direct{seed}"  # slots are server-wide
     PgLogicalHook.from_dsn(source_dsn).create_slot(slot)
     uri = str(tmp_path / "staging")
-    live: dict[str, set] = {t: set() for t in ("plain", "full_id", "arr", "pk2")}
-    next_id = [0]
-    # Rounds: unique keys (direct), unique keys with out-of-range timestamps (plain falls back), repeated keys
-    # (compaction: Spark), unique keys again.
-    for wild, repeat in ((False, False), (True, False), (False, True), (False, False)):
-        conn = psycopg2.connect(source_dsn)
-        with conn, conn.cursor() as cur:
-            _round(cur, rng, live, next_id, wild=wild, repeat=repeat)
-        conn.close()
-        assert drain_all(source_dsn, uri, slot=slot) == 1
-    targets = {}
-    for direct in (True, False):
-        monkeypatch.setenv(ENV_SWITCH, "1" if direct else "0")
-        _, dsn = make_target(pg_server)
-        execute(dsn, SCHEMA.split("CREATE PUBLICATION")[0])
-        caplog.clear()
-        with caplog.at_level(logging.DEBUG, logger="airflow_provider_pglogical.apply.targets.postgres.target"):
-            reports = apply_slot(spark, ApplyConfig(slot=slot, staging_root=uri), dsn)
-        assert [r.applied for r in reports] == [True] * 4
-        straight = [r.getMessage() for r in caplog.records if "straight from the staged files" in r.getMessage()]
-        if direct:  # not vacuous: the direct path ran, and not for the array table
-            assert any("public.plain" in m for m in straight) and any("public.pk2" in m for m in straight)
-            assert any("public.full_id" in m for m in straight)
-            assert not any("public.arr" in m for m in straight)
-        else:
-            assert straight == []
-        targets[direct] = dsn
     try:
+        live: dict[str, set] = {t: set() for t in ("plain", "full_id", "arr", "pk2")}
+        next_id = [0]
+        # Rounds: unique keys (direct), unique keys with out-of-range timestamps (plain falls back), repeated keys
+        # (compaction: Spark), unique keys again.
+        for wild, repeat in ((False, False), (True, False), (False, True), (False, False)):
+            conn = psycopg2.connect(source_dsn)
+            with conn, conn.cursor() as cur:
+                _round(cur, rng, live, next_id, wild=wild, repeat=repeat)
+            conn.close()
+            assert drain_all(source_dsn, uri, slot=slot) == 1
+        targets = {}
+        for direct in (True, False):
+            monkeypatch.setenv(ENV_SWITCH, "1" if direct else "0")
+            _, dsn = make_target(pg_server)
+            execute(dsn, SCHEMA.split("CREATE PUBLICATION")[0])
+            caplog.clear()
+            with caplog.at_level(logging.DEBUG, logger="airflow_provider_pglogical.apply.targets.postgres.target"):
+                reports = apply_slot(spark, ApplyConfig(slot=slot, staging_root=uri), dsn)
+            assert [r.applied for r in reports] == [True] * 4
+            straight = [r.getMessage() for r in caplog.records if "straight from the staged files" in r.getMessage()]
+            if direct:  # not vacuous: the direct path ran, and not for the array table
+                assert any("public.plain" in m for m in straight) and any("public.pk2" in m for m in straight)
+                assert any("public.full_id" in m for m in straight)
+                assert not any("public.arr" in m for m in straight)
+            else:
+                assert straight == []
+            targets[direct] = dsn
         for table in live:
             expected = _rows(source_dsn, table)
             assert expected, table
