@@ -23,6 +23,7 @@ from airflow_provider_pglogical.decoding.model import (
     Transaction,
     TruncateChange,
 )
+from airflow_provider_pglogical.decoding.spill import SpilledChanges
 from airflow_provider_pglogical.decoding.values.vector import PAD
 from airflow_provider_pglogical.exceptions import StagingError
 from airflow_provider_pglogical.staging import schema as S
@@ -221,6 +222,23 @@ class _TableSink(_Sink):
         if len(self.changes) >= self.row_group_rows:
             self.flush()
 
+    def add_run(self, tx_fields: tuple[int, int, int, int], order: int, changes: Sequence[RowChange], i: int,
+                j: int) -> None:
+        """``add`` of ``changes[i:j]`` with orders ``order, order + 1, …``: the same rows, runs and row
+        groups as one ``add`` each, a row-group's worth of list work at a time."""
+        row_group_rows = self.row_group_rows
+        while i < j:
+            if tx_fields is not self._run:
+                self.runs.append((len(self.changes), tx_fields))
+                self._run = tx_fields
+            k = min(j, i + row_group_rows - len(self.changes))
+            self.changes.extend(changes[i:k])
+            self.orders.extend(range(order, order + k - i))
+            order += k - i
+            i = k
+            if len(self.changes) >= row_group_rows:
+                self.flush()
+
     def arrays(self) -> list[pa.Array]:
         changes, n = self.changes, len(self.changes)
         bounds = [first for first, _ in self.runs] + [n]
@@ -314,30 +332,51 @@ class BatchWriter:
         pos = (tx.commit_lsn, tx.end_lsn)
         time = S.to_unix_us(tx.commit_time_us)
         tx_fields = (tx.commit_lsn, tx.end_lsn, tx.xid, time)
-        order = -1
-        relation, sink = None, None
-        for order, change in enumerate(tx.changes):
-            if type(change) is RowChange:
-                if change.relation is not relation:  # runs of one table are the common case
-                    relation = change.relation
-                    self._note_relation(relation, change.lsn)
-                    sink = self._table_sink(relation)
-                sink.add(tx_fields, order, change)  # type: ignore[union-attr]
-            elif isinstance(change, TruncateChange):
-                for rel in change.relations:
-                    self._note_relation(rel, change.lsn)
-                self._truncates.append(*pos, change.lsn, order, tx.xid, time,
-                                       [r.qualified_name for r in change.relations],
-                                       [r.relid for r in change.relations], change.cascade, change.restart_identity)
-            elif isinstance(change, LogicalMessage):
-                self._messages.append(*pos, change.lsn, order, tx.xid, True, change.prefix, change.content)
-            else:
-                raise StagingError(f"unexpected change type {type(change).__name__} in xid {tx.xid}")
-        self.changes += order + 1
-        self._transactions.append(tx.xid, tx.commit_lsn, tx.end_lsn, time, tx.origin, tx.origin_lsn, order + 1,
+        order = 0
+        relation: RelationSchema | None = None
+        sink: _TableSink | None = None
+        changes = tx.changes
+        # A spilled transaction hands its changes over a slice at a time; in either case runs of row
+        # changes of one relation (the common case) go to their sink as one run, not one call per row.
+        chunks = changes.chunks() if type(changes) is SpilledChanges else (changes,)
+        for chunk in chunks:
+            i, n = 0, len(chunk)
+            while i < n:
+                change = chunk[i]
+                if type(change) is RowChange:
+                    rel = change.relation
+                    if rel is not relation:
+                        relation = rel
+                        self._note_relation(rel, change.lsn)
+                        sink = self._table_sink(rel)
+                    j = i + 1
+                    while j < n and type(c := chunk[j]) is RowChange and c[1] is rel:  # c.relation
+                        j += 1
+                    sink.add_run(tx_fields, order, chunk, i, j)  # type: ignore[union-attr, arg-type]
+                    order += j - i
+                    i = j
+                    continue
+                self._write_other(tx, pos, time, order, change)
+                order += 1
+                i += 1
+        self.changes += order
+        self._transactions.append(tx.xid, tx.commit_lsn, tx.end_lsn, time, tx.origin, tx.origin_lsn, order,
                                   tx.streamed)
         self.manifest.transactions += 1
         self.manifest.end_lsn_int = tx.end_lsn
+
+    def _write_other(self, tx: Transaction, pos: tuple[int, int], time: int, order: int, change: Any) -> None:
+        """A change that is not a row change: TRUNCATE or a transactional logical message."""
+        if isinstance(change, TruncateChange):
+            for rel in change.relations:
+                self._note_relation(rel, change.lsn)
+            self._truncates.append(*pos, change.lsn, order, tx.xid, time,
+                                   [r.qualified_name for r in change.relations],
+                                   [r.relid for r in change.relations], change.cascade, change.restart_identity)
+        elif isinstance(change, LogicalMessage):
+            self._messages.append(*pos, change.lsn, order, tx.xid, True, change.prefix, change.content)
+        else:
+            raise StagingError(f"unexpected change type {type(change).__name__} in xid {tx.xid}")
 
     def write_message(self, event: NonTransactionalMessage) -> None:
         m = event.message
