@@ -16,6 +16,8 @@ ratios. ``--event-log DIR`` keeps Spark's event log there and prints per-job/sta
 Prints one JSON object.
 
 ``--skip-apply``: drain only (no native subscriber, no Spark): the raw fetch and the drain, with their ratio.
+``drain_peeks`` in the output: 2 when the run took a fresh peek at its end for WAL flushed while it ran (which
+the server decodes from the slot's restart point again: seconds; see docs/performance.md).
 ``--ab-code DIR``: also drain a second slot (created before the workload, so it holds the same changes) with the
 package at ``DIR`` (e.g. ``git worktree``/``git archive`` of the old commit) in a subprocess, fetch and drains
 interleaved, for an A/B of two versions on the same data under the same load.
@@ -116,6 +118,19 @@ def drain_elsewhere(code: str, dsn: str, staging: str, slot: str, drain_kw: dict
 AB_DRAIN_CPU: list[float] = []  # client CPU seconds of the A/B child's drain
 
 
+class count_peeks:  # noqa: N801 - used like a function
+    """Counts the drain's ``peek_changes`` calls (each one the server materialises from the slot's restart point)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.real = real = PgLogicalClient.peek_changes
+
+        def counted(client: PgLogicalClient, *a: object, **kw: object) -> object:
+            self.calls += 1
+            return real(client, *a, **kw)  # type: ignore[arg-type]
+        PgLogicalClient.peek_changes = counted  # type: ignore[method-assign, assignment]
+
+
 def workload(dsn: str, changes: int, tx_rows: int) -> dict[str, int]:
     """~``changes`` row changes: 50% inserts, 30% updates (some rows several times), 20% deletes."""
     inserts, updates, deletes = changes // 2, changes * 3 // 10, changes // 5
@@ -201,9 +216,11 @@ def main() -> int:
 
             profiler = cProfile.Profile()
             profiler.enable()
+        peeks = count_peeks()  # 2 = the run also took a fresh peek for WAL flushed while it ran (see docs)
         t0, c0 = time.monotonic(), time.process_time()
         batches = drain_all(src_dsn, staging, **drain_kw)
         drain_s, drain_cpu = time.monotonic() - t0, time.process_time() - c0
+        PgLogicalClient.peek_changes = peeks.real  # type: ignore[method-assign]
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(args.profile_drain)
@@ -211,6 +228,7 @@ def main() -> int:
             out_drain = {"workload": args.workload, "changes": sum(counts.values()), "by_op": counts,
                          "generate_s": round(generate_s, 1), "raw_fetch_s": round(fetch_s, 2),
                          "raw_fetch_rows": fetched, "drain_s": round(drain_s, 2), "batches": batches,
+                         "drain_peeks": peeks.calls,
                          "ratio_drain_over_raw_fetch": round(drain_s / fetch_s, 2), **ab,
                          "client_cpu_s": {"raw_fetch": RAW_FETCH_CPU, "drain": round(drain_cpu, 2),
                                           "ab_drain": AB_DRAIN_CPU},
@@ -245,7 +263,7 @@ def main() -> int:
         out = {
             "workload": args.workload, "changes": sum(counts.values()), "by_op": counts,
             "generate_s": round(generate_s, 1), "raw_fetch_s": round(fetch_s, 2), "raw_fetch_rows": fetched,
-            "native_apply_s": round(native_s, 2), "drain_s": round(drain_s, 2), "batches": batches,
+            "native_apply_s": round(native_s, 2), "drain_s": round(drain_s, 2), "batches": batches, "drain_peeks": peeks.calls,
             "spark_start_s": round(spark_start_s, 2), "spark_apply_s": round(apply_s, 2),
             "batches_applied": sum(r.applied for r in reports),
             "per_batch_seconds": [r.seconds for r in reports],

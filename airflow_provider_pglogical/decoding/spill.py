@@ -150,9 +150,17 @@ class SpilledChanges(Sequence[Change]):
         return self._count
 
     def __iter__(self) -> Iterator[Change]:
+        for chunk in self.chunks():
+            yield from chunk
+
+    def chunks(self) -> Iterator[Sequence[Change]]:
+        """The changes in order, a sequence at a time (the in-memory prefix, then about a spill slice
+        each): what ``__iter__`` yields, with one generator step per slice instead of per change, for
+        consumers that take runs of changes at once (``staging.writer``)."""
         if self._spill.closed:
             raise ValueError("spilled changes are closed")
-        yield from self._prefix
+        if self._prefix:
+            yield self._prefix
         relations = dict(self._base)
         timeline, t, nt = self._timeline, 0, len(self._timeline)
         aborted, decode, decode_many = self._aborted, self._decode, self._decode_many
@@ -160,19 +168,22 @@ class SpilledChanges(Sequence[Change]):
         for records in self._spill.chunks():
             if t == nt and not aborted:  # no schema change ahead, nothing dropped: the common case
                 if decode_many is not None:
-                    yield from decode_many(records, relations)
+                    yield decode_many(records, relations)
                 else:
-                    yield from [decode(data, lsn, relations) for lsn, _subxid, data in records]
+                    yield [decode(data, lsn, relations) for lsn, _subxid, data in records]
                 index += len(records)
                 continue
+            out: list[Change] = []
             for lsn, subxid, data in records:
                 while t < nt and timeline[t][0] <= index:
                     schema = timeline[t][1]
                     relations[schema.relid] = schema
                     t += 1
                 if subxid not in aborted:
-                    yield decode(data, lsn, relations)
+                    out.append(decode(data, lsn, relations))
                 index += 1
+            if out:
+                yield out
 
     @overload
     def __getitem__(self, index: int) -> Change: ...

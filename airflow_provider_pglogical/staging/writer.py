@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+import queue
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
 from typing import Any, Protocol
 
@@ -21,6 +23,7 @@ from airflow_provider_pglogical.decoding.model import (
     Transaction,
     TruncateChange,
 )
+from airflow_provider_pglogical.decoding.spill import SpilledChanges
 from airflow_provider_pglogical.decoding.values.vector import PAD
 from airflow_provider_pglogical.exceptions import StagingError
 from airflow_provider_pglogical.staging import schema as S
@@ -68,8 +71,53 @@ class RelationResolver(Protocol):
     def type_names(self, relation: RelationSchema) -> Sequence[str | None]: ...
 
 
+class RowGroupWriter:
+    """Writes row groups on one background thread, in the order they were handed over.
+
+    Encoding and compressing a row group (pyarrow's ``write_table``, without the GIL) is a fifth
+    of the drain's CPU; on its own thread it overlaps with decoding the next rows. One thread for
+    all files of a batch keeps each file's row groups in order (the same bytes as writing inline).
+    At most ``depth`` row groups wait, so memory stays bounded. The first failure is raised again
+    in the caller's thread at the next ``submit`` or at ``wait`` (which every file's close calls
+    before the manifest can be written), and nothing after it is written.
+    """
+
+    def __init__(self, depth: int = 2) -> None:
+        self._queue: queue.Queue[Callable[[], None] | None] = queue.Queue(maxsize=depth)
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def submit(self, write: Callable[[], None]) -> None:
+        self._raise()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="pglogical-row-groups", daemon=True)
+            self._thread.start()
+        self._queue.put(write)
+
+    def wait(self) -> None:
+        """Until everything handed over is written; raises the first failure."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+        self._raise()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _run(self) -> None:
+        while (write := self._queue.get()) is not None:
+            if self._error is None:  # after a failure: only drain the queue
+                try:
+                    write()
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                    self._error = exc
+
+
 class _Sink:
-    """One Parquet file written a row group at a time: memory holds at most one row group.
+    """One Parquet file written a row group at a time: memory holds at most one row group
+    (plus those waiting for ``pool``'s thread, when one is given).
 
     Row groups are cut every ``row_group_rows`` rows counted from the start of the file, so
     the same input always gives the same row groups (re-staging is byte-for-byte stable).
@@ -77,11 +125,12 @@ class _Sink:
     """
 
     def __init__(self, layout: StagingLayout, path: str, schema: pa.Schema, row_group_rows: int,
-                 compression: str) -> None:
+                 compression: str, pool: RowGroupWriter | None = None) -> None:
         self.layout, self.path, self.schema = layout, path, schema
         self.row_group_rows, self.compression = row_group_rows, compression
         self.buffer: list[tuple[Any, ...]] = []  # row tuples; transposed once per row group
         self.rows = 0
+        self.pool = pool
         self._writer: pq.ParquetWriter | None = None
 
     @property
@@ -103,6 +152,14 @@ class _Sink:
         if not self.pending:
             return
         table = pa.Table.from_arrays(self.arrays(), schema=self.schema)
+        if self.pool is None:
+            self._write(table)
+        else:
+            self.pool.submit(lambda: self._write(table))
+        self.rows += self.pending
+        self._clear()
+
+    def _write(self, table: pa.Table) -> None:
         if self._writer is None:
             parent = self.path.rsplit("/", 1)[0]
             self.layout.fs.create_dir(parent, recursive=True)
@@ -112,8 +169,6 @@ class _Sink:
             self._writer = pq.ParquetWriter(self.path, self.schema, filesystem=self.layout.fs,
                                             compression=self.compression, use_dictionary=False)
         self._writer.write_table(table, row_group_size=self.row_group_rows)
-        self.rows += self.pending
-        self._clear()
 
     def _clear(self) -> None:
         self.buffer = []
@@ -121,6 +176,8 @@ class _Sink:
     def close(self, *, write_empty: bool = False) -> bool:
         """Flush and close; returns whether the file exists."""
         self.flush()
+        if self.pool is not None:
+            self.pool.wait()
         if self._writer is None and write_empty:
             self.layout.fs.create_dir(self.path.rsplit("/", 1)[0], recursive=True)
             pq.write_table(self.schema.empty_table(), self.path, filesystem=self.layout.fs,
@@ -141,8 +198,8 @@ class _TableSink(_Sink):
     """
 
     def __init__(self, layout: StagingLayout, path: str, converter: RowConverter, version: int,
-                 row_group_rows: int, compression: str) -> None:
-        super().__init__(layout, path, S.row_change_schema(converter.arrow_type), row_group_rows, compression)
+                 row_group_rows: int, compression: str, pool: RowGroupWriter | None = None) -> None:
+        super().__init__(layout, path, S.row_change_schema(converter.arrow_type), row_group_rows, compression, pool)
         self.converter, self.version = converter, version
         self._clear()
 
@@ -164,6 +221,23 @@ class _TableSink(_Sink):
         self.orders.append(order)
         if len(self.changes) >= self.row_group_rows:
             self.flush()
+
+    def add_run(self, tx_fields: tuple[int, int, int, int], order: int, changes: Sequence[RowChange], i: int,
+                j: int) -> None:
+        """``add`` of ``changes[i:j]`` with orders ``order, order + 1, …``: the same rows, runs and row
+        groups as one ``add`` each, a row-group's worth of list work at a time."""
+        row_group_rows = self.row_group_rows
+        while i < j:
+            if tx_fields is not self._run:
+                self.runs.append((len(self.changes), tx_fields))
+                self._run = tx_fields
+            k = min(j, i + row_group_rows - len(self.changes))
+            self.changes.extend(changes[i:k])
+            self.orders.extend(range(order, order + k - i))
+            order += k - i
+            i = k
+            if len(self.changes) >= row_group_rows:
+                self.flush()
 
     def arrays(self) -> list[pa.Array]:
         changes, n = self.changes, len(self.changes)
@@ -210,9 +284,12 @@ class BatchWriter:
 
     def __init__(self, layout: StagingLayout, *, start_lsn: int, slot: str, publication: str,
                  resolver: RelationResolver, server_version: int = 0, proto_version: int = 0,
-                 row_group_rows: int = DEFAULT_ROW_GROUP_ROWS, compression: str = "zstd") -> None:
+                 row_group_rows: int = DEFAULT_ROW_GROUP_ROWS, compression: str = "zstd",
+                 background_writes: bool = True) -> None:
         self.layout, self.start_lsn, self.resolver = layout, start_lsn, resolver
         self.row_group_rows, self.compression = row_group_rows, compression
+        # Row groups are encoded and compressed on a thread while decoding goes on (RowGroupWriter).
+        self.pool = RowGroupWriter() if background_writes else None
         self.manifest = Manifest(slot=slot, publication=publication, start_lsn_int=start_lsn, end_lsn_int=start_lsn,
                                  server_version=server_version, proto_version=proto_version)
         self.dir = layout.partial_dir(start_lsn)
@@ -227,7 +304,7 @@ class BatchWriter:
         layout.fs.create_dir(self.dir, recursive=True)
 
     def _sink(self, name: str, schema: pa.Schema) -> _Sink:
-        return _Sink(self.layout, f"{self.dir}/{name}", schema, self.row_group_rows, self.compression)
+        return _Sink(self.layout, f"{self.dir}/{name}", schema, self.row_group_rows, self.compression, self.pool)
 
     def _note_relation(self, relation: RelationSchema, lsn: int) -> None:
         self._relations.setdefault((relation.relid, relation.version), (relation, lsn))
@@ -243,7 +320,7 @@ class BatchWriter:
                 rel_path = rel_path.replace(".parquet", f"-r{relation.relid}.parquet")
             self._paths.add(rel_path)
             sink = _TableSink(self.layout, f"{self.dir}/{rel_path}", self.resolver.converter(relation),
-                              relation.version, self.row_group_rows, self.compression)
+                              relation.version, self.row_group_rows, self.compression, self.pool)
             entry = self._tables[key] = (rel_path, sink)
         return entry[1]
 
@@ -255,30 +332,51 @@ class BatchWriter:
         pos = (tx.commit_lsn, tx.end_lsn)
         time = S.to_unix_us(tx.commit_time_us)
         tx_fields = (tx.commit_lsn, tx.end_lsn, tx.xid, time)
-        order = -1
-        relation, sink = None, None
-        for order, change in enumerate(tx.changes):
-            if type(change) is RowChange:
-                if change.relation is not relation:  # runs of one table are the common case
-                    relation = change.relation
-                    self._note_relation(relation, change.lsn)
-                    sink = self._table_sink(relation)
-                sink.add(tx_fields, order, change)  # type: ignore[union-attr]
-            elif isinstance(change, TruncateChange):
-                for rel in change.relations:
-                    self._note_relation(rel, change.lsn)
-                self._truncates.append(*pos, change.lsn, order, tx.xid, time,
-                                       [r.qualified_name for r in change.relations],
-                                       [r.relid for r in change.relations], change.cascade, change.restart_identity)
-            elif isinstance(change, LogicalMessage):
-                self._messages.append(*pos, change.lsn, order, tx.xid, True, change.prefix, change.content)
-            else:
-                raise StagingError(f"unexpected change type {type(change).__name__} in xid {tx.xid}")
-        self.changes += order + 1
-        self._transactions.append(tx.xid, tx.commit_lsn, tx.end_lsn, time, tx.origin, tx.origin_lsn, order + 1,
+        order = 0
+        relation: RelationSchema | None = None
+        sink: _TableSink | None = None
+        changes = tx.changes
+        # A spilled transaction hands its changes over a slice at a time; in either case runs of row
+        # changes of one relation (the common case) go to their sink as one run, not one call per row.
+        chunks = changes.chunks() if type(changes) is SpilledChanges else (changes,)
+        for chunk in chunks:
+            i, n = 0, len(chunk)
+            while i < n:
+                change = chunk[i]
+                if type(change) is RowChange:
+                    rel = change.relation
+                    if rel is not relation:
+                        relation = rel
+                        self._note_relation(rel, change.lsn)
+                        sink = self._table_sink(rel)
+                    j = i + 1
+                    while j < n and type(c := chunk[j]) is RowChange and c[1] is rel:  # c.relation
+                        j += 1
+                    sink.add_run(tx_fields, order, chunk, i, j)  # type: ignore[union-attr, arg-type]
+                    order += j - i
+                    i = j
+                    continue
+                self._write_other(tx, pos, time, order, change)
+                order += 1
+                i += 1
+        self.changes += order
+        self._transactions.append(tx.xid, tx.commit_lsn, tx.end_lsn, time, tx.origin, tx.origin_lsn, order,
                                   tx.streamed)
         self.manifest.transactions += 1
         self.manifest.end_lsn_int = tx.end_lsn
+
+    def _write_other(self, tx: Transaction, pos: tuple[int, int], time: int, order: int, change: Any) -> None:
+        """A change that is not a row change: TRUNCATE or a transactional logical message."""
+        if isinstance(change, TruncateChange):
+            for rel in change.relations:
+                self._note_relation(rel, change.lsn)
+            self._truncates.append(*pos, change.lsn, order, tx.xid, time,
+                                   [r.qualified_name for r in change.relations],
+                                   [r.relid for r in change.relations], change.cascade, change.restart_identity)
+        elif isinstance(change, LogicalMessage):
+            self._messages.append(*pos, change.lsn, order, tx.xid, True, change.prefix, change.content)
+        else:
+            raise StagingError(f"unexpected change type {type(change).__name__} in xid {tx.xid}")
 
     def write_message(self, event: NonTransactionalMessage) -> None:
         m = event.message
@@ -343,6 +441,11 @@ class BatchWriter:
 
     def abort(self) -> None:
         """Drop everything written so far (best effort; a later attempt also cleans up)."""
+        try:
+            if self.pool is not None:
+                self.pool.wait()
+        except Exception:  # noqa: BLE001 - cleanup must not mask the original error
+            pass
         for sink in [*(s for _p, s in self._tables.values()), self._transactions, self._messages, self._truncates]:
             try:
                 if sink._writer is not None:

@@ -203,7 +203,8 @@ def test_get_mode_runs_one_batch_per_read(drain_source, tmp_path):
 
 def test_a_failed_row_group_write_fails_the_batch_and_advances_nothing_past_what_is_published(
         drain_source, tmp_path, monkeypatch):
-    """A failed Parquet write (disk full) in a later batch: the error itself, the earlier batches kept."""
+    """Row groups are written on a background thread (staging.writer.RowGroupWriter): its failure
+    must surface in the drain as the error itself, before any manifest that would cover it."""
     cur, hook = drain_source
     xids = workload(cur, 40)
     uri = str(tmp_path / "stage")

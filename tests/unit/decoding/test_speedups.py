@@ -183,12 +183,14 @@ COMPLETED = {True: 0, False: 0}
 
 
 def test_the_property_saw_committed_transactions_not_only_errors():
-    """Guards the generator above: most random sessions must decode (else the property compares errors only)."""
+    """Guards the generator above: a good share of random sessions must decode (else the property compares errors
+    only). About half decode; hypothesis's search shifts the share from run to run (143 of 300 was seen), so the
+    bar is a fifth, far above the zero a broken generator gives."""
     if speedups.compiled is None:
         pytest.skip("compiled helpers not built")
     if not COMPLETED[True] + COMPLETED[False]:
         test_compiled_assembler_path_equals_the_python_row_loop()
-    assert COMPLETED[True] > COMPLETED[False]
+    assert COMPLETED[True] * 5 >= COMPLETED[True] + COMPLETED[False] > 0
 
 
 @needs_compiled

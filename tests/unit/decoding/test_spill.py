@@ -65,6 +65,9 @@ def test_a_transaction_over_a_tiny_budget_round_trips_identically(rows, tmp_path
         assert len(tx.changes) == len(expected.changes)
         assert list(tx.changes) == list(expected.changes)
         assert list(tx.changes) == list(expected.changes)  # re-iterable
+        # chunks(): the same changes, a slice at a time (what the staging writer consumes)
+        chunks = list(tx.changes.chunks())
+        assert len(chunks) > 1 and all(chunks) and [c for chunk in chunks for c in chunk] == list(expected.changes)
         assert tx.changes[-1] == expected.changes[-1] and tx.changes[5:8] == expected.changes[5:8]
         assert {c.relation.version for c in tx.changes if hasattr(c, "op")} == {1, 2}
         assert (tx.xid, tx.end_lsn, tx.streamed) == (expected.xid, expected.end_lsn, expected.streamed)

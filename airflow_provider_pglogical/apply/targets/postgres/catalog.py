@@ -43,6 +43,18 @@ def try_lock_slot(conn: psycopg2.extensions.connection, slot: str) -> bool:
     return bool(locked)
 
 
+def unlock_slot(conn: psycopg2.extensions.connection, slot: str) -> None:
+    """Release ``try_lock_slot``'s lock before the connection closes: closing alone releases it only when the
+    backend has exited, after ``close()`` returned — a run started right after could find it still held."""
+    try:
+        conn.rollback()
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (lock_key(slot),))
+        conn.commit()
+    except psycopg2.Error:  # a broken connection: its backend is gone or going, and the lock with it
+        pass
+
+
 def describe(conn: psycopg2.extensions.connection, qualified: str) -> TargetTable | None:
     schema, name = split_name(qualified)
     with conn.cursor() as cur:

@@ -1,29 +1,37 @@
-"""Snapshot loads into PostgreSQL: one transaction empties the tables, COPYs the snapshot rows straight into
-them and sets watermark and sync LSN.
+"""Snapshot loads into PostgreSQL: each atomic group of a snapshot's tables (tables linked by foreign keys of
+the target) in its own transaction — TRUNCATE, COPY of the snapshot rows straight into the tables, watermark
+and sync LSN — up to ``PARALLEL_GROUPS`` groups at once.
 
 Choice (docs/apply.md): the rows go into the *existing* target table emptied with ``TRUNCATE`` in
 the same transaction, not into a fresh table swapped in. Readers see the old contents until
 COMMIT and the new ones after (TRUNCATE is transactional in PostgreSQL), while grants, indexes,
 constraints, FKs and dependent views of the target table stay as they are — a swap would have to
-recreate all of them. Tables snapshotted at one LSN are loaded in one transaction, emptied by one
-TRUNCATE (so FKs among them are fine) and filled parents first.
+recreate all of them.
 
-The rows are COPYed by the transaction's own connection, like a native table sync copies into the
+Per group, not per snapshot, like native table sync (one transaction per table, two sync workers in
+parallel): every table is consistent on its own from its sync LSN on (the per-table rule of
+``apply/snapshots.py``), so only tables the target ties together load together — a referenced table can
+only be truncated together with its referencing tables, and its rows must be there for theirs. Inside a
+group the tables are emptied by one TRUNCATE and filled parents first.
+
+The rows are COPYed by the group's own connection, like a native table sync copies into the
 table: the executors turn the staged rows into COPY text (``copytext.copy_columns``, ``arrowtext``) and hand it over
 in chunks of whole lines (``toLocalIterator``: one partition at a time, so memory stays bounded by a
 partition) — no staging table, no ``INSERT … SELECT``. Snapshot rows need no transform on the way
 (``apply/snapshots.SnapshotChanges.rows``).
 
-Crash windows (``CHECKPOINTS``, where the crash tests stop the process): everything happens inside
-the load transaction, which rolls back with the connection — during a COPY, after a table's COPY,
-before COMMIT; after COMMIT the sync marks make the rerun skip the group.
+Crash windows (``CHECKPOINTS``, where the crash tests stop the process): everything of a group happens inside
+its transaction, which rolls back with the connection — during a COPY, after a table's COPY, before COMMIT;
+after COMMIT the sync marks make the rerun skip the group, and the groups not committed load whole.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import psycopg2
@@ -31,10 +39,10 @@ import pyarrow as pa
 from psycopg2 import sql
 
 from airflow_provider_pglogical.apply.snapshots import PlannedSnapshot
-from airflow_provider_pglogical.apply.targets.base import BatchResult
+from airflow_provider_pglogical.apply.targets.base import BatchResult, PlannedTable
 from airflow_provider_pglogical.apply.targets.postgres import arrowtext
 from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import qualified
-from airflow_provider_pglogical.apply.targets.postgres.catalog import ident, lock_key
+from airflow_provider_pglogical.apply.targets.postgres.catalog import ident
 from airflow_provider_pglogical.apply.targets.postgres.copytext import copy_columns
 from airflow_provider_pglogical.apply.targets.postgres.progress import SYNC_TABLE, ensure_sync_table, sync_marks
 from airflow_provider_pglogical.apply.targets.postgres.target_types import describe_types
@@ -48,6 +56,7 @@ if TYPE_CHECKING:
 CHECKPOINTS = ("snapshot_copying", "snapshot_loaded", "snapshot_before_commit", "snapshot_committed")
 
 
+PARALLEL_GROUPS = 2  # groups loaded at once: native's max_sync_workers_per_subscription default
 CHUNK_BYTES = 4 << 20  # COPY data handed from the executors to the loading connection per chunk
 _QUOTED_VALUE = re.compile(r':\s*".*', re.S)
 
@@ -114,73 +123,139 @@ def copy_into(cur: Any, table: str, columns: Sequence[str], chunks: Iterator[byt
     return int(cur.rowcount)
 
 
+def atomic_groups(tables: Sequence[PlannedTable], fks: Iterable[tuple[str, str]]) -> list[tuple[PlannedTable, ...]]:
+    """The tables of one snapshot split into the groups that must be loaded together: tables linked by a
+    foreign key of the target (either way, transitively) — a ``TRUNCATE`` of a referenced table must name its
+    referencing tables too, and a child's rows need its parent's. Each group keeps ``tables``' order (parents
+    first); groups come in the order of their first table. ``fks``: (referencing, referenced) target tables."""
+    names = [t.target for t in tables]
+    parent = {n: n for n in names}
+
+    def root(n: str) -> str:
+        while parent[n] != n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
+    for child, referenced in fks:
+        if child in parent and referenced in parent:
+            parent[root(child)] = root(referenced)
+    groups: dict[str, list[PlannedTable]] = {}
+    for t in tables:
+        groups.setdefault(root(t.target), []).append(t)
+    return [tuple(g) for g in groups.values()]
+
+
 def apply_snapshot(target: Any, plan: PlannedSnapshot, changes: Any) -> BatchResult:
-    """TRUNCATE + COPY of every table's rows + watermark + sync LSN, in one transaction."""
+    """Every atomic group of the snapshot's tables (``atomic_groups``) loaded in its own transaction —
+    TRUNCATE + COPY of its tables + their watermarks and sync LSNs — up to ``PARALLEL_GROUPS`` at a time,
+    like native table sync workers. A group whose tables are marked at ``plan.lsn`` already is skipped."""
     conn = target.conn
-    progress = target.config.progress_table
     sync_table = qualified(target.bookkeeping_schema, SYNC_TABLE)
     ensure_sync_table(conn, sync_table)
     result = BatchResult(applied=False)
     started = time.monotonic()
     marks = sync_marks(conn, plan.slot, sync_table)
     conn.commit()
-    if all(marks.get(t.target, -1) >= plan.lsn for t in plan.tables):
-        return result  # loaded by an earlier run (checked again under the lock below)
-    # The COPY text is built before the transaction takes its locks: it only streams it into the tables.
-    texts: dict[str, DataFrame] = {}
-    copy_s = 0.0
-    try:
-        for t in plan.tables:
-            types = describe_types(conn, [(c, target._existing(t.target).columns[c]) for c in t.columns])
-            conn.commit()
-            texts[t.target] = copy_text(changes.rows(t), types)
-        staged_at = time.monotonic()
+    groups = [g for g in atomic_groups(plan.tables, target.foreign_keys())
+              if any(marks.get(t.target, -1) < plan.lsn for t in g)]
+    if not groups:
+        return result  # loaded by an earlier run (each group checked again inside its transaction)
+    types = {}
+    for t in (t for g in groups for t in g):
+        types[t.target] = describe_types(conn, [(c, target._existing(t.target).columns[c]) for c in t.columns])
+    conn.commit()
+    seconds = {"stage": 0.0, "apply": 0.0, "copy": 0.0}
+    lock = threading.Lock()
+
+    def load(group: tuple[PlannedTable, ...]) -> dict[str, dict[str, int]]:
+        group_started = time.monotonic()
+        texts = {t.target: copy_text(changes.rows(t), types[t.target]) for t in group}
         try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (lock_key(plan.slot),))
-                marks = sync_marks(conn, plan.slot, sync_table)
-                load = [t for t in plan.tables if marks.get(t.target, -1) < plan.lsn]
-                if not load:
-                    conn.rollback()
-                    return result
-                cur.execute(sql.SQL("TRUNCATE {}").format(sql.SQL(", ").join(ident(t.target) for t in load)))
-                for t in load:
-                    copy_started = time.monotonic()
-                    inserted = copy_into(cur, t.target, t.columns, stream(texts[t.target]),
-                                         lambda: target.checkpoint("snapshot_copying"))
-                    copy_s += time.monotonic() - copy_started
-                    result.rows[t.target] = {"snapshot_rows": inserted}
-                    target.checkpoint("snapshot_loaded")
-                    cur.execute(sql.SQL(
-                        "INSERT INTO {} (slot, target_table, end_lsn) VALUES (%s, %s, %s::pg_lsn) "
-                        "ON CONFLICT (slot, target_table) DO UPDATE SET end_lsn = EXCLUDED.end_lsn, applied_at = now()"
-                    ).format(ident(progress)), (plan.slot, t.target, format_lsn(plan.lsn)))
-                    cur.execute(sql.SQL(
-                        "INSERT INTO {} (slot, target_table, sync_lsn, rows) VALUES (%s, %s, %s::pg_lsn, %s) "
-                        "ON CONFLICT (slot, target_table) DO UPDATE SET sync_lsn = EXCLUDED.sync_lsn, "
-                        "rows = EXCLUDED.rows, synced_at = now()"
-                    ).format(ident(sync_table)), (plan.slot, t.target, format_lsn(plan.lsn), inserted))
-                cur.execute("SET CONSTRAINTS ALL IMMEDIATE")
-                target.checkpoint("snapshot_before_commit")
-            conn.commit()
-            target.checkpoint("snapshot_committed")
-        except psycopg2.Error as exc:
-            conn.rollback()
-            # input-function messages quote the value (``…: "abc"``): never row data in an error
-            primary = _QUOTED_VALUE.sub("", (exc.diag.message_primary if exc.diag else None) or type(exc).__name__)
-            hint = ""
-            if exc.pgcode == "0A000":  # TRUNCATE of a table other target tables reference
-                hint = "; resync the tables referencing it together with it (--table for each)"
-            raise ApplyError(f"snapshot at {format_lsn(plan.lsn)} of {', '.join(t.target for t in plan.tables)} "
-                             f"not applied: [{exc.pgcode}] {primary}{hint}") from None
-        except BaseException:
-            conn.rollback()
-            raise
-    finally:
-        for text in texts.values():
-            text.unpersist()
-    result.applied = True
-    # "stage": Spark building the COPY text; "apply": the load transaction (its COPYs took ``copy``)
-    result.seconds = {"stage": round(staged_at - started, 3), "apply": round(time.monotonic() - staged_at, 3),
-                      "copy": round(copy_s, 3)}
+            staged_at = time.monotonic()
+            rows, copy_s = _load_group(target, plan, sync_table, group, texts)
+        finally:
+            for text in texts.values():
+                text.unpersist()
+        with lock:
+            seconds["stage"] += staged_at - group_started
+            seconds["apply"] += time.monotonic() - staged_at
+            seconds["copy"] += copy_s
+        return rows
+
+    workers = min(PARALLEL_GROUPS, len(groups))
+    if workers == 1:
+        loaded = [load(groups[0])]
+    else:
+        # Spark runs the groups' jobs side by side (one scheduler, shared executors); a failing group leaves the
+        # committed ones committed — each is exactly-once on its own, and the rerun loads the rest.
+        with ThreadPoolExecutor(workers, thread_name_prefix="snapshot-group") as pool:
+            futures = [pool.submit(load, g) for g in groups]
+            loaded = []
+            errors: list[BaseException] = []
+            for future in futures:
+                try:
+                    loaded.append(future.result())
+                except BaseException as exc:  # noqa: BLE001 - the first one is raised once all ended
+                    errors.append(exc)
+            if errors:
+                raise errors[0]
+    for rows in loaded:
+        result.rows.update(rows)
+    result.applied = bool(result.rows)
+    # "stage": Spark building the COPY text, "apply": the load transactions (their COPYs took ``copy``): summed
+    # over the groups, which overlap; "wall": the whole snapshot
+    result.seconds = {k: round(v, 3) for k, v in seconds.items()} | {"wall": round(time.monotonic() - started, 3)}
     return result
+
+
+def _load_group(target: Any, plan: PlannedSnapshot, sync_table: str, group: Sequence[PlannedTable],
+                texts: dict[str, DataFrame]) -> tuple[dict[str, dict[str, int]], float]:
+    """One group's transaction on its own connection: TRUNCATE, COPY parents first, watermarks + sync LSNs, COMMIT.
+
+    The run's slot lock is held by the driver's session connection (``PostgresTarget.session``), so no other
+    apply of the slot writes these marks; they are read again here, inside the transaction that sets them."""
+    progress = target.config.progress_table
+    rows: dict[str, dict[str, int]] = {}
+    copy_s = 0.0
+    names = ", ".join(t.target for t in group)
+    conn = psycopg2.connect(target.dsn)
+    try:
+        with conn.cursor() as cur:
+            marks = sync_marks(conn, plan.slot, sync_table)
+            if all(marks.get(t.target, -1) >= plan.lsn for t in group):
+                conn.rollback()
+                return rows, copy_s
+            cur.execute(sql.SQL("TRUNCATE {}").format(sql.SQL(", ").join(ident(t.target) for t in group)))
+            for t in group:
+                copy_started = time.monotonic()
+                inserted = copy_into(cur, t.target, t.columns, stream(texts[t.target]),
+                                     lambda: target.checkpoint("snapshot_copying"))
+                copy_s += time.monotonic() - copy_started
+                rows[t.target] = {"snapshot_rows": inserted}
+                target.checkpoint("snapshot_loaded")
+                cur.execute(sql.SQL(
+                    "INSERT INTO {} (slot, target_table, end_lsn) VALUES (%s, %s, %s::pg_lsn) "
+                    "ON CONFLICT (slot, target_table) DO UPDATE SET end_lsn = EXCLUDED.end_lsn, applied_at = now()"
+                ).format(ident(progress)), (plan.slot, t.target, format_lsn(plan.lsn)))
+                cur.execute(sql.SQL(
+                    "INSERT INTO {} (slot, target_table, sync_lsn, rows) VALUES (%s, %s, %s::pg_lsn, %s) "
+                    "ON CONFLICT (slot, target_table) DO UPDATE SET sync_lsn = EXCLUDED.sync_lsn, "
+                    "rows = EXCLUDED.rows, synced_at = now()"
+                ).format(ident(sync_table)), (plan.slot, t.target, format_lsn(plan.lsn), inserted))
+            cur.execute("SET CONSTRAINTS ALL IMMEDIATE")
+            target.checkpoint("snapshot_before_commit")
+        conn.commit()
+        target.checkpoint("snapshot_committed")
+    except psycopg2.Error as exc:
+        conn.rollback()
+        # input-function messages quote the value (``…: "abc"``): never row data in an error
+        primary = _QUOTED_VALUE.sub("", (exc.diag.message_primary if exc.diag else None) or type(exc).__name__)
+        hint = ""
+        if exc.pgcode == "0A000":  # TRUNCATE of a table other target tables reference
+            hint = "; resync the tables referencing it together with it (--table for each)"
+        raise ApplyError(f"snapshot at {format_lsn(plan.lsn)} of {names} "
+                         f"not applied: [{exc.pgcode}] {primary}{hint}") from None
+    finally:
+        conn.close()
+    return rows, copy_s

@@ -113,6 +113,7 @@ class PostgresTarget:
                              resolved)
             yield
         finally:
+            catalog.unlock_slot(self._conn, slot)
             self._conn.close()
             self._conn = None
 
