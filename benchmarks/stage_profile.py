@@ -18,6 +18,10 @@ the same staged data). Examples::
     python benchmarks/stage_profile.py --stage 350000 --kind unique --out /tmp/s-350k
     python benchmarks/stage_profile.py /tmp/s-small /tmp/s-350k     # small first: the 350k batches run warm
 
+A table-batch on the direct path (``apply/direct.py``: no transform needed, printed from the staged files by the
+executors) records ``"path": "direct"`` and only its execution; ``PGLOGICAL_APPLY_DIRECT=0`` profiles the Spark
+path for an A/B on the same staged data.
+
 ``--event-log DIR`` keeps Spark's event log (task CPU per stage: ``benchmarks/spark_events.py``);
 ``--java-options`` passes ``spark.driver.extraJavaOptions`` (e.g. ``-XX:TieredStopAtLevel=1``). Prints JSON.
 """
@@ -38,6 +42,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig  # noqa: E402
 from airflow_provider_pglogical.apply.targets.base import BatchChanges, BatchResult, PlannedBatch  # noqa: E402
+from airflow_provider_pglogical.apply.targets.postgres import arrownet  # noqa: E402
 from airflow_provider_pglogical.apply.targets.postgres.copy import staging_columns  # noqa: E402
 from airflow_provider_pglogical.apply.targets.postgres.copytext import copy_columns  # noqa: E402
 from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget  # noqa: E402
@@ -107,6 +112,11 @@ class _TimedChanges:
     def published(self, table: Any) -> Any:
         return self.inner.published(table)
 
+    def direct_net(self, table: Any) -> Any:
+        """The direct path's files (``apply/direct.py``; ``PGLOGICAL_APPLY_DIRECT=0`` profiles the Spark path)."""
+        direct_net = getattr(self.inner, "direct_net", None)
+        return direct_net(table) if direct_net is not None else None
+
     def ordered(self, table: Any) -> Any:
         return self.inner.ordered(table)
 
@@ -120,13 +130,25 @@ class ProfiledTarget(PostgresTarget):
     def apply_batch(self, plan: PlannedBatch, changes: BatchChanges) -> BatchResult:
         record: dict[str, Any] = {"batch": f"{plan.start_lsn:X}-{plan.end_lsn:X}"}
         self.batches.append(record)
-        result = super().apply_batch(plan, _TimedChanges(changes, record))  # type: ignore[arg-type]
+        result = super().apply_batch(plan, _TimedChanges(changes, record))
         record["seconds"] = result.seconds
         return result
 
-    def _stage(self, planned: Any, target: Any, staging: str, frame: Any, *, in_order: bool) -> None:
+    def _stage(self, planned: Any, target: Any, staging: str, make_frame: Any, *, in_order: bool,
+               direct: Any = None) -> None:
         record = self.batches[-1]
         types = describe_types(self.conn, staging_columns(target, planned.key, planned.columns))
+        if direct is not None and arrownet.plan_direct(direct, types) is not None:
+            record["path"] = "direct"  # no frame, no plan: only the execution is timed
+            before = cpu_seconds(os.getpid(), self.postmaster)
+            t0 = time.monotonic()
+            super()._stage(planned, target, staging, make_frame, in_order=in_order, direct=direct)
+            after = cpu_seconds(os.getpid(), self.postmaster)
+            record["execute_wall_s"] = round(time.monotonic() - t0, 2)
+            record["execute_cpu_s"] = {k: round(after[k] - before[k], 2) for k in before}
+            return
+        record["path"] = "spark"
+        frame = make_frame()
         t0 = time.monotonic()
         lines, _fields = copy_columns(frame, types)
         t1 = time.monotonic()
@@ -141,7 +163,7 @@ class ProfiledTarget(PostgresTarget):
                       driver_optimize_s=round(t3 - t2, 2), driver_physical_codegen_s=round(t4 - t3, 2))
         before = cpu_seconds(os.getpid(), self.postmaster)
         t0 = time.monotonic()
-        super()._stage(planned, target, staging, frame, in_order=in_order)  # plans again: now cached and warm
+        super()._stage(planned, target, staging, lambda: frame, in_order=in_order)  # plans again: now cached and warm
         after = cpu_seconds(os.getpid(), self.postmaster)
         record["execute_wall_s"] = round(time.monotonic() - t0, 2)
         record["execute_cpu_s"] = {k: round(after[k] - before[k], 2) for k in before}

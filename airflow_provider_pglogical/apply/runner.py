@@ -18,13 +18,14 @@ from pathlib import Path
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from airflow_provider_pglogical.apply import planning, snapshots
+from airflow_provider_pglogical.apply import direct, planning, snapshots
 from airflow_provider_pglogical.apply.batches import (
     META,
     READ_CONF,
     Batch,
     has_value_notes,
     image_type,
+    is_local,
     keys_never_repeat,
     list_batches,
     read_changes,
@@ -328,6 +329,23 @@ class SparkBatchChanges:
                                                        full_identity=table.relation.replica_identity == "f")
         return (net_changes(changes, table.relation, table.config, shape, table.truncated_at, notes, unique)
                 .select(KIND, KEEP, LSN, *from_key, TOUCHED, *table.columns))
+
+    def direct_net(self, table: PlannedTable) -> direct.DirectNet | None:
+        """The table-batch's staged files when its net changes need none of the shared transforms
+        (``apply/direct.py``): a target may print them itself; None means ``net``."""
+        sync_lsn = self.sync.get(table.source)
+        files = self.batch.table_files.get(table.source, ())
+        if (not files or not direct.plain_table(table) or not is_local(self.batch.uri)
+                or (sync_lsn is not None and self.batch.start_lsn < sync_lsn)
+                or has_value_notes(self.batch, table.source)):
+            return None
+        paths = tuple(f"{self.batch.ref.path}/{rel}" for rel in files)
+        if not direct.same_schema(paths) or not direct.no_unchanged_toast(paths):
+            return None
+        if not keys_never_repeat(self.batch, table.source, table.key,
+                                 full_identity=table.relation.replica_identity == "f"):
+            return None
+        return direct.DirectNet(table.source, table.target, paths, tuple(table.key), tuple(table.columns))
 
     def published(self, table: PlannedTable) -> DataFrame:
         if table.parts:  # routed leaves: unioned by name (images' fields too)

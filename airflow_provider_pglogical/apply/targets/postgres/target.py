@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import psycopg2
@@ -23,6 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_provider_pglogical.apply.config import ApplyConfig
+from airflow_provider_pglogical.apply.direct import DirectNet, DirectNetSource
 from airflow_provider_pglogical.apply.targets.base import (
     BatchChanges,
     BatchResult,
@@ -30,7 +32,7 @@ from airflow_provider_pglogical.apply.targets.base import (
     PlannedTable,
     TargetTable,
 )
-from airflow_provider_pglogical.apply.targets.postgres import catalog, ordered, progress, schema, setbased
+from airflow_provider_pglogical.apply.targets.postgres import arrownet, catalog, ordered, progress, schema, setbased
 from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import qualified, resolve_schema
 from airflow_provider_pglogical.apply.targets.postgres.copy import (
     copy_partitions,
@@ -174,8 +176,9 @@ class PostgresTarget:
         started, replayed = time.monotonic(), False
         try:
             for planned, table in zip(plan.tables, tables, strict=True):
-                self._stage(planned, described[planned.target], table.staging_table, changes.net(planned),
-                            in_order=False)
+                net = changes.direct_net(planned) if isinstance(changes, DirectNetSource) else None
+                self._stage(planned, described[planned.target], table.staging_table,
+                            partial(changes.net, planned), in_order=False, direct=net)
             staged_at = time.monotonic()
             seconds["stage"] = round(staged_at - started, 3)
             try:
@@ -190,7 +193,7 @@ class PostgresTarget:
                 replayed, replay_at = True, time.monotonic()
                 for planned, table in zip(plan.tables, tables, strict=True):
                     self._stage(planned, described[planned.target], ordered.ordered_name(table.staging_table),
-                                changes.ordered(planned), in_order=True)
+                                partial(changes.ordered, planned), in_order=True)
                 staged_at = time.monotonic()
                 seconds["stage_ordered"] = round(staged_at - replay_at, 3)
                 result = ordered.apply_ordered(conn, batch, progress=self.config.progress_table,
@@ -217,12 +220,14 @@ class PostgresTarget:
             raise ApplyError(f"target table {table} does not exist")
         return found
 
-    def _stage(self, planned: PlannedTable, target: TargetTable, staging: str, frame: DataFrame, *,
-               in_order: bool) -> None:
+    def _stage(self, planned: PlannedTable, target: TargetTable, staging: str, make_frame: Callable[[], DataFrame], *,
+               in_order: bool, direct: DirectNet | None = None) -> None:
         """One table's changes COPYed by the executors into a fresh unlogged staging table.
 
         Net changes per key for the set-based apply; with ``in_order``, every change with its
-        position (commit LSN, order in transaction) for the ordered replay.
+        position (commit LSN, order in transaction) for the ordered replay. ``direct``: the table-batch
+        needs no shared transform (``apply/direct.py``); when its types allow, the executors print its
+        staged files themselves (``arrownet.py``) and ``make_frame`` is never called.
         """
         if in_order:
             columns = ordered.ordered_columns(target, planned.key, planned.columns)
@@ -230,13 +235,23 @@ class PostgresTarget:
             columns = staging_columns(target, planned.key, planned.columns)
         types = describe_types(self.conn, columns)  # before create_staging, which commits
         create_staging(self.conn, staging, columns)
-        if self.config.write_partitions:
-            frame = frame.repartition(self.config.write_partitions)
         copy_cols = [c for c, _ in columns]
-        text_frame, fields = copy_columns(frame, types)
-        written = (text_frame.mapInArrow(copy_partitions(self.dsn, staging, copy_cols, fields), "rows long")
-                   .agg(F.sum("rows")).collect()[0][0])
+        plan = arrownet.plan_direct(direct, types) if direct is not None else None
+        written: int | None
+        if plan is not None:
+            parallelism = self.config.write_partitions or self.spark.sparkContext.defaultParallelism
+            slices = max(1, min(len(plan.tasks), parallelism))
+            written = sum(self.spark.sparkContext.parallelize(list(plan.tasks), slices)
+                          .mapPartitions(arrownet.copy_tasks(self.dsn, staging, copy_cols, plan)).collect())
+        else:
+            frame = make_frame()
+            if self.config.write_partitions:
+                frame = frame.repartition(self.config.write_partitions)
+            text_frame, fields = copy_columns(frame, types)
+            written = (text_frame.mapInArrow(copy_partitions(self.dsn, staging, copy_cols, fields), "rows long")
+                       .agg(F.sum("rows")).collect()[0][0])
         with self.conn.cursor() as cur:
             cur.execute(sql.SQL("ANALYZE {}").format(catalog.ident(staging)))  # the planner needs row counts
         self.conn.commit()
-        log.debug("staged %s %s changes of %s", written or 0, "ordered" if in_order else "net", planned.target)
+        log.debug("staged %s %s changes of %s%s", written or 0, "ordered" if in_order else "net", planned.target,
+                  " straight from the staged files" if plan is not None else "")

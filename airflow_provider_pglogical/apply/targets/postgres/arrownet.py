@@ -1,0 +1,196 @@
+"""Net changes of a transform-free table-batch (``apply/direct.py``) printed as COPY text straight from the staged files.
+
+The executors read their row groups of the staged Parquet with pyarrow, turn each change into its net row(s) —
+the rows ``to_key_events`` + ``single_event_net`` give for such a batch (``apply/direct.py``) — print them with
+``arrowtext`` and COPY them into the staging table: no Spark Parquet read, no struct handling in the JVM, no
+Arrow conversion of typed columns there. Only types ``arrowtext`` prints exactly qualify (the same decision as
+``copytext._arrow_kind`` on the type Spark would read), and dates/timestamps only when the row groups'
+statistics keep them within Arrow's printable range; anything else keeps the Spark path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from airflow_provider_pglogical.apply.direct import DirectNet
+from airflow_provider_pglogical.apply.targets.postgres import arrowtext
+from airflow_provider_pglogical.apply.targets.postgres.copy import copy_chunks
+from airflow_provider_pglogical.apply.targets.postgres.target_types import PgType
+
+# What arrowtext prints exactly (copytext.ARROW_DAYS / ARROW_MICROS / ARROW_MAX_DECIMAL_SCALE, kept equal by
+# tests/unit/apply/test_arrownet.py): 0001-01-01 .. 9999-12-31, decimals of scale ≤ 6.
+ARROW_DAYS = (-719_162, 2_932_896)
+ARROW_MICROS = (ARROW_DAYS[0] * 86_400_000_000, (ARROW_DAYS[1] + 1) * 86_400_000_000 - 1)
+ARROW_MAX_DECIMAL_SCALE = 6
+CHUNK_ROWS = 65_536
+
+
+@dataclass(frozen=True)
+class DirectPlan:
+    """What the executors need: the row groups to read, the key, the written columns and each one's kind."""
+
+    key: tuple[str, ...]
+    columns: tuple[str, ...]
+    kinds: tuple[str, ...]  # arrowtext kind of each written column
+    key_kinds: tuple[str, ...]
+    tasks: tuple[tuple[str, int], ...]  # (file, row group)
+
+
+def arrow_kind(dtype: pa.DataType) -> str | None:
+    """The ``arrowtext`` kind of a staged Arrow type (as ``copytext._arrow_kind`` decides on Spark's), or None."""
+    if pa.types.is_string(dtype) or pa.types.is_large_string(dtype):
+        return arrowtext.TEXT
+    if pa.types.is_boolean(dtype) or pa.types.is_signed_integer(dtype):
+        return arrowtext.PLAIN
+    if pa.types.is_decimal128(dtype) and dtype.scale <= ARROW_MAX_DECIMAL_SCALE:
+        return arrowtext.PLAIN
+    if pa.types.is_float32(dtype) or pa.types.is_float64(dtype):
+        return arrowtext.FLOAT
+    if pa.types.is_timestamp(dtype) and dtype.unit == "us":
+        return arrowtext.TIMESTAMPTZ if dtype.tz is not None else arrowtext.TEMPORAL
+    if pa.types.is_date32(dtype):
+        return arrowtext.TEMPORAL
+    return None
+
+
+def _in_printable_range(parquet: pq.ParquetFile, column_paths: Iterable[str]) -> bool:
+    """Whether every row group's min/max of these date/timestamp leaf columns lies in Arrow's printable range
+    (BC, five-digit years and ±infinity do not); a row group without statistics answers False."""
+    meta = parquet.metadata
+    paths = set(column_paths)
+    if not paths:
+        return True
+    for rg in range(meta.num_row_groups):
+        group = meta.row_group(rg)
+        for i in range(group.num_columns):
+            chunk = group.column(i)
+            if chunk.path_in_schema not in paths:
+                continue
+            stats = chunk.statistics
+            if stats is None:
+                return False
+            if not stats.has_min_max:
+                if stats.has_null_count and stats.null_count == chunk.num_values:
+                    continue  # only nulls
+                return False
+            low, high = ARROW_DAYS if chunk.physical_type == "INT32" else ARROW_MICROS
+            lo, hi = stats.min_raw, stats.max_raw
+            if not isinstance(lo, int) or not isinstance(hi, int) or lo < low or hi > high:
+                return False
+    return True
+
+
+def plan_direct(net: DirectNet, types: Mapping[str, PgType]) -> DirectPlan | None:
+    """The executors' plan for ``net``, or None when a column needs the JVM's text (its type, its target type
+    tree, or a date/timestamp beyond Arrow's range) — then the table-batch takes the Spark path."""
+    if any(c in types for c in net.columns):
+        return None
+    kinds: list[str] = []
+    key_kinds: list[str] = []
+    tasks: list[tuple[str, int]] = []
+    for n, path in enumerate(net.files):
+        parquet = pq.ParquetFile(path)
+        schema = parquet.schema_arrow
+        temporal: list[str] = []
+        for image in ("new", "old"):
+            if image not in schema.names or not pa.types.is_struct(schema.field(image).type):
+                return None
+            struct = schema.field(image).type
+            names = [struct.field(i).name for i in range(struct.num_fields)]
+            wanted = net.columns if image == "new" else net.key
+            for c in wanted:
+                if c not in names:
+                    return None
+                dtype = struct.field(names.index(c)).type
+                kind = arrow_kind(dtype)
+                if kind is None:
+                    return None
+                if kind in (arrowtext.TEMPORAL, arrowtext.TIMESTAMPTZ):
+                    temporal.append(f"{image}.{c}")
+                if n == 0:
+                    (kinds if image == "new" else key_kinds).append(kind)
+        if not _in_printable_range(parquet, temporal):
+            return None
+        tasks.extend((path, rg) for rg in range(parquet.metadata.num_row_groups))
+    return DirectPlan(net.key, net.columns, tuple(kinds), tuple(key_kinds), tuple(tasks))
+
+
+def _fields(plan: DirectPlan) -> list[arrowtext.Field]:
+    """op, keep, lsn, the moved-from key, touched, the written columns: ``staging_columns``' order."""
+    names = ["op", "keep", "lsn", *[f"from{i}" for i in range(len(plan.key))], "touched",
+             *[f"c{i}" for i in range(len(plan.columns))]]
+    kinds = [arrowtext.PLAIN, arrowtext.PLAIN, arrowtext.PLAIN, *plan.key_kinds, arrowtext.PLAIN, *plan.kinds]
+    return [arrowtext.Field(k, n) for k, n in zip(kinds, names, strict=True)]
+
+
+def net_rows(table: pa.Table, plan: DirectPlan) -> list[pa.RecordBatch]:
+    """The net rows of staged changes whose keys never repeat (``apply/direct.py``), columns as ``_fields``.
+
+    INSERTs and UPDATEs give one row of their new image (``I``, or ``U`` when the key stays; an UPDATE that
+    moves its key is an ``I`` remembering the old key); DELETEs and the old half of a key change give a
+    ``D`` of the old key with no values.
+    """
+    table = table.combine_chunks()
+    op = table.column("op").chunk(0) if table.num_rows else pa.array([], pa.string())
+    lsn = table.column("lsn").chunk(0) if table.num_rows else pa.array([], pa.int64())
+    old = table.column("old").chunk(0) if table.num_rows else None
+    new = table.column("new").chunk(0) if table.num_rows else None
+    if old is None or new is None:
+        return []
+    is_update = pc.equal(op, "U")
+    moved = pc.and_(is_update, old.is_valid())
+    differs = None
+    for k in plan.key:
+        d = pc.fill_null(pc.not_equal(old.field(k), new.field(k)), False)
+        differs = d if differs is None else pc.or_(differs, d)
+    moved = pc.and_(moved, differs) if differs is not None else pa.repeat(False, len(op))
+    main = pc.or_(pc.equal(op, "I"), is_update)
+    gone = pc.or_(pc.equal(op, "D"), moved)
+    batches: list[pa.RecordBatch] = []
+    m = pc.sum(main.cast(pa.int64())).as_py() or 0
+    if m:
+        kind = pc.if_else(pc.or_(pc.equal(op, "I"), moved), "I", "U")
+        arrays = [pc.filter(kind, main), pa.repeat("{}", m), pc.filter(lsn, main)]
+        arrays += [pc.filter(pc.if_else(moved, old.field(k), pa.nulls(len(op), old.field(k).type)), main)
+                   for k in plan.key]
+        arrays.append(pa.repeat(False, m))
+        arrays += [pc.filter(new.field(c), main) for c in plan.columns]
+        batches.append(_batch(arrays, plan))
+    g = pc.sum(gone.cast(pa.int64())).as_py() or 0
+    if g:
+        arrays = [pa.repeat("D", g), pa.repeat("{}", g), pc.filter(lsn, gone)]
+        arrays += [pa.nulls(g, old.field(k).type) for k in plan.key]
+        arrays.append(pa.repeat(False, g))
+        arrays += [pc.filter(old.field(c), gone) if c in plan.key else pa.nulls(g, new.field(c).type)
+                   for c in plan.columns]
+        batches.append(_batch(arrays, plan))
+    return batches
+
+
+def _batch(arrays: Sequence[pa.Array], plan: DirectPlan) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(list(arrays), names=[f.column for f in _fields(plan)])
+
+
+def copy_tasks(dsn: str, staging: str, columns: Sequence[str], plan: DirectPlan
+               ) -> Callable[[Iterable[tuple[str, int]]], Iterable[int]]:
+    """A ``mapPartitions`` function over ``plan.tasks``: each partition's row groups read, netted, printed and
+    COPYed as one statement into ``staging`` (``columns``: ``staging_columns``' names); yields the row count."""
+    fields = _fields(plan)
+
+    def chunks(tasks: Iterable[tuple[str, int]]) -> Iterator[tuple[bytes, int]]:
+        for path, rg in tasks:
+            table = pq.ParquetFile(path).read_row_group(rg, columns=["op", "lsn", "old", "new"])
+            for batch in net_rows(table, plan):
+                for start in range(0, batch.num_rows, CHUNK_ROWS):
+                    part = batch.slice(start, CHUNK_ROWS)
+                    yield arrowtext.line_bytes(part, fields), part.num_rows
+
+    def run(tasks: Iterable[tuple[str, int]]) -> Iterable[int]:
+        yield copy_chunks(dsn, staging, columns, chunks(tasks))
+
+    return run
