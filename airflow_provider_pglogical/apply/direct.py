@@ -47,6 +47,14 @@ class DirectNetSource(Protocol):
     def direct_net(self, table: PlannedTable) -> DirectNet | None: ...
 
 
+@runtime_checkable
+class DirectRowsSource(Protocol):
+    """Snapshot changes that can hand a table's staged snapshot files to a target (``direct_rows``): their
+    rows are the ``new`` images as they are (``SnapshotChanges.rows``' plain case)."""
+
+    def direct_rows(self, table: PlannedTable) -> tuple[str, ...] | None: ...
+
+
 def enabled() -> bool:
     """Whether the direct path may be used (``PGLOGICAL_APPLY_DIRECT=0`` forces the Spark transforms)."""
     return os.environ.get(ENV_SWITCH, "1") != "0"

@@ -20,9 +20,10 @@ import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from urllib.parse import urlparse
 
-from airflow_provider_pglogical.apply import planning
-from airflow_provider_pglogical.apply.batches import CHANGE_META_COLUMNS, META, NOTES_COLUMNS
+from airflow_provider_pglogical.apply import direct, planning
+from airflow_provider_pglogical.apply.batches import CHANGE_META_COLUMNS, META, NOTES_COLUMNS, is_local
 from airflow_provider_pglogical.apply.config import ACTIONS, ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import BatchResult, PlannedTable, Target
 from airflow_provider_pglogical.exceptions import ApplyError, format_lsn
@@ -104,11 +105,27 @@ class SnapshotChanges:
             union = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
             return union.select(*table.columns)
         snap = self.uris[table.source]
-        if snap.has_notes or not unique_in_snapshot(table) or not filtered_on_source(snap.row_filter,
-                                                                                     table.config.row_filter):
+        if not self._plain(table, snap):
             return self.net(table).select(*table.columns)
         df = self.spark.read.parquet(*[f"{snap.uri}/{f}" for f in snap.files])
         return df.select(*[df["new"].getField(c).alias(c) for c in table.columns])
+
+    @staticmethod
+    def _plain(table: PlannedTable, snap: SnapshotFiles) -> bool:
+        """Whether the table's snapshot rows are its ``new`` images as they are (``rows``)."""
+        return (not snap.has_notes and unique_in_snapshot(table)
+                and filtered_on_source(snap.row_filter, table.config.row_filter))
+
+    def direct_rows(self, table: PlannedTable) -> tuple[str, ...] | None:
+        """Local paths of the table's snapshot files when ``rows`` would be their ``new`` images as they are, so a
+        target may print them itself (``apply/direct.py``); None means ``rows``."""
+        if table.parts or not direct.enabled():
+            return None
+        snap = self.uris[table.source]
+        if not snap.files or not is_local(snap.uri) or not self._plain(table, snap):
+            return None
+        root = urlparse(snap.uri).path if snap.uri.startswith("file://") else snap.uri
+        return tuple(f"{root}/{f}" for f in snap.files)
 
     def net(self, table: PlannedTable) -> DataFrame:
         from pyspark.sql import functions as F

@@ -85,6 +85,28 @@ def _in_printable_range(parquet: pq.ParquetFile, column_paths: Iterable[str]) ->
     return True
 
 
+def _image_kinds(parquet: pq.ParquetFile, image: str, wanted: Sequence[str],
+                 temporal: list[str]) -> list[str] | None:
+    """The ``arrowtext`` kind of each ``wanted`` field of the file's ``image`` struct (its date/timestamp leaf
+    paths appended to ``temporal``), or None when the image or a field is missing or a type needs the JVM."""
+    schema = parquet.schema_arrow
+    if image not in schema.names or not pa.types.is_struct(schema.field(image).type):
+        return None
+    struct = schema.field(image).type
+    names = [struct.field(i).name for i in range(struct.num_fields)]
+    kinds: list[str] = []
+    for c in wanted:
+        if c not in names:
+            return None
+        kind = arrow_kind(struct.field(names.index(c)).type)
+        if kind is None:
+            return None
+        if kind in (arrowtext.TEMPORAL, arrowtext.TIMESTAMPTZ):
+            temporal.append(f"{image}.{c}")
+        kinds.append(kind)
+    return kinds
+
+
 def plan_direct(net: DirectNet, types: Mapping[str, PgType]) -> DirectPlan | None:
     """The executors' plan for ``net``, or None when a column needs the JVM's text (its type, its target type
     tree, or a date/timestamp beyond Arrow's range) — then the table-batch takes the Spark path."""
@@ -95,29 +117,68 @@ def plan_direct(net: DirectNet, types: Mapping[str, PgType]) -> DirectPlan | Non
     tasks: list[tuple[str, int]] = []
     for n, path in enumerate(net.files):
         parquet = pq.ParquetFile(path)
-        schema = parquet.schema_arrow
         temporal: list[str] = []
-        for image in ("new", "old"):
-            if image not in schema.names or not pa.types.is_struct(schema.field(image).type):
-                return None
-            struct = schema.field(image).type
-            names = [struct.field(i).name for i in range(struct.num_fields)]
-            wanted = net.columns if image == "new" else net.key
-            for c in wanted:
-                if c not in names:
-                    return None
-                dtype = struct.field(names.index(c)).type
-                kind = arrow_kind(dtype)
-                if kind is None:
-                    return None
-                if kind in (arrowtext.TEMPORAL, arrowtext.TIMESTAMPTZ):
-                    temporal.append(f"{image}.{c}")
-                if n == 0:
-                    (kinds if image == "new" else key_kinds).append(kind)
-        if not _in_printable_range(parquet, temporal):
+        new_kinds = _image_kinds(parquet, "new", net.columns, temporal)
+        old_kinds = _image_kinds(parquet, "old", net.key, temporal)
+        if new_kinds is None or old_kinds is None or not _in_printable_range(parquet, temporal):
             return None
+        if n == 0:
+            kinds, key_kinds = new_kinds, old_kinds
         tasks.extend((path, rg) for rg in range(parquet.metadata.num_row_groups))
     return DirectPlan(net.key, net.columns, tuple(kinds), tuple(key_kinds), tuple(tasks))
+
+
+@dataclass(frozen=True)
+class RowsPlan:
+    """A snapshot table's plain rows (the ``new`` images as they are) to print: row groups, columns, kinds."""
+
+    columns: tuple[str, ...]
+    kinds: tuple[str, ...]
+    tasks: tuple[tuple[str, int], ...]  # (file, row group)
+
+
+def plan_rows(files: Sequence[str], columns: Sequence[str], types: Mapping[str, PgType]) -> RowsPlan | None:
+    """The executors' plan for printing a snapshot's rows (``SnapshotChanges.direct_rows``), or None when a
+    column needs the JVM's text — as ``plan_direct`` decides, on the ``new`` image only."""
+    if not files or not columns or any(c in types for c in columns):
+        return None
+    kinds: list[str] | None = None
+    tasks: list[tuple[str, int]] = []
+    for path in files:
+        parquet = pq.ParquetFile(path)
+        temporal: list[str] = []
+        file_kinds = _image_kinds(parquet, "new", columns, temporal)
+        if file_kinds is None or (kinds is not None and file_kinds != kinds) or not _in_printable_range(parquet, temporal):
+            return None
+        kinds = file_kinds
+        tasks.extend((path, rg) for rg in range(parquet.metadata.num_row_groups))
+    return RowsPlan(tuple(columns), tuple(kinds or ()), tuple(tasks))
+
+
+def row_text(plan: RowsPlan, chunk_bytes: int) -> Callable[[Iterable[tuple[str, int]]], Iterator[bytes]]:
+    """A ``mapPartitions`` function over ``plan.tasks``: each row group's ``new`` columns read with pyarrow and
+    printed by ``arrowtext``, yielded in chunks of whole lines of about ``chunk_bytes``."""
+    fields = [arrowtext.Field(k, c) for k, c in zip(plan.kinds, plan.columns, strict=True)]
+
+    def run(tasks: Iterable[tuple[str, int]]) -> Iterator[bytes]:
+        parts: list[bytes] = []
+        size = 0
+        for path, rg in tasks:
+            new = pq.ParquetFile(path).read_row_group(rg, columns=["new"]).column("new").combine_chunks()
+            if not len(new):
+                continue
+            batch = pa.RecordBatch.from_arrays([new.field(c) for c in plan.columns], names=list(plan.columns))
+            for start in range(0, batch.num_rows, CHUNK_ROWS):
+                data = arrowtext.line_bytes(batch.slice(start, CHUNK_ROWS), fields)
+                parts.append(data)
+                size += len(data)
+                if size >= chunk_bytes:
+                    yield b"".join(parts)
+                    parts, size = [], 0
+        if parts:
+            yield b"".join(parts)
+
+    return run
 
 
 def _fields(plan: DirectPlan) -> list[arrowtext.Field]:

@@ -15,10 +15,12 @@ only be truncated together with its referencing tables, and its rows must be the
 group the tables are emptied by one TRUNCATE and filled parents first.
 
 The rows are COPYed by the group's own connection, like a native table sync copies into the
-table: the executors turn the staged rows into COPY text (``copytext.copy_columns``, ``arrowtext``) and hand it over
-in chunks of whole lines (``toLocalIterator``: one partition at a time, so memory stays bounded by a
-partition) — no staging table, no ``INSERT … SELECT``. Snapshot rows need no transform on the way
-(``apply/snapshots.SnapshotChanges.rows``).
+table: the executors turn the staged rows into COPY text and hand it over in chunks of whole lines
+(``toLocalIterator``: one partition at a time, so memory stays bounded by a partition) — no staging table, no
+``INSERT … SELECT``. Snapshot rows need no transform on the way (``apply/snapshots.SnapshotChanges.rows``); when
+they are the staged ``new`` images as they are and every column is a type ``arrowtext`` prints exactly, the
+executors read the staged row groups with pyarrow and print them there (``table_text``); otherwise Spark reads
+them and ``copytext.copy_columns`` + ``arrowtext`` print them.
 
 Crash windows (``CHECKPOINTS``, where the crash tests stop the process): everything of a group happens inside
 its transaction, which rolls back with the connection — during a COPY, after a table's COPY, before COMMIT;
@@ -27,6 +29,7 @@ after COMMIT the sync marks make the rerun skip the group, and the groups not co
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -38,15 +41,18 @@ import psycopg2
 import pyarrow as pa
 from psycopg2 import sql
 
+from airflow_provider_pglogical.apply.direct import DirectRowsSource
 from airflow_provider_pglogical.apply.snapshots import PlannedSnapshot
 from airflow_provider_pglogical.apply.targets.base import BatchResult, PlannedTable
-from airflow_provider_pglogical.apply.targets.postgres import arrowtext
+from airflow_provider_pglogical.apply.targets.postgres import arrownet, arrowtext
 from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import qualified
 from airflow_provider_pglogical.apply.targets.postgres.catalog import ident
 from airflow_provider_pglogical.apply.targets.postgres.copytext import copy_columns
 from airflow_provider_pglogical.apply.targets.postgres.progress import SYNC_TABLE, ensure_sync_table, sync_marks
 from airflow_provider_pglogical.apply.targets.postgres.target_types import describe_types
 from airflow_provider_pglogical.exceptions import ApplyError, format_lsn
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -61,10 +67,25 @@ CHUNK_BYTES = 4 << 20  # COPY data handed from the executors to the loading conn
 _QUOTED_VALUE = re.compile(r':\s*".*', re.S)
 
 
-def copy_text(frame: DataFrame, types: Any) -> DataFrame:
-    """The frame's rows as COPY text in chunks of whole lines (one ``data`` column), built by every executor at
-    once into Spark's disk cache — before the load transaction takes its locks — so that ``stream`` only reads
-    them back."""
+class CachedText:
+    """A table's COPY text in chunks of whole lines in Spark's disk cache, built by every executor at once before
+    the load transaction takes its locks, so that the load only streams it: a DataFrame of one ``data`` column
+    (the Spark path) or an RDD of bytes (printed straight from the staged files)."""
+
+    def __init__(self, cached: Any, *, rows: bool) -> None:
+        self._cached, self._rows = cached, rows
+
+    def chunks(self) -> Iterator[bytes]:
+        """The chunks in order, one partition at a time on the driver (memory bounded by a partition)."""
+        for item in self._cached.toLocalIterator(prefetchPartitions=True):
+            yield bytes(item[0] if self._rows else item)
+
+    def unpersist(self) -> None:
+        self._cached.unpersist()
+
+
+def copy_text(frame: DataFrame, types: Any) -> CachedText:
+    """The frame's rows as COPY text (``copytext.copy_columns``, ``arrowtext``), cached."""
     from pyspark import StorageLevel
 
     text_frame, fields = copy_columns(frame, types)
@@ -85,13 +106,27 @@ def copy_text(frame: DataFrame, types: Any) -> DataFrame:
 
     text = text_frame.mapInArrow(join, "data binary").persist(StorageLevel.DISK_ONLY)
     text.count()
-    return text
+    return CachedText(text, rows=True)
 
 
-def stream(text: DataFrame) -> Iterator[bytes]:
-    """``copy_text``'s chunks in order, one partition at a time on the driver (memory bounded by a partition)."""
-    for row in text.toLocalIterator(prefetchPartitions=True):
-        yield bytes(row[0])
+def table_text(target: Any, changes: Any, table: PlannedTable, types: Any) -> CachedText:
+    """The table's snapshot rows as cached COPY text. When they are the staged ``new`` images as they are and
+    every column is a type ``arrowtext`` prints exactly (``SnapshotChanges.direct_rows``,
+    ``arrownet.plan_rows``), the executors read the staged files' row groups with pyarrow and print them there:
+    no Spark Parquet read, no struct handling, no Arrow conversion of typed columns. Otherwise the Spark path."""
+    from pyspark import StorageLevel
+
+    files = changes.direct_rows(table) if isinstance(changes, DirectRowsSource) else None
+    plan = arrownet.plan_rows(files, table.columns, types) if files else None
+    if plan is None:
+        return copy_text(changes.rows(table), types)
+    context = target.spark.sparkContext
+    slices = max(1, min(len(plan.tasks), target.config.write_partitions or context.defaultParallelism))
+    text = context.parallelize(list(plan.tasks), slices).mapPartitions(arrownet.row_text(plan, CHUNK_BYTES))
+    text.persist(StorageLevel.DISK_ONLY)
+    text.count()
+    log.debug("snapshot of %s printed straight from the staged files (%d row groups)", table.target, len(plan.tasks))
+    return CachedText(text, rows=False)
 
 
 class _Feed:
@@ -170,7 +205,7 @@ def apply_snapshot(target: Any, plan: PlannedSnapshot, changes: Any) -> BatchRes
 
     def load(group: tuple[PlannedTable, ...]) -> dict[str, dict[str, int]]:
         group_started = time.monotonic()
-        texts = {t.target: copy_text(changes.rows(t), types[t.target]) for t in group}
+        texts = {t.target: table_text(target, changes, t, types[t.target]) for t in group}
         try:
             staged_at = time.monotonic()
             rows, copy_s = _load_group(target, plan, sync_table, group, texts)
@@ -210,7 +245,7 @@ def apply_snapshot(target: Any, plan: PlannedSnapshot, changes: Any) -> BatchRes
 
 
 def _load_group(target: Any, plan: PlannedSnapshot, sync_table: str, group: Sequence[PlannedTable],
-                texts: dict[str, DataFrame]) -> tuple[dict[str, dict[str, int]], float]:
+                texts: dict[str, CachedText]) -> tuple[dict[str, dict[str, int]], float]:
     """One group's transaction on its own connection: TRUNCATE, COPY parents first, watermarks + sync LSNs, COMMIT.
 
     The run's slot lock is held by the driver's session connection (``PostgresTarget.session``), so no other
@@ -229,7 +264,7 @@ def _load_group(target: Any, plan: PlannedSnapshot, sync_table: str, group: Sequ
             cur.execute(sql.SQL("TRUNCATE {}").format(sql.SQL(", ").join(ident(t.target) for t in group)))
             for t in group:
                 copy_started = time.monotonic()
-                inserted = copy_into(cur, t.target, t.columns, stream(texts[t.target]),
+                inserted = copy_into(cur, t.target, t.columns, texts[t.target].chunks(),
                                      lambda: target.checkpoint("snapshot_copying"))
                 copy_s += time.monotonic() - copy_started
                 rows[t.target] = {"snapshot_rows": inserted}
