@@ -22,9 +22,11 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 .PHONY: test demo demo-stop bootstrap system-deps venv pg17 lint typecheck unit lock clean
 
 # Two workers, one test module each at a time (module fixtures are not duplicated): 31 min for 1074
-# tests on the 2-core machine, where one process took 33 min for 1040.
+# tests on the 2-core machine, where one process took 33 min for 1040. Modules are handed out in
+# collection order, which tests/conftest.py starts with the longest modules (SLOW_MODULES);
+# --no-loadscope-reorder keeps xdist from re-sorting them by number of tests.
 test: bootstrap lint  ## lint, then the whole suite against real PostgreSQL 15/17, Spark and Airflow
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25 $(PYTEST_ARGS) tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25 $(PYTEST_ARGS) tests
 
 demo: bootstrap  ## local PostgreSQL 15 + workload + the example pipeline DAG via `airflow dags test`, then a report
 	$(BIN)/python scripts/demo.py

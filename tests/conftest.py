@@ -20,6 +20,45 @@ PG17_BIN_CANDIDATES = [
 ]
 
 
+# The modules that take a minute or more, longest first (seconds per module from a CI run of `make test`,
+# 2026-11: example_dags ~560, snapshot_apply_crash ~230, demo ~215, running_airflow ~200, ...). `make test`
+# hands whole modules to two xdist workers (`--dist loadfile --no-loadscope-reorder`) in collection order,
+# each worker taking the next module when it runs low: starting the longest ones first leaves only short
+# modules for the end, so neither worker sits idle while the other finishes a 4-minute module. (xdist's own
+# reorder, by number of tests per module, queued these one- and two-test modules last.) A module missing here
+# is only scheduled less well; keep the list roughly in step with `--durations` when a module grows.
+SLOW_MODULES = (
+    "tests/system/test_example_dags.py",
+    "tests/integration/test_snapshot_apply_crash.py",
+    "tests/system/test_demo.py",
+    "tests/system/test_running_airflow.py",
+    "tests/integration/test_least_privilege.py",
+    "tests/integration/test_snapshot_native.py",
+    "tests/integration/test_delta_equivalence.py",
+    "tests/integration/test_partition_routing.py",
+    "tests/integration/test_apply_types.py",
+    "tests/integration/test_delta_crash.py",
+    "tests/integration/test_cli.py",
+    "tests/integration/test_apply_composites.py",
+    "tests/integration/test_snapshot_routed.py",
+    "tests/unit/apply/test_arrowtext.py",
+    "tests/integration/test_spark_standalone.py",
+    "tests/integration/test_cli_delta.py",
+    "tests/integration/test_apply_operator.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Modules in SLOW_MODULES first (in its order), then the others by number of tests, most first (what
+    xdist's loadscope reorder does); tests keep their order inside a module."""
+    rank = {module: i for i, module in enumerate(SLOW_MODULES)}
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    ordered = sorted(modules.items(), key=lambda entry: (rank.get(entry[0], len(rank)), -len(entry[1])))
+    items[:] = [item for _module, module_items in ordered for item in module_items]
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
     server = start_server()

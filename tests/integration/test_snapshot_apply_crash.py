@@ -81,13 +81,14 @@ def staging_tables(dsn: str) -> list[str]:
 # Each child run is killed at its point, starting from what the previous kill left: group 1 is parents +
 # children at the initial snapshot's LSN, group 2 is wide at its resync's LSN. Every row is COPYed straight
 # into the target tables inside the load transaction (no staging tables). One kill per kind of window (each
-# child is a Spark process: ~40 s): inside a COPY, between a group's last write and its COMMIT, right after a
-# COMMIT, and inside a later group's transaction.
+# child is a Spark process: ~40 s): inside a COPY, between a group's last write and its COMMIT, inside a later
+# group's transaction, right after a COMMIT. No kill right after group 1's COMMIT: the mid_copy kill leaves the
+# same durable state (group 1 committed with both sync marks, group 2's transaction rolled back) and asserts
+# it, and the next rerun starts from it and must skip group 1; "right after a COMMIT" is group 2's kill.
 KILLS = (("snapshot_copying:1", 0),  # parents' COPY under way inside the load transaction
          ("snapshot_before_commit:1", 0),  # everything written, COMMIT not sent
-         ("snapshot_committed:1", 2),  # group 1 committed, group 2 not begun
-         ("mid_copy", 2),  # the rerun skips group 1; dies while wide's snapshot streams into it
-         ("snapshot_committed:1", 3))  # group 2 committed, the change batches not applied
+         ("mid_copy", 2),  # the rerun commits group 1, then dies while wide's snapshot streams into it
+         ("snapshot_committed:1", 3))  # the rerun skips group 1, commits group 2; the change batches not applied
 
 
 def test_a_snapshot_apply_killed_anywhere_reruns_to_an_exact_copy(pg_server, pg_dsn, spark, tmp_path):
