@@ -3,8 +3,8 @@ the target) in its own transaction — TRUNCATE, COPY of the snapshot rows strai
 and sync LSN — up to ``PARALLEL_GROUPS`` groups at once.
 
 Choice (docs/apply.md): the rows go into the *existing* target table emptied with ``TRUNCATE`` in
-the same transaction, not into a fresh table swapped in. Readers see the old contents until
-COMMIT and the new ones after (TRUNCATE is transactional in PostgreSQL), while grants, indexes,
+the same transaction, not into a fresh table swapped in. Readers never see an empty or half-loaded table
+(TRUNCATE's lock makes them wait until COMMIT, then they see the new rows), while grants, indexes,
 constraints, FKs and dependent views of the target table stay as they are — a swap would have to
 recreate all of them.
 
