@@ -29,6 +29,21 @@ class TablePlan:
     staging: str | None = None  # None: no row changes for this table in the batch
     conflict: str = "upsert"
     unchanged_toast: str = "fail"
+    # Staged rows per op (I/U/D/R) and rows with a keep list, counted once the staging table is written: the
+    # merge transaction skips the statements the batch cannot need. None: not counted, every statement runs.
+    staged_ops: dict[str, int] | None = None
+    keep_rows: int | None = None
+    # The target has a unique index on exactly the key: key joins may walk it (setbased.key_ordered_joins).
+    key_indexed: bool = False
+
+    def may_have(self, *ops: str) -> bool:
+        """Whether the staging table may hold rows of one of ``ops`` (always, when not counted)."""
+        return self.staged_ops is None or any(self.staged_ops.get(op, 0) for op in ops)
+
+    @property
+    def may_keep(self) -> bool:
+        """Whether a staged row may carry a keep list (unchanged-TOAST columns to take from the target)."""
+        return self.keep_rows is None or self.keep_rows > 0
 
     @property
     def staging_table(self) -> str:

@@ -42,7 +42,14 @@ from airflow_provider_pglogical.apply.targets.postgres.copy import (
     staging_columns,
 )
 from airflow_provider_pglogical.apply.targets.postgres.copytext import SESSION_CONF, copy_columns
-from airflow_provider_pglogical.apply.targets.postgres.plan import BatchPlan, TablePlan, staging_name, staging_prefix
+from airflow_provider_pglogical.apply.targets.postgres.plan import (
+    KEEP,
+    OP,
+    BatchPlan,
+    TablePlan,
+    staging_name,
+    staging_prefix,
+)
 from airflow_provider_pglogical.apply.targets.postgres.target_types import describe_types
 from airflow_provider_pglogical.exceptions import ApplyError
 
@@ -177,8 +184,10 @@ class PostgresTarget:
         try:
             for planned, table in zip(plan.tables, tables, strict=True):
                 net = changes.direct_net(planned) if isinstance(changes, DirectNetSource) else None
-                self._stage(planned, described[planned.target], table.staging_table,
-                            partial(changes.net, planned), in_order=False, direct=net)
+                table.staged_ops, table.keep_rows = self._stage(
+                    planned, described[planned.target], table.staging_table, partial(changes.net, planned),
+                    in_order=False, direct=net)
+                table.key_indexed = bool(table.key) and set(described[planned.target].primary_key) == set(table.key)
             staged_at = time.monotonic()
             seconds["stage"] = round(staged_at - started, 3)
             try:
@@ -221,8 +230,10 @@ class PostgresTarget:
         return found
 
     def _stage(self, planned: PlannedTable, target: TargetTable, staging: str, make_frame: Callable[[], DataFrame], *,
-               in_order: bool, direct: DirectNet | None = None) -> None:
-        """One table's changes COPYed by the executors into a fresh unlogged staging table.
+               in_order: bool, direct: DirectNet | None = None) -> tuple[dict[str, int] | None, int | None]:
+        """One table's changes COPYed by the executors into a fresh unlogged staging table; for net changes,
+        returns the staged rows per op and the rows with a keep list (one scan, so the merge transaction
+        can skip what the batch cannot need), else ``(None, None)``.
 
         Net changes per key for the set-based apply; with ``in_order``, every change with its
         position (commit LSN, order in transaction) for the ordered replay. ``direct``: the table-batch
@@ -250,8 +261,18 @@ class PostgresTarget:
             text_frame, fields = copy_columns(frame, types)
             written = (text_frame.mapInArrow(copy_partitions(self.dsn, staging, copy_cols, fields), "rows long")
                        .agg(F.sum("rows")).collect()[0][0])
+        ops: dict[str, int] | None = None
+        keep_rows: int | None = None
         with self.conn.cursor() as cur:
             cur.execute(sql.SQL("ANALYZE {}").format(catalog.ident(staging)))  # the planner needs row counts
+            if not in_order:
+                cur.execute(sql.SQL("SELECT {op}, count(*), count(*) FILTER (WHERE cardinality({keep}) > 0) "
+                                    "FROM {stg} GROUP BY {op}").format(
+                    op=sql.Identifier(OP), keep=sql.Identifier(KEEP), stg=catalog.ident(staging)))
+                counted = cur.fetchall()
+                ops = {op: n for op, n, _ in counted}
+                keep_rows = sum(k for _, _, k in counted)
         self.conn.commit()
         log.debug("staged %s %s changes of %s%s", written or 0, "ordered" if in_order else "net", planned.target,
                   " straight from the staged files" if plan is not None else "")
+        return ops, keep_rows
