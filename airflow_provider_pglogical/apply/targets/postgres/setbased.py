@@ -155,34 +155,15 @@ def _apply_table_rows(cur: cursor, plan: BatchPlan, t: TablePlan, rejects: str, 
     if values:
         counters["updated"] = 0
     counters["inserted"] = 0
-    # Inserts as INSERT … ON CONFLICT on the key's primary key when nothing needs the target's current values
-    # (no keep list): the index check every insert makes anyway finds existing keys, instead of an UPDATE join
-    # and a NOT EXISTS anti-join of every inserted row with the whole target (at 10M changes, ~4 s per 1M-row
-    # insert batch, growing with the target).
-    upsert = bool(values) and t.key_indexed and not t.may_keep
-    updating = ("U",) if upsert else ("U", "I")
-    if values and t.may_have(*updating):
+    if values and t.may_have("U", "I"):
         sets = sql.SQL(", ").join(
             sql.SQL("{c} = CASE WHEN {name} = ANY(s.{keep}) THEN t.{c} ELSE s.{c} END").format(
                 c=sql.Identifier(c), name=sql.Literal(c), keep=sql.Identifier(KEEP)) for c in values)
         with key_ordered_joins(cur, t):
-            cur.execute(sql.SQL("UPDATE {tgt} t SET {sets} FROM {stg} s WHERE s.{op} IN ({ops}) AND {m}").format(
-                tgt=tgt, sets=sets, stg=stg, op=sql.Identifier(OP), ops=sql.SQL(", ").join(map(sql.Literal, updating)),
-                m=_key_match(t.key, "t", "s")))
+            cur.execute(sql.SQL("UPDATE {tgt} t SET {sets} FROM {stg} s WHERE s.{op} IN ('U', 'I') AND {m}").format(
+                tgt=tgt, sets=sets, stg=stg, op=sql.Identifier(OP), m=_key_match(t.key, "t", "s")))
             counters["updated"] = cur.rowcount
-    if upsert and t.may_have("I", "R"):
-        # xmax = 0 only on a freshly inserted row version; DO UPDATE's new version carries the row lock's xid.
-        cur.execute(sql.SQL(
-            "WITH w AS (INSERT INTO {tgt} AS t ({cols}) SELECT {scols} FROM {stg} s WHERE s.{op} IN ('I', 'R') "
-            "ON CONFLICT ({key}) DO UPDATE SET {sets} RETURNING t.xmax = 0 AS fresh) "
-            "SELECT count(*) FILTER (WHERE fresh), count(*) FILTER (WHERE NOT fresh) FROM w").format(
-            tgt=tgt, cols=cols, scols=scols, stg=stg, op=sql.Identifier(OP),
-            key=sql.SQL(", ").join(map(sql.Identifier, t.key)),
-            sets=sql.SQL(", ").join(sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in values)))
-        fresh, existed = one_row(cur)
-        counters["inserted"] = int(fresh)
-        counters["updated"] += int(existed)
-    elif t.may_have("I", "R"):
+    if t.may_have("I", "R"):
         cur.execute(sql.SQL("INSERT INTO {tgt} ({cols}) SELECT {scols} FROM {stg} s WHERE s.{op} IN ('I', 'R') "
                             "AND cardinality(s.{keep}) = 0 AND NOT {ex}").format(
             tgt=tgt, cols=cols, scols=scols, stg=stg, op=sql.Identifier(OP), keep=sql.Identifier(KEEP), ex=exists))
