@@ -2,7 +2,8 @@
 
 Usage: python -m tests.integration.drain_child '<json>' with keys dsn, slot, publication,
 staging_uri, kill_at (a checkpoint name, or "transaction:<n>" to die mid-write after n
-transactions), and optional max_changes / row_group_rows.
+transactions), and optional max_changes / row_group_rows, and ``run`` (true: ``drain_run``, several
+batches under one lock with the slot advanced once, instead of one ``drain_slot`` cycle).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 
 from airflow_provider_pglogical.hooks import PgLogicalHook
 from airflow_provider_pglogical.staging import writer as writer_module
-from airflow_provider_pglogical.staging.drain import DrainConfig, drain_slot
+from airflow_provider_pglogical.staging.drain import DrainConfig, drain_run, drain_slot
 from tests.integration.kill_points import KILLED, die, dying_at
 
 __all__ = ["KILLED"]
@@ -36,7 +37,10 @@ def main() -> None:
     hook = PgLogicalHook.from_dsn(args["dsn"])
     config = DrainConfig(slot=args["slot"], publication=args["publication"], staging_uri=args["staging_uri"],
                          max_changes=args.get("max_changes"), row_group_rows=args.get("row_group_rows", 65536))
-    drain_slot(hook, config, on_checkpoint=dying_at(kill_at))
+    if args.get("run"):
+        drain_run(hook, config, on_checkpoint=dying_at(kill_at))
+    else:
+        drain_slot(hook, config, on_checkpoint=dying_at(kill_at))
     sys.exit(0)
 
 

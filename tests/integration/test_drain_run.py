@@ -7,6 +7,10 @@ is where the previous batch left it.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -14,6 +18,8 @@ from airflow_provider_pglogical.exceptions import StagingError
 from airflow_provider_pglogical.hooks import PgLogicalHook
 from airflow_provider_pglogical.staging import StagingReader
 from airflow_provider_pglogical.staging.drain import DrainConfig, drain_run, drain_slot
+from tests.conftest import REPO_ROOT
+from tests.integration.drain_child import KILLED
 from tests.integration.drain_support import assert_log_matches, run_tx, staged, staged_rows, workload
 
 TABLES = ("public.accounts", "public.events", "public.docs")
@@ -28,10 +34,14 @@ class CountingPeeks:
     """
 
     def __init__(self, hook) -> None:
-        self._hook, self.peeks, self.peeks_with_rows = hook, 0, 0
+        self._hook, self.peeks, self.peeks_with_rows, self.advances = hook, 0, 0, 0
 
     def __getattr__(self, name: str):
         return getattr(self._hook, name)
+
+    def advance_slot(self, *args, **kw):
+        self.advances += 1
+        return self._hook.advance_slot(*args, **kw)
 
     def peek_changes(self, *args, **kw):
         self.peeks += 1
@@ -98,6 +108,7 @@ def test_batches_cut_by_max_changes_come_from_one_peek_and_equal_fresh_cycles(dr
     assert len(results) > 3 and all(r.staged and not r.replayed for r in results)
     assert all(b.start_lsn == a.end_lsn for a, b in zip(results, results[1:], strict=False))
     assert client.peeks_with_rows == 1 and open_peeks(cur) == 0  # every batch from the one peek
+    assert len(results) >= 3 and client.advances == 1  # and the slot advanced once, to the last batch's end
 
     assert hook.slot_info("s1").confirmed_flush_lsn == results[-1].end_lsn
     assert_log_matches(uri, "s1", xids)
@@ -115,7 +126,7 @@ def test_wal_written_during_the_run_is_staged_by_a_fresh_peek_after_the_open_one
     late: list[int] = []
 
     def write_during_the_first_batch(name: str) -> None:
-        if name == "advanced" and not late:  # beyond the open peek's upto
+        if name == "manifest_written" and not late:  # beyond the open peek's upto
             late.append(run_tx(cur, [("INSERT INTO docs VALUES (7, 'late', 'row')", ())]))
 
     client = CountingPeeks(hook)
@@ -180,7 +191,7 @@ def test_the_open_peek_is_not_read_on_when_the_slot_moved_between_batches(drain_
 
     def move_slot_after_first_batch(name: str) -> None:
         nonlocal advanced
-        if name == "advanced":
+        if name == "manifest_written":  # drain_run advances later: move it before that
             advanced += 1
             if advanced == 1:  # someone moves the slot behind the drain's back
                 run_tx(cur, [("INSERT INTO docs VALUES (1, 'x', 'y')", ())])
@@ -227,4 +238,30 @@ def test_a_failed_row_group_write_fails_the_batch_and_advances_nothing_past_what
     assert hook.slot_info("s1").confirmed_flush_lsn == published[-1].end_lsn
     monkeypatch.undo()
     drain_run(hook, config(uri, max_changes=25))
+    assert_log_matches(uri, "s1", xids)
+
+
+def test_a_run_killed_before_its_advance_is_replayed_by_the_next_run_with_one_advance(drain_source, tmp_path,
+                                                                                      pg_dsn):
+    """drain_run advances once per peek: a run killed after publishing three batches leaves the slot
+    at its start. The next run finds them published, stages nothing twice and advances over them once."""
+    cur, hook = drain_source
+    xids = workload(cur, 40)
+    uri = str(tmp_path / "stage")
+    before = hook.slot_info("s1").confirmed_flush_lsn
+    proc = subprocess.run([sys.executable, "-m", "tests.integration.drain_child",
+                           json.dumps({"dsn": pg_dsn, "slot": "s1", "publication": "pub", "staging_uri": uri,
+                                       "kill_at": "manifest_written:3", "max_changes": 25, "run": True})],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == KILLED, proc.stderr[-3000:]
+    published = StagingReader.from_uri(uri, "s1").batches()
+    assert len(published) == 3 and hook.slot_info("s1").confirmed_flush_lsn == before
+
+    xids += workload(cur, 5, start=40)
+    client = CountingPeeks(hook)
+    results = drain_run(client, config(uri, max_changes=25))
+    assert [r.replayed for r in results[:3]] == [True] * 3 and not any(r.replayed for r in results[3:])
+    assert [r.end_lsn for r in results[:3]] == [b.end_lsn for b in published]
+    # once before the fresh peek (a peek reads from the slot's position), once at the end
+    assert client.advances == 2 and hook.slot_info("s1").confirmed_flush_lsn == results[-1].end_lsn
     assert_log_matches(uri, "s1", xids)
