@@ -92,3 +92,33 @@ def test_plan_rows_refuses_a_column_with_a_target_type_tree(columns, tmp_path):
     assert b"".join(arrownet.row_text(plan, 1 << 20)(plan.tasks)) == (
         b"1\ta\n2\t\\N\n" if columns == ("id", "name") else b"1\n2\n")
     assert arrownet.plan_rows([path], columns, {columns[-1]: object()}) is None  # type: ignore[dict-item]
+
+
+def test_streamed_text_prints_every_row_group_in_file_order_and_stops_when_the_copy_does(tmp_path):
+    """``StreamedText``: row groups printed on several threads come back in file order, whatever thread
+    finishes first; a COPY that stops reading (an error, a closed connection) leaves no printing behind."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from airflow_provider_pglogical.apply.targets.postgres import arrownet
+    from airflow_provider_pglogical.apply.targets.postgres.snapshot import StreamedText
+
+    paths = []
+    for f in range(3):
+        path = str(tmp_path / f"f{f}.parquet")
+        ids = pa.array(range(f * 1000, (f + 1) * 1000), pa.int64())
+        names = pa.array([f"n\t{i}" if i % 7 else None for i in range(f * 1000, (f + 1) * 1000)])
+        pq.write_table(pa.table({"new": pa.StructArray.from_arrays([ids, names], names=["id", "name"])}), path,
+                       row_group_size=97)  # uneven row groups, several per file
+        paths.append(path)
+    plan = arrownet.plan_rows(paths, ("id", "name"), {})
+    assert plan is not None and len(plan.tasks) == 3 * 11
+    expected = b"".join(f"{i}\t{f'n{chr(92)}t{i}' if i % 7 else chr(92) + 'N'}\n".encode() for i in range(3000))
+    assert b"".join(arrownet.row_text(plan, 1 << 20)(plan.tasks)) == expected
+    for threads in (1, 2, 4):
+        assert b"".join(StreamedText(plan, threads).chunks()) == expected
+    chunks = StreamedText(plan, 2).chunks()
+    assert next(chunks).startswith(b"0\t\\N\n1\tn\\t1\n")
+    chunks.close()  # what copy_expert's failure does to the feed: the pool shuts down, nothing is left running
+    import threading
+    assert not [t for t in threading.enumerate() if t.name.startswith("snapshot-text")]

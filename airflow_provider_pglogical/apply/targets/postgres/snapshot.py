@@ -15,12 +15,13 @@ only be truncated together with its referencing tables, and its rows must be the
 group the tables are emptied by one TRUNCATE and filled parents first.
 
 The rows are COPYed by the group's own connection, like a native table sync copies into the
-table: the executors turn the staged rows into COPY text and hand it over in chunks of whole lines
-(``toLocalIterator``: one partition at a time, so memory stays bounded by a partition) — no staging table, no
-``INSERT … SELECT``. Snapshot rows need no transform on the way (``apply/snapshots.SnapshotChanges.rows``); when
-they are the staged ``new`` images as they are and every column is a type ``arrowtext`` prints exactly, the
-executors read the staged row groups with pyarrow and print them there (``table_text``); otherwise Spark reads
-them and ``copytext.copy_columns`` + ``arrowtext`` print them.
+table — no staging table, no ``INSERT … SELECT``. Snapshot rows need no transform on the way
+(``apply/snapshots.SnapshotChanges.rows``); when they are the staged ``new`` images as they are and every column
+is a type ``arrowtext`` prints exactly, the loading process reads the staged row groups with pyarrow and prints
+them on a few threads while the COPY sends them (``StreamedText``: the text would pass through this connection
+anyway, so a Spark job and its cache only added a copy); otherwise Spark reads them, ``copytext.copy_columns`` +
+``arrowtext`` print them into Spark's disk cache before the transaction, and the COPY reads them back in chunks
+of whole lines (``toLocalIterator``: one partition at a time, so memory stays bounded by a partition).
 
 Crash windows (``CHECKPOINTS``, where the crash tests stop the process): everything of a group happens inside
 its transaction, which rolls back with the connection — during a COPY, after a table's COPY, before COMMIT;
@@ -33,8 +34,9 @@ import logging
 import re
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import psycopg2
@@ -84,6 +86,41 @@ class CachedText:
         self._cached.unpersist()
 
 
+class StreamedText:
+    """A table's COPY text printed from the staged files' row groups (``arrownet.row_text``) by ``threads``
+    threads of the loading process while the COPY sends it: no Spark job, no cache, no hop through the JVM, and
+    PostgreSQL parses one chunk while the next ones are printed. Row groups come back in file order; at most
+    ``2 × threads`` printed row groups wait (memory bounded by a few row groups' text). pyarrow's readers and
+    compute kernels release the GIL, so the threads print on every core."""
+
+    def __init__(self, plan: arrownet.RowsPlan, threads: int) -> None:
+        self._plan, self._threads = plan, max(1, threads)
+
+    def chunks(self) -> Iterator[bytes]:
+        run = arrownet.row_text(self._plan, CHUNK_BYTES)
+        tasks = iter(self._plan.tasks)
+        with ThreadPoolExecutor(self._threads, thread_name_prefix="snapshot-text") as pool:
+            waiting: deque[Future[list[bytes]]] = deque()
+            try:
+                def submit() -> None:
+                    task = next(tasks, None)
+                    if task is not None:
+                        waiting.append(pool.submit(lambda t: list(run([t])), task))
+
+                for _ in range(2 * self._threads):
+                    submit()
+                while waiting:
+                    printed = waiting.popleft().result()
+                    submit()
+                    yield from printed
+            finally:  # a failed or abandoned COPY: print nothing more
+                for future in waiting:
+                    future.cancel()
+
+    def unpersist(self) -> None:
+        pass
+
+
 def copy_text(frame: DataFrame, types: Any) -> CachedText:
     """The frame's rows as COPY text (``copytext.copy_columns``, ``arrowtext``), cached."""
     from pyspark import StorageLevel
@@ -109,24 +146,20 @@ def copy_text(frame: DataFrame, types: Any) -> CachedText:
     return CachedText(text, rows=True)
 
 
-def table_text(target: Any, changes: Any, table: PlannedTable, types: Any) -> CachedText:
-    """The table's snapshot rows as cached COPY text. When they are the staged ``new`` images as they are and
-    every column is a type ``arrowtext`` prints exactly (``SnapshotChanges.direct_rows``,
-    ``arrownet.plan_rows``), the executors read the staged files' row groups with pyarrow and print them there:
-    no Spark Parquet read, no struct handling, no Arrow conversion of typed columns. Otherwise the Spark path."""
-    from pyspark import StorageLevel
-
+def table_text(target: Any, changes: Any, table: PlannedTable, types: Any) -> CachedText | StreamedText:
+    """The table's snapshot rows as COPY text. When they are the staged ``new`` images as they are and every
+    column is a type ``arrowtext`` prints exactly (``SnapshotChanges.direct_rows``, ``arrownet.plan_rows``), the
+    staged files' row groups are read with pyarrow and printed while the COPY runs (``StreamedText``): no Spark
+    Parquet read, no struct handling, no Arrow conversion of typed columns. Otherwise Spark's path, cached
+    before the load transaction."""
     files = changes.direct_rows(table) if isinstance(changes, DirectRowsSource) else None
     plan = arrownet.plan_rows(files, table.columns, types) if files else None
     if plan is None:
         return copy_text(changes.rows(table), types)
-    context = target.spark.sparkContext
-    slices = max(1, min(len(plan.tasks), target.config.write_partitions or context.defaultParallelism))
-    text = context.parallelize(list(plan.tasks), slices).mapPartitions(arrownet.row_text(plan, CHUNK_BYTES))
-    text.persist(StorageLevel.DISK_ONLY)
-    text.count()
-    log.debug("snapshot of %s printed straight from the staged files (%d row groups)", table.target, len(plan.tasks))
-    return CachedText(text, rows=False)
+    threads = target.config.write_partitions or target.spark.sparkContext.defaultParallelism
+    log.debug("snapshot of %s printed straight from the staged files (%d row groups, %d threads)", table.target,
+              len(plan.tasks), threads)
+    return StreamedText(plan, threads)
 
 
 class _Feed:
@@ -245,7 +278,7 @@ def apply_snapshot(target: Any, plan: PlannedSnapshot, changes: Any) -> BatchRes
 
 
 def _load_group(target: Any, plan: PlannedSnapshot, sync_table: str, group: Sequence[PlannedTable],
-                texts: dict[str, CachedText]) -> tuple[dict[str, dict[str, int]], float]:
+                texts: dict[str, CachedText | StreamedText]) -> tuple[dict[str, dict[str, int]], float]:
     """One group's transaction on its own connection: TRUNCATE, COPY parents first, watermarks + sync LSNs, COMMIT.
 
     The run's slot lock is held by the driver's session connection (``PostgresTarget.session``), so no other
