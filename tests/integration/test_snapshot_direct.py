@@ -19,17 +19,19 @@ from tests.pgserver import execute, query
 from tests.unit.apply.targetdb import make_target
 
 SCALARS = "(id int PRIMARY KEY, d date, t timestamp, tz timestamptz, f float8, r real, b boolean, n numeric(20,6), " \
-          "s text, i2 smallint, i8 bigint)"
+          "s text, i2 smallint, i8 bigint, tags text[])"
 EXTRA_SQL = f"""
 CREATE TABLE scalars {SCALARS};
 CREATE TABLE wild {SCALARS};
 INSERT INTO scalars SELECT g, date '2000-01-01' + g, timestamp '1999-12-31 23:59:59.999999' + g * interval '1 h',
   timestamptz '0001-01-01 00:00:00+00' + g * interval '1000 days', CASE g % 5 WHEN 0 THEN 'NaN' WHEN 1 THEN '-0'
   WHEN 2 THEN 'Infinity' ELSE g / 7.0 END, g / 3.0, g % 2 = 0, g * 1.000001 - 1000, E'tab\\there\\\\ and \\n ' || g,
-  (g % 30000)::smallint, g * 1000000007::bigint FROM generate_series(1, 2500) g;
-INSERT INTO scalars VALUES (0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+  (g % 30000)::smallint, g * 1000000007::bigint,
+  CASE g % 4 WHEN 0 THEN ARRAY['a"b' || g, E'c\\\\d{{,}}', NULL, 'NULL', ''] WHEN 1 THEN '{{}}' WHEN 2 THEN NULL
+  ELSE ARRAY[' sp ', E'tab\there\n', 'é' || g] END FROM generate_series(1, 2500) g;
+INSERT INTO scalars VALUES (0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
 INSERT INTO wild SELECT * FROM scalars;
-INSERT INTO wild VALUES (-1, 'infinity', '0044-03-15 BC', '-infinity', 1, 1, true, 1, 'x', 1, 1);
+INSERT INTO wild VALUES (-1, 'infinity', '0044-03-15 BC', '-infinity', 1, 1, true, 1, 'x', 1, 1, '{{x}}');
 ALTER PUBLICATION pub ADD TABLE scalars, wild;
 """
 TABLES = ("parents", "children", "wide", "scalars", "wild")
@@ -63,9 +65,10 @@ def test_snapshot_rows_printed_from_the_staged_files_load_what_the_spark_path_lo
             assert [r.applied for r in reports] == [True]
             straight = {m.split()[2] for m in (r.getMessage() for r in caplog.records)
                         if "printed straight from the staged files" in m}
-            # not vacuous: the plain tables took the direct path; an array column or values beyond Arrow's
-            # printable range (BC, ±infinity) keep the Spark path
-            assert straight == ({"public.parents", "public.children", "public.scalars"} if direct else set())
+            # not vacuous: the plain tables took the direct path, arrays of text and ints too (wide, scalars);
+            # values beyond Arrow's printable range (BC, ±infinity) keep the Spark path
+            assert straight == ({"public.parents", "public.children", "public.wide", "public.scalars"}
+                                if direct else set())
             targets[direct] = target
         for table in TABLES:
             expected = _rows(source, table)
@@ -91,7 +94,11 @@ def test_plan_rows_refuses_a_column_with_a_target_type_tree(columns, tmp_path):
     assert plan is not None and plan.tasks == ((path, 0),)
     assert b"".join(arrownet.row_text(plan, 1 << 20)(plan.tasks)) == (
         b"1\ta\n2\t\\N\n" if columns == ("id", "name") else b"1\n2\n")
-    assert arrownet.plan_rows([path], columns, {columns[-1]: object()}) is None  # type: ignore[dict-item]
+    from airflow_provider_pglogical.apply.targets.postgres.target_types import ARRAY, MONEY, RANGE, SCALAR, PgType
+
+    for tree in (PgType(MONEY), PgType(RANGE), PgType(ARRAY, element=PgType(RANGE))):
+        assert arrownet.plan_rows([path], columns, {columns[-1]: tree}) is None
+    assert arrownet.plan_rows([path], columns, {columns[-1]: PgType(ARRAY, element=PgType(SCALAR))}) == plan
 
 
 def test_streamed_text_prints_every_row_group_in_file_order_and_stops_when_the_copy_does(tmp_path):

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from airflow_provider_pglogical.apply.direct import DirectNet
 from airflow_provider_pglogical.apply.targets.postgres import arrowtext
 from airflow_provider_pglogical.apply.targets.postgres.copy import copy_chunks
-from airflow_provider_pglogical.apply.targets.postgres.target_types import PgType
+from airflow_provider_pglogical.apply.targets.postgres.target_types import ARRAY, SCALAR, PgType
 
 # What arrowtext prints exactly (copytext.ARROW_DAYS / ARROW_MICROS / ARROW_MAX_DECIMAL_SCALE, kept equal by
 # tests/unit/apply/test_arrownet.py): 0001-01-01 .. 9999-12-31, decimals of scale ≤ 6.
@@ -41,8 +41,13 @@ class DirectPlan:
     tasks: tuple[tuple[str, int], ...]  # (file, row group)
 
 
-def arrow_kind(dtype: pa.DataType) -> str | None:
-    """The ``arrowtext`` kind of a staged Arrow type (as ``copytext._arrow_kind`` decides on Spark's), or None."""
+def arrow_kind(dtype: pa.DataType, *, arrays: bool = False) -> str | None:
+    """The ``arrowtext`` kind of a staged Arrow type (as ``copytext._arrow_kind`` decides on Spark's), or None.
+    ``arrays``: also flat lists of text or plain scalars (``arrowtext.ARRAY_TEXT`` / ``ARRAY_PLAIN``), printed as
+    ``copytext.array_text`` prints an array without notes."""
+    if arrays and (pa.types.is_list(dtype) or pa.types.is_large_list(dtype)):
+        element = arrow_kind(dtype.value_type)
+        return {arrowtext.TEXT: arrowtext.ARRAY_TEXT, arrowtext.PLAIN: arrowtext.ARRAY_PLAIN}.get(element or "")
     if pa.types.is_string(dtype) or pa.types.is_large_string(dtype):
         return arrowtext.TEXT
     if pa.types.is_boolean(dtype) or pa.types.is_signed_integer(dtype):
@@ -86,7 +91,7 @@ def _in_printable_range(parquet: pq.ParquetFile, column_paths: Iterable[str]) ->
 
 
 def _image_kinds(parquet: pq.ParquetFile, image: str, wanted: Sequence[str],
-                 temporal: list[str]) -> list[str] | None:
+                 temporal: list[str], *, arrays: bool = False) -> list[str] | None:
     """The ``arrowtext`` kind of each ``wanted`` field of the file's ``image`` struct (its date/timestamp leaf
     paths appended to ``temporal``), or None when the image or a field is missing or a type needs the JVM."""
     schema = parquet.schema_arrow
@@ -98,7 +103,7 @@ def _image_kinds(parquet: pq.ParquetFile, image: str, wanted: Sequence[str],
     for c in wanted:
         if c not in names:
             return None
-        kind = arrow_kind(struct.field(names.index(c)).type)
+        kind = arrow_kind(struct.field(names.index(c)).type, arrays=arrays)
         if kind is None:
             return None
         if kind in (arrowtext.TEMPORAL, arrowtext.TIMESTAMPTZ):
@@ -138,21 +143,27 @@ class RowsPlan:
 
 
 def plan_rows(files: Sequence[str], columns: Sequence[str], types: Mapping[str, PgType]) -> RowsPlan | None:
-    """The executors' plan for printing a snapshot's rows (``SnapshotChanges.direct_rows``), or None when a
-    column needs the JVM's text — as ``plan_direct`` decides, on the ``new`` image only."""
-    if not files or not columns or any(c in types for c in columns):
+    """The plan for printing a snapshot's rows (``SnapshotChanges.direct_rows``), or None when a column needs the
+    JVM's text — as ``plan_direct`` decides, on the ``new`` image only, and with arrays of text or plain scalars
+    too (a snapshot with a shape or element note never gets here: its rows are not plain)."""
+    if not files or not columns or any(c in types and not _scalar_array(types[c]) for c in columns):
         return None
     kinds: list[str] | None = None
     tasks: list[tuple[str, int]] = []
     for path in files:
         parquet = pq.ParquetFile(path)
         temporal: list[str] = []
-        file_kinds = _image_kinds(parquet, "new", columns, temporal)
+        file_kinds = _image_kinds(parquet, "new", columns, temporal, arrays=True)
         if file_kinds is None or (kinds is not None and file_kinds != kinds) or not _in_printable_range(parquet, temporal):
             return None
         kinds = file_kinds
         tasks.extend((path, rg) for rg in range(parquet.metadata.num_row_groups))
     return RowsPlan(tuple(columns), tuple(kinds or ()), tuple(tasks))
+
+
+def _scalar_array(tree: PgType) -> bool:
+    """A target array of a plain scalar type (not of money, ranges, composites or arrays)."""
+    return tree.kind == ARRAY and tree.element is not None and tree.element.kind == SCALAR
 
 
 def row_text(plan: RowsPlan, chunk_bytes: int) -> Callable[[Iterable[tuple[str, int]]], Iterator[bytes]]:

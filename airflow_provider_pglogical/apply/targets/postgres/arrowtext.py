@@ -40,6 +40,10 @@ FLOAT = "float"  # float4 / float8: shortest round-trip text
 TEXT = "text"  # strings: COPY-escaped here
 TIMESTAMPTZ = "timestamptz"  # timestamp[us, tz=UTC]: printed without the zone, then '+00:00'
 TEMPORAL = "temporal"  # date32, timestamp[us]: Arrow's ISO text
+# flat lists (1-D arrays from 1, as staged without a shape note) of TEXT / PLAIN elements: the array literal as
+# ``copytext.array_text`` prints it, every element double-quoted, ``"`` and ``\`` backslashed, NULL bare
+ARRAY_TEXT = "array_text"
+ARRAY_PLAIN = "array_plain"
 
 _ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"))  # backslash first
 
@@ -71,6 +75,26 @@ def copy_escape(text: pa.Array) -> pa.Array:
     return text
 
 
+def array_literal(arr: pa.Array, kind: str) -> pa.Array:
+    """``{"e1","e2",NULL}`` (``{}`` when empty, null for a null array) of a flat list array: the JVM's
+    ``copytext.array_text`` for arrays without shape or element notes, byte for byte (array_in reads it back)."""
+    lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False)
+    offsets = np.zeros(len(arr) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    elements = arr.flatten()  # the elements of the valid lists, honouring a slice's offset
+    if kind == ARRAY_TEXT:
+        text = _as_string(elements)
+        for search, replacement in (("\\", "\\\\"), ('"', '\\"')):  # backslash first
+            text = pc.replace_substring(text, search, replacement)
+    elif kind == ARRAY_PLAIN:
+        text = pc.cast(elements, pa.string())
+    else:
+        raise ValueError(f"unknown array kind {kind!r}")
+    quoted = pc.fill_null(pc.binary_join_element_wise('"', text, '"', ""), "NULL")
+    lists = pa.ListArray.from_arrays(pa.array(offsets), quoted, mask=pc.is_null(arr))
+    return pc.binary_join_element_wise("{", pc.binary_join(lists, ","), "}", "")
+
+
 def _float_text(arr: pa.Array) -> pa.Array:
     text = pc.cast(arr, pa.string())
     if pc.all(pc.is_finite(arr)).as_py() is False:  # PostgreSQL's own spelling of the specials (12+ reads both)
@@ -92,6 +116,8 @@ def field_text(batch: pa.RecordBatch, field: Field) -> pa.Array:
         text = pc.binary_join_element_wise(pc.cast(arr.cast(pa.timestamp("us")), pa.string()), "+00:00", "")
     elif field.kind in (PLAIN, TEMPORAL):
         text = pc.cast(arr, pa.string())
+    elif field.kind in (ARRAY_TEXT, ARRAY_PLAIN):
+        text = copy_escape(array_literal(arr, field.kind))
     else:
         raise ValueError(f"unknown COPY field kind {field.kind!r}")
     if field.fallback is not None:  # BC, years past 9999, ±infinity: the JVM's text (never needs escaping)
