@@ -117,7 +117,11 @@ class _ParquetSink:
         table = pa.Table.from_arrays(arrays, schema=self.schema)
         if self.writer is None:
             self.fs.create_dir(self.tmp.rsplit("/", 1)[0], recursive=True)
-            self.writer = pq.ParquetWriter(self.tmp, self.schema, filesystem=self.fs, compression="zstd")
+            # No dictionary pages: a snapshot's columns are mostly distinct values (keys, timestamps, amounts),
+            # where dictionary encoding only costs time; zstd alone wrote 500k orders rows 1.9x faster and 48%
+            # smaller (docs/performance.md). Readers see no difference.
+            self.writer = pq.ParquetWriter(self.tmp, self.schema, filesystem=self.fs, compression="zstd",
+                                           use_dictionary=False)
         self.writer.write_table(table, row_group_size=max(n, 1))
         self.total_rows += n
         self.rows, self.buffered = [], 0
