@@ -323,6 +323,65 @@ copy_rows(PyObject *self, PyObject *args)
     return Py_BuildValue("(NON)", rows, Py_True, err);
 }
 
+/* copy_messages(pgconn, max_rows, max_bytes) -> (data, sizes, done, error)
+ * Reads CopyData messages without the GIL until max_rows of them or at least max_bytes bytes (checked
+ * before each read, so the message that reaches it is the last one): their bytes back to back and each
+ * one's length as native int64s. For any COPY TO: the caller frames the rows. done/error as copy_rows. */
+static PyObject *
+copy_messages(PyObject *self, PyObject *args)
+{
+    PyObject *ptr;
+    Py_ssize_t max_rows, max_bytes;
+    if (!PyArg_ParseTuple(args, "Onn", &ptr, &max_rows, &max_bytes))
+        return NULL;
+    PGconn *conn = conn_arg(ptr);
+    if (conn == NULL)
+        return NULL;
+    Buf b = {NULL, 0, 0}, sz = {NULL, 0, 0};
+    Py_ssize_t got = 0;
+    int n = 0, oom = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (got < max_rows && b.len < max_bytes) {
+        char *msg = NULL;
+        n = p_PQgetCopyData(conn, &msg, 0);
+        if (n <= 0)
+            break;
+        int64_t len = n;
+        if (buf_add(&b, msg, n) < 0 || buf_add(&sz, (const char *)&len, sizeof len) < 0)
+            oom = 1;
+        p_PQfreemem(msg);
+        if (oom)
+            break;
+        got++;
+    }
+    Py_END_ALLOW_THREADS
+    PyObject *data = oom ? NULL : PyBytes_FromStringAndSize(b.data ? b.data : "", b.len);
+    PyObject *sizes = oom ? NULL : PyBytes_FromStringAndSize(sz.data ? sz.data : "", sz.len);
+    PyMem_RawFree(b.data);
+    PyMem_RawFree(sz.data);
+    if (data == NULL || sizes == NULL) {
+        Py_XDECREF(data);
+        Py_XDECREF(sizes);
+        return oom ? PyErr_NoMemory() : NULL;
+    }
+    if (n > 0)
+        return Py_BuildValue("(NNOO)", data, sizes, Py_False, Py_None);
+    PyObject *err;
+    if (n == -2) {
+        err = Py_BuildValue("(ss)", "", p_PQerrorMessage(conn));
+        PyObject *rest = finish_results(conn);
+        Py_XDECREF(rest);
+    } else {
+        err = finish_results(conn);
+    }
+    if (err == NULL) {
+        Py_DECREF(data);
+        Py_DECREF(sizes);
+        return NULL;
+    }
+    return Py_BuildValue("(NNON)", data, sizes, Py_True, err);
+}
+
 /* copy_cancel(pgconn): ask the server to cancel the running COPY, discard what is still coming
  * and consume the results, so the connection is idle again. */
 static PyObject *
@@ -834,6 +893,7 @@ static PyMethodDef methods[] = {
     {"copy_start", copy_start, METH_VARARGS, "Send a COPY ... TO STDOUT; None, or (sqlstate, message)."},
     {"copy_rows", copy_rows, METH_VARARGS, "Read and split up to max_rows rows: (rows, done, error)."},
     {"copy_cancel", copy_cancel, METH_VARARGS, "Cancel the running COPY and consume its results."},
+    {"copy_messages", copy_messages, METH_VARARGS, "Read CopyData messages: (data, sizes, done, error)."},
     {"split_copy", split_copy, METH_VARARGS, "Split (bigint, bigint, bytea) binary COPY rows: (rows, end, trailer)."},
     {NULL, NULL, 0, NULL},
 };

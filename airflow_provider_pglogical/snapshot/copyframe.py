@@ -26,23 +26,31 @@ TRAILER = b"\xff\xff"
 _KIND_B, _KIND_N = ord("b"), ord("n")
 
 
-def strip_header(first: bytes) -> bytes:
-    """The first CopyData message without the binary COPY file header."""
+def header_length(first: bytes) -> int:
+    """The length of the binary COPY file header at the start of the first CopyData message."""
     if not first.startswith(SIGNATURE) or len(first) < 19:
         raise DecodeError("binary COPY data does not start with the PGCOPY signature")
     flags = int.from_bytes(first[11:15], "big")
     if flags & 0xFFFF0000:
         raise DecodeError(f"binary COPY header has unknown critical flags {flags:#x}")
-    ext = int.from_bytes(first[15:19], "big")
-    return first[19 + ext:]
+    return 19 + int.from_bytes(first[15:19], "big")
+
+
+def strip_header(first: bytes) -> bytes:
+    """The first CopyData message without the binary COPY file header."""
+    return first[header_length(first):]
 
 
 def frame_copy_rows(rows: Sequence[bytes], ncols: int) -> FramedImages:
     """Frame whole binary COPY rows (one tuple per element) into ``ncols`` columns at once."""
-    n = len(rows)
-    sizes = np.fromiter(map(len, rows), dtype=np.int64, count=n)
+    return frame_copy_block(b"".join(rows), np.fromiter(map(len, rows), dtype=np.int64, count=len(rows)), ncols)
+
+
+def frame_copy_block(rows: bytes, sizes: np.ndarray, ncols: int) -> FramedImages:
+    """``frame_copy_rows`` of rows given back to back, with each one's length in ``sizes``."""
+    n = len(sizes)
     ends = np.cumsum(sizes)
-    data = b"".join(rows) + bytes(PAD)
+    data = rows + bytes(PAD)
     buf = np.frombuffer(data, dtype=np.uint8)
     limit = len(data) - PAD
     pos = ends - sizes

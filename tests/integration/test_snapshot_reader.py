@@ -1,0 +1,68 @@
+"""The snapshot workers' compiled COPY reader (``copier._copy_compiled``: many CopyData messages per call, no
+Python call per row) against ``copy_expert`` (one ``write`` per row, ``PGLOGICAL_PURE_PYTHON=1`` in the workers):
+the same staged rows, cut into the same row groups — by the row limit and by the byte limit (1 MB values)."""
+
+from __future__ import annotations
+
+import glob
+
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_provider_pglogical.decoding import speedups
+from airflow_provider_pglogical.hooks import PgLogicalHook
+from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings, initial_snapshot
+from tests.pgserver import execute
+
+pytestmark = pytest.mark.skipif(speedups.compiled is None, reason="compiled helpers not built")
+
+SCHEMA_SQL = """
+CREATE TABLE many (id int PRIMARY KEY, n numeric(12,2), t text, at timestamptz, tags text[], j jsonb);
+INSERT INTO many SELECT g, CASE WHEN g % 11 = 0 THEN 'NaN' ELSE g / 7.0 END, CASE WHEN g % 5 = 0 THEN NULL
+  ELSE 'row ' || g END, '2024-01-01'::timestamptz + g * interval '1 s', ARRAY['a' || g % 3, NULL],
+  jsonb_build_object('g', g) FROM generate_series(1, 70000) g;
+CREATE TABLE big (id int PRIMARY KEY, body text);
+INSERT INTO big SELECT g, repeat(md5(g::text), 32768) FROM generate_series(1, 40) g;
+CREATE TABLE empty (id int PRIMARY KEY);
+CREATE PUBLICATION pub FOR TABLE many, big, empty;
+"""
+TABLES = ("public.many", "public.big", "public.empty")
+
+
+def staged(uri: str) -> dict[str, tuple[list[int], list]]:
+    """Per table: its row groups' row counts and its rows (new images), over its files in name order."""
+    out = {}
+    for table in TABLES:
+        files = sorted(glob.glob(f"{uri}/**/{table}/**/*.parquet", recursive=True))
+        assert files, table
+        groups, rows = [], []
+        for path in files:
+            meta = pq.ParquetFile(path).metadata
+            groups += [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+            rows += pq.read_table(path, columns=["new", "new_value_notes"]).to_pylist()
+        out[table] = (groups, rows)
+    return out
+
+
+def test_the_compiled_reader_stages_what_copy_expert_stages(pg_dsn, tmp_path, monkeypatch):
+    execute(pg_dsn, SCHEMA_SQL)
+    results = {}
+    try:
+        for pure in (False, True):
+            monkeypatch.setenv(speedups.PURE_PYTHON_ENV, "1" if pure else "0")
+            uri = str(tmp_path / ("pure" if pure else "compiled"))
+            initial_snapshot(SnapshotJob(dsn=pg_dsn, slot=f"reader_{int(pure)}", publication="pub", staging_uri=uri,
+                                         tables={t: (None, None) for t in TABLES},
+                                         settings=SnapshotSettings(initial=True, parallelism=2)))
+            results[pure] = staged(uri)
+    finally:
+        hook = PgLogicalHook.from_dsn(pg_dsn)
+        for slot in ("reader_0", "reader_1"):
+            if hook.slot_info(slot) is not None:
+                hook.drop_slot(slot)
+        hook.close()
+    assert results[False] == results[True]
+    many, big, empty = (results[False][t] for t in TABLES)
+    assert sum(many[0]) == 70000 and len(many[0]) >= 2  # cut by rows (65536 per group)
+    assert sum(big[0]) == 40 and max(big[0]) < 40  # cut by bytes (32 MiB per group)
+    assert empty[1] == []
