@@ -259,6 +259,41 @@ truncated:
     return -1;
 }
 
+/* Reads CopyData messages into b (their lengths into sizes as native int64s, when given) until max_rows
+ * of them or b holds at least max_bytes (checked before each read). Call without the GIL. Returns the last
+ * PQgetCopyData result: > 0 when a limit stopped the reading, -1 at the COPY's end, -2 on failure; *oom
+ * when memory ran out. */
+static int
+read_messages(PGconn *conn, Py_ssize_t max_rows, Py_ssize_t max_bytes, Buf *b, Buf *sizes, int *oom)
+{
+    int n = 1;
+    for (Py_ssize_t got = 0; got < max_rows && b->len < max_bytes; got++) {
+        char *msg = NULL;
+        n = p_PQgetCopyData(conn, &msg, 0);
+        if (n <= 0)
+            break;
+        int64_t len = n;
+        *oom = buf_add(b, msg, n) < 0 || (sizes != NULL && buf_add(sizes, (const char *)&len, sizeof len) < 0);
+        p_PQfreemem(msg);
+        if (*oom)
+            break;
+    }
+    return n;
+}
+
+/* The outcome of a COPY whose PQgetCopyData returned n <= 0 (-1: ended, -2: failed): its results consumed,
+ * (sqlstate, message) of its error or None; NULL with an exception set. */
+static PyObject *
+copy_outcome(PGconn *conn, int n)
+{
+    if (n != -2)
+        return finish_results(conn);
+    PyObject *err = Py_BuildValue("(ss)", "", p_PQerrorMessage(conn));
+    PyObject *rest = finish_results(conn);
+    Py_XDECREF(rest);
+    return err;
+}
+
 /* copy_rows(pgconn, max_rows, first) -> (rows, done, error)
  * Reads up to max_rows CopyData messages (one row each) without the GIL, then splits them.
  * done: the COPY has ended (its results are consumed); error: (sqlstate, message) or None. */
@@ -274,21 +309,9 @@ copy_rows(PyObject *self, PyObject *args)
     if (conn == NULL)
         return NULL;
     Buf b = {NULL, 0, 0};
-    Py_ssize_t got = 0;
-    int n = 0, oom = 0;
+    int n, oom = 0;
     Py_BEGIN_ALLOW_THREADS
-    while (got < max_rows) {
-        char *msg = NULL;
-        n = p_PQgetCopyData(conn, &msg, 0);
-        if (n <= 0)
-            break;
-        if (buf_add(&b, msg, n) < 0)
-            oom = 1;
-        p_PQfreemem(msg);
-        if (oom)
-            break;
-        got++;
-    }
+    n = read_messages(conn, max_rows, PY_SSIZE_T_MAX, &b, NULL, &oom);
     Py_END_ALLOW_THREADS
     if (oom) {
         PyMem_RawFree(b.data);
@@ -306,16 +329,9 @@ copy_rows(PyObject *self, PyObject *args)
         Py_DECREF(rows);
         return NULL;
     }
-    if (n > 0 || (n == 0 && got >= max_rows))
+    if (n > 0)
         return Py_BuildValue("(NOO)", rows, Py_False, Py_None);
-    PyObject *err;
-    if (n == -2) {
-        err = Py_BuildValue("(ss)", "", p_PQerrorMessage(conn));
-        PyObject *rest = finish_results(conn);
-        Py_XDECREF(rest);
-    } else {
-        err = finish_results(conn);
-    }
+    PyObject *err = copy_outcome(conn, n);
     if (err == NULL) {
         Py_DECREF(rows);
         return NULL;
@@ -338,22 +354,9 @@ copy_messages(PyObject *self, PyObject *args)
     if (conn == NULL)
         return NULL;
     Buf b = {NULL, 0, 0}, sz = {NULL, 0, 0};
-    Py_ssize_t got = 0;
-    int n = 0, oom = 0;
+    int n, oom = 0;
     Py_BEGIN_ALLOW_THREADS
-    while (got < max_rows && b.len < max_bytes) {
-        char *msg = NULL;
-        n = p_PQgetCopyData(conn, &msg, 0);
-        if (n <= 0)
-            break;
-        int64_t len = n;
-        if (buf_add(&b, msg, n) < 0 || buf_add(&sz, (const char *)&len, sizeof len) < 0)
-            oom = 1;
-        p_PQfreemem(msg);
-        if (oom)
-            break;
-        got++;
-    }
+    n = read_messages(conn, max_rows, max_bytes, &b, &sz, &oom);
     Py_END_ALLOW_THREADS
     PyObject *data = oom ? NULL : PyBytes_FromStringAndSize(b.data ? b.data : "", b.len);
     PyObject *sizes = oom ? NULL : PyBytes_FromStringAndSize(sz.data ? sz.data : "", sz.len);
@@ -366,14 +369,7 @@ copy_messages(PyObject *self, PyObject *args)
     }
     if (n > 0)
         return Py_BuildValue("(NNOO)", data, sizes, Py_False, Py_None);
-    PyObject *err;
-    if (n == -2) {
-        err = Py_BuildValue("(ss)", "", p_PQerrorMessage(conn));
-        PyObject *rest = finish_results(conn);
-        Py_XDECREF(rest);
-    } else {
-        err = finish_results(conn);
-    }
+    PyObject *err = copy_outcome(conn, n);
     if (err == NULL) {
         Py_DECREF(data);
         Py_DECREF(sizes);
