@@ -288,26 +288,25 @@ class _PendingAdvance:
     advanced the slot: what the slot is advanced to before a fresh peek and when the run ends."""
 
     def __init__(self) -> None:
-        self.slot_at: int | None = None  # the slot's position as this run last saw or set it
-        self.staged_to: int | None = None  # end of the last published batch, when beyond ``slot_at``
+        self.staged_to: int | None = None  # end of the last published batch the slot is not advanced to
 
     def start(self, slot_lsn: int) -> int:
         """Where the next batch starts: the end of what is published, unless the slot moved past it
         (outside this drain: the staged log's checks then refuse the gap)."""
         if self.staged_to is None or slot_lsn > self.staged_to:
-            self.slot_at, self.staged_to = slot_lsn, None
+            self.staged_to = None
             return slot_lsn
         return self.staged_to
 
-    def published(self, slot_lsn: int, end_lsn: int) -> None:
-        self.slot_at, self.staged_to = slot_lsn, end_lsn
+    def published(self, end_lsn: int) -> None:
+        self.staged_to = end_lsn
 
     def advance(self, client: SlotClient, config: DrainConfig, checkpoint: Checkpoint, logger: Logger) -> None:
         if self.staged_to is None:
             return
         client.advance_slot(config.slot, self.staged_to)
         logger.info("slot %s advanced to %s", config.slot, format_lsn(self.staged_to))
-        self.slot_at, self.staged_to = self.staged_to, None
+        self.staged_to = None
         checkpoint("advanced")
 
     def advance_quietly(self, client: SlotClient, config: DrainConfig, checkpoint: Checkpoint,
@@ -373,7 +372,7 @@ def _drain_locked(client: SlotClient, config: DrainConfig, checkpoint: Checkpoin
             client.advance_slot(config.slot, manifest.end_lsn_int)
             checkpoint("advanced")
         else:
-            pending.published(slot_lsn, manifest.end_lsn_int)
+            pending.published(manifest.end_lsn_int)
         return DrainResult.from_manifest(manifest, existing.path, staged=True, replayed=True), None
     if batches and batches[-1].end_lsn != start and not config.allow_gap:
         last = batches[-1]
@@ -408,7 +407,7 @@ def _drain_locked(client: SlotClient, config: DrainConfig, checkpoint: Checkpoin
         peek.close()
         raise
     if pending is not None and result.staged and config.mode == "peek":
-        pending.published(slot_lsn, result.end_lsn)
+        pending.published(result.end_lsn)
     if keep_open and result.staged:
         # Kept even when read to its end: the next cycle then knows there is nothing more up to
         # ``upto`` (what a fresh peek of that range would return) without asking the server again.

@@ -70,17 +70,16 @@ _QUOTED_VALUE = re.compile(r':\s*".*', re.S)
 
 
 class CachedText:
-    """A table's COPY text in chunks of whole lines in Spark's disk cache, built by every executor at once before
-    the load transaction takes its locks, so that the load only streams it: a DataFrame of one ``data`` column
-    (the Spark path) or an RDD of bytes (printed straight from the staged files)."""
+    """A table's COPY text in chunks of whole lines in Spark's disk cache (a DataFrame of one ``data`` column),
+    built by every executor at once before the load transaction takes its locks, so that the load only streams it."""
 
-    def __init__(self, cached: Any, *, rows: bool) -> None:
-        self._cached, self._rows = cached, rows
+    def __init__(self, cached: Any) -> None:
+        self._cached = cached
 
     def chunks(self) -> Iterator[bytes]:
         """The chunks in order, one partition at a time on the driver (memory bounded by a partition)."""
-        for item in self._cached.toLocalIterator(prefetchPartitions=True):
-            yield bytes(item[0] if self._rows else item)
+        for row in self._cached.toLocalIterator(prefetchPartitions=True):
+            yield bytes(row[0])
 
     def unpersist(self) -> None:
         self._cached.unpersist()
@@ -143,7 +142,7 @@ def copy_text(frame: DataFrame, types: Any) -> CachedText:
 
     text = text_frame.mapInArrow(join, "data binary").persist(StorageLevel.DISK_ONLY)
     text.count()
-    return CachedText(text, rows=True)
+    return CachedText(text)
 
 
 def table_text(target: Any, changes: Any, table: PlannedTable, types: Any) -> CachedText | StreamedText:
