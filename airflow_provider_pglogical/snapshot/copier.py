@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from airflow_provider_pglogical.decoding.model import ColumnDef, RelationSchema
 from airflow_provider_pglogical.exceptions import SnapshotConnectionLostError, SnapshotError
 from airflow_provider_pglogical.hooks.cursor import use_server_encoding
-from airflow_provider_pglogical.snapshot.copyframe import TRAILER, frame_copy_block, header_length
+from airflow_provider_pglogical.snapshot.copyframe import TRAILER, frame_copy_block, header_length, join_rows
 from airflow_provider_pglogical.staging import schema as S
 from airflow_provider_pglogical.staging.layout import resolve_filesystem
 
@@ -113,7 +113,7 @@ class _ParquetSink:
             data = b"".join(d for d, _ in self.blocks)
             sizes = np.concatenate([z for _, z in self.blocks])
         else:
-            data, sizes = b"".join(self.rows), np.fromiter(map(len, self.rows), dtype=np.int64, count=len(self.rows))
+            data, sizes = join_rows(self.rows)
         self.rows, self.blocks, self.nrows = [], [], 0
         return data, sizes
 
@@ -201,8 +201,9 @@ def copy_chunk(task: ChunkTask) -> ChunkResult:
                 catalog = TypeCatalog.from_rows(cur.fetchall())
             sink = _ParquetSink(task, RowImageConverter(relation, catalog), fs)
             try:
-                if _compiled_reader() is not None:
-                    _copy_compiled(conn, task.copy_sql, sink)
+                compiled = _compiled_reader()
+                if compiled is not None:
+                    _copy_compiled(compiled, conn, task.copy_sql, sink)
                 else:
                     cur.copy_expert(task.copy_sql, sink)
                 size = sink.close()
@@ -242,11 +243,10 @@ def _compiled_reader() -> Any:
     return compiled
 
 
-def _copy_compiled(conn: Any, copy_sql: str, sink: _ParquetSink) -> None:
+def _copy_compiled(compiled: Any, conn: Any, copy_sql: str, sink: _ParquetSink) -> None:
     """The COPY read a row group at a time by the compiled helper, without the GIL and without a Python call
     per row (``copy_expert`` calls ``write`` once per row: a fifth of a snapshot worker's CPU). Runs in the
     connection's open transaction (the imported snapshot); a failure cancels the COPY."""
-    compiled = _compiled_reader()
     ptr = conn.pgconn_ptr
     refused = compiled.copy_start(ptr, copy_sql.encode())
     if refused is not None:

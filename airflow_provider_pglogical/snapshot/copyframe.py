@@ -36,18 +36,14 @@ def header_length(first: bytes) -> int:
     return 19 + int.from_bytes(first[15:19], "big")
 
 
-def strip_header(first: bytes) -> bytes:
-    """The first CopyData message without the binary COPY file header."""
-    return first[header_length(first):]
-
-
-def frame_copy_rows(rows: Sequence[bytes], ncols: int) -> FramedImages:
-    """Frame whole binary COPY rows (one tuple per element) into ``ncols`` columns at once."""
-    return frame_copy_block(b"".join(rows), np.fromiter(map(len, rows), dtype=np.int64, count=len(rows)), ncols)
+def join_rows(rows: Sequence[bytes]) -> tuple[bytes, np.ndarray]:
+    """Rows (one CopyData message each) back to back, and each one's length: ``frame_copy_block``'s input."""
+    return b"".join(rows), np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
 
 
 def frame_copy_block(rows: bytes, sizes: np.ndarray, ncols: int) -> FramedImages:
-    """``frame_copy_rows`` of rows given back to back, with each one's length in ``sizes``."""
+    """Frame whole binary COPY rows, given back to back with each one's length in ``sizes``, into ``ncols``
+    columns at once."""
     n = len(sizes)
     ends = np.cumsum(sizes)
     data = rows + bytes(PAD)

@@ -258,28 +258,26 @@ def drain_run(client: SlotClient, config: DrainConfig, *, max_batches: int | Non
     pending = _PendingAdvance()
     with _locked(client, config, logger):
         try:
-            while max_batches is None or len(results) < max_batches:
-                started = time.monotonic()
-                keep = max_batches is None or len(results) + 1 < max_batches
-                result, peek = _drain_locked(client, config, checkpoint, logger, peek, pending, keep_open=keep)
-                result.duration_s = time.monotonic() - started
-                if not (result.staged or result.replayed):
-                    break
-                results.append(result)
-                if on_result is not None:
-                    on_result(result)
-                if (stop_at is not None and result.end_lsn >= stop_at) or result.end_lsn <= result.start_lsn:
-                    break
-            if peek is not None:
-                peek.close()
-                peek = None
-            pending.advance(client, config, checkpoint, logger)
+            try:
+                while max_batches is None or len(results) < max_batches:
+                    started = time.monotonic()
+                    keep = max_batches is None or len(results) + 1 < max_batches
+                    result, peek = _drain_locked(client, config, checkpoint, logger, peek, pending, keep_open=keep)
+                    result.duration_s = time.monotonic() - started
+                    if not (result.staged or result.replayed):
+                        break
+                    results.append(result)
+                    if on_result is not None:
+                        on_result(result)
+                    if (stop_at is not None and result.end_lsn >= stop_at) or result.end_lsn <= result.start_lsn:
+                        break
+            finally:  # the peek's statement ends before the advance (its session may be what failed)
+                if peek is not None:
+                    peek.close()
         except BaseException:
-            if peek is not None:
-                peek.close()
-                peek = None
             pending.advance_quietly(client, config, checkpoint, logger)
             raise
+        pending.advance(client, config, checkpoint, logger)
     return results
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from airflow_provider_pglogical.decoding.model import ColumnDef, RelationSchema, TupleData
 from airflow_provider_pglogical.decoding.values import RowImageConverter, oids
 from airflow_provider_pglogical.exceptions import DecodeError
-from airflow_provider_pglogical.snapshot.copyframe import SIGNATURE, TRAILER, frame_copy_rows, strip_header
+from airflow_provider_pglogical.snapshot.copyframe import SIGNATURE, TRAILER, frame_copy_block, header_length, join_rows
 from airflow_provider_pglogical.snapshot.run import plan_chunks
 from airflow_provider_pglogical.snapshot.source import TableRead
 
@@ -40,7 +40,7 @@ def encode(row: tuple) -> list[bytes | None]:
 def test_copy_rows_convert_like_pgoutput_tuples(rows):
     conv = RowImageConverter(REL)
     raw = [encode(r) for r in rows]
-    framed = frame_copy_rows([copy_row(r) for r in raw], 3)
+    framed = frame_copy_block(*join_rows([copy_row(r) for r in raw]), 3)
     got = conv.convert_framed(framed, len(rows))
     tuples = [TupleData("".join("n" if x is None else "b" for x in r), tuple(r)) for r in raw]
     expected = conv.convert(tuples)
@@ -51,12 +51,12 @@ def test_copy_rows_convert_like_pgoutput_tuples(rows):
 
 def test_header_and_trailer():
     first = SIGNATURE + struct.pack(">ii", 0, 0) + copy_row([b"\0" * 8, None, None])
-    assert strip_header(first) == copy_row([b"\0" * 8, None, None])
+    assert first[header_length(first):] == copy_row([b"\0" * 8, None, None])
     assert TRAILER == struct.pack(">h", -1)
     with pytest.raises(DecodeError):
-        strip_header(b"not a copy header at all")
+        header_length(b"not a copy header at all")
     with pytest.raises(DecodeError):
-        strip_header(SIGNATURE + struct.pack(">ii", 1 << 16, 0))
+        header_length(SIGNATURE + struct.pack(">ii", 1 << 16, 0))
 
 
 @pytest.mark.parametrize("row", [
@@ -67,7 +67,7 @@ def test_header_and_trailer():
 ])
 def test_malformed_rows_raise(row):
     with pytest.raises(DecodeError):
-        frame_copy_rows([copy_row([b"\0" * 8, None, None]), row], 3)
+        frame_copy_block(*join_rows([copy_row([b"\0" * 8, None, None]), row]), 3)
 
 
 def test_chunk_plan_covers_every_page_once():
