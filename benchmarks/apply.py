@@ -4,7 +4,7 @@ Two workloads:
 
 * ``--workload mixed`` (default): ~``--changes`` row changes, 50% inserts, 30% updates (some rows twice), 20%
   deletes, in transactions of ``--tx-rows`` rows, into ``bench``; drained in batches of ``--max-changes``.
-* ``--workload big``: issue 12's big transactions on ``big (id int primary key, a int, b text, c numeric(12,2),
+* ``--workload big``: big transactions on ``big (id int primary key, a int, b text, c numeric(12,2),
   d timestamptz)`` — 4/7 of ``--changes`` inserted in transactions of 250k rows, then one UPDATE of half of the
   rows and one DELETE of a quarter (1.75M changes by default: 1M inserts in four transactions, a 500k-row UPDATE,
   a 250k-row DELETE; ``--changes 10000000`` scales it). Drained with the drain's default batch size.
@@ -61,7 +61,7 @@ BIG_TX_ROWS = 250_000
 
 
 def big_workload(dsn: str, changes: int) -> dict[str, int]:
-    """Issue 12's shape: inserts (4/7) in 250k-row transactions, one UPDATE of half of them, one DELETE of a quarter."""
+    """The big workload's shape: inserts (4/7) in 250k-row transactions, one UPDATE of half of them, one DELETE of a quarter."""
     inserts = changes * 4 // 7
     updates, deletes = inserts // 2, inserts // 4
     for lo in range(0, inserts, BIG_TX_ROWS):

@@ -9,7 +9,7 @@ For every batch of every staging root given, in one Spark session (so the first 
 * the execution (Spark job + executors' COPY + ANALYZE), with the CPU seconds it cost the Spark JVM (all its
   threads: tasks, JIT compiler, GC), the Python workers (``mapInArrow``), PostgreSQL (COPY) and the driver's Python.
 
-Staging roots come from ``--stage N``: issue 12's big workload (``benchmarks/apply.py --workload big``) at N changes,
+Staging roots come from ``--stage N``: the big workload (``benchmarks/apply.py --workload big``) at N changes,
 drained either in two batches whose keys never repeat (``--kind unique``: the inserts, then the UPDATE and DELETE)
 or in one batch with repeated keys (``--kind repeated``), into ``--out DIR`` (kept, for A/B runs of two commits on
 the same staged data). Examples::
@@ -170,7 +170,7 @@ class ProfiledTarget(PostgresTarget):
 
 
 def stage(changes: int, kind: str, out: str) -> int:
-    """Issue 12's big workload at ``changes`` changes, drained into ``out``; returns the number of batches."""
+    """The big workload at ``changes`` changes, drained into ``out``; returns the number of batches."""
     from airflow_provider_pglogical.hooks import PgLogicalHook
     from tests.conftest import make_database
     from tests.pgserver import execute, start_server, stop_server

@@ -238,7 +238,7 @@ def drain_run(client: SlotClient, config: DrainConfig, *, max_batches: int | Non
     cut by ``max_changes`` leaves its peek open so that the next cycle reads on from the same
     result. The server materialises a peek's whole range before the first row; a fresh peek per
     batch would make it decode everything after the first batch again (measured: a third of the
-    drain of issue 12's workload). The next cycle continues that peek only if the slot is where the
+    drain of `benchmarks/apply.py --workload big`). The next cycle continues that peek only if the slot is where the
     previous batch advanced it to; its rows are then exactly what a fresh peek from there returns
     (transactions committing after the slot position, non-transactional messages from it on; the
     relation cache is the state just published), bounded by the first peek's ``upto``.

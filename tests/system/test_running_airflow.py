@@ -30,9 +30,7 @@ from tests.pgserver import execute, free_port
 from tests.pgserver import query as rows
 from tests.userenv import user_env, venv_script
 
-# Not yet green: its two full runs on the shared development machine (load 20-30) hit their own
-# 25-minute and 600 s backfill bounds before the last assertions (issue 10 stays open). Kept so the
-# next session starts from it; remove the skip once a run on a quiet machine is green.
+# A real Airflow (api-server, scheduler, dag-processor, triggerer) on SQLite: long, so marked slow.
 pytestmark = pytest.mark.slow
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -44,7 +44,7 @@ def error_of(doc, env=None) -> str:
     return str(info.value)
 
 
-def test_the_example_spec_from_the_issue_validates_into_dataclasses():
+def test_the_example_spec_validates_into_dataclasses():
     spec = parse_spec(VALID, env={})
     assert spec.source.slot == "app_slot" and spec.source.create is True
     assert spec.source.dsn.startswith("postgresql://") and spec.source.conn_id is None
