@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from airflow_provider_pglogical import __version__
 from airflow_provider_pglogical.exceptions import PgLogicalError
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec, load_spec
 
@@ -101,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pglogical", description="Drain a pgoutput slot into LSN-keyed Parquet "
                                      "and apply it to a target, driven by a pipeline spec.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("--version", action="version", version=f"pglogical {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (_func, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
