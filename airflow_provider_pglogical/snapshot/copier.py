@@ -209,12 +209,13 @@ def copy_chunk(task: ChunkTask) -> ChunkResult:
                 size = sink.close()
             except _CopyFailed as exc:
                 sink.abort()
-                raise SnapshotError(f"reading {task.what} chunk {task.index} failed (SQLSTATE {exc.sqlstate}: "
-                                    f"{exc.message}); nothing of it was published") from None
+                raise SnapshotError(f"reading {task.what} chunk {task.index} failed "
+                                    f"({server_error(exc.sqlstate, exc.message)}); nothing of it was published") from None
             except psycopg2.Error as exc:
                 sink.abort()
-                raise SnapshotError(f"reading {task.what} chunk {task.index} failed (SQLSTATE {exc.pgcode}: "
-                                    f"{(exc.diag.message_primary or '').strip()}); nothing of it was published") from None
+                raise SnapshotError(f"reading {task.what} chunk {task.index} failed "
+                                    f"({server_error(exc.pgcode, exc.diag.message_primary)}); "
+                                    "nothing of it was published") from None
             except BaseException:
                 sink.abort()
                 raise
@@ -222,6 +223,23 @@ def copy_chunk(task: ChunkTask) -> ChunkResult:
     finally:
         conn.close()
     return ChunkResult(task.table, task.index, sink.total_rows, size, sink.copied_bytes, time.monotonic() - started)
+
+
+def server_error(sqlstate: str | None, message: str | None) -> str:
+    """The server's error for a message of ours: ``SQLSTATE <code>: <message>``, except that a data exception
+    (class 22: a cast in the row filter that a row's value fails, a value out of range) is named by its
+    condition alone, since PostgreSQL quotes the offending value in the message."""
+    from psycopg2 import errorcodes
+
+    code = sqlstate or ""
+    if code.startswith("22"):
+        try:
+            condition = errorcodes.lookup(code).lower()
+        except KeyError:
+            condition = "data_exception"
+        return (f"SQLSTATE {code}: {condition} while evaluating the row filter or reading a row; the server's "
+                "message is not shown, as it quotes row values")
+    return f"SQLSTATE {code}: {(message or '').strip()}"
 
 
 class _CopyFailed(Exception):
