@@ -264,7 +264,7 @@ def test_routed_leaves_are_snapshotted_as_their_entry_routes_them(pg_conn, pg_ds
     assert manifest.format_version == 2 and manifest.row_filter == "(id % 3 <> 0)"
     assert [c["name"] for c in manifest.relation["columns"]] == ["id", "k"]
     by_leaf = {p["table"]: p for p in manifest.parts}
-    assert by_leaf["public.meas_b2"]["row_filter"] == "((id > 100)) AND (id % 3 <> 0)"  # its own AND the entry's
+    assert by_leaf["public.meas_b2"]["row_filter"] == "(id > 100) AND (id % 3 <> 0)"  # its own AND the entry's
     assert by_leaf["public.meas_a"]["row_filter"] == "(id % 3 <> 0)"
     for leaf, k in (("public.meas_a", 1), ("public.meas_b2", 2)):
         rows = [r["new"] for f in by_leaf[leaf]["files"] for r in pq.read_table(f"{ref.path}/{f}").to_pylist()]
