@@ -240,6 +240,17 @@ def test_a_subquery_in_a_filter_is_refused_at_load_without_another_rows_value_in
     assert nothing_ran_on_the_source(pipeline)
 
 
+def test_a_function_created_on_the_source_under_a_built_in_name_is_never_called_by_the_snapshot(pipeline):
+    # lower(integer) is no built-in: only this function would match (and select every row). A native table sync
+    # resolves names with an empty search_path, where it does not exist.
+    execute(pipeline["source"], "CREATE FUNCTION public.lower(integer) RETURNS text IMMUTABLE LANGUAGE sql "
+                                "AS $$ SELECT 'match' $$")
+    spec = secret_spec(pipeline, "lower(id) = 'match'", "shadow")
+    failed = pglogical("decode", "--spec", spec)
+    assert failed.returncode == 1, failed.stdout
+    assert "SQLSTATE 42883: function lower(integer) does not exist" in failed.stderr.strip().splitlines()[-1]
+
+
 def test_a_filter_failing_on_a_rows_value_in_the_snapshot_names_the_condition_not_the_value(pipeline):
     # Publication rules allow the cast (an immutable built-in); the source fails on the first row's value.
     spec = secret_spec(pipeline, "v::int > 0", "cast")
