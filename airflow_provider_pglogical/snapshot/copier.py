@@ -229,7 +229,7 @@ def copy_chunk(task: ChunkTask) -> ChunkResult:
 
 
 def server_error(sqlstate: str | None, message: str | None) -> str:
-    """The server's error for a message of ours: ``SQLSTATE <code>: <message>``, except that a data exception
+    """The server's error for a message of ours: ``SQLSTATE <code>: <primary message>``, except that a data exception
     (class 22: a cast in the row filter that a row's value fails, a value out of range) is named by its
     condition alone, since PostgreSQL quotes the offending value in the message."""
     from psycopg2 import errorcodes
@@ -242,7 +242,8 @@ def server_error(sqlstate: str | None, message: str | None) -> str:
             condition = "data_exception"
         return (f"SQLSTATE {code}: {condition} while evaluating the row filter or reading a row; the server's "
                 "message is not shown, as it quotes row values")
-    return f"SQLSTATE {code}: {(message or '').strip()}"
+    primary = (message or "").strip().splitlines()  # the compiled reader's message goes on with LINE, HINT
+    return f"SQLSTATE {code}: {primary[0] if primary else ''}"
 
 
 class _CopyFailed(Exception):
