@@ -33,13 +33,13 @@ _BARE = parse_sql("SELECT 1")[0].stmt
 # PostgreSQL's system columns (pg_attribute attnum < 0); publications refuse them.
 SYSTEM_COLUMNS = frozenset({"ctid", "xmin", "xmax", "cmin", "cmax", "tableoid"})
 
-# Immutable pg_catalog functions, by name (the SQL-standard forms TRIM, SUBSTRING, POSITION parse to
-# btrim, substring, position). Stable ones (now, date_part on timestamptz, to_char, concat) are left out:
-# a publication refuses them, and their value would depend on the session.
+# Immutable pg_catalog functions, by name (the SQL-standard forms TRIM, SUBSTRING, POSITION and
+# LIKE ... ESCAPE parse to btrim, substring, position and like_escape). Stable ones (now, date_part on
+# timestamptz, to_char, concat) are left out: a publication refuses them, their value depends on the session.
 IMMUTABLE_FUNCTIONS = frozenset({
-    "abs", "btrim", "ceil", "ceiling", "char_length", "character_length", "floor", "left", "length", "lower",
-    "ltrim", "md5", "mod", "octet_length", "position", "replace", "right", "round", "rtrim", "sign", "starts_with",
-    "strpos", "substr", "substring", "trunc", "upper",
+    "abs", "btrim", "ceil", "ceiling", "char_length", "character_length", "floor", "left", "length", "like_escape",
+    "lower", "ltrim", "md5", "mod", "octet_length", "position", "replace", "right", "round", "rtrim", "sign",
+    "starts_with", "strpos", "substr", "substring", "trunc", "upper",
 })
 
 # Built-in types a cast may name (as the parser spells them: integer is pg_catalog.int4).

@@ -196,7 +196,8 @@ def copy_chunk(task: ChunkTask) -> ChunkResult:
                     f"(SQLSTATE {exc.pgcode}): the replication connection holding it is gone; run again") from None
             # As a native table sync's connection (libpqrcv_connect): names in the row filter resolve in
             # pg_catalog only, so a same-named function or operator someone created in public is never called.
-            cur.execute("SET LOCAL search_path = ''")
+            # String literals read as the parser that checked the filter read them (row_filter.py).
+            cur.execute("SET LOCAL search_path = ''; SET LOCAL standard_conforming_strings = on")
             user_oids = sorted({c.type_oid for c in relation.columns if c.type_oid >= FIRST_USER_OID})
             catalog = TypeCatalog()
             if user_oids:

@@ -97,3 +97,33 @@ def test_whatever_the_text_a_spec_filter_stays_one_conjunct_of_the_snapshot_wher
     assert list(where.args) == [where_of(publication), where_of(parsed.sql)]
     # and what is sent is the filter's own tree, a fixed point of parse and deparse
     assert where_of(parsed.sql) == where_of(text) and parse_row_filter(parsed.sql) == parsed
+
+
+# Expressions a spec may hold, as token lists: comparisons of columns and literals under AND / OR / NOT.
+COLUMN = st.sampled_from(["id", "amount", "region", "note"])
+LITERAL = st.one_of(
+    st.integers(-10**9, 10**9).map(str),
+    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=6)
+    .map(lambda s: "'" + s.replace("'", "''") + "'"),
+    st.sampled_from(["true", "false", "NULL"]))
+COMPARISON = st.tuples(COLUMN, st.sampled_from(["=", "<>", "<", "<=", ">", ">="]), st.one_of(LITERAL, COLUMN)) \
+    .map(list)
+EXPRESSION = st.recursive(
+    COMPARISON,
+    lambda inner: st.one_of(
+        st.tuples(inner, st.sampled_from(["AND", "OR"]), inner).map(lambda t: ["(", *t[0], ")", t[1], "(", *t[2], ")"]),
+        inner.map(lambda e: ["NOT", "(", *e, ")"])),
+    max_leaves=6)
+# What may stand between two tokens: blanks, and comments holding what would close the expression if pasted.
+GAP = st.sampled_from([" ", "\n", " /* ) OR (true */ ", " -- ) OR (true\n", "/**/"])
+
+
+@settings(deadline=None, max_examples=300)
+@given(EXPRESSION, st.data())
+def test_comments_between_any_tokens_change_nothing_and_the_deparse_is_a_fixed_point(tokens, data):
+    plain = parse_row_filter(" ".join(tokens))
+    gaps = data.draw(st.lists(GAP, min_size=len(tokens) + 1, max_size=len(tokens) + 1))
+    commented = parse_row_filter("".join(g + t for g, t in zip(gaps, [*tokens, ""], strict=True)))
+    assert commented == plain
+    assert parse_row_filter(plain.sql) == plain
+    assert plain.columns <= {"id", "amount", "region", "note"}
