@@ -213,12 +213,13 @@ def describe_tables(conn: psycopg2.extensions.connection, publications: str | Se
 
 
 def _spec_filter(table: str, text: str | None) -> RowFilter | None:
+    """The spec's filter of ``table`` parsed and checked by publication rules (row_filter.py)."""
     if not text:
         return None
     try:
         return parse_row_filter(text)
     except RowFilterError as exc:
-        raise SnapshotError(f"row filter of {table}: {exc}; fix tables.{table}.row_filter in the spec "
+        raise SnapshotError(f"row filter of {table}: {exc}; fix the spec's row_filter of {table} "
                             "(nothing was read)") from None
 
 
