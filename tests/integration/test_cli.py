@@ -263,6 +263,21 @@ def test_a_filter_failing_on_a_rows_value_in_the_snapshot_names_the_condition_no
            "the row filter or reading a row" in errors[0]
 
 
+def test_a_filter_failing_on_a_staged_value_in_the_apply_names_the_condition_not_the_value(pipeline):
+    # As a publication with this filter would stop the walsender, the apply stops, without quoting the value.
+    execute(pipeline["source"], "CREATE TABLE secret (id int PRIMARY KEY, v text NOT NULL)")
+    doc = {**pipeline["doc"], "tables": {"public.secret": {"row_filter": "v::int > 0"}}}
+    path = pipeline["tmp"] / "apply_cast.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert pglogical("decode", "--spec", str(path)).returncode == 0  # creates the slot
+    execute(pipeline["source"], "INSERT INTO secret VALUES (1, 'hidden1')")
+    failed = pglogical("run", "--spec", str(path))
+    assert failed.returncode == 1
+    error = failed.stderr.strip().splitlines()[-1]
+    assert error.startswith("pglogical run: error: ") and "hidden" not in error
+    assert "[CAST_INVALID_INPUT] SQLSTATE 22018 while the apply evaluated a staged value" in error
+
+
 def test_decode_with_an_initial_snapshot_stages_pre_existing_rows_and_resync_restages_one_table(pipeline):
     execute(pipeline["source"], "INSERT INTO customers SELECT g, 'c' || g FROM generate_series(1, 50) g",
             "INSERT INTO orders SELECT g, 1 + g % 50, g * 10, CASE WHEN g % 2 = 0 THEN 'EU' ELSE 'US' END, 'n' "
