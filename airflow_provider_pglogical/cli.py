@@ -165,9 +165,26 @@ def stdout_to_stderr() -> Iterator[None]:
 
 
 def one_line(exc: BaseException) -> str:
-    """Our errors carry a user-facing message; anything else also names its type."""
+    """Our errors carry a user-facing message; anything else also names its type. A Spark data exception
+    (SQLSTATE class 22: a row filter's cast failing on a staged value, say) is named by its condition alone,
+    since Spark's message quotes the value."""
+    state = _spark_sql_state(exc)
+    if state is not None and state.startswith("22"):
+        condition = exc.getCondition() if hasattr(exc, "getCondition") else "data exception"
+        return (f"{type(exc).__name__}: [{condition}] SQLSTATE {state} while the apply evaluated a staged value (a row "
+                "filter's cast, say); Spark's message is not shown, as it quotes row values")
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text if isinstance(exc, PgLogicalError) else f"{type(exc).__name__}: {text}"
+
+
+def _spark_sql_state(exc: BaseException) -> str | None:
+    """The SQLSTATE of a PySpark error (``PySparkException.getSqlState``), without importing pyspark."""
+    get = getattr(exc, "getSqlState", None)
+    try:
+        state = get() if callable(get) else None
+    except Exception:  # noqa: BLE001 - a message is still printed without it
+        return None
+    return state if isinstance(state, str) else None
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ from airflow_provider_pglogical.apply import direct, planning
 from airflow_provider_pglogical.apply.batches import CHANGE_META_COLUMNS, META, NOTES_COLUMNS, is_local
 from airflow_provider_pglogical.apply.config import ACTIONS, ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import BatchResult, PlannedTable, Target
-from airflow_provider_pglogical.exceptions import ApplyError, format_lsn
+from airflow_provider_pglogical.exceptions import ApplyError, RowFilterError, format_lsn
+from airflow_provider_pglogical.row_filter import canonical
 from airflow_provider_pglogical.snapshot.layout import SnapshotLayout, SnapshotManifest
 from airflow_provider_pglogical.staging.reader import RelationInfo, TruncateEvent
 
@@ -163,12 +164,17 @@ def filtered_on_source(source_filter: str | None, configured: str | None) -> boo
     """Whether the source already evaluated the table's configured row filter when it read the snapshot.
 
     The snapshot's filter is ``(<publication filter>) AND (<spec filter>)`` as composed by
-    ``snapshot/source.describe_tables``; a spec whose filter changed since must evaluate its own again.
+    ``snapshot/source.describe_tables``, each deparsed from its parse tree; ``configured`` is compared in
+    that form. A spec whose filter changed since must evaluate its own again.
     """
     if not configured:
         return True
     if not source_filter:
         return False
+    try:
+        configured = canonical(configured)
+    except RowFilterError:
+        return False  # not a filter the snapshot could have evaluated
     return source_filter == f"({configured})" or source_filter.endswith(f") AND ({configured})")
 
 

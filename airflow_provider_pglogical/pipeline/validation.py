@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_provider_pglogical.exceptions import SpecError
+from airflow_provider_pglogical.exceptions import RowFilterError, SpecError
 from airflow_provider_pglogical.hooks.sizes import parse_size
 from airflow_provider_pglogical.pipeline.model import (
     ACTIONS,
@@ -31,6 +31,7 @@ from airflow_provider_pglogical.pipeline.model import (
     TargetSpec,
     TruncateSpec,
 )
+from airflow_provider_pglogical.row_filter import parse_row_filter
 
 
 class SpecValidator:
@@ -374,7 +375,7 @@ class SpecValidator:
             self.err(_join(path, "target"), "must be schema.table")
             target = None
         if row_filter is not None:
-            self.row_filter(row_filter, _join(path, "row_filter"))
+            row_filter = self.row_filter(row_filter, _join(path, "row_filter"), columns)
         if columns is not None and key_columns is not None:
             for col in key_columns:
                 if col not in columns:
@@ -420,10 +421,19 @@ class SpecValidator:
                 chosen.append(action)
         return tuple(a for a in ACTIONS if a in chosen)
 
-    def row_filter(self, expression: str, path: str) -> None:
-        problem = row_filter_syntax_problem(expression)
-        if problem:
-            self.err(path, problem)
+    def row_filter(self, expression: str, path: str, columns: tuple[str, ...] | None) -> str | None:
+        """The filter as PostgreSQL's parser reads it, deparsed (what the snapshot and the apply evaluate);
+        None when publication rules refuse it (reported). With ``columns`` it may use only those: PostgreSQL
+        evaluates it on the published tuple."""
+        try:
+            parsed = parse_row_filter(expression)
+        except RowFilterError as exc:
+            self.err(path, str(exc))
+            return None
+        missing = sorted(parsed.columns - {c.lower() for c in columns or ()}) if columns is not None else []
+        if missing:
+            self.err(path, f"references column(s) {', '.join(missing)} not in columns")
+        return parsed.sql
 
     def truncate(self, value: Any, path: str) -> TruncateSpec:
         raw = self.mapping(value, path, ("cascade",))
@@ -461,67 +471,22 @@ class SpecValidator:
         )
 
 
-def row_filter_syntax_problem(expression: str) -> str | None:
-    """A cheap lexical check of a row filter (no Spark needed, so DAG files can load specs cheaply):
-    unterminated strings, unbalanced parentheses, statement separators, double-quoted identifiers.
-
-    The full check (parse tree, supported functions) is :func:`check_row_filters`, which needs a
-    Spark session and runs in ``pglogical validate`` and at apply time.
-    """
-    depth, i = 0, 0
-    while i < len(expression):
-        ch = expression[i]
-        if ch == "'":
-            end = i + 1
-            while True:
-                end = expression.find("'", end)
-                if end < 0:
-                    return "unterminated string literal"
-                if expression[end + 1:end + 2] == "'":  # '' is an escaped quote
-                    end += 2
-                    continue
-                break
-            i = end + 1
-            continue
-        if ch == '"':
-            return "double-quoted identifiers are not supported (Spark would read them as strings)"
-        if ch == ";":
-            return "must be a single expression (found ';')"
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-            if depth < 0:
-                return "unbalanced parentheses"
-        i += 1
-    return "unbalanced parentheses" if depth else None
-
-
 def check_row_filters(spec: PipelineSpec, spark: Any) -> None:
-    """Parse every row filter with the apply package's validator (needs a Spark session).
+    """Parse every row filter (already checked by PostgreSQL's parser at spec load) with Spark's parser,
+    as the apply will: the constructs Spark evaluates exactly like PostgreSQL (``apply/filters.py``).
 
-    Raises SpecError naming the table; referenced columns are checked against ``columns`` when the
-    table lists them (the source schema itself is only known at apply time).
+    Raises SpecError naming the table.
     """
     from airflow_provider_pglogical.apply.filters import referenced_columns
-    from airflow_provider_pglogical.exceptions import RowFilterError
 
     errors = []
     for name, table in {**spec.selectors, **spec.tables}.items():
         if table.row_filter is None:
             continue
         try:
-            refs = referenced_columns(spark, table.row_filter)
+            referenced_columns(spark, table.row_filter)
         except RowFilterError as exc:
             errors.append(f"tables.{name}.row_filter: {exc}")
-            continue
-        if table.columns is not None:
-            # A filter may only use published columns when a column list is given (PostgreSQL
-            # evaluates it on the published tuple for UPDATE/DELETE).
-            missing = sorted(refs - {c.lower() for c in table.columns})
-            if missing:
-                errors.append(f"tables.{name}.row_filter: references column(s) {', '.join(missing)} "
-                              "not in columns")
     if errors:
         raise SpecError(f"{spec.origin}: " + "; ".join(errors))
 

@@ -194,6 +194,10 @@ def copy_chunk(task: ChunkTask) -> ChunkResult:
                 raise SnapshotConnectionLostError(
                     f"could not import exported snapshot {task.snapshot_name} for {task.what} "
                     f"(SQLSTATE {exc.pgcode}): the replication connection holding it is gone; run again") from None
+            # As a native table sync's connection (libpqrcv_connect): names in the row filter resolve in
+            # pg_catalog only, so a same-named function or operator someone created in public is never called.
+            # String literals read as the parser that checked the filter read them (row_filter.py).
+            cur.execute("SET LOCAL search_path = ''; SET LOCAL standard_conforming_strings = on")
             user_oids = sorted({c.type_oid for c in relation.columns if c.type_oid >= FIRST_USER_OID})
             catalog = TypeCatalog()
             if user_oids:
@@ -209,12 +213,13 @@ def copy_chunk(task: ChunkTask) -> ChunkResult:
                 size = sink.close()
             except _CopyFailed as exc:
                 sink.abort()
-                raise SnapshotError(f"reading {task.what} chunk {task.index} failed (SQLSTATE {exc.sqlstate}: "
-                                    f"{exc.message}); nothing of it was published") from None
+                raise SnapshotError(f"reading {task.what} chunk {task.index} failed "
+                                    f"({server_error(exc.sqlstate, exc.message)}); nothing of it was published") from None
             except psycopg2.Error as exc:
                 sink.abort()
-                raise SnapshotError(f"reading {task.what} chunk {task.index} failed (SQLSTATE {exc.pgcode}: "
-                                    f"{(exc.diag.message_primary or '').strip()}); nothing of it was published") from None
+                raise SnapshotError(f"reading {task.what} chunk {task.index} failed "
+                                    f"({server_error(exc.pgcode, exc.diag.message_primary)}); "
+                                    "nothing of it was published") from None
             except BaseException:
                 sink.abort()
                 raise
@@ -222,6 +227,24 @@ def copy_chunk(task: ChunkTask) -> ChunkResult:
     finally:
         conn.close()
     return ChunkResult(task.table, task.index, sink.total_rows, size, sink.copied_bytes, time.monotonic() - started)
+
+
+def server_error(sqlstate: str | None, message: str | None) -> str:
+    """The server's error for a message of ours: ``SQLSTATE <code>: <primary message>``, except that a data exception
+    (class 22: a cast in the row filter that a row's value fails, a value out of range) is named by its
+    condition alone, since PostgreSQL quotes the offending value in the message."""
+    from psycopg2 import errorcodes
+
+    code = sqlstate or ""
+    if code.startswith("22"):
+        try:
+            condition = errorcodes.lookup(code).lower()
+        except KeyError:
+            condition = "data_exception"
+        return (f"SQLSTATE {code}: {condition} while evaluating the row filter or reading a row; the server's "
+                "message is not shown, as it quotes row values")
+    primary = (message or "").strip().splitlines()  # the compiled reader's message goes on with LINE, HINT
+    return f"SQLSTATE {code}: {primary[0] if primary else ''}"
 
 
 class _CopyFailed(Exception):

@@ -22,11 +22,13 @@ import psycopg2.extras
 from psycopg2 import sql
 
 from airflow_provider_pglogical.exceptions import (
+    RowFilterError,
     SnapshotConnectionLostError,
     SnapshotError,
 )
 from airflow_provider_pglogical.hooks.cursor import one_row
 from airflow_provider_pglogical.lsn import parse_lsn
+from airflow_provider_pglogical.row_filter import RowFilter, canonical, conjunction, disjunction, parse_row_filter
 
 PLUGIN = "pgoutput"
 
@@ -118,6 +120,7 @@ class TableRead:
     name: str
     replica_identity: str
     columns: tuple[dict[str, Any], ...]  # name, type_oid, type_modifier, is_identity, type_name
+    # ``(<publications' filter>) AND (<spec's filter>)``, each deparsed from its parse tree (row_filter.py)
     row_filter: str | None
     heap_bytes: int
     block_size: int
@@ -147,6 +150,7 @@ class TableRead:
         query = sql.SQL("SELECT {} FROM {}{}").format(cols, only, sql.Identifier(self.schema, self.name))
         conds: list[sql.Composable] = []
         if self.row_filter:
+            # Deparsed trees only (describe_tables): the text cannot reach past its parentheses.
             conds.append(sql.SQL("(" + self.row_filter + ")"))
         if page_range is not None:
             lo, hi = page_range
@@ -171,7 +175,9 @@ def describe_tables(conn: psycopg2.extensions.connection, publications: str | Se
     ``FOR ALL TABLES`` / ``TABLES IN SCHEMA``) means none — AND the spec's. Raises ``SnapshotError``
     for a missing table, one without SELECT privilege, one no publication publishes, and one the
     publications give different column lists (PostgreSQL 16+ table sync refuses it, and pgoutput stops
-    decoding its changes with the same error on every version).
+    decoding its changes with the same error on every version). Both filters are parsed by PostgreSQL's
+    parser and deparsed (``row_filter.py``) before they reach the ``WHERE``: the spec's is checked by
+    publication rules again (a caller may not have loaded a spec) and may use only published columns.
 
     ``routing``: the entries with ``leaves: route_to_root``. Such a partitioned table published
     without ``publish_via_partition_root`` (its publications list its leaves, not it) is described
@@ -186,7 +192,8 @@ def describe_tables(conn: psycopg2.extensions.connection, publications: str | Se
     with conn.cursor() as cur:
         cur.execute("SELECT current_setting('block_size')::int, current_setting('server_version_num')::int")
         block_size, version = one_row(cur)
-        for table, (spec_columns, spec_filter) in tables.items():
+        for table, (spec_columns, spec_text) in tables.items():
+            spec_filter = _spec_filter(table, spec_text)
             read = _describe_one(cur, names, version, block_size, table, spec_columns, spec_filter)
             if read is None and table in routing:
                 read = _describe_routed(cur, names, version, block_size, table, spec_columns, spec_filter,
@@ -205,8 +212,19 @@ def describe_tables(conn: psycopg2.extensions.connection, publications: str | Se
     return out
 
 
+def _spec_filter(table: str, text: str | None) -> RowFilter | None:
+    """The spec's filter of ``table`` parsed and checked by publication rules (row_filter.py)."""
+    if not text:
+        return None
+    try:
+        return parse_row_filter(text)
+    except RowFilterError as exc:
+        raise SnapshotError(f"row filter of {table}: {exc}; fix the spec's row_filter of {table} "
+                            "(nothing was read)") from None
+
+
 def _describe_one(cur: Any, names: list[str], version: int, block_size: int, table: str,
-                  spec_columns: tuple[str, ...] | None, spec_filter: str | None, *,
+                  spec_columns: tuple[str, ...] | None, spec_filter: RowFilter | None, *,
                   leaf_of: str | None = None) -> TableRead | None:
     """One table as table sync reads it; None when no publication publishes it. ``leaf_of``: the routing
     entry a leaf is read for (errors name both)."""
@@ -240,12 +258,15 @@ def _describe_one(cur: Any, names: list[str], version: int, block_size: int, tab
     columns = _columns(cur, int(relid), replident)
     pub_columns = published_columns(table, [c["name"] for c in columns], [p[1] for p in published])
     columns = [c for c in columns if c["name"] in pub_columns]
+    unknown = sorted(spec_filter.columns - set(pub_columns)) if spec_filter else []
+    if unknown:
+        raise SnapshotError(f"row filter of {what} references column(s) {', '.join(unknown)} that its publications "
+                            "do not publish; fix the spec's row_filter (nothing was read)")
     if spec_columns:
         keep = set(spec_columns)
         columns = [c for c in columns if c["name"] in keep]
     pub_filter = published_row_filter([p[2] for p in published])
-    filters = [f for f in (pub_filter, spec_filter) if f]
-    row_filter = " AND ".join(f"({f})" for f in filters) if filters else None
+    row_filter = conjunction([pub_filter, spec_filter.sql if spec_filter else None])
     return TableRead(table, int(relid), schema, name, replident, tuple(columns), row_filter,
                      int(heap_bytes), block_size, bool(partitioned))
 
@@ -271,7 +292,7 @@ def _columns(cur: Any, relid: int, replident: str) -> list[dict[str, Any]]:
 
 
 def _describe_routed(cur: Any, names: list[str], version: int, block_size: int, table: str,
-                     spec_columns: tuple[str, ...] | None, spec_filter: str | None, routing: set[str],
+                     spec_columns: tuple[str, ...] | None, spec_filter: RowFilter | None, routing: set[str],
                      entries: set[str]) -> TableRead | None:
     """A routing entry's partitioned table with its published leaves as parts (``describe_tables``); None
     when it is not a partitioned table. A partitioned table without any leaf yet is read whole (no rows)."""
@@ -303,7 +324,7 @@ def _describe_routed(cur: Any, names: list[str], version: int, block_size: int, 
         if not can_select:
             raise SnapshotError(f"the source role may not SELECT from {table}; GRANT SELECT ON {table} TO "
                                 "the replication role, then run again (nothing of it was staged)")
-        row_filter = f"({spec_filter})" if spec_filter else None
+        row_filter = conjunction([spec_filter.sql if spec_filter else None])
         return TableRead(table, int(relid), schema, name, replident, tuple(root_columns), row_filter, 0,
                          block_size, partitioned=True)
     mine = [leaf for leaf, ancestors in tree if leaf not in entries
@@ -323,7 +344,8 @@ def _describe_routed(cur: Any, names: list[str], version: int, block_size: int, 
                             f"({', '.join(mine)}); ALTER PUBLICATION {names[0]} ADD TABLE {table} first")
     published = {c["name"] for leaf in leaves for c in leaf.columns}
     columns = tuple(c for c in root_columns if c["name"] in published)
-    return TableRead(table, int(relid), schema, name, replident, columns, f"({spec_filter})" if spec_filter else None,
+    return TableRead(table, int(relid), schema, name, replident, columns,
+                     conjunction([spec_filter.sql if spec_filter else None]),
                      sum(leaf.heap_bytes for leaf in leaves), block_size, leaves=tuple(leaves), routed=True)
 
 
@@ -354,8 +376,12 @@ def published_columns(table: str, columns: Sequence[str], lists: Sequence[tuple[
 
 def published_row_filter(filters: Sequence[str | None]) -> str | None:
     """The publications' row filters of one table as table sync combines them: OR-ed, each once, in order;
-    None (copy every row) when any publication has none for it."""
+    None (copy every row) when any publication has none for it. Each is the server's ``pg_get_expr`` text,
+    parsed and deparsed like the spec's."""
     if not filters or any(not f for f in filters):
         return None
-    distinct = list(dict.fromkeys(f for f in filters if f))
-    return distinct[0] if len(distinct) == 1 else " OR ".join(f"({f})" for f in distinct)
+    try:
+        distinct = list(dict.fromkeys(canonical(f) for f in filters if f))
+    except RowFilterError as exc:  # not expected of the server's own deparse
+        raise SnapshotError(f"a publication's row filter {exc}") from None
+    return disjunction(distinct)

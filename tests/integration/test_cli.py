@@ -156,15 +156,126 @@ def test_decode_then_run_stages_and_applies_the_filtered_changes_and_status_show
     assert json.loads(again.stdout)["spark"] == {"started": None, "start_s": None, "apply_waited_s": None}
 
 
-def test_validate_with_filters_rejects_a_function_the_apply_cannot_evaluate_like_postgres(pipeline):
+def test_validate_with_filters_rejects_an_expression_the_apply_cannot_evaluate_like_postgres(pipeline):
     spec = pipeline["doc"]
-    spec["tables"]["public.orders"]["row_filter"] = "now() > amount"
+    spec["tables"]["public.orders"]["row_filter"] = "amount / 2 > 100"  # a publication takes it; 7 / 2 is 3.5 in Spark
     path = pipeline["tmp"] / "filters.yaml"
     path.write_text(yaml.safe_dump(spec))
+    assert pglogical("validate", "--spec", str(path)).returncode == 0
     result = pglogical("validate", "--filters", "--spec", str(path))
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
-        f"pglogical validate: error: {path}: tables.public.orders.row_filter: row filter: function now is not supported")
+        f"pglogical validate: error: {path}: tables.public.orders.row_filter: row filter: Divide expressions are not "
+        "supported")
+
+
+SECRET = """
+CREATE TABLE secret (id int PRIMARY KEY, v text NOT NULL);
+INSERT INTO secret SELECT g, 'hidden' || g FROM generate_series(1, 20) g;
+CREATE PUBLICATION secret_pub FOR TABLE secret WHERE (id <= 5);
+"""
+
+
+def secret_spec(pipeline, row_filter: str, name: str) -> str:
+    """A spec snapshotting ``public.secret`` (20 rows, published WHERE id <= 5) with the given row filter."""
+    execute(pipeline["source"], SECRET)
+    doc = {**pipeline["doc"], "snapshot": {"initial": True},
+           "source": {**pipeline["doc"]["source"], "publication": "secret_pub", "create": False},
+           "tables": {"public.secret": {"row_filter": row_filter}}}
+    path = pipeline["tmp"] / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+def nothing_ran_on_the_source(pipeline) -> bool:
+    return query(pipeline["source"], "SELECT 1 FROM pg_replication_slots WHERE slot_name = 'cli_slot'") == [] \
+        and not (pipeline["tmp"] / "staging").exists()
+
+
+def test_a_filter_whose_comments_would_escape_its_parentheses_is_refused_and_the_publication_filter_holds(pipeline):
+    # Pasted into the snapshot's WHERE, the text would read "(id <= 5) AND (true) OR (true)": every row.
+    spec = secret_spec(pipeline, "/* ( */ true) OR (true /* ) */", "bypass")
+    refused = pglogical("run", "--spec", spec)
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr.strip().splitlines() == [
+        f'pglogical run: error: {spec}: tables.public.secret.row_filter: does not parse: syntax error at or near ")" '
+        "(at character 13)"]
+    assert nothing_ran_on_the_source(pipeline)
+
+    # A filter with comments PostgreSQL reads as one expression is evaluated as its tree: the publication's
+    # five rows reach the target, no more.
+    spec = secret_spec_again(pipeline, "true /* ) OR (true */", "commented")
+    ran = pglogical("run", "--spec", spec)
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["decode"]["snapshot"]["initial"]["tables"]["public.secret"]["rows"] == 5
+    assert query(pipeline["target"], "SELECT id FROM public.secret ORDER BY id") == [(i,) for i in range(1, 6)]
+
+
+def secret_spec_again(pipeline, row_filter: str, name: str) -> str:
+    doc = yaml.safe_load((pipeline["tmp"] / "bypass.yaml").read_text())
+    doc["tables"]["public.secret"]["row_filter"] = row_filter
+    path = pipeline["tmp"] / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+def test_a_volatile_function_in_a_filter_is_refused_before_anything_runs_on_the_source(pipeline):
+    spec = secret_spec(pipeline, "pg_sleep(0.2) IS NOT NULL", "sleep")
+    for command in ("decode", "run"):
+        refused = pglogical(command, "--spec", spec)
+        assert refused.returncode == 1 and refused.stdout == ""
+        assert refused.stderr.strip().splitlines() == [
+            f"pglogical {command}: error: {spec}: tables.public.secret.row_filter: function pg_sleep is not allowed "
+            "(only immutable built-in functions)"]
+    assert nothing_ran_on_the_source(pipeline)
+
+
+def test_a_subquery_in_a_filter_is_refused_at_load_without_another_rows_value_in_the_error(pipeline):
+    spec = secret_spec(pipeline, "id > (SELECT v FROM public.secret WHERE id = 17)::int", "subquery")
+    refused = pglogical("decode", "--spec", spec)
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines() == [
+        f"pglogical decode: error: {spec}: tables.public.secret.row_filter: subqueries are not allowed"]
+    assert "hidden" not in refused.stderr
+    assert nothing_ran_on_the_source(pipeline)
+
+
+def test_a_function_created_on_the_source_under_a_built_in_name_is_never_called_by_the_snapshot(pipeline):
+    # lower(integer) is no built-in: only this function would match (and select every row). A native table sync
+    # resolves names with an empty search_path, where it does not exist.
+    execute(pipeline["source"], "CREATE FUNCTION public.lower(integer) RETURNS text IMMUTABLE LANGUAGE sql "
+                                "AS $$ SELECT 'match' $$")
+    spec = secret_spec(pipeline, "lower(id) = 'match'", "shadow")
+    failed = pglogical("decode", "--spec", spec)
+    assert failed.returncode == 1, failed.stdout
+    assert "SQLSTATE 42883: function lower(integer) does not exist" in failed.stderr.strip().splitlines()[-1]
+
+
+def test_a_filter_failing_on_a_rows_value_in_the_snapshot_names_the_condition_not_the_value(pipeline):
+    # Publication rules allow the cast (an immutable built-in); the source fails on the first row's value.
+    spec = secret_spec(pipeline, "v::int > 0", "cast")
+    failed = pglogical("decode", "--spec", spec)
+    assert failed.returncode == 1 and failed.stdout == ""
+    errors = [line for line in failed.stderr.splitlines() if line.startswith("pglogical decode: error:")]
+    assert len(errors) == 1 and "hidden" not in failed.stderr
+    assert errors[0] == failed.stderr.strip().splitlines()[-1]
+    assert "reading public.secret chunk 0 failed (SQLSTATE 22P02: invalid_text_representation while evaluating " \
+           "the row filter or reading a row" in errors[0]
+
+
+def test_a_filter_failing_on_a_staged_value_in_the_apply_names_the_condition_not_the_value(pipeline):
+    # As a publication with this filter would stop the walsender, the apply stops, without quoting the value.
+    execute(pipeline["source"], "CREATE TABLE secret (id int PRIMARY KEY, v text NOT NULL)")
+    doc = {**pipeline["doc"], "tables": {"public.secret": {"row_filter": "v::int > 0"}}}
+    path = pipeline["tmp"] / "apply_cast.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert pglogical("decode", "--spec", str(path)).returncode == 0  # creates the slot
+    execute(pipeline["source"], "INSERT INTO secret VALUES (1, 'hidden1')")
+    failed = pglogical("run", "--spec", str(path))
+    assert failed.returncode == 1
+    error = failed.stderr.strip().splitlines()[-1]
+    assert error.startswith("pglogical run: error: ") and "hidden" not in error
+    assert "[CAST_INVALID_INPUT] SQLSTATE 22018 while the apply evaluated a staged value" in error
 
 
 def test_decode_with_an_initial_snapshot_stages_pre_existing_rows_and_resync_restages_one_table(pipeline):

@@ -150,6 +150,24 @@ def test_bad_tables_fail_before_anything_is_created(pg_conn, pg_dsn, tmp_path):
     assert SnapshotLayout.from_uri(uri, "s1").requests() == {}
 
 
+@pytest.mark.parametrize(("row_filter", "error"), [
+    ("pg_sleep(1) IS NOT NULL", r"row filter of public\.parents: function pg_sleep is not allowed"),
+    ("/* ( */ true) OR (true /* ) */", r"row filter of public\.parents: does not parse"),
+    ("nope > 1", r"row filter of public\.parents references column\(s\) nope that its publications do not publish"),
+])
+def test_a_filter_publication_rules_refuse_fails_the_snapshot_before_anything_is_created(row_filter, error, pg_conn,
+                                                                                         pg_dsn, tmp_path):
+    cur = pg_conn.cursor()
+    cur.execute(SNAP_SCHEMA_SQL)
+    uri = str(tmp_path / "stage")
+    bad = job(pg_dsn, uri)
+    bad.tables["public.parents"] = (None, row_filter)  # as a caller that loaded no spec passes it
+    with pytest.raises(SnapshotError, match=error):
+        initial_snapshot(bad)
+    assert slots_of_this_database(cur) == []
+    assert SnapshotLayout.from_uri(uri, "s1").requests() == {}
+
+
 def test_a_lost_replication_connection_publishes_nothing_unfinished_and_the_rerun_completes(pg_conn, pg_dsn,
                                                                                             tmp_path):
     import time
@@ -264,7 +282,7 @@ def test_routed_leaves_are_snapshotted_as_their_entry_routes_them(pg_conn, pg_ds
     assert manifest.format_version == 2 and manifest.row_filter == "(id % 3 <> 0)"
     assert [c["name"] for c in manifest.relation["columns"]] == ["id", "k"]
     by_leaf = {p["table"]: p for p in manifest.parts}
-    assert by_leaf["public.meas_b2"]["row_filter"] == "((id > 100)) AND (id % 3 <> 0)"  # its own AND the entry's
+    assert by_leaf["public.meas_b2"]["row_filter"] == "(id > 100) AND (id % 3 <> 0)"  # its own AND the entry's
     assert by_leaf["public.meas_a"]["row_filter"] == "(id % 3 <> 0)"
     for leaf, k in (("public.meas_a", 1), ("public.meas_b2", 2)):
         rows = [r["new"] for f in by_leaf[leaf]["files"] for r in pq.read_table(f"{ref.path}/{f}").to_pylist()]

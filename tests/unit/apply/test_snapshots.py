@@ -10,7 +10,13 @@ from airflow_provider_pglogical.apply import planning
 from airflow_provider_pglogical.apply.batches import list_batches, read_relations
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.runner import SparkBatchChanges
-from airflow_provider_pglogical.apply.snapshots import drop_synced_truncates, routed_sync_lsns, routed_table, without
+from airflow_provider_pglogical.apply.snapshots import (
+    drop_synced_truncates,
+    filtered_on_source,
+    routed_sync_lsns,
+    routed_table,
+    without,
+)
 from airflow_provider_pglogical.apply.targets.base import PlannedTable, TargetTable
 from airflow_provider_pglogical.exceptions import ApplyError
 from airflow_provider_pglogical.staging.reader import RelationColumn, RelationInfo, TruncateEvent
@@ -105,3 +111,11 @@ def test_a_routed_snapshot_is_planned_as_the_roots_columns_with_one_part_per_lea
         {"name": c, "type_name": "integer", "is_identity": c == "id"} for c in ("v", "region", "id")]))
     with pytest.raises(ApplyError, match=r"public\.meas_eu and public\.meas_us routed to dw\.meas have different keys"):
         routed_table("public.meas", "dw.meas", shape, root, cfg, [parts[0], other], existing)
+
+
+def test_a_configured_filter_is_found_in_the_snapshots_deparsed_filter_however_it_is_written():
+    assert filtered_on_source("(id <= 5) AND (CAST(v AS integer) > 0)", "v::int > 0 -- positive")
+    assert filtered_on_source("(id > 1)", "((id > 1))")
+    assert not filtered_on_source("(id <= 5)", "id > 1")
+    assert not filtered_on_source("(id <= 5) AND (id > 1)", "id > 1 AND")  # does not parse: evaluated again
+    assert filtered_on_source(None, None) and not filtered_on_source(None, "id > 1")

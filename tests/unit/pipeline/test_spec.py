@@ -286,20 +286,34 @@ def test_a_row_filter_that_is_not_a_string_is_an_error():
 
 
 @pytest.mark.parametrize(("expression", "problem"), [
-    ("amount > 100 AND region = 'EU", "unterminated string literal"),
-    ("(amount > 100", "unbalanced parentheses"),
-    ("amount > 100)", "unbalanced parentheses"),
+    ("amount > 100 AND region = 'EU", "does not parse: unterminated quoted string"),
+    ("(amount > 100", "does not parse: syntax error at end of input"),
+    ("amount > 100)", 'does not parse: syntax error at or near ")" (at character 13)'),
     ("amount > 100; DROP TABLE x", "must be a single expression"),
     ('"Amount" > 100', "double-quoted identifiers are not supported"),
+    ("/* ( */ true) OR (true /* ) */", 'does not parse: syntax error at or near ")" (at character 13)'),
+    ("pg_sleep(0.2) IS NOT NULL", "function pg_sleep is not allowed (only immutable built-in functions)"),
+    ("id > (SELECT v FROM public.secret WHERE id = 17)::int", "subqueries are not allowed"),
 ])
-def test_a_malformed_row_filter_is_reported_with_its_path(expression, problem):
+def test_a_row_filter_publication_rules_refuse_is_reported_at_load_with_its_path(expression, problem):
     assert f"tables.public.orders.row_filter: {problem}" in error_of(
         with_change("tables/public.orders/row_filter", expression))
 
 
+def test_a_row_filter_is_kept_as_deparsed_from_its_parse_tree_without_comments():
+    spec = parse_spec(with_change("tables/public.orders/row_filter", "(amount > 100) /* big */ AND region = 'EU' -- x"),
+                      env={})
+    assert spec.tables["public.orders"].row_filter == "amount > 100 AND region = 'EU'"
+
+
+def test_a_row_filter_of_a_table_with_columns_may_use_only_those():
+    assert "tables.public.orders.row_filter: references column(s) customer_id not in columns" in error_of(
+        with_change("tables/public.orders/row_filter", "customer_id = 1"))
+
+
 def test_quotes_and_semicolons_inside_string_literals_are_fine_in_a_row_filter():
     spec = parse_spec(with_change("tables/public.orders/row_filter", "note = 'it''s; \"ok\" (really'"), env={})
-    assert spec.tables["public.orders"].row_filter.startswith("note =")
+    assert spec.tables["public.orders"].row_filter == "note = 'it''s; \"ok\" (really'"
 
 
 def test_a_table_with_null_settings_uses_every_column_and_its_own_name():
