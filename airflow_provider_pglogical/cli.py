@@ -66,7 +66,7 @@ def cmd_resync(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_status(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
     from airflow_provider_pglogical.pipeline.selection import resolved
-    from airflow_provider_pglogical.pipeline.steps import status
+    from airflow_provider_pglogical.pipeline.source import status
 
     return status(resolved(spec))
 

@@ -11,7 +11,7 @@ from airflow.sdk import DAG, Param, TaskGroup, task
 from airflow_provider_pglogical.exceptions import SpecError
 from airflow_provider_pglogical.lsn import parse_lsn
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec, load_spec
-from airflow_provider_pglogical.pipeline.tasks import (
+from airflow_provider_pglogical.pipeline.operators import (
     EnsureReplicationOperator,
     ResetTargetOperator,
     SnapshotTablesOperator,
@@ -82,7 +82,7 @@ def apply_task(spec: PipelineSpec, task_id: str = "apply", max_batches: Any = No
     with one outlet Asset per target table (``pglogical://<slot>/target/<schema>.<table>``), or the in-process
     Delta apply."""
     if spec.target.kind == "delta":
-        from airflow_provider_pglogical.pipeline.tasks import DeltaApplyOperator
+        from airflow_provider_pglogical.pipeline.operators import DeltaApplyOperator
 
         return DeltaApplyOperator(task_id=task_id, spec=spec, max_batches=max_batches)
     from airflow_provider_pglogical.assets.pglogical import target_table_asset

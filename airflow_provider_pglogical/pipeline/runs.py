@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_pglogical.apply.targets.postgres.progress import PROGRESS_TABLE
 from airflow_provider_pglogical.exceptions import SparkStartError, SpecError, StagingError, format_lsn
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec, TableSpec
-from airflow_provider_pglogical.pipeline.steps import (
+from airflow_provider_pglogical.pipeline.source import (
     check_retention,
     ensure_replication,
     source_client,

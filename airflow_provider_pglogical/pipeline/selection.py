@@ -73,7 +73,7 @@ def resolved(spec: PipelineSpec) -> PipelineSpec:
     """``resolve_with`` on a connection of its own; no connection when the spec selects nothing."""
     if not spec.selectors:
         return spec
-    from airflow_provider_pglogical.pipeline.steps import source_client
+    from airflow_provider_pglogical.pipeline.source import source_client
 
     client = source_client(spec)
     try:

@@ -129,7 +129,7 @@ def target_sync_marks(spec: PipelineSpec) -> dict[str, int]:
     import psycopg2
 
     from airflow_provider_pglogical.apply.targets.postgres.progress import SYNC_TABLE, sync_marks
-    from airflow_provider_pglogical.pipeline.steps import target_dsn, target_progress_table
+    from airflow_provider_pglogical.pipeline.source import target_dsn, target_progress_table
 
     # pglogical_sync lives next to the progress table, in the bookkeeping schema the apply resolves.
     schema = target_progress_table(spec).rpartition(".")[0]

@@ -1,4 +1,4 @@
-"""The steps of a pipeline run (ensure replication, WAL check, status), shared by the CLI and the DAG tasks."""
+"""The source side of a pipeline run (ensure replication, WAL check), shared by the CLI and the DAG tasks."""
 
 from __future__ import annotations
 

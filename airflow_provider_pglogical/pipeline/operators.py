@@ -21,7 +21,7 @@ SourceStep = Callable[[PipelineSpec, "PgLogicalClient"], dict[str, Any]]
 def _run_on_source(task: BaseOperator, spec: PipelineSpec, step: SourceStep, message: str,
                    keys: Sequence[str]) -> dict[str, Any]:
     """``step`` with a slot client on the spec's source (closed afterwards); logs ``message`` with the result's ``keys``."""
-    from airflow_provider_pglogical.pipeline.steps import source_client
+    from airflow_provider_pglogical.pipeline.source import source_client
 
     with source_client(spec) as client:
         result = step(spec, client)
@@ -45,7 +45,7 @@ class EnsureReplicationOperator(BaseOperator):
         self.spec = spec
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_pglogical.pipeline.steps import ensure_replication
+        from airflow_provider_pglogical.pipeline.source import ensure_replication
 
         return _run_on_source(self, self.spec, ensure_replication,
                               "publication %s (created: %s), slot %s at %s (created: %s)",
@@ -75,7 +75,7 @@ class WalRetentionCheckOperator(BaseOperator):
         from dataclasses import replace
 
         from airflow_provider_pglogical.hooks.sizes import parse_size
-        from airflow_provider_pglogical.pipeline.steps import check_retention
+        from airflow_provider_pglogical.pipeline.source import check_retention
 
         spec = self.spec
         if self.min_safe_wal_bytes not in (None, ""):
@@ -172,7 +172,7 @@ class SnapshotTablesOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_pglogical.pipeline.snapshots import initial_snapshot_if_new, sync_tables
-        from airflow_provider_pglogical.pipeline.steps import source_client
+        from airflow_provider_pglogical.pipeline.source import source_client
 
         resync = self.tables_to_resync()
         with source_client(self.spec) as client:
