@@ -1,15 +1,17 @@
-"""The source side of a pipeline run (ensure replication, WAL check), shared by the CLI and the DAG tasks."""
+"""The source side of a pipeline run, shared by the CLI and the DAG tasks: the slot client, ensure
+publication and slot, the WAL-retention check, and table selection (``"*"`` / ``schema.*`` resolved
+against what the publication publishes)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from dataclasses import replace
 from typing import Any
 
-from airflow_provider_pglogical.apply.targets.postgres.progress import PROGRESS_TABLE
-from airflow_provider_pglogical.exceptions import PublicationNotFoundError, SlotError, SpecError, format_lsn
-from airflow_provider_pglogical.hooks.dsn import libpq_dsn
+from airflow_provider_pglogical.exceptions import PublicationNotFoundError, SpecError, format_lsn
 from airflow_provider_pglogical.hooks.slot_client import PgLogicalClient
 from airflow_provider_pglogical.hooks.slots import check_wal_retention, slot_lag_bytes, slot_summary
-from airflow_provider_pglogical.pipeline.spec import PipelineSpec, split_qualified
+from airflow_provider_pglogical.pipeline.spec import PipelineSpec, TableSpec, split_qualified
 
 
 def source_client(spec: PipelineSpec) -> PgLogicalClient:
@@ -22,33 +24,12 @@ def source_client(spec: PipelineSpec) -> PgLogicalClient:
     return PgLogicalHook(postgres_conn_id=spec.source.conn_id).client
 
 
-def target_dsn(spec: PipelineSpec) -> str:
-    """The target as a libpq DSN (resolving an Airflow connection when the spec names one)."""
-    if spec.target.dsn is not None:
-        return spec.target.dsn
-    from airflow.providers.postgres.hooks.postgres import PostgresHook
-
-    # The same builder and extras allowlist as the hook and the apply operator (hooks/dsn.py).
-    return libpq_dsn(PostgresHook.get_connection(spec.target.conn_id))
-
-
-def target_progress_table(spec: PipelineSpec) -> str:
-    """The progress table's qualified name in the schema the apply keeps its bookkeeping in."""
-    from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import qualified, resolve_for_dsn
-
-    schema = resolve_for_dsn(target_dsn(spec), spec.target.bookkeeping_schema,
-                             [t.target_name for t in spec.tables.values()], PROGRESS_TABLE)
-    return qualified(schema, PROGRESS_TABLE)
-
-
 def ensure_replication(spec: PipelineSpec, client: PgLogicalClient) -> dict[str, Any]:
     """Make sure the publication and the slot exist (creating them when ``source.create``).
 
     The publication is created before the slot: pgoutput looks publications up with the
     catalog as of each decoded change, so WAL older than the publication could not be decoded.
     """
-    from airflow_provider_pglogical.pipeline.selection import create_selected_publication, resolve_with
-
     publication, slot = spec.source.publication, spec.source.slot
     created_publication = created_slot = False
     if spec.selectors:
@@ -86,75 +67,74 @@ def check_retention(spec: PipelineSpec, client: PgLogicalClient) -> dict[str, An
     return {**slot_summary(info), "lag_bytes": slot_lag_bytes(info)}
 
 
-def staged_batches(spec: PipelineSpec) -> list[dict[str, Any]]:
-    """Every visible batch of the spec's slot, in LSN order, with its counts."""
-    from airflow_provider_pglogical.staging.reader import StagingReader
-
-    reader = StagingReader.from_uri(spec.staging.uri, spec.source.slot)
-    out = []
-    for ref in reader.batches():
-        manifest = reader.manifest(ref)
-        out.append({"batch": ref.name, "start_lsn": manifest.start_lsn, "end_lsn": manifest.end_lsn,
-                    "transactions": manifest.transactions, "changes": manifest.changes,
-                    "truncates": manifest.truncates, "bytes": manifest.bytes,
-                    "tables": {name: t["rows"] for name, t in sorted(manifest.tables.items())}})
-    return out
+# -- Table selection ------------------------------------------------------------------------------
+# Table selection like a publication's: ``"*"`` and ``schema.*`` entries resolved against what the
+# publication publishes when a run starts, so tables added to the publication are picked up by the
+# next run (and, with ``snapshot.initial``, copied first by the snapshot feature's added-tables path).
+#
+# Named entries win over ``schema.*``, which wins over ``"*"`` — the order ``ApplyConfig.table_config``
+# uses too. A selected table keeps its own name as its target.
 
 
-def target_watermark_ints(spec: PipelineSpec, progress_table: str | None = None) -> dict[str, int]:
-    """Target table → the end LSN apply has committed for it ({} before the first apply)."""
-    if spec.target.kind == "delta":  # app transactions in each table's Delta log
-        from airflow_provider_pglogical.apply.targets.delta import settings
+def selector_for(spec: PipelineSpec, table: str) -> TableSpec | None:
+    """The ``schema.*`` or ``"*"`` entry that selects ``table`` (None: not selected)."""
+    return spec.selectors.get(f"{split_qualified(table)[0]}.*") or spec.selectors.get("*")
 
-        with settings.environment(settings.spec_env(spec)):
-            return settings.target_for_spec(spec).watermarks(spec.source.slot,
-                                                             {t.target_name for t in spec.tables.values()})
-    import psycopg2
 
-    from airflow_provider_pglogical.apply.targets.postgres.progress import read_watermarks
+def resolve(spec: PipelineSpec, published: Collection[str], routed: Collection[str] = ()) -> PipelineSpec:
+    """``spec`` with every ``published`` table its selectors pick added to ``tables`` (pure).
 
-    progress_table = progress_table or target_progress_table(spec)
-    conn = psycopg2.connect(target_dsn(spec))
+    A selected table whose name is already a named entry's target is an error naming both: two
+    sources would write one target table. ``routed``: leaf partitions of entries with ``leaves:
+    route_to_root``, which go to their root's target and are not selected on their own.
+    """
+    if not spec.selectors:
+        return spec
+    tables = dict(spec.tables)
+    targets = {t.target_name: name for name, t in tables.items()}
+    for name in sorted(published):
+        selector = selector_for(spec, name)
+        if name in tables or selector is None or name in routed:
+            continue
+        if name in targets:
+            raise SpecError(f"{spec.origin}: tables.{selector.name} selects the published table {name}, which is "
+                            f"also the target of tables.{targets[name]}; give {name} an entry of its own with "
+                            "another target, or rename that entry's target")
+        tables[name] = replace(selector, name=name)
+        targets[name] = name
+    return replace(spec, tables=tables)
+
+
+def create_selected_publication(spec: PipelineSpec, client: PgLogicalClient) -> bool:
+    """With ``source.create``: create the publication for the spec's selection unless it exists —
+    ``FOR ALL TABLES`` for ``"*"``, else ``FOR TABLE <named>, TABLES IN SCHEMA <schemas>`` (PostgreSQL 15+)."""
+    if "*" in spec.selectors:
+        return client.create_publication(spec.source.publication, all_tables=True)
+    schemas = sorted(name[:-2] for name in spec.selectors)
+    return client.create_publication(spec.source.publication, [split_qualified(t) for t in spec.tables],
+                                     schemas=schemas)
+
+
+def resolve_with(spec: PipelineSpec, client: PgLogicalClient) -> PipelineSpec:
+    """``resolve`` against the publication on ``client`` (created first with ``source.create``); a missing
+    publication leaves the spec as it is (``ensure_replication`` reports it)."""
+    if not spec.selectors:
+        return spec
+    if spec.source.create:
+        create_selected_publication(spec, client)
+    if not all(client.publication_exists(p) for p in spec.source.all_publications):
+        return spec
+    routed = {leaf for name, t in spec.tables.items() if t.leaves == "route_to_root"
+              for leaf in client.partition_leaves(name)}
+    return resolve(spec, client.published_tables(spec.source.all_publications), routed)
+
+
+def resolved(spec: PipelineSpec) -> PipelineSpec:
+    """``resolve_with`` on a connection of its own; no connection when the spec selects nothing."""
+    if not spec.selectors:
+        return spec
+    client = source_client(spec)
     try:
-        return read_watermarks(conn, spec.source.slot, progress_table)
+        return resolve_with(spec, client)
     finally:
-        conn.close()
-
-
-def target_watermarks(spec: PipelineSpec) -> dict[str, str]:
-    """Target table → committed end LSN in ``X/X`` form."""
-    return {table: format_lsn(lsn) for table, lsn in sorted(target_watermark_ints(spec).items())}
-
-
-def status(spec: PipelineSpec) -> dict[str, Any]:
-    """Slot position and lag, staged batches and target watermarks, as one JSON-friendly dict."""
-    with source_client(spec) as client:
-        info = client.slot_info(spec.source.slot)
-        current = client.current_wal_flush_lsn()
-    slot = None
-    if info is not None:
-        slot = {**slot_summary(info), "lag_bytes": slot_lag_bytes(info)}
-        if spec.source.max_lag_bytes is not None:
-            slot["lag_ok"] = slot["lag_bytes"] <= spec.source.max_lag_bytes
-        try:
-            check_wal_retention(info, slot=spec.source.slot, min_safe_wal_bytes=spec.source.min_safe_wal_bytes)
-            slot["wal_retention"] = "ok"
-        except SlotError as exc:  # status reports the problem; decode is what fails on it
-            slot["wal_retention"] = str(exc)
-    batches = staged_batches(spec)
-    return {
-        "spec": spec.origin,
-        "source": {"publication": ", ".join(spec.source.all_publications), "current_wal_flush_lsn": format_lsn(current), "slot": slot},
-        "staging": {"uri": spec.staging.uri, "batches": batches,
-                    "staged_changes": sum(b["changes"] for b in batches),
-                    "last_end_lsn": batches[-1]["end_lsn"] if batches else None},
-        "target": {"kind": spec.target.kind, "watermarks": target_watermarks(spec)},
-        "sync": _sync_states(spec),
-    }
-
-
-def _sync_states(spec: PipelineSpec) -> dict[str, Any]:
-    """Per table: pending / copying (with progress) / staged / synced at LSN / none."""
-    from airflow_provider_pglogical.pipeline.snapshots import sync_states, target_sync_marks
-
-    return sync_states(spec, target_sync_marks(spec))
+        client.close()
