@@ -18,6 +18,7 @@ handle's ``with`` block), so a run closes it before Spark starts; the apply's ``
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import TracebackType
@@ -54,13 +55,12 @@ def _quiet(_message: str) -> None:
     pass
 
 
-class SpecTarget:
+class SpecTarget(ABC):
     """What the pipeline asks of the spec's target; one subclass per ``target.kind`` (see ``register``).
 
-    Class attributes a kind sets: ``early_spark_start`` (Spark may start while the drain runs; not when
-    the target's credentials reach the process only around the apply), ``applies_in_worker`` (the DAG's
-    apply runs in the Airflow worker rather than as a spark-submit app), ``needs_conn_id`` (a task in
-    another process finds the target only through an Airflow connection).
+    Besides the methods, a kind sets ``applies_in_worker`` (the DAG's apply runs in the Airflow worker
+    rather than as a spark-submit app) and ``needs_conn_id`` (a task in another process finds the target
+    only through an Airflow connection), and may override ``early_spark_start``.
     """
 
     kind: ClassVar[str] = ""
@@ -72,6 +72,8 @@ class SpecTarget:
 
     @property
     def early_spark_start(self) -> bool:
+        """Whether Spark may start while the drain runs (not when the target's credentials reach this
+        process, and so the JVM, only around the apply)."""
         return True
 
     @property
@@ -83,9 +85,9 @@ class SpecTarget:
         """The process environment the target reads its credentials from, set for the block only."""
         return nullcontext()
 
+    @abstractmethod
     def watermarks(self) -> dict[str, int]:
         """Target table → end LSN the apply has committed for it ({} before the first apply)."""
-        raise NotImplementedError
 
     def sync_marks(self) -> dict[str, int]:
         """Target table → sync LSN of the snapshot it holds ({} before any snapshot was applied)."""
@@ -93,6 +95,7 @@ class SpecTarget:
 
     def check_resync(self, tables: Sequence[str]) -> None:
         """Raise ``SpecError`` when the target would never load a snapshot of ``tables``."""
+        return  # a target that loads snapshots takes any table
 
     def reset(self, *, log: Log = _quiet) -> dict[str, Any]:
         """Empty the target tables and forget the slot's watermarks (replay from the first batch)."""
@@ -102,12 +105,13 @@ class SpecTarget:
         """Compact and vacuum the target tables (``pglogical maintain``)."""
         raise SpecError(f"{self.spec.origin}: maintain compacts and vacuums Delta tables; the target is {self.kind}")
 
+    @abstractmethod
     def for_apply(self, spark: SparkSession, config: ApplyConfig) -> Target:
         """The ``Target`` the runner applies ``config`` to, in ``spark``'s driver."""
-        raise NotImplementedError
 
     def close(self) -> None:
         """Release what the questions above opened (the handle stays usable)."""
+        return  # nothing opened by default
 
     def __enter__(self) -> SpecTarget:
         return self

@@ -320,3 +320,29 @@ def test_apply_and_status_ask_the_postgres_target_on_one_connection_before_spark
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["target"] == {"kind": "postgres", "watermarks": {}}
     assert sessions_opened(pg_server, target_db) - after_failed == 1
+
+
+def test_reset_target_empties_the_target_tables_and_forgets_the_watermarks_on_one_connection(pipeline, pg_server):
+    """Replay's reset (``ResetTargetOperator``): the existing target tables are emptied and the slot's watermarks
+    forgotten in one transaction, on the handle's one connection; another slot's watermark stays."""
+    from airflow_provider_pglogical.pipeline.runs import reset_target
+    from airflow_provider_pglogical.pipeline.spec import load_spec
+    from airflow_provider_pglogical.pipeline.target import spec_target
+
+    execute(pipeline["target"], "CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL)",
+            "INSERT INTO customers VALUES (1, 'a')",
+            "CREATE TABLE pglogical_progress (slot text NOT NULL, target_table text NOT NULL, end_lsn pg_lsn NOT NULL, "
+            "applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (slot, target_table))",
+            "INSERT INTO pglogical_progress (slot, target_table, end_lsn) VALUES ('cli_slot', 'public.customers', "
+            "'0/10'), ('other_slot', 'public.customers', '0/20')")
+    spec = load_spec(pipeline["spec"])
+    with spec_target(spec) as target:
+        assert target.watermarks() == {"public.customers": 0x10}
+    target_db = pipeline["target"].split("dbname=")[1].split()[0]
+    before = sessions_opened(pg_server, target_db)
+    lines: list[str] = []
+    assert reset_target(spec, log=lines.append) == {"truncated": ["public.customers"]}
+    assert sessions_opened(pg_server, target_db) - before == 1
+    assert lines == ["emptied 1 target table(s) and reset the watermarks of slot cli_slot"]
+    assert query(pipeline["target"], "SELECT count(*) FROM customers") == [(0,)]
+    assert query(pipeline["target"], "SELECT slot, end_lsn::text FROM pglogical_progress") == [("other_slot", "0/20")]
