@@ -22,7 +22,7 @@ def get_provider_info() -> dict[str, Any]:
             {"integration-name": "PostgreSQL logical decoding",
              "python-modules": ["airflow_provider_pglogical.operators.decode",
                                 "airflow_provider_pglogical.operators.apply",
-                                "airflow_provider_pglogical.pipeline.tasks"]},
+                                "airflow_provider_pglogical.pipeline.operators"]},
         ],
         "sensors": [
             {"integration-name": "PostgreSQL logical decoding",

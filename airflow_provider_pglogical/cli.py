@@ -53,8 +53,8 @@ def cmd_run(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_resync(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
-    from airflow_provider_pglogical.pipeline.selection import resolved
     from airflow_provider_pglogical.pipeline.snapshots import sync_tables
+    from airflow_provider_pglogical.pipeline.source import resolved
 
     spec = resolved(spec)  # tables selected by "*" / schema.* can be resynced by name
     unknown = sorted(set(args.table) - set(spec.tables))
@@ -66,25 +66,17 @@ def cmd_resync(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_status(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
-    from airflow_provider_pglogical.pipeline.selection import resolved
-    from airflow_provider_pglogical.pipeline.steps import status
+    from airflow_provider_pglogical.pipeline.source import resolved
+    from airflow_provider_pglogical.pipeline.status import status
 
     return status(resolved(spec))
 
 
 def cmd_maintain(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
-    from airflow_provider_pglogical.exceptions import SpecError
+    from airflow_provider_pglogical.pipeline.source import resolved
+    from airflow_provider_pglogical.pipeline.target import spec_target
 
-    if spec.target.kind != "delta":
-        raise SpecError(f"{spec.origin}: maintain compacts and vacuums Delta tables; the target is {spec.target.kind}")
-    from airflow_provider_pglogical.apply.targets.delta import settings
-    from airflow_provider_pglogical.apply.targets.delta.maintenance import maintain
-    from airflow_provider_pglogical.pipeline.selection import resolved
-
-    tables = sorted({t.target_name for t in resolved(spec).tables.values()})
-    with settings.environment(settings.spec_env(spec)):
-        location = settings.target_for_spec(spec).location
-        return {"tables": maintain(location, tables, retention_hours=args.retention_hours, vacuum=not args.no_vacuum)}
+    return spec_target(resolved(spec)).maintain(retention_hours=args.retention_hours, vacuum=not args.no_vacuum)
 
 
 COMMANDS: dict[str, tuple[Callable[[PipelineSpec, argparse.Namespace], dict[str, Any]], str]] = {

@@ -3,28 +3,33 @@
 from __future__ import annotations
 
 import os
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import DAG, Param, TaskGroup, task
 
+from airflow_provider_pglogical.assets.pglogical import target_table_asset
 from airflow_provider_pglogical.exceptions import SpecError
 from airflow_provider_pglogical.lsn import parse_lsn
-from airflow_provider_pglogical.pipeline.spec import PipelineSpec, load_spec
-from airflow_provider_pglogical.pipeline.tasks import (
+from airflow_provider_pglogical.operators.apply import PgLogicalApplyOperator
+from airflow_provider_pglogical.operators.decode import PgLogicalDecodeOperator, table_asset
+from airflow_provider_pglogical.pipeline.operators import (
+    DeltaApplyOperator,
     EnsureReplicationOperator,
     ResetTargetOperator,
     SnapshotTablesOperator,
     WalRetentionCheckOperator,
 )
+from airflow_provider_pglogical.pipeline.runs import apply_config, batches_upto, first_batch_start
+from airflow_provider_pglogical.pipeline.spec import PipelineSpec, load_spec
+from airflow_provider_pglogical.pipeline.target import spec_target
+from airflow_provider_pglogical.staging.drain import DEFAULT_MAX_CHANGES, DEFAULT_MAX_WAL_BYTES
 
 DEFAULT_ARGS = {"retries": 2, "retry_delay": timedelta(minutes=1)}
 
 
 def pipeline_params(spec: PipelineSpec) -> dict[str, Param]:
     """UI params of a pipeline DAG; defaults come from the spec, a trigger may override them."""
-    from airflow_provider_pglogical.staging.drain import DEFAULT_MAX_CHANGES, DEFAULT_MAX_WAL_BYTES
-
     return {
         "max_changes": Param(spec.source.max_changes or DEFAULT_MAX_CHANGES, type=["null", "integer"], minimum=1,
                              description="Soft limit of changes per staged batch (empty: no limit)."),
@@ -44,7 +49,7 @@ def _require_conn_ids(spec: PipelineSpec) -> None:
     # Airflow connections, never through a DSN that exists in the DAG file's environment.
     problems = [_missing_conn_id(section)
                 for section, conn_id in (("source", spec.source.conn_id), ("target", spec.target.conn_id))
-                if conn_id is None and not (section == "target" and spec.target.kind == "delta")]
+                if conn_id is None and (section == "source" or spec_target(spec).needs_conn_id)]
     if problems:
         raise SpecError(f"{spec.origin}: " + "; ".join(problems))
 
@@ -67,8 +72,6 @@ def _param(name: str) -> str:
 
 def decode_task(spec: PipelineSpec, task_id: str = "decode") -> Any:
     """The decode step: one drain cycle of the spec's slot, emitting an asset event per staged table."""
-    from airflow_provider_pglogical.operators.decode import PgLogicalDecodeOperator, table_asset
-
     return PgLogicalDecodeOperator(
         task_id=task_id, slot=spec.source.slot, publication=spec.source.publications or spec.source.publication,
         staging_uri=spec.staging.uri,
@@ -81,14 +84,8 @@ def apply_task(spec: PipelineSpec, task_id: str = "apply", max_batches: Any = No
     """The apply step: spark-submit of the apply app over every staged batch past the watermarks (PostgreSQL),
     with one outlet Asset per target table (``pglogical://<slot>/target/<schema>.<table>``), or the in-process
     Delta apply."""
-    if spec.target.kind == "delta":
-        from airflow_provider_pglogical.pipeline.tasks import DeltaApplyOperator
-
+    if spec_target(spec).applies_in_worker:
         return DeltaApplyOperator(task_id=task_id, spec=spec, max_batches=max_batches)
-    from airflow_provider_pglogical.assets.pglogical import target_table_asset
-    from airflow_provider_pglogical.operators.apply import PgLogicalApplyOperator
-    from airflow_provider_pglogical.pipeline.runs import apply_config
-
     config = apply_config(spec)
     # Plain dicts: the operator's ``tables`` is a templated field.
     tables = {name: {k: v for k, v in vars(cfg).items() if v is not None} for name, cfg in config.tables.items()}
@@ -103,7 +100,7 @@ def apply_task(spec: PipelineSpec, task_id: str = "apply", max_batches: Any = No
 def pipeline_task_group(spec: PipelineSpec, *, group_id: str = "pglogical") -> TaskGroup:
     """Add the pipeline's tasks to the current DAG as one TaskGroup and return it."""
     _require_conn_ids(spec)
-    with TaskGroup(group_id=group_id, tooltip=f"slot {spec.source.slot} → {spec.target.kind}") as group:
+    with TaskGroup(group_id=group_id, tooltip=f"slot {spec.source.slot} → {spec_target(spec).kind}") as group:
         # Snapshots first: with snapshot.initial a new slot is created with an exported snapshot.
         snapshot = SnapshotTablesOperator(task_id="snapshot", spec=spec,
                                           resync_tables="{{ (params.get('resync_tables') or []) | tojson }}")
@@ -165,10 +162,6 @@ def build_replay_dag(spec: PipelineSpec | str | os.PathLike[str], *, dag_id: str
 def _plan_replay_task(spec: PipelineSpec) -> Any:
     @task(task_id="plan_replay")
     def plan_replay(params: dict[str, Any] | None = None) -> dict[str, Any]:
-        from datetime import UTC, datetime
-
-        from airflow_provider_pglogical.pipeline.runs import batches_upto, first_batch_start
-
         params = params or {}
         upto_lsn = parse_lsn(upto) if (upto := params.get("upto_lsn") or "") else None
         text = params.get("upto_time") or ""

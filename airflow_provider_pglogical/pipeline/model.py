@@ -132,7 +132,7 @@ class PipelineSpec:
     origin: str = "<spec>"
     # Table selection like a publication's: "*" (every table of the publication) and "schema.*"
     # (`schemas:` or a "schema.*" entry), with their settings. ``tables`` holds the named tables;
-    # ``pipeline/selection.resolve`` adds the selected ones the publication publishes at run time.
+    # ``pipeline/source.resolve`` adds the selected ones the publication publishes at run time.
     selectors: dict[str, TableSpec] = field(default_factory=dict)
 
 

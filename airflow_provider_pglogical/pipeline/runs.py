@@ -9,23 +9,28 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import pyarrow.compute as pc
+
+from airflow_provider_pglogical.apply import planning
+from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
+from airflow_provider_pglogical.apply.sparkenv import LOCAL_DRIVER_CONF, is_local, use_package_python
 from airflow_provider_pglogical.apply.targets.postgres.progress import PROGRESS_TABLE
-from airflow_provider_pglogical.exceptions import SparkStartError, SpecError, StagingError, format_lsn
+from airflow_provider_pglogical.exceptions import SparkStartError, StagingError, format_lsn
+from airflow_provider_pglogical.pipeline.snapshots import initial_snapshot_if_new, sync_tables, unapplied_snapshots
+from airflow_provider_pglogical.pipeline.source import check_retention, ensure_replication, resolved, source_client
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec, TableSpec
-from airflow_provider_pglogical.pipeline.steps import (
-    check_retention,
-    ensure_replication,
-    source_client,
-    target_dsn,
-    target_progress_table,
-    target_watermark_ints,
+from airflow_provider_pglogical.pipeline.target import SpecTarget, spec_target
+from airflow_provider_pglogical.staging.drain import (
+    DEFAULT_MAX_CHANGES,
+    DEFAULT_MAX_WAL_BYTES,
+    DrainConfig,
+    DrainResult,
+    drain_run,
 )
+from airflow_provider_pglogical.staging.reader import StagingReader
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-    from airflow_provider_pglogical.apply.config import ApplyConfig
-    from airflow_provider_pglogical.staging.drain import DrainConfig
 
 Log = Callable[[str], None]
 DEFAULT_MASTER = "local[*]"
@@ -37,8 +42,6 @@ def _quiet(_message: str) -> None:
 
 def apply_config(spec: PipelineSpec, *, max_batches: int | None = None) -> ApplyConfig:
     """The spec's tables as the apply package's config (only listed tables are applied)."""
-    from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
-
     def table(t: TableSpec) -> TableApplyConfig:
         return TableApplyConfig(row_filter=t.row_filter, columns=t.columns,
                                 target=None if t.name.endswith("*") else t.target_name,
@@ -61,8 +64,6 @@ def new_spark_session(master: str | None = None, conf: dict[str, str] | None = N
     output, e.g. an unrecognised JVM option, went to stderr before it).
     """
     from pyspark.sql import SparkSession
-
-    from airflow_provider_pglogical.apply.sparkenv import LOCAL_DRIVER_CONF, is_local, use_package_python
 
     master = master or DEFAULT_MASTER
     builder = (SparkSession.builder.master(master).appName("pglogical-apply")
@@ -178,12 +179,6 @@ class SparkStarter:
                 "apply_waited_s": None if self.waited_s is None else round(self.waited_s, 2)}
 
 
-def early_start_allowed(spec: PipelineSpec) -> bool:
-    """Whether Spark may start during the drain: not for a Delta target with ``conn_id``, whose credentials
-    are exported to this process (and so to the JVM and its Python workers) only around the apply."""
-    return spec.target.kind != "delta" or not spec.target.conn_id
-
-
 def run_pending(spec: PipelineSpec, *, master: str | None = None, max_batches: int | None = None,
                 log: Log = _quiet) -> dict[str, Any]:
     """``pglogical run``: decode (at most ``max_batches`` batches), then apply everything pending.
@@ -192,7 +187,7 @@ def run_pending(spec: PipelineSpec, *, master: str | None = None, max_batches: i
     overlapping the JVM start with the rest of the drain; an empty slot starts no JVM.
     """
     starter = SparkStarter(master or spec.spark.master, spec.spark.conf, log=log)
-    early = early_start_allowed(spec)
+    early = spec_target(spec).early_spark_start
 
     def on_changes() -> None:
         if early:
@@ -213,14 +208,13 @@ def apply_pending(spec: PipelineSpec, *, master: str | None = None, max_batches:
     ``spark``: the run's session starter (its owner stops it); without it a session is started and
     stopped here, when there is something to apply.
     """
-    from airflow_provider_pglogical.pipeline.selection import resolved
-
     spec = resolved(spec)  # the selected tables' targets carry watermarks and snapshots too
     config = apply_config(spec, max_batches=max_batches)
-    pending = pending_batches(spec, max_batches=max_batches)
-    from airflow_provider_pglogical.pipeline.snapshots import unapplied_snapshots
-
-    if not pending and not unapplied_snapshots(spec):
+    target = spec_target(spec)
+    with target:  # one bookkeeping connection for both questions, closed before Spark starts
+        pending = pending_batches(spec, max_batches=max_batches, target=target)
+        nothing = not pending and not unapplied_snapshots(spec, target.sync_marks())
+    if nothing:
         # Starting Spark costs seconds: skip it when every staged batch is below every watermark.
         log(f"nothing to apply: no staged batch of slot {spec.source.slot} is past the target's watermarks")
         return {"batches_seen": 0, "batches_applied": 0, "batches_replayed_in_order": 0, "last_applied_end_lsn": None,
@@ -229,13 +223,8 @@ def apply_pending(spec: PipelineSpec, *, master: str | None = None, max_batches:
     from airflow_provider_pglogical.apply.runner import apply_slot  # imports pyspark: only when there is work
 
     # One apply path: the shared runner plans every batch and hands it to the spec's target.
-    with target_environment(spec), _apply_session(spark, master or spec.spark.master, spec.spark.conf) as session:
-        if spec.target.kind == "delta":
-            from airflow_provider_pglogical.apply.targets.delta import settings
-
-            reports = apply_slot(session, config, target=settings.target_for_spec(spec))
-        else:
-            reports = apply_slot(session, config, target_dsn(spec))
+    with target.environment(), _apply_session(spark, master or spec.spark.master, spec.spark.conf) as session:
+        reports = apply_slot(session, config, target=target.for_apply(session, config))
     rows: dict[str, dict[str, int]] = {}
     for report in reports:
         for table, counts in report.rows.items():
@@ -259,34 +248,24 @@ def _apply_session(starter: SparkStarter | None, master: str | None, conf: dict[
         yield session
 
 
-@contextmanager
-def target_environment(spec: PipelineSpec) -> Iterator[None]:
-    """The process environment the spec's target reads its credentials from (an object store's ``AWS_*``
-    from ``target.conn_id``, set for the block only); nothing for PostgreSQL, whose DSN is passed."""
-    if spec.target.kind != "delta":
-        yield
-        return
-    from airflow_provider_pglogical.apply.targets.delta import settings
-
-    with settings.environment(settings.spec_env(spec)):
-        yield
-
-
-def pending_batches(spec: PipelineSpec, *, max_batches: int | None = None) -> list[tuple[int, int]]:
+def pending_batches(spec: PipelineSpec, *, max_batches: int | None = None,
+                    target: SpecTarget | None = None) -> list[tuple[int, int]]:
     """(start, end) LSNs of staged batches some target table has not applied yet, in LSN order.
 
     Judged exactly as the apply judges them (``planning.pending_tables``), from the manifests and
-    truncate files only, so a run with nothing to do starts no Spark.
+    truncate files only, so a run with nothing to do starts no Spark. ``target``: the spec's target
+    handle when the caller holds one (its connection is reused).
     """
-    from airflow_provider_pglogical.apply import planning
-    from airflow_provider_pglogical.staging.reader import StagingReader
-
     reader = StagingReader.from_uri(spec.staging.uri, spec.source.slot)
     batches = reader.batches()
     if max_batches is not None:
         batches = batches[:max_batches]
     config = apply_config(spec)
-    marks = target_watermark_ints(spec)
+    if target is None:
+        with spec_target(spec) as own:
+            marks = own.watermarks()
+    else:
+        marks = target.watermarks()
     pending = []
     for batch in batches:
         manifest = reader.manifest(batch)
@@ -305,8 +284,6 @@ def decode_pending(spec: PipelineSpec, *, max_batches: int | None = None, log: L
     range, which the drain replaces rather than duplicates. ``on_changes`` is called (possibly more
     than once) when there is something for an apply: a snapshot was staged or the drain read a transaction.
     """
-    from airflow_provider_pglogical.pipeline.snapshots import initial_snapshot_if_new, sync_tables
-
     with source_client(spec) as client:
         # snapshot.initial: a new slot is created with an exported snapshot (before ensure_replication)
         initial = initial_snapshot_if_new(spec, client, log=log)
@@ -324,8 +301,6 @@ def decode_pending(spec: PipelineSpec, *, max_batches: int | None = None, log: L
 
 def drain_config(spec: PipelineSpec) -> DrainConfig:
     """The spec's source and staging as the drain library's per-cycle config."""
-    from airflow_provider_pglogical.staging.drain import DEFAULT_MAX_CHANGES, DEFAULT_MAX_WAL_BYTES, DrainConfig
-
     publication = spec.source.publications or spec.source.publication  # several: pgoutput's union semantics
     return DrainConfig(slot=spec.source.slot, publication=publication, staging_uri=spec.staging.uri,
                        max_wal_bytes=spec.source.max_batch_bytes or DEFAULT_MAX_WAL_BYTES,
@@ -341,8 +316,6 @@ def drain(spec: PipelineSpec, *, max_batches: int | None = None, log: Log = _qui
     Stopping at the starting flush position keeps a run bounded on a busy source: later WAL is
     the next run's work.
     """
-    from airflow_provider_pglogical.staging.drain import DrainResult, drain_run
-
     config = drain_config(spec)
 
     def report(result: DrainResult) -> None:
@@ -368,10 +341,6 @@ def batches_upto(spec: PipelineSpec, *, upto_lsn: int | None = None, upto_time: 
 
     Replay works on whole batches: a batch is included only when its last transaction qualifies.
     """
-    import pyarrow.compute as pc
-
-    from airflow_provider_pglogical.staging.reader import StagingReader
-
     reader = StagingReader.from_uri(spec.staging.uri, spec.source.slot)
     count = 0
     for ref in reader.batches():
@@ -392,32 +361,12 @@ def reset_target(spec: PipelineSpec, *, log: Log = _quiet) -> dict[str, Any]:
     Used by replay before re-applying the staged log from its first batch; crashing before the
     commit leaves the target untouched, after it a replay simply starts from an empty target.
     """
-    if spec.target.kind == "delta":
-        # A Delta table's watermark lives in its log with its data: replay into a new uri (or delete the
-        # table directories) rather than rewriting history under readers.
-        raise SpecError(f"{spec.origin}: reset of a delta target is not supported; point target.uri at a new "
-                        "location to rebuild it (docs/delta.md)")
-    import psycopg2
-
-    from airflow_provider_pglogical.apply.targets.postgres.progress import reset
-    from airflow_provider_pglogical.pipeline.selection import resolved
-
-    spec = resolved(spec)
-    targets = sorted({t.target_name for t in spec.tables.values()})
-    progress = target_progress_table(spec)
-    conn = psycopg2.connect(target_dsn(spec))
-    try:
-        existing = reset(conn, spec.source.slot, targets, progress)
-    finally:
-        conn.close()
-    log(f"emptied {len(existing)} target table(s) and reset the watermarks of slot {spec.source.slot}")
-    return {"truncated": existing}
+    with spec_target(resolved(spec)) as target:
+        return target.reset(log=log)
 
 
 def first_batch_start(spec: PipelineSpec) -> str | None:
     """Start LSN of the oldest staged batch (replay needs the log from the slot's creation)."""
-    from airflow_provider_pglogical.staging.reader import StagingReader
-
     batches = StagingReader.from_uri(spec.staging.uri, spec.source.slot).batches()
     if not batches:
         raise StagingError(f"no staged batches for slot {spec.source.slot!r} under {spec.staging.uri}")

@@ -5,9 +5,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from airflow_provider_pglogical.exceptions import SnapshotOnExistingSlotError, SpecError
+from airflow_provider_pglogical.exceptions import SnapshotOnExistingSlotError, SpecError, format_lsn
+from airflow_provider_pglogical.hooks.dsn import libpq_dsn
 from airflow_provider_pglogical.hooks.slot_client import PgLogicalClient
+from airflow_provider_pglogical.pipeline.source import resolve_with, resolved
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec, split_qualified
+from airflow_provider_pglogical.pipeline.target import spec_target
+from airflow_provider_pglogical.snapshot.layout import SnapshotLayout
+from airflow_provider_pglogical.snapshot.run import (
+    SnapshotJob,
+    SnapshotSettings,
+    initial_snapshot,
+    request_added_tables,
+    request_resync,
+    sync_pending,
+)
 
 Log = Callable[[str], None]
 
@@ -20,7 +32,6 @@ def source_dsn(spec: PipelineSpec) -> str:
     """The source as a libpq DSN (snapshot readers and the replication connection open their own)."""
     if spec.source.dsn is not None:
         return spec.source.dsn
-    from airflow_provider_pglogical.hooks.dsn import libpq_dsn
     from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
 
     # The one DSN builder and extras allowlist (hooks/dsn.py), with the hook's database override.
@@ -29,8 +40,6 @@ def source_dsn(spec: PipelineSpec) -> str:
 
 
 def snapshot_job(spec: PipelineSpec) -> Any:
-    from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings
-
     settings = SnapshotSettings(initial=spec.snapshot.initial, parallelism=spec.snapshot.parallelism,
                                 chunk_bytes=spec.snapshot.chunk_size)
     tables = {name: (t.columns, t.row_filter) for name, t in spec.tables.items()}
@@ -46,9 +55,6 @@ def initial_snapshot_if_new(spec: PipelineSpec, client: PgLogicalClient, *, log:
     ``source.create``), then the slot with an exported snapshot, and stage every table at its
     consistent point. A slot that exists without any snapshot state is an error (no exported
     snapshot consistent with it can be taken any more)."""
-    from airflow_provider_pglogical.snapshot.layout import SnapshotLayout
-    from airflow_provider_pglogical.snapshot.run import initial_snapshot
-
     if not spec.snapshot.initial:
         return None
     slot = spec.source.slot
@@ -60,8 +66,6 @@ def initial_snapshot_if_new(spec: PipelineSpec, client: PgLogicalClient, *, log:
                 "(pglogical resync --spec FILE --table schema.table)")
         return None
     if spec.selectors:  # create the publication for the selection, then snapshot what it publishes
-        from airflow_provider_pglogical.pipeline.selection import resolve_with
-
         spec = resolve_with(spec, client)
     if spec.source.create:
         client.check_wal_level()
@@ -81,14 +85,10 @@ def sync_tables(spec: PipelineSpec, *, resync: list[str] | None = None, log: Log
                 on_checkpoint: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Snapshot tables waiting for one: ``resync`` ones, tables added to a snapshotting pipeline,
     and tables a crashed snapshot left unfinished — each at a later sync LSN (temporary slot)."""
-    from airflow_provider_pglogical.pipeline.selection import resolved
-    from airflow_provider_pglogical.snapshot.run import request_added_tables, request_resync, sync_pending
-
     spec = resolved(spec)  # tables newly selected in the publication are "added" tables
     job = snapshot_job(spec)
-    if resync and spec.target.kind == "delta" and spec.target.mode != "mirror":  # nothing would load it
-        raise SpecError(f"resync of {', '.join(resync)}: a delta target loads snapshots in mode: mirror only")
     if resync:
+        spec_target(spec).check_resync(resync)
         request_resync(job, resync)
     added = request_added_tables(job) if spec.snapshot.initial else []
     if added:
@@ -103,9 +103,6 @@ def sync_tables(spec: PipelineSpec, *, resync: list[str] | None = None, log: Log
 def sync_states(spec: PipelineSpec, applied: dict[str, int] | None = None) -> dict[str, dict[str, Any]]:
     """Per spec table: pending / copying (progress) / staged at LSN / synced at LSN (applied on the
     target) / none (the table only carries changes)."""
-    from airflow_provider_pglogical.exceptions import format_lsn
-    from airflow_provider_pglogical.snapshot.layout import SnapshotLayout
-
     states = SnapshotLayout.from_uri(spec.staging.uri, spec.source.slot).sync_states(sorted(spec.tables))
     for table, state in states.items():
         done = (applied or {}).get(spec.tables[table].target_name)
@@ -116,36 +113,12 @@ def sync_states(spec: PipelineSpec, applied: dict[str, int] | None = None) -> di
     return states
 
 
-def target_sync_marks(spec: PipelineSpec) -> dict[str, int]:
-    """Target table → sync LSN of the snapshot it holds ({} before any snapshot was applied)."""
-    if spec.target.kind == "delta":  # app transactions in each table's Delta log
-        from airflow_provider_pglogical.apply.targets.delta import settings
-
-        with settings.environment(settings.spec_env(spec)):
-            return settings.target_for_spec(spec).sync_marks(spec.source.slot,
-                                                             {t.target_name for t in spec.tables.values()})
-    if spec.target.kind != "postgres":
-        return {}
-    import psycopg2
-
-    from airflow_provider_pglogical.apply.targets.postgres.progress import SYNC_TABLE, sync_marks
-    from airflow_provider_pglogical.pipeline.steps import target_dsn, target_progress_table
-
-    # pglogical_sync lives next to the progress table, in the bookkeeping schema the apply resolves.
-    schema = target_progress_table(spec).rpartition(".")[0]
-    conn = psycopg2.connect(target_dsn(spec))
-    try:
-        return sync_marks(conn, spec.source.slot, f"{schema}.{SYNC_TABLE}" if schema else SYNC_TABLE)
-    finally:
-        conn.close()
-
-
 def unapplied_snapshots(spec: PipelineSpec, marks: dict[str, int] | None = None) -> list[str]:
     """Source tables whose latest staged snapshot the target has not loaded yet."""
-    from airflow_provider_pglogical.snapshot.layout import SnapshotLayout
-
     layout = SnapshotLayout.from_uri(spec.staging.uri, spec.source.slot)
-    marks = target_sync_marks(spec) if marks is None else marks
+    if marks is None:
+        with spec_target(spec) as target:
+            marks = target.sync_marks()
     out = []
     for name, table in sorted(spec.tables.items()):
         ref = layout.latest(name)

@@ -337,7 +337,7 @@ class SpecValidator:
             tpath = _join(path, str(name))
             if isinstance(name, str) and (name == "*" or name.endswith(".*")):
                 # "*": every table of the publication; "schema.*": every published table of the schema.
-                # Named entries override them (pipeline/selection.py resolves them at run time).
+                # Named entries override them (pipeline/source.py resolves them at run time).
                 if name != "*" and (not _qualified_ok(name[:-2] + ".x") or "*" in name[:-2]):
                     self.err(tpath, 'a selection is "*" or schema.*')
                     continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
+import time
 
 import pytest
 import yaml
@@ -391,3 +392,68 @@ def test_a_spark_that_does_not_start_fails_the_run_after_the_drain_staged_and_ad
     applied = pglogical("apply", "--spec", pipeline["spec"])
     assert applied.returncode == 0, applied.stderr[-3000:]
     assert query(pipeline["target"], "SELECT id, name FROM customers ORDER BY id") == [(1, "a"), (2, "b")]
+
+
+def sessions_opened(pg_server, dbname: str) -> int:
+    """How many sessions were ever opened on ``dbname`` (``pg_stat_database.sessions``), read once none is left
+    open: a backend publishes its count by the time it leaves ``pg_stat_activity``. Read from another database."""
+    deadline = time.monotonic() + 60
+    while True:
+        [(open_now, opened)] = query(pg_server.dsn(), "SELECT (SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                                     "%s), (SELECT sessions FROM pg_stat_database WHERE datname = %s)", (dbname, dbname))
+        if open_now == 0:
+            return int(opened)
+        assert time.monotonic() < deadline, f"{open_now} session(s) on {dbname} stay open"
+        time.sleep(0.1)
+
+
+def test_apply_and_status_ask_the_postgres_target_on_one_connection_before_spark_starts(pipeline, pg_server):
+    """The spec's target is resolved once: the bookkeeping schema, the watermarks and the snapshot sync marks are
+    asked on one target connection, closed before Spark starts (the apply's own target opens its connections then)."""
+    target_db = pipeline["target"].split("dbname=")[1].split()[0]
+    before = sessions_opened(pg_server, target_db)
+    nothing = pglogical("apply", "--spec", pipeline["spec"])  # nothing staged: no Spark at all
+    assert nothing.returncode == 0, nothing.stderr
+    assert json.loads(nothing.stdout)["batches_seen"] == 0
+    after_nothing = sessions_opened(pg_server, target_db)
+    assert after_nothing - before == 1
+
+    assert pglogical("decode", "--spec", pipeline["spec"]).returncode == 0
+    execute(pipeline["source"], "INSERT INTO customers VALUES (1, 'a')")
+    assert pglogical("decode", "--spec", pipeline["spec"]).returncode == 0
+    # A Spark that cannot start: every target connection the apply opened came before the JVM.
+    failed = pglogical("apply", "--spec", pipeline["spec"], extra={"JAVA_HOME": str(pipeline["tmp"] / "no-java")})
+    assert failed.returncode == 1 and "did not start" in failed.stderr
+    after_failed = sessions_opened(pg_server, target_db)
+    assert after_failed - after_nothing == 1
+
+    status = pglogical("status", "--spec", pipeline["spec"])
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["target"] == {"kind": "postgres", "watermarks": {}}
+    assert sessions_opened(pg_server, target_db) - after_failed == 1
+
+
+def test_reset_target_empties_the_target_tables_and_forgets_the_watermarks_on_one_connection(pipeline, pg_server):
+    """Replay's reset (``ResetTargetOperator``): the existing target tables are emptied and the slot's watermarks
+    forgotten in one transaction, on the handle's one connection; another slot's watermark stays."""
+    from airflow_provider_pglogical.pipeline.runs import reset_target
+    from airflow_provider_pglogical.pipeline.spec import load_spec
+    from airflow_provider_pglogical.pipeline.target import spec_target
+
+    execute(pipeline["target"], "CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL)",
+            "INSERT INTO customers VALUES (1, 'a')",
+            "CREATE TABLE pglogical_progress (slot text NOT NULL, target_table text NOT NULL, end_lsn pg_lsn NOT NULL, "
+            "applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (slot, target_table))",
+            "INSERT INTO pglogical_progress (slot, target_table, end_lsn) VALUES ('cli_slot', 'public.customers', "
+            "'0/10'), ('other_slot', 'public.customers', '0/20')")
+    spec = load_spec(pipeline["spec"])
+    with spec_target(spec) as target:
+        assert target.watermarks() == {"public.customers": 0x10}
+    target_db = pipeline["target"].split("dbname=")[1].split()[0]
+    before = sessions_opened(pg_server, target_db)
+    lines: list[str] = []
+    assert reset_target(spec, log=lines.append) == {"truncated": ["public.customers"]}
+    assert sessions_opened(pg_server, target_db) - before == 1
+    assert lines == ["emptied 1 target table(s) and reset the watermarks of slot cli_slot"]
+    assert query(pipeline["target"], "SELECT count(*) FROM customers") == [(0,)]
+    assert query(pipeline["target"], "SELECT slot, end_lsn::text FROM pglogical_progress") == [("other_slot", "0/20")]

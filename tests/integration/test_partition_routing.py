@@ -142,7 +142,7 @@ def test_routed_leaves_replay_in_commit_order_when_the_netted_batch_cannot_apply
 def test_the_source_catalog_names_leaves_ancestors_and_constraints_and_a_selection_skips_routed_leaves(pg_server):
     """What the drain stages for a leaf (at any depth) and what a run's selection resolves, on a real source."""
     from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
-    from airflow_provider_pglogical.pipeline.selection import resolve_with
+    from airflow_provider_pglogical.pipeline.source import resolve_with
     from airflow_provider_pglogical.pipeline.spec import parse_spec
     from tests.conftest import make_database
 

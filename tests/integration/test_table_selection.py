@@ -9,7 +9,7 @@ import pytest
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.exceptions import SpecError
 from airflow_provider_pglogical.pipeline.runs import apply_config, decode_pending
-from airflow_provider_pglogical.pipeline.selection import resolved
+from airflow_provider_pglogical.pipeline.source import resolved
 from airflow_provider_pglogical.pipeline.spec import parse_spec
 from tests.conftest import make_database
 from tests.pgserver import execute, query

@@ -39,7 +39,7 @@ def test_the_pipeline_dag_runs_one_at_a_time_without_catchup_and_offers_the_limi
 
 def test_the_snapshot_task_reads_resync_tables_from_the_param_and_refuses_unknown_tables():
     from airflow_provider_pglogical.exceptions import SpecError
-    from airflow_provider_pglogical.pipeline.tasks import SnapshotTablesOperator
+    from airflow_provider_pglogical.pipeline.operators import SnapshotTablesOperator
 
     spec = parse_spec(DOC, env={})
     for value, expected in (("[]", []), ('["public.orders"]', ["public.orders"]), (None, []),

@@ -248,7 +248,7 @@ def test_table_selection_errors_are_clear():
 
 
 def test_resolving_a_selection_against_the_publication():
-    from airflow_provider_pglogical.pipeline.selection import resolve
+    from airflow_provider_pglogical.pipeline.source import resolve
 
     doc = with_change("tables/*", {"unchanged_toast": "reject_and_continue"})
     doc["tables"]["sales.*"] = {"actions": ["insert"]}

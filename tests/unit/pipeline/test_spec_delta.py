@@ -61,7 +61,7 @@ def test_a_delta_pipeline_dag_applies_in_process_and_needs_no_target_connection(
     from datetime import datetime
 
     from airflow_provider_pglogical.pipeline.dag_factory import build_pipeline_dag
-    from airflow_provider_pglogical.pipeline.tasks import DeltaApplyOperator
+    from airflow_provider_pglogical.pipeline.operators import DeltaApplyOperator
     from tests.unit.pipeline.test_dag_factory import DOC
 
     doc = copy.deepcopy(DOC)

@@ -29,7 +29,7 @@ def test_leaves_is_refused_on_selections_and_for_a_delta_target():
 
 
 def test_a_selection_leaves_the_routed_leaves_to_their_root():
-    from airflow_provider_pglogical.pipeline.selection import resolve
+    from airflow_provider_pglogical.pipeline.source import resolve
 
     doc = with_change("tables/*", {})
     doc["tables"]["public.meas"] = {"leaves": "route_to_root"}

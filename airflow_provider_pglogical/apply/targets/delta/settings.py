@@ -1,4 +1,4 @@
-"""A Delta target from a pipeline spec, and its object-store credentials from an Airflow connection or the environment.
+"""A Delta target's object-store credentials from an Airflow connection or the environment.
 
 Credentials never travel in the spec, a URI, argv or Spark conf: an AWS-type Airflow connection
 (``login`` = access key id, ``password`` = secret key, extras ``region_name``, ``endpoint_url``,
@@ -11,13 +11,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
-
-from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
-from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
-
-if TYPE_CHECKING:
-    from airflow_provider_pglogical.pipeline.spec import PipelineSpec
 
 EXTRA_TO_ENV = {"region_name": "AWS_REGION", "endpoint_url": "AWS_ENDPOINT_URL",
                 "aws_session_token": "AWS_SESSION_TOKEN"}
@@ -53,13 +46,3 @@ def environment(env: Mapping[str, str]) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-
-
-def spec_env(spec: PipelineSpec) -> dict[str, str]:
-    return connection_env(spec.target.conn_id) if spec.target.conn_id else {}
-
-
-def target_for_spec(spec: PipelineSpec) -> DeltaTarget:
-    t = spec.target
-    return DeltaTarget(DeltaLocation(t.uri or "", dict(t.storage_options)), spec.source.slot, mode=t.mode,
-                       partition_by=t.partition_by)

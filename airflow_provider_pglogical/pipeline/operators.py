@@ -3,26 +3,30 @@ and the in-process apply into a Delta target."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_provider_pglogical.exceptions import SpecError
+from airflow_provider_pglogical.hooks.sizes import parse_size
+from airflow_provider_pglogical.hooks.slot_client import PgLogicalClient
+from airflow_provider_pglogical.pipeline.runs import apply_pending, reset_target
+from airflow_provider_pglogical.pipeline.snapshots import initial_snapshot_if_new, sync_tables
+from airflow_provider_pglogical.pipeline.source import check_retention, ensure_replication, source_client
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_pglogical.hooks.slot_client import PgLogicalClient
-
-SourceStep = Callable[[PipelineSpec, "PgLogicalClient"], dict[str, Any]]
+SourceStep = Callable[[PipelineSpec, PgLogicalClient], dict[str, Any]]
 
 
 def _run_on_source(task: BaseOperator, spec: PipelineSpec, step: SourceStep, message: str,
                    keys: Sequence[str]) -> dict[str, Any]:
     """``step`` with a slot client on the spec's source (closed afterwards); logs ``message`` with the result's ``keys``."""
-    from airflow_provider_pglogical.pipeline.steps import source_client
-
     with source_client(spec) as client:
         result = step(spec, client)
     task.log.info(message, *(result[k] for k in keys))
@@ -45,8 +49,6 @@ class EnsureReplicationOperator(BaseOperator):
         self.spec = spec
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_pglogical.pipeline.steps import ensure_replication
-
         return _run_on_source(self, self.spec, ensure_replication,
                               "publication %s (created: %s), slot %s at %s (created: %s)",
                               ("publication", "created_publication", "slot", "confirmed_flush_lsn", "created_slot"))
@@ -72,11 +74,6 @@ class WalRetentionCheckOperator(BaseOperator):
         self.min_safe_wal_bytes = min_safe_wal_bytes
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from dataclasses import replace
-
-        from airflow_provider_pglogical.hooks.sizes import parse_size
-        from airflow_provider_pglogical.pipeline.steps import check_retention
-
         spec = self.spec
         if self.min_safe_wal_bytes not in (None, ""):
             spec = replace(spec, source=replace(spec.source, min_safe_wal_bytes=parse_size(self.min_safe_wal_bytes)))
@@ -100,8 +97,6 @@ class ResetTargetOperator(BaseOperator):
         self.enabled = enabled
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_pglogical.pipeline.runs import reset_target
-
         if str(self.enabled).lower() in ("false", "0", "no", ""):
             self.log.info("reset disabled: replaying on top of the current target")
             return {"truncated": []}
@@ -128,8 +123,6 @@ class DeltaApplyOperator(BaseOperator):
         self.max_batches = max_batches
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_pglogical.pipeline.runs import apply_pending
-
         limit = None if self.max_batches in (None, "", "None") else int(self.max_batches)
         return apply_pending(self.spec, max_batches=limit, log=self.log.info)
 
@@ -159,21 +152,14 @@ class SnapshotTablesOperator(BaseOperator):
         if value in (None, "", "[]"):
             return []
         if isinstance(value, str):
-            import json
-
             value = json.loads(value) if value.startswith("[") else [v.strip() for v in value.split(",")]
         tables = [str(v) for v in value if str(v).strip()]
         unknown = sorted(set(tables) - set(self.spec.tables))
         if unknown:
-            from airflow_provider_pglogical.exceptions import SpecError
-
             raise SpecError(f"resync_tables: {', '.join(unknown)} not in the spec's tables")
         return tables
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_pglogical.pipeline.snapshots import initial_snapshot_if_new, sync_tables
-        from airflow_provider_pglogical.pipeline.steps import source_client
-
         resync = self.tables_to_resync()
         with source_client(self.spec) as client:
             initial = initial_snapshot_if_new(self.spec, client, log=self.log.info)

@@ -1,0 +1,140 @@
+"""The source side of a pipeline run, shared by the CLI and the DAG tasks: the slot client, ensure
+publication and slot, the WAL-retention check, and table selection (``"*"`` / ``schema.*`` resolved
+against what the publication publishes)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import replace
+from typing import Any
+
+from airflow_provider_pglogical.exceptions import PublicationNotFoundError, SpecError, format_lsn
+from airflow_provider_pglogical.hooks.slot_client import PgLogicalClient
+from airflow_provider_pglogical.hooks.slots import check_wal_retention, slot_lag_bytes, slot_summary
+from airflow_provider_pglogical.pipeline.spec import PipelineSpec, TableSpec, split_qualified
+
+
+def source_client(spec: PipelineSpec) -> PgLogicalClient:
+    """A slot client on the source: the spec's DSN (no Airflow import: the CLI's path), or its
+    Airflow connection (through ``PgLogicalHook``, which resolves it when the client connects)."""
+    if spec.source.dsn is not None:
+        return PgLogicalClient.from_dsn(spec.source.dsn)
+    from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
+
+    return PgLogicalHook(postgres_conn_id=spec.source.conn_id).client
+
+
+def ensure_replication(spec: PipelineSpec, client: PgLogicalClient) -> dict[str, Any]:
+    """Make sure the publication and the slot exist (creating them when ``source.create``).
+
+    The publication is created before the slot: pgoutput looks publications up with the
+    catalog as of each decoded change, so WAL older than the publication could not be decoded.
+    """
+    publication, slot = spec.source.publication, spec.source.slot
+    created_publication = created_slot = False
+    if spec.selectors:
+        created_publication = spec.source.create and create_selected_publication(spec, client)
+        spec = resolve_with(spec, client)
+    if spec.source.create:
+        client.check_wal_level()
+        created_publication = (client.create_publication(publication, [split_qualified(t) for t in spec.tables])
+                               or created_publication)
+    for name in spec.source.all_publications if not spec.source.create else ():
+        if not client.publication_exists(name):
+            raise PublicationNotFoundError(
+                f"publication {name!r} does not exist; create it or set source.create: true in the spec")
+    published = client.published_tables(spec.source.all_publications)
+    # Without publish_via_partition_root a publication lists a partitioned table's leaves, not the table:
+    # an entry routing its leaves is published when they are.
+    missing = sorted(name for name in set(spec.tables) - published
+                     if not (spec.tables[name].leaves == "route_to_root" and published & set(client.partition_leaves(name))))
+    if missing:
+        names = ", ".join(repr(p) for p in spec.source.all_publications)
+        raise SpecError(
+            f"publication {names} does not publish {', '.join(missing)}; add them with ALTER PUBLICATION "
+            "... ADD TABLE or remove them from the spec's tables")
+    if spec.source.create:
+        created_slot = client.create_slot(slot)
+    info = client.require_slot(slot)
+    return {"publication": publication, "created_publication": created_publication, "slot": slot,
+            "created_slot": created_slot, "confirmed_flush_lsn": format_lsn(info.confirmed_flush_lsn)}
+
+
+def check_retention(spec: PipelineSpec, client: PgLogicalClient) -> dict[str, Any]:
+    """Fail (typed error) when the slot is lost, unreserved or under ``source.min_safe_wal_bytes``."""
+    info = check_wal_retention(client.slot_info(spec.source.slot), slot=spec.source.slot,
+                               min_safe_wal_bytes=spec.source.min_safe_wal_bytes)
+    return {**slot_summary(info), "lag_bytes": slot_lag_bytes(info)}
+
+
+# -- Table selection ------------------------------------------------------------------------------
+# Table selection like a publication's: ``"*"`` and ``schema.*`` entries resolved against what the
+# publication publishes when a run starts, so tables added to the publication are picked up by the
+# next run (and, with ``snapshot.initial``, copied first by the snapshot feature's added-tables path).
+#
+# Named entries win over ``schema.*``, which wins over ``"*"`` — the order ``ApplyConfig.table_config``
+# uses too. A selected table keeps its own name as its target.
+
+
+def selector_for(spec: PipelineSpec, table: str) -> TableSpec | None:
+    """The ``schema.*`` or ``"*"`` entry that selects ``table`` (None: not selected)."""
+    return spec.selectors.get(f"{split_qualified(table)[0]}.*") or spec.selectors.get("*")
+
+
+def resolve(spec: PipelineSpec, published: Collection[str], routed: Collection[str] = ()) -> PipelineSpec:
+    """``spec`` with every ``published`` table its selectors pick added to ``tables`` (pure).
+
+    A selected table whose name is already a named entry's target is an error naming both: two
+    sources would write one target table. ``routed``: leaf partitions of entries with ``leaves:
+    route_to_root``, which go to their root's target and are not selected on their own.
+    """
+    if not spec.selectors:
+        return spec
+    tables = dict(spec.tables)
+    targets = {t.target_name: name for name, t in tables.items()}
+    for name in sorted(published):
+        selector = selector_for(spec, name)
+        if name in tables or selector is None or name in routed:
+            continue
+        if name in targets:
+            raise SpecError(f"{spec.origin}: tables.{selector.name} selects the published table {name}, which is "
+                            f"also the target of tables.{targets[name]}; give {name} an entry of its own with "
+                            "another target, or rename that entry's target")
+        tables[name] = replace(selector, name=name)
+        targets[name] = name
+    return replace(spec, tables=tables)
+
+
+def create_selected_publication(spec: PipelineSpec, client: PgLogicalClient) -> bool:
+    """With ``source.create``: create the publication for the spec's selection unless it exists —
+    ``FOR ALL TABLES`` for ``"*"``, else ``FOR TABLE <named>, TABLES IN SCHEMA <schemas>`` (PostgreSQL 15+)."""
+    if "*" in spec.selectors:
+        return client.create_publication(spec.source.publication, all_tables=True)
+    schemas = sorted(name[:-2] for name in spec.selectors)
+    return client.create_publication(spec.source.publication, [split_qualified(t) for t in spec.tables],
+                                     schemas=schemas)
+
+
+def resolve_with(spec: PipelineSpec, client: PgLogicalClient) -> PipelineSpec:
+    """``resolve`` against the publication on ``client`` (created first with ``source.create``); a missing
+    publication leaves the spec as it is (``ensure_replication`` reports it)."""
+    if not spec.selectors:
+        return spec
+    if spec.source.create:
+        create_selected_publication(spec, client)
+    if not all(client.publication_exists(p) for p in spec.source.all_publications):
+        return spec
+    routed = {leaf for name, t in spec.tables.items() if t.leaves == "route_to_root"
+              for leaf in client.partition_leaves(name)}
+    return resolve(spec, client.published_tables(spec.source.all_publications), routed)
+
+
+def resolved(spec: PipelineSpec) -> PipelineSpec:
+    """``resolve_with`` on a connection of its own; no connection when the spec selects nothing."""
+    if not spec.selectors:
+        return spec
+    client = source_client(spec)
+    try:
+        return resolve_with(spec, client)
+    finally:
+        client.close()

@@ -1,0 +1,64 @@
+"""``pglogical status``: slot position and lag, staged batches, the target's watermarks and each table's sync state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_provider_pglogical.exceptions import SlotError, format_lsn
+from airflow_provider_pglogical.hooks.slots import check_wal_retention, slot_lag_bytes, slot_summary
+from airflow_provider_pglogical.pipeline.snapshots import sync_states
+from airflow_provider_pglogical.pipeline.source import source_client
+from airflow_provider_pglogical.pipeline.spec import PipelineSpec
+from airflow_provider_pglogical.pipeline.target import SpecTarget, spec_target
+from airflow_provider_pglogical.staging.reader import StagingReader
+
+
+def staged_batches(spec: PipelineSpec) -> list[dict[str, Any]]:
+    """Every visible batch of the spec's slot, in LSN order, with its counts."""
+    reader = StagingReader.from_uri(spec.staging.uri, spec.source.slot)
+    out = []
+    for ref in reader.batches():
+        manifest = reader.manifest(ref)
+        out.append({"batch": ref.name, "start_lsn": manifest.start_lsn, "end_lsn": manifest.end_lsn,
+                    "transactions": manifest.transactions, "changes": manifest.changes,
+                    "truncates": manifest.truncates, "bytes": manifest.bytes,
+                    "tables": {name: t["rows"] for name, t in sorted(manifest.tables.items())}})
+    return out
+
+
+def target_watermarks(target: SpecTarget) -> dict[str, str]:
+    """Target table → committed end LSN in ``X/X`` form."""
+    return {table: format_lsn(lsn) for table, lsn in sorted(target.watermarks().items())}
+
+
+def status(spec: PipelineSpec) -> dict[str, Any]:
+    """Slot position and lag, staged batches and target watermarks, as one JSON-friendly dict."""
+    with source_client(spec) as client:
+        info = client.slot_info(spec.source.slot)
+        current = client.current_wal_flush_lsn()
+    slot = None
+    if info is not None:
+        slot = {**slot_summary(info), "lag_bytes": slot_lag_bytes(info)}
+        if spec.source.max_lag_bytes is not None:
+            slot["lag_ok"] = slot["lag_bytes"] <= spec.source.max_lag_bytes
+        try:
+            check_wal_retention(info, slot=spec.source.slot, min_safe_wal_bytes=spec.source.min_safe_wal_bytes)
+            slot["wal_retention"] = "ok"
+        except SlotError as exc:  # status reports the problem; decode is what fails on it
+            slot["wal_retention"] = str(exc)
+    batches = staged_batches(spec)
+    with spec_target(spec) as target:  # watermarks and sync marks on one target connection
+        return {
+            "spec": spec.origin,
+            "source": {"publication": ", ".join(spec.source.all_publications), "current_wal_flush_lsn": format_lsn(current), "slot": slot},
+            "staging": {"uri": spec.staging.uri, "batches": batches,
+                        "staged_changes": sum(b["changes"] for b in batches),
+                        "last_end_lsn": batches[-1]["end_lsn"] if batches else None},
+            "target": {"kind": target.kind, "watermarks": target_watermarks(target)},
+            "sync": _sync_states(spec, target),
+        }
+
+
+def _sync_states(spec: PipelineSpec, target: SpecTarget) -> dict[str, Any]:
+    """Per table: pending / copying (with progress) / staged / synced at LSN / none."""
+    return sync_states(spec, target.sync_marks())

@@ -1,0 +1,290 @@
+"""The spec's target, resolved once: the only place that reads ``spec.target.kind``.
+
+``spec_target(spec)`` turns the spec's ``target`` section into a small handle (no Spark, no
+connection yet) that answers what the pipeline asks of a target: the process environment the apply
+needs, watermarks, snapshot sync marks, whether Spark may start during the drain, reset for a replay,
+maintenance, and ``for_apply(spark, config)``, the ``apply.targets.base.Target`` the runner applies
+to. The CLI, the DAG factory, the run steps and ``status`` ask the handle; none of them branches on
+the kind.
+
+A new target kind is its folder under ``apply/targets/`` (the ``Target``), its spec model
+(``pipeline/model.py``, ``validation.py``) and one handle class here, registered with ``@register``.
+Several targets per slot would be one more handle composing others, registered the same way.
+
+A PostgreSQL handle asks all its bookkeeping questions (schema resolution, watermarks, sync marks,
+reset) on one connection, opened on the first question and closed by ``close()`` (or leaving the
+handle's ``with`` block), so a run closes it before Spark starts; the apply's ``Target`` opens its own.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import psycopg2
+
+from airflow_provider_pglogical.apply import planning
+from airflow_provider_pglogical.apply.targets.delta.settings import connection_env, environment
+from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import qualified, resolve_schema
+from airflow_provider_pglogical.apply.targets.postgres.progress import (
+    PROGRESS_TABLE,
+    SYNC_TABLE,
+    read_watermarks,
+    reset,
+    sync_marks,
+)
+from airflow_provider_pglogical.exceptions import SpecError
+from airflow_provider_pglogical.hooks.dsn import libpq_dsn
+from airflow_provider_pglogical.pipeline.spec import PipelineSpec
+
+if TYPE_CHECKING:
+    from psycopg2.extensions import connection
+    from pyspark.sql import SparkSession
+
+    from airflow_provider_pglogical.apply.config import ApplyConfig
+    from airflow_provider_pglogical.apply.targets.base import Target
+    from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
+
+Log = Callable[[str], None]
+
+
+def _quiet(_message: str) -> None:
+    pass
+
+
+class SpecTarget(ABC):
+    """What the pipeline asks of the spec's target; one subclass per ``target.kind`` (see ``register``).
+
+    Besides the methods, a kind sets ``applies_in_worker`` (the DAG's apply runs in the Airflow worker
+    rather than as a spark-submit app) and ``needs_conn_id`` (a task in another process finds the target
+    only through an Airflow connection), and may override ``early_spark_start``.
+    """
+
+    kind: ClassVar[str] = ""
+    applies_in_worker: ClassVar[bool] = False
+    needs_conn_id: ClassVar[bool] = True
+
+    def __init__(self, spec: PipelineSpec) -> None:
+        self.spec = spec
+
+    @property
+    def early_spark_start(self) -> bool:
+        """Whether Spark may start while the drain runs (not when the target's credentials reach this
+        process, and so the JVM, only around the apply)."""
+        return True
+
+    @property
+    def tables(self) -> list[str]:
+        """The spec's target tables in spec order (of a resolved spec: selected tables included)."""
+        return list(dict.fromkeys(t.target_name for t in self.spec.tables.values()))
+
+    def environment(self) -> AbstractContextManager[None]:
+        """The process environment the target reads its credentials from, set for the block only."""
+        return nullcontext()
+
+    @abstractmethod
+    def watermarks(self) -> dict[str, int]:
+        """Target table → end LSN the apply has committed for it ({} before the first apply)."""
+
+    def sync_marks(self) -> dict[str, int]:
+        """Target table → sync LSN of the snapshot it holds ({} before any snapshot was applied)."""
+        return {}
+
+    def check_resync(self, tables: Sequence[str]) -> None:
+        """Raise ``SpecError`` when the target would never load a snapshot of ``tables``."""
+        return  # a target that loads snapshots takes any table
+
+    def reset(self, *, log: Log = _quiet) -> dict[str, Any]:
+        """Empty the target tables and forget the slot's watermarks (replay from the first batch)."""
+        raise SpecError(f"{self.spec.origin}: reset of a {self.kind} target is not supported")
+
+    def maintain(self, *, retention_hours: int, vacuum: bool) -> dict[str, Any]:
+        """Compact and vacuum the target tables (``pglogical maintain``)."""
+        raise SpecError(f"{self.spec.origin}: maintain compacts and vacuums Delta tables; the target is {self.kind}")
+
+    @abstractmethod
+    def for_apply(self, spark: SparkSession, config: ApplyConfig) -> Target:
+        """The ``Target`` the runner applies ``config`` to, in ``spark``'s driver."""
+
+    def close(self) -> None:
+        """Release what the questions above opened (the handle stays usable)."""
+        return  # nothing opened by default
+
+    def __enter__(self) -> SpecTarget:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+HANDLES: dict[str, type[SpecTarget]] = {}
+
+
+def register(kind: str) -> Callable[[type[SpecTarget]], type[SpecTarget]]:
+    """Class decorator: the handle of ``target.kind: <kind>``."""
+    def add(cls: type[SpecTarget]) -> type[SpecTarget]:
+        cls.kind = kind
+        HANDLES[kind] = cls
+        return cls
+    return add
+
+
+def spec_target(spec: PipelineSpec) -> SpecTarget:
+    """The handle of the spec's target (nothing is opened yet)."""
+    try:
+        handle = HANDLES[spec.target.kind]
+    except KeyError:
+        raise SpecError(f"{spec.origin}: target kind {spec.target.kind!r} has no pipeline support") from None
+    return handle(spec)
+
+
+@register("postgres")
+class PostgresSpecTarget(SpecTarget):
+    """A PostgreSQL target (``dsn`` or ``conn_id``); its bookkeeping tables live in the schema
+    ``bookkeeping_schema.resolve_schema`` picks, asked once per handle."""
+
+    def __init__(self, spec: PipelineSpec) -> None:
+        super().__init__(spec)
+        self._dsn: str | None = None
+        self._conn: connection | None = None
+        self._progress_table: str | None = None
+
+    @property
+    def dsn(self) -> str:
+        """The target as a libpq DSN (resolving an Airflow connection when the spec names one)."""
+        if self._dsn is None:
+            if self.spec.target.dsn is not None:
+                self._dsn = self.spec.target.dsn
+            else:
+                from airflow.providers.postgres.hooks.postgres import PostgresHook
+
+                # The same builder and extras allowlist as the hook and the apply operator (hooks/dsn.py).
+                self._dsn = libpq_dsn(PostgresHook.get_connection(self.spec.target.conn_id))
+        return self._dsn
+
+    @property
+    def conn(self) -> connection:
+        """The handle's one bookkeeping connection (opened on first use)."""
+        if self._conn is None:
+            self._conn = psycopg2.connect(self.dsn)
+        return self._conn
+
+    @property
+    def progress_table(self) -> str:
+        """The progress table's qualified name in the schema the apply keeps its bookkeeping in."""
+        if self._progress_table is None:
+            conn = self.conn
+            try:
+                # The first target table's schema the role may create in is a candidate: spec order counts.
+                schema = resolve_schema(conn, self.spec.target.bookkeeping_schema, self.tables, PROGRESS_TABLE)
+            finally:
+                conn.rollback()  # a question, not a transaction to keep open
+            self._progress_table = qualified(schema, PROGRESS_TABLE)
+        return self._progress_table
+
+    def watermarks(self) -> dict[str, int]:
+        progress_table, conn = self.progress_table, self.conn
+        try:
+            return read_watermarks(conn, self.spec.source.slot, progress_table)
+        finally:
+            conn.rollback()
+
+    def sync_marks(self) -> dict[str, int]:
+        # pglogical_sync lives next to the progress table, in the bookkeeping schema the apply resolves.
+        schema, conn = self.progress_table.rpartition(".")[0], self.conn
+        try:
+            return sync_marks(conn, self.spec.source.slot, f"{schema}.{SYNC_TABLE}" if schema else SYNC_TABLE)
+        finally:
+            conn.rollback()
+
+    def reset(self, *, log: Log = _quiet) -> dict[str, Any]:
+        """In one transaction; crashing before the commit leaves the target untouched."""
+        existing = reset(self.conn, self.spec.source.slot, sorted(self.tables), self.progress_table)
+        log(f"emptied {len(existing)} target table(s) and reset the watermarks of slot {self.spec.source.slot}")
+        return {"truncated": existing}
+
+    def for_apply(self, spark: SparkSession, config: ApplyConfig) -> Target:
+        from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget
+
+        # The tables this run may write: their schemas are candidates for the bookkeeping schema.
+        names = [planning.target_name(s, c) for s, c in config.tables.items()]
+        return PostgresTarget(spark, config, self.dsn, target_tables=names)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+@register("delta")
+class DeltaSpecTarget(SpecTarget):
+    """Delta tables under ``target.uri``; watermarks and sync marks are app transactions in each table's
+    log. Credentials come from ``target.conn_id`` (an AWS connection) as ``AWS_*`` variables of this
+    process, set around each question and the apply only (``delta/settings.py``)."""
+
+    applies_in_worker = True  # delta-rs writes from the Spark driver: no spark-submit (docs/delta.md)
+    needs_conn_id = False  # without one, the worker's environment holds the credentials
+
+    def __init__(self, spec: PipelineSpec) -> None:
+        super().__init__(spec)
+        self._env: dict[str, str] | None = None
+
+    @property
+    def early_spark_start(self) -> bool:
+        # With conn_id the credentials are in this process (and so the JVM and its Python workers)
+        # only around the apply: Spark starts then, not during the drain.
+        return not self.spec.target.conn_id
+
+    @property
+    def env(self) -> dict[str, str]:
+        if self._env is None:
+            self._env = connection_env(self.spec.target.conn_id) if self.spec.target.conn_id else {}
+        return self._env
+
+    @contextmanager
+    def _environment(self) -> Iterator[None]:
+        with environment(self.env):
+            yield
+
+    def environment(self) -> AbstractContextManager[None]:
+        return self._environment()
+
+    def delta_target(self) -> DeltaTarget:
+        from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
+        from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
+
+        t = self.spec.target
+        return DeltaTarget(DeltaLocation(t.uri or "", dict(t.storage_options)), self.spec.source.slot, mode=t.mode,
+                           partition_by=t.partition_by)
+
+    def watermarks(self) -> dict[str, int]:
+        with self.environment():
+            return self.delta_target().watermarks(self.spec.source.slot, set(self.tables))
+
+    def sync_marks(self) -> dict[str, int]:
+        with self.environment():
+            return self.delta_target().sync_marks(self.spec.source.slot, set(self.tables))
+
+    def check_resync(self, tables: Sequence[str]) -> None:
+        if tables and self.spec.target.mode != "mirror":  # nothing would load it
+            raise SpecError(f"resync of {', '.join(tables)}: a delta target loads snapshots in mode: mirror only")
+
+    def reset(self, *, log: Log = _quiet) -> dict[str, Any]:
+        # A Delta table's watermark lives in its log with its data: replay into a new uri (or delete the
+        # table directories) rather than rewriting history under readers.
+        raise SpecError(f"{self.spec.origin}: reset of a delta target is not supported; point target.uri at a new "
+                        "location to rebuild it (docs/delta.md)")
+
+    def maintain(self, *, retention_hours: int, vacuum: bool) -> dict[str, Any]:
+        from airflow_provider_pglogical.apply.targets.delta.maintenance import maintain
+
+        with self.environment():
+            location = self.delta_target().location
+            return {"tables": maintain(location, sorted(self.tables), retention_hours=retention_hours, vacuum=vacuum)}
+
+    def for_apply(self, spark: SparkSession, config: ApplyConfig) -> Target:
+        return self.delta_target()
