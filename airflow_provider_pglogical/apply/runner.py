@@ -31,7 +31,7 @@ from airflow_provider_pglogical.apply.filters import referenced_columns, validat
 from airflow_provider_pglogical.apply.targets.base import BatchReport, Target, TargetTable
 from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget
 from airflow_provider_pglogical.exceptions import ApplyError
-from airflow_provider_pglogical.metrics.progress import Progress
+from airflow_provider_pglogical.progress import Progress
 from airflow_provider_pglogical.staging.reader import RelationInfo
 
 log = logging.getLogger(__name__)
