@@ -35,7 +35,7 @@ demo-stop: venv  ## stop the demo PostgreSQL and delete .cache/demo (staging, Ai
 	$(BIN)/python scripts/demo.py stop
 
 unit: venv  ## the fast tests that need no services
-	$(BIN)/python -m pytest -q tests/unit
+	$(BIN)/python -m pytest -q -m "not integration" tests/unit
 
 lint: venv  ## ruff, then mypy (strict for the package, see typecheck)
 	$(BIN)/ruff check .

@@ -48,12 +48,24 @@ SLOW_MODULES = (
 )
 
 
+# Tests that need the suite's own services carry the ``integration`` marker, so ``pytest -m "not integration"``
+# runs the service-free rest: every test of these folders, and elsewhere every test using one of these fixtures
+# (a unit test comparing text with what PostgreSQL stores, say).
+SERVICE_FOLDERS = (Path(__file__).resolve().parent / "integration", Path(__file__).resolve().parent / "system")
+SERVICE_FIXTURES = ("pg_server", "s3")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own hook deselects by ``-m``
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Modules in SLOW_MODULES first (in its order), then the others by number of tests, most first (what
-    xdist's loadscope reorder does); tests keep their order inside a module."""
+    """Tests under SERVICE_FOLDERS or using SERVICE_FIXTURES marked ``integration``; modules in SLOW_MODULES first
+    (in its order), then the others by number of tests, most first (what xdist's loadscope reorder does); tests keep
+    their order inside a module."""
     rank = {module: i for i, module in enumerate(SLOW_MODULES)}
     modules: dict[str, list[pytest.Item]] = {}
     for item in items:
+        if (any(item.path.is_relative_to(folder) for folder in SERVICE_FOLDERS)
+                or set(SERVICE_FIXTURES) & set(getattr(item, "fixturenames", ()))):
+            item.add_marker(pytest.mark.integration)
         modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
     ordered = sorted(modules.items(), key=lambda entry: (rank.get(entry[0], len(rank)), -len(entry[1])))
     items[:] = [item for _module, module_items in ordered for item in module_items]

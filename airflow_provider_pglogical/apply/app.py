@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from airflow_provider_pglogical.apply.config import ApplyConfig
 
 if TYPE_CHECKING:
-    from airflow_provider_pglogical.apply.runner import BatchReport
+    from airflow_provider_pglogical.apply.targets.base import BatchReport
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -1,58 +1,46 @@
-"""Table-batches whose net changes need none of the shared transforms: a target may read their staged files itself.
+"""The direct path's rule: when staged files already are a table's net changes (or snapshot rows), so a target may
+read them itself instead of the Spark transforms.
 
 ``transforms.py`` turns staged changes into one net change per key through Spark. For the common table-batch —
 every action published, no row filter, no exactness notes, no truncate or snapshot cut-off, no routed parts, no
-unchanged-TOAST value, and no key in two changes (``keys_never_repeat``) — that pipeline reduces to a per-row
-rewrite (``to_key_events`` then ``single_event_net``):
+unchanged-TOAST value, one schema version, and no key in two changes (``keys_never_repeat``) — that pipeline
+reduces to a per-row rewrite (``to_key_events`` then ``single_event_net``):
 
 * an INSERT is an ``I`` of its new image;
 * an UPDATE that keeps its key is a ``U`` of its new image (old and new key are equal);
 * an UPDATE that changes its key is a ``D`` of the old key plus an ``I`` of the new image moved from the old key;
 * a DELETE is a ``D`` of its old key;
 
-nothing kept from the target, nothing touched. A target that can print and load those rows without Spark's
-Parquet read, struct handling and Arrow conversion asks ``DirectNetSource.direct_net`` and gets the files (or
-None: then ``BatchChanges.net`` as always). ``PGLOGICAL_APPLY_DIRECT=0`` switches it off (the general path),
-which the semantic suites use to run both paths.
+nothing kept from the target, nothing touched (``net_rows`` is that rewrite, in pyarrow). A snapshot table's
+rows are its ``new`` images as they are when no value carries a note, the source evaluated the configured row
+filter and the key cannot repeat (``plain_snapshot``).
+
+Everything that decides eligibility is here: ``batch_files`` (a table-batch → ``DirectNet`` or None) and
+``snapshot_files`` (a snapshot table → its files or None); ``apply/changes.py`` only asks. A target that can print
+and load those rows without Spark's Parquet read, struct handling and Arrow conversion asks
+``DirectNetSource.direct_net`` / ``DirectRowsSource.direct_rows`` (``targets/base.py``) and gets the files (or None:
+then ``BatchChanges.net`` / ``rows`` as always). ``PGLOGICAL_APPLY_DIRECT=0`` switches it off (the general path),
+which the semantic suites use to run both paths; ``tests/unit/apply/test_direct.py`` compares both on random
+batches.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from urllib.parse import urlparse
 
-from airflow_provider_pglogical.apply.targets.base import PlannedTable
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from airflow_provider_pglogical.apply.batches import Batch, has_value_notes, is_local, keys_never_repeat
+from airflow_provider_pglogical.apply.targets.base import DirectNet, PlannedTable
+from airflow_provider_pglogical.exceptions import RowFilterError
+from airflow_provider_pglogical.row_filter import canonical
 
 ENV_SWITCH = "PGLOGICAL_APPLY_DIRECT"
-
-
-@dataclass(frozen=True)
-class DirectNet:
-    """One table-batch's staged files (absolute local paths) whose rows map one-to-one to net changes (module
-    docstring); ``columns`` are the written columns (``PlannedTable.columns``), ``key`` its key."""
-
-    source: str
-    target: str
-    files: tuple[str, ...]
-    key: tuple[str, ...]
-    columns: tuple[str, ...]
-
-
-@runtime_checkable
-class DirectNetSource(Protocol):
-    """``BatchChanges`` that can hand a table-batch's staged files to a target (``direct_net``)."""
-
-    def direct_net(self, table: PlannedTable) -> DirectNet | None: ...
-
-
-@runtime_checkable
-class DirectRowsSource(Protocol):
-    """Snapshot changes that can hand a table's staged snapshot files to a target (``direct_rows``): their
-    rows are the ``new`` images as they are (``SnapshotChanges.rows``' plain case)."""
-
-    def direct_rows(self, table: PlannedTable) -> tuple[str, ...] | None: ...
+DIRECT_ACTIONS = frozenset({"insert", "update", "delete"})  # every action published: nothing filtered out
 
 
 def enabled() -> bool:
@@ -65,14 +53,77 @@ def plain_table(table: PlannedTable) -> bool:
     row filter, no truncate inside the batch, nothing refused for UPDATE/DELETE."""
     return (enabled() and not table.parts and bool(table.key) and table.truncated_at is None
             and table.update_delete_problem is None and not table.config.row_filter
-            and set(table.config.actions) >= {"insert", "update", "delete"})
+            and set(table.config.actions) >= DIRECT_ACTIONS)
+
+
+def batch_files(table: PlannedTable, batch: Batch, sync_lsn: int | None) -> DirectNet | None:
+    """The table-batch's staged files when its net changes are the per-row rewrite of the module docstring, else
+    None. ``sync_lsn``: the sync LSN of the snapshot the table's target holds (a batch starting before it drops
+    the changes the snapshot has: a cut-off the files do not show)."""
+    files = batch.table_files.get(table.source, ())
+    if (not files or not plain_table(table) or not is_local(batch.uri)
+            or (sync_lsn is not None and batch.start_lsn < sync_lsn)
+            or has_value_notes(batch, table.source)):
+        return None
+    paths = tuple(f"{batch.ref.path}/{rel}" for rel in files)
+    if not same_schema(paths) or not no_unchanged_toast(paths):
+        return None
+    if not keys_never_repeat(batch, table.source, table.key, full_identity=table.relation.replica_identity == "f"):
+        return None
+    return DirectNet(table.source, table.target, paths, tuple(table.key), tuple(table.columns))
+
+
+def plain_snapshot(table: PlannedTable, *, has_notes: bool, row_filter: str | None) -> bool:
+    """Whether a snapshot table's rows are its ``new`` images as they are: no value carries an exactness note,
+    the source evaluated the configured row filter (``row_filter``: the manifest's) and no key repeats."""
+    return (not has_notes and unique_in_snapshot(table)
+            and filtered_on_source(row_filter, table.config.row_filter))
+
+
+def snapshot_files(table: PlannedTable, uri: str, files: Sequence[str], *, has_notes: bool,
+                   row_filter: str | None) -> tuple[str, ...] | None:
+    """Local paths of a snapshot table's files when its rows are their ``new`` images as they are
+    (``plain_snapshot``), so a target may print them itself; None otherwise."""
+    if table.parts or not enabled() or not files or not is_local(uri):
+        return None
+    if not plain_snapshot(table, has_notes=has_notes, row_filter=row_filter):
+        return None
+    root = urlparse(uri).path if uri.startswith("file://") else uri
+    return tuple(f"{root}/{f}" for f in files)
+
+
+def unique_in_snapshot(table: PlannedTable) -> bool:
+    """Whether no key occurs twice in the table's snapshot, so netting needs no shuffle (``single_event_net``).
+
+    True when the key is the source's primary key or replica identity index: one consistent snapshot
+    holds each of its values once (filters and column lists only drop rows and other columns). Other
+    keys (REPLICA IDENTITY FULL, a configured key) may repeat and are netted by ``compact``.
+    """
+    rel = table.relation
+    return (rel.replica_identity in ("d", "i") and bool(table.key)
+            and tuple(table.key) == tuple(rel.identity_columns))
+
+
+def filtered_on_source(source_filter: str | None, configured: str | None) -> bool:
+    """Whether the source already evaluated the table's configured row filter when it read the snapshot.
+
+    The snapshot's filter is ``(<publication filter>) AND (<spec filter>)`` as composed by
+    ``snapshot/source.describe_tables``, each deparsed from its parse tree; ``configured`` is compared in
+    that form. A spec whose filter changed since must evaluate its own again.
+    """
+    if not configured:
+        return True
+    if not source_filter:
+        return False
+    try:
+        configured = canonical(configured)
+    except RowFilterError:
+        return False  # not a filter the snapshot could have evaluated
+    return source_filter == f"({configured})" or source_filter.endswith(f") AND ({configured})")
 
 
 def no_unchanged_toast(paths: Sequence[str]) -> bool:
     """Whether no staged change in ``paths`` lists an unchanged-TOAST column (read from that list column only)."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
     for path in paths:
         column = pq.read_table(path, columns=["new_unchanged_toast"]).column(0)
         if len(column) and (pc.max(pc.list_value_length(column)).as_py() or 0) > 0:
@@ -82,7 +133,57 @@ def no_unchanged_toast(paths: Sequence[str]) -> bool:
 
 def same_schema(paths: Sequence[str]) -> bool:
     """Whether every file has one Arrow schema (one schema version: nothing to union, no defaults to fill)."""
-    import pyarrow.parquet as pq
-
     schemas = [pq.read_schema(p) for p in paths]
     return all(s.equals(schemas[0]) for s in schemas[1:])
+
+
+def net_row_names(key: Sequence[str]) -> list[str]:
+    """The columns of ``net_rows``' batches before the written ones: op, keep, lsn, the moved-from key, touched
+    (the order of a target's net frame, ``BatchChanges.net``)."""
+    return ["op", "keep", "lsn", *[f"from{i}" for i in range(len(key))], "touched"]
+
+
+def net_rows(table: pa.Table, key: Sequence[str], columns: Sequence[str]) -> list[pa.RecordBatch]:
+    """The net rows of staged changes (``op``, ``lsn``, ``old``, ``new``) whose keys never repeat: the per-row
+    rewrite of the module docstring, columns ``net_row_names(key)`` then ``c0``, ``c1``… for ``columns``.
+
+    INSERTs and UPDATEs give one row of their new image (``I``, or ``U`` when the key stays; an UPDATE that
+    moves its key is an ``I`` remembering the old key); DELETEs and the old half of a key change give a
+    ``D`` of the old key with no values.
+    """
+    names = [*net_row_names(key), *[f"c{i}" for i in range(len(columns))]]
+    table = table.combine_chunks()
+    op = table.column("op").chunk(0) if table.num_rows else pa.array([], pa.string())
+    lsn = table.column("lsn").chunk(0) if table.num_rows else pa.array([], pa.int64())
+    old = table.column("old").chunk(0) if table.num_rows else None
+    new = table.column("new").chunk(0) if table.num_rows else None
+    if old is None or new is None:
+        return []
+    is_update = pc.equal(op, "U")
+    moved = pc.and_(is_update, old.is_valid())
+    differs = None
+    for k in key:
+        d = pc.fill_null(pc.not_equal(old.field(k), new.field(k)), False)
+        differs = d if differs is None else pc.or_(differs, d)
+    moved = pc.and_(moved, differs) if differs is not None else pa.repeat(False, len(op))
+    main = pc.or_(pc.equal(op, "I"), is_update)
+    gone = pc.or_(pc.equal(op, "D"), moved)
+    batches: list[pa.RecordBatch] = []
+    m = pc.sum(main.cast(pa.int64())).as_py() or 0
+    if m:
+        kind = pc.if_else(pc.or_(pc.equal(op, "I"), moved), "I", "U")
+        arrays = [pc.filter(kind, main), pa.repeat("{}", m), pc.filter(lsn, main)]
+        arrays += [pc.filter(pc.if_else(moved, old.field(k), pa.nulls(len(op), old.field(k).type)), main)
+                   for k in key]
+        arrays.append(pa.repeat(False, m))
+        arrays += [pc.filter(new.field(c), main) for c in columns]
+        batches.append(pa.RecordBatch.from_arrays(arrays, names=names))
+    g = pc.sum(gone.cast(pa.int64())).as_py() or 0
+    if g:
+        arrays = [pa.repeat("D", g), pa.repeat("{}", g), pc.filter(lsn, gone)]
+        arrays += [pa.nulls(g, old.field(k).type) for k in key]
+        arrays.append(pa.repeat(False, g))
+        arrays += [pc.filter(old.field(c), gone) if c in key else pa.nulls(g, new.field(c).type)
+                   for c in columns]
+        batches.append(pa.RecordBatch.from_arrays(arrays, names=names))
+    return batches

@@ -1,8 +1,8 @@
 """Snapshots in the apply: each table's snapshot is loaded before any of its changes, exactly once.
 
 Target-neutral: a snapshot group (the tables snapshotted at one LSN) is handed to the target as
-``PlannedSnapshot`` plus the same ``BatchChanges`` frames as a batch — every row an INSERT (``KIND``
-``I``). A ``SnapshotTarget`` must, atomically: empty those tables, insert the rows, set each table's
+``PlannedSnapshot`` plus the same ``BatchChanges`` frames as a batch (``changes.SnapshotChanges``) — every row
+an INSERT (``KIND`` ``I``). A ``SnapshotTarget`` (``targets/base.py``) must, atomically: empty those tables, insert the rows, set each table's
 watermark *to* the snapshot LSN (also backwards: a resync replaces a table whose changes were
 applied further) and record it as the table's sync LSN; and skip tables whose recorded sync LSN is
 already at or past it (idempotent under replay).
@@ -17,165 +17,32 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
-from urllib.parse import urlparse
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from airflow_provider_pglogical.apply import direct, planning
-from airflow_provider_pglogical.apply.batches import CHANGE_META_COLUMNS, META, NOTES_COLUMNS, is_local
-from airflow_provider_pglogical.apply.config import ACTIONS, ApplyConfig, TableApplyConfig
-from airflow_provider_pglogical.apply.targets.base import BatchResult, PlannedTable, Target
-from airflow_provider_pglogical.exceptions import ApplyError, RowFilterError, format_lsn
-from airflow_provider_pglogical.row_filter import canonical
+from airflow_provider_pglogical.apply import planning
+from airflow_provider_pglogical.apply.batches import NOTES_COLUMNS
+from airflow_provider_pglogical.apply.changes import SnapshotChanges, SnapshotFiles
+from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
+from airflow_provider_pglogical.apply.targets.base import (
+    BatchReport,
+    PlannedSnapshot,
+    PlannedTable,
+    SnapshotTarget,
+    Target,
+)
+from airflow_provider_pglogical.exceptions import ApplyError, format_lsn
 from airflow_provider_pglogical.snapshot.layout import SnapshotLayout, SnapshotManifest
 from airflow_provider_pglogical.staging.reader import RelationInfo, TruncateEvent
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class PlannedSnapshot:
-    """Tables snapshotted at one LSN, to be loaded together (parents first, FKs among them fine)."""
-
-    slot: str
-    lsn: int
-    tables: tuple[PlannedTable, ...]
-
-
-@runtime_checkable
-class SnapshotTarget(Protocol):
-    """What a target adds to ``Target`` to load snapshots (see the module docstring)."""
-
-    def sync_marks(self, slot: str, tables: Collection[str] = ()) -> dict[str, int]:
-        """Target table → sync LSN of the snapshot it holds, for (at least) ``tables`` ({} when none was
-        loaded; a target that cannot list its tables cheaply opens just these)."""
-        ...
-
-    def apply_snapshot(self, plan: PlannedSnapshot, changes: Any) -> BatchResult:
-        """Empty the tables, insert the rows, watermark := sync LSN := ``plan.lsn``, atomically."""
-        ...
-
-
 def relation_info(manifest: SnapshotManifest) -> RelationInfo:
     return RelationInfo.from_row(manifest.relation)
-
-
-def read_snapshot(spark: SparkSession, uri: str, files: Sequence[str]) -> DataFrame:
-    """A snapshot's rows with the columns of ``batches.read_changes`` (they have the row-change schema)."""
-    df = spark.read.parquet(*[f"{uri}/{f}" for f in files])
-    return df.select(*[df[c].alias(META + c) for c in CHANGE_META_COLUMNS],
-                     *[df[c].alias(META + c) for c in NOTES_COLUMNS])
-
-
-@dataclass(frozen=True)
-class SnapshotFiles:
-    """One table's published snapshot as the apply reads it."""
-
-    uri: str  # the snapshot directory as a URI Spark reads
-    files: tuple[str, ...]  # chunk files, relative to ``uri``
-    row_filter: str | None = None  # the filter the source evaluated (manifest ``row_filter``)
-    has_notes: bool = True  # whether any value carries an exactness note (then values are folded)
-
-
-class SnapshotChanges:
-    """``BatchChanges`` of a snapshot group: the shared pure transforms over INSERT-only frames, and
-    ``rows``, the plain rows a target loads into an emptied table."""
-
-    def __init__(self, spark: SparkSession, uris: Mapping[str, SnapshotFiles | tuple[str, tuple[str, ...]]]) -> None:
-        self.spark = spark
-        self.uris = {t: u if isinstance(u, SnapshotFiles) else SnapshotFiles(u[0], tuple(u[1]))
-                     for t, u in uris.items()}  # source table → its snapshot files
-
-    def rows(self, table: PlannedTable) -> DataFrame:
-        """The snapshot's rows with exactly ``table.columns`` (staged types), one per target row.
-
-        Snapshot rows are INSERTs already filtered and column-listed on the source, without old image
-        or unchanged-TOAST marks, and a primary-key / replica-identity key occurs once: when no value
-        carries an exactness note and the source evaluated the table's configured row filter, they are
-        the ``new`` images as they are — no transform, no shuffle. Otherwise they are the columns of
-        ``net`` (the shared transforms: notes folded, the filter evaluated again, repeating keys netted).
-        """
-        if table.parts:  # a routed partitioned table: every leaf's rows, unioned by column name
-            from functools import reduce
-
-            frames = [self.rows(part) for part in table.parts]
-            union = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
-            return union.select(*table.columns)
-        snap = self.uris[table.source]
-        if not self._plain(table, snap):
-            return self.net(table).select(*table.columns)
-        df = self.spark.read.parquet(*[f"{snap.uri}/{f}" for f in snap.files])
-        return df.select(*[df["new"].getField(c).alias(c) for c in table.columns])
-
-    @staticmethod
-    def _plain(table: PlannedTable, snap: SnapshotFiles) -> bool:
-        """Whether the table's snapshot rows are its ``new`` images as they are (``rows``)."""
-        return (not snap.has_notes and unique_in_snapshot(table)
-                and filtered_on_source(snap.row_filter, table.config.row_filter))
-
-    def direct_rows(self, table: PlannedTable) -> tuple[str, ...] | None:
-        """Local paths of the table's snapshot files when ``rows`` would be their ``new`` images as they are, so a
-        target may print them itself (``apply/direct.py``); None means ``rows``."""
-        if table.parts or not direct.enabled():
-            return None
-        snap = self.uris[table.source]
-        if not snap.files or not is_local(snap.uri) or not self._plain(table, snap):
-            return None
-        root = urlparse(snap.uri).path if snap.uri.startswith("file://") else snap.uri
-        return tuple(f"{root}/{f}" for f in snap.files)
-
-    def net(self, table: PlannedTable) -> DataFrame:
-        from pyspark.sql import functions as F
-
-        from airflow_provider_pglogical.apply.runner import net_changes
-        from airflow_provider_pglogical.apply.targets.base import from_column
-        from airflow_provider_pglogical.apply.transforms import KEEP, KIND, LSN, TOUCHED
-
-        uri, files = self.uris[table.source].uri, self.uris[table.source].files
-        df = read_snapshot(self.spark, uri, files)
-        # A table sync copies whatever the publication's actions are (native copy_data does too).
-        cfg = dataclasses.replace(table.config, actions=ACTIONS)
-        shape = planning.TableShape(table.source, table.target, table.key, table.columns)
-        from_key = [F.lit(None).alias(from_column(i)) for i, _k in enumerate(table.key)]
-        return (net_changes(df, table.relation, cfg, shape, None, notes=True, unique_keys=unique_in_snapshot(table))
-                .select(KIND, KEEP, LSN, *from_key, TOUCHED, *table.columns))
-
-    def ordered(self, table: PlannedTable) -> DataFrame:
-        raise ApplyError(f"snapshot of {table.source}: a snapshot is loaded set-based only")
-
-
-def unique_in_snapshot(table: PlannedTable) -> bool:
-    """Whether no key occurs twice in the table's snapshot, so netting needs no shuffle (``single_event_net``).
-
-    True when the key is the source's primary key or replica identity index: one consistent snapshot
-    holds each of its values once (filters and column lists only drop rows and other columns). Other
-    keys (REPLICA IDENTITY FULL, a configured key) may repeat and are netted by ``compact``.
-    """
-    rel = table.relation
-    return (rel.replica_identity in ("d", "i") and bool(table.key)
-            and tuple(table.key) == tuple(rel.identity_columns))
-
-
-def filtered_on_source(source_filter: str | None, configured: str | None) -> bool:
-    """Whether the source already evaluated the table's configured row filter when it read the snapshot.
-
-    The snapshot's filter is ``(<publication filter>) AND (<spec filter>)`` as composed by
-    ``snapshot/source.describe_tables``, each deparsed from its parse tree; ``configured`` is compared in
-    that form. A spec whose filter changed since must evaluate its own again.
-    """
-    if not configured:
-        return True
-    if not source_filter:
-        return False
-    try:
-        configured = canonical(configured)
-    except RowFilterError:
-        return False  # not a filter the snapshot could have evaluated
-    return source_filter == f"({configured})" or source_filter.endswith(f") AND ({configured})")
 
 
 def snapshot_has_notes(layout: SnapshotLayout, ref_path: str, files: Sequence[str]) -> bool:
@@ -321,11 +188,9 @@ def routed_table(source: str, target: str, shape: planning.TableShape, rel: Rela
                         parts=tuple(dataclasses.replace(m, key=merged.key) for m in members))
 
 
-def apply_snapshots(spark: SparkSession, config: ApplyConfig, target: Target) -> list[Any]:
+def apply_snapshots(spark: SparkSession, config: ApplyConfig, target: Target) -> list[BatchReport]:
     """Load every pending snapshot group (before any change batch); one report per group."""
-    from airflow_provider_pglogical.apply.runner import BatchReport
-
-    reports: list[Any] = []
+    reports: list[BatchReport] = []
     if not isinstance(target, SnapshotTarget):  # pending_snapshots() has none for it either
         return reports
     for plan, uris in pending_snapshots(config, target):

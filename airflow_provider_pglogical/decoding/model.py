@@ -12,12 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple, TypeAlias
+from typing import NamedTuple, Protocol
 
 from airflow_provider_pglogical.relation_shape import RelationShape
-
-if TYPE_CHECKING:
-    from airflow_provider_pglogical.decoding.wiretuple import WireTuple
 
 # pgoutput relreplident values (pg_class.relreplident)
 REPLICA_IDENTITY_DEFAULT = "d"
@@ -86,8 +83,16 @@ class TupleData:
     values: tuple[bytes | None, ...]
 
 
-# A row image as the decoder hands it on: decoded, or (straight from the assembler) still in its wire form.
-RowImage: TypeAlias = "TupleData | WireTuple"
+class RowImage(Protocol):
+    """A row image as the decoder hands it on: a ``TupleData``, or (straight from the assembler) a
+    ``wiretuple.WireTuple`` still in its wire form, which splits into the same kinds and values on access.
+    Named here by what it offers, so these records need no import of the reader that splits it."""
+
+    @property
+    def kinds(self) -> str: ...
+
+    @property
+    def values(self) -> tuple[bytes | None, ...]: ...
 
 
 class RowChange(NamedTuple):

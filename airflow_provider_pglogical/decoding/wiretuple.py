@@ -10,7 +10,7 @@ the same errors.
 
 from __future__ import annotations
 
-from airflow_provider_pglogical.decoding.model import TupleData
+from airflow_provider_pglogical.decoding.model import RowImage, TupleData
 from airflow_provider_pglogical.decoding.reader import INT32, UINT16, read_tuple
 from airflow_provider_pglogical.exceptions import DecodeError
 
@@ -64,8 +64,8 @@ def decode_to_end(message: bytes, offset: int, lsn: int | None) -> TupleData:
     return tup
 
 
-def encode_tuple(image: TupleData) -> bytes:
-    """The wire form of a TupleData (what ``read_tuple`` reads), so decoded images frame like wire ones."""
+def encode_tuple(image: RowImage) -> bytes:
+    """The wire form of a row image (what ``read_tuple`` reads), so decoded images frame like wire ones."""
     parts = [UINT16.pack(len(image.kinds))]
     for kind, raw in zip(image.kinds, image.values, strict=True):
         parts.append(kind.encode("latin-1"))

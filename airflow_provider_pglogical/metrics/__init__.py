@@ -1,1 +1,1 @@
-"""Operational signals: per-batch metrics through Airflow's ``Stats`` and progress lines for long steps."""
+"""Operational signals: per-batch metrics through Airflow's ``Stats`` (progress lines for long steps: ``progress.py``)."""

@@ -26,7 +26,7 @@ from airflow_provider_pglogical.exceptions import (
     StagingError,
     format_lsn,
 )
-from airflow_provider_pglogical.metrics.progress import Progress, metered_blocks
+from airflow_provider_pglogical.progress import Progress, metered_blocks
 from airflow_provider_pglogical.staging.layout import StagingLayout
 from airflow_provider_pglogical.staging.manifest import Manifest
 from airflow_provider_pglogical.staging.reader import StagingReader

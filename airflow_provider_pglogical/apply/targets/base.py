@@ -31,6 +31,16 @@ Contract of every target
   same slot into the same target fail fast (``ApplyError``) rather than interleave.
 * **Errors.** Failures raise ``ApplyError`` (or a subclass) naming tables, LSNs and constraint
   names, never row values; nothing is committed then.
+* **Snapshots** (optional, ``SnapshotTarget``). ``apply_snapshot`` loads a ``PlannedSnapshot`` (the tables
+  snapshotted at one LSN, ``apply/snapshots.py``) atomically: empty the tables, insert the rows, set each
+  table's watermark *to* the snapshot LSN (also backwards: a resync replaces a table whose changes were
+  applied further) and record it as the table's sync LSN; tables whose sync LSN is already at or past it
+  are skipped (idempotent under replay).
+* **Direct path** (optional). Changes that can hand a table's staged files over (``DirectNetSource``,
+  ``DirectRowsSource``; the rule in ``apply/direct.py``) let a target read them itself instead of the
+  Spark frames; it must then produce exactly the rows ``net`` / ``rows`` would.
+
+What a target receives is built in ``apply/changes.py`` (``SparkBatchChanges``, ``SnapshotChanges``).
 """
 
 from __future__ import annotations
@@ -39,7 +49,7 @@ from collections.abc import Collection, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from airflow_provider_pglogical.apply.config import TableApplyConfig
 from airflow_provider_pglogical.apply.schema_changes import ADD, RELAX, WIDEN, ColumnChange
@@ -158,12 +168,34 @@ class PlannedBatch:
     leaf_truncates: tuple[PlannedLeafTruncate, ...] = ()
 
 
+@dataclass(frozen=True)
+class PlannedSnapshot:
+    """Tables snapshotted at one LSN, to be loaded together (parents first, FKs among them fine)."""
+
+    slot: str
+    lsn: int
+    tables: tuple[PlannedTable, ...]
+
+
 @dataclass
 class BatchResult:
     applied: bool  # False: nothing was pending (already applied, e.g. by a concurrent run)
     rows: dict[str, dict[str, int]] = field(default_factory=dict)  # target -> counters
     ordered: bool = False  # applied change by change in commit order rather than set-based
     seconds: dict[str, float] = field(default_factory=dict)  # phase -> wall time
+
+
+@dataclass
+class BatchReport:
+    """What the runner reports per batch (or snapshot group) it handed to a target."""
+
+    start_lsn: int
+    end_lsn: int
+    applied: bool
+    rows: dict[str, dict[str, int]] = field(default_factory=dict)
+    # "stage" (Spark + COPY), "apply" (transaction); after a fallback also "stage_ordered", "apply_ordered"
+    seconds: dict[str, float] = field(default_factory=dict)
+    ordered: bool = False  # applied change by change in commit order (the set-based apply could not)
 
 
 class BatchChanges(Protocol):
@@ -218,3 +250,43 @@ class Target(Protocol):
         """Truncates, net changes and watermarks of one batch, atomically and idempotently."""
         ...
 
+
+@runtime_checkable
+class SnapshotTarget(Protocol):
+    """What a target adds to ``Target`` to load snapshots (see the module docstring)."""
+
+    def sync_marks(self, slot: str, tables: Collection[str] = ()) -> dict[str, int]:
+        """Target table → sync LSN of the snapshot it holds, for (at least) ``tables`` ({} when none was
+        loaded; a target that cannot list its tables cheaply opens just these)."""
+        ...
+
+    def apply_snapshot(self, plan: PlannedSnapshot, changes: Any) -> BatchResult:
+        """Empty the tables, insert the rows, watermark := sync LSN := ``plan.lsn``, atomically."""
+        ...
+
+
+@dataclass(frozen=True)
+class DirectNet:
+    """One table-batch's staged files (absolute local paths) whose rows map one-to-one to net changes
+    (``apply/direct.py``); ``columns`` are the written columns (``PlannedTable.columns``), ``key`` its key."""
+
+    source: str
+    target: str
+    files: tuple[str, ...]
+    key: tuple[str, ...]
+    columns: tuple[str, ...]
+
+
+@runtime_checkable
+class DirectNetSource(Protocol):
+    """``BatchChanges`` that can hand a table-batch's staged files to a target (``direct_net``)."""
+
+    def direct_net(self, table: PlannedTable) -> DirectNet | None: ...
+
+
+@runtime_checkable
+class DirectRowsSource(Protocol):
+    """Snapshot changes that can hand a table's staged snapshot files to a target (``direct_rows``): their
+    rows are the ``new`` images as they are (``SnapshotChanges.rows``' plain case)."""
+
+    def direct_rows(self, table: PlannedTable) -> tuple[str, ...] | None: ...

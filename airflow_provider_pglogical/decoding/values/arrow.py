@@ -11,7 +11,7 @@ from typing import Any, cast
 import numpy as np
 import pyarrow as pa
 
-from airflow_provider_pglogical.decoding.model import RelationSchema, RowImage, TupleData
+from airflow_provider_pglogical.decoding.model import RelationSchema, RowImage
 from airflow_provider_pglogical.decoding.values.catalog import TypeCatalog
 from airflow_provider_pglogical.decoding.values.codec import Codec, Notes
 from airflow_provider_pglogical.decoding.values.framing import FramedImages, frame_images, frame_joined
@@ -80,7 +80,7 @@ class RowImageConverter:
             raise DecodeError(f"row image has {len(image.kinds)} columns, relation "
                               f"{self.relation.qualified_name} has {len(self.names)}")
 
-    def _encode(self, image: TupleData) -> bytes:
+    def _encode(self, image: RowImage) -> bytes:
         self._check_width(image)
         if not set(image.kinds) <= set("nutb"):
             raise DecodeError("unknown column kind in row image")

@@ -1,13 +1,16 @@
-"""``arrownet.net_rows`` against the net-change model of a batch whose keys never repeat, and its type decisions
-against ``copytext``'s (the Spark path's)."""
+"""``direct.net_rows`` (what ``arrownet`` prints) against the net-change model of a batch whose keys never repeat,
+and the type decisions of ``arrowtext`` against ``copytext``'s (the Spark path's)."""
 
 from __future__ import annotations
+
+import datetime as dt
 
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import types as T
 
+from airflow_provider_pglogical.apply import direct
 from airflow_provider_pglogical.apply.targets.postgres import arrownet, arrowtext, copytext
 
 KEY = ("id", "k2")
@@ -61,16 +64,18 @@ def model(rows: list[dict]) -> list[tuple]:
 def test_net_rows_are_the_model_s(rows: list[dict]) -> None:
     table = pa.Table.from_pylist(rows, schema=pa.schema([("op", pa.string()), ("lsn", pa.int64()), ("old", IMAGE),
                                                          ("new", IMAGE)]))
-    got = [tuple(r.values()) for b in arrownet.net_rows(table, PLAN) for r in b.to_pylist()]
+    got = [tuple(r.values()) for b in direct.net_rows(table, PLAN.key, PLAN.columns) for r in b.to_pylist()]
     assert sorted(got, key=repr) == model(rows)
-    for batch in arrownet.net_rows(table, PLAN):  # and they print: one line per row
+    for batch in direct.net_rows(table, PLAN.key, PLAN.columns):  # and they print: one line per row
         assert arrowtext.line_bytes(batch, arrownet._fields(PLAN)).count(b"\n") == batch.num_rows
 
 
-def test_ranges_and_scale_are_copytext_s() -> None:
-    assert arrownet.ARROW_DAYS == copytext.ARROW_DAYS
-    assert arrownet.ARROW_MICROS == copytext.ARROW_MICROS
-    assert arrownet.ARROW_MAX_DECIMAL_SCALE == copytext.ARROW_MAX_DECIMAL_SCALE
+def test_the_printable_range_is_years_1_to_9999() -> None:
+    """The one definition both paths use (``copytext._beyond_arrow``, ``arrownet``'s row-group statistics)."""
+    epoch = dt.date(1970, 1, 1)
+    first, last = (dt.date(1, 1, 1) - epoch).days, (dt.date(9999, 12, 31) - epoch).days
+    assert arrowtext.ARROW_DAYS == (first, last)
+    assert arrowtext.ARROW_MICROS == (first * 86_400_000_000, (last + 1) * 86_400_000_000 - 1)
 
 
 def test_kinds_are_the_spark_path_s() -> None:
@@ -83,6 +88,6 @@ def test_kinds_are_the_spark_path_s() -> None:
              (pa.timestamp("us"), T.TimestampNTZType()), (pa.date32(), T.DateType()),
              (pa.binary(), T.BinaryType()), (pa.list_(pa.int32()), T.ArrayType(T.IntegerType()))]
     for arrow_type, spark_type in pairs:
-        assert arrownet.arrow_kind(arrow_type) == copytext._arrow_kind(spark_type), arrow_type
-    assert arrownet.arrow_kind(pa.uint32()) is None  # Spark widens it: not the same printing decision
-    assert arrownet.arrow_kind(pa.time64("us")) is None
+        assert arrowtext.arrow_kind(arrow_type) == copytext._arrow_kind(spark_type), arrow_type
+    assert arrowtext.arrow_kind(pa.uint32()) is None  # Spark widens it: not the same printing decision
+    assert arrowtext.arrow_kind(pa.time64("us")) is None

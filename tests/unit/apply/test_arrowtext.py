@@ -209,8 +209,6 @@ ARRAY_ROW = st.fixed_dictionaries({
 def test_arrays_printed_from_arrow_equal_the_jvm_text(spark, target, tmp_path, rows):
     """``arrowtext.ARRAY_TEXT`` / ``ARRAY_PLAIN`` (the snapshot direct path's arrays) against ``copy_lines``:
     byte-identical lines, and array_in stores what the rows hold."""
-    from airflow_provider_pglogical.apply.targets.postgres import arrownet
-
     for key, value in SESSION_CONF.items():
         spark.conf.set(key, value)
     table = pa.table({"id": pa.array(range(len(rows)), pa.int32()),
@@ -219,7 +217,7 @@ def test_arrays_printed_from_arrow_equal_the_jvm_text(spark, target, tmp_path, r
     pq.write_table(table, path)
     jvm = "".join(r.line + "\n" for r in copy_lines(spark.read.parquet(path).coalesce(1)).collect()).encode()
     fields = [arrowtext.Field(arrowtext.PLAIN, "id"),
-              *[arrowtext.Field(arrownet.arrow_kind(t, arrays=True) or "", c) for c, (t, _pg) in ARRAYS.items()]]
+              *[arrowtext.Field(arrowtext.arrow_kind(t, arrays=True) or "", c) for c, (t, _pg) in ARRAYS.items()]]
     assert [f.kind for f in fields[1:]] == [arrowtext.ARRAY_TEXT, *[arrowtext.ARRAY_PLAIN] * 3]
     batch = pq.read_table(path).combine_chunks().to_batches()[0]
     arrow = b"".join(arrowtext.line_bytes(batch.slice(i, 5), fields) for i in range(0, len(rows), 5))  # slices
@@ -235,9 +233,7 @@ def test_arrays_printed_from_arrow_equal_the_jvm_text(spark, target, tmp_path, r
 
 
 def test_arrays_of_other_element_types_are_not_printed_from_arrow():
-    from airflow_provider_pglogical.apply.targets.postgres import arrownet
-
     for t in (pa.list_(pa.float64()), pa.list_(pa.date32()), pa.list_(pa.binary()), pa.list_(pa.list_(pa.int32())),
               pa.list_(pa.struct([("a", pa.int32())]))):
-        assert arrownet.arrow_kind(t, arrays=True) is None
-    assert arrownet.arrow_kind(pa.list_(pa.string())) is None  # only where a caller asks for arrays
+        assert arrowtext.arrow_kind(t, arrays=True) is None
+    assert arrowtext.arrow_kind(pa.list_(pa.string())) is None  # only where a caller asks for arrays

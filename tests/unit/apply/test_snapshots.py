@@ -8,15 +8,10 @@ import pytest
 
 from airflow_provider_pglogical.apply import planning
 from airflow_provider_pglogical.apply.batches import list_batches, read_relations
+from airflow_provider_pglogical.apply.changes import SparkBatchChanges
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
-from airflow_provider_pglogical.apply.runner import SparkBatchChanges
-from airflow_provider_pglogical.apply.snapshots import (
-    drop_synced_truncates,
-    filtered_on_source,
-    routed_sync_lsns,
-    routed_table,
-    without,
-)
+from airflow_provider_pglogical.apply.direct import filtered_on_source
+from airflow_provider_pglogical.apply.snapshots import drop_synced_truncates, routed_sync_lsns, routed_table, without
 from airflow_provider_pglogical.apply.targets.base import PlannedTable, TargetTable
 from airflow_provider_pglogical.exceptions import ApplyError
 from airflow_provider_pglogical.staging.reader import RelationColumn, RelationInfo, TruncateEvent

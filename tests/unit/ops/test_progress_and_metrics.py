@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from airflow_provider_pglogical.metrics.batches import ApplyBatchMetrics, DecodeBatchMetrics, apply_line, decode_line
-from airflow_provider_pglogical.metrics.progress import Progress, human_bytes, human_seconds, metered_rows
+from airflow_provider_pglogical.progress import Progress, human_bytes, human_seconds, metered_rows
 
 
 def test_a_progress_line_gives_rows_bytes_rates_and_an_eta_when_the_total_is_known():

@@ -39,7 +39,7 @@ def check_names(target: str, columns: Sequence[str]) -> None:
 
 
 def to_changelog(columns: Sequence[str]) -> Callable[[DataFrame], DataFrame]:
-    """Step: published changes (``runner.published_changes``) → changelog rows."""
+    """Step: published changes (``changes.published_changes``) → changelog rows."""
 
     def step(df: DataFrame) -> DataFrame:
         new, old = F.col(META + "new"), F.col(META + "old")

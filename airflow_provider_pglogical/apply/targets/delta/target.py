@@ -33,6 +33,7 @@ from airflow_provider_pglogical.apply.targets.base import (
     BatchChanges,
     BatchResult,
     PlannedBatch,
+    PlannedSnapshot,
     PlannedTable,
     PlannedTruncate,
     TargetTable,
@@ -52,8 +53,6 @@ from airflow_provider_pglogical.exceptions import ApplyError, SchemaChangeError,
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-
-    from airflow_provider_pglogical.apply.snapshots import PlannedSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +206,7 @@ class DeltaTarget:
                            ordered=any(o.replayed for o in outcomes.values()),
                            seconds={k: round(v, 3) for k, v in seconds.items()})
 
-    # -- snapshots (``apply/snapshots.SnapshotTarget``) ---------------------------------------
+    # -- snapshots (``targets/base.SnapshotTarget``) -----------------------------------------
 
     def sync_marks(self, slot: str, tables: Collection[str] = ()) -> dict[str, int]:
         """``tables`` → the sync LSN of the snapshot each holds: the app transaction ``sync_app_id`` of its log."""

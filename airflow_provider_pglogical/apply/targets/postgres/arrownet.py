@@ -1,11 +1,12 @@
 """Net changes of a transform-free table-batch (``apply/direct.py``) printed as COPY text straight from the staged files.
 
 The executors read their row groups of the staged Parquet with pyarrow, turn each change into its net row(s) —
-the rows ``to_key_events`` + ``single_event_net`` give for such a batch (``apply/direct.py``) — print them with
+the rows ``to_key_events`` + ``single_event_net`` give for such a batch (``direct.net_rows``) — print them with
 ``arrowtext`` and COPY them into the staging table: no Spark Parquet read, no struct handling in the JVM, no
-Arrow conversion of typed columns there. Only types ``arrowtext`` prints exactly qualify (the same decision as
-``copytext._arrow_kind`` on the type Spark would read), and dates/timestamps only when the row groups'
-statistics keep them within Arrow's printable range; anything else keeps the Spark path.
+Arrow conversion of typed columns there. Only types ``arrowtext`` prints exactly qualify (``arrowtext.arrow_kind``,
+the same decision as ``copytext._arrow_kind`` on the type Spark would read), and dates/timestamps only when the
+row groups' statistics keep them within Arrow's printable range (``arrowtext.ARROW_DAYS`` / ``ARROW_MICROS``);
+anything else keeps the Spark path.
 """
 
 from __future__ import annotations
@@ -14,19 +15,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from airflow_provider_pglogical.apply.direct import DirectNet
+from airflow_provider_pglogical.apply import direct
+from airflow_provider_pglogical.apply.targets.base import DirectNet
 from airflow_provider_pglogical.apply.targets.postgres import arrowtext
 from airflow_provider_pglogical.apply.targets.postgres.copy import copy_chunks
 from airflow_provider_pglogical.apply.targets.postgres.target_types import ARRAY, SCALAR, PgType
 
-# What arrowtext prints exactly (copytext.ARROW_DAYS / ARROW_MICROS / ARROW_MAX_DECIMAL_SCALE, kept equal by
-# tests/unit/apply/test_arrownet.py): 0001-01-01 .. 9999-12-31, decimals of scale ≤ 6.
-ARROW_DAYS = (-719_162, 2_932_896)
-ARROW_MICROS = (ARROW_DAYS[0] * 86_400_000_000, (ARROW_DAYS[1] + 1) * 86_400_000_000 - 1)
-ARROW_MAX_DECIMAL_SCALE = 6
 CHUNK_ROWS = 65_536
 
 
@@ -39,28 +35,6 @@ class DirectPlan:
     kinds: tuple[str, ...]  # arrowtext kind of each written column
     key_kinds: tuple[str, ...]
     tasks: tuple[tuple[str, int], ...]  # (file, row group)
-
-
-def arrow_kind(dtype: pa.DataType, *, arrays: bool = False) -> str | None:
-    """The ``arrowtext`` kind of a staged Arrow type (as ``copytext._arrow_kind`` decides on Spark's), or None.
-    ``arrays``: also flat lists of text or plain scalars (``arrowtext.ARRAY_TEXT`` / ``ARRAY_PLAIN``), printed as
-    ``copytext.array_text`` prints an array without notes."""
-    if arrays and (pa.types.is_list(dtype) or pa.types.is_large_list(dtype)):
-        element = arrow_kind(dtype.value_type)
-        return {arrowtext.TEXT: arrowtext.ARRAY_TEXT, arrowtext.PLAIN: arrowtext.ARRAY_PLAIN}.get(element or "")
-    if pa.types.is_string(dtype) or pa.types.is_large_string(dtype):
-        return arrowtext.TEXT
-    if pa.types.is_boolean(dtype) or pa.types.is_signed_integer(dtype):
-        return arrowtext.PLAIN
-    if pa.types.is_decimal128(dtype) and dtype.scale <= ARROW_MAX_DECIMAL_SCALE:
-        return arrowtext.PLAIN
-    if pa.types.is_float32(dtype) or pa.types.is_float64(dtype):
-        return arrowtext.FLOAT
-    if pa.types.is_timestamp(dtype) and dtype.unit == "us":
-        return arrowtext.TIMESTAMPTZ if dtype.tz is not None else arrowtext.TEMPORAL
-    if pa.types.is_date32(dtype):
-        return arrowtext.TEMPORAL
-    return None
 
 
 def _in_printable_range(parquet: pq.ParquetFile, column_paths: Iterable[str]) -> bool:
@@ -83,7 +57,7 @@ def _in_printable_range(parquet: pq.ParquetFile, column_paths: Iterable[str]) ->
                 if stats.has_null_count and stats.null_count == chunk.num_values:
                     continue  # only nulls
                 return False
-            low, high = ARROW_DAYS if chunk.physical_type == "INT32" else ARROW_MICROS
+            low, high = arrowtext.ARROW_DAYS if chunk.physical_type == "INT32" else arrowtext.ARROW_MICROS
             lo, hi = stats.min_raw, stats.max_raw
             if not isinstance(lo, int) or not isinstance(hi, int) or lo < low or hi > high:
                 return False
@@ -103,7 +77,7 @@ def _image_kinds(parquet: pq.ParquetFile, image: str, wanted: Sequence[str],
     for c in wanted:
         if c not in names:
             return None
-        kind = arrow_kind(struct.field(names.index(c)).type, arrays=arrays)
+        kind = arrowtext.arrow_kind(struct.field(names.index(c)).type, arrays=arrays)
         if kind is None:
             return None
         if kind in (arrowtext.TEMPORAL, arrowtext.TIMESTAMPTZ):
@@ -193,59 +167,11 @@ def row_text(plan: RowsPlan, chunk_bytes: int) -> Callable[[Iterable[tuple[str, 
 
 
 def _fields(plan: DirectPlan) -> list[arrowtext.Field]:
-    """op, keep, lsn, the moved-from key, touched, the written columns: ``staging_columns``' order."""
-    names = ["op", "keep", "lsn", *[f"from{i}" for i in range(len(plan.key))], "touched",
-             *[f"c{i}" for i in range(len(plan.columns))]]
+    """op, keep, lsn, the moved-from key, touched, the written columns (``direct.net_rows``' batches):
+    ``staging_columns``' order."""
+    names = [*direct.net_row_names(plan.key), *[f"c{i}" for i in range(len(plan.columns))]]
     kinds = [arrowtext.PLAIN, arrowtext.PLAIN, arrowtext.PLAIN, *plan.key_kinds, arrowtext.PLAIN, *plan.kinds]
     return [arrowtext.Field(k, n) for k, n in zip(kinds, names, strict=True)]
-
-
-def net_rows(table: pa.Table, plan: DirectPlan) -> list[pa.RecordBatch]:
-    """The net rows of staged changes whose keys never repeat (``apply/direct.py``), columns as ``_fields``.
-
-    INSERTs and UPDATEs give one row of their new image (``I``, or ``U`` when the key stays; an UPDATE that
-    moves its key is an ``I`` remembering the old key); DELETEs and the old half of a key change give a
-    ``D`` of the old key with no values.
-    """
-    table = table.combine_chunks()
-    op = table.column("op").chunk(0) if table.num_rows else pa.array([], pa.string())
-    lsn = table.column("lsn").chunk(0) if table.num_rows else pa.array([], pa.int64())
-    old = table.column("old").chunk(0) if table.num_rows else None
-    new = table.column("new").chunk(0) if table.num_rows else None
-    if old is None or new is None:
-        return []
-    is_update = pc.equal(op, "U")
-    moved = pc.and_(is_update, old.is_valid())
-    differs = None
-    for k in plan.key:
-        d = pc.fill_null(pc.not_equal(old.field(k), new.field(k)), False)
-        differs = d if differs is None else pc.or_(differs, d)
-    moved = pc.and_(moved, differs) if differs is not None else pa.repeat(False, len(op))
-    main = pc.or_(pc.equal(op, "I"), is_update)
-    gone = pc.or_(pc.equal(op, "D"), moved)
-    batches: list[pa.RecordBatch] = []
-    m = pc.sum(main.cast(pa.int64())).as_py() or 0
-    if m:
-        kind = pc.if_else(pc.or_(pc.equal(op, "I"), moved), "I", "U")
-        arrays = [pc.filter(kind, main), pa.repeat("{}", m), pc.filter(lsn, main)]
-        arrays += [pc.filter(pc.if_else(moved, old.field(k), pa.nulls(len(op), old.field(k).type)), main)
-                   for k in plan.key]
-        arrays.append(pa.repeat(False, m))
-        arrays += [pc.filter(new.field(c), main) for c in plan.columns]
-        batches.append(_batch(arrays, plan))
-    g = pc.sum(gone.cast(pa.int64())).as_py() or 0
-    if g:
-        arrays = [pa.repeat("D", g), pa.repeat("{}", g), pc.filter(lsn, gone)]
-        arrays += [pa.nulls(g, old.field(k).type) for k in plan.key]
-        arrays.append(pa.repeat(False, g))
-        arrays += [pc.filter(old.field(c), gone) if c in plan.key else pa.nulls(g, new.field(c).type)
-                   for c in plan.columns]
-        batches.append(_batch(arrays, plan))
-    return batches
-
-
-def _batch(arrays: Sequence[pa.Array], plan: DirectPlan) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays(list(arrays), names=[f.column for f in _fields(plan)])
 
 
 def copy_tasks(dsn: str, staging: str, columns: Sequence[str], plan: DirectPlan
@@ -257,7 +183,7 @@ def copy_tasks(dsn: str, staging: str, columns: Sequence[str], plan: DirectPlan
     def chunks(tasks: Iterable[tuple[str, int]]) -> Iterator[tuple[bytes, int]]:
         for path, rg in tasks:
             table = pq.ParquetFile(path).read_row_group(rg, columns=["op", "lsn", "old", "new"])
-            for batch in net_rows(table, plan):
+            for batch in direct.net_rows(table, plan.key, plan.columns):
                 for start in range(0, batch.num_rows, CHUNK_ROWS):
                     part = batch.slice(start, CHUNK_ROWS)
                     yield arrowtext.line_bytes(part, fields), part.num_rows

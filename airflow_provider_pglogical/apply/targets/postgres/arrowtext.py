@@ -45,7 +45,36 @@ TEMPORAL = "temporal"  # date32, timestamp[us]: Arrow's ISO text
 ARRAY_TEXT = "array_text"
 ARRAY_PLAIN = "array_plain"
 
+# What Arrow prints exactly, for both paths that hand typed values to this module (``copytext.copy_columns`` on
+# Spark's types, ``arrownet`` on the staged Arrow types): dates and timestamps in years 1–9999 (Unix days / µs),
+# decimals up to scale 6.
+ARROW_DAYS = (-719_162, 2_932_896)  # 0001-01-01, 9999-12-31
+ARROW_MICROS = (ARROW_DAYS[0] * 86_400_000_000, (ARROW_DAYS[1] + 1) * 86_400_000_000 - 1)
+ARROW_MAX_DECIMAL_SCALE = 6
+
 _ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"))  # backslash first
+
+
+def arrow_kind(dtype: pa.DataType, *, arrays: bool = False) -> str | None:
+    """The kind of a staged Arrow type (as ``copytext._arrow_kind`` decides on Spark's), or None: not printed here.
+    ``arrays``: also flat lists of text or plain scalars (``ARRAY_TEXT`` / ``ARRAY_PLAIN``), printed as
+    ``copytext.array_text`` prints an array without notes."""
+    if arrays and (pa.types.is_list(dtype) or pa.types.is_large_list(dtype)):
+        element = arrow_kind(dtype.value_type)
+        return {TEXT: ARRAY_TEXT, PLAIN: ARRAY_PLAIN}.get(element or "")
+    if pa.types.is_string(dtype) or pa.types.is_large_string(dtype):
+        return TEXT
+    if pa.types.is_boolean(dtype) or pa.types.is_signed_integer(dtype):
+        return PLAIN
+    if pa.types.is_decimal128(dtype) and dtype.scale <= ARROW_MAX_DECIMAL_SCALE:
+        return PLAIN
+    if pa.types.is_float32(dtype) or pa.types.is_float64(dtype):
+        return FLOAT
+    if pa.types.is_timestamp(dtype) and dtype.unit == "us":
+        return TIMESTAMPTZ if dtype.tz is not None else TEMPORAL
+    if pa.types.is_date32(dtype):
+        return TEMPORAL
+    return None
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,6 @@ from airflow_provider_pglogical.apply.notes import ELEMENT_NOTES, NOTE, VALUE, i
 from airflow_provider_pglogical.apply.targets.postgres import arrowtext
 from airflow_provider_pglogical.apply.targets.postgres.target_types import ARRAY, COMPOSITE, MONEY, MULTIRANGE, PgType
 from airflow_provider_pglogical.apply.targets.postgres.temporal_text import (
-    USECS_PER_DAY,
     date_text,
     interval_text,
     is_interval,
@@ -270,20 +269,14 @@ def copy_lines(df: DataFrame, types: Mapping[str, PgType] | None = None, *, term
     return df.select((F.concat(line, F.lit("\n")) if terminated else line).alias("line"))
 
 
-# What Arrow prints exactly (arrowtext.py): dates and timestamps in years 1–9999 (Unix days / µs), decimals up to
-# scale 6.
-ARROW_DAYS = (-719_162, 2_932_896)  # 0001-01-01, 9999-12-31
-ARROW_MICROS = (ARROW_DAYS[0] * USECS_PER_DAY, (ARROW_DAYS[1] + 1) * USECS_PER_DAY - 1)
-ARROW_MAX_DECIMAL_SCALE = 6
-
-
 def _arrow_kind(dtype: DataType) -> str | None:
-    """The ``arrowtext`` kind that prints a value of ``dtype`` exactly, or None (the JVM prints it)."""
+    """The ``arrowtext`` kind that prints a value of ``dtype`` exactly, or None (the JVM prints it): the Spark-typed
+    twin of ``arrowtext.arrow_kind``, within ``arrowtext.ARROW_MAX_DECIMAL_SCALE``."""
     if isinstance(dtype, StringType):
         return arrowtext.TEXT
     if isinstance(dtype, (BooleanType, ByteType, ShortType, IntegerType, LongType)):
         return arrowtext.PLAIN
-    if isinstance(dtype, DecimalType) and dtype.scale <= ARROW_MAX_DECIMAL_SCALE:
+    if isinstance(dtype, DecimalType) and dtype.scale <= arrowtext.ARROW_MAX_DECIMAL_SCALE:
         return arrowtext.PLAIN
     if isinstance(dtype, (FloatType, DoubleType)):
         return arrowtext.FLOAT
@@ -298,9 +291,10 @@ def _beyond_arrow(c: Column, dtype: DataType) -> Column:
     """True for the dates/timestamps Arrow cannot print as PostgreSQL does (BC, past 9999, ±infinity): integer
     comparisons of the raw value, as ``temporal_text`` reads it."""
     if isinstance(dtype, DateType):
-        raw, (low, high) = F.unix_date(c), ARROW_DAYS
+        raw, (low, high) = F.unix_date(c), arrowtext.ARROW_DAYS
     else:
-        raw, (low, high) = F.unix_micros(c if isinstance(dtype, TimestampType) else c.cast("timestamp")), ARROW_MICROS
+        micros = F.unix_micros(c if isinstance(dtype, TimestampType) else c.cast("timestamp"))
+        raw, (low, high) = micros, arrowtext.ARROW_MICROS
     return (raw < F.lit(low)) | (raw > F.lit(high))
 
 

@@ -16,7 +16,7 @@ group the tables are emptied by one TRUNCATE and filled parents first.
 
 The rows are COPYed by the group's own connection, like a native table sync copies into the
 table — no staging table, no ``INSERT … SELECT``. Snapshot rows need no transform on the way
-(``apply/snapshots.SnapshotChanges.rows``); when they are the staged ``new`` images as they are and every column
+(``apply/changes.SnapshotChanges.rows``); when they are the staged ``new`` images as they are and every column
 is a type ``arrowtext`` prints exactly, the loading process reads the staged row groups with pyarrow and prints
 them on a few threads while the COPY sends them (``StreamedText``: the text would pass through this connection
 anyway, so a Spark job and its cache only added a copy); otherwise Spark reads them, ``copytext.copy_columns`` +
@@ -43,9 +43,7 @@ import psycopg2
 import pyarrow as pa
 from psycopg2 import sql
 
-from airflow_provider_pglogical.apply.direct import DirectRowsSource
-from airflow_provider_pglogical.apply.snapshots import PlannedSnapshot
-from airflow_provider_pglogical.apply.targets.base import BatchResult, PlannedTable
+from airflow_provider_pglogical.apply.targets.base import BatchResult, DirectRowsSource, PlannedSnapshot, PlannedTable
 from airflow_provider_pglogical.apply.targets.postgres import arrownet, arrowtext
 from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import qualified
 from airflow_provider_pglogical.apply.targets.postgres.catalog import ident

@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg2
 from psycopg2 import sql
@@ -24,15 +24,25 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_provider_pglogical.apply.config import ApplyConfig
-from airflow_provider_pglogical.apply.direct import DirectNet, DirectNetSource
 from airflow_provider_pglogical.apply.targets.base import (
     BatchChanges,
     BatchResult,
+    DirectNet,
+    DirectNetSource,
     PlannedBatch,
+    PlannedSnapshot,
     PlannedTable,
     TargetTable,
 )
-from airflow_provider_pglogical.apply.targets.postgres import arrownet, catalog, ordered, progress, schema, setbased
+from airflow_provider_pglogical.apply.targets.postgres import (
+    arrownet,
+    catalog,
+    ordered,
+    progress,
+    schema,
+    setbased,
+    snapshot,
+)
 from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import qualified, resolve_schema
 from airflow_provider_pglogical.apply.targets.postgres.copy import (
     copy_partitions,
@@ -52,9 +62,6 @@ from airflow_provider_pglogical.apply.targets.postgres.plan import (
 )
 from airflow_provider_pglogical.apply.targets.postgres.target_types import describe_types
 from airflow_provider_pglogical.exceptions import ApplyError
-
-if TYPE_CHECKING:
-    from airflow_provider_pglogical.apply.snapshots import PlannedSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +154,7 @@ class PostgresTarget:
         catalog.create_table(self.conn, table, columns, key)
         self.conn.commit()
 
-    # -- snapshots (``apply/snapshots.SnapshotTarget``) ---------------------------------------
+    # -- snapshots (``targets/base.SnapshotTarget``) -----------------------------------------
 
     def sync_marks(self, slot: str, tables: Collection[str] = ()) -> dict[str, int]:
         """Target table → sync LSN of the snapshot it holds (``pglogical_sync`` in the bookkeeping schema;
@@ -158,8 +165,6 @@ class PostgresTarget:
 
     def apply_snapshot(self, plan: PlannedSnapshot, changes: BatchChanges) -> BatchResult:
         """Empty the tables, insert the snapshot rows, watermark := sync LSN := ``plan.lsn``, in one transaction."""
-        from airflow_provider_pglogical.apply.targets.postgres import snapshot
-
         return snapshot.apply_snapshot(self, plan, changes)
 
     # -- one batch -------------------------------------------------------------------------
@@ -237,7 +242,7 @@ class PostgresTarget:
 
         Net changes per key for the set-based apply; with ``in_order``, every change with its
         position (commit LSN, order in transaction) for the ordered replay. ``direct``: the table-batch
-        needs no shared transform (``apply/direct.py``); when its types allow, the executors print its
+        needs no shared transform (``direct.batch_files``); when its types allow, the executors print its
         staged files themselves (``arrownet.py``) and ``make_frame`` is never called.
         """
         if in_order:

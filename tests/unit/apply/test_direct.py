@@ -1,0 +1,125 @@
+"""The direct path against the Spark transforms: whenever ``direct.batch_files`` hands a table-batch's files over,
+``direct.net_rows`` over them gives exactly the net frame ``SparkBatchChanges.net`` builds.
+
+Random batches are mostly eligible (every key fresh) and sometimes not — a key repeated, an unchanged-TOAST value,
+a row filter, an action left out of the publication — so a rule that let such a batch through would show as a
+disagreement here (the property of ``decoding/speedups.py``'s tests, for the apply).
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+import pyarrow.parquet as pq
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from airflow_provider_pglogical.apply import direct
+from airflow_provider_pglogical.apply.batches import list_batches, read_relations
+from airflow_provider_pglogical.apply.changes import SparkBatchChanges
+from airflow_provider_pglogical.apply.config import ACTIONS, TableApplyConfig
+from airflow_provider_pglogical.apply.targets.base import PlannedTable
+from tests.unit.apply.conftest import ITEMS, PAIRS
+from tests.unit.apply.stage import BatchSpec, Chg, Rel, write_batch
+
+KEYS = {ITEMS: ("id",), PAIRS: ("a", "b")}
+
+
+def _key_value(rel: Rel, n: int) -> dict:
+    return {"id": n} if rel is ITEMS else {"a": n, "b": f"k{n % 3}"}
+
+
+def _row(rel: Rel, n: int, draw: st.DrawFn) -> dict:
+    row = _key_value(rel, n)
+    if rel is ITEMS:
+        row.update(grp=draw(st.one_of(st.none(), st.integers(-5, 5))),
+                   note=draw(st.one_of(st.none(), st.text(max_size=3))))
+    else:
+        row.update(v=draw(st.one_of(st.none(), st.integers(-5, 5))))
+    return row
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> tuple[Rel, list[Chg], TableApplyConfig]:
+    """A table's changes, each naming fresh keys unless a key is drawn again on purpose, and its config."""
+    rel = draw(st.sampled_from([ITEMS, PAIRS]))
+    fresh = iter(range(1, 1000))
+    used: list[int] = []
+
+    def key() -> int:
+        if used and draw(st.integers(0, 15)) == 0:  # now and then a key seen before: not eligible
+            return draw(st.sampled_from(used))
+        used.append(next(fresh))
+        return used[-1]
+
+    changes = []
+    for i in range(draw(st.integers(0, 12))):
+        commit, order = 10 + i // 3, i % 3
+        op = draw(st.sampled_from(["I", "U", "U_moved", "U_key_only", "D"]))
+        if op == "I":
+            changes.append(Chg("I", commit, order, new=_row(rel, key(), draw)))
+        elif op == "U":  # key kept, no old image (pgoutput sends none then)
+            toast = ("note",) if rel is ITEMS and draw(st.integers(0, 10)) == 0 else ()
+            new = _row(rel, key(), draw)
+            changes.append(Chg("U", commit, order, new={k: v for k, v in new.items() if k not in toast}, toast=toast))
+        elif op == "U_moved":  # key changed: the old key image ('K')
+            old = _key_value(rel, key())
+            changes.append(Chg("U", commit, order, old=old, old_key_only=True, new=_row(rel, key(), draw)))
+        elif op == "U_key_only":  # an old key image equal to the new key: the key stayed
+            n = key()
+            changes.append(Chg("U", commit, order, old=_key_value(rel, n), old_key_only=True, new=_row(rel, n, draw)))
+        else:
+            changes.append(Chg("D", commit, order, old=_key_value(rel, key()), old_key_only=True))
+    config = draw(st.sampled_from([
+        TableApplyConfig(), TableApplyConfig(), TableApplyConfig(),
+        TableApplyConfig(row_filter="true"), TableApplyConfig(actions=("insert", "update")),
+    ]))
+    return rel, changes, config
+
+
+def _spark_rows(frame) -> list[tuple]:
+    """The net frame's rows in ``direct.net_rows``' layout (KEEP printed as the array literal it is staged as)."""
+    out = []
+    for r in frame.collect():
+        values = list(r)
+        keep = values[1]
+        values[1] = "{" + ",".join(keep) + "}" if keep is not None else None
+        out.append(tuple(values))
+    return sorted(out, key=repr)
+
+
+def _direct_rows(net: direct.DirectNet) -> list[tuple]:
+    rows = []
+    for path in net.files:
+        table = pq.read_table(path, columns=["op", "lsn", "old", "new"])
+        for batch in direct.net_rows(table, net.key, net.columns):
+            rows.extend(tuple(r.values()) for r in batch.to_pylist())
+    return sorted(rows, key=repr)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches())
+def test_when_the_rule_hands_files_over_their_net_rows_are_the_spark_transforms(spark, drawn) -> None:
+    rel, changes, config = drawn
+    with tempfile.TemporaryDirectory() as root:
+        write_batch(root, "slot", BatchSpec(0x1000, 0x2000, {rel: changes}))
+        (batch,) = list_batches(root, "slot")
+        columns = tuple(c.name for c in rel.columns)
+        table = PlannedTable(rel.name, rel.name, KEYS[rel], columns, read_relations(batch)[rel.name], config)
+        net = direct.batch_files(table, batch, None)
+        event("direct" if net is not None else "Spark path only")
+        if net is None:
+            return  # the Spark path applies it: nothing to compare
+        assert config.actions == ACTIONS and not config.row_filter
+        assert _direct_rows(net) == _spark_rows(SparkBatchChanges(spark, batch).net(table))
+
+
+def test_a_snapshot_cut_off_or_a_switched_off_path_keeps_the_spark_transforms(tmp_path, monkeypatch) -> None:
+    write_batch(tmp_path, "slot", BatchSpec(0x1000, 0x2000, {ITEMS: [Chg("I", 10, 0, new={"id": 1})]}))
+    (batch,) = list_batches(str(tmp_path), "slot")
+    table = PlannedTable(ITEMS.name, ITEMS.name, ("id",), ("id", "grp", "note"), read_relations(batch)[ITEMS.name],
+                         TableApplyConfig())
+    assert direct.batch_files(table, batch, None) is not None
+    assert direct.batch_files(table, batch, 0x1800) is None  # the batch starts before the table's sync LSN
+    monkeypatch.setenv(direct.ENV_SWITCH, "0")
+    assert direct.batch_files(table, batch, None) is None
