@@ -77,12 +77,10 @@ def delta_schema(schema: pa.Schema, type_names: Mapping[str, str | None] | None 
 
 
 def _money(arr: pa.Array) -> pa.Array:
-    """int64 minor units → decimal(19,2) holding the same unscaled integer (no arithmetic, no rounding)."""
-    ints = pc.cast(arr, pa.int64()).to_numpy(zero_copy_only=False).astype(np.int64)
-    words = np.empty(len(ints) * 2, dtype=np.int64)
-    words[0::2], words[1::2] = ints, ints >> 63  # little-endian 128-bit two's complement
-    validity = arr.buffers()[0] if arr.offset == 0 else pc.is_valid(arr).buffers()[1]
-    return pa.Array.from_buffers(MONEY, len(arr), [validity, pa.py_buffer(words.tobytes())], arr.null_count)
+    """int64 minor units → decimal(19,2) holding the same unscaled integer: the exact cast to decimal(19,0),
+    relabelled with scale 2 (no float, no arithmetic, so nothing rounds or wraps, NULLs or not)."""
+    units = pc.cast(arr, pa.decimal128(19, 0))
+    return pa.Array.from_buffers(MONEY, len(units), units.buffers(), units.null_count, units.offset)
 
 
 def _check_finite(arr: pa.Array, low: int, high: int, path: str, where: str, lsns: pa.Array | None) -> None:
