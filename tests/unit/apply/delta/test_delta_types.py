@@ -67,6 +67,17 @@ def test_values_survive_a_delta_round_trip_exactly(tmp_path):
     assert back[0]["span"]["lower"] == dt.date(2020, 1, 1) and back[1]["span"] is None
 
 
+def test_money_keeps_every_digit_in_a_column_with_nulls():
+    """int64 minor units beyond 2**53 next to a NULL: a float64 detour would round or wrap them."""
+    table = pa.table({"m": pa.array([2**63 - 1, None, -(2**63), 2**53 + 1, -1], pa.int64())})
+    names = {"m": "money"}
+    out = to_delta(table, delta_schema(table.schema, names), "test", names).column("m").to_pylist()
+    assert out == [Decimal("92233720368547758.07"), None, Decimal("-92233720368547758.08"),
+                   Decimal("90071992547409.93"), Decimal("-0.01")]
+    sliced = to_delta(table.slice(1), delta_schema(table.schema, names), "test", names).column("m").to_pylist()
+    assert sliced == out[1:]
+
+
 @pytest.mark.parametrize("array", [pa.array([0, INT32_MAX], pa.date32()),
                                    pa.array([INT64_MIN], pa.timestamp("us", tz="UTC"))])
 def test_infinity_is_refused_naming_the_column_not_the_value(array):
