@@ -47,7 +47,7 @@ def spark_readable(schema: pa.Schema) -> bool:
 
 def _has_wide_decimal(dtype: pa.DataType) -> bool:
     if pa.types.is_decimal256(dtype):
-        return dtype.precision > _MAX_DECIMAL
+        return bool(dtype.precision > _MAX_DECIMAL)
     if pa.types.is_struct(dtype):
         return any(_has_wide_decimal(f.type) for f in dtype)
     if pa.types.is_map(dtype):
@@ -106,7 +106,7 @@ def _image(arr: pa.StructArray, notes: pa.Array | None) -> pa.Array:
     children = []
     for i, f in enumerate(arr.type):
         child = _convert(arr.field(i))
-        if notes is not None and _has_wide_decimal(f.type) and pa.types.is_decimal256(f.type):
+        if notes is not None and pa.types.is_decimal256(f.type) and _has_wide_decimal(f.type):
             noted = pc.fill_null(pc.equal(pc.map_lookup(notes, pa.scalar(f.name), "first"), NAN), False)
             child = pc.if_else(noted, NAN, child)
         children.append(child)

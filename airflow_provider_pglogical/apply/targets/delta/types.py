@@ -7,7 +7,8 @@ onto those without loss:
 * ``time`` (time64[us]) → ``long`` microseconds since midnight (Delta has no time type; 24:00:00 is
   86 400 000 000); a ``timetz`` struct keeps its offset field beside it.
 * ``pg_lsn`` and other unsigned ints → the next wider signed type, ``uint64`` → ``decimal(20,0)``.
-* ``decimal256`` (``numeric(p,s)`` with p > 38) → ``string``, the exact decimal text.
+* ``decimal256`` (``numeric(p,s)`` with p > 38) → ``string``, the exact decimal text (``staged_arrow.decimal_text``;
+  read through Spark, such a column arrives as that text already).
 * ``money`` (staged as int64 minor units) → ``decimal(19,2)``, the same digits.
 * timestamps → µs, ``timestamptz`` as UTC.
 
@@ -25,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_pglogical.apply.staged_arrow import decimal_text
 from airflow_provider_pglogical.exceptions import ApplyError
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -103,6 +105,8 @@ def convert_array(arr: pa.Array, target: pa.DataType, path: str, where: str, typ
         return arr
     if target == MONEY and type_name == "money" and pa.types.is_integer(src):
         return _money(arr)
+    if pa.types.is_decimal(src) and pa.types.is_string(target):
+        return decimal_text(arr)  # Arrow's own cast would print 1E-7 and 0E-10
     if pa.types.is_time(src):
         try:  # a safe cast refuses to drop nanoseconds
             return pc.cast(pc.cast(arr, pa.time64("us"), safe=True), pa.int64())
