@@ -25,6 +25,7 @@ from airflow_provider_pglogical.staging.reader import (
 )
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -149,9 +150,29 @@ def _read_file(spark: SparkSession, batch: Batch, relative: str) -> DataFrame:
     time zone kept ``timestamp_ntz``)."""
     if is_local(batch.uri) and spark_readable(batch.reader.read_schema(batch.ref, relative)):
         return spark.read.parquet(f"{batch.uri}/{relative}")
+    return _from_arrow(spark, batch.reader.read_file(batch.ref, relative))
+
+
+def read_local_parquet(spark: SparkSession, uri: str, files: Sequence[str]) -> DataFrame:
+    """Staged Parquet ``files`` under ``uri`` (snapshot chunks) as one Spark frame, like ``_read_file``: a local
+    file Spark's reader cannot read (a decimal wider than 38 digits) goes through the driver. Other URIs are
+    handed to Spark's reader as they are."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    paths = [f"{uri}/{f}" for f in files]
+    if not is_local(uri):
+        return spark.read.parquet(*paths)
+    local = [p.removeprefix("file://") for p in paths]
+    if all(spark_readable(pq.read_schema(p)) for p in local):
+        return spark.read.parquet(*paths)
+    return _from_arrow(spark, pa.concat_tables([pq.read_table(p) for p in local]))
+
+
+def _from_arrow(spark: SparkSession, staged: pa.Table) -> DataFrame:
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    table = to_spark_arrow(batch.reader.read_file(batch.ref, relative))
+    table = to_spark_arrow(staged)
     # Spark's Parquet reader types a timestamp without time zone as timestamp_ntz; createDataFrame's default
     # would make it a session-zone timestamp (a Delta ``timestamp`` instead of ``timestamp_ntz``).
     return spark.createDataFrame(table, schema=from_arrow_schema(table.schema, prefer_timestamp_ntz=True))

@@ -23,7 +23,13 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import urlparse
 
 from airflow_provider_pglogical.apply import direct, planning
-from airflow_provider_pglogical.apply.batches import CHANGE_META_COLUMNS, META, NOTES_COLUMNS, is_local
+from airflow_provider_pglogical.apply.batches import (
+    CHANGE_META_COLUMNS,
+    META,
+    NOTES_COLUMNS,
+    is_local,
+    read_local_parquet,
+)
 from airflow_provider_pglogical.apply.config import ACTIONS, ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import BatchResult, PlannedTable, Target
 from airflow_provider_pglogical.exceptions import ApplyError, format_lsn
@@ -65,7 +71,7 @@ def relation_info(manifest: SnapshotManifest) -> RelationInfo:
 
 def read_snapshot(spark: SparkSession, uri: str, files: Sequence[str]) -> DataFrame:
     """A snapshot's rows with the columns of ``batches.read_changes`` (they have the row-change schema)."""
-    df = spark.read.parquet(*[f"{uri}/{f}" for f in files])
+    df = read_local_parquet(spark, uri, files)
     return df.select(*[df[c].alias(META + c) for c in CHANGE_META_COLUMNS],
                      *[df[c].alias(META + c) for c in NOTES_COLUMNS])
 
@@ -107,7 +113,7 @@ class SnapshotChanges:
         snap = self.uris[table.source]
         if not self._plain(table, snap):
             return self.net(table).select(*table.columns)
-        df = self.spark.read.parquet(*[f"{snap.uri}/{f}" for f in snap.files])
+        df = read_local_parquet(self.spark, snap.uri, snap.files)
         return df.select(*[df["new"].getField(c).alias(c) for c in table.columns])
 
     @staticmethod

@@ -16,6 +16,7 @@ from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
 from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
 from airflow_provider_pglogical.hooks import PgLogicalHook
+from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings, initial_snapshot
 from tests.conftest import make_database
 from tests.integration.test_native_equivalence import (
     APPLY_TABLES,
@@ -201,6 +202,26 @@ def _as_stored(rows: list[tuple]) -> list[tuple]:
     return out
 
 
+def assert_extremes(source_dsn: str, location: DeltaLocation, ours: str) -> None:
+    """The Delta table as PostgreSQL computes the source's values map (``EXTREMES_ORACLE``), and the PostgreSQL
+    target's rows as ``::text`` equal to the source's."""
+    expected = _as_stored(query(source_dsn + " options='-c TimeZone=UTC'", EXTREMES_ORACLE))
+    got = _as_stored(_delta_extremes(location))
+    assert [r[0] for r in got] == [r[0] for r in expected]
+    for row, want in zip(got, expected, strict=True):
+        for name, value, oracle in zip(EXTREMES_COLUMNS, row, want, strict=True):
+            assert value == oracle, (row[0], name)
+    # Not vacuous: the values that went wrong are there.
+    by_id = {r[0]: r for r in expected}
+    assert by_id[4][11] == Decimal("92233720368547758.07") and by_id[1][11] is None
+    assert by_id[1][9] == N76_MAX and by_id[3][9] == "NaN" and by_id[1][12] == Decimal(2**64 - 1)
+    assert by_id[1][14] == 86_400_000_000 and by_id[3][7] == (-0.0, -1.0)
+    columns = [c for (c,) in query(source_dsn, "SELECT attname FROM pg_attribute WHERE attrelid = "
+                                   "'extremes'::regclass AND attnum > 0 ORDER BY attnum")]
+    texts = f"SELECT {', '.join(f'{c}::text' for c in columns)} FROM extremes ORDER BY id"
+    assert query(ours, texts) == query(source_dsn, texts)
+
+
 @pytest.mark.parametrize("storage", ["local", "s3"])
 def test_every_builtin_type_extreme_reads_back_from_delta_as_postgres_holds_it(pg_server, spark, tmp_path, request,
                                                                                  storage):
@@ -223,22 +244,28 @@ def test_every_builtin_type_extreme_reads_back_from_delta_as_postgres_holds_it(p
         run_script(source_dsn, EXTREMES_TWO)
         assert drain_all(source_dsn, staging) == 1
         assert [r.applied for r in apply_slot(spark, config, target=DeltaTarget(location, "ours"))] == [True, True]
-        expected = _as_stored(query(source_dsn + " options='-c TimeZone=UTC'", EXTREMES_ORACLE))
-        got = _as_stored(_delta_extremes(location))
-        assert [r[0] for r in got] == [r[0] for r in expected]
-        for row, want in zip(got, expected, strict=True):
-            for name, value, oracle in zip(EXTREMES_COLUMNS, row, want, strict=True):
-                assert value == oracle, (row[0], name)
-        # Not vacuous: the values that went wrong are there.
-        by_id = {r[0]: r for r in expected}
-        assert by_id[4][11] == Decimal("92233720368547758.07") and by_id[1][11] is None
-        assert by_id[1][9] == N76_MAX and by_id[3][9] == "NaN" and by_id[1][12] == Decimal(2**64 - 1)
-        assert by_id[1][14] == 86_400_000_000 and by_id[3][7] == (-0.0, -1.0)
-
         assert [r.applied for r in apply_slot(spark, config, ours)] == [True, True]
-        columns = [c for (c,) in query(source_dsn, "SELECT attname FROM pg_attribute WHERE attrelid = "
-                                       "'extremes'::regclass AND attnum > 0 ORDER BY attnum")]
-        texts = f"SELECT {', '.join(f'{c}::text' for c in columns)} FROM extremes ORDER BY id"
-        assert query(ours, texts) == query(source_dsn, texts)
+        assert_extremes(source_dsn, location, ours)
     finally:
+        execute(pg_server.dsn(), f'DROP DATABASE IF EXISTS "{source}" WITH (FORCE)')
+
+
+def test_a_snapshot_of_every_builtin_type_extreme_loads_as_postgres_holds_it(pg_server, spark, tmp_path):
+    """The same extremes taken by an initial snapshot (staged locally) into Delta and PostgreSQL targets."""
+    staging, location = str(tmp_path / "staging"), DeltaLocation(str(tmp_path / "lake"))
+    source = make_database(pg_server)
+    _, ours = make_target(pg_server)
+    source_dsn = pg_server.dsn(source)
+    execute(source_dsn, EXTREMES_SQL)
+    run_script(source_dsn, EXTREMES_ONE + EXTREMES_TWO)
+    job = SnapshotJob(dsn=source_dsn, slot="ours", publication="pub_all", staging_uri=staging,
+                      tables={"public.extremes": (None, None)}, settings=SnapshotSettings(initial=True))
+    config = ApplyConfig(slot="ours", staging_root=staging, tables={})
+    try:
+        initial_snapshot(job)
+        assert any(r.applied for r in apply_slot(spark, config, target=DeltaTarget(location, "ours")))
+        assert any(r.applied for r in apply_slot(spark, config, ours))
+        assert_extremes(source_dsn, location, ours)
+    finally:
+        execute(source_dsn, "SELECT pg_drop_replication_slot('ours') FROM pg_replication_slots WHERE slot_name = 'ours'")
         execute(pg_server.dsn(), f'DROP DATABASE IF EXISTS "{source}" WITH (FORCE)')
