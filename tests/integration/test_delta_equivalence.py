@@ -227,8 +227,9 @@ def test_every_builtin_type_extreme_reads_back_from_delta_as_postgres_holds_it(p
                                                                                  storage):
     """Delta mirror (read back with deltalake) and the PostgreSQL target (as ``::text``) against the source."""
     if storage == "s3":
-        server = request.getfixturevalue("s3")
-        staging, lake = f"s3://{server.bucket}/staging", f"s3://{server.bucket}/lake"
+        server = request.getfixturevalue("s3")  # moto keeps its buckets per process: a prefix of this test's own
+        root = f"s3://{server.bucket}/{tmp_path.name}"
+        staging, lake = f"{root}/staging", f"{root}/lake"
     else:
         staging, lake = str(tmp_path / "staging"), str(tmp_path / "lake")
     source = make_database(pg_server)
