@@ -247,6 +247,13 @@ def test_every_builtin_type_extreme_reads_back_from_delta_as_postgres_holds_it(p
         assert [r.applied for r in apply_slot(spark, config, target=DeltaTarget(location, "ours"))] == [True, True]
         assert [r.applied for r in apply_slot(spark, config, ours)] == [True, True]
         assert_extremes(source_dsn, location, ours)
+        # The change feed holds the same values: replayed, it rebuilds the mirror.
+        feed = DeltaLocation(lake + "/feed")
+        assert [r.applied for r in apply_slot(spark, config, target=DeltaTarget(feed, "ours", mode="changelog"))] \
+            == [True, True]
+        exact = [[tuple(_exact(v) for v in r) for r in rows]
+                 for rows in (replay_changelog(feed, "extremes"), delta_rows(location, "extremes"))]
+        assert exact[0] == exact[1] and len(exact[0]) == 6
     finally:
         execute(pg_server.dsn(), f'DROP DATABASE IF EXISTS "{source}" WITH (FORCE)')
 
