@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING
 
+from airflow_provider_pglogical.apply.staged_arrow import spark_readable, to_spark_arrow
 from airflow_provider_pglogical.exceptions import StagingError
 from airflow_provider_pglogical.staging.manifest import Manifest
 from airflow_provider_pglogical.staging.reader import (
@@ -24,6 +25,7 @@ from airflow_provider_pglogical.staging.reader import (
 )
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -123,15 +125,13 @@ def read_changes(spark: SparkSession, batch: Batch, table: str) -> DataFrame:
     new image gets it (``_with_source_defaults``). The exactness notes come along (``apply/notes.py``).
     A staging root on an object store (``s3://``) is read with pyarrow on the driver (the staging
     layout's filesystem, credentials from the environment) and handed to Spark as Arrow, because
-    Spark's own s3a reader needs hadoop-aws jars that are not installed (docs/delta.md).
+    Spark's own s3a reader needs hadoop-aws jars that are not installed (docs/delta.md). Both routes give
+    the same Spark types and values (``_read_file``).
     """
     files = batch.table_files.get(table, ())
     if not files:
         raise StagingError(f"batch {batch.start_lsn}-{batch.end_lsn} has no files for {table}")
-    if is_local(batch.uri):
-        frames = [spark.read.parquet(f"{batch.uri}/{rel}") for rel in files]
-    else:
-        frames = [spark.createDataFrame(batch.reader.read_file(batch.ref, rel)) for rel in files]
+    frames = [_read_file(spark, batch, rel) for rel in files]
     if len(frames) > 1:
         frames = _as_text_where_types_conflict(
             _with_source_defaults(frames, read_relation_versions(batch).get(table, [])))
@@ -141,6 +141,41 @@ def read_changes(spark: SparkSession, batch: Batch, table: str) -> DataFrame:
     notes = [(df[c] if c in df.columns else F.create_map().cast("map<string,string>")).alias(META + c)
              for c in NOTES_COLUMNS]
     return df.select(*[df[c].alias(META + c) for c in CHANGE_META_COLUMNS], *notes)
+
+
+def _read_file(spark: SparkSession, batch: Batch, relative: str) -> DataFrame:
+    """One staged file as a Spark frame: Spark's Parquet reader where it can read the file (local staging, no
+    decimal wider than Spark's 38 digits), otherwise pyarrow on the driver with the columns converted as that
+    reader converts them (``staged_arrow``: unsigned ints widened, wide decimals as exact text, timestamps without
+    time zone kept ``timestamp_ntz``)."""
+    if is_local(batch.uri) and spark_readable(batch.reader.read_schema(batch.ref, relative)):
+        return spark.read.parquet(f"{batch.uri}/{relative}")
+    return _from_arrow(spark, batch.reader.read_file(batch.ref, relative))
+
+
+def read_local_parquet(spark: SparkSession, uri: str, files: Sequence[str]) -> DataFrame:
+    """Staged Parquet ``files`` under ``uri`` (snapshot chunks) as one Spark frame, like ``_read_file``: a local
+    file Spark's reader cannot read (a decimal wider than 38 digits) goes through the driver. Other URIs are
+    handed to Spark's reader as they are."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    paths = [f"{uri}/{f}" for f in files]
+    if not is_local(uri):
+        return spark.read.parquet(*paths)
+    local = [p.removeprefix("file://") for p in paths]
+    if all(spark_readable(pq.read_schema(p)) for p in local):
+        return spark.read.parquet(*paths)
+    return _from_arrow(spark, pa.concat_tables([pq.read_table(p) for p in local]))
+
+
+def _from_arrow(spark: SparkSession, staged: pa.Table) -> DataFrame:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    table = to_spark_arrow(staged)
+    # Spark's Parquet reader types a timestamp without time zone as timestamp_ntz; createDataFrame's default
+    # would make it a session-zone timestamp (a Delta ``timestamp`` instead of ``timestamp_ntz``).
+    return spark.createDataFrame(table, schema=from_arrow_schema(table.schema, prefer_timestamp_ntz=True))
 
 
 def image_type(df: DataFrame, image: str) -> StructType:

@@ -27,6 +27,7 @@ from airflow_provider_pglogical.apply.batches import (
     image_type,
     keys_never_repeat,
     read_changes,
+    read_local_parquet,
 )
 from airflow_provider_pglogical.apply.config import ACTIONS, TableApplyConfig
 from airflow_provider_pglogical.apply.filters import apply_row_filter
@@ -200,7 +201,7 @@ def check_updates_deletes(changes: DataFrame, rel: RelationInfo, cfg: TableApply
 
 def read_snapshot(spark: SparkSession, uri: str, files: Sequence[str]) -> DataFrame:
     """A snapshot's rows with the columns of ``batches.read_changes`` (they have the row-change schema)."""
-    df = spark.read.parquet(*[f"{uri}/{f}" for f in files])
+    df = read_local_parquet(spark, uri, files)
     return df.select(*[df[c].alias(META + c) for c in CHANGE_META_COLUMNS],
                      *[df[c].alias(META + c) for c in NOTES_COLUMNS])
 
@@ -240,7 +241,7 @@ class SnapshotChanges:
         snap = self.uris[table.source]
         if not self._plain(table, snap):
             return self.net(table).select(*table.columns)
-        df = self.spark.read.parquet(*[f"{snap.uri}/{f}" for f in snap.files])
+        df = read_local_parquet(self.spark, snap.uri, snap.files)
         return df.select(*[df["new"].getField(c).alias(c) for c in table.columns])
 
     @staticmethod

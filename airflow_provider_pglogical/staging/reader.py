@@ -155,6 +155,10 @@ class StagingReader:
     def read_file(self, batch: BatchRef, relative: str) -> pa.Table:
         return pq.read_table(f"{batch.path}/{relative}", filesystem=self.layout.fs)
 
+    def read_schema(self, batch: BatchRef, relative: str) -> pa.Schema:
+        """A staged file's Arrow schema (its footer only)."""
+        return pq.read_schema(f"{batch.path}/{relative}", filesystem=self.layout.fs)
+
     def _read_small(self, batch: BatchRef, name: str) -> list[dict[str, Any]] | None:
         path = f"{batch.path}/{name}"
         if not self.layout.exists(path):

@@ -4,7 +4,9 @@ environment holds the credentials (never its argv), the tables read back with de
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import json
+from decimal import Decimal
 
 import duckdb
 import yaml
@@ -52,6 +54,38 @@ def test_run_applies_into_delta_on_s3_and_status_shows_the_delta_watermarks(pg_s
     assert set(report["target"]["watermarks"]) == {"public.customers", "public.orders_eu"}
     assert report["target"]["watermarks"]["public.orders_eu"] == report["staging"]["last_end_lsn"]
 
+
+
+def test_run_with_s3_staging_writes_pg_lsn_and_timestamps_as_local_staging_does(pg_server, pg_dsn, pg_dbname,
+                                                                               tmp_path, s3):
+    """pg_lsn (staged uint64) and timestamp without time zone, staged on S3: Delta decimal(20,0) and timestamp_ntz,
+    as from local staging (docs/types.md), instead of a stopped run or a zoned timestamp."""
+    execute(pg_dsn, "CREATE TABLE marks (id int PRIMARY KEY, at pg_lsn, seen timestamp, m money)")
+    lake = f"s3://{s3.bucket}/lake"
+    doc = {
+        "source": {"dsn": pg_server.uri(pg_dbname), "publication": "marks_pub", "slot": "marks_slot", "create": True},
+        "staging": {"uri": f"s3://{s3.bucket}/staging"},
+        "target": {"kind": "delta", "uri": lake},
+        "tables": {"public.marks": {}},
+        "spark": {"master": "local[2]"},
+    }
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(doc))
+    env = s3.env()
+    first = pglogical("run", "--spec", str(spec), extra=env)
+    assert first.returncode == 0, first.stderr
+    execute(pg_dsn, """INSERT INTO marks VALUES (1, 'FFFFFFFF/FFFFFFFF', '9999-12-31 23:59:59.999999', NULL),
+        (2, '0/0', '0001-01-01 00:00:00', '92233720368547758.07'), (3, NULL, NULL, '-92233720368547758.08')""")
+    result = pglogical("run", "--spec", str(spec), extra=env)
+    assert result.returncode == 0, result.stderr
+    table = DeltaTable(DeltaLocation(lake).table_uri("public.marks"))
+    types = {f.name: f.type.type for f in table.schema().fields}
+    assert (types["at"], types["seen"], types["m"]) == ("decimal(20,0)", "timestamp_ntz", "decimal(19,2)")
+    rows = table.to_pyarrow_table().sort_by("id").to_pylist()
+    assert [(r["at"], r["seen"], r["m"]) for r in rows] == [
+        (Decimal(2**64 - 1), dt.datetime(9999, 12, 31, 23, 59, 59, 999999), None),
+        (Decimal(0), dt.datetime(1, 1, 1), Decimal("92233720368547758.07")),
+        (None, None, Decimal("-92233720368547758.08"))]
 
 
 def test_maintain_compacts_a_delta_target_keeping_rows_and_watermarks(tmp_path):

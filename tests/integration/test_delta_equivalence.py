@@ -3,8 +3,11 @@ Delta (local disk and a real S3 server), read back with deltalake and compared w
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from decimal import Decimal
 
+import numpy as np
 import pytest
 from deltalake import DeltaTable
 
@@ -13,6 +16,7 @@ from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
 from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
 from airflow_provider_pglogical.hooks import PgLogicalHook
+from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings, initial_snapshot
 from tests.conftest import make_database
 from tests.integration.test_native_equivalence import (
     APPLY_TABLES,
@@ -25,8 +29,9 @@ from tests.integration.test_native_equivalence import (
     TABLES_SQL,
     table_rows,
 )
-from tests.pgserver import execute
+from tests.pgserver import execute, query
 from tests.subscriber import drain_all, run_script, subscribe, unsubscribe, wait_for_subscriber
+from tests.unit.apply.targetdb import make_target
 
 NATIVE_COLUMNS = {"cols": ("id", "a", "b")}  # the column list: the subscriber's table has every column
 
@@ -114,4 +119,161 @@ def test_delta_mirror_matches_a_native_subscriber_and_the_changelog_rebuilds_it(
     finally:
         unsubscribe(native_dsn)
         execute(pg_server.dsn(), f'DROP DATABASE IF EXISTS "{native}" WITH (FORCE)')
+        execute(pg_server.dsn(), f'DROP DATABASE IF EXISTS "{source}" WITH (FORCE)')
+
+
+# Every built-in type at its extremes (docs/types.md, "Delta Lake"): maxima, minima, the special values, all NULL.
+# money's maximum sits in a column that also holds a NULL; numeric(76,10) is wider than any Delta or Spark decimal.
+EXTREMES_SQL = """
+CREATE TABLE extremes (id int PRIMARY KEY, b bool, i2 int2, i4 int4, i8 int8, o oid, f4 float4, f8 float8,
+  n38 numeric(38,0), n76 numeric(76,10), nu numeric, m money, lsn pg_lsn, d date, tm time, ttz timetz,
+  ts timestamp, tstz timestamptz, iv interval, tx text, bp char(3), bt bytea, u uuid, ai int8[],
+  an numeric(50,5)[]);
+CREATE PUBLICATION pub_all FOR TABLE extremes;
+"""
+N76_MAX = "9" * 66 + "." + "9" * 10
+EXTREMES_ONE = [
+    f"""INSERT INTO extremes VALUES (1, true, 32767, 2147483647, 9223372036854775807, 4294967295, '3.4028235e38',
+      '1.7976931348623157e308', {"9" * 38}, '{N76_MAX}', '1e-100', '92233720368547758.07', 'FFFFFFFF/FFFFFFFF',
+      '9999-12-31', '24:00:00', '24:00:00-15:59', '9999-12-31 23:59:59.999999', '9999-12-31 23:59:59.999999+00',
+      '178956970 years 7 mons 2147483647 days 2562047788:00:54.775807', 'héllo ✓', 'ab', '\\xff00',
+      'ffffffff-ffff-ffff-ffff-ffffffffffff', '{{9223372036854775807,NULL}}', '{{{"9" * 45}.99999,-0.00001}}');
+    INSERT INTO extremes VALUES (2, false, -32768, -2147483648, -9223372036854775808, 0, '1.4e-45', '4.9e-324',
+      -{"9" * 38}, '-{N76_MAX}', '-1e100', '-92233720368547758.08', '0/0', '0001-01-01', '00:00:00',
+      '00:00:00+15:59', '0001-01-01 00:00:00', '0001-01-01 00:00:00+00',
+      '-178956970 years -8 mons -2147483648 days -2562047788:00:54.775807', '', '', '',
+      '00000000-0000-0000-0000-000000000000', '{{-9223372036854775808}}', '{{}}');
+    INSERT INTO extremes (id, f4, f8, n38, n76, nu, tm, ttz, m) VALUES (3, 'NaN', '-0', 0, 'NaN', 'NaN',
+      '23:59:59.999999', '23:59:59.999999-15:59:59', NULL);
+    INSERT INTO extremes (id) VALUES (4);""",
+]
+EXTREMES_TWO = [
+    """INSERT INTO extremes (id, f4, f8, n76, nu, m) VALUES (5, '-0', 'NaN', '0.0000000001', 'Infinity', '-0.01'),
+      (6, 'Infinity', '-Infinity', 0, '-Infinity', 0);
+    UPDATE extremes SET m = NULL, tx = 'changed' WHERE id = 1; UPDATE extremes SET m = '92233720368547758.07' WHERE id = 4;
+    UPDATE extremes SET i2 = i2 WHERE id = 2;""",
+]
+# What each column holds in Delta, computed by PostgreSQL itself from the source values (docs/types.md, "Delta Lake").
+EXTREMES_ORACLE = """SELECT id, b, i2, i4, i8, o::bigint, f4, f8, n38, n76::text, nu::text, m::numeric,
+  lsn - '0/0'::pg_lsn, d, (extract(epoch FROM tm) * 1000000)::bigint,
+  CASE WHEN ttz IS NOT NULL THEN ((extract(epoch FROM ttz::time) * 1000000)::bigint, extract(timezone FROM ttz)::int)::text END,
+  ts, tstz,
+  CASE WHEN iv IS NOT NULL THEN ((extract(year FROM iv) * 12 + extract(month FROM iv))::int, extract(day FROM iv)::int,
+    (extract(hour FROM iv) * 3600000000 + extract(minute FROM iv) * 60000000 + extract(microsecond FROM iv))::bigint)::text
+  END,
+  tx, rpad(bp, 3), bt, u::text, ai, an::text[]
+  FROM extremes ORDER BY id"""
+
+
+EXTREMES_COLUMNS = ("id", "b", "i2", "i4", "i8", "o", "f4", "f8", "n38", "n76", "nu", "m", "lsn", "d", "tm", "ttz", "ts",
+                    "tstz", "iv", "tx", "bp", "bt", "u", "ai", "an")
+
+
+def _exact(value: object) -> object:
+    """A float compared bit for bit (-0.0 is not 0.0, NaN equals NaN); everything else as it is."""
+    if isinstance(value, float):
+        return ("nan",) if math.isnan(value) else (value, math.copysign(1.0, value))
+    return value
+
+
+def _delta_extremes(location: DeltaLocation) -> list[tuple]:
+    """The Delta table's rows in the oracle's shape (structs as PostgreSQL prints a row, float4 as stored)."""
+    data = DeltaTable(location.table_uri("public.extremes"), storage_options=location.options).to_pyarrow_table()
+    out = []
+    for r in sorted(data.to_pylist(), key=lambda r: r["id"]):
+        ttz = None if r["ttz"] is None else f"({r['ttz']['time']},{r['ttz']['utc_offset']})"
+        iv = None if r["iv"] is None else f"({r['iv']['months']},{r['iv']['days']},{r['iv']['microseconds']})"
+        out.append((r["id"], r["b"], r["i2"], r["i4"], r["i8"], r["o"], r["f4"], r["f8"], r["n38"], r["n76"],
+                    r["nu"], r["m"], r["lsn"], r["d"], r["tm"], ttz, r["ts"], r["tstz"], iv, r["tx"], r["bp"],
+                    r["bt"], r["u"], r["ai"], r["an"]))
+    return out
+
+
+def _as_stored(rows: list[tuple]) -> list[tuple]:
+    """PostgreSQL's rows with float4 as the float32 it stores, bytea as bytes, floats compared exactly."""
+    out = []
+    for r in rows:
+        values = list(r)
+        if values[6] is not None:
+            values[6] = float(np.float32(values[6]))
+        if isinstance(values[21], memoryview):
+            values[21] = bytes(values[21])
+        out.append(tuple(_exact(v) for v in values))
+    return out
+
+
+def assert_extremes(source_dsn: str, location: DeltaLocation, ours: str) -> None:
+    """The Delta table as PostgreSQL computes the source's values map (``EXTREMES_ORACLE``), and the PostgreSQL
+    target's rows as ``::text`` equal to the source's."""
+    expected = _as_stored(query(source_dsn + " options='-c TimeZone=UTC'", EXTREMES_ORACLE))
+    got = _as_stored(_delta_extremes(location))
+    assert [r[0] for r in got] == [r[0] for r in expected]
+    for row, want in zip(got, expected, strict=True):
+        for name, value, oracle in zip(EXTREMES_COLUMNS, row, want, strict=True):
+            assert value == oracle, (row[0], name)
+    # Not vacuous: the values that went wrong are there.
+    by_id = {r[0]: r for r in expected}
+    assert by_id[4][11] == Decimal("92233720368547758.07") and by_id[1][11] is None
+    assert by_id[1][9] == N76_MAX and by_id[3][9] == "NaN" and by_id[1][12] == Decimal(2**64 - 1)
+    assert by_id[1][14] == 86_400_000_000 and by_id[3][7] == (-0.0, -1.0)
+    columns = [c for (c,) in query(source_dsn, "SELECT attname FROM pg_attribute WHERE attrelid = "
+                                   "'extremes'::regclass AND attnum > 0 ORDER BY attnum")]
+    texts = f"SELECT {', '.join(f'{c}::text' for c in columns)} FROM extremes ORDER BY id"
+    assert query(ours, texts) == query(source_dsn, texts)
+
+
+@pytest.mark.parametrize("storage", ["local", "s3"])
+def test_every_builtin_type_extreme_reads_back_from_delta_as_postgres_holds_it(pg_server, spark, tmp_path, request,
+                                                                                 storage):
+    """Delta mirror (read back with deltalake) and the PostgreSQL target (as ``::text``) against the source."""
+    if storage == "s3":
+        server = request.getfixturevalue("s3")  # moto keeps its buckets per process: a prefix of this test's own
+        root = f"s3://{server.bucket}/{tmp_path.name}"
+        staging, lake = f"{root}/staging", f"{root}/lake"
+    else:
+        staging, lake = str(tmp_path / "staging"), str(tmp_path / "lake")
+    source = make_database(pg_server)
+    _, ours = make_target(pg_server)
+    source_dsn = pg_server.dsn(source)
+    execute(source_dsn, EXTREMES_SQL)
+    PgLogicalHook.from_dsn(source_dsn).create_slot("ours")
+    config = ApplyConfig(slot="ours", staging_root=staging, tables={})
+    location = DeltaLocation(lake)
+    try:
+        run_script(source_dsn, EXTREMES_ONE)
+        assert drain_all(source_dsn, staging) == 1
+        run_script(source_dsn, EXTREMES_TWO)
+        assert drain_all(source_dsn, staging) == 1
+        assert [r.applied for r in apply_slot(spark, config, target=DeltaTarget(location, "ours"))] == [True, True]
+        assert [r.applied for r in apply_slot(spark, config, ours)] == [True, True]
+        assert_extremes(source_dsn, location, ours)
+        # The change feed holds the same values: replayed, it rebuilds the mirror.
+        feed = DeltaLocation(lake + "/feed")
+        assert [r.applied for r in apply_slot(spark, config, target=DeltaTarget(feed, "ours", mode="changelog"))] \
+            == [True, True]
+        exact = [[tuple(_exact(v) for v in r) for r in rows]
+                 for rows in (replay_changelog(feed, "extremes"), delta_rows(location, "extremes"))]
+        assert exact[0] == exact[1] and len(exact[0]) == 6
+    finally:
+        execute(pg_server.dsn(), f'DROP DATABASE IF EXISTS "{source}" WITH (FORCE)')
+
+
+def test_a_snapshot_of_every_builtin_type_extreme_loads_as_postgres_holds_it(pg_server, spark, tmp_path):
+    """The same extremes taken by an initial snapshot (staged locally) into Delta and PostgreSQL targets."""
+    staging, location = str(tmp_path / "staging"), DeltaLocation(str(tmp_path / "lake"))
+    source = make_database(pg_server)
+    _, ours = make_target(pg_server)
+    source_dsn = pg_server.dsn(source)
+    execute(source_dsn, EXTREMES_SQL)
+    run_script(source_dsn, EXTREMES_ONE + EXTREMES_TWO)
+    job = SnapshotJob(dsn=source_dsn, slot="ours", publication="pub_all", staging_uri=staging,
+                      tables={"public.extremes": (None, None)}, settings=SnapshotSettings(initial=True))
+    config = ApplyConfig(slot="ours", staging_root=staging, tables={})
+    try:
+        initial_snapshot(job)
+        assert any(r.applied for r in apply_slot(spark, config, target=DeltaTarget(location, "ours")))
+        assert any(r.applied for r in apply_slot(spark, config, ours))
+        assert_extremes(source_dsn, location, ours)
+    finally:
+        execute(source_dsn, "SELECT pg_drop_replication_slot('ours') FROM pg_replication_slots WHERE slot_name = 'ours'")
         execute(pg_server.dsn(), f'DROP DATABASE IF EXISTS "{source}" WITH (FORCE)')

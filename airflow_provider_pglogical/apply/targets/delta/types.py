@@ -7,7 +7,8 @@ onto those without loss:
 * ``time`` (time64[us]) → ``long`` microseconds since midnight (Delta has no time type; 24:00:00 is
   86 400 000 000); a ``timetz`` struct keeps its offset field beside it.
 * ``pg_lsn`` and other unsigned ints → the next wider signed type, ``uint64`` → ``decimal(20,0)``.
-* ``decimal256`` (``numeric(p,s)`` with p > 38) → ``string``, the exact decimal text.
+* ``decimal256`` (``numeric(p,s)`` with p > 38) → ``string``, the exact decimal text (``staged_arrow.decimal_text``;
+  read through Spark, such a column arrives as that text already).
 * ``money`` (staged as int64 minor units) → ``decimal(19,2)``, the same digits.
 * timestamps → µs, ``timestamptz`` as UTC.
 
@@ -25,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_pglogical.apply.staged_arrow import decimal_text
 from airflow_provider_pglogical.exceptions import ApplyError
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -77,12 +79,10 @@ def delta_schema(schema: pa.Schema, type_names: Mapping[str, str | None] | None 
 
 
 def _money(arr: pa.Array) -> pa.Array:
-    """int64 minor units → decimal(19,2) holding the same unscaled integer (no arithmetic, no rounding)."""
-    ints = pc.cast(arr, pa.int64()).to_numpy(zero_copy_only=False).astype(np.int64)
-    words = np.empty(len(ints) * 2, dtype=np.int64)
-    words[0::2], words[1::2] = ints, ints >> 63  # little-endian 128-bit two's complement
-    validity = arr.buffers()[0] if arr.offset == 0 else pc.is_valid(arr).buffers()[1]
-    return pa.Array.from_buffers(MONEY, len(arr), [validity, pa.py_buffer(words.tobytes())], arr.null_count)
+    """int64 minor units → decimal(19,2) holding the same unscaled integer: the exact cast to decimal(19,0),
+    relabelled with scale 2 (no float, no arithmetic, so nothing rounds or wraps, NULLs or not)."""
+    units = pc.cast(arr, pa.decimal128(19, 0))
+    return pa.Array.from_buffers(MONEY, len(units), units.buffers(), units.null_count, units.offset)
 
 
 def _check_finite(arr: pa.Array, low: int, high: int, path: str, where: str, lsns: pa.Array | None) -> None:
@@ -105,6 +105,8 @@ def convert_array(arr: pa.Array, target: pa.DataType, path: str, where: str, typ
         return arr
     if target == MONEY and type_name == "money" and pa.types.is_integer(src):
         return _money(arr)
+    if pa.types.is_decimal(src) and pa.types.is_string(target):
+        return decimal_text(arr)  # Arrow's own cast would print 1E-7 and 0E-10
     if pa.types.is_time(src):
         try:  # a safe cast refuses to drop nanoseconds
             return pc.cast(pc.cast(arr, pa.time64("us"), safe=True), pa.int64())

@@ -32,7 +32,14 @@ from pyspark.sql.types import (
 
 from airflow_provider_pglogical.apply.notes import ELEMENT_NOTES, NOTE, VALUE, is_folded
 from airflow_provider_pglogical.apply.targets.postgres import arrowtext
-from airflow_provider_pglogical.apply.targets.postgres.target_types import ARRAY, COMPOSITE, MONEY, MULTIRANGE, PgType
+from airflow_provider_pglogical.apply.targets.postgres.target_types import (
+    ARRAY,
+    COMPOSITE,
+    MONEY,
+    MULTIRANGE,
+    PG_LSN,
+    PgType,
+)
 from airflow_provider_pglogical.apply.targets.postgres.temporal_text import (
     date_text,
     interval_text,
@@ -199,7 +206,7 @@ def _noted_text(c: Column, dtype: StructType, pgtype: PgType | None) -> Column:
     if isinstance(value_type, ArrayType):
         elements = c.getField(ELEMENT_NOTES) if ELEMENT_NOTES in dtype.fieldNames() else None
         return F.when(value.isNotNull(), array_text(value, value_type, c.getField(NOTE), elements, pgtype))
-    return F.coalesce(c.getField(NOTE), pg_text(value, value_type))
+    return F.coalesce(c.getField(NOTE), pg_text(value, value_type, pgtype))
 
 
 def pg_text(c: Column, dtype: DataType, pgtype: PgType | None = None) -> Column:
@@ -246,6 +253,11 @@ def _text(c: Column, dtype: DataType, pgtype: PgType | None) -> Column:
         # minor units → '1234.56': cash_in reads the decimal point (2 fraction digits, as with
         # lc_monetary C/en_US; the decoder assumes the same). Decimal arithmetic keeps it exact.
         return (c.cast("decimal(20,0)") / F.lit(100)).cast("decimal(21,2)").cast("string")
+    if pgtype is not None and pgtype.kind == PG_LSN:
+        # decimal(20,0) (Spark's uint64) → pg_lsn_in's 'X/X': the high and low 32 bits in hex (the high part is
+        # an exact quotient, so the decimal division cannot round it)
+        low = F.pmod(c, F.lit(2**32))
+        return F.concat(F.hex(((c - low) / F.lit(2**32)).cast("bigint")), F.lit("/"), F.hex(low.cast("bigint")))
     return c.cast("string")
 
 

@@ -4,7 +4,8 @@ A multirange and an array of ranges are both staged as ``list<range struct>``, a
 functions share no syntax (``{[1,3),[5,7)}`` against ``{"[1,3)","[5,7)"}``); only the target
 catalog knows which one a column, a composite field or an array element is. A composite whose
 fields happen to look like a staged interval/timetz/range struct is told apart the same way.
-Same for ``money``, staged as int64 minor units like a bigint. Domains are looked through; other
+Same for ``money``, staged as int64 minor units like a bigint, and ``pg_lsn``, staged as ``uint64`` (which
+Spark reads as ``decimal(20,0)``) but read by its input function only as ``X/X`` hex. Domains are looked through; other
 scalar types need no tree and are left out.
 """
 
@@ -16,7 +17,9 @@ from dataclasses import dataclass
 from psycopg2.extensions import connection
 
 ARRAY, COMPOSITE, RANGE, MULTIRANGE, MONEY, SCALAR = "array", "composite", "range", "multirange", "money", "scalar"
+PG_LSN = "pg_lsn"
 _MONEY_OID = 790  # staged as int64 minor units, like a bigint: only the target type tells them apart
+_PG_LSN_OID = 3220  # a decimal(20,0) in Spark, like numeric(20,0): only the target type tells them apart
 
 # One level of the type graph per round trip: kind, domain base, array element, composite fields.
 # ``typlen = -1`` keeps fixed-size types with a typelem (point, name) out of the arrays.
@@ -60,6 +63,8 @@ def build_tree(oid: int, rows: dict[int, LevelRow], depth: int = 0) -> PgType:
                                               for n, f in zip(names, field_oids, strict=True)))
     if oid == _MONEY_OID:
         return PgType(MONEY)
+    if oid == _PG_LSN_OID:
+        return PgType(PG_LSN)
     return PgType({"r": RANGE, "m": MULTIRANGE}.get(typtype, SCALAR))
 
 

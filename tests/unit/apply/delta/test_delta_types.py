@@ -41,6 +41,7 @@ def test_values_survive_a_delta_round_trip_exactly(tmp_path):
         "id": pa.array([1, 2], pa.int32()),
         "price": pa.array([Decimal("12345678901234.56"), None], pa.decimal128(16, 2)),
         "big": pa.array([Decimal("1" * 45 + ".125"), None], pa.decimal256(50, 3)),
+        "tiny": pa.array([Decimal("0.0000001"), Decimal(0)], pa.decimal256(50, 10)),
         "exact_text": pa.array(["123.4500", "NaN"]),  # unconstrained numeric is staged as its text
         "cash": pa.array([-123456, 2**63 - 1], pa.int64()),
         "at": pa.array([dt.time(23, 59, 59, 999999), None], pa.time64("us")),
@@ -57,6 +58,7 @@ def test_values_survive_a_delta_round_trip_exactly(tmp_path):
     back = DeltaTable(str(tmp_path / "t")).to_pyarrow_table().sort_by("id").to_pylist()
     assert back[0]["price"] == Decimal("12345678901234.56")
     assert back[0]["big"] == "1" * 45 + ".125"
+    assert [r["tiny"] for r in back] == ["0.0000001000", "0.0000000000"]  # numeric_out's text, no exponent
     assert back[1]["exact_text"] == "NaN"
     assert [r["cash"] for r in back] == [Decimal("-1234.56"), Decimal("92233720368547758.07")]
     assert back[0]["at"] == 86_399_999_999
@@ -65,6 +67,17 @@ def test_values_survive_a_delta_round_trip_exactly(tmp_path):
     assert back[0]["lsn"] == Decimal(2**64 - 1)
     assert back[0]["tags"] == ["a", None] and back[1]["tags"] == []
     assert back[0]["span"]["lower"] == dt.date(2020, 1, 1) and back[1]["span"] is None
+
+
+def test_money_keeps_every_digit_in_a_column_with_nulls():
+    """int64 minor units beyond 2**53 next to a NULL: a float64 detour would round or wrap them."""
+    table = pa.table({"m": pa.array([2**63 - 1, None, -(2**63), 2**53 + 1, -1], pa.int64())})
+    names = {"m": "money"}
+    out = to_delta(table, delta_schema(table.schema, names), "test", names).column("m").to_pylist()
+    assert out == [Decimal("92233720368547758.07"), None, Decimal("-92233720368547758.08"),
+                   Decimal("90071992547409.93"), Decimal("-0.01")]
+    sliced = to_delta(table.slice(1), delta_schema(table.schema, names), "test", names).column("m").to_pylist()
+    assert sliced == out[1:]
 
 
 @pytest.mark.parametrize("array", [pa.array([0, INT32_MAX], pa.date32()),
