@@ -13,6 +13,7 @@ import pyarrow.fs as pafs
 import pytest
 import yaml
 
+from airflow_provider_pglogical.snapshot.layout import SnapshotLayout
 from airflow_provider_pglogical.staging.layout import StagingLayout
 from airflow_provider_pglogical.staging.reader import StagingReader
 from tests.conftest import _drop_database, make_database
@@ -86,7 +87,7 @@ def damages(staging: Staging, second: str, third: str) -> dict[str, tuple]:
 def make_pipeline(pg_server, pg_dsn, pg_dbname, tmp_path):
     targets = []
 
-    def make(staging_uri: str) -> dict:
+    def make(staging_uri: str, **extra) -> dict:
         target = make_database(pg_server)
         targets.append(target)
         execute(pg_dsn, "CREATE TABLE t (id int PRIMARY KEY, v text NOT NULL)")
@@ -94,7 +95,7 @@ def make_pipeline(pg_server, pg_dsn, pg_dbname, tmp_path):
                           "create": True, "max_changes": 10},
                "staging": {"uri": staging_uri},
                "target": {"kind": "postgres", "dsn": pg_server.uri(target)},
-               "tables": {"public.t": {}}, "spark": {"master": "local[1]"}}
+               "tables": {"public.t": {}}, "spark": {"master": "local[1]"}, **extra}
         path = tmp_path / "spec.yaml"
         path.write_text(yaml.safe_dump(copy.deepcopy(doc)))
         return {"spec": str(path), "source": pg_dsn, "target": pg_server.dsn(target)}
@@ -153,3 +154,34 @@ def test_damaged_s3_staging_is_refused_naming_batch_and_file_and_applies_once_pu
     uri = f"s3://{s3.bucket}/staging"
     run_scenario(make_pipeline(uri), Staging(uri), ["swapped from another batch", "truncated parquet",
                                                     "deleted transactions"], env=s3.env())
+
+
+def test_a_damaged_snapshot_is_refused_and_the_resync_its_error_names_puts_it_right(make_pipeline, tmp_path):
+    uri = str(tmp_path / "staging")
+    pipeline = make_pipeline(uri, snapshot={"initial": True})
+    spec = pipeline["spec"]
+    execute(pipeline["source"], "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 100) g")
+    decoded = pglogical("decode", "--spec", spec)
+    assert decoded.returncode == 0, decoded.stderr[-2000:]
+    layout = SnapshotLayout.from_uri(uri, SLOT)
+    ref = layout.latest("public.t")
+    assert ref is not None
+    [chunk] = layout.manifest(ref).files
+    path = f"{ref.path}/{chunk}"
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[:-50])
+    refused = pglogical("apply", "--spec", spec)
+    assert refused.returncode == 1
+    [line] = refused.stderr.strip().splitlines()[-1:]
+    assert line.startswith(f"pglogical apply: error: staged snapshot of public.t at {ref.lsn >> 32:X}/"
+                           f"{ref.lsn & 0xFFFFFFFF:X} ({ref.path.rsplit('/', 1)[1]}): {chunk} has {len(data) - 50} "
+                           f"bytes, its manifest records {len(data)}"), line
+    assert line.endswith("; stage it again: pglogical resync --table public.t"), line
+    assert query(pipeline["target"], "SELECT to_regclass('public.t') IS NULL") == [(True,)]  # nothing created
+    # the way out the error names
+    resynced = pglogical("resync", "--spec", spec, "--table", "public.t")
+    assert resynced.returncode == 0, resynced.stderr[-2000:]
+    applied = pglogical("apply", "--spec", spec)
+    assert applied.returncode == 0, applied.stderr[-2000:]
+    assert query(pipeline["target"], "SELECT id, v FROM t ORDER BY id") == \
+        query(pipeline["source"], "SELECT id, v FROM t ORDER BY id")
