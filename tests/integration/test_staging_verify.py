@@ -7,8 +7,10 @@ staging and S3 (moto), through the real console script."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 import yaml
@@ -185,3 +187,37 @@ def test_a_damaged_snapshot_is_refused_and_the_resync_its_error_names_puts_it_ri
     assert applied.returncode == 0, applied.stderr[-2000:]
     assert query(pipeline["target"], "SELECT id, v FROM t ORDER BY id") == \
         query(pipeline["source"], "SELECT id, v FROM t ORDER BY id")
+
+
+def test_the_delta_target_refuses_a_damaged_batch_before_its_commit_and_applies_it_once_put_right(spark, tmp_path):
+    from airflow_provider_pglogical.apply.config import ApplyConfig
+    from airflow_provider_pglogical.apply.runner import apply_slot
+    from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
+    from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
+    from airflow_provider_pglogical.exceptions import StagingCorruptError
+    from tests.unit.apply.delta.test_delta_target import rows_of
+    from tests.unit.apply.stage import BatchSpec, Chg, Col, Rel, write_batch
+
+    rel = Rel("public", "t", (Col("id", pa.int32(), "integer", True), Col("v", pa.string(), "text")))
+    staging = tmp_path / "staging"
+    first = write_batch(staging, "s1", BatchSpec(100, 200, {rel: [Chg("I", 150, i, {"id": i, "v": "a"})
+                                                                  for i in range(3)]}))
+    second = write_batch(staging, "s1", BatchSpec(200, 300, {rel: [Chg("I", 250, i, {"id": 10 + i, "v": "b"})
+                                                                   for i in range(5)]}))
+    location = DeltaLocation(str(tmp_path / "lake"))
+    config = ApplyConfig(slot="s1", staging_root=str(staging), tables={})
+    apply_slot(spark, dataclasses.replace(config, max_batches=1), target=DeltaTarget(location, "s1"))  # batch 1
+    table_file = "tables/public.t/v1.parquet"
+    saved = (second / table_file).read_bytes()
+    (second / table_file).write_bytes((first / table_file).read_bytes())  # batch 1's file in batch 2
+    with pytest.raises(StagingCorruptError) as info:
+        apply_slot(spark, config, target=DeltaTarget(location, "s1"))
+    assert info.value.file == table_file and str(info.value).startswith(
+        f"staged batch 0/C8-0/12C ({second.name}): {table_file} ")
+    assert [r[0] for r in rows_of(location)] == [0, 1, 2]
+    assert DeltaTarget(location, "s1").watermarks("s1", ["public.t"]) == {"public.t": 200}
+    (second / table_file).write_bytes(saved)
+    reports = apply_slot(spark, config, target=DeltaTarget(location, "s1"))
+    assert [r.applied for r in reports] == [False, True]  # batch 1 at the watermark already
+    assert [r[0] for r in rows_of(location)] == [0, 1, 2, 10, 11, 12, 13, 14]
+    assert DeltaTarget(location, "s1").watermarks("s1", ["public.t"]) == {"public.t": 300}
