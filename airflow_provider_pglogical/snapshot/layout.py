@@ -188,8 +188,12 @@ class SnapshotLayout:
         """Refuse (``StagingCorruptError`` naming snapshot and file) a snapshot whose chunk files are not what its
         manifest records, or that records nothing to check them by (staged before file records existed)."""
         label = snapshot_label(ref)
-        records = {rel: FileRecord.from_dict(body) for rel, body in manifest.file_records.items()}
         way_out = f"stage it again: pglogical resync --table {ref.table}"
+        try:
+            records = {rel: FileRecord.from_dict(body) for rel, body in manifest.file_records.items()}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StagingCorruptError(f"{label}: {MANIFEST} has an unreadable file record ({type(exc).__name__}: "
+                                      f"{exc}); {way_out}", batch=label, file=MANIFEST) from exc
         if not records and manifest.files:
             raise StagingCorruptError(f"{label}: {MANIFEST} records no file sizes or hashes (staged by an older "
                                       f"release); {way_out}", batch=label, file=MANIFEST)

@@ -50,9 +50,14 @@ def verify_batch(fs: pafs.FileSystem, directory: str, start_lsn: int, end_lsn: i
     if (manifest.start_lsn_int, manifest.end_lsn_int) != (start_lsn, end_lsn):
         raise refuse(f"{MANIFEST} gives the range {manifest.start_lsn}-{manifest.end_lsn}, its directory "
                      f"{format_lsn(start_lsn)}-{format_lsn(end_lsn)}")
-    records = manifest.file_records
-    counts: dict[str, tuple[str, int]] = {TRANSACTIONS: ("transactions", manifest.transactions),
-                                          MESSAGES: ("messages", manifest.messages), RELATIONS: ("relations", -1)}
+    try:
+        records = manifest.file_records
+    except (KeyError, TypeError, ValueError) as exc:
+        raise refuse(f"{MANIFEST} has an unreadable file record ({type(exc).__name__}: {exc})") from exc
+    # file → (what the manifest counts, its count): relations.parquet is not counted
+    counts: dict[str, tuple[str, int | None]] = {TRANSACTIONS: ("transactions", manifest.transactions),
+                                                 MESSAGES: ("messages", manifest.messages),
+                                                 RELATIONS: ("relations", None)}
     if manifest.truncates:
         counts[TRUNCATES] = ("truncates", manifest.truncates)
     for name, entry in sorted(manifest.tables.items()):
@@ -66,7 +71,7 @@ def verify_batch(fs: pafs.FileSystem, directory: str, start_lsn: int, end_lsn: i
     for rel, (what, count) in counts.items():
         if rel not in records:
             raise refuse(f"{rel} has no file record in its {MANIFEST}", rel)
-        if count >= 0 and records[rel].rows != count:
+        if count is not None and records[rel].rows != count:
             raise refuse(f"{MANIFEST} counts {count} {what}, the file record of {rel} {records[rel].rows}")
     verify_files(fs, directory, label, records, start_lsn, end_lsn)
 

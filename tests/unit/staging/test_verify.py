@@ -130,3 +130,9 @@ def test_a_truncated_parquet_file_is_refused_and_reading_it_names_file_and_batch
         reader.read_file(batch, TABLE)
     assert str(info.value).startswith(f"staged batch 0/A-0/7D8 ({batch.name}): {TABLE} cannot be read as Parquet: ")
     assert "\n" not in str(info.value)
+
+
+def test_an_unreadable_file_record_is_refused(staged):
+    reader, first, _second = staged
+    edit(first, lambda body: body["files"].update({TABLE: {"bytes": 1}}))
+    assert "unreadable file record (KeyError" in refused(reader, reader.batches()[0], "_manifest.json")
