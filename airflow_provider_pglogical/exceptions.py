@@ -101,6 +101,16 @@ class StagingError(PgLogicalError):
     """The staging area holds something inconsistent (gap, overlap, unreadable manifest)."""
 
 
+class StagingCorruptError(StagingError):
+    """A staged file differs from what its manifest records (missing, another size, hash, row count or LSN
+    range, unreadable Parquet). ``batch`` names the batch (its LSN range) or snapshot, ``file`` the file
+    relative to its directory (None when the manifest itself is inconsistent)."""
+
+    def __init__(self, message: str, *, batch: str, file: str | None = None) -> None:
+        super().__init__(message)
+        self.batch, self.file = batch, file
+
+
 class SpecError(PgLogicalError):
     """A pipeline spec that does not validate."""
 

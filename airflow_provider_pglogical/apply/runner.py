@@ -159,6 +159,8 @@ def _apply_one(spark: SparkSession, config: ApplyConfig, target: Target, batch: 
     pending = planning.pending_tables(sources, config, marks, batch.end_lsn)
     if not pending:
         return report
+    # Before a target sees any of it (a table created, a row read): every staged file is what was written.
+    batch.reader.verify(batch.ref, batch.manifest)
     existing = _Described(target)
     for source, (name, cfg) in sorted(pending.items()):
         if source in batch.table_files and existing[name] is None:

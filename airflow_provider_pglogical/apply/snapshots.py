@@ -49,12 +49,15 @@ def snapshot_has_notes(layout: SnapshotLayout, ref_path: str, files: Sequence[st
     """Whether any row of the snapshot's chunk files carries an exactness note (read from the notes column only)."""
     import pyarrow.parquet as pq
 
+    from airflow_provider_pglogical.staging.verify import naming_file
+
     for rel in files:
-        parquet = pq.ParquetFile(f"{ref_path}/{rel}", filesystem=layout.fs)
-        present = [c for c in NOTES_COLUMNS if c in parquet.schema_arrow.names]
-        if present and any(len(chunk.keys) for column in parquet.read(columns=present).columns
-                           for chunk in column.chunks):
-            return True
+        with naming_file(f"staged snapshot {ref_path.rsplit('/', 2)[-2]}/{ref_path.rsplit('/', 1)[-1]}", rel):
+            parquet = pq.ParquetFile(f"{ref_path}/{rel}", filesystem=layout.fs)
+            present = [c for c in NOTES_COLUMNS if c in parquet.schema_arrow.names]
+            if present and any(len(chunk.keys) for column in parquet.read(columns=present).columns
+                               for chunk in column.chunks):
+                return True
     return False
 
 
@@ -136,6 +139,7 @@ def pending_snapshots(config: ApplyConfig, target: Target) -> list[tuple[Planned
         if marks.get(name, -1) >= ref.lsn:
             continue
         manifest = layout.manifest(ref)
+        layout.verify(ref, manifest)  # before the target sees any of it (a table created, a row read)
         uri = _uri(layout, ref.path)
         # A routed partitioned table's snapshot has one part per leaf: files keyed by the leaf.
         snaps = {p["table"]: SnapshotFiles(uri, tuple(p["files"]), p.get("row_filter"),

@@ -22,6 +22,7 @@ from airflow_provider_pglogical.hooks.cursor import use_server_encoding
 from airflow_provider_pglogical.snapshot.copyframe import TRAILER, frame_copy_block, header_length, join_rows
 from airflow_provider_pglogical.staging import schema as S
 from airflow_provider_pglogical.staging.layout import resolve_filesystem
+from airflow_provider_pglogical.staging.manifest import hash_file
 
 FIRST_USER_OID = 10_000
 DEFAULT_ROW_GROUP_ROWS = 65_536
@@ -57,6 +58,7 @@ class ChunkResult:
     bytes: int
     copied_bytes: int
     seconds: float
+    sha256: str = ""  # of the written file: the snapshot manifest's file record
 
 
 def relation_schema(relation: dict[str, Any]) -> RelationSchema:
@@ -157,13 +159,14 @@ class _ParquetSink:
         self.total_rows += n
         self.buffered = 0
 
-    def close(self) -> int:
+    def close(self) -> tuple[int, str]:
+        """Close and rename the file; its size and SHA-256 (read back once) for the manifest."""
         self.flush()
         if self.writer is None:  # flush() opens it, for an empty chunk too
             raise SnapshotError(f"snapshot chunk {self.task.path} was never opened for writing")
         self.writer.close()
         self.fs.move(self.tmp, self.task.path)
-        return self.fs.get_file_info(self.task.path).size or 0
+        return hash_file(self.fs, self.task.path)
 
     def abort(self) -> None:
         try:
@@ -210,7 +213,7 @@ def copy_chunk(task: ChunkTask) -> ChunkResult:
                     _copy_compiled(compiled, conn, task.copy_sql, sink)
                 else:
                     cur.copy_expert(task.copy_sql, sink)
-                size = sink.close()
+                size, digest = sink.close()
             except _CopyFailed as exc:
                 sink.abort()
                 raise SnapshotError(f"reading {task.what} chunk {task.index} failed "
@@ -226,7 +229,8 @@ def copy_chunk(task: ChunkTask) -> ChunkResult:
         conn.rollback()
     finally:
         conn.close()
-    return ChunkResult(task.table, task.index, sink.total_rows, size, sink.copied_bytes, time.monotonic() - started)
+    return ChunkResult(task.table, task.index, sink.total_rows, size, sink.copied_bytes, time.monotonic() - started,
+                       digest)
 
 
 def server_error(sqlstate: str | None, message: str | None) -> str:

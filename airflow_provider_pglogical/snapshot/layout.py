@@ -25,7 +25,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from airflow_provider_pglogical.exceptions import StagingError, format_lsn
+from airflow_provider_pglogical.exceptions import StagingCorruptError, StagingError, format_lsn
 from airflow_provider_pglogical.lsn import lsn_hex
 from airflow_provider_pglogical.staging.layout import (
     MANIFEST,
@@ -34,7 +34,8 @@ from airflow_provider_pglogical.staging.layout import (
     quote_name,
     unquote_name,
 )
-from airflow_provider_pglogical.staging.manifest import read_text, write_text_atomic
+from airflow_provider_pglogical.staging.manifest import FileRecord, read_text, write_text_atomic
+from airflow_provider_pglogical.staging.verify import verify_files
 
 SNAPSHOT_FORMAT_VERSION = 1
 # Version 2: a routed partitioned table's snapshot, staged whole under the table with one part per leaf
@@ -79,6 +80,8 @@ class SnapshotManifest:
     # leaf read — {table, relation, row_filter, rows, bytes, files} — all at ``lsn``. ``relation`` above is
     # then the root's (the target's columns and key), ``files`` every part's files, ``row_filter`` the spec's.
     parts: list[dict[str, Any]] = field(default_factory=list)
+    # chunk file → FileRecord.to_dict() (size, rows, SHA-256, commit-LSN range): what the apply verifies
+    file_records: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.parts:
@@ -115,6 +118,11 @@ class SnapshotRef:
     table: str
     lsn: int
     path: str
+
+
+def snapshot_label(ref: SnapshotRef) -> str:
+    """How errors name a staged snapshot: its table, sync LSN and directory."""
+    return f"staged snapshot of {ref.table} at {format_lsn(ref.lsn)} ({ref.path.rsplit('/', 1)[-1]})"
 
 
 @dataclass(frozen=True)
@@ -175,6 +183,32 @@ class SnapshotLayout:
     def manifest(self, ref: SnapshotRef) -> SnapshotManifest:
         path = f"{ref.path}/{MANIFEST}"
         return SnapshotManifest.from_json(read_text(self.staging, path), where=path)
+
+    def verify(self, ref: SnapshotRef, manifest: SnapshotManifest) -> None:
+        """Refuse (``StagingCorruptError`` naming snapshot and file) a snapshot whose chunk files are not what its
+        manifest records, or that records nothing to check them by (staged before file records existed)."""
+        label = snapshot_label(ref)
+        way_out = f"stage it again: pglogical resync --table {ref.table}"
+        try:
+            records = {rel: FileRecord.from_dict(body) for rel, body in manifest.file_records.items()}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StagingCorruptError(f"{label}: {MANIFEST} has an unreadable file record ({type(exc).__name__}: "
+                                      f"{exc}); {way_out}", batch=label, file=MANIFEST) from exc
+        if not records and manifest.files:
+            raise StagingCorruptError(f"{label}: {MANIFEST} records no file sizes or hashes (staged by an older "
+                                      f"release); {way_out}", batch=label, file=MANIFEST)
+        for rel in manifest.files:
+            if rel not in records:
+                raise StagingCorruptError(f"{label}: {rel} has no file record in its {MANIFEST}; {way_out}",
+                                          batch=label, file=rel)
+        recorded = sum(records[rel].rows for rel in manifest.files)
+        if recorded != manifest.rows:
+            raise StagingCorruptError(f"{label}: {MANIFEST} counts {manifest.rows} rows, its file records {recorded}; "
+                                      f"{way_out}", batch=label, file=MANIFEST)
+        try:
+            verify_files(self.fs, ref.path, label, records, ref.lsn, ref.lsn)
+        except StagingCorruptError as exc:
+            raise StagingCorruptError(f"{exc}; {way_out}", batch=exc.batch, file=exc.file) from exc
 
     def publish(self, directory: str, manifest: SnapshotManifest) -> None:
         write_text_atomic(self.staging, f"{directory}/{MANIFEST}", manifest.to_json())

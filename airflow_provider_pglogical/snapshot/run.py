@@ -51,6 +51,7 @@ from airflow_provider_pglogical.lsn import lsn_hex
 from airflow_provider_pglogical.snapshot.copier import ChunkResult, ChunkTask, copy_chunk
 from airflow_provider_pglogical.snapshot.layout import SnapshotLayout, SnapshotManifest
 from airflow_provider_pglogical.snapshot.source import ExportedSnapshot, TableRead, describe_tables
+from airflow_provider_pglogical.staging.manifest import FileRecord
 
 log = logging.getLogger(__name__)
 
@@ -326,6 +327,9 @@ def _publish(job: SnapshotJob, layout: SnapshotLayout, read: TableRead, exported
         reason=request["reason"], request_id=request["request_id"], relation=read.relation,
         row_filter=read.row_filter, rows=sum(r.rows for r in results), bytes=sum(r.bytes for r in results),
         chunks=len(results), files=[f"chunks/{files[r.index]}" for r in results],
+        # every row of a snapshot has commit_lsn = the sync LSN
+        file_records={f"chunks/{files[r.index]}": FileRecord(r.bytes, r.rows, r.sha256, *(
+            (exported.lsn, exported.lsn) if r.rows else (None, None))).to_dict() for r in results},
         server_version=0, seconds=round(seconds, 3), parts=parts)
     layout.publish(final, manifest)
     checkpoint("manifest_written")

@@ -2,15 +2,52 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import pyarrow.fs as pafs
+
 from airflow_provider_pglogical.exceptions import StagingError, format_lsn
 from airflow_provider_pglogical.staging.layout import MANIFEST, RELATION_STATE, StagingLayout
 
-FORMAT_VERSION = 1
+# 2: ``files`` records every file's size, rows, SHA-256 and commit-LSN range (the apply verifies them).
+FORMAT_VERSION = 2
+HASH_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    """What a staged file must be: its size, row count, content hash and the range of its ``commit_lsn``
+    column (None when the file has none, or no non-null value)."""
+
+    bytes: int
+    rows: int
+    sha256: str
+    min_commit_lsn: int | None = None
+    max_commit_lsn: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, body: dict[str, Any]) -> FileRecord:
+        return cls(bytes=int(body["bytes"]), rows=int(body["rows"]), sha256=str(body["sha256"]),
+                   min_commit_lsn=None if body.get("min_commit_lsn") is None else int(body["min_commit_lsn"]),
+                   max_commit_lsn=None if body.get("max_commit_lsn") is None else int(body["max_commit_lsn"]))
+
+
+def hash_file(fs: pafs.FileSystem, path: str) -> tuple[int, str]:
+    """``(size, SHA-256 hex digest)`` of a file, read once in 1 MiB pieces (about 1 GB/s with SHA-NI)."""
+    digest = hashlib.sha256()
+    size = 0
+    with fs.open_input_stream(path) as f:
+        while chunk := f.read(HASH_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
 
 
 @dataclass
@@ -30,6 +67,12 @@ class Manifest:
     proto_version: int = 0
     created_at: str = ""
     format_version: int = FORMAT_VERSION
+    # relative path → FileRecord.to_dict(): every file of the batch (tables, transactions, messages, relations…)
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def file_records(self) -> dict[str, FileRecord]:
+        return {path: FileRecord.from_dict(body) for path, body in self.files.items()}
 
     @property
     def start_lsn(self) -> str:
@@ -60,7 +103,7 @@ class Manifest:
             version = int(body.get("format_version", 0))
             if version != FORMAT_VERSION:
                 raise StagingError(f"manifest {where} has format_version {version}; this reader understands "
-                                   f"{FORMAT_VERSION}")
+                                   f"{FORMAT_VERSION} (docs/staging-format.md)")
             known = {f for f in cls.__dataclass_fields__}
             # readers ignore unknown keys (forward compatibility within a format version)
             return cls(**{k: v for k, v in body.items() if k in known})

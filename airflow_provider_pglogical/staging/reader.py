@@ -20,6 +20,7 @@ from airflow_provider_pglogical.staging.manifest import (
     read_relation_state,
     write_text_atomic,
 )
+from airflow_provider_pglogical.staging.verify import batch_label, naming_file, verify_batch
 
 STATE_FILE = "relations.json"
 NOTES_COLUMNS = ("old_value_notes", "new_value_notes")  # exactness notes; empty maps when a file lacks them
@@ -87,6 +88,11 @@ class BatchRef:
     def name(self) -> str:
         return self.path.rsplit("/", 1)[1]
 
+    @property
+    def label(self) -> str:
+        """How errors name the batch: LSN range and directory."""
+        return batch_label(self.start_lsn, self.end_lsn, self.path)
+
 
 class StagingReader:
     """Lists and reads the batches of one slot; only batches with a manifest exist."""
@@ -126,6 +132,11 @@ class StagingReader:
     def manifest(self, batch: BatchRef) -> Manifest:
         return read_manifest(self.layout, batch.path)
 
+    def verify(self, batch: BatchRef, manifest: Manifest | None = None) -> None:
+        """Refuse (``StagingCorruptError`` naming batch and file) a batch whose files are not what its
+        manifest records: missing, another size, hash, row count or commit-LSN range (``staging/verify.py``)."""
+        verify_batch(self.layout.fs, batch.path, batch.start_lsn, batch.end_lsn, manifest or self.manifest(batch))
+
     # -- relation-cache state --------------------------------------------------------------
 
     def relation_state(self, upto_lsn: int | None = None) -> Any | None:
@@ -153,7 +164,9 @@ class StagingReader:
     # -- data ------------------------------------------------------------------------------
 
     def read_file(self, batch: BatchRef, relative: str) -> pa.Table:
-        return pq.read_table(f"{batch.path}/{relative}", filesystem=self.layout.fs)
+        """One staged file; a read error names the file and the batch (``StagingCorruptError``)."""
+        with naming_file(batch.label, relative):
+            return pq.read_table(f"{batch.path}/{relative}", filesystem=self.layout.fs)
 
     def read_schema(self, batch: BatchRef, relative: str) -> pa.Schema:
         """A staged file's Arrow schema (its footer only)."""
@@ -163,7 +176,7 @@ class StagingReader:
         path = f"{batch.path}/{name}"
         if not self.layout.exists(path):
             return None
-        rows: list[dict[str, Any]] = pq.read_table(path, filesystem=self.layout.fs).to_pylist()
+        rows: list[dict[str, Any]] = self.read_file(batch, name).to_pylist()
         return rows
 
     def relation_versions(self, batch: BatchRef) -> dict[str, list[tuple[int, RelationInfo]]]:
@@ -197,11 +210,12 @@ class StagingReader:
         can skip carrying notes through altogether.
         """
         for rel in files:
-            parquet = pq.ParquetFile(f"{batch.path}/{rel}", filesystem=self.layout.fs)
-            present = [c for c in NOTES_COLUMNS if c in parquet.schema_arrow.names]
-            if present and any(len(chunk.keys) for column in parquet.read(columns=present).columns
-                               for chunk in column.chunks):
-                return True
+            with naming_file(batch.label, rel):
+                parquet = pq.ParquetFile(f"{batch.path}/{rel}", filesystem=self.layout.fs)
+                present = [c for c in NOTES_COLUMNS if c in parquet.schema_arrow.names]
+                if present and any(len(chunk.keys) for column in parquet.read(columns=present).columns
+                                   for chunk in column.chunks):
+                    return True
         return False
 
     def keys_never_repeat(self, batch: BatchRef, files: Sequence[str], key: Sequence[str], *,

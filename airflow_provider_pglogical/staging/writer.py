@@ -35,7 +35,13 @@ from airflow_provider_pglogical.staging.layout import (
     StagingLayout,
     table_file,
 )
-from airflow_provider_pglogical.staging.manifest import Manifest, write_manifest, write_relation_state
+from airflow_provider_pglogical.staging.manifest import (
+    FileRecord,
+    Manifest,
+    hash_file,
+    write_manifest,
+    write_relation_state,
+)
 
 log = logging.getLogger(__name__)
 
@@ -125,11 +131,15 @@ class _Sink:
     """
 
     def __init__(self, layout: StagingLayout, path: str, schema: pa.Schema, row_group_rows: int,
-                 compression: str, pool: RowGroupWriter | None = None) -> None:
+                 compression: str, pool: RowGroupWriter | None = None, lsn_index: int | None = None) -> None:
         self.layout, self.path, self.schema = layout, path, schema
         self.row_group_rows, self.compression = row_group_rows, compression
         self.buffer: list[tuple[Any, ...]] = []  # row tuples; transposed once per row group
         self.rows = 0
+        # The range of the file's commit_lsn column (value ``lsn_index`` of a row), for its FileRecord.
+        self.lsn_index = lsn_index
+        self.min_lsn: int | None = None
+        self.max_lsn: int | None = None
         self.pool = pool
         self._writer: pq.ParquetWriter | None = None
 
@@ -137,7 +147,15 @@ class _Sink:
     def pending(self) -> int:
         return len(self.buffer)
 
+    def note_lsn(self, lsn: int) -> None:
+        if self.min_lsn is None or lsn < self.min_lsn:
+            self.min_lsn = lsn
+        if self.max_lsn is None or lsn > self.max_lsn:
+            self.max_lsn = lsn
+
     def append(self, *values: Any) -> None:
+        if self.lsn_index is not None and values[self.lsn_index] is not None:
+            self.note_lsn(values[self.lsn_index])
         self.buffer.append(values)
         if len(self.buffer) >= self.row_group_rows:
             self.flush()
@@ -217,6 +235,7 @@ class _TableSink(_Sink):
         if tx_fields is not self._run:
             self.runs.append((len(self.changes), tx_fields))
             self._run = tx_fields
+            self.note_lsn(tx_fields[0])
         self.changes.append(change)
         self.orders.append(order)
         if len(self.changes) >= self.row_group_rows:
@@ -231,6 +250,7 @@ class _TableSink(_Sink):
             if tx_fields is not self._run:
                 self.runs.append((len(self.changes), tx_fields))
                 self._run = tx_fields
+                self.note_lsn(tx_fields[0])
             k = min(j, i + row_group_rows - len(self.changes))
             self.changes.extend(changes[i:k])
             self.orders.extend(range(order, order + k - i))
@@ -297,14 +317,16 @@ class BatchWriter:
         self._tables: dict[tuple[int, int], tuple[str, _TableSink]] = {}
         self._paths: set[str] = set()
         self._relations: dict[tuple[int, int], tuple[RelationSchema, int]] = {}
-        self._transactions = self._sink(TRANSACTIONS, S.TRANSACTIONS_SCHEMA)
-        self._messages = self._sink(MESSAGES, S.MESSAGES_SCHEMA)
-        self._truncates = self._sink(TRUNCATES, S.TRUNCATES_SCHEMA)
+        # lsn_index: where each file's commit_lsn is in an appended row (null for non-transactional messages)
+        self._transactions = self._sink(TRANSACTIONS, S.TRANSACTIONS_SCHEMA, lsn_index=1)
+        self._messages = self._sink(MESSAGES, S.MESSAGES_SCHEMA, lsn_index=0)
+        self._truncates = self._sink(TRUNCATES, S.TRUNCATES_SCHEMA, lsn_index=0)
         self.changes = 0
         layout.fs.create_dir(self.dir, recursive=True)
 
-    def _sink(self, name: str, schema: pa.Schema) -> _Sink:
-        return _Sink(self.layout, f"{self.dir}/{name}", schema, self.row_group_rows, self.compression, self.pool)
+    def _sink(self, name: str, schema: pa.Schema, lsn_index: int | None = None) -> _Sink:
+        return _Sink(self.layout, f"{self.dir}/{name}", schema, self.row_group_rows, self.compression, self.pool,
+                     lsn_index)
 
     def _note_relation(self, relation: RelationSchema, lsn: int) -> None:
         self._relations.setdefault((relation.relid, relation.version), (relation, lsn))
@@ -389,22 +411,23 @@ class BatchWriter:
         m = self.manifest
         if m.end_lsn_int <= self.start_lsn:
             raise StagingError(f"batch end LSN {m.end_lsn} is not after its start {m.start_lsn}")
-        files: list[str] = []
+        files: list[tuple[str, _Sink]] = []
         for (relid, version), (rel_path, sink) in sorted(self._tables.items()):
             relation = self._relations[(relid, version)][0]
             sink.close()
             entry = m.tables.setdefault(relation.qualified_name, {"rows": 0, "files": []})
             entry["rows"] += sink.rows
             entry["files"].append(rel_path)
-            files.append(rel_path)
+            files.append((rel_path, sink))
         self._transactions.close(write_empty=True)
         self._messages.close(write_empty=True)
         if self._truncates.close():
-            files.append(TRUNCATES)
+            files.append((TRUNCATES, self._truncates))
         m.truncates, m.messages = self._truncates.rows, self._messages.rows
-        self._write_relations()
-        files += [TRANSACTIONS, MESSAGES, RELATIONS]
-        m.bytes = sum(self.layout.file_size(f"{self.dir}/{f}") for f in files)
+        relations = self._write_relations()
+        files += [(TRANSACTIONS, self._transactions), (MESSAGES, self._messages), (RELATIONS, relations)]
+        m.files = {rel: self._record(rel, sink).to_dict() for rel, sink in files}
+        m.bytes = sum(int(f["bytes"]) for f in m.files.values())
         final = self.layout.batch_dir(self.start_lsn, m.end_lsn_int)
         if self.layout.exists(final):  # a manifest-less leftover that cleanup did not catch
             self.layout.delete_dir(final)
@@ -412,7 +435,12 @@ class BatchWriter:
         self.final_dir = final
         return final
 
-    def _write_relations(self) -> None:
+    def _record(self, rel: str, sink: _Sink) -> FileRecord:
+        """The file as written, read back once for its hash (from the page cache locally: about 1 GB/s)."""
+        size, digest = hash_file(self.layout.fs, f"{self.dir}/{rel}")
+        return FileRecord(size, sink.rows, digest, sink.min_lsn, sink.max_lsn)
+
+    def _write_relations(self) -> _Sink:
         sink = self._sink(RELATIONS, S.RELATIONS_SCHEMA)
         for (_relid, _version), (rel, first_lsn) in sorted(
                 self._relations.items(), key=lambda kv: (kv[1][0].namespace, kv[1][0].name, kv[0])):
@@ -430,6 +458,7 @@ class BatchWriter:
             sink.append(rel.relid, rel.namespace, rel.name, rel.version, rel.replica_identity, columns, first_lsn,
                         list(ancestors), constraint)
         sink.close(write_empty=True)
+        return sink
 
     def publish(self, relation_state: Any) -> Manifest:
         """Write the relation state, then the manifest (atomically, last): the batch is visible."""

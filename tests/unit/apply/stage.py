@@ -10,7 +10,12 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+
+from airflow_provider_pglogical.staging import schema as S
+from airflow_provider_pglogical.staging.layout import MESSAGES, TRANSACTIONS
+from airflow_provider_pglogical.staging.manifest import FORMAT_VERSION, FileRecord, hash_file
 
 COMMIT_TIME = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
@@ -125,9 +130,35 @@ def write_batch(root: str | os.PathLike, slot: str, spec: BatchSpec) -> Path:
                               for c in r.columns] for r in rels], pa.list_(col_type)),
         "first_lsn": pa.array([spec.start] * len(rels), pa.int64()),
     }), bdir / "relations.parquet")
-    manifest = {"format_version": 1, "slot": slot, "publication": "pub", "start_lsn_int": spec.start,
+    commits = sorted({c.commit_lsn for cs in spec.changes.values() for c in cs}
+                     | {t.commit_lsn for t in spec.truncates})
+    pq.write_table(pa.table({
+        "xid": pa.array([700 + lsn % 1000 for lsn in commits], pa.int64()),
+        "commit_lsn": pa.array(commits, pa.int64()),
+        "end_lsn": pa.array([lsn + 8 for lsn in commits], pa.int64()),
+        "commit_time": pa.array([COMMIT_TIME] * len(commits), pa.timestamp("us", tz="UTC")),
+        "origin": pa.array([None] * len(commits), pa.string()),
+        "origin_lsn": pa.array([None] * len(commits), pa.int64()),
+        "changes": pa.array([0] * len(commits), pa.int64()),
+        "streamed": pa.array([False] * len(commits), pa.bool_()),
+    }, schema=S.TRANSACTIONS_SCHEMA), bdir / TRANSACTIONS)
+    pq.write_table(S.MESSAGES_SCHEMA.empty_table(), bdir / MESSAGES)
+    manifest = {"format_version": FORMAT_VERSION, "slot": slot, "publication": "pub", "start_lsn_int": spec.start,
                 "end_lsn_int": spec.end, "tables": manifest_tables, "truncates": len(spec.truncates),
-                "messages": 0, "transactions": 1}
+                "messages": 0, "transactions": len(commits), "files": file_records(bdir)}
     (bdir / "_manifest.json.tmp").write_text(json.dumps(manifest))
     os.replace(bdir / "_manifest.json.tmp", bdir / "_manifest.json")
     return bdir
+
+
+def file_records(bdir: Path) -> dict[str, dict]:
+    """The manifest's ``files``: every Parquet file under ``bdir`` as the writer records it."""
+    out = {}
+    for path in sorted(bdir.rglob("*.parquet")):
+        table = pq.read_table(path)
+        lsns = [v for v in table.column("commit_lsn").to_pylist() if v is not None] \
+            if "commit_lsn" in table.column_names else []
+        size, digest = hash_file(pafs.LocalFileSystem(), str(path))
+        out[path.relative_to(bdir).as_posix()] = FileRecord(size, table.num_rows, digest, min(lsns, default=None),
+                                                            max(lsns, default=None)).to_dict()
+    return out

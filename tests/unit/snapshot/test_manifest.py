@@ -35,3 +35,52 @@ def test_a_version_that_does_not_match_the_parts_is_refused(version, parts):
     body.update(format_version=version, parts=parts)
     with pytest.raises(StagingError, match="unknown kind or format_version"):
         SnapshotManifest.from_json(json.dumps(body), where="x")
+
+
+def _published(tmp_path, chunk_rows: int, **kw):
+    """A published one-chunk snapshot of public.meas at LSN 16 (chunk rows: the row-change schema's commit_lsn)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from airflow_provider_pglogical.snapshot.layout import SnapshotLayout
+
+    layout = SnapshotLayout.from_uri(str(tmp_path), "s")
+    directory = layout.snapshot_dir("public.meas", 16)
+    layout.fs.create_dir(f"{directory}/chunks", recursive=True)
+    pq.write_table(pa.table({"commit_lsn": pa.array([16] * chunk_rows, pa.int64())}),
+                   f"{directory}/chunks/c00000.parquet")
+    layout.publish(directory, _manifest(files=["chunks/c00000.parquet"], rows=chunk_rows, **kw))
+    ref = layout.latest("public.meas")
+    assert ref is not None
+    return layout, ref, f"{directory}/chunks/c00000.parquet"
+
+
+def test_a_snapshot_without_file_records_is_refused_naming_the_resync_that_stages_it_again(tmp_path):
+    from airflow_provider_pglogical.exceptions import StagingCorruptError
+
+    layout, ref, _chunk = _published(tmp_path, 3)
+    with pytest.raises(StagingCorruptError) as info:
+        layout.verify(ref, layout.manifest(ref))
+    assert str(info.value) == ("staged snapshot of public.meas at 0/10 (0000000000000010): _manifest.json records no "
+                               "file sizes or hashes (staged by an older release); stage it again: pglogical resync "
+                               "--table public.meas")
+
+
+def test_a_snapshot_chunk_is_checked_against_its_record(tmp_path):
+    from airflow_provider_pglogical.exceptions import StagingCorruptError
+    from airflow_provider_pglogical.staging.manifest import FileRecord, hash_file
+    from airflow_provider_pglogical.staging.verify import verify_files
+
+    layout, ref, chunk = _published(tmp_path, 3)
+    size, digest = hash_file(layout.fs, chunk)
+    records = {"chunks/c00000.parquet": FileRecord(size, 3, digest, 16, 16).to_dict()}
+    layout.publish(ref.path, _manifest(files=["chunks/c00000.parquet"], rows=3, file_records=records))
+    layout.verify(ref, layout.manifest(ref))
+    verify_files(layout.fs, ref.path, "x", {"chunks/c00000.parquet": FileRecord(size, 3, digest, 16, 16)}, 16, 16)
+    layout.publish(ref.path, _manifest(files=["chunks/c00000.parquet"], rows=3,
+                                       file_records={"chunks/c00000.parquet": {"bytes": size}}))
+    with pytest.raises(StagingCorruptError, match="unreadable file record"):
+        layout.verify(ref, layout.manifest(ref))
+    layout.publish(ref.path, _manifest(files=["chunks/c00000.parquet"], rows=4, file_records=records))
+    with pytest.raises(StagingCorruptError, match="counts 4 rows, its file records 3; stage it again"):
+        layout.verify(ref, layout.manifest(ref))

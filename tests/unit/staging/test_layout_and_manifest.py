@@ -60,7 +60,7 @@ def test_a_manifest_round_trips_with_lsns_as_text_and_int(tmp_path):
     layout.fs.create_dir(batch, recursive=True)
     write_manifest(layout, batch, m)
     body = json.loads(open(f"{batch}/_manifest.json").read())
-    assert body["format_version"] == 1 and body["start_lsn"] == "1/10" and body["end_lsn"] == "1/FF0"
+    assert body["format_version"] == 2 and body["start_lsn"] == "1/10" and body["end_lsn"] == "1/FF0"
     assert body["created_at"].endswith("Z")
     back = read_manifest(layout, batch)
     assert (back.tables, back.transactions, back.changes) == (m.tables, 3, 5)
@@ -68,9 +68,10 @@ def test_a_manifest_round_trips_with_lsns_as_text_and_int(tmp_path):
 
 
 def test_unknown_manifest_keys_are_ignored_and_other_format_versions_refused():
-    base = {"slot": "s", "publication": "p", "start_lsn_int": 1, "end_lsn_int": 2, "format_version": 1}
+    base = {"slot": "s", "publication": "p", "start_lsn_int": 1, "end_lsn_int": 2, "format_version": 2}
     assert Manifest.from_json(json.dumps({**base, "future_key": [1]})).end_lsn_int == 2
-    with pytest.raises(StagingError, match="format_version 2"):
-        Manifest.from_json(json.dumps({**base, "format_version": 2}))
+    # format 1 (no per-file records) is refused, not read unverified
+    with pytest.raises(StagingError, match="format_version 1; this reader understands 2"):
+        Manifest.from_json(json.dumps({**base, "format_version": 1}))
     with pytest.raises(StagingError, match="unreadable"):
         Manifest.from_json("{not json")
