@@ -2,8 +2,10 @@
 
 ``transforms.py`` turns staged changes into one net change per key through Spark. For the common table-batch —
 every action published, no row filter, no exactness notes, no truncate or snapshot cut-off, no routed parts, no
-unchanged-TOAST value, and no key in two changes (``keys_never_repeat``) — that pipeline reduces to a per-row
-rewrite (``to_key_events`` then ``single_event_net``):
+unchanged-TOAST value, one schema version holding every written column (``same_schema``: a table-batch spanning
+several versions goes through Spark, which writes each change with its own version's columns), and no key in two
+changes (``keys_never_repeat``) — that pipeline reduces to a per-row rewrite (``to_key_events`` then
+``single_event_net``):
 
 * an INSERT is an ``I`` of its new image;
 * an UPDATE that keeps its key is a ``U`` of its new image (old and new key are equal);
@@ -80,9 +82,15 @@ def no_unchanged_toast(paths: Sequence[str]) -> bool:
     return True
 
 
-def same_schema(paths: Sequence[str]) -> bool:
-    """Whether every file has one Arrow schema (one schema version: nothing to union, no defaults to fill)."""
+def same_schema(paths: Sequence[str], columns: Sequence[str]) -> bool:
+    """Whether every file has one Arrow schema whose images hold every written column (one schema version with
+    all the batch's columns: nothing to union, no defaults to fill, no column a change's version lacks, which
+    a change must leave alone — ``batches.ABSENT``)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     schemas = [pq.read_schema(p) for p in paths]
-    return all(s.equals(schemas[0]) for s in schemas[1:])
+    if not all(s.equals(schemas[0]) for s in schemas[1:]):
+        return False
+    image = schemas[0].field("new").type
+    return isinstance(image, pa.StructType) and set(columns) <= {image.field(i).name for i in range(image.num_fields)}

@@ -12,8 +12,18 @@ from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfi
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.exceptions import SchemaChangeError
 from tests.integration.parity_support import source_with_slot
+from tests.integration.schema_support import (
+    REPRO_BATCH,
+    REPRO_EXPECTED,
+    REPRO_FIRST,
+    REPRO_NATIVE,
+    REPRO_SETUP,
+    native_rows,
+    random_interleaving,
+    source_and_native,
+)
 from tests.pgserver import execute, query
-from tests.subscriber import drain_all, run_script
+from tests.subscriber import drain_all, run_script, wait_for_subscriber
 from tests.unit.apply.targetdb import make_target
 
 TABLES = ("t_between", "t_inside", "t_default", "t_default_in", "t_narrow", "t_rename")
@@ -193,3 +203,42 @@ def test_schema_changes_fail_stops_at_a_new_column(spark, pipeline):
         apply_slot(spark, config, ours)
     assert (info.value.column, info.value.new_type) == ("b", "integer")
     assert table_rows(ours, "t", "*") == [(1,)]
+
+
+def test_values_written_before_a_drop_and_between_add_and_drop_in_one_batch_match_a_native_subscriber(
+        pg_server, spark, tmp_path):
+    """Each change is written with its own schema version's columns: the dropped c keeps the value written
+    before the drop, x (added and dropped inside the batch) is created with its value; rows after a drop leave
+    the column alone (UPDATE) or NULL (INSERT) — as a native subscriber whose table keeps the columns."""
+    with source_and_native(pg_server, REPRO_SETUP, REPRO_NATIVE, "t") as (src, slot, native):
+        ours, uri = make_target(pg_server)[1], str(tmp_path / "staging")
+        config = ApplyConfig(slot=slot, staging_root=uri, tables={"public.t": TableApplyConfig()})
+        run_script(src, REPRO_FIRST)
+        assert drain_all(src, uri, slot=slot) == 1
+        apply_slot(spark, config, ours)
+        run_script(src, REPRO_BATCH)
+        assert drain_all(src, uri, slot=slot) == 1
+        assert [r.applied for r in apply_slot(spark, config, ours)] == [False, True]
+        wait_for_subscriber(src, native, name=f"n_{slot}")
+        assert native_rows(native, "t", "id, a, c, x") == REPRO_EXPECTED
+        assert table_rows(ours, "t", "id, a, c, x") == REPRO_EXPECTED
+        assert [c[:2] for c in columns(ours, "t")] == [("id", "integer"), ("a", "integer"), ("c", "integer"),
+                                                      ("x", "text")]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_add_drop_and_widen_interleavings_inside_one_batch_match_a_native_subscriber(
+        pg_server, spark, tmp_path, monkeypatch, seed):
+    setup, native_sql, first, script = random_interleaving(seed)
+    with source_and_native(pg_server, setup, native_sql, "r") as (src, slot, native):
+        ours, uri = make_target(pg_server)[1], str(tmp_path / "staging")
+        config = ApplyConfig(slot=slot, staging_root=uri, tables={"public.r": TableApplyConfig()})
+        run_script(src, first)
+        assert drain_all(src, uri, slot=slot) == 1
+        apply_slot(spark, config, ours)
+        run_script(src, script)
+        assert drain_all(src, uri, slot=slot) == 1
+        apply_slot(spark, config, ours)
+        wait_for_subscriber(src, native, name=f"n_{slot}")
+        cols = ", ".join(c for c, *_ in columns(native, "r"))
+        assert table_rows(ours, "r", cols) == native_rows(native, "r", cols), script
