@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -47,7 +48,7 @@ def native_rows(dsn: str, table: str, cols: str) -> list[tuple]:
     return query(dsn, f"SELECT {cols} FROM {table} ORDER BY 1")  # module constants and generated names only
 
 
-def random_interleaving(seed: int, rows: int = 6, steps: int = 14) -> tuple[str, str, list[str], list[str]]:
+def random_interleaving(seed: int, rows: int = 6, steps: int = 18) -> tuple[str, str, list[str], list[str]]:
     """A seeded script of ADD COLUMN / DROP COLUMN / lossless widening interleaved with INSERT / UPDATE /
     DELETE on table ``r``: (source setup, native table with every column, first batch, second batch).
     Every change of the second batch is in one batch, so columns come and go inside it."""
@@ -67,7 +68,8 @@ def random_interleaving(seed: int, rows: int = 6, steps: int = 14) -> tuple[str,
             live[name] = ever[name] = "integer"
             script.append(f"ALTER TABLE r ADD COLUMN {name} integer;")
         elif move == "drop":
-            name = rnd.choice(sorted(live))
+            # Mostly one of the newest columns: added, written and dropped inside the batch.
+            name = rnd.choice(list(live)[-2:] if rnd.random() < 0.7 else sorted(live))
             del live[name]
             script.append(f"ALTER TABLE r DROP COLUMN {name};")
         elif move == "widen":
@@ -93,3 +95,13 @@ def random_interleaving(seed: int, rows: int = 6, steps: int = 14) -> tuple[str,
     setup = "CREATE TABLE r (id int PRIMARY KEY, c0 integer, c1 integer);"
     native = "CREATE TABLE r (id int PRIMARY KEY, " + ", ".join(f"{c} {t}" for c, t in ever.items()) + ");"
     return setup, native, first, script
+
+
+def added_and_dropped(script: list[str]) -> list[str]:
+    """Columns a script adds and then drops (so its values exist only inside the batch)."""
+    added: set[str] = set()
+    out = []
+    for statement in script:
+        added.update(re.findall(r"ADD COLUMN (\w+)", statement))
+        out += [c for c in re.findall(r"DROP COLUMN (\w+)", statement) if c in added]
+    return out
