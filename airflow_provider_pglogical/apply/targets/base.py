@@ -178,7 +178,7 @@ class BatchChanges(Protocol):
     """A batch's changes as Spark frames, built only when a target asks (planning reads no rows).
 
     ``net(table)``: one net change per key — ``KIND`` (I, U, D, R), ``KEEP`` (columns whose value must
-    come from the target: unchanged TOAST), ``LSN``, ``from_column(i)`` for the moved-from key,
+    come from the target: unchanged TOAST, and columns an UPDATE's schema version lacks), ``LSN``, ``from_column(i)`` for the moved-from key,
     ``TOUCHED``, then ``table.columns``. ``ordered(table)``: every change after the last truncate,
     un-netted — ``KIND``, ``KEEP``, ``LSN``, ``COMMIT``, ``ORDER``, ``from_column(i)``, then
     ``table.columns`` — for targets that must replay in commit order. ``published(table)``: every
