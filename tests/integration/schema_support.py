@@ -49,8 +49,8 @@ def native_rows(dsn: str, table: str, cols: str) -> list[tuple]:
 
 
 def random_interleaving(seed: int, rows: int = 6, steps: int = 18) -> tuple[str, str, list[str], list[str]]:
-    """A seeded script of ADD COLUMN / DROP COLUMN / lossless widening interleaved with INSERT / UPDATE /
-    DELETE on table ``r``: (source setup, native table with every column, first batch, second batch).
+    """A seeded script of ADD COLUMN / DROP COLUMN / lossless widening interleaved with INSERT / UPDATE (also of
+    the key) / DELETE on table ``r``: (source setup, native table with every column, first batch, second batch).
     Every change of the second batch is in one batch, so columns come and go inside it."""
     rnd = random.Random(seed)
     live: dict[str, str] = {"c0": "integer", "c1": "integer"}
@@ -61,7 +61,7 @@ def random_interleaving(seed: int, rows: int = 6, steps: int = 18) -> tuple[str,
     script: list[str] = []
     next_id = rows + 1
     for _ in range(steps):
-        move = rnd.choice(["add", "drop", "widen", "insert", "update", "update", "delete"])
+        move = rnd.choice(["add", "drop", "widen", "insert", "update", "update", "rekey", "delete"])
         if move == "add" or (move == "drop" and len(live) <= 1):
             name = f"c{counter}"
             counter += 1
@@ -84,6 +84,11 @@ def random_interleaving(seed: int, rows: int = 6, steps: int = 18) -> tuple[str,
         elif move == "update" and ids:
             name = rnd.choice(sorted(live))
             script.append(f"UPDATE r SET {name} = {rnd.randint(0, 999)} WHERE id = {rnd.choice(ids)};")
+        elif move == "rekey" and ids:  # a key change carries the columns its version lacks along
+            moved = rnd.choice(ids)
+            ids[ids.index(moved)] = next_id
+            script.append(f"UPDATE r SET id = {next_id} WHERE id = {moved};")
+            next_id += 1
         elif ids:
             victim = rnd.choice(ids)
             ids.remove(victim)

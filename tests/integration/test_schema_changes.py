@@ -234,7 +234,7 @@ def test_values_written_before_a_drop_and_between_add_and_drop_in_one_batch_matc
                                                       ("x", "text")]
 
 
-@pytest.mark.parametrize("seed", [2, 5, 8])
+@pytest.mark.parametrize("seed", [1, 7, 8])
 def test_random_add_drop_and_widen_interleavings_inside_one_batch_match_a_native_subscriber(
         pg_server, spark, tmp_path, seed):
     setup, native_sql, first, script = random_interleaving(seed)
