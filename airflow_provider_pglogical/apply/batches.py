@@ -38,8 +38,11 @@ READ_CONF = {"spark.sql.session.timeZone": "UTC", "spark.sql.timeType.enabled": 
 META = "_pgl_"
 CHANGE_META_COLUMNS = ("commit_lsn", "end_lsn", "lsn", "tx_order", "xid", "commit_time", "op",
                        "schema_version", "old", "old_key_only", "new", "new_unchanged_toast")
+# Working-frame column (array<string>): columns of the batch the change's own schema version lacks (dropped
+# before it, or added after it); its image's fields for them are null *without meaning NULL*.
+ABSENT = META + "absent"
 
-__all__ = ["CHANGE_META_COLUMNS", "META", "NOTES_COLUMNS", "READ_CONF", "Batch", "RelationColumn", "RelationInfo",
+__all__ = ["ABSENT", "CHANGE_META_COLUMNS", "META", "NOTES_COLUMNS", "READ_CONF", "Batch", "RelationColumn", "RelationInfo",
            "TruncateEvent", "has_value_notes", "image_type", "is_local", "keys_never_repeat", "list_batches",
            "read_changes",
            "read_relation_versions", "read_relations",
@@ -120,9 +123,11 @@ def read_changes(spark: SparkSession, batch: Batch, table: str) -> DataFrame:
     """The table's row changes of every schema version, meta columns prefixed with ``_pgl_``.
 
     Versions are unioned by name (missing struct fields become null), so the frame always has
-    the union of the columns of all versions — except a column the source added with a
-    ``DEFAULT``: rows staged before its ``ADD COLUMN`` read that default on the source, so their
-    new image gets it (``_with_source_defaults``). The exactness notes come along (``apply/notes.py``).
+    the union of the columns of all versions; ``ABSENT`` lists, per change, the columns its own
+    version lacks — a native subscriber leaves them alone (UPDATE) or at their default (INSERT) —
+    except a column the source added with a ``DEFAULT``: rows staged before its ``ADD COLUMN``
+    read that default on the source, so their new image gets it (``_with_source_defaults``).
+    The exactness notes come along (``apply/notes.py``).
     A staging root on an object store (``s3://``) is read with pyarrow on the driver (the staging
     layout's filesystem, credentials from the environment) and handed to Spark as Arrow, because
     Spark's own s3a reader needs hadoop-aws jars that are not installed (docs/delta.md). Both routes give
@@ -133,14 +138,15 @@ def read_changes(spark: SparkSession, batch: Batch, table: str) -> DataFrame:
         raise StagingError(f"batch {batch.start_lsn}-{batch.end_lsn} has no files for {table}")
     frames = [_read_file(spark, batch, rel) for rel in files]
     if len(frames) > 1:
-        frames = _as_text_where_types_conflict(
-            _with_source_defaults(frames, read_relation_versions(batch).get(table, [])))
+        frames = _with_absent(_as_text_where_types_conflict(
+            _with_source_defaults(frames, read_relation_versions(batch).get(table, []))))
     df = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
     from pyspark.sql import functions as F
 
     notes = [(df[c] if c in df.columns else F.create_map().cast("map<string,string>")).alias(META + c)
              for c in NOTES_COLUMNS]
-    return df.select(*[df[c].alias(META + c) for c in CHANGE_META_COLUMNS], *notes)
+    absent = df[ABSENT] if ABSENT in df.columns else F.array().cast("array<string>")
+    return df.select(*[df[c].alias(META + c) for c in CHANGE_META_COLUMNS], *notes, absent.alias(ABSENT))
 
 
 def _read_file(spark: SparkSession, batch: Batch, relative: str) -> DataFrame:
@@ -188,6 +194,27 @@ def image_type(df: DataFrame, image: str) -> StructType:
     return dtype
 
 
+def _image_fields(df: DataFrame) -> list[str]:
+    """Field names of a staged frame's new image (its schema version's columns, plus filled defaults)."""
+    from pyspark.sql.types import StructType
+
+    dtype = df.schema["new"].dataType
+    return dtype.fieldNames() if isinstance(dtype, StructType) else []
+
+
+def _with_absent(frames: list[DataFrame]) -> list[DataFrame]:
+    """Each schema version's frame with ``ABSENT``: the columns of the other versions it lacks."""
+    from pyspark.sql import functions as F
+
+    every = list(dict.fromkeys(name for df in frames for name in _image_fields(df)))
+    out = []
+    for df in frames:
+        have = set(_image_fields(df))
+        lacking = [F.lit(name) for name in every if name not in have]
+        out.append(df.withColumn(ABSENT, F.array(*lacking).cast("array<string>")))
+    return out
+
+
 def _castable_from_text(dtype: object, text: str) -> bool:
     """Whether Spark's cast of PostgreSQL's text output ``text`` to the staged type ``dtype`` is exact."""
     from pyspark.sql import types as T
@@ -210,7 +237,9 @@ def _with_source_defaults(frames: list[DataFrame], versions: Sequence[tuple[int,
 
     if not versions:
         return frames
-    defaults = {c.name: v for c in versions[-1][1].columns if (v := missing_value(c.missing)) is not None}
+    # The last version's default of each column that has one (a column dropped since has its last one).
+    last = {c.name: c for _, rel in versions for c in rel.columns}
+    defaults = {name: v for name, c in last.items() if (v := missing_value(c.missing)) is not None}
     if not defaults:
         return frames
 

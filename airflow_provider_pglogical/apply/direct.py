@@ -3,8 +3,10 @@ read them itself instead of the Spark transforms.
 
 ``transforms.py`` turns staged changes into one net change per key through Spark. For the common table-batch —
 every action published, no row filter, no exactness notes, no truncate or snapshot cut-off, no routed parts, no
-unchanged-TOAST value, one schema version, and no key in two changes (``keys_never_repeat``) — that pipeline
-reduces to a per-row rewrite (``to_key_events`` then ``single_event_net``):
+unchanged-TOAST value, one schema version holding every written column (``same_schema``: a table-batch spanning
+several versions goes through Spark, which writes each change with its own version's columns), and no key in two
+changes (``keys_never_repeat``) — that pipeline reduces to a per-row rewrite (``to_key_events`` then
+``single_event_net``):
 
 * an INSERT is an ``I`` of its new image;
 * an UPDATE that keeps its key is a ``U`` of its new image (old and new key are equal);
@@ -66,7 +68,7 @@ def batch_files(table: PlannedTable, batch: Batch, sync_lsn: int | None) -> Dire
             or has_value_notes(batch, table.source)):
         return None
     paths = tuple(f"{batch.ref.path}/{rel}" for rel in files)
-    if not same_schema(paths) or not no_unchanged_toast(paths):
+    if not same_schema(paths, table.columns) or not no_unchanged_toast(paths):
         return None
     if not keys_never_repeat(batch, table.source, table.key, full_identity=table.relation.replica_identity == "f"):
         return None
@@ -131,10 +133,15 @@ def no_unchanged_toast(paths: Sequence[str]) -> bool:
     return True
 
 
-def same_schema(paths: Sequence[str]) -> bool:
-    """Whether every file has one Arrow schema (one schema version: nothing to union, no defaults to fill)."""
+def same_schema(paths: Sequence[str], columns: Sequence[str]) -> bool:
+    """Whether every file has one Arrow schema whose images hold every written column (one schema version with
+    all the batch's columns: nothing to union, no defaults to fill, no column a change's version lacks, which
+    a change must leave alone — ``batches.ABSENT``)."""
     schemas = [pq.read_schema(p) for p in paths]
-    return all(s.equals(schemas[0]) for s in schemas[1:])
+    if not all(s.equals(schemas[0]) for s in schemas[1:]):
+        return False
+    image = schemas[0].field("new").type
+    return isinstance(image, pa.StructType) and set(columns) <= {image.field(i).name for i in range(image.num_fields)}
 
 
 def net_row_names(key: Sequence[str]) -> list[str]:

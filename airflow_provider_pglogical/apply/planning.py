@@ -51,6 +51,20 @@ def written_columns(rel: RelationInfo, cfg: TableApplyConfig) -> tuple[str, ...]
     return tuple(c for c in rel.column_names if c in cfg.columns)
 
 
+def batch_columns(versions: Sequence[RelationInfo], cfg: TableApplyConfig) -> tuple[str, ...]:
+    """The columns a batch writes: those of every staged schema version (through the column list), in the
+    order they first appear. A column the source dropped (or added and dropped) inside the batch is
+    written by the changes of the versions that have it (``batches.read_changes``: ``_pgl_absent``)."""
+    listed = None if cfg.columns is None else set(cfg.columns)
+    names = (c for rel in versions for c in rel.column_names)
+    return tuple(dict.fromkeys(c for c in names if listed is None or c in listed))
+
+
+def batch_types(versions: Sequence[RelationInfo]) -> dict[str, str | None]:
+    """Each column's staged type in the last of ``versions`` that has it."""
+    return {c.name: c.type_name for rel in versions for c in rel.columns}
+
+
 def has_replica_identity(rel: RelationInfo) -> bool:
     """Whether old images identify rows: REPLICA IDENTITY FULL, or identity columns (PK / USING INDEX)."""
     return rel.replica_identity == "f" or bool(rel.identity_columns)
@@ -200,9 +214,11 @@ def pending_tables(sources: Iterable[str], config: ApplyConfig, marks: Mapping[s
     return {s: tc for s, tc in configured.items() if is_pending(marks.get(tc[0]), end_lsn)}
 
 
-def column_types(rel: RelationInfo, columns: Sequence[str], target: str) -> list[tuple[str, str]]:
-    """(name, staged PostgreSQL type) of ``columns``, to create the target table from."""
-    types = {c.name: c.type_name for c in rel.columns}
+def column_types(rel: RelationInfo, columns: Sequence[str], target: str,
+                 versions: Sequence[RelationInfo] = ()) -> list[tuple[str, str]]:
+    """(name, staged PostgreSQL type) of ``columns``, to create the target table from: ``rel``'s type, or for
+    a column ``rel`` lacks, that of the last of the batch's earlier schema ``versions`` that has it."""
+    types = batch_types([*versions, rel])
     out = []
     for c in columns:
         type_name = types[c]
@@ -219,23 +235,18 @@ def source_versions(versions: Sequence[tuple[int, RelationInfo]]) -> list[schema
             for lsn, rel in versions]
 
 
-def with_previous_shapes(versions: Mapping[str, Sequence[tuple[int, RelationInfo]]], state: Any,
-                         start_lsn: int) -> dict[str, list[tuple[int, RelationInfo]]]:
-    """``versions`` with each table's shape before the batch first, from the decoder's relation state the
-    previous batch left (``StagingReader.relation_state``), so a type change between two batches is judged
-    like one inside a batch. The state has type OIDs, not names: only builtin types planning judges get a
-    name (``schema_changes.builtin_type_name``), the others None (unknown, not judged)."""
+def previous_shapes(state: Any) -> dict[str, RelationInfo]:
+    """Each table's shape before a batch, from the decoder's relation state the previous batch left
+    (``StagingReader.relation_state``), so a type change between two batches is judged like one inside a
+    batch. The state has type OIDs, not names: only builtin types planning judges get a name
+    (``schema_changes.builtin_type_name``), the others None (unknown, not judged)."""
     before: dict[str, RelationInfo] = {}
     for rel in (state or {}).get("relations", []) if isinstance(state, Mapping) else []:
         cols = tuple(RelationColumn(str(name), schema_changes.builtin_type_name(int(oid), int(typmod)), bool(key))
                      for name, oid, typmod, key in rel["columns"])
         info = RelationInfo(str(rel["namespace"]), str(rel["name"]), str(rel["replica_identity"]), cols)
         before[info.qualified_name] = info
-    out: dict[str, list[tuple[int, RelationInfo]]] = {}
-    for table, staged in versions.items():
-        prev = before.get(table)
-        out[table] = ([(start_lsn, prev)] if prev is not None and staged else []) + list(staged)
-    return out
+    return before
 
 
 def plan_batch(slot: str, start_lsn: int, end_lsn: int, changed: Collection[str],
@@ -243,13 +254,15 @@ def plan_batch(slot: str, start_lsn: int, end_lsn: int, changed: Collection[str]
                truncates: Sequence[TruncateEvent], marks: Mapping[str, int], fks: Sequence[tuple[str, str]],
                existing: Mapping[str, TargetTable | None],
                versions: Mapping[str, Sequence[tuple[int, RelationInfo]]] | None = None,
-               filter_columns: Mapping[str, Collection[str]] | None = None) -> PlannedBatch:
+               filter_columns: Mapping[str, Collection[str]] | None = None,
+               previous: Mapping[str, RelationInfo] | None = None) -> PlannedBatch:
     """The batch's plan, without I/O: keys and columns of every pending table with row changes
     (``changed``), the source schema changes its target follows, the last truncate position of each,
     the tables emptied (those that exist) and the order parents → children. ``existing`` describes the
     target tables (None: missing); ``versions`` gives each source's staged schema versions as
-    (first LSN, relation) in LSN order (default: ``relations`` alone, at ``start_lsn``);
-    ``filter_columns`` the columns each source's row filter references."""
+    (first LSN, relation) in LSN order (default: ``relations`` alone, at ``start_lsn``); the columns of
+    all of them are written (``batch_columns``). ``filter_columns`` the columns each source's row filter
+    references; ``previous`` each source's shape before the batch (``previous_shapes``), judged first."""
     truncs = plan_truncates(truncates, dict(pending), fks)
     truncated_at = {t: p for t, p in truncs.position.items() if is_pending(marks.get(t), end_lsn)}
     members: dict[str, list[PlannedTable]] = {}
@@ -260,18 +273,24 @@ def plan_batch(slot: str, start_lsn: int, end_lsn: int, changed: Collection[str]
         table = existing.get(target)
         if table is None:
             raise ApplyError(f"target table {target} does not exist")
-        columns = written_columns(rel, cfg)
+        staged = list((versions or {}).get(source) or [(start_lsn, rel)])
+        # The key (a full-identity table's columns, without a target key) is the latest version's: every
+        # change of the batch is matched by it.
+        latest_columns = written_columns(rel, cfg)
+        columns = batch_columns([r for _, r in staged], cfg)
         problem = update_delete_problem(rel, cfg, (filter_columns or {}).get(source, ()))
-        shape = TableShape(source, target, choose_key(rel, cfg, table, columns), columns, problem)
-        staged = (versions or {}).get(source) or [(start_lsn, rel)]
+        shape = TableShape(source, target, choose_key(rel, cfg, table, latest_columns), columns, problem)
+        before = (previous or {}).get(source)
+        judged = ([(start_lsn, before)] if before is not None else []) + staged
         changes = tuple(schema_changes.plan_column_changes(target, table.columns, table.required,
-                                                           source_versions(staged), columns,
+                                                           source_versions(judged), columns,
                                                            policy=cfg.schema_changes))
         check_target_columns(shape, table.after(changes))
         voided = max((p for p in (truncated_at.get(target), (truncs.leaf_position or {}).get(source)) if p),
                      default=None)
         members.setdefault(target, []).append(PlannedTable(source, target, shape.key, columns, rel, cfg, voided,
-                                                           changes, problem))
+                                                           changes, problem,
+                                                           versions=tuple(r for _, r in staged)))
     by_target = {target: merge_sources(target, parts) for target, parts in members.items()}
     order = parents_first(sorted(by_target), fks)
     truncate = parents_first(sorted(t for t in truncated_at if existing.get(t) is not None), fks)

@@ -162,22 +162,23 @@ def _apply_one(spark: SparkSession, config: ApplyConfig, target: Target, batch: 
     # Before a target sees any of it (a table created, a row read): every staged file is what was written.
     batch.reader.verify(batch.ref, batch.manifest)
     existing = _Described(target)
+    staged = read_relation_versions(batch)
     for source, (name, cfg) in sorted(pending.items()):
         if source in batch.table_files and existing[name] is None:
             rel = rels[source]
-            columns = planning.written_columns(rel, cfg)
-            target.create_table(name, planning.column_types(rel, columns, name),
-                                planning.choose_key(rel, cfg, None, columns))
+            # With every column of the batch's schema versions: each exists before its rows.
+            shapes = [r for _, r in staged.get(source, ())] or [rel]
+            target.create_table(name, planning.column_types(rel, planning.batch_columns(shapes, cfg), name, shapes),
+                                planning.choose_key(rel, cfg, None, planning.written_columns(rel, cfg)))
             existing.found.pop(name)
     # Columns each row filter references: an UPDATE/DELETE is refused when they leave the replica identity.
     filter_columns = {source: referenced_columns(spark, cfg.row_filter) for source, (_, cfg) in pending.items()
                       if cfg.row_filter and source in batch.table_files}
-    # The shapes before the batch (the previous batch's relation state) come first: a type change
+    # The shapes before the batch (the previous batch's relation state) are judged first: a type change
     # between two batches is judged like one inside a batch.
-    versions = planning.with_previous_shapes(read_relation_versions(batch),
-                                             batch.reader.relation_state(batch.start_lsn), batch.start_lsn)
+    previous = planning.previous_shapes(batch.reader.relation_state(batch.start_lsn))
     plan = planning.plan_batch(config.slot, batch.start_lsn, batch.end_lsn, set(batch.table_files), pending, rels,
-                               truncates, marks, target.foreign_keys(), existing, versions, filter_columns)
+                               truncates, marks, target.foreign_keys(), existing, staged, filter_columns, previous)
     for table in plan.tables:
         if table.column_changes:
             log.info("batch %X-%X: %s follows source schema changes: %s", batch.start_lsn, batch.end_lsn,

@@ -10,7 +10,11 @@ So a target can follow exactly the changes whose effect on existing rows is the 
   default (then drops the default), and rows staged before the ``ADD COLUMN`` in the same batch
   get it too (``apply/batches.read_changes``). Without one (no default, a volatile default that
   rewrote the table, a rewrite since) older rows hold NULL (see docs/apply.md);
-* a dropped column: stops being written; the target keeps it (made nullable so inserts succeed);
+* a dropped column: the target keeps it (made nullable so inserts succeed). Changes of the
+  schema versions that have it write it; later ones leave it alone (an UPDATE keeps the target's
+  value, an INSERT leaves it NULL), as a native subscriber whose table keeps the column does. A
+  column seen in any version of a batch is written, so one added and dropped inside one batch is
+  added to the target too (with the type of the last version that has it);
 * a lossless widening (``integer`` → ``bigint``, ``varchar(n)`` → ``text``, ``numeric(p,s)`` →
   ``numeric(p',s')`` with room for every old value, …): the target column is altered; the
   source's default conversion kept every value, and the target's keeps the same ones;
@@ -194,7 +198,8 @@ def plan_column_changes(table: str, target_columns: Mapping[str, str], not_null_
     """The target changes that let a batch staged under ``versions`` (LSN order) be written to ``table``.
 
     ``target_columns`` are the target's column types now, ``written`` the columns the batch writes
-    (the latest version's, through the column list). Type changes between consecutive versions are
+    (those of every version, through the column list; a column takes the type of the last version
+    that has it). Type changes between consecutive versions are
     judged in LSN order (a change no target can follow stops, unless the target column was already
     converted to hold the new type); then each written column against the target. With ``policy="fail"`` any
     change the target would need raises ``SchemaChangeError``; so does, always, a change no target
@@ -216,7 +221,8 @@ def plan_column_changes(table: str, target_columns: Mapping[str, str], not_null_
             raise _unfollowable(table, name, old_type, new_type, after.first_lsn)
     changes: list[ColumnChange] = []
     for name in written:
-        new_type = latest.columns.get(name)
+        last = _last_with(versions, name)
+        new_type = last.columns.get(name) if last is not None else None
         old_type = target_columns.get(name)
         lsn = _first_seen(versions, name, new_type)
         if old_type is None:
@@ -225,16 +231,18 @@ def plan_column_changes(table: str, target_columns: Mapping[str, str], not_null_
                     f"target table {table} is missing replicated column {name}, and its type is unknown "
                     f"(LSN {format_lsn(lsn)}); add the column to the target, then run again",
                     table=table, column=name, old_type=None, new_type=None, lsn=lsn)
-            changes.append(ColumnChange(ADD, name, None, new_type, missing_value(latest.missing.get(name)), lsn=lsn))
+            default = missing_value(last.missing.get(name)) if last is not None else None
+            changes.append(ColumnChange(ADD, name, None, new_type, default, lsn=lsn))
         elif new_type is None or widens(new_type, old_type):
             continue  # same type, or the target's column holds every value (a narrowing on the source)
         elif widens(old_type, new_type):
             changes.append(ColumnChange(WIDEN, name, old_type, new_type, lsn=lsn))
         else:
             raise _unfollowable(table, name, old_type, new_type, lsn)
-    written_set = set(written)
+    # Every column the source no longer has, written in this batch or not: rows inserted after the drop
+    # leave it NULL.
     changes += [ColumnChange(RELAX, c, target_columns[c], None) for c in not_null_without_default
-                if c in target_columns and c not in written_set and c not in latest.columns]
+                if c in target_columns and c not in latest.columns]
     if changes and policy == "fail":
         first = changes[0]
         what = {ADD: f"new column {first.column} ({first.new_type})",
@@ -248,10 +256,19 @@ def plan_column_changes(table: str, target_columns: Mapping[str, str], not_null_
     return changes
 
 
+def _last_with(versions: Sequence[SourceVersion], column: str) -> SourceVersion | None:
+    """The last version that has ``column`` (the latest, unless the source dropped it since)."""
+    return next((v for v in reversed(versions) if column in v.columns), None)
+
+
 def _first_seen(versions: Sequence[SourceVersion], column: str, type_name: str | None) -> int:
-    """First LSN of the trailing run of versions in which ``column`` has ``type_name`` (where it appeared)."""
-    lsn = versions[-1].first_lsn
-    for v in reversed(versions):
+    """First LSN of the run of versions, up to the last that has ``column``, in which it has ``type_name``
+    (where it appeared with that type)."""
+    upto = len(versions)
+    while upto > 1 and column not in versions[upto - 1].columns:
+        upto -= 1
+    lsn = versions[upto - 1].first_lsn
+    for v in reversed(versions[:upto]):
         if column not in v.columns or v.columns[column] != type_name:
             break
         lsn = v.first_lsn

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from airflow_provider_pglogical.apply.batches import META
+from airflow_provider_pglogical.apply.batches import ABSENT, META
 
 Step = Callable[[DataFrame], DataFrame]
 
@@ -80,13 +80,24 @@ def project_columns(columns: Sequence[str]) -> Step:
     return step
 
 
+def _kept(df: DataFrame) -> Column:
+    """The columns an INSERT/UPDATE takes from the target rather than from its new image: unchanged TOAST,
+    and for an UPDATE the columns its schema version lacks (``batches.ABSENT``: a native subscriber leaves
+    them as they are; an INSERT leaves them NULL, which its image holds)."""
+    toast = F.col(META + "new_unchanged_toast")
+    if ABSENT not in df.columns:  # frames of one schema version (snapshots)
+        return toast
+    return F.when(F.col(META + "op") == "U", F.concat(toast, F.col(ABSENT))).otherwise(toast)
+
+
 def to_key_events(key: Sequence[str], columns: Sequence[str]) -> Step:
     """Step: one event per (key, change), table columns at top level.
 
     A DELETE is keyed by its old image, an INSERT by its new one, an UPDATE by its old image
     when there is one. An UPDATE that changes the key becomes a DELETE of the old key (sub 0,
     ``_pgl_away``) and an INSERT of the new key (sub 1) at the same position; the INSERT remembers
-    the old key in ``_pgl_from`` so unchanged-TOAST values can be taken from the target row still there.
+    the old key in ``_pgl_from`` so unchanged-TOAST values (and columns the UPDATE's schema version
+    lacks) can be taken from the target row still there.
     """
 
     def step(df: DataFrame) -> DataFrame:
@@ -95,7 +106,7 @@ def to_key_events(key: Sequence[str], columns: Sequence[str]) -> Step:
         key_changed = (op == "U") & old.isNotNull() & ~F.coalesce(
             F.struct(*[old.getField(k) for k in key]).eqNullSafe(F.struct(*[new.getField(k) for k in key])),
             F.lit(False))
-        toast = F.col(META + "new_unchanged_toast")
+        toast = _kept(df)
         from_key = F.struct(*[old.getField(k).alias(k) for k in key])
         empty = F.array().cast("array<string>")
         is_delete = op == "D"
@@ -140,7 +151,7 @@ def to_ordered_changes(key: Sequence[str], columns: Sequence[str]) -> Step:
         match = F.when(old.isNotNull(), old).otherwise(new)
         return df.select(
             op.alias(KIND), _seq(F.lit(0)).alias(SEQ), F.col(META + "lsn").alias(LSN),
-            F.when(op == "D", F.array().cast("array<string>")).otherwise(F.col(META + "new_unchanged_toast")).alias(KEEP),
+            F.when(op == "D", F.array().cast("array<string>")).otherwise(_kept(df)).alias(KEEP),
             F.when(op != "I", F.struct(*[match.getField(k).alias(k) for k in key])).alias(FROM),
             *[new.getField(c).alias(c) for c in columns])
 

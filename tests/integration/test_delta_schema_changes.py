@@ -16,8 +16,17 @@ from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocatio
 from airflow_provider_pglogical.apply.targets.delta.target import TYPE_KEY, DeltaTarget
 from airflow_provider_pglogical.exceptions import SchemaChangeError
 from tests.integration.parity_support import source_with_slot
+from tests.integration.schema_support import (
+    REPRO_BATCH,
+    REPRO_EXPECTED,
+    REPRO_FIRST,
+    REPRO_NATIVE,
+    REPRO_SETUP,
+    native_rows,
+    source_and_native,
+)
 from tests.pgserver import query
-from tests.subscriber import drain_all, run_script
+from tests.subscriber import drain_all, run_script, wait_for_subscriber
 
 TABLES = ("t_between", "t_inside", "t_narrow", "t_rename")
 
@@ -76,6 +85,8 @@ def test_new_dropped_widened_narrowed_and_renamed_columns_are_followed_in_mirror
         "INSERT INTO t_inside VALUES (3, 'x3', 3.5, 'c3'); UPDATE t_inside SET c = 'c1' WHERE id = 1;",
         "ALTER TABLE t_inside DROP COLUMN x;",
         "INSERT INTO t_inside VALUES (4, 4.5, 'c4'); UPDATE t_inside SET n = 9.25 WHERE id = 2;",
+        "ALTER TABLE t_inside ADD COLUMN tmp int; UPDATE t_inside SET tmp = 7 WHERE id = 2;",
+        "ALTER TABLE t_inside DROP COLUMN tmp; UPDATE t_inside SET c = 'c4b' WHERE id = 4;",
         "ALTER TABLE t_narrow ALTER big TYPE int; INSERT INTO t_narrow VALUES (2, 7);",
         "ALTER TABLE t_rename RENAME a TO a2; INSERT INTO t_rename VALUES (2, 'r2');",
     ])
@@ -90,18 +101,21 @@ def test_new_dropped_widened_narrowed_and_renamed_columns_are_followed_in_mirror
     # Row 1 is older than ADD COLUMN … DEFAULT: on the source it reads the defaults, so in the mirror.
     assert delta_rows(mirror_loc, "t_between", "id, d, e, f") == source_rows(src, "t_between", "id, d, e, f") == [
         (1, 7, Decimal("2.50"), "it's"), (2, 7, Decimal("2.50"), "it's")]
-    # x is kept, no longer written: the rows of the batch that dropped it have none, row 1 keeps its value.
-    assert set(fields(mirror_loc, "t_inside")) == {"id", "x", "n", "c"}
+    # x is kept; each change wrote its own schema version's columns: rows 1-3 got x before the drop, row 4
+    # (inserted after it) has none, and the UPDATE of row 2 after the drop left x2 alone. tmp lived only
+    # inside the batch: created, with its value.
+    assert set(fields(mirror_loc, "t_inside")) == {"id", "x", "n", "c", "tmp"}
     assert delta_rows(mirror_loc, "t_inside", "id, n, c") == source_rows(src, "t_inside", "id, n, c")
-    assert delta_rows(mirror_loc, "t_inside", "id, x") == [(1, "x1"), (2, None), (3, None), (4, None)]
+    assert delta_rows(mirror_loc, "t_inside", "id, x, tmp") == [(1, "x1", None), (2, "x2", 7), (3, "x3", None),
+                                                                (4, None, None)]
     assert fields(mirror_loc, "t_narrow")["big"] == (pa.int64(), "bigint")  # the wider column holds every value
     assert delta_rows(mirror_loc, "t_narrow", "id, big") == [(1, 5), (2, 7)]
     assert delta_rows(mirror_loc, "t_rename", "id, a, a2") == [(1, "r1", None), (2, None, "r2")]
     # The change feed gained the new column (and its old-image struct the new field); every change is there.
     feed_inside = DeltaTable(feed_loc.table_uri("public.t_inside")).to_pyarrow_table()
     assert {"c", "x", "n"} <= set(feed_inside.column_names)
-    assert sorted(feed_inside.column("_op").to_pylist()) == ["insert"] * 4 + ["update"] * 2
-    assert sorted(r for r in feed_inside.column("c").to_pylist() if r) == ["c1", "c3", "c4"]
+    assert sorted(feed_inside.column("_op").to_pylist()) == ["insert"] * 4 + ["update"] * 4
+    assert sorted(r for r in feed_inside.column("c").to_pylist() if r) == ["c1", "c3", "c4", "c4b"]
 
 
 def test_a_widening_delta_cannot_hold_stops_with_a_typed_error_and_resumes_after_the_table_is_rewritten(
@@ -132,3 +146,30 @@ def test_a_widening_delta_cannot_hold_stops_with_a_typed_error_and_resumes_after
     assert target.watermark("public.t") == mark
     assert [r.applied for r in apply_slot(spark, config, target=target)] == [False, True]
     assert delta_rows(location, "t", "id, c") == source_rows(src, "t", "id, c") == [(1, 1), (2, 5000000000)]
+
+
+def test_values_written_before_a_drop_and_between_add_and_drop_in_one_batch_match_a_native_subscriber(
+        pg_server, spark, tmp_path):
+    """As in the PostgreSQL target: each change with its own schema version's columns. The mirror equals a native
+    subscriber whose table keeps the columns; the change feed shows each change with the values it carried."""
+    with source_and_native(pg_server, REPRO_SETUP, REPRO_NATIVE, "t") as (src, slot, native):
+        uri = str(tmp_path / "staging")
+        config = ApplyConfig(slot=slot, staging_root=uri, tables={"public.t": TableApplyConfig()})
+        mirror_loc, feed_loc = DeltaLocation(str(tmp_path / "mirror")), DeltaLocation(str(tmp_path / "feed"))
+        mirror, feed = DeltaTarget(mirror_loc, slot), DeltaTarget(feed_loc, slot, mode="changelog")
+        run_script(src, REPRO_FIRST)
+        assert drain_all(src, uri, slot=slot) == 1
+        apply_slot(spark, config, target=mirror)
+        run_script(src, REPRO_BATCH)
+        assert drain_all(src, uri, slot=slot) == 1
+        assert [r.applied for r in apply_slot(spark, config, target=mirror)] == [False, True]
+        assert [r.applied for r in apply_slot(spark, config, target=feed)] == [True, True]
+        wait_for_subscriber(src, native, name=f"n_{slot}")
+        assert native_rows(native, "t", "id, a, c, x") == REPRO_EXPECTED
+        assert delta_rows(mirror_loc, "t", "id, a, c, x") == REPRO_EXPECTED
+        assert fields(mirror_loc, "t")["c"] == (pa.int32(), "integer")
+        assert fields(mirror_loc, "t")["x"] == (pa.string(), "text")
+        feed_rows = DeltaTable(feed_loc.table_uri("public.t")).to_pyarrow_table().to_pylist()
+        assert sorted(((r["_op"], r["id"], r["c"], r["x"]) for r in feed_rows), key=repr) == sorted([
+            ("insert", 1, 1, None), ("insert", 2, 2, None), ("insert", 3, None, "hello"), ("insert", 4, None, None),
+            ("update", 1, None, None), ("update", 1, 50, None)], key=repr)

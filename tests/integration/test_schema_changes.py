@@ -12,8 +12,19 @@ from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfi
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.exceptions import SchemaChangeError
 from tests.integration.parity_support import source_with_slot
+from tests.integration.schema_support import (
+    REPRO_BATCH,
+    REPRO_EXPECTED,
+    REPRO_FIRST,
+    REPRO_NATIVE,
+    REPRO_SETUP,
+    added_and_dropped,
+    native_rows,
+    random_interleaving,
+    source_and_native,
+)
 from tests.pgserver import execute, query
-from tests.subscriber import drain_all, run_script
+from tests.subscriber import drain_all, run_script, wait_for_subscriber
 from tests.unit.apply.targetdb import make_target
 
 TABLES = ("t_between", "t_inside", "t_default", "t_default_in", "t_narrow", "t_rename")
@@ -71,6 +82,9 @@ def test_add_drop_widen_narrow_and_rename_are_followed_between_and_inside_batche
         "INSERT INTO t_inside VALUES (3, 'x3', 3.5, 'c3'); UPDATE t_inside SET c = 'c1' WHERE id = 1;",
         "ALTER TABLE t_inside DROP COLUMN x;",
         "INSERT INTO t_inside VALUES (4, 4.5, 'c4');",
+        # A column that lives only inside the batch: added, written, dropped, then rows after it.
+        "ALTER TABLE t_inside ADD COLUMN tmp int; UPDATE t_inside SET tmp = 7 WHERE id = 2;",
+        "ALTER TABLE t_inside DROP COLUMN tmp; UPDATE t_inside SET c = 'c4b' WHERE id = 4;",
         "ALTER TABLE t_inside ALTER n TYPE numeric(12,4);",
         "INSERT INTO t_inside VALUES (5, 12345678.1234, 'c5'); UPDATE t_inside SET n = 0.0001 WHERE id = 2;",
         # Narrowing that keeps every value (or fails on the source): the target keeps its wider column.
@@ -100,12 +114,15 @@ def test_add_drop_widen_narrow_and_rename_are_followed_between_and_inside_batche
     assert table_rows(ours, "t_between", "id, a, v, b") == table_rows(src, "t_between", "*") == [
         (1, 10, "abc", None), (2, 5000000000, "longer than five", Decimal("1.250"))]
     assert table_rows(ours, "t_between", "id, z") == [(1, 1), (2, None)]
-    # x is kept in the target, nullable, no longer written.
+    # x is kept in the target, nullable; tmp, added and dropped inside the batch, is created.
     assert columns(ours, "t_inside") == [("id", "integer", True), ("x", "text", False), ("n", "numeric(12,4)", False),
-                                         ("c", "text", False)]
+                                         ("c", "text", False), ("tmp", "integer", False)]
     assert table_rows(ours, "t_inside", "id, n, c") == table_rows(src, "t_inside", "id, n, c")
-    # Written up to the batch before the drop; the batch that drops it writes no value there.
-    assert table_rows(ours, "t_inside", "id, x") == [(1, "x1"), (2, None), (3, None), (4, None), (5, None)]
+    # Each change wrote the columns of its own schema version (a native subscriber keeping the columns
+    # does the same): rows 1-3 got x before the drop, rows inserted after it have none, and the UPDATEs
+    # after a drop left the dropped column alone (row 2 keeps x2 and tmp 7).
+    assert table_rows(ours, "t_inside", "id, x, tmp") == [(1, "x1", None), (2, "x2", 7), (3, "x3", None),
+                                                         (4, None, None), (5, None, None)]
     assert columns(ours, "t_narrow")[1:] == [("big", "bigint", False), ("wide", "numeric(10,2)", False)]
     assert table_rows(ours, "t_narrow", "*") == table_rows(src, "t_narrow", "*") == [
         (1, 5, Decimal("1.25")), (2, 7, Decimal("2.5")), (3, 8, Decimal("3.5"))]
@@ -118,9 +135,10 @@ def test_add_drop_widen_narrow_and_rename_are_followed_between_and_inside_batche
         (3, "s3b", Decimal("1.50"), 'say "hi" \\ ok', True, date(2024, 2, 29), None),
         (4, "s4", Decimal("2.25"), "e4", False, date(2020, 1, 1), 4)]
     assert query(ours, "SELECT count(*) FROM pg_attrdef WHERE adrelid = 't_default_in'::regclass") == [(0,)]
-    # Documented: rename = drop + add; the old column keeps the values written before.
+    # Documented: rename = drop + add; the old column keeps the values written before (row 2's b too,
+    # written in the batch before the rename).
     assert table_rows(ours, "t_rename", "id, a, a2, b, b2") == [
-        (1, "r1", None, 1, None), (2, None, "r2", None, None), (3, None, "r3", None, 3)]
+        (1, "r1", None, 1, None), (2, None, "r2", 2, None), (3, None, "r3", None, 3)]
 
 
 def test_a_default_added_on_the_target_first_makes_add_column_default_exact(spark, pipeline):
@@ -193,3 +211,43 @@ def test_schema_changes_fail_stops_at_a_new_column(spark, pipeline):
         apply_slot(spark, config, ours)
     assert (info.value.column, info.value.new_type) == ("b", "integer")
     assert table_rows(ours, "t", "*") == [(1,)]
+
+
+def test_values_written_before_a_drop_and_between_add_and_drop_in_one_batch_match_a_native_subscriber(
+        pg_server, spark, tmp_path):
+    """Each change is written with its own schema version's columns: the dropped c keeps the value written
+    before the drop, x (added and dropped inside the batch) is created with its value; rows after a drop leave
+    the column alone (UPDATE) or NULL (INSERT) — as a native subscriber whose table keeps the columns."""
+    with source_and_native(pg_server, REPRO_SETUP, REPRO_NATIVE, "t") as (src, slot, native):
+        ours, uri = make_target(pg_server)[1], str(tmp_path / "staging")
+        config = ApplyConfig(slot=slot, staging_root=uri, tables={"public.t": TableApplyConfig()})
+        run_script(src, REPRO_FIRST)
+        assert drain_all(src, uri, slot=slot) == 1
+        apply_slot(spark, config, ours)
+        run_script(src, REPRO_BATCH)
+        assert drain_all(src, uri, slot=slot) == 1
+        assert [r.applied for r in apply_slot(spark, config, ours)] == [False, True]
+        wait_for_subscriber(src, native, name=f"n_{slot}")
+        assert native_rows(native, "t", "id, a, c, x") == REPRO_EXPECTED
+        assert table_rows(ours, "t", "id, a, c, x") == REPRO_EXPECTED
+        assert [c[:2] for c in columns(ours, "t")] == [("id", "integer"), ("a", "integer"), ("c", "integer"),
+                                                      ("x", "text")]
+
+
+@pytest.mark.parametrize("seed", [1, 7, 8])
+def test_random_add_drop_and_widen_interleavings_inside_one_batch_match_a_native_subscriber(
+        pg_server, spark, tmp_path, seed):
+    setup, native_sql, first, script = random_interleaving(seed)
+    assert added_and_dropped(script)  # not vacuous: a column lives and dies inside the batch
+    with source_and_native(pg_server, setup, native_sql, "r") as (src, slot, native):
+        ours, uri = make_target(pg_server)[1], str(tmp_path / "staging")
+        config = ApplyConfig(slot=slot, staging_root=uri, tables={"public.r": TableApplyConfig()})
+        run_script(src, first)
+        assert drain_all(src, uri, slot=slot) == 1
+        apply_slot(spark, config, ours)
+        run_script(src, script)
+        assert drain_all(src, uri, slot=slot) == 1
+        apply_slot(spark, config, ours)
+        wait_for_subscriber(src, native, name=f"n_{slot}")
+        cols = ", ".join(c for c, *_ in columns(native, "r"))
+        assert table_rows(ours, "r", cols) == native_rows(native, "r", cols), script

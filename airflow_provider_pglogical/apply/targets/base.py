@@ -112,6 +112,14 @@ class PlannedTable:
     # earlier changes); their changes are unioned by column name and netted together in LSN order.
     # Empty: the table's only source is the one above.
     parts: tuple[PlannedTable, ...] = ()
+    # Every staged schema version of the source in the batch, LSN order (``relation`` is the last; empty:
+    # only ``relation``). ``columns`` holds the columns of all of them: a change of a version without one
+    # of them leaves it alone (UPDATE) or NULL (INSERT), as a native subscriber does.
+    versions: tuple[RelationInfo, ...] = ()
+
+    def type_names(self) -> dict[str, str | None]:
+        """Each written column's staged PostgreSQL type: from the last schema version that has it."""
+        return {c.name: c.type_name for rel in self.versions or (self.relation,) for c in rel.columns}
 
     @property
     def conflict(self) -> str:
@@ -202,7 +210,7 @@ class BatchChanges(Protocol):
     """A batch's changes as Spark frames, built only when a target asks (planning reads no rows).
 
     ``net(table)``: one net change per key — ``KIND`` (I, U, D, R), ``KEEP`` (columns whose value must
-    come from the target: unchanged TOAST), ``LSN``, ``from_column(i)`` for the moved-from key,
+    come from the target: unchanged TOAST, and columns an UPDATE's schema version lacks), ``LSN``, ``from_column(i)`` for the moved-from key,
     ``TOUCHED``, then ``table.columns``. ``ordered(table)``: every change after the last truncate,
     un-netted — ``KIND``, ``KEEP``, ``LSN``, ``COMMIT``, ``ORDER``, ``from_column(i)``, then
     ``table.columns`` — for targets that must replay in commit order. ``published(table)``: every

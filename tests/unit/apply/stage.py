@@ -35,6 +35,8 @@ class Rel:
     columns: tuple[Col, ...]
     replica_identity: str = "d"
     relid: int = 16384
+    # Schema version: several ``Rel`` of one name in a batch are its versions (``v<N>.parquet``), in LSN order.
+    version: int = 1
 
     @property
     def name(self) -> str:
@@ -77,8 +79,9 @@ class BatchSpec:
 def write_batch(root: str | os.PathLike, slot: str, spec: BatchSpec) -> Path:
     bdir = Path(root) / quote(slot, safe="") / "batches" / f"{spec.start:016X}-{spec.end:016X}"
     (bdir / "tables").mkdir(parents=True, exist_ok=True)
-    manifest_tables = {}
+    manifest_tables: dict[str, dict] = {}
     rels = list(spec.changes)
+    names = list(dict.fromkeys(r.name for r in rels))
     for rel, changes in spec.changes.items():
         st = rel.struct()
         changes = sorted(changes, key=lambda c: (c.commit_lsn, c.tx_order))
@@ -90,16 +93,18 @@ def write_batch(root: str | os.PathLike, slot: str, spec: BatchSpec) -> Path:
             "xid": pa.array([700 + c.commit_lsn % 1000 for c in changes], pa.int64()),
             "commit_time": pa.array([COMMIT_TIME] * len(changes), pa.timestamp("us", tz="UTC")),
             "op": pa.array([c.op for c in changes], pa.string()),
-            "schema_version": pa.array([1] * len(changes), pa.int32()),
+            "schema_version": pa.array([rel.version] * len(changes), pa.int32()),
             "old": pa.array([c.old for c in changes], st),
             "old_key_only": pa.array([c.old_key_only for c in changes], pa.bool_()),
             "new": pa.array([c.new for c in changes], st),
             "new_unchanged_toast": pa.array([list(c.toast) for c in changes], pa.list_(pa.string())),
         })
-        rel_path = f"tables/{quote(rel.name, safe='.')}/v1.parquet"
+        rel_path = f"tables/{quote(rel.name, safe='.')}/v{rel.version}.parquet"
         (bdir / rel_path).parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(table, bdir / rel_path)
-        manifest_tables[rel.name] = {"rows": len(changes), "files": [rel_path]}
+        entry = manifest_tables.setdefault(rel.name, {"rows": 0, "files": []})
+        entry["rows"] += len(changes)
+        entry["files"].append(rel_path)
     for t in spec.truncates:
         for name in t.relations:
             if not any(r.name == name for r in rels):
@@ -120,15 +125,15 @@ def write_batch(root: str | os.PathLike, slot: str, spec: BatchSpec) -> Path:
     col_type = pa.struct([("name", pa.string()), ("type_oid", pa.int64()), ("type_modifier", pa.int32()),
                           ("is_identity", pa.bool_()), ("type_name", pa.string())])
     pq.write_table(pa.table({
-        "relid": pa.array([r.relid + i for i, r in enumerate(rels)], pa.int64()),
+        "relid": pa.array([r.relid + names.index(r.name) for r in rels], pa.int64()),
         "schema": [r.schema for r in rels],
         "table": [r.table for r in rels],
-        "schema_version": pa.array([1] * len(rels), pa.int32()),
+        "schema_version": pa.array([r.version for r in rels], pa.int32()),
         "replica_identity": [r.replica_identity for r in rels],
         "columns": pa.array([[{"name": c.name, "type_oid": 0, "type_modifier": -1,
                                "is_identity": c.identity or r.replica_identity == "f", "type_name": c.type_name}
                               for c in r.columns] for r in rels], pa.list_(col_type)),
-        "first_lsn": pa.array([spec.start] * len(rels), pa.int64()),
+        "first_lsn": pa.array([spec.start + r.version - 1 for r in rels], pa.int64()),
     }), bdir / "relations.parquet")
     commits = sorted({c.commit_lsn for cs in spec.changes.values() for c in cs}
                      | {t.commit_lsn for t in spec.truncates})

@@ -123,3 +123,18 @@ def test_a_snapshot_cut_off_or_a_switched_off_path_keeps_the_spark_transforms(tm
     assert direct.batch_files(table, batch, 0x1800) is None  # the batch starts before the table's sync LSN
     monkeypatch.setenv(direct.ENV_SWITCH, "0")
     assert direct.batch_files(table, batch, None) is None
+
+
+ITEMS_DROPPED = Rel("public", "items", ITEMS.columns[:2], version=2)  # after DROP COLUMN note
+
+
+def test_a_table_batch_of_several_schema_versions_or_lacking_a_written_column_is_not_direct(tmp_path):
+    write_batch(tmp_path, "slot", BatchSpec(0x1000, 0x2000, {
+        ITEMS: [Chg("I", 10, 0, new={"id": 1, "grp": 1, "note": "n"})],
+        ITEMS_DROPPED: [Chg("I", 20, 0, new={"id": 2, "grp": 2})]}))
+    (batch,) = list_batches(str(tmp_path), "slot")
+    v1, v2 = (f"{batch.ref.path}/{f}" for f in batch.table_files[ITEMS.name])
+    assert not direct.same_schema([v1, v2], ("id", "grp", "note"))
+    assert direct.same_schema([v1], ("id", "grp", "note"))
+    assert not direct.same_schema([v2], ("id", "grp", "note"))  # note is written by the batch, v2 lacks it
+    assert direct.same_schema([v2], ("id", "grp"))

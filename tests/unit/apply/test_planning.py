@@ -124,3 +124,22 @@ def test_plan_batch_carries_schema_changes_and_the_update_delete_rule_to_the_tar
     assert plan(TableApplyConfig(row_filter="v > 'a'", actions=("insert",))).tables[0].update_delete_problem is None
     with pytest.raises(SchemaChangeError, match="new column w"):
         plan(TableApplyConfig(schema_changes="fail"))
+
+
+def test_plan_batch_writes_the_columns_of_every_schema_version_and_keys_by_the_latest():
+    """A column dropped (or added and dropped) inside the batch is written by the changes that have it: the
+    planned columns are those of all versions, in the order they appear, each typed as in its last version."""
+    v1 = RelationInfo("public", "t", "f", (RelationColumn("id", "integer", True), RelationColumn("c", "integer", True)))
+    v2 = RelationInfo("public", "t", "f", (RelationColumn("id", "integer", True), RelationColumn("x", "text", True)))
+    v3 = RelationInfo("public", "t", "f", (RelationColumn("id", "integer", True),))
+    table = TargetTable("public.t", {"id": "integer", "c": "integer"}, ())
+    planned = plan_batch("s", 10, 40, {"public.t"}, {"public.t": ("public.t", TableApplyConfig())}, {"public.t": v3},
+                         [], {}, [], {"public.t": table}, {"public.t": [(10, v1), (20, v2), (30, v3)]}).tables[0]
+    assert planned.columns == ("id", "c", "x")
+    assert planned.key == ("id",)  # full identity without a target key: the latest version's columns
+    assert [(c.kind, c.column, c.new_type) for c in planned.column_changes] == [("add", "x", "text")]
+    assert planned.type_names() == {"id": "integer", "c": "integer", "x": "text"}
+    listed = plan_batch("s", 10, 40, {"public.t"}, {"public.t": ("public.t", TableApplyConfig(columns=("id",)))},
+                        {"public.t": v3}, [], {}, [], {"public.t": table},
+                        {"public.t": [(10, v1), (20, v2), (30, v3)]}).tables[0]
+    assert listed.columns == ("id",) and listed.column_changes == ()

@@ -152,3 +152,17 @@ def test_a_narrowing_that_rounds_is_not_followed(old, new, rounding):
 ])
 def test_builtin_type_names_match_format_type(oid, typmod, name):
     assert builtin_type_name(oid, typmod) == name
+
+
+def test_a_column_written_in_the_batch_but_dropped_by_its_end_keeps_its_last_type_and_is_relaxed():
+    """Written by the changes of the versions that have it: added (when the target lacks it) with the type of
+    the last version that has it, and relaxed (rows inserted after the drop leave it NULL)."""
+    versions = [SourceVersion(0x10, {"id": "bigint", "c": "integer"}),
+                SourceVersion(0x20, {"id": "bigint", "c": "bigint"}),
+                SourceVersion(0x30, {"id": "bigint", "x": "text"}, {"x": "{hi}"}),
+                SourceVersion(0x40, {"id": "bigint"})]
+    target = {"id": "bigint", "c": "integer"}
+    changes = plan_column_changes("public.t", target, ["c"], versions, ["id", "c", "x"])
+    assert changes == [ColumnChange(WIDEN, "c", "integer", "bigint"), ColumnChange(ADD, "x", None, "text", "hi"),
+                       ColumnChange(RELAX, "c", "integer", None)]
+    assert [ch.lsn for ch in changes[:2]] == [0x20, 0x30]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from airflow_provider_pglogical.apply.batches import list_batches, read_changes
 from airflow_provider_pglogical.apply.transforms import (
     compact,
     project_columns,
@@ -11,7 +12,7 @@ from airflow_provider_pglogical.apply.transforms import (
     void_before,
 )
 from tests.unit.apply.conftest import ITEMS, ITEMS_FULL, PAIRS
-from tests.unit.apply.stage import Chg
+from tests.unit.apply.stage import BatchSpec, Chg, Rel, write_batch
 
 COLS = ("id", "grp", "note")
 
@@ -140,3 +141,27 @@ def test_ordered_changes_keep_every_change_and_a_key_change_as_one_update(change
                   r["id"], r["grp"], r["note"], tuple(r["_pgl_keep"])) for r in df.collect())
     assert got == [(10, 1, "U", 1, 2, 1, None, ("note",)), (20, 0, "U", 2, 2, 3, None, ("note",)),
                    (30, 0, "D", 2, None, None, None, ()), (40, 0, "I", None, 2, 4, "b", ())]
+
+
+# ``items`` after ALTER TABLE items DROP COLUMN note: its second schema version.
+ITEMS_DROPPED = Rel("public", "items", ITEMS.columns[:2], version=2)
+
+
+def test_each_change_writes_its_own_schema_versions_columns(spark, tmp_path):
+    """A value written before DROP COLUMN is kept; an UPDATE after the drop leaves the column to the target, an
+    INSERT after it leaves it NULL (a native subscriber whose table keeps the column does the same)."""
+    write_batch(tmp_path, "slot", BatchSpec(0x1000, 0x2000, {
+        ITEMS: [Chg("U", 10, 0, new={"id": 1, "grp": 1, "note": "before the drop"})],
+        ITEMS_DROPPED: [Chg("U", 20, 0, new={"id": 1, "grp": 2}), Chg("U", 20, 1, new={"id": 2, "grp": 2}),
+                        Chg("I", 20, 2, new={"id": 3, "grp": 3}),
+                        Chg("U", 20, 3, old={"id": 4}, old_key_only=True, new={"id": 5, "grp": 5})],
+    }))
+    (batch,) = list_batches(str(tmp_path), "slot")
+    frame = read_changes(spark, batch, ITEMS.name)
+    assert net(frame) == [((1,), "U", 2, "before the drop", ()), ((2,), "U", 2, None, ("note",)),
+                          ((3,), "I", 3, None, ()), ((4,), "D", None, None, ()), ((5,), "I", 5, None, ("note",))]
+    ordered = frame.transform(to_ordered_changes(("id",), COLS))
+    rows = sorted(ordered.collect(), key=lambda r: (r["_pgl_seq"]["c"], r["_pgl_seq"]["o"]))
+    assert [(r["id"], r["_pgl_kind"], r["note"], tuple(r["_pgl_keep"])) for r in rows] == [
+        (1, "U", "before the drop", ()), (1, "U", None, ("note",)), (2, "U", None, ("note",)), (3, "I", None, ()),
+        (5, "U", None, ("note",))]

@@ -174,7 +174,7 @@ class DeltaTarget:
                 self._follow_schema(table, rows, where)
                 outcomes[table.target] = self.append_changes(
                     table.target, plan.start_lsn, plan.end_lsn, rows, columns=table.columns,
-                    type_names=_type_names(table))
+                    type_names=table.type_names())
             else:
                 net = unwrap_notes(_with_from(_arrow(changes.net(table)), table.key), f"{where}: {table.target}", LSN)
                 seconds["stage"] += time.monotonic() - started
@@ -187,7 +187,7 @@ class DeltaTarget:
 
                 outcomes[table.target] = self.apply_net(
                     table.target, plan.start_lsn, plan.end_lsn, net, key=table.key, columns=table.columns,
-                    type_names=_type_names(table), truncated=table.truncated_at is not None,
+                    type_names=table.type_names(), truncated=table.truncated_at is not None,
                     unchanged_toast=table.unchanged_toast, ordered=ordered,
                     null_safe_key=table.relation.replica_identity == "f" and not table.config.key_columns)
             seconds["apply"] += time.monotonic() - started
@@ -241,7 +241,7 @@ class DeltaTarget:
             rows = unwrap_notes(_arrow(changes.rows(table)), f"{where}: {table.target}")
             seconds["stage"] += time.monotonic() - started
             started = time.monotonic()
-            types = _type_names(table)
+            types = table.type_names()
             converted, schema = self._convert(rows, table.columns, (), f"{where}: {table.target}", types)
             dt = self._table(table.target, schema, where, types)
             props = CommitProperties(
@@ -277,7 +277,7 @@ class DeltaTarget:
         if dt is None:
             return
         current = {f.name: f for f in dt.schema().fields}
-        types = _type_names(table)
+        types = table.type_names()
         for ch in changes:
             wanted = delta_type(data.schema.field(ch.column).type, types.get(ch.column))
             if ch.kind == ADD and ch.column not in current:
@@ -442,10 +442,6 @@ def _counts(metrics: Mapping[str, object]) -> dict[str, int]:
 def _arrow(frame: DataFrame) -> pa.Table:
     """A Spark frame collected as Arrow on the driver (no per-row Python)."""
     return frame.toArrow()
-
-
-def _type_names(table: PlannedTable) -> dict[str, str | None]:
-    return {c.name: c.type_name for c in table.relation.columns}
 
 
 def _with_from(frame: pa.Table, key: Sequence[str]) -> pa.Table:
