@@ -64,6 +64,12 @@ def cmd_resync(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
     return sync_tables(spec, resync=list(dict.fromkeys(args.table)), log=progress)
 
 
+def cmd_reset(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
+    from airflow_provider_pglogical.pipeline.runs import reset_target
+
+    return reset_target(spec, log=progress)
+
+
 def cmd_status(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
     from airflow_provider_pglogical.pipeline.selection import resolved
     from airflow_provider_pglogical.pipeline.steps import status
@@ -92,6 +98,8 @@ COMMANDS: dict[str, tuple[Callable[[PipelineSpec, argparse.Namespace], dict[str,
     "apply": (cmd_apply, "apply every staged batch past the target's watermarks with Spark"),
     "run": (cmd_run, "decode, then apply everything pending (Spark starts while the drain runs, when it has changes)"),
     "resync": (cmd_resync, "snapshot tables again at a later LSN; apply replaces them, then applies later changes"),
+    "reset": (cmd_reset, "empty the target tables and forget the slot's watermarks: the next apply applies the "
+                         "staged log (and snapshots) again from its start"),
     "status": (cmd_status, "slot position and lag, staged batches, target watermarks (JSON)"),
     "maintain": (cmd_maintain, "Delta targets: compact small files, vacuum unreferenced ones, checkpoint the log"),
 }
@@ -117,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "resync":
             p.add_argument("--table", action="append", required=True, metavar="SCHEMA.TABLE",
                            help="table to resync (repeatable)")
+        if name == "reset":
+            p.add_argument("--yes", action="store_true", required=True, help="confirm emptying the target tables")
         if name == "validate":
             p.add_argument("--filters", action="store_true", help="also parse row filters (starts Spark)")
     return parser

@@ -109,6 +109,10 @@ class ApplyError(PgLogicalError):
     """Applying staged changes to a target failed before anything was committed."""
 
 
+class WatermarksMissingError(ApplyError):
+    """The staging area says batches were applied to the target, but the target holds no watermark of the slot."""
+
+
 class SparkStartError(ApplyError):
     """The Spark session of an in-process apply did not start (the JVM exited, a bad master or setting)."""
 

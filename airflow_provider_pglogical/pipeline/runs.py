@@ -17,7 +17,6 @@ from airflow_provider_pglogical.pipeline.steps import (
     ensure_replication,
     source_client,
     target_dsn,
-    target_progress_table,
     target_watermark_ints,
 )
 
@@ -387,10 +386,12 @@ def batches_upto(spec: PipelineSpec, *, upto_lsn: int | None = None, upto_time: 
 
 
 def reset_target(spec: PipelineSpec, *, log: Log = _quiet) -> dict[str, Any]:
-    """Empty the spec's target tables and forget the slot's watermarks, in one transaction.
+    """Empty the spec's target tables and forget the slot's watermarks and sync marks, in one transaction
+    (``pglogical reset``; replay's first step).
 
-    Used by replay before re-applying the staged log from its first batch; crashing before the
-    commit leaves the target untouched, after it a replay simply starts from an empty target.
+    The next apply starts from the first staged batch (and loads the staged snapshots again); crashing
+    before the commit leaves the target untouched, after it the apply simply starts from an empty target.
+    The staging area's record then says nothing is applied, so the missing watermarks are expected.
     """
     if spec.target.kind == "delta":
         # A Delta table's watermark lives in its log with its data: replay into a new uri (or delete the
@@ -399,17 +400,24 @@ def reset_target(spec: PipelineSpec, *, log: Log = _quiet) -> dict[str, Any]:
                         "location to rebuild it (docs/delta.md)")
     import psycopg2
 
-    from airflow_provider_pglogical.apply.targets.postgres.progress import reset
+    from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import qualified, resolve_schema
+    from airflow_provider_pglogical.apply.targets.postgres.progress import SYNC_TABLE, reset
     from airflow_provider_pglogical.pipeline.selection import resolved
+    from airflow_provider_pglogical.staging.target_record import TargetRecord, read_record, write_record
 
     spec = resolved(spec)
     targets = sorted({t.target_name for t in spec.tables.values()})
-    progress = target_progress_table(spec)
+    record = read_record(spec.staging.uri, spec.source.slot)
     conn = psycopg2.connect(target_dsn(spec))
     try:
-        existing = reset(conn, spec.source.slot, targets, progress)
+        # Where the watermarks are (not ``target_progress_table``: it refuses the missing ones reset is for).
+        schema = resolve_schema(conn, spec.target.bookkeeping_schema, targets, PROGRESS_TABLE, slot=spec.source.slot,
+                                recorded=record.bookkeeping_schema if record else None)
+        existing = reset(conn, spec.source.slot, targets, qualified(schema, PROGRESS_TABLE),
+                         qualified(schema, SYNC_TABLE))
     finally:
         conn.close()
+    write_record(spec.staging.uri, spec.source.slot, TargetRecord(schema, applied=False))
     log(f"emptied {len(existing)} target table(s) and reset the watermarks of slot {spec.source.slot}")
     return {"truncated": existing}
 

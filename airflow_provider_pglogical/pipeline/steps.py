@@ -33,11 +33,13 @@ def target_dsn(spec: PipelineSpec) -> str:
 
 
 def target_progress_table(spec: PipelineSpec) -> str:
-    """The progress table's qualified name in the schema the apply keeps its bookkeeping in."""
-    from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import qualified, resolve_for_dsn
+    """The progress table's qualified name in the pipeline's bookkeeping schema (``WatermarksMissingError``
+    when batches were applied but their watermarks are gone: see ``bookkeeping_schema.locate``)."""
+    from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import locate_for_dsn, qualified
 
-    schema = resolve_for_dsn(target_dsn(spec), spec.target.bookkeeping_schema,
-                             [t.target_name for t in spec.tables.values()], PROGRESS_TABLE)
+    schema = locate_for_dsn(target_dsn(spec), spec.target.bookkeeping_schema,
+                            [t.target_name for t in spec.tables.values()], slot=spec.source.slot,
+                            staging_uri=spec.staging.uri, progress_table=PROGRESS_TABLE)
     return qualified(schema, PROGRESS_TABLE)
 
 
