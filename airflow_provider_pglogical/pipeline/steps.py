@@ -5,10 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_provider_pglogical.apply.targets.postgres.progress import PROGRESS_TABLE
-from airflow_provider_pglogical.exceptions import PublicationNotFoundError, SlotError, SpecError, format_lsn
+from airflow_provider_pglogical.exceptions import (
+    PublicationNotFoundError,
+    SlotError,
+    SpecError,
+    WatermarksMissingError,
+    format_lsn,
+)
 from airflow_provider_pglogical.hooks.dsn import libpq_dsn
 from airflow_provider_pglogical.hooks.slot_client import PgLogicalClient
 from airflow_provider_pglogical.hooks.slots import check_wal_retention, slot_lag_bytes, slot_summary
+from airflow_provider_pglogical.lsn import parse_lsn
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec, split_qualified
 
 
@@ -41,6 +48,21 @@ def target_progress_table(spec: PipelineSpec) -> str:
                             [t.target_name for t in spec.tables.values()], slot=spec.source.slot,
                             staging_uri=spec.staging.uri, progress_table=PROGRESS_TABLE)
     return qualified(schema, PROGRESS_TABLE)
+
+
+def check_column_lists(spec: PipelineSpec, client: PgLogicalClient) -> None:
+    """Every column a spec table's column list names exists in the table on the source (a SpecError
+    naming the first that does not), so a typo fails before anything is staged or the slot advanced."""
+    for name, table in sorted(spec.tables.items()):
+        if table.columns is None or name.endswith("*"):
+            continue
+        existing = client.table_columns(name)
+        if existing is None:
+            continue  # a missing table: the publication check names it
+        missing = [c for c in table.columns if c not in existing]
+        if missing:
+            raise SpecError(f"{spec.origin}: tables.{name}.columns: column {missing[0]!r} does not exist in {name} "
+                            "on the source")
 
 
 def ensure_replication(spec: PipelineSpec, client: PgLogicalClient) -> dict[str, Any]:
@@ -129,7 +151,11 @@ def target_watermarks(spec: PipelineSpec) -> dict[str, str]:
 
 
 def status(spec: PipelineSpec) -> dict[str, Any]:
-    """Slot position and lag, staged batches and target watermarks, as one JSON-friendly dict."""
+    """Slot position and lag, staged batches and target watermarks, as one JSON-friendly dict.
+
+    ``problems``: why the next run would fail (a missing or unusable slot, a gap between the staged log
+    and the slot, watermarks gone), each as its error's one line; empty when the pipeline can run.
+    """
     with source_client(spec) as client:
         info = client.slot_info(spec.source.slot)
         current = client.current_wal_flush_lsn()
@@ -144,15 +170,37 @@ def status(spec: PipelineSpec) -> dict[str, Any]:
         except SlotError as exc:  # status reports the problem; decode is what fails on it
             slot["wal_retention"] = str(exc)
     batches = staged_batches(spec)
+    problems = []
+    if info is None and (batches or not spec.source.create):
+        problems.append(f"slot {spec.source.slot!r} does not exist" + (" but batches of it are staged" if batches
+                                                                      else " and source.create is false"))
+    elif slot is not None and slot["wal_retention"] != "ok":
+        problems.append(slot["wal_retention"])
+    if info is not None and info.confirmed_flush_lsn is not None and batches:
+        from airflow_provider_pglogical.pipeline.runs import drain_config
+        from airflow_provider_pglogical.staging.drain import gap_uncovered
+
+        end, at = parse_lsn(batches[-1]["end_lsn"]), info.confirmed_flush_lsn
+        if at < end or (at > end and gap_uncovered(drain_config(spec), at)):
+            problems.append(f"slot {spec.source.slot!r} is at {format_lsn(at)} but the staged log ends at "
+                            f"{format_lsn(end)}: the slot was "
+                            "moved outside the drain (or recreated); `pglogical run` names the ways out")
+    try:
+        watermarks: dict[str, str] | None = target_watermarks(spec)
+    except WatermarksMissingError as exc:
+        watermarks = None
+        problems.append(str(exc))
     return {
         "spec": spec.origin,
         "source": {"publication": ", ".join(spec.source.all_publications), "current_wal_flush_lsn": format_lsn(current), "slot": slot},
         "staging": {"uri": spec.staging.uri, "batches": batches,
                     "staged_changes": sum(b["changes"] for b in batches),
                     "last_end_lsn": batches[-1]["end_lsn"] if batches else None},
-        "target": {"kind": spec.target.kind, "watermarks": target_watermarks(spec)},
+        "target": {"kind": spec.target.kind, "watermarks": watermarks},
         "sync": _sync_states(spec),
+        "problems": problems,
     }
+
 
 
 def _sync_states(spec: PipelineSpec) -> dict[str, Any]:

@@ -117,7 +117,7 @@ def test_a_recreated_slot_stops_the_run_and_resyncing_the_named_tables_lets_it_r
     execute(p["source"], "INSERT INTO public.accounts VALUES (3, 30)")
     ran = run_ok("run", "--spec", p["accounts"])
     assert ran["apply"]["batches_applied"] >= 1
-    assert accounts(p["target"]) == accounts(p["source"]) == [(1, 11), (2, 20), (3, 30)]
+    assert accounts(p["target"]) == accounts(p["source"]) == [(1, 11), (2, 11), (3, 30)]
     assert pglogical("status", "--spec", p["accounts"]).returncode == 0
 
 
@@ -176,12 +176,17 @@ def test_a_column_list_naming_a_missing_column_fails_before_anything_is_staged(t
 def test_a_target_refusing_a_batch_in_the_spark_apply_prints_one_line_on_stderr(two_pipelines):
     p = two_pipelines
     run_ok("decode", "--spec", p["accounts"])
-    # a target column the source does not fill, NOT NULL: the apply's COPY is refused inside Spark
-    execute(p["target"], "CREATE TABLE public.accounts (id int PRIMARY KEY, balance int, owner text NOT NULL)")
-    execute(p["source"], "INSERT INTO public.accounts VALUES (1, 10)")
-    failed = pglogical("run", "--spec", p["accounts"])
+    # a trigger on the target refuses the batch Spark staged (the Spark path, not the direct one)
+    execute(p["target"], "CREATE TABLE public.accounts (id int PRIMARY KEY, balance int)",
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$BEGIN RAISE EXCEPTION 'accounts are frozen'; END$$",
+            "CREATE TRIGGER frozen BEFORE INSERT OR UPDATE ON public.accounts FOR EACH ROW EXECUTE FUNCTION refuse()")
+    execute(p["source"], "INSERT INTO public.accounts VALUES (1, 100000)")
+    spark_path = {"PGLOGICAL_APPLY_DIRECT": "0"}
+    failed = pglogical("run", "--spec", p["accounts"], extra=spark_path)
     assert failed.returncode == 1
     lines = [ln for ln in failed.stderr.splitlines() if not ln.startswith("pglogical: ")]
-    assert len(lines) == 1 and lines[0].startswith("pglogical run: error: "), failed.stderr[-3000:]
-    debug = pglogical("--debug", "run", "--spec", p["accounts"])
+    assert len(lines) == 1 and lines[0].startswith("pglogical run: error: "), failed.stderr[-5000:]
+    assert "100000" not in lines[0]  # errors never carry row values
+    debug = pglogical("--debug", "apply", "--spec", p["accounts"], extra=spark_path)
     assert debug.returncode != 0 and "Traceback" in debug.stderr
