@@ -156,8 +156,8 @@ def test_a_column_list_naming_a_missing_column_fails_before_anything_is_staged(t
     execute(p["source"], "INSERT INTO public.accounts VALUES (1, 10)")
     before = query(p["source"], "SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
                                 "WHERE slot_name = 'accounts_slot'")
-    for command in ("validate", "run"):
-        failed = pglogical(command, "--spec", str(spec))
+    for command, *flags in (("validate", "--source"), ("run",)):
+        failed = pglogical(command, "--spec", str(spec), *flags)
         assert failed.returncode == 1
         assert failed.stderr.strip().splitlines()[-1] == (
             f"pglogical {command}: error: {spec}: tables.public.accounts.columns: column 'balanse' does not exist "
