@@ -190,3 +190,22 @@ def test_a_target_refusing_a_batch_in_the_spark_apply_prints_one_line_on_stderr(
     assert "100000" not in lines[0]  # errors never carry row values
     debug = pglogical("--debug", "apply", "--spec", p["accounts"], extra=spark_path)
     assert debug.returncode != 0 and "Traceback" in debug.stderr
+
+
+def test_an_initial_snapshot_asked_of_an_existing_slot_runs_after_the_way_out_its_error_names(two_pipelines, tmp_path):
+    p = two_pipelines
+    execute(p["source"], "INSERT INTO public.accounts VALUES (1, 10), (2, 20)")
+    run_ok("decode", "--spec", p["accounts"])  # the slot exists, created without a snapshot
+    doc = yaml.safe_load(open(p["accounts"]))
+    spec = tmp_path / "initial.yaml"
+    spec.write_text(yaml.safe_dump({**doc, "snapshot": {"initial": True}}))
+    failed = pglogical("run", "--spec", str(spec))
+    assert failed.returncode == 1
+    assert "Set snapshot.initial: false and resync tables one by one (pglogical resync --spec FILE --table " \
+           "schema.table)" in failed.stderr
+    # the way out: initial: false, then resync the tables
+    spec.write_text(yaml.safe_dump({**doc, "snapshot": {"initial": False}}))
+    run_ok("resync", "--spec", str(spec), "--table", "public.accounts")
+    execute(p["source"], "INSERT INTO public.accounts VALUES (3, 30)")
+    run_ok("run", "--spec", str(spec))
+    assert accounts(p["target"]) == accounts(p["source"]) == [(1, 10), (2, 20), (3, 30)]

@@ -11,6 +11,7 @@ session's current schema. The apply and every reader of watermarks use the names
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 
 import psycopg2
@@ -22,6 +23,8 @@ from airflow_provider_pglogical.apply.targets.postgres.progress import PROGRESS_
 from airflow_provider_pglogical.exceptions import ApplyError, PrivilegeError, WatermarksMissingError
 from airflow_provider_pglogical.hooks.cursor import one_row
 from airflow_provider_pglogical.staging.target_record import TargetRecord, read_record, write_record
+
+log = logging.getLogger(__name__)
 
 
 def resolve_schema(conn: psycopg2.extensions.connection, configured: str | None, target_tables: Iterable[str],
@@ -113,9 +116,18 @@ def locate(conn: psycopg2.extensions.connection, configured: str | None, target_
 
 
 def remember(staging_uri: str, slot: str, record: TargetRecord, previous: TargetRecord | None = None) -> None:
-    """Write ``record`` unless it is what the staging area holds already."""
-    if record != previous:
+    """Write ``record`` unless it is what the staging area holds already.
+
+    A staging area this process may only read (an apply with read-only credentials) keeps the run going
+    with a warning: the location then still follows the slot's own watermarks (``resolve_schema``).
+    """
+    if record == previous:
+        return
+    try:
         write_record(staging_uri, slot, record)
+    except OSError as exc:
+        log.warning("could not record the bookkeeping schema of slot %s in %s: %s", slot, staging_uri,
+                    type(exc).__name__)
 
 
 def has_watermarks(conn: psycopg2.extensions.connection, progress: str, slot: str) -> bool:
