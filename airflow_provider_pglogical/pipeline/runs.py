@@ -454,16 +454,21 @@ def reset_target(spec: PipelineSpec, *, log: Log = _quiet) -> dict[str, Any]:
                         "location to rebuild it (docs/delta.md)")
     import psycopg2
 
-    from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import qualified, resolve_schema
+    from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import (
+        qualified,
+        resolve_schema,
+        target_identity,
+    )
     from airflow_provider_pglogical.apply.targets.postgres.progress import SYNC_TABLE, reset
     from airflow_provider_pglogical.pipeline.selection import resolved
     from airflow_provider_pglogical.staging.target_record import TargetRecord, read_record, write_record
 
     spec = resolved(spec)
     targets = sorted({t.target_name for t in spec.tables.values()})
-    record = read_record(spec.staging.uri, spec.source.slot)
     conn = psycopg2.connect(target_dsn(spec))
     try:
+        target = target_identity(conn)
+        record = read_record(spec.staging.uri, spec.source.slot, target)
         # Where the watermarks are (not ``target_progress_table``: it refuses the missing ones reset is for).
         schema = resolve_schema(conn, spec.target.bookkeeping_schema, targets, PROGRESS_TABLE, slot=spec.source.slot,
                                 recorded=record.bookkeeping_schema if record else None)
@@ -471,7 +476,7 @@ def reset_target(spec: PipelineSpec, *, log: Log = _quiet) -> dict[str, Any]:
                          qualified(schema, SYNC_TABLE))
     finally:
         conn.close()
-    write_record(spec.staging.uri, spec.source.slot, TargetRecord(schema, applied=False))
+    write_record(spec.staging.uri, spec.source.slot, target, TargetRecord(schema, applied=False))
     log(f"emptied {len(existing)} target table(s) and reset the watermarks of slot {spec.source.slot}")
     return {"truncated": existing}
 

@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass
 
 from airflow_provider_pglogical.exceptions import StagingError
-from airflow_provider_pglogical.staging.layout import StagingLayout
+from airflow_provider_pglogical.staging.layout import StagingLayout, quote_name
 from airflow_provider_pglogical.staging.manifest import read_text, write_text_atomic
 
 
@@ -25,14 +25,15 @@ class TargetRecord:
     applied: bool = False
 
 
-def _path(layout: StagingLayout, kind: str) -> str:
-    return f"{layout.state_dir}/target-{kind}.json"
+def _path(layout: StagingLayout, target: str) -> str:
+    return f"{layout.state_dir}/target-{quote_name(target)}.json"
 
 
-def read_record(staging_uri: str, slot: str, kind: str = "postgres") -> TargetRecord | None:
-    """The slot's record for a ``kind`` target, or None before its first apply."""
+def read_record(staging_uri: str, slot: str, target: str) -> TargetRecord | None:
+    """The slot's record for ``target`` (the database applied to, e.g. ``postgres/<name>/<oid>``), or None
+    before the first apply there: a database created anew is another target, which starts from the first batch."""
     layout = StagingLayout.from_uri(staging_uri, slot)
-    path = _path(layout, kind)
+    path = _path(layout, target)
     if not layout.exists(path):
         return None
     try:
@@ -42,8 +43,8 @@ def read_record(staging_uri: str, slot: str, kind: str = "postgres") -> TargetRe
         raise StagingError(f"unreadable target record {path}: {type(exc).__name__}") from exc
 
 
-def write_record(staging_uri: str, slot: str, record: TargetRecord, kind: str = "postgres") -> None:
-    """Replace the record (atomically: readers see the old or the new one)."""
+def write_record(staging_uri: str, slot: str, target: str, record: TargetRecord) -> None:
+    """Replace the record of ``target`` (atomically: readers see the old or the new one)."""
     layout = StagingLayout.from_uri(staging_uri, slot)
     layout.fs.create_dir(layout.state_dir, recursive=True)
-    write_text_atomic(layout, _path(layout, kind), json.dumps(asdict(record)))
+    write_text_atomic(layout, _path(layout, target), json.dumps(asdict(record)))

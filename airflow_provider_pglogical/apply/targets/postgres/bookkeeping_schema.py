@@ -99,7 +99,8 @@ def locate(conn: psycopg2.extensions.connection, configured: str | None, target_
     table there holds no watermark of ``slot``: applying from the first staged batch again would
     apply every batch twice.
     """
-    record = read_record(staging_uri, slot)
+    target = target_identity(conn)
+    record = read_record(staging_uri, slot, target)
     schema = resolve_schema(conn, configured, target_tables, progress_table, slot=slot,
                             recorded=record.bookkeeping_schema if record else None)
     name = qualified(schema, progress_table)
@@ -108,14 +109,23 @@ def locate(conn: psycopg2.extensions.connection, configured: str | None, target_
     if record is not None and record.applied and not applied:
         raise WatermarksMissingError(
             f"slot {slot} has applied batches to this target (its staging area records it) but {name} holds no "
-            f"watermark of it: the progress table was dropped, emptied or moved, or the target is another "
-            f"database; applying again from the first staged batch would apply batches twice. Restore {name}, "
+            f"watermark of it: the progress table was dropped, emptied or moved; applying again from the first "
+            f"staged batch would apply batches twice. Restore {name}, "
             "or run `pglogical reset --spec FILE --yes` to empty the target tables and apply the staged log again")
-    remember(staging_uri, slot, TargetRecord(schema, applied or bool(record and record.applied)), record)
+    remember(staging_uri, slot, target, TargetRecord(schema, applied or bool(record and record.applied)), record)
     return schema
 
 
-def remember(staging_uri: str, slot: str, record: TargetRecord, previous: TargetRecord | None = None) -> None:
+def target_identity(conn: psycopg2.extensions.connection) -> str:
+    """``postgres/<database>/<oid>``: the database a record is about (dropped and created again, it is another)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT current_database(), oid FROM pg_database WHERE datname = current_database()")
+        name, oid = one_row(cur)
+    return f"postgres/{name}/{oid}"
+
+
+def remember(staging_uri: str, slot: str, target: str, record: TargetRecord,
+             previous: TargetRecord | None = None) -> None:
     """Write ``record`` unless it is what the staging area holds already.
 
     A staging area this process may only read (an apply with read-only credentials) keeps the run going
@@ -124,7 +134,7 @@ def remember(staging_uri: str, slot: str, record: TargetRecord, previous: Target
     if record == previous:
         return
     try:
-        write_record(staging_uri, slot, record)
+        write_record(staging_uri, slot, target, record)
     except OSError as exc:
         log.warning("could not record the bookkeeping schema of slot %s in %s: %s", slot, staging_uri,
                     type(exc).__name__)

@@ -38,6 +38,7 @@ from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import
     locate,
     qualified,
     remember,
+    target_identity,
 )
 from airflow_provider_pglogical.apply.targets.postgres.copy import (
     copy_partitions,
@@ -131,8 +132,10 @@ class PostgresTarget:
             applied = has_watermarks(self._conn, self.config.progress_table, slot)
             self._conn.rollback()
             if applied:
-                remember(self.config.staging_root, slot, TargetRecord(resolved, applied=True),
-                         read_record(self.config.staging_root, slot))
+                target = target_identity(self._conn)
+                self._conn.rollback()
+                remember(self.config.staging_root, slot, target, TargetRecord(resolved, applied=True),
+                         read_record(self.config.staging_root, slot, target))
         finally:
             catalog.unlock_slot(self._conn, slot)
             self._conn.close()
