@@ -307,8 +307,13 @@ def bridge_gap(layout: StagingLayout, reader: StagingReader, config: DrainConfig
     The slot is not touched: a crash after the publish leaves a contiguous log, and the cycle that follows
     stages from ``start`` as usual.
     """
+    if start < last.end_lsn:  # no resync or gap makes a log the slot never produced its own
+        raise StagingError(
+            f"slot {config.slot!r} is at {format_lsn(start)}, behind the staged log's end {format_lsn(last.end_lsn)} "
+            f"({last.name}): the slot was moved outside this drain, or the staging area holds another slot's "
+            "batches; point staging.uri at a new location to start this slot's log afresh")
     uncovered = [] if config.allow_gap else gap_uncovered(config, start)
-    if start < last.end_lsn or uncovered:
+    if uncovered:
         tables = " ".join(f"--table {t}" for t in uncovered) if config.snapshot_tables else "--table SCHEMA.TABLE"
         raise StagingError(
             f"slot {config.slot!r} is at {format_lsn(start)} but the staged log ends at {format_lsn(last.end_lsn)} "
