@@ -16,6 +16,7 @@ from airflow_provider_pglogical.pipeline.spec import PipelineSpec, load_spec
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # a PgLogicalError or an unexpected error; argparse uses 2 for usage errors
+EXIT_CANNOT_RUN = 3  # status: the JSON is printed, and its "problems" say why the pipeline cannot run
 
 
 def progress(message: str) -> None:
@@ -24,6 +25,12 @@ def progress(message: str) -> None:
 
 
 def cmd_validate(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
+    if args.source:
+        from airflow_provider_pglogical.pipeline.source import check_column_lists, source_client
+
+        progress("checking the column lists against the source catalog")
+        with source_client(spec) as client:
+            check_column_lists(spec, client)
     if args.filters:
         from airflow_provider_pglogical.pipeline.runs import local_spark
         from airflow_provider_pglogical.pipeline.validation import check_row_filters
@@ -37,7 +44,7 @@ def cmd_validate(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]
 def cmd_decode(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
     from airflow_provider_pglogical.pipeline.runs import decode_pending
 
-    return decode_pending(spec, max_batches=args.max_batches, log=progress)
+    return decode_pending(spec, max_batches=args.max_batches, log=progress, allow_gap=args.allow_gap)
 
 
 def cmd_apply(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
@@ -49,7 +56,7 @@ def cmd_apply(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
 def cmd_run(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
     from airflow_provider_pglogical.pipeline.runs import run_pending
 
-    return run_pending(spec, master=args.master, max_batches=args.max_batches, log=progress)
+    return run_pending(spec, master=args.master, max_batches=args.max_batches, log=progress, allow_gap=args.allow_gap)
 
 
 def cmd_resync(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
@@ -63,6 +70,12 @@ def cmd_resync(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
 
         raise SpecError(f"--table {', '.join(unknown)}: not in the spec's tables")
     return sync_tables(spec, resync=list(dict.fromkeys(args.table)), log=progress)
+
+
+def cmd_reset(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
+    from airflow_provider_pglogical.pipeline.runs import reset_target
+
+    return reset_target(spec, log=progress)
 
 
 def cmd_status(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
@@ -85,7 +98,10 @@ COMMANDS: dict[str, tuple[Callable[[PipelineSpec, argparse.Namespace], dict[str,
     "apply": (cmd_apply, "apply every staged batch past the target's watermarks with Spark"),
     "run": (cmd_run, "decode, then apply everything pending (Spark starts while the drain runs, when it has changes)"),
     "resync": (cmd_resync, "snapshot tables again at a later LSN; apply replaces them, then applies later changes"),
-    "status": (cmd_status, "slot position and lag, staged batches, target watermarks (JSON)"),
+    "reset": (cmd_reset, "empty the target tables and forget the slot's watermarks: the next apply applies the "
+                         "staged log (and snapshots) again from its start"),
+    "status": (cmd_status, "slot position and lag, staged batches, target watermarks (JSON); exit code 3 when "
+                           "the pipeline cannot run (its \"problems\" say why)"),
     "maintain": (cmd_maintain, "Delta targets: compact small files, vacuum unreferenced ones, checkpoint the log"),
 }
 
@@ -104,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--master", metavar="URL", help="Spark master (default: spec spark.master, else local[*])")
         if name in ("decode", "run"):
             p.add_argument("--max-batches", type=int, metavar="N", help="stop after N batches (default: drain all)")
+            p.add_argument("--allow-gap", action="store_true",
+                           help="a slot recreated past the staged log's end drains on; the changes in between are lost")
         if name == "maintain":
             p.add_argument("--retention-hours", type=int, default=168, metavar="H",
                            help="VACUUM keeps files referenced by snapshots younger than H hours (default 168)")
@@ -111,14 +129,21 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "resync":
             p.add_argument("--table", action="append", required=True, metavar="SCHEMA.TABLE",
                            help="table to resync (repeatable)")
+        if name == "reset":
+            p.add_argument("--yes", action="store_true", required=True, help="confirm emptying the target tables")
         if name == "validate":
             p.add_argument("--filters", action="store_true", help="also parse row filters (starts Spark)")
+            p.add_argument("--source", action="store_true", help="also check column lists against the source catalog")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     func = COMMANDS[args.command][0]
+    if not args.debug:
+        from airflow_provider_pglogical.pipeline.runs import silence_spark_logs
+
+        silence_spark_logs()
     try:
         with stdout_to_stderr():
             spec = load_spec(args.spec)
@@ -135,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.stdout.write("\n")
     sys.stdout.flush()
     os.dup2(2, 1)  # exit-time log lines (py4j shutdown) must not follow the JSON
-    return EXIT_OK
+    return EXIT_CANNOT_RUN if args.command == "status" and result.get("problems") else EXIT_OK
 
 
 @contextmanager

@@ -58,8 +58,9 @@ class SlotActiveError(SlotError):
 
 
 class SlotInvalidatedError(SlotError):
-    hint = ("WAL it needed was removed (max_slot_wal_keep_size); drop and recreate the slot and "
-            "re-sync the targets")
+    hint = ("WAL it needed was removed (max_slot_wal_keep_size); drop the slot (a run with source.create "
+            "creates it again), then resync every table (pglogical resync --spec FILE --table SCHEMA.TABLE ...) "
+            "or accept losing the changes it missed (pglogical run --spec FILE --allow-gap)")
 
 
 class SlotWalRetentionError(SlotError):
@@ -117,6 +118,10 @@ class SpecError(PgLogicalError):
 
 class ApplyError(PgLogicalError):
     """Applying staged changes to a target failed before anything was committed."""
+
+
+class WatermarksMissingError(ApplyError):
+    """The staging area says batches were applied to the target, but the target holds no watermark of the slot."""
 
 
 class SparkStartError(ApplyError):

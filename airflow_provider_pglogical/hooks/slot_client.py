@@ -294,6 +294,15 @@ class PgLogicalClient:
         _, constraint, ancestors = rows[0]
         return tuple(str(a) for a in ancestors or ()), str(constraint) if constraint is not None else "true"
 
+    def table_columns(self, table: str) -> list[str] | None:
+        """The column names of ``table`` (``schema.table``) in order, or None when it does not exist."""
+        schema, _, name = table.partition(".")
+        rows = self._query(
+            "SELECT a.attname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+            "LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
+            "WHERE n.nspname = %s AND c.relname = %s ORDER BY a.attnum", (schema, name))
+        return [str(r[0]) for r in rows if r[0] is not None] if rows else None
+
     def partition_leaves(self, table: str) -> list[str]:
         """The leaf partitions (``schema.table``) under ``table``, at any depth ([] for a missing or plain table)."""
         schema, _, name = table.partition(".")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,7 +18,13 @@ from airflow_provider_pglogical.apply.sparkenv import LOCAL_DRIVER_CONF, is_loca
 from airflow_provider_pglogical.apply.targets.postgres.progress import PROGRESS_TABLE
 from airflow_provider_pglogical.exceptions import SparkStartError, StagingError, format_lsn
 from airflow_provider_pglogical.pipeline.snapshots import initial_snapshot_if_new, sync_tables, unapplied_snapshots
-from airflow_provider_pglogical.pipeline.source import check_retention, ensure_replication, resolved, source_client
+from airflow_provider_pglogical.pipeline.source import (
+    check_column_lists,
+    check_retention,
+    ensure_replication,
+    resolved,
+    source_client,
+)
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec, TableSpec
 from airflow_provider_pglogical.pipeline.target import SpecTarget, spec_target
 from airflow_provider_pglogical.staging.drain import (
@@ -57,30 +64,72 @@ def apply_config(spec: PipelineSpec, *, max_batches: int | None = None) -> Apply
                        progress_table=PROGRESS_TABLE, bookkeeping_schema=spec.target.bookkeeping_schema)
 
 
+_spark_logs_off = False
+
+
+def silence_spark_logs() -> None:
+    """The Spark this process starts from now on writes its output to a log file, not the terminal, and py4j
+    logs nothing: the CLI without ``--debug``, whose errors are one line on stderr."""
+    global _spark_logs_off
+    import logging
+
+    _spark_logs_off = True
+    logging.getLogger("py4j").setLevel(logging.CRITICAL + 1)
+
+
 def new_spark_session(master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
     """A started Spark session for in-process apply (the CLI; the DAG uses spark-submit instead).
 
     A JVM that does not come up raises ``SparkStartError`` naming the master and the cause (its own
-    output, e.g. an unrecognised JVM option, went to stderr before it).
+    output, e.g. an unrecognised JVM option, went to stderr before it, or to its log file after
+    ``silence_spark_logs``).
     """
     from pyspark.sql import SparkSession
 
     master = master or DEFAULT_MASTER
-    builder = (SparkSession.builder.master(master).appName("pglogical-apply")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "4"))
+    options = {"spark.master": master, "spark.app.name": "pglogical-apply", "spark.ui.enabled": "false",
+               "spark.ui.showConsoleProgress": "false", "spark.sql.shuffle.partitions": "4"}
     if is_local(master):
         # Python workers must import pyarrow and this package: the interpreter it is installed in.
         use_package_python()
-        for key, value in LOCAL_DRIVER_CONF.items():
-            builder = builder.config(key, value)
-    for key, value in (conf or {}).items():
+        options.update(LOCAL_DRIVER_CONF)
+    options.update(conf or {})
+    builder = SparkSession.builder
+    for key, value in options.items():
         builder = builder.config(key, value)
+    log_file = None
     try:
+        if _spark_logs_off:
+            log_file = _launch_jvm_logging_to_file(options)
         return builder.getOrCreate()
     except Exception as exc:
         cause = " ".join(str(exc).split()) or type(exc).__name__
-        raise SparkStartError(f"Spark ({master}) did not start: {type(exc).__name__}: {cause}") from exc
+        where = f" (Spark's own output: {log_file})" if log_file else ""
+        raise SparkStartError(f"Spark ({master}) did not start: {type(exc).__name__}: {cause}{where}") from exc
+
+
+def _launch_jvm_logging_to_file(options: dict[str, str]) -> str | None:
+    """Start this process's Spark JVM with its stdout and stderr in a log file (returned), unless it runs.
+
+    The JVM and the Python workers it spawns inherit these: their log4j lines, JVM warnings and stack
+    traces stay out of the terminal, where the CLI prints a failure as one line. The builder then
+    finds the gateway started (pyspark's ``launch_gateway``, the documented hook to capture that output).
+    """
+    import tempfile
+
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return None
+    fd, path = tempfile.mkstemp(prefix="pglogical-spark-", suffix=".log")
+    with os.fdopen(fd, "wb") as out:
+        conf = SparkConf(loadDefaults=False)
+        for key, value in options.items():
+            conf.set(key, value)
+        gateway = launch_gateway(conf, popen_kwargs={"stdout": out, "stderr": out})  # type: ignore[no-untyped-call]
+    SparkContext._ensure_initialized(gateway=gateway)
+    return path
 
 
 @contextmanager
@@ -180,7 +229,7 @@ class SparkStarter:
 
 
 def run_pending(spec: PipelineSpec, *, master: str | None = None, max_batches: int | None = None,
-                log: Log = _quiet) -> dict[str, Any]:
+                log: Log = _quiet, allow_gap: bool = False) -> dict[str, Any]:
     """``pglogical run``: decode (at most ``max_batches`` batches), then apply everything pending.
 
     Spark starts in the background once the drain has read a transaction (or a snapshot was staged),
@@ -194,7 +243,7 @@ def run_pending(spec: PipelineSpec, *, master: str | None = None, max_batches: i
             starter.start("the drain has changes to stage")
 
     try:
-        decoded = decode_pending(spec, max_batches=max_batches, log=log, on_changes=on_changes)
+        decoded = decode_pending(spec, max_batches=max_batches, log=log, on_changes=on_changes, allow_gap=allow_gap)
         applied = apply_pending(spec, master=master, log=log, spark=starter)
     finally:
         starter.stop()
@@ -276,15 +325,19 @@ def pending_batches(spec: PipelineSpec, *, max_batches: int | None = None,
 
 
 def decode_pending(spec: PipelineSpec, *, max_batches: int | None = None, log: Log = _quiet,
-                   resync: list[str] | None = None, on_changes: Callable[[], None] | None = None) -> dict[str, Any]:
+                   resync: list[str] | None = None, on_changes: Callable[[], None] | None = None,
+                   allow_gap: bool = False) -> dict[str, Any]:
     """Ensure publication and slot, check WAL retention, then drain the slot batch by batch.
 
     Idempotent per slot position: each cycle stages ``(confirmed_flush_lsn, end]`` and advances
     the slot only after the batch's manifest exists, so a crash in between re-stages the same
     range, which the drain replaces rather than duplicates. ``on_changes`` is called (possibly more
     than once) when there is something for an apply: a snapshot was staged or the drain read a transaction.
+    Column lists are checked against the source catalog first, before anything is created, staged or advanced.
+    ``allow_gap``: a slot past the staged log's end (recreated) drains on, losing the changes in between.
     """
     with source_client(spec) as client:
+        check_column_lists(spec, client)
         # snapshot.initial: a new slot is created with an exported snapshot (before ensure_replication)
         initial = initial_snapshot_if_new(spec, client, log=log)
         ensured = ensure_replication(spec, client)
@@ -294,21 +347,23 @@ def decode_pending(spec: PipelineSpec, *, max_batches: int | None = None, log: L
     synced = sync_tables(spec, resync=resync, log=log)
     if on_changes is not None and (initial or synced.get("tables")):
         on_changes()
-    batches = drain(spec, max_batches=max_batches, log=log, on_changes=on_changes)
+    batches = drain(spec, max_batches=max_batches, log=log, on_changes=on_changes, allow_gap=allow_gap)
     return {"ensure": ensured, "retention": retention, "snapshot": {"initial": initial, "tables": synced},
             "batches": batches, "changes": sum(b.get("changes", 0) for b in batches)}
 
 
-def drain_config(spec: PipelineSpec) -> DrainConfig:
-    """The spec's source and staging as the drain library's per-cycle config."""
+def drain_config(spec: PipelineSpec, *, allow_gap: bool = False) -> DrainConfig:
+    """The spec's source and staging as the drain library's per-cycle config (``spec`` resolved: its
+    tables are the ones whose snapshots may cover a gap left by a recreated slot)."""
     publication = spec.source.publications or spec.source.publication  # several: pgoutput's union semantics
     return DrainConfig(slot=spec.source.slot, publication=publication, staging_uri=spec.staging.uri,
                        max_wal_bytes=spec.source.max_batch_bytes or DEFAULT_MAX_WAL_BYTES,
-                       max_changes=spec.source.max_changes or DEFAULT_MAX_CHANGES)
+                       max_changes=spec.source.max_changes or DEFAULT_MAX_CHANGES,
+                       allow_gap=allow_gap, snapshot_tables=tuple(sorted(spec.tables)))
 
 
 def drain(spec: PipelineSpec, *, max_batches: int | None = None, log: Log = _quiet,
-          on_changes: Callable[[], None] | None = None) -> list[dict[str, Any]]:
+          on_changes: Callable[[], None] | None = None, allow_gap: bool = False) -> list[dict[str, Any]]:
     """Run drain cycles until the slot has caught up with the WAL flushed when we started
     (or ``max_batches`` cycles); one summary per staged batch. ``on_changes`` is called when a cycle
     has read its first transaction or message (the batch is not staged yet).
@@ -316,7 +371,9 @@ def drain(spec: PipelineSpec, *, max_batches: int | None = None, log: Log = _qui
     Stopping at the starting flush position keeps a run bounded on a busy source: later WAL is
     the next run's work.
     """
-    config = drain_config(spec)
+    if spec.selectors:
+        spec = resolved(spec)
+    config = drain_config(spec, allow_gap=allow_gap)
 
     def report(result: DrainResult) -> None:
         summary = result.to_summary()
@@ -356,10 +413,12 @@ def batches_upto(spec: PipelineSpec, *, upto_lsn: int | None = None, upto_time: 
 
 
 def reset_target(spec: PipelineSpec, *, log: Log = _quiet) -> dict[str, Any]:
-    """Empty the spec's target tables and forget the slot's watermarks, in one transaction.
+    """Empty the spec's target tables and forget the slot's watermarks and sync marks, in one transaction
+    (``pglogical reset``; replay's first step).
 
-    Used by replay before re-applying the staged log from its first batch; crashing before the
-    commit leaves the target untouched, after it a replay simply starts from an empty target.
+    The next apply starts from the first staged batch (and loads the staged snapshots again); crashing
+    before the commit leaves the target untouched, after it the apply simply starts from an empty target.
+    The staging area's record then says nothing is applied, so the missing watermarks are expected.
     """
     with spec_target(resolved(spec)) as target:
         return target.reset(log=log)

@@ -24,6 +24,21 @@ def source_client(spec: PipelineSpec) -> PgLogicalClient:
     return PgLogicalHook(postgres_conn_id=spec.source.conn_id).client
 
 
+def check_column_lists(spec: PipelineSpec, client: PgLogicalClient) -> None:
+    """Every column a spec table's column list names exists in the table on the source (a SpecError
+    naming the first that does not), so a typo fails before anything is staged or the slot advanced."""
+    for name, table in sorted(spec.tables.items()):
+        if table.columns is None or name.endswith("*"):
+            continue
+        existing = client.table_columns(name)
+        if existing is None:
+            continue  # a missing table: the publication check names it
+        missing = [c for c in table.columns if c not in existing]
+        if missing:
+            raise SpecError(f"{spec.origin}: tables.{name}.columns: column {missing[0]!r} does not exist in {name} "
+                            "on the source")
+
+
 def ensure_replication(spec: PipelineSpec, client: PgLogicalClient) -> dict[str, Any]:
     """Make sure the publication and the slot exist (creating them when ``source.create``).
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_provider_pglogical.exceptions import SlotError, format_lsn
+from airflow_provider_pglogical.exceptions import SlotError, WatermarksMissingError, format_lsn
 from airflow_provider_pglogical.hooks.slots import check_wal_retention, slot_lag_bytes, slot_summary
+from airflow_provider_pglogical.lsn import parse_lsn
+from airflow_provider_pglogical.pipeline.runs import drain_config
 from airflow_provider_pglogical.pipeline.snapshots import sync_states
 from airflow_provider_pglogical.pipeline.source import source_client
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec
 from airflow_provider_pglogical.pipeline.target import SpecTarget, spec_target
+from airflow_provider_pglogical.staging.drain import gap_uncovered
 from airflow_provider_pglogical.staging.reader import StagingReader
 
 
@@ -32,7 +35,11 @@ def target_watermarks(target: SpecTarget) -> dict[str, str]:
 
 
 def status(spec: PipelineSpec) -> dict[str, Any]:
-    """Slot position and lag, staged batches and target watermarks, as one JSON-friendly dict."""
+    """Slot position and lag, staged batches and target watermarks, as one JSON-friendly dict.
+
+    ``problems``: why the next run would fail (a missing or unusable slot, a gap between the staged log
+    and the slot, watermarks gone), each as its error's one line; empty when the pipeline can run.
+    """
     with source_client(spec) as client:
         info = client.slot_info(spec.source.slot)
         current = client.current_wal_flush_lsn()
@@ -47,15 +54,34 @@ def status(spec: PipelineSpec) -> dict[str, Any]:
         except SlotError as exc:  # status reports the problem; decode is what fails on it
             slot["wal_retention"] = str(exc)
     batches = staged_batches(spec)
+    problems = []
+    if info is None and (batches or not spec.source.create):
+        problems.append(f"slot {spec.source.slot!r} does not exist" + (" but batches of it are staged" if batches
+                                                                      else " and source.create is false"))
+    elif slot is not None and slot["wal_retention"] != "ok":
+        problems.append(slot["wal_retention"])
+    if info is not None and info.confirmed_flush_lsn is not None and batches:
+        end, at = parse_lsn(batches[-1]["end_lsn"]), info.confirmed_flush_lsn
+        if at < end or (at > end and gap_uncovered(drain_config(spec), at)):
+            problems.append(f"slot {spec.source.slot!r} is at {format_lsn(at)} but the staged log ends at "
+                            f"{format_lsn(end)}: the slot was "
+                            "moved outside the drain (or recreated); `pglogical run` names the ways out")
     with spec_target(spec) as target:  # watermarks and sync marks on one target connection
+        try:
+            watermarks: dict[str, str] | None = target_watermarks(target)
+            sync = _sync_states(spec, target)
+        except WatermarksMissingError as exc:
+            watermarks, sync = None, sync_states(spec, {})
+            problems.append(str(exc))
         return {
             "spec": spec.origin,
             "source": {"publication": ", ".join(spec.source.all_publications), "current_wal_flush_lsn": format_lsn(current), "slot": slot},
             "staging": {"uri": spec.staging.uri, "batches": batches,
                         "staged_changes": sum(b["changes"] for b in batches),
                         "last_end_lsn": batches[-1]["end_lsn"] if batches else None},
-            "target": {"kind": target.kind, "watermarks": target_watermarks(target)},
-            "sync": _sync_states(spec, target),
+            "target": {"kind": target.kind, "watermarks": watermarks},
+            "sync": sync,
+            "problems": problems,
         }
 
 

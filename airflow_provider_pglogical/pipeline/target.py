@@ -28,7 +28,12 @@ import psycopg2
 
 from airflow_provider_pglogical.apply import planning
 from airflow_provider_pglogical.apply.targets.delta.settings import connection_env, environment
-from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import qualified, resolve_schema
+from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import (
+    locate,
+    qualified,
+    resolve_schema,
+    target_identity,
+)
 from airflow_provider_pglogical.apply.targets.postgres.progress import (
     PROGRESS_TABLE,
     SYNC_TABLE,
@@ -39,6 +44,7 @@ from airflow_provider_pglogical.apply.targets.postgres.progress import (
 from airflow_provider_pglogical.exceptions import SpecError
 from airflow_provider_pglogical.hooks.dsn import libpq_dsn
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec
+from airflow_provider_pglogical.staging.target_record import TargetRecord, read_record, write_record
 
 if TYPE_CHECKING:
     from psycopg2.extensions import connection
@@ -144,8 +150,8 @@ def spec_target(spec: PipelineSpec) -> SpecTarget:
 
 @register("postgres")
 class PostgresSpecTarget(SpecTarget):
-    """A PostgreSQL target (``dsn`` or ``conn_id``); its bookkeeping tables live in the schema
-    ``bookkeeping_schema.resolve_schema`` picks, asked once per handle."""
+    """A PostgreSQL target (``dsn`` or ``conn_id``); its bookkeeping tables live in the pipeline's own schema
+    (``bookkeeping_schema.locate``), asked once per handle."""
 
     def __init__(self, spec: PipelineSpec) -> None:
         super().__init__(spec)
@@ -175,12 +181,14 @@ class PostgresSpecTarget(SpecTarget):
 
     @property
     def progress_table(self) -> str:
-        """The progress table's qualified name in the schema the apply keeps its bookkeeping in."""
+        """The progress table's qualified name in the pipeline's bookkeeping schema (``WatermarksMissingError``
+        when batches were applied but their watermarks are gone: see ``bookkeeping_schema.locate``)."""
         if self._progress_table is None:
             conn = self.conn
             try:
                 # The first target table's schema the role may create in is a candidate: spec order counts.
-                schema = resolve_schema(conn, self.spec.target.bookkeeping_schema, self.tables, PROGRESS_TABLE)
+                schema = locate(conn, self.spec.target.bookkeeping_schema, self.tables, slot=self.spec.source.slot,
+                                staging_uri=self.spec.staging.uri, progress_table=PROGRESS_TABLE)
             finally:
                 conn.rollback()  # a question, not a transaction to keep open
             self._progress_table = qualified(schema, PROGRESS_TABLE)
@@ -202,9 +210,19 @@ class PostgresSpecTarget(SpecTarget):
             conn.rollback()
 
     def reset(self, *, log: Log = _quiet) -> dict[str, Any]:
-        """In one transaction; crashing before the commit leaves the target untouched."""
-        existing = reset(self.conn, self.spec.source.slot, sorted(self.tables), self.progress_table)
-        log(f"emptied {len(existing)} target table(s) and reset the watermarks of slot {self.spec.source.slot}")
+        """In one transaction (sync marks too: the staged snapshots load again); crashing before the commit
+        leaves the target untouched. The staging area's record then says nothing is applied."""
+        slot, conn = self.spec.source.slot, self.conn
+        target = target_identity(conn)
+        record = read_record(self.spec.staging.uri, slot, target)
+        # Where the watermarks are (not ``progress_table``: it refuses the missing ones reset is for).
+        schema = resolve_schema(conn, self.spec.target.bookkeeping_schema, self.tables, PROGRESS_TABLE, slot=slot,
+                                recorded=record.bookkeeping_schema if record else None)
+        existing = reset(conn, slot, sorted(self.tables), qualified(schema, PROGRESS_TABLE),
+                         qualified(schema, SYNC_TABLE))
+        write_record(self.spec.staging.uri, slot, target, TargetRecord(schema, applied=False))
+        self._progress_table = None
+        log(f"emptied {len(existing)} target table(s) and reset the watermarks of slot {slot}")
         return {"truncated": existing}
 
     def for_apply(self, spark: SparkSession, config: ApplyConfig) -> Target:

@@ -29,7 +29,7 @@ from airflow_provider_pglogical.exceptions import (
 from airflow_provider_pglogical.progress import Progress, metered_blocks
 from airflow_provider_pglogical.staging.layout import StagingLayout
 from airflow_provider_pglogical.staging.manifest import Manifest
-from airflow_provider_pglogical.staging.reader import StagingReader
+from airflow_provider_pglogical.staging.reader import BatchRef, StagingReader
 from airflow_provider_pglogical.staging.writer import DEFAULT_ROW_GROUP_ROWS, BatchWriter, RowConverter
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,12 @@ class DrainConfig:
     empty_advance_bytes: int | None = 64 << 20
     memory_budget: int = 8 << 20  # raw bytes buffered before a transaction spills to disk
     progress_every_s: float = 30.0
+    # A slot found past the staged log's end (moved outside the drain, or recreated) is refused, unless
+    # ``allow_gap`` (the changes in between are knowingly lost) or every one of ``snapshot_tables`` has a
+    # snapshot staged at or after the slot's position (``pglogical resync``: the snapshots hold them).
+    # Either way an empty batch then spans the gap, so the staged log stays contiguous.
     allow_gap: bool = False
+    snapshot_tables: tuple[str, ...] = ()
 
     @property
     def publications(self) -> tuple[str, ...]:
@@ -281,6 +286,66 @@ def drain_run(client: SlotClient, config: DrainConfig, *, max_batches: int | Non
     return results
 
 
+def gap_uncovered(config: DrainConfig, start: int) -> list[str]:
+    """The ``snapshot_tables`` without a staged snapshot at or after ``start`` (all of them when none is set)."""
+    from airflow_provider_pglogical.snapshot.layout import SnapshotLayout
+
+    layout = SnapshotLayout.from_uri(config.staging_uri, config.slot)
+    out = []
+    for table in config.snapshot_tables:
+        ref = layout.latest(table)
+        if ref is None or ref.lsn < start:
+            out.append(table)
+    return out if config.snapshot_tables else ["every table"]
+
+
+def bridge_gap(layout: StagingLayout, reader: StagingReader, config: DrainConfig, last: BatchRef, start: int,
+               logger: Logger = log) -> None:
+    """Publish an empty batch from the staged log's end to the slot's position ``start``, when allowed
+    (``DrainConfig.allow_gap``, or snapshots covering it); else raise the ``StagingError`` naming both ways out.
+
+    The slot is not touched: a crash after the publish leaves a contiguous log, and the cycle that follows
+    stages from ``start`` as usual.
+    """
+    if start < last.end_lsn:  # no resync or gap makes a log the slot never produced its own
+        raise StagingError(
+            f"slot {config.slot!r} is at {format_lsn(start)}, behind the staged log's end {format_lsn(last.end_lsn)} "
+            f"({last.name}): the slot was moved outside this drain, or the staging area holds another slot's "
+            "batches; point staging.uri at a new location to start this slot's log afresh")
+    uncovered = [] if config.allow_gap else gap_uncovered(config, start)
+    if uncovered:
+        tables = " ".join(f"--table {t}" for t in uncovered) if config.snapshot_tables else "--table SCHEMA.TABLE"
+        raise StagingError(
+            f"slot {config.slot!r} is at {format_lsn(start)} but the staged log ends at {format_lsn(last.end_lsn)} "
+            f"({last.name}): the slot was moved outside this drain (or recreated) and the changes in between "
+            f"were never staged. Snapshot the tables again (pglogical resync --spec FILE {tables}), or accept "
+            "losing those changes (pglogical run --spec FILE --allow-gap)")
+    logger.warning("slot %s: the staged log ends at %s, the slot is at %s; %s", config.slot,
+                   format_lsn(last.end_lsn), format_lsn(start),
+                   "the changes in between are lost (allow_gap)" if config.allow_gap
+                   else "snapshots staged since cover the changes in between")
+    for leftover in layout.leftovers_for(last.end_lsn):
+        layout.delete_dir(leftover)
+    writer = BatchWriter(layout, start_lsn=last.end_lsn, slot=config.slot, publication=",".join(config.publications),
+                         resolver=_NoRelations(), background_writes=False)
+    try:
+        writer.finish_files(start)
+        writer.publish(reader.relation_state(upto_lsn=last.end_lsn))
+    except BaseException:
+        writer.abort()
+        raise
+
+
+class _NoRelations:
+    """The resolver of a batch without changes: never asked for anything."""
+
+    def converter(self, relation: RelationSchema) -> RowConverter:
+        raise StagingError(f"an empty batch has no relation {relation.qualified_name}")
+
+    def type_names(self, relation: RelationSchema) -> Sequence[str | None]:
+        raise StagingError(f"an empty batch has no relation {relation.qualified_name}")
+
+
 class _PendingAdvance:
     """The end of the batches ``drain_run`` has published (or found published) since it last
     advanced the slot: what the slot is advanced to before a fresh peek and when the run ends."""
@@ -372,11 +437,8 @@ def _drain_locked(client: SlotClient, config: DrainConfig, checkpoint: Checkpoin
         else:
             pending.published(manifest.end_lsn_int)
         return DrainResult.from_manifest(manifest, existing.path, staged=True, replayed=True), None
-    if batches and batches[-1].end_lsn != start and not config.allow_gap:
-        last = batches[-1]
-        raise StagingError(
-            f"slot {config.slot!r} is at {format_lsn(start)} but the staged log ends at {format_lsn(last.end_lsn)} "
-            f"({last.name}); the slot was moved outside this drain (or recreated). Re-sync, or set allow_gap")
+    if batches and batches[-1].end_lsn != start:
+        bridge_gap(layout, reader, config, batches[-1], start, logger)
 
     for leftover in layout.leftovers_for(start):  # an earlier attempt that died before its manifest
         logger.info("removing unpublished leftover %s", leftover)

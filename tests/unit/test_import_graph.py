@@ -26,7 +26,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # a row filter parsed and checked by PostgreSQL's own parser (pglast), no I/O
     ("ground", ("", "lsn", "exceptions", "relation_shape", "progress", "row_filter")),
     ("decoding", ("decoding",)),  # pgoutput messages → rows and values
-    ("staging", ("staging",)),  # the LSN-keyed Parquet change log and the drain cycle
+    # the LSN-keyed Parquet change log and the drain cycle; a staged snapshot's on-disk layout is part of the
+    # staging area (the drain asks whether staged snapshots cover a gap), the snapshot readers are not
+    ("staging", ("staging", "snapshot.layout")),
     ("metrics", ("metrics",)),  # per-batch numbers of decode and apply
     ("hooks", ("hooks",)),  # connections, the slot client
     ("snapshot", ("snapshot",)),  # snapshots consistent with the slot

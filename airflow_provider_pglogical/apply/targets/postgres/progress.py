@@ -62,11 +62,14 @@ def advance_watermarks(cur: cursor, progress: str, slot: str, tables: Iterable[s
             (slot, table, end_lsn))
 
 
-def reset(conn: connection, slot: str, tables: Iterable[str], progress: str = PROGRESS_TABLE) -> list[str]:
-    """Empty the existing ``tables`` and forget ``slot``'s watermarks, in one transaction; returns the emptied tables.
+def reset(conn: connection, slot: str, tables: Iterable[str], progress: str = PROGRESS_TABLE,
+          sync: str | None = None) -> list[str]:
+    """Empty the existing ``tables`` and forget ``slot``'s watermarks and sync marks (``sync``: the
+    snapshot table next to ``progress``), in one transaction; returns the emptied tables.
 
-    Used by replay before re-applying the staged log from its first batch; crashing before the
-    commit leaves the target untouched, after it a replay simply starts from an empty target.
+    Used before re-applying the staged log from its first batch: the staged snapshots load again
+    (their sync marks are gone with the rows they loaded). Crashing before the commit leaves the
+    target untouched, after it the apply simply starts from an empty target.
     """
     existing = [name for name in tables if exists(conn, name)]
     with conn.cursor() as cur:
@@ -75,6 +78,8 @@ def reset(conn: connection, slot: str, tables: Iterable[str], progress: str = PR
             cur.execute(sql.SQL("TRUNCATE {}").format(sql.SQL(", ").join(ident(n) for n in existing)))
         if exists(conn, progress):
             cur.execute(sql.SQL("DELETE FROM {} WHERE slot = %s").format(ident(progress)), (slot,))
+        if sync is not None and exists(conn, sync):
+            cur.execute(sql.SQL("DELETE FROM {} WHERE slot = %s").format(ident(sync)), (slot,))
     conn.commit()
     return existing
 

@@ -43,7 +43,13 @@ from airflow_provider_pglogical.apply.targets.postgres import (
     setbased,
     snapshot,
 )
-from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import qualified, resolve_schema
+from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import (
+    has_watermarks,
+    locate,
+    qualified,
+    remember,
+    target_identity,
+)
 from airflow_provider_pglogical.apply.targets.postgres.copy import (
     copy_partitions,
     create_staging,
@@ -62,6 +68,7 @@ from airflow_provider_pglogical.apply.targets.postgres.plan import (
 )
 from airflow_provider_pglogical.apply.targets.postgres.target_types import describe_types
 from airflow_provider_pglogical.exceptions import ApplyError
+from airflow_provider_pglogical.staging.target_record import TargetRecord, read_record
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +110,10 @@ class PostgresTarget:
                 raise ApplyError(f"another apply of slot {slot} into this target is running")
             # Progress, rejects and staging tables go to a schema the role can create in (a loader role
             # that owns only its schema has no CREATE on public); from here on their names are qualified.
-            resolved = resolve_schema(self._conn, self.config.bookkeeping_schema, self.target_tables,
-                                      self.config.progress_table)
+            # The location is the pipeline's own (recorded in its staging area), never whatever progress table
+            # the search path finds: that one may be another pipeline's, holding none of this slot's watermarks.
+            resolved = locate(self._conn, self.config.bookkeeping_schema, self.target_tables, slot=slot,
+                              staging_uri=self.config.staging_root, progress_table=self.config.progress_table)
             self._conn.commit()
             self.config = replace(self.config, bookkeeping_schema=resolved,
                                   progress_table=qualified(resolved, self.config.progress_table),
@@ -126,6 +135,14 @@ class PostgresTarget:
                     log.info("dropped %d staging table(s) a crashed run of slot %s left in %s", len(dropped), slot,
                              resolved)
             yield
+            # From the first committed watermark on, a missing one is an error rather than a replay from zero.
+            applied = has_watermarks(self._conn, self.config.progress_table, slot)
+            self._conn.rollback()
+            if applied:
+                target = target_identity(self._conn)
+                self._conn.rollback()
+                remember(self.config.staging_root, slot, target, TargetRecord(resolved, applied=True),
+                         read_record(self.config.staging_root, slot, target))
         finally:
             catalog.unlock_slot(self._conn, slot)
             self._conn.close()
