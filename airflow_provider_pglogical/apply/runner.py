@@ -191,8 +191,8 @@ def apply_slot(spark: SparkSession, config: ApplyConfig, dsn: str | None = None,
     with target.session(config.slot):
         # Snapshots first (apply/snapshots.py): a table's snapshot is loaded before any of its changes;
         # tables still waiting for theirs are held, the others flow with their sync LSNs.
-        held = snapshots.open_requests(config)
-        reports.extend(snapshots.apply_snapshots(spark, config, target))
+        held = snapshots.waiting(config, target)
+        reports.extend(snapshots.apply_snapshots(spark, config, target, held))
         sync = snapshots.sync_lsns(config, target)
         flowing = snapshots.without(config, held, known=_known_sources(batches))
         # A heartbeat line at least every 30 s while batches apply (a Spark job can run for minutes).

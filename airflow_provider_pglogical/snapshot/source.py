@@ -359,3 +359,22 @@ def published_row_filter(filters: Sequence[str | None]) -> str | None:
         return None
     distinct = list(dict.fromkeys(f for f in filters if f))
     return distinct[0] if len(distinct) == 1 else " OR ".join(f"({f})" for f in distinct)
+
+
+def foreign_key_links(conn: psycopg2.extensions.connection, tables: Collection[str]) -> list[tuple[str, str]]:
+    """(referencing, referenced) pairs among ``tables`` (``schema.table``) by the source's foreign keys.
+
+    A partitioned table's own constraint links it (its leaves' clones link the leaves), as the target of a
+    routed table gets it."""
+    names = sorted(set(tables))
+    if not names:
+        return []
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT DISTINCT cn.nspname || '.' || c.relname, pn.nspname || '.' || p.relname FROM pg_constraint k"
+            " JOIN pg_class c ON c.oid = k.conrelid JOIN pg_namespace cn ON cn.oid = c.relnamespace"
+            " JOIN pg_class p ON p.oid = k.confrelid JOIN pg_namespace pn ON pn.oid = p.relnamespace"
+            " WHERE k.contype = 'f' AND cn.nspname || '.' || c.relname = ANY(%(t)s)"
+            " AND pn.nspname || '.' || p.relname = ANY(%(t)s) ORDER BY 1, 2", {"t": names})
+        return [(str(a), str(b)) for a, b in cur.fetchall()]
+
