@@ -254,7 +254,7 @@ def _apply_one(spark: SparkSession, config: ApplyConfig, target: Target, batch: 
             rel = rels[source]
             columns = planning.written_columns(rel, cfg)
             target.create_table(name, planning.column_types(rel, columns, name),
-                                planning.choose_key(rel, cfg, None, columns))
+                                planning.created_key(rel, cfg, columns))
             existing.found.pop(name)
     # Columns each row filter references: an UPDATE/DELETE is refused when they leave the replica identity.
     filter_columns = {source: referenced_columns(spark, cfg.row_filter) for source, (_, cfg) in pending.items()

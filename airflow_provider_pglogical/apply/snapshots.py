@@ -310,7 +310,7 @@ def pending_snapshots(config: ApplyConfig, target: Target,
             existing = target.describe(name)
             if existing is None:
                 target.create_table(name, planning.column_types(rel, columns, name),
-                                    planning.choose_key(rel, cfg, None, columns))
+                                    planning.created_key(rel, cfg, columns))
                 existing = target.describe(name)
             if existing is None:
                 raise ApplyError(f"target table {name} does not exist after CREATE TABLE")

@@ -294,6 +294,14 @@ class PgLogicalClient:
         _, constraint, ancestors = rows[0]
         return tuple(str(a) for a in ancestors or ()), str(constraint) if constraint is not None else "true"
 
+    def primary_key(self, relid: int) -> tuple[str, ...]:
+        """The primary key columns of ``relid`` in key order; () when it has none (or is unknown). Current catalog."""
+        rows = self._query(
+            "SELECT a.attname FROM pg_catalog.pg_index i JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid "
+            "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s AND i.indisprimary "
+            "ORDER BY array_position(i.indkey, a.attnum)", (int(relid),))
+        return tuple(str(r[0]) for r in rows)
+
     def partition_leaves(self, table: str) -> list[str]:
         """The leaf partitions (``schema.table``) under ``table``, at any depth ([] for a missing or plain table)."""
         schema, _, name = table.partition(".")

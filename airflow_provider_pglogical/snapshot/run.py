@@ -57,13 +57,13 @@ from airflow_provider_pglogical.exceptions import SnapshotError, format_lsn
 from airflow_provider_pglogical.lsn import lsn_hex
 from airflow_provider_pglogical.snapshot.copier import ChunkResult, ChunkTask, copy_chunk
 from airflow_provider_pglogical.snapshot.layout import SnapshotLayout, SnapshotManifest
+from airflow_provider_pglogical.snapshot.links import linked_components
 from airflow_provider_pglogical.snapshot.source import (
     ExportedSnapshot,
     TableRead,
     describe_tables,
     foreign_key_links,
 )
-from airflow_provider_pglogical.snapshot.links import linked_components
 
 log = logging.getLogger(__name__)
 
