@@ -33,6 +33,7 @@ ADDED_ROWS_SQL = f"""
 INSERT INTO items SELECT g, g % 10, 'i' || g FROM generate_series(1, 300) g;
 UPDATE items SET body = {INCOMPRESSIBLE} WHERE id IN (5, 17, 26);
 INSERT INTO notes SELECT g % 50, 'n' || g, repeat('x', g % 7) FROM generate_series(1, 200) g;
+INSERT INTO notes VALUES (90, NULL, NULL), (91, 'n91', NULL), (92, NULL, 'c92');
 """
 CHANGES_SQL = [
     f"UPDATE items SET body = {INCOMPRESSIBLE} WHERE id IN (7, 15)",  # new TOASTed values
@@ -43,6 +44,9 @@ CHANGES_SQL = [
     "UPDATE notes SET b = b || '!' WHERE a = 3",
     "DELETE FROM notes WHERE a = 4",
     "INSERT INTO notes VALUES (77, 'late', 'l')",
+    "UPDATE notes SET a = 93 WHERE a = 90",  # rows with NULLs: matched by every column, NULL equal to NULL
+    "DELETE FROM notes WHERE a = 91",
+    "UPDATE notes SET b = 'b92' WHERE a = 92",
 ]
 
 
@@ -122,10 +126,13 @@ def test_tables_added_without_snapshots_are_created_from_the_staged_relation_wit
         for pub in ("pub_all", "pub_native"):
             execute(source_dsn, f"ALTER PUBLICATION {pub} ADD TABLE items WHERE (grp >= 5), notes")
         execute(native_dsn, "ALTER SUBSCRIPTION sub_native REFRESH PUBLICATION WITH (copy_data = false)")
-        execute(source_dsn, ADDED_ROWS_SQL, *CHANGES_SQL)
-        drain_all(source_dsn, uri)
         config = ApplyConfig(slot="ours", staging_root=uri, tables={
             t: TableApplyConfig() for t in ("public.base", "public.items", "public.notes")})
+        execute(source_dsn, ADDED_ROWS_SQL)
+        drain_all(source_dsn, uri)
+        apply_slot(spark, config, ours)  # creates the tables
+        execute(source_dsn, *CHANGES_SQL)  # changes of rows the targets hold
+        drain_all(source_dsn, uri)
         apply_slot(spark, config, ours)
 
         assert key_of(ours, "items") == ["id"] and key_of(ours, "notes") == []

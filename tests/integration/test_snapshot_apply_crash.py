@@ -253,3 +253,39 @@ def test_a_run_killed_inside_the_snapshot_copy_of_fk_linked_tables_ends_in_the_u
     # the linked tables hold snapshots of one LSN
     synced = dict(query(target, "SELECT target_table, sync_lsn::text FROM pglogical_sync"))
     assert synced["public.customer"] == synced["public.invoice"]
+
+
+def test_a_snapshot_killed_between_the_manifests_of_linked_tables_is_neither_loaded_in_part_nor_lost(
+        pg_server, pg_dsn, spark, tmp_path):
+    """Killed after the parents' manifest, before the children's: the apply loads neither (the parents' snapshot
+    waits with its linked, still requested children), and the next snapshot run copies both again at one LSN."""
+    source = pg_dsn
+    _, target = make_target(pg_server)
+    execute(source, SNAP_SCHEMA_SQL)
+    execute(target, TARGET_SQL)
+    uri = str(tmp_path / "stage")
+    proc = subprocess.run([sys.executable, "-m", "tests.integration.snapshot_child", json.dumps({
+        "dsn": source, "slot": "s1", "publication": "pub", "staging_uri": uri, "mode": "initial",
+        "tables": {f"public.{t}": [None, None] for t in TABLES}, "kill_at": "manifest_written:1", "parallelism": 1})],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == KILLED, proc.stderr[-3000:]
+    rnd = random.Random(7)
+    writer = psycopg2.connect(source)
+    writer.autocommit = True
+    wcur = writer.cursor()
+    write_burst(wcur, rnd, 3)
+    drain_all(source, uri, slot="s1", publication="pub")
+    config = ApplyConfig(slot="s1", staging_root=uri, tables={})
+    apply_slot(spark, config, target)  # nothing of the linked tables yet, and no error
+    assert query(target, "SELECT count(*) FROM parents") == [(0,)]
+    assert query(target, "SELECT count(*) FROM children") == [(0,)]
+
+    later = sync_pending(job(source, uri))
+    assert {"public.parents", "public.children"} <= set(later.tables)
+    write_burst(wcur, rnd, 3)
+    drain_all(source, uri, slot="s1", publication="pub")
+    apply_slot(spark, config, target)
+    assert_equal(source, target)
+    synced = dict(query(target, "SELECT target_table, sync_lsn::text FROM pglogical_sync"))
+    assert synced["public.parents"] == synced["public.children"] == format_lsn(later.lsn)
+    writer.close()
