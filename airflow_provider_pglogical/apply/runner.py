@@ -195,6 +195,9 @@ def apply_slot(spark: SparkSession, config: ApplyConfig, dsn: str | None = None,
         reports.extend(snapshots.apply_snapshots(spark, config, target, held))
         sync = snapshots.sync_lsns(config, target)
         flowing = snapshots.without(config, held, known=_known_sources(batches))
+        if flowing is None:  # every table waits for its snapshot: their batches stay for a later run
+            log.info("every table waits for its snapshot (%s): no batch applied", ", ".join(sorted(held)))
+            flowing, batches = config, []
         # A heartbeat line at least every 30 s while batches apply (a Spark job can run for minutes).
         total = sum(b.end_lsn - b.start_lsn for b in batches)
         with Progress(f"apply slot {config.slot}", log.info, total_bytes=total) as progress:

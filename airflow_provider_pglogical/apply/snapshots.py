@@ -221,18 +221,21 @@ def waiting(config: ApplyConfig, target: Target) -> set[str]:
     return held | {s for s, n in unloaded.items() if waiting_targets & set(linked[n])}
 
 
-def without(config: ApplyConfig, held: set[str], known: Iterable[str] = ()) -> ApplyConfig:
-    """The config minus the held tables (their batches are left for a later run).
+def without(config: ApplyConfig, held: set[str], known: Iterable[str] = ()) -> ApplyConfig | None:
+    """The config minus the held tables (their batches are left for a later run); None when every table is held.
 
     A config without tables means every staged table: it becomes ``known`` (the staged source
-    tables) and the snapshotted ones with the default table config, minus the held ones.
+    tables) and the snapshotted ones with the default table config, minus the held ones. (None rather
+    than an empty table map, which would mean every table again.)
     """
     if not held:
         return config
     if not config.tables:
         staged = set(known) | set(SnapshotLayout.from_uri(config.staging_root, config.slot).tables())
-        return dataclasses.replace(config, tables={t: TableApplyConfig() for t in sorted(staged - held)})
-    return dataclasses.replace(config, tables={k: v for k, v in config.tables.items() if k not in held})
+        tables = {t: TableApplyConfig() for t in sorted(staged - held)}
+    else:
+        tables = {k: v for k, v in config.tables.items() if k not in held}
+    return dataclasses.replace(config, tables=tables) if tables else None
 
 
 def candidate_targets(config: ApplyConfig) -> set[str]:
