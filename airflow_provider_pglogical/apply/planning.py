@@ -93,6 +93,20 @@ def choose_key(rel: RelationInfo, cfg: TableApplyConfig, target: TargetTable | N
     return tuple(key)
 
 
+def created_key(rel: RelationInfo, cfg: TableApplyConfig, columns: Sequence[str]) -> tuple[str, ...]:
+    """Primary key of a target table the apply creates: ``key_columns``, else the source's primary key for a
+    REPLICA IDENTITY FULL table (staged with its relation; none when the source has none, when the column list
+    leaves part of it out, or when older staging did not record it), else the replica identity (``choose_key``).
+
+    Not the REPLICA IDENTITY FULL matching key of every column: a unique index over every column fails on the
+    first value too large for a btree entry, and the source never promised their combination to be unique. A
+    target without a primary key matches such a table's rows by every column (``choose_key``)."""
+    if cfg.key_columns or rel.replica_identity != "f":
+        return choose_key(rel, cfg, None, columns)
+    key = rel.primary_key or ()
+    return tuple(key) if set(key) <= set(columns) else ()
+
+
 def update_delete_problem(rel: RelationInfo, cfg: TableApplyConfig, filter_columns: Iterable[str]) -> str | None:
     """Why an UPDATE/DELETE of this table cannot be applied, if it cannot; None when it can.
 

@@ -102,10 +102,13 @@ def apply_slot(spark: SparkSession, config: ApplyConfig, dsn: str | None = None,
     with target.session(config.slot):
         # Snapshots first (apply/snapshots.py): a table's snapshot is loaded before any of its changes;
         # tables still waiting for theirs are held, the others flow with their sync LSNs.
-        held = snapshots.open_requests(config)
-        reports.extend(snapshots.apply_snapshots(spark, config, target))
+        held = snapshots.waiting(config, target)
+        reports.extend(snapshots.apply_snapshots(spark, config, target, held))
         sync = snapshots.sync_lsns(config, target)
         flowing = snapshots.without(config, held, known=_known_sources(batches))
+        if flowing is None:  # every table waits for its snapshot: their batches stay for a later run
+            log.info("every table waits for its snapshot (%s): no batch applied", ", ".join(sorted(held)))
+            flowing, batches = config, []
         # A heartbeat line at least every 30 s while batches apply (a Spark job can run for minutes).
         total = sum(b.end_lsn - b.start_lsn for b in batches)
         with Progress(f"apply slot {config.slot}", log.info, total_bytes=total) as progress:
@@ -169,7 +172,7 @@ def _apply_one(spark: SparkSession, config: ApplyConfig, target: Target, batch: 
             # With every column of the batch's schema versions: each exists before its rows.
             shapes = [r for _, r in staged.get(source, ())] or [rel]
             target.create_table(name, planning.column_types(rel, planning.batch_columns(shapes, cfg), name, shapes),
-                                planning.choose_key(rel, cfg, None, planning.written_columns(rel, cfg)))
+                                planning.created_key(rel, cfg, planning.written_columns(rel, cfg)))
             existing.found.pop(name)
     # Columns each row filter references: an UPDATE/DELETE is refused when they leave the replica identity.
     filter_columns = {source: referenced_columns(spark, cfg.row_filter) for source, (_, cfg) in pending.items()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_pglogical.apply import planning
@@ -33,6 +33,7 @@ from airflow_provider_pglogical.apply.targets.base import (
 )
 from airflow_provider_pglogical.exceptions import ApplyError, format_lsn
 from airflow_provider_pglogical.snapshot.layout import SnapshotLayout, SnapshotManifest
+from airflow_provider_pglogical.snapshot.links import linked_components
 from airflow_provider_pglogical.staging.reader import RelationInfo, TruncateEvent
 
 if TYPE_CHECKING:
@@ -72,18 +73,45 @@ def open_requests(config: ApplyConfig) -> set[str]:
             if config.table_config(t) is not None}
 
 
-def without(config: ApplyConfig, held: set[str], known: Iterable[str] = ()) -> ApplyConfig:
-    """The config minus the held tables (their batches are left for a later run).
+def waiting(config: ApplyConfig, target: Target) -> set[str]:
+    """Source tables whose changes (and snapshot) wait for a later run: those with an open snapshot request,
+    and those whose unloaded snapshot a foreign key of the target links (either way, transitively) to one.
+
+    Why the second kind: linked tables are published and loaded together at one LSN (``snapshot/run.py``);
+    a referenced table cannot be emptied without its referencing tables, and loading a linked table's
+    snapshot alone (one left over from a crashed copy) would pair it with rows of another LSN."""
+    held = open_requests(config)
+    if not held or not isinstance(target, SnapshotTarget):
+        return held
+    layout = SnapshotLayout.from_uri(config.staging_root, config.slot)
+    marks = target.sync_marks(config.slot, candidate_targets(config))
+    names = {s: planning.target_name(s, cfg) for s in (config.tables or layout.tables())
+             if (cfg := config.table_config(s)) is not None}
+    unloaded = {s: n for s, n in names.items() if s not in held
+                and (ref := layout.latest(s)) is not None and marks.get(n, -1) < ref.lsn}
+    if not unloaded:
+        return held
+    waiting_targets = {names[s] for s in held if s in names}
+    tables = sorted(waiting_targets | set(unloaded.values()))
+    linked = {t: group for group in linked_components(tables, target.foreign_keys()) for t in group}
+    return held | {s for s, n in unloaded.items() if waiting_targets & set(linked[n])}
+
+
+def without(config: ApplyConfig, held: set[str], known: Iterable[str] = ()) -> ApplyConfig | None:
+    """The config minus the held tables (their batches are left for a later run); None when every table is held.
 
     A config without tables means every staged table: it becomes ``known`` (the staged source
-    tables) and the snapshotted ones with the default table config, minus the held ones.
+    tables) and the snapshotted ones with the default table config, minus the held ones. (None rather
+    than an empty table map, which would mean every table again.)
     """
     if not held:
         return config
     if not config.tables:
         staged = set(known) | set(SnapshotLayout.from_uri(config.staging_root, config.slot).tables())
-        return dataclasses.replace(config, tables={t: TableApplyConfig() for t in sorted(staged - held)})
-    return dataclasses.replace(config, tables={k: v for k, v in config.tables.items() if k not in held})
+        tables = {t: TableApplyConfig() for t in sorted(staged - held)}
+    else:
+        tables = {k: v for k, v in config.tables.items() if k not in held}
+    return dataclasses.replace(config, tables=tables) if tables else None
 
 
 def candidate_targets(config: ApplyConfig) -> set[str]:
@@ -123,8 +151,10 @@ def drop_synced_truncates(events: Sequence[TruncateEvent], sync: Mapping[str, in
     return out
 
 
-def pending_snapshots(config: ApplyConfig, target: Target) -> list[tuple[PlannedSnapshot, dict[str, Any]]]:
-    """Published snapshots newer than what the target holds, grouped by LSN (oldest first)."""
+def pending_snapshots(config: ApplyConfig, target: Target,
+                      held: Collection[str] = ()) -> list[tuple[PlannedSnapshot, dict[str, Any]]]:
+    """Published snapshots newer than what the target holds, grouped by LSN (oldest first), but those of the
+    ``held`` source tables (``waiting``)."""
     if not isinstance(target, SnapshotTarget):
         return []
     layout = SnapshotLayout.from_uri(config.staging_root, config.slot)
@@ -133,7 +163,7 @@ def pending_snapshots(config: ApplyConfig, target: Target) -> list[tuple[Planned
     for source in sorted(config.tables or layout.tables()):  # no tables configured: every staged one
         cfg = config.table_config(source)
         ref = layout.latest(source)
-        if cfg is None or ref is None:
+        if cfg is None or ref is None or source in held:
             continue
         name = planning.target_name(source, cfg)
         if marks.get(name, -1) >= ref.lsn:
@@ -160,7 +190,7 @@ def pending_snapshots(config: ApplyConfig, target: Target) -> list[tuple[Planned
             existing = target.describe(name)
             if existing is None:
                 target.create_table(name, planning.column_types(rel, columns, name),
-                                    planning.choose_key(rel, cfg, None, columns))
+                                    planning.created_key(rel, cfg, columns))
                 existing = target.describe(name)
             if existing is None:
                 raise ApplyError(f"target table {name} does not exist after CREATE TABLE")
@@ -192,12 +222,13 @@ def routed_table(source: str, target: str, shape: planning.TableShape, rel: Rela
                         parts=tuple(dataclasses.replace(m, key=merged.key) for m in members))
 
 
-def apply_snapshots(spark: SparkSession, config: ApplyConfig, target: Target) -> list[BatchReport]:
-    """Load every pending snapshot group (before any change batch); one report per group."""
+def apply_snapshots(spark: SparkSession, config: ApplyConfig, target: Target,
+                    held: Collection[str] = ()) -> list[BatchReport]:
+    """Load every pending snapshot group (before any change batch) but the ``held`` tables'; one report per group."""
     reports: list[BatchReport] = []
     if not isinstance(target, SnapshotTarget):  # pending_snapshots() has none for it either
         return reports
-    for plan, uris in pending_snapshots(config, target):
+    for plan, uris in pending_snapshots(config, target, held):
         result = target.apply_snapshot(plan, SnapshotChanges(spark, uris))
         report = BatchReport(plan.lsn, plan.lsn, applied=result.applied, rows=result.rows, seconds=result.seconds)
         log.info("snapshot at %s of %s applied=%s rows=%s", format_lsn(plan.lsn),

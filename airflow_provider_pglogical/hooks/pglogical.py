@@ -145,6 +145,9 @@ class PgLogicalHook(PostgresHook):
     def partition_info(self, relid: int) -> tuple[tuple[str, ...], str | None]:
         return self.client.partition_info(relid)
 
+    def primary_key(self, relid: int) -> tuple[str, ...]:
+        return self.client.primary_key(relid)
+
     def partition_leaves(self, table: str) -> list[str]:
         return self.client.partition_leaves(table)
 

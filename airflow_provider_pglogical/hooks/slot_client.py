@@ -303,6 +303,14 @@ class PgLogicalClient:
             "WHERE n.nspname = %s AND c.relname = %s ORDER BY a.attnum", (schema, name))
         return [str(r[0]) for r in rows if r[0] is not None] if rows else None
 
+    def primary_key(self, relid: int) -> tuple[str, ...]:
+        """The primary key columns of ``relid`` in key order; () when it has none (or is unknown). Current catalog."""
+        rows = self._query(
+            "SELECT a.attname FROM pg_catalog.pg_index i JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid "
+            "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s AND i.indisprimary "
+            "ORDER BY array_position(i.indkey, a.attnum)", (int(relid),))
+        return tuple(str(r[0]) for r in rows)
+
     def partition_leaves(self, table: str) -> list[str]:
         """The leaf partitions (``schema.table``) under ``table``, at any depth ([] for a missing or plain table)."""
         schema, _, name = table.partition(".")

@@ -10,13 +10,20 @@ Exactly once, by the order of durable steps (like the drain):
 3. ``chunk_written``: each chunk file appears whole (written under a temp name, renamed).
 4. ``files_moved`` then ``manifest_written``: the table's directory gets its final name, then
    its manifest, last and atomically — only now does the snapshot exist for readers.
-5. ``done``: the request is removed.
+5. ``done``: the request is removed — the apply loads the snapshot from now on.
+
+Tables linked by the source's foreign keys (either way, transitively) are one unit: each is
+published once all of them are copied, and their requests are removed only after the last
+manifest, so a target always gets them at one LSN and loads them in one transaction (a
+referenced table can only be emptied with the tables referencing it, and a child's rows need
+their parents').
 
 A crash before 4 leaves an unpublished directory and the request; the next run deletes the
-leftover and copies the table again. The exported snapshot died with the crashed process, so the
+leftover and copies the table again. A crash between the manifests of linked tables leaves all
+their requests; the next run copies the whole set again. The exported snapshot died with the crashed process, so the
 copy happens at a later LSN through a temporary slot — tables already published keep theirs:
 the per-table sync LSN makes every table consistent with the one slot. A crash between the
-manifest and the request removal is repaired by removing the request.
+manifests and the request removals is repaired by removing the requests.
 
 Why a temporary slot for later snapshots, and not ``pg_export_snapshot()`` plus
 ``pg_current_wal_lsn()``: a transaction becomes visible to snapshots when it leaves the proc
@@ -50,7 +57,13 @@ from airflow_provider_pglogical.exceptions import SnapshotError, format_lsn
 from airflow_provider_pglogical.lsn import lsn_hex
 from airflow_provider_pglogical.snapshot.copier import ChunkResult, ChunkTask, copy_chunk
 from airflow_provider_pglogical.snapshot.layout import SnapshotLayout, SnapshotManifest
-from airflow_provider_pglogical.snapshot.source import ExportedSnapshot, TableRead, describe_tables
+from airflow_provider_pglogical.snapshot.links import linked_components
+from airflow_provider_pglogical.snapshot.source import (
+    ExportedSnapshot,
+    TableRead,
+    describe_tables,
+    foreign_key_links,
+)
 from airflow_provider_pglogical.staging.manifest import FileRecord
 
 log = logging.getLogger(__name__)
@@ -180,19 +193,22 @@ def sync_pending(job: SnapshotJob, *, on_checkpoint: Checkpoint | None = None,
         raise SnapshotError(f"slot {job.slot!r} does not exist: a table snapshot is only consistent with an "
                             "existing slot (create it first: pglogical decode)")
     pending = {t: job.tables.get(t, (None, None)) for t in requests}
-    # A crash after the manifest and before the request removal: the snapshot exists, only close.
-    for table, request in list(requests.items()):
-        latest = layout.latest(table)
-        if latest is not None and layout.manifest(latest).request_id == request["request_id"]:
-            layout.close_request(table)
-            pending.pop(table)
-    if not pending:
-        return result
-    unknown = sorted(t for t in pending if t not in job.tables)
-    if unknown:
-        raise SnapshotError(f"snapshot requested for {', '.join(unknown)}, which the spec does not list")
     conn = _connect(job.dsn)
     try:
+        # A crash after the manifests of a set of linked tables and before their requests' removal: their
+        # snapshots exist, only close. A set published in part (the crash came between two manifests) is copied
+        # again whole, at one new LSN: its tables load together (``_copy_tables``).
+        for linked in linked_components(sorted(requests), foreign_key_links(conn, requests)):
+            if all((latest := layout.latest(t)) is not None
+                   and layout.manifest(latest).request_id == requests[t]["request_id"] for t in linked):
+                for table in linked:
+                    layout.close_request(table)
+                    pending.pop(table)
+        if not pending:
+            return result
+        unknown = sorted(t for t in pending if t not in job.tables)
+        if unknown:
+            raise SnapshotError(f"snapshot requested for {', '.join(unknown)}, which the spec does not list")
         reads = describe_tables(conn, job.all_publications, pending, job.routing, named=job.tables)
     finally:
         conn.close()
@@ -245,6 +261,9 @@ def _copy_tables(job: SnapshotJob, layout: SnapshotLayout, reads: dict[str, Tabl
     commit_time_us = int(time.time() * 1_000_000)
     tasks: dict[str, list[ChunkTask]] = {}
     render = _connect(job.dsn)  # psycopg2.sql needs a connection to quote identifiers and literals
+    # Tables linked by foreign keys are published together, at this one LSN: a target loads them in one
+    # transaction (a referenced table is emptied with its referencing ones, a child's rows need its parent's).
+    linked = {t: group for group in linked_components(list(reads), foreign_key_links(render, reads)) for t in group}
     for table, read in reads.items():
         for leftover in layout.leftovers(table):
             logger.info("removing unpublished snapshot leftover %s", leftover)
@@ -267,6 +286,7 @@ def _copy_tables(job: SnapshotJob, layout: SnapshotLayout, reads: dict[str, Tabl
                     format_lsn(exported.lsn))
     render.close()
     done: dict[str, list[ChunkResult]] = {t: [] for t in tasks}
+    seconds: dict[str, float] = {}
     started = {t: time.monotonic() for t in tasks}
 
     def finished(res: ChunkResult) -> None:
@@ -285,10 +305,21 @@ def _copy_tables(job: SnapshotJob, layout: SnapshotLayout, reads: dict[str, Tabl
         logger.info("%s: chunk %d/%d, %d rows, %.1f MiB, %.0f rows/s, ETA %.0f s", table, len(done[table]),
                     len(tasks[table]), rows, copied / 2**20, rows / elapsed, eta or 0)
         if len(done[table]) == len(tasks[table]):
-            result.tables[table] = _publish(job, layout, read, exported, requests[table], done[table],
-                                            tasks[table], time.monotonic() - started[table], checkpoint)
-            logger.info("%s: snapshot published at %s (%d rows)", table, format_lsn(exported.lsn),
-                        result.tables[table]["rows"])
+            seconds[table] = time.monotonic() - started[table]
+            group = linked[table]
+            if any(len(done[t]) < len(tasks[t]) for t in group):
+                return  # published with the last of its linked tables
+            exported.check_alive()  # the snapshot must have been valid until every chunk was read
+            for t in group:
+                result.tables[t] = _publish(job, layout, reads[t], exported, requests[t], done[t], tasks[t],
+                                            seconds[t], checkpoint)
+                logger.info("%s: snapshot published at %s (%d rows)", t, format_lsn(exported.lsn),
+                            result.tables[t]["rows"])
+            # Requests last, once every linked table's manifest is written: until then the apply holds all of
+            # them, and a crash in between makes the next run copy the set again whole (``sync_pending``).
+            for t in group:
+                layout.close_request(t)
+                checkpoint("done")
 
     all_tasks = [t for ts in tasks.values() for t in ts]
     if job.settings.parallelism <= 1 or len(all_tasks) <= 1:
@@ -306,7 +337,7 @@ def _copy_tables(job: SnapshotJob, layout: SnapshotLayout, reads: dict[str, Tabl
 def _publish(job: SnapshotJob, layout: SnapshotLayout, read: TableRead, exported: ExportedSnapshot,
              request: dict[str, Any], results: list[ChunkResult], tasks: list[ChunkTask], seconds: float,
              checkpoint: Checkpoint) -> dict[str, Any]:
-    exported.check_alive()  # the snapshot must have been valid until every chunk was read
+    """Move the table's files to their final directory and write its manifest (its request stays open)."""
     results = sorted(results, key=lambda r: r.index)
     partial = layout.partial_dir(read.table, exported.lsn)
     final = layout.snapshot_dir(read.table, exported.lsn)
@@ -333,8 +364,6 @@ def _publish(job: SnapshotJob, layout: SnapshotLayout, read: TableRead, exported
         server_version=0, seconds=round(seconds, 3), parts=parts)
     layout.publish(final, manifest)
     checkpoint("manifest_written")
-    layout.close_request(read.table)
-    checkpoint("done")
     summary: dict[str, Any] = {"lsn": format_lsn(exported.lsn), "rows": manifest.rows, "bytes": manifest.bytes,
                "chunks": manifest.chunks, "reason": manifest.reason, "dir": lsn_hex(exported.lsn)}
     if parts:

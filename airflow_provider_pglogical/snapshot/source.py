@@ -131,11 +131,13 @@ class TableRead:
     # snapshot. ``columns`` and ``relation`` are then the root's (what its target gets).
     leaves: tuple[TableRead, ...] = ()
     routed: bool = False
+    primary_key: tuple[str, ...] = ()  # the table's primary key columns (a target created from it gets them)
 
     @property
     def relation(self) -> dict[str, Any]:
         return {"relid": self.relid, "schema": self.schema, "table": self.name,
-                "replica_identity": self.replica_identity, "columns": list(self.columns)}
+                "replica_identity": self.replica_identity, "columns": list(self.columns),
+                "primary_key": list(self.primary_key)}
 
     @property
     def pages(self) -> int:
@@ -268,7 +270,15 @@ def _describe_one(cur: Any, names: list[str], version: int, block_size: int, tab
     pub_filter = published_row_filter([p[2] for p in published])
     row_filter = conjunction([pub_filter, spec_filter.sql if spec_filter else None])
     return TableRead(table, int(relid), schema, name, replident, tuple(columns), row_filter,
-                     int(heap_bytes), block_size, bool(partitioned))
+                     int(heap_bytes), block_size, bool(partitioned), primary_key=primary_key(cur, int(relid)))
+
+
+def primary_key(cur: Any, relid: int) -> tuple[str, ...]:
+    """The primary key columns of ``relid`` in key order; () when it has none."""
+    cur.execute("SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid"
+                " AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s AND i.indisprimary"
+                " ORDER BY array_position(i.indkey, a.attnum)", (relid,))
+    return tuple(str(r[0]) for r in cur.fetchall())
 
 
 def _is_partitioned(cur: Any, table: str) -> bool:
@@ -326,7 +336,7 @@ def _describe_routed(cur: Any, names: list[str], version: int, block_size: int, 
                                 "the replication role, then run again (nothing of it was staged)")
         row_filter = conjunction([spec_filter.sql if spec_filter else None])
         return TableRead(table, int(relid), schema, name, replident, tuple(root_columns), row_filter, 0,
-                         block_size, partitioned=True)
+                         block_size, partitioned=True, primary_key=primary_key(cur, int(relid)))
     mine = [leaf for leaf, ancestors in tree if leaf not in entries
             and next((a for a in reversed(ancestors) if a in routing), None) == table]
     leaves = [read for leaf in mine
@@ -337,7 +347,7 @@ def _describe_routed(cur: Any, names: list[str], version: int, block_size: int, 
             # Every leaf goes elsewhere (an entry of its own, an upper routing entry): this entry's target gets
             # none of their rows. Read the root with a false filter: an empty snapshot with the root's columns.
             return TableRead(table, int(relid), schema, name, replident, tuple(root_columns), "false", 0,
-                             block_size, partitioned=True)
+                             block_size, partitioned=True, primary_key=primary_key(cur, int(relid)))
         which = f"publication {names[0]!r} publishes" if len(names) == 1 else \
             f"the publications {', '.join(repr(n) for n in names)} publish"
         raise SnapshotError(f"{table} routes its leaf partitions (leaves: route_to_root) but {which} none of them "
@@ -346,7 +356,8 @@ def _describe_routed(cur: Any, names: list[str], version: int, block_size: int, 
     columns = tuple(c for c in root_columns if c["name"] in published)
     return TableRead(table, int(relid), schema, name, replident, columns,
                      conjunction([spec_filter.sql if spec_filter else None]),
-                     sum(leaf.heap_bytes for leaf in leaves), block_size, leaves=tuple(leaves), routed=True)
+                     sum(leaf.heap_bytes for leaf in leaves), block_size, leaves=tuple(leaves), routed=True,
+                     primary_key=primary_key(cur, int(relid)))
 
 
 def _names(value: Any) -> tuple[str, ...] | None:
@@ -385,3 +396,22 @@ def published_row_filter(filters: Sequence[str | None]) -> str | None:
     except RowFilterError as exc:  # not expected of the server's own deparse
         raise SnapshotError(f"a publication's row filter {exc}") from None
     return disjunction(distinct)
+
+
+def foreign_key_links(conn: psycopg2.extensions.connection, tables: Collection[str]) -> list[tuple[str, str]]:
+    """(referencing, referenced) pairs among ``tables`` (``schema.table``) by the source's foreign keys.
+
+    A partitioned table's own constraint links it (its leaves' clones link the leaves), as the target of a
+    routed table gets it."""
+    names = sorted(set(tables))
+    if not names:
+        return []
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT DISTINCT cn.nspname || '.' || c.relname, pn.nspname || '.' || p.relname FROM pg_constraint k"
+            " JOIN pg_class c ON c.oid = k.conrelid JOIN pg_namespace cn ON cn.oid = c.relnamespace"
+            " JOIN pg_class p ON p.oid = k.confrelid JOIN pg_namespace pn ON pn.oid = p.relnamespace"
+            " WHERE k.contype = 'f' AND cn.nspname || '.' || c.relname = ANY(%(t)s)"
+            " AND pn.nspname || '.' || p.relname = ANY(%(t)s) ORDER BY 1, 2", {"t": names})
+        return [(str(a), str(b)) for a, b in cur.fetchall()]
+

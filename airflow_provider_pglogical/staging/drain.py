@@ -79,6 +79,7 @@ class SlotClient(Protocol):
     def format_types(self, pairs: Sequence[tuple[int, int]]) -> list[str | None]: ...
     def missing_values(self, relid: int) -> dict[str, str]: ...
     def partition_info(self, relid: int) -> tuple[tuple[str, ...], str | None]: ...
+    def primary_key(self, relid: int) -> tuple[str, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,7 @@ class CatalogResolver:
         self._names: dict[tuple[int, int], list[str | None]] = {}
         self._missing: dict[int, dict[str, str]] = {}
         self._partitions: dict[int, tuple[tuple[str, ...], str | None]] = {}
+        self._keys: dict[int, tuple[str, ...]] = {}
 
     def converter(self, relation: RelationSchema) -> RowConverter:
         from airflow_provider_pglogical.decoding.values import RowImageConverter, TypeCatalog
@@ -189,6 +191,13 @@ class CatalogResolver:
         if relation.relid not in self._partitions:
             self._partitions[relation.relid] = self.client.partition_info(relation.relid)
         return self._partitions[relation.relid]
+
+    def primary_key(self, relation: RelationSchema) -> tuple[str, ...]:
+        """The source table's primary key columns, looked up when the batch's relations are written (a target
+        table created from the relation gets them; ``PgLogicalClient.primary_key``)."""
+        if relation.relid not in self._keys:
+            self._keys[relation.relid] = self.client.primary_key(relation.relid)
+        return self._keys[relation.relid]
 
 Checkpoint = Callable[[str], None]
 

@@ -46,6 +46,9 @@ class RelationInfo(RelationShape):
     # A leaf partition: its ancestors (parent first) and partition constraint as staged; () / None otherwise.
     partition_ancestors: tuple[str, ...] = ()
     partition_constraint: str | None = None
+    # The source table's primary key columns when staged (snapshots and batches staged by this version):
+    # () for a table without one, None when not known (older staging).
+    primary_key: tuple[str, ...] | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> RelationInfo:
@@ -54,7 +57,8 @@ class RelationInfo(RelationShape):
                    columns=tuple(RelationColumn(c["name"], c.get("type_name"), bool(c["is_identity"]), c.get("missing"))
                                  for c in row["columns"]),
                    partition_ancestors=tuple(row.get("partition_ancestors") or ()),
-                   partition_constraint=row.get("partition_constraint"))
+                   partition_constraint=row.get("partition_constraint"),
+                   primary_key=None if row.get("primary_key") is None else tuple(row["primary_key"]))
 
     @property
     def qualified_name(self) -> str:

@@ -71,6 +71,9 @@ RELATIONS_SCHEMA = pa.schema([
     # and absent in older batches.
     pa.field("partition_ancestors", pa.list_(pa.string())),
     pa.field("partition_constraint", pa.string()),
+    # The source table's primary key columns (looked up when the batch is staged, like the partition
+    # information): what a target table created from this relation gets as its key. Null in older batches.
+    pa.field("primary_key", pa.list_(pa.string())),
 ])
 
 MESSAGES_SCHEMA = pa.schema([

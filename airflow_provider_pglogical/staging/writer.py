@@ -455,8 +455,10 @@ class BatchWriter:
             # Optional too: a leaf partition's ancestors and constraint (routing leaves to one target).
             partition_of = getattr(self.resolver, "partition_info", None)
             ancestors, constraint = partition_of(rel) if partition_of is not None else ((), None)
+            # And the source's primary key (the key of a target table created from it); null when not known.
+            key_of = getattr(self.resolver, "primary_key", None)
             sink.append(rel.relid, rel.namespace, rel.name, rel.version, rel.replica_identity, columns, first_lsn,
-                        list(ancestors), constraint)
+                        list(ancestors), constraint, list(key_of(rel)) if key_of is not None else None)
         sink.close(write_empty=True)
         return sink
 

@@ -160,3 +160,132 @@ def test_leftover_staging_tables_are_dropped_for_this_slot_only(pg_conn):
     with pg_conn.cursor() as cur:
         cur.execute("SELECT relname FROM pg_class WHERE relname LIKE '\\_pglogical\\_stg\\_%' ORDER BY 1")
         assert [r[0] for r in cur.fetchall()] == sorted(n.partition(".")[2] for n in other)
+
+
+# Tables linked by a foreign key on both sides, the child large enough that its snapshot COPY is under way for
+# seconds (``chunk_size`` 1MB: many chunks), read after its parent (tables are read in name order, one reader).
+FK_SOURCE_SQL = """
+CREATE TABLE customer (id int PRIMARY KEY, name text NOT NULL);
+CREATE TABLE invoice (id int PRIMARY KEY, customer_id int NOT NULL REFERENCES customer(id), body text);
+CREATE TABLE solo (id int PRIMARY KEY, v text);
+INSERT INTO customer SELECT g, 'p' || g FROM generate_series(1, 2000) g;
+INSERT INTO invoice SELECT g, 1 + g % 2000, repeat('c', 80 + g % 40) FROM generate_series(1, 200000) g;
+INSERT INTO solo SELECT g, 's' || g FROM generate_series(1, 100) g;
+"""
+FK_TARGET_SQL = """
+CREATE TABLE customer (id int PRIMARY KEY, name text NOT NULL);
+CREATE TABLE invoice (id int PRIMARY KEY, customer_id int NOT NULL REFERENCES customer(id), body text);
+CREATE TABLE solo (id int PRIMARY KEY, v text);
+"""
+FK_TABLES = ("customer", "invoice", "solo")
+
+
+def kill_during_copy_of(source: str, proc: subprocess.Popen, table: str, timeout_s: float = 240) -> bool:
+    """SIGKILL ``proc``'s process group once a snapshot reader has been COPYing ``table`` for a second (its
+    chunk queries name it); False when the process ended first."""
+    import os
+    import signal
+
+    conn = psycopg2.connect(source)
+    conn.autocommit = True
+    cur = conn.cursor()
+    seen_at = None
+    deadline = time.monotonic() + timeout_s
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            cur.execute("SELECT 1 FROM pg_stat_activity WHERE state = 'active' AND query LIKE %s",
+                        (f'COPY (SELECT % FROM ONLY "public"."{table}"%',))
+            if cur.fetchone() is not None:
+                seen_at = seen_at or time.monotonic()
+                if time.monotonic() - seen_at >= 1.0:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    return True
+            time.sleep(0.01)
+        return False
+    finally:
+        conn.close()
+
+
+def test_a_run_killed_inside_the_snapshot_copy_of_fk_linked_tables_ends_in_the_uninterrupted_target(
+        pg_server, pg_dbname, pg_dsn, tmp_path):
+    import yaml
+
+    from tests.userenv import default_home, run_as_user, user_env, venv_script
+
+    source = pg_dsn
+    _, target = make_target(pg_server)
+    execute(source, FK_SOURCE_SQL)
+    execute(target, FK_TARGET_SQL)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({
+        "source": {"dsn": pg_server.uri(pg_dbname), "publication": "fk_pub", "slot": "fk_slot", "create": True},
+        "staging": {"uri": str(tmp_path / "staging")},
+        "target": {"kind": "postgres", "dsn": target},
+        "tables": {f"public.{t}": {} for t in FK_TABLES},
+        "snapshot": {"initial": True, "parallelism": 1, "chunk_size": "1MB"},
+        "spark": {"master": "local[2]"},
+    }))
+    pglogical = venv_script("pglogical")
+    home = default_home()
+    proc = subprocess.Popen([pglogical, "run", "--spec", str(spec)], env=user_env(home), cwd=home,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        assert kill_during_copy_of(source, proc, "invoice"), "the run ended before the invoices' snapshot COPY"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    wait_for_no_other_sessions(target)
+    # Writes after the crash, touching both linked tables (new parents referenced by new children).
+    execute(source, "INSERT INTO customer SELECT g, 'n' || g FROM generate_series(2001, 2100) g",
+            "INSERT INTO invoice SELECT g, 2001 + g % 100, 'new' FROM generate_series(200001, 200500) g",
+            "UPDATE customer SET name = name || '!' WHERE id % 7 = 0", "DELETE FROM invoice WHERE id % 11 = 0",
+            "UPDATE solo SET v = v || '?' WHERE id < 10")
+
+    decoded = run_as_user([pglogical, "decode", "--spec", str(spec)], timeout=600)
+    assert decoded.returncode == 0, decoded.stderr[-3000:]
+    ran = run_as_user([pglogical, "run", "--spec", str(spec)], timeout=600)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    for table in FK_TABLES:
+        expected = query(source, f"SELECT * FROM {table} ORDER BY id")
+        assert query(target, f"SELECT * FROM {table} ORDER BY id") == expected, table
+    # the linked tables hold snapshots of one LSN
+    synced = dict(query(target, "SELECT target_table, sync_lsn::text FROM pglogical_sync"))
+    assert synced["public.customer"] == synced["public.invoice"]
+
+
+def test_a_snapshot_killed_between_the_manifests_of_linked_tables_is_neither_loaded_in_part_nor_lost(
+        pg_server, pg_dsn, spark, tmp_path):
+    """Killed after the parents' manifest, before the children's: the apply loads neither (the parents' snapshot
+    waits with its linked, still requested children), and the next snapshot run copies both again at one LSN."""
+    source = pg_dsn
+    _, target = make_target(pg_server)
+    execute(source, SNAP_SCHEMA_SQL)
+    execute(target, TARGET_SQL)
+    uri = str(tmp_path / "stage")
+    proc = subprocess.run([sys.executable, "-m", "tests.integration.snapshot_child", json.dumps({
+        "dsn": source, "slot": "s1", "publication": "pub", "staging_uri": uri, "mode": "initial",
+        "tables": {f"public.{t}": [None, None] for t in TABLES}, "kill_at": "manifest_written:1", "parallelism": 1})],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == KILLED, proc.stderr[-3000:]
+    rnd = random.Random(7)
+    writer = psycopg2.connect(source)
+    writer.autocommit = True
+    wcur = writer.cursor()
+    write_burst(wcur, rnd, 3)
+    drain_all(source, uri, slot="s1", publication="pub")
+    config = ApplyConfig(slot="s1", staging_root=uri, tables={})
+    apply_slot(spark, config, target)  # nothing of the linked tables yet, and no error
+    assert query(target, "SELECT count(*) FROM parents") == [(0,)]
+    assert query(target, "SELECT count(*) FROM children") == [(0,)]
+
+    later = sync_pending(job(source, uri))
+    assert {"public.parents", "public.children"} <= set(later.tables)
+    write_burst(wcur, rnd, 3)
+    drain_all(source, uri, slot="s1", publication="pub")
+    apply_slot(spark, config, target)
+    assert_equal(source, target)
+    synced = dict(query(target, "SELECT target_table, sync_lsn::text FROM pglogical_sync"))
+    assert synced["public.parents"] == synced["public.children"] == format_lsn(later.lsn)
+    writer.close()

@@ -8,6 +8,7 @@ from airflow_provider_pglogical.apply.batches import RelationColumn, RelationInf
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.planning import (
     choose_key,
+    created_key,
     parents_first,
     plan_batch,
     plan_truncates,
@@ -23,6 +24,18 @@ NO_RI = RelationInfo("public", "t", "n", (RelationColumn("id", "int", False), Re
 NO_PK = RelationInfo("public", "t", "d", NO_RI.columns)
 FKS = [("public.child", "public.parent"), ("public.grandchild", "public.child")]
 
+
+
+def test_a_created_table_gets_the_source_primary_key_not_every_column_of_a_replica_identity_full_table():
+    import dataclasses
+
+    with_pk = dataclasses.replace(FULL, primary_key=("id",))
+    assert created_key(with_pk, TableApplyConfig(), ("id", "v")) == ("id",)
+    assert created_key(dataclasses.replace(FULL, primary_key=()), TableApplyConfig(), ("id", "v")) == ()
+    assert created_key(FULL, TableApplyConfig(), ("id", "v")) == ()  # not recorded (older staging): no key
+    assert created_key(with_pk, TableApplyConfig(), ("v",)) == ()  # the column list leaves the key out
+    assert created_key(with_pk, TableApplyConfig(key_columns=("v",)), ("id", "v")) == ("v",)
+    assert created_key(dataclasses.replace(REL, primary_key=("id",)), TableApplyConfig(), ("id", "v")) == ("id",)
 
 def test_the_key_is_the_replica_identity_or_the_target_pk_for_full_identity():
     assert choose_key(REL, TableApplyConfig(), None, ("id", "v")) == ("id",)

@@ -41,7 +41,15 @@ def test_without_leaves_out_held_tables_also_when_every_staged_table_is_applied(
     assert set(without(config, {"public.a"}).tables) == {"public.b"}
     every = ApplyConfig(staging_root=str(tmp_path), slot="slot")  # no tables: every staged one
     held = without(every, {"public.a"}, known={"public.a", "public.c"})
+    assert held is not None
     assert held.table_config("public.a") is None and held.table_config("public.c") is not None
+
+
+def test_without_is_none_when_every_table_is_held_not_a_config_of_every_table(tmp_path):
+    config = ApplyConfig(staging_root=str(tmp_path), slot="slot", tables={"public.a": TableApplyConfig()})
+    assert without(config, {"public.a"}) is None
+    every = ApplyConfig(staging_root=str(tmp_path), slot="slot")
+    assert without(every, {"public.a", "public.c"}, known={"public.a", "public.c"}) is None
 
 
 def _ids(spark, tmp_path, start: int, sync: dict[str, int]) -> list[int]:

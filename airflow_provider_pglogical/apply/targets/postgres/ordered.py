@@ -81,8 +81,9 @@ def _change_block(i: int, t: TablePlan, plan: BatchPlan, rejects: str) -> sql.Co
     def both(pairs: Iterable[sql.Composable], sep: str) -> sql.Composable:
         return sql.SQL(sep).join(pairs)
 
-    at_old = both([sql.SQL("{} = {}").format(tgt(k), rec(from_column(j))) for j, k in enumerate(t.key)], " AND ")
-    at_new = both([sql.SQL("{} = {}").format(tgt(k), rec(k)) for k in t.key], " AND ")
+    equals = sql.SQL(t.key_equals)  # NULL = NULL for a REPLICA IDENTITY FULL table matched by every column
+    at_old = both([sql.SQL("{}{}{}").format(tgt(k), equals, rec(from_column(j))) for j, k in enumerate(t.key)], " AND ")
+    at_new = both([sql.SQL("{}{}{}").format(tgt(k), equals, rec(k)) for k in t.key], " AND ")
     values = [c for c in t.columns if c not in t.key]
     set_values = [sql.SQL("{c} = CASE WHEN {name} = ANY({keep}) THEN {old} ELSE {new} END").format(
         c=sql.Identifier(c), name=sql.Literal(c), keep=rec(KEEP), old=tgt(c), new=rec(c)) for c in values]

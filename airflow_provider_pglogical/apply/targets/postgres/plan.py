@@ -35,6 +35,14 @@ class TablePlan:
     keep_rows: int | None = None
     # The target has a unique index on exactly the key: key joins may walk it (setbased.key_ordered_joins).
     key_indexed: bool = False
+    # The key may hold NULLs: every column of a REPLICA IDENTITY FULL table whose target has no primary key.
+    # Rows are then matched NULL = NULL (``IS NOT DISTINCT FROM``), as the native apply worker compares rows.
+    null_safe_key: bool = False
+
+    @property
+    def key_equals(self) -> str:
+        """The operator that matches key values (``null_safe_key``)."""
+        return " IS NOT DISTINCT FROM " if self.null_safe_key else " = "
 
     def may_have(self, *ops: str) -> bool:
         """Whether the staging table may hold rows of one of ``ops`` (always, when not counted)."""

@@ -8,7 +8,7 @@ travelled along a key-change chain — and then raises ``OrderedReplayNeeded`` f
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import psycopg2
@@ -60,14 +60,14 @@ def key_ordered_joins(cur: cursor, t: TablePlan) -> Iterator[None]:
     cur.execute("SELECT set_config('enable_hashjoin', %s, true)", (before,))
 
 
-def _key_match(key: Sequence[str], left: str, right: str) -> sql.Composable:
+def _key_match(t: TablePlan, left: str, right: str) -> sql.Composable:
     return sql.SQL(" AND ").join(
-        sql.SQL("{}.{} = {}.{}").format(sql.Identifier(left), sql.Identifier(k), sql.Identifier(right),
-                                        sql.Identifier(k)) for k in key)
+        sql.SQL("{}.{}{}{}.{}").format(sql.Identifier(left), sql.Identifier(k), sql.SQL(t.key_equals),
+                                       sql.Identifier(right), sql.Identifier(k)) for k in t.key)
 
 
 def _exists_in_target(t: TablePlan) -> sql.Composable:
-    return sql.SQL("EXISTS (SELECT 1 FROM {} t WHERE {})").format(ident(t.target), _key_match(t.key, "t", "s"))
+    return sql.SQL("EXISTS (SELECT 1 FROM {} t WHERE {})").format(ident(t.target), _key_match(t, "t", "s"))
 
 
 def _moved_toast_needs_order(cur: cursor, t: TablePlan) -> bool:
@@ -81,12 +81,12 @@ def _moved_toast_needs_order(cur: cursor, t: TablePlan) -> bool:
     old_key = [sql.SQL("s.{}").format(sql.Identifier(from_column(i))) for i in range(len(t.key))]
     cur.execute(sql.SQL(
         "SELECT EXISTS (SELECT FROM {stg} s LEFT JOIN {tgt} t ON {at_old} WHERE s.{op} IN ('I', 'R') "
-        "AND cardinality(s.{keep}) > 0 AND {old0} IS NOT NULL AND (t.{k0} IS NULL "
+        "AND cardinality(s.{keep}) > 0 AND {old0} IS NOT NULL AND (t.ctid IS NULL "
         "OR ({old}) IN (SELECT {key} FROM {stg} f WHERE f.{touched})))").format(
         stg=ident(t.staging_table), tgt=ident(t.target), op=sql.Identifier(OP), keep=sql.Identifier(KEEP),
-        at_old=sql.SQL(" AND ").join(sql.SQL("t.{} = {}").format(sql.Identifier(k), o) for k, o in zip(t.key, old_key,
-                                                                                                      strict=True)),
-        old0=old_key[0], k0=sql.Identifier(t.key[0]), old=sql.SQL(", ").join(old_key),
+        at_old=sql.SQL(" AND ").join(sql.SQL("t.{}{}{}").format(sql.Identifier(k), sql.SQL(t.key_equals), o)
+                                     for k, o in zip(t.key, old_key, strict=True)),
+        old0=old_key[0], old=sql.SQL(", ").join(old_key),
         key=sql.SQL(", ").join(sql.SQL("f.{}").format(sql.Identifier(k)) for k in t.key),
         touched=sql.Identifier(TOUCHED)))
     return bool(one_row(cur)[0])
@@ -104,7 +104,8 @@ def _fill_from_moved_rows(cur: cursor, t: TablePlan) -> None:
     sets = sql.SQL(", ").join(
         sql.SQL("{c} = CASE WHEN {name} = ANY(s.{keep}) THEN t.{c} ELSE s.{c} END").format(
             c=sql.Identifier(c), name=sql.Literal(c), keep=sql.Identifier(KEEP)) for c in values)
-    match = sql.SQL(" AND ").join(sql.SQL("t.{} = s.{}").format(sql.Identifier(k), sql.Identifier(from_column(i)))
+    match = sql.SQL(" AND ").join(sql.SQL("t.{}{}s.{}").format(sql.Identifier(k), sql.SQL(t.key_equals),
+                                                               sql.Identifier(from_column(i)))
                                   for i, k in enumerate(t.key))
     cur.execute(sql.SQL("UPDATE {stg} s SET {sets}, {keep} = '{{}}' FROM {tgt} t WHERE s.{op} IN ('I', 'R') "
                         "AND cardinality(s.{keep}) > 0 AND {m}").format(
@@ -161,7 +162,7 @@ def _apply_table_rows(cur: cursor, plan: BatchPlan, t: TablePlan, rejects: str, 
                 c=sql.Identifier(c), name=sql.Literal(c), keep=sql.Identifier(KEEP)) for c in values)
         with key_ordered_joins(cur, t):
             cur.execute(sql.SQL("UPDATE {tgt} t SET {sets} FROM {stg} s WHERE s.{op} IN ('U', 'I') AND {m}").format(
-                tgt=tgt, sets=sets, stg=stg, op=sql.Identifier(OP), m=_key_match(t.key, "t", "s")))
+                tgt=tgt, sets=sets, stg=stg, op=sql.Identifier(OP), m=_key_match(t, "t", "s")))
             counters["updated"] = cur.rowcount
     if t.may_have("I", "R"):
         cur.execute(sql.SQL("INSERT INTO {tgt} ({cols}) SELECT {scols} FROM {stg} s WHERE s.{op} IN ('I', 'R') "
@@ -214,7 +215,7 @@ def apply_batch(conn: connection, plan: BatchPlan, *, progress: str, rejects: st
                     with key_ordered_joins(cur, t):
                         cur.execute(sql.SQL("DELETE FROM {tgt} t USING {stg} s WHERE s.{op} IN ('D', 'R') AND {m}")
                                     .format(tgt=ident(t.target), stg=ident(t.staging_table), op=sql.Identifier(OP),
-                                            m=_key_match(t.key, "t", "s")))
+                                            m=_key_match(t, "t", "s")))
                         deleted = cur.rowcount
                 result.rows.setdefault(t.target, {})["deleted"] = deleted
             for t in staged:

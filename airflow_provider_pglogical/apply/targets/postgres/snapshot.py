@@ -51,6 +51,7 @@ from airflow_provider_pglogical.apply.targets.postgres.copytext import copy_colu
 from airflow_provider_pglogical.apply.targets.postgres.progress import SYNC_TABLE, ensure_sync_table, sync_marks
 from airflow_provider_pglogical.apply.targets.postgres.target_types import describe_types
 from airflow_provider_pglogical.exceptions import ApplyError, format_lsn
+from airflow_provider_pglogical.snapshot.links import linked_components
 
 log = logging.getLogger(__name__)
 
@@ -193,22 +194,8 @@ def atomic_groups(tables: Sequence[PlannedTable], fks: Iterable[tuple[str, str]]
     foreign key of the target (either way, transitively) — a ``TRUNCATE`` of a referenced table must name its
     referencing tables too, and a child's rows need its parent's. Each group keeps ``tables``' order (parents
     first); groups come in the order of their first table. ``fks``: (referencing, referenced) target tables."""
-    names = [t.target for t in tables]
-    parent = {n: n for n in names}
-
-    def root(n: str) -> str:
-        while parent[n] != n:
-            parent[n] = parent[parent[n]]
-            n = parent[n]
-        return n
-
-    for child, referenced in fks:
-        if child in parent and referenced in parent:
-            parent[root(child)] = root(referenced)
-    groups: dict[str, list[PlannedTable]] = {}
-    for t in tables:
-        groups.setdefault(root(t.target), []).append(t)
-    return [tuple(g) for g in groups.values()]
+    by_name = {t.target: t for t in tables}
+    return [tuple(by_name[n] for n in group) for group in linked_components([t.target for t in tables], list(fks))]
 
 
 def apply_snapshot(target: Any, plan: PlannedSnapshot, changes: Any) -> BatchResult:

@@ -210,6 +210,7 @@ class PostgresTarget:
                     planned, described[planned.target], table.staging_table, partial(changes.net, planned),
                     in_order=False, direct=net)
                 table.key_indexed = bool(table.key) and set(described[planned.target].primary_key) == set(table.key)
+                table.null_safe_key = planned.relation.replica_identity == "f" and not table.key_indexed
             staged_at = time.monotonic()
             seconds["stage"] = round(staged_at - started, 3)
             try:
