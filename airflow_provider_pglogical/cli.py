@@ -1,4 +1,5 @@
-"""The ``pglogical`` command line: validate, decode, apply, run, status (and maintain for Delta) of a pipeline spec."""
+"""The ``pglogical`` command line: validate, decode, apply, run, status, reset, drop (and maintain for Delta) of a
+pipeline spec."""
 
 from __future__ import annotations
 
@@ -78,6 +79,18 @@ def cmd_reset(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
     return reset_target(spec, log=progress)
 
 
+def cmd_drop(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
+    from airflow_provider_pglogical.pipeline.runs import drop_pipeline
+
+    if not args.yes and not args.dry_run:
+        from airflow_provider_pglogical.exceptions import ConfirmationRequiredError
+
+        raise ConfirmationRequiredError(
+            f"drop removes slot {spec.source.slot!r} and the changes it holds for good; confirm with --yes "
+            "(--dry-run lists what would be dropped)")
+    return drop_pipeline(spec, dry_run=args.dry_run, staging=args.staging, log=progress)
+
+
 def cmd_status(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
     from airflow_provider_pglogical.pipeline.source import resolved
     from airflow_provider_pglogical.pipeline.status import status
@@ -100,6 +113,9 @@ COMMANDS: dict[str, tuple[Callable[[PipelineSpec, argparse.Namespace], dict[str,
     "resync": (cmd_resync, "snapshot tables again at a later LSN; apply replaces them, then applies later changes"),
     "reset": (cmd_reset, "empty the target tables and forget the slot's watermarks: the next apply applies the "
                          "staged log (and snapshots) again from its start"),
+    "drop": (cmd_drop, "tear the pipeline down: drop its slot (releasing the WAL it pins), the publication it "
+                       "created and the slot's bookkeeping on the target (not the target tables); --staging also "
+                       "removes its staging area"),
     "status": (cmd_status, "slot position and lag, staged batches, target watermarks (JSON); exit code 3 when "
                            "the pipeline cannot run (its \"problems\" say why)"),
     "maintain": (cmd_maintain, "Delta targets: compact small files, vacuum unreferenced ones, checkpoint the log"),
@@ -131,6 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
                            help="table to resync (repeatable)")
         if name == "reset":
             p.add_argument("--yes", action="store_true", required=True, help="confirm emptying the target tables")
+        if name == "drop":
+            p.add_argument("--yes", action="store_true", help="confirm dropping the slot and the bookkeeping")
+            p.add_argument("--dry-run", action="store_true", help="list what would be dropped (JSON), drop nothing")
+            p.add_argument("--staging", action="store_true",
+                           help="also remove the slot's staging area (batches, snapshots, records)")
         if name == "validate":
             p.add_argument("--filters", action="store_true", help="also parse row filters (starts Spark)")
             p.add_argument("--source", action="store_true", help="also check column lists against the source catalog")

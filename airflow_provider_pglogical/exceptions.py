@@ -98,6 +98,15 @@ class ReplicationPermissionError(PrivilegeError):
         super().__init__(message, privilege=privilege)
 
 
+class PipelineBusyError(PgLogicalError):
+    """A run holds the pipeline (its slot's drain lock on the source, its apply lock on the target) or another
+    consumer has the slot active: ``pglogical drop`` refuses rather than pull the slot from under it."""
+
+
+class ConfirmationRequiredError(PgLogicalError):
+    """A command that removes what cannot be recreated was run without ``--yes``."""
+
+
 class StagingError(PgLogicalError):
     """The staging area holds something inconsistent (gap, overlap, unreadable manifest)."""
 

@@ -145,12 +145,13 @@ class PgLogicalClient:
 
     def create_publication(self, name: str, tables: Sequence[str | tuple[str, str]] | None = None, *,
                            all_tables: bool = False, publish: Sequence[str] = DEFAULT_PUBLISH,
-                           schemas: Sequence[str] = ()) -> bool:
+                           schemas: Sequence[str] = (), comment: str | None = None) -> bool:
         """Create the publication unless it exists; returns True when it was created.
 
         ``tables`` are ``(schema, table)`` pairs or unqualified names (resolved by search_path);
         both are quoted as identifiers, so any spelling works. ``schemas`` adds ``TABLES IN SCHEMA``
-        (PostgreSQL 15+).
+        (PostgreSQL 15+). ``comment`` is set in the same transaction (one simple-protocol query), so a
+        publication created here never exists without it.
         """
         if self.publication_exists(name):
             return False
@@ -169,8 +170,17 @@ class PgLogicalClient:
             target = sql.SQL("FOR {}").format(sql.SQL(", ").join(parts))
         query = sql.SQL("CREATE PUBLICATION {} {} WITH (publish = {})").format(
             sql.Identifier(name), target, sql.Literal(", ".join(publish)))
+        if comment is not None:
+            query = sql.SQL("{}; COMMENT ON PUBLICATION {} IS {}").format(query, sql.Identifier(name),
+                                                                          sql.Literal(comment))
         self._query(query, publication=name)
         return True
+
+    def publication_comment(self, name: str) -> str | None:
+        """The publication's comment (None when it has none or does not exist)."""
+        rows = self._query("SELECT obj_description(oid, 'pg_publication') FROM pg_publication WHERE pubname = %s",
+                           (name,))
+        return rows[0][0] if rows else None
 
     def published_tables(self, publications: str | Sequence[str]) -> set[str]:
         """``schema.table`` of every table the publications publish (pg_publication_tables)."""
@@ -203,7 +213,7 @@ class PgLogicalClient:
             raise SlotNotFoundError(f"replication slot {name!r} does not exist")
         if info.slot_type != "logical" or info.plugin != PLUGIN:
             raise SlotPluginMismatchError(f"replication slot {name!r} uses plugin {info.plugin!r}, not {PLUGIN!r}")
-        database = self._query("SELECT current_database()")[0][0]
+        database = self.current_database()
         if info.database != database:
             raise SlotNotFoundError(f"replication slot {name!r} belongs to database {info.database!r}, "
                                     f"not {database!r}", hint="connect to the slot's database")
@@ -212,6 +222,9 @@ class PgLogicalClient:
         if info.active:
             raise SlotActiveError(f"replication slot {name!r} is active for PID {info.active_pid}")
         return info
+
+    def current_database(self) -> str:
+        return str(self._query("SELECT current_database()")[0][0])
 
     def create_slot(self, name: str) -> bool:
         """Create a pgoutput logical slot unless it exists; returns True when it was created."""

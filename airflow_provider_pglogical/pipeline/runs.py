@@ -21,7 +21,9 @@ from airflow_provider_pglogical.pipeline.snapshots import initial_snapshot_if_ne
 from airflow_provider_pglogical.pipeline.source import (
     check_column_lists,
     check_retention,
+    drop_replication,
     ensure_replication,
+    exclusive_slot,
     resolved,
     source_client,
 )
@@ -34,6 +36,7 @@ from airflow_provider_pglogical.staging.drain import (
     DrainResult,
     drain_run,
 )
+from airflow_provider_pglogical.staging.layout import StagingLayout
 from airflow_provider_pglogical.staging.reader import StagingReader
 
 if TYPE_CHECKING:
@@ -424,6 +427,47 @@ def reset_target(spec: PipelineSpec, *, log: Log = _quiet) -> dict[str, Any]:
         return target.reset(log=log)
 
 
+def drop_pipeline(spec: PipelineSpec, *, dry_run: bool = False, staging: bool = False,
+                  log: Log = _quiet) -> dict[str, Any]:
+    """Tear the pipeline down (``pglogical drop``): the slot (the WAL it pins is released), the publications
+    it created, the slot's bookkeeping on the target and, with ``staging``, its staging area. The target
+    tables stay.
+
+    Holds the slot's drain lock on the source and its apply lock on the target throughout, so no run
+    starts meanwhile; either held by a run (or the slot active) is a ``PipelineBusyError`` before anything
+    is dropped. Every step skips what is already gone: a drop run twice, or after one that failed halfway,
+    finishes. The spec is not resolved against its publication (that could create it): selected tables'
+    bookkeeping is found by the slot's own rows. ``dry_run``: report what would be dropped, drop nothing.
+    """
+    with source_client(spec) as client, spec_target(spec) as target:
+        if dry_run:
+            return {"dry_run": True, **drop_replication(spec, client, dry_run=True),
+                    "target": target.drop_bookkeeping(dry_run=True), "staging": _staging_area(spec, staging, True)}
+        with exclusive_slot(spec, client), target.exclusive():
+            source = drop_replication(spec, client, log=log)
+            # Before the staging area: the target record there says where the bookkeeping is.
+            bookkeeping = target.drop_bookkeeping(log=log)
+            area = _staging_area(spec, staging, False, log)
+    return {"dry_run": False, **source, "target": bookkeeping, "staging": area}
+
+
+def _staging_area(spec: PipelineSpec, remove: bool, dry_run: bool, log: Log = _quiet) -> dict[str, Any]:
+    """The slot's staging area (batches, snapshots, state and target records): removed when ``remove``."""
+    layout = StagingLayout.from_uri(spec.staging.uri, spec.source.slot)
+    where = layout.uri_for(layout.slot_dir)
+    if not remove:
+        return {"path": where, "remove": False}
+    import pyarrow.fs as pafs
+
+    exists = layout.exists(layout.slot_dir)
+    files = sum(1 for info in layout.fs.get_file_info(pafs.FileSelector(layout.slot_dir, recursive=True))
+                if info.type == pafs.FileType.File) if exists else 0
+    if exists and not dry_run:
+        layout.delete_dir(layout.slot_dir)
+        log(f"removed the staging area {where} ({files} file(s))")
+    return {"path": where, "remove": True, "files": files}
+
+
 def first_batch_start(spec: PipelineSpec) -> str | None:
     """Start LSN of the oldest staged batch (replay needs the log from the slot's creation)."""
     batches = StagingReader.from_uri(spec.staging.uri, spec.source.slot).batches()
@@ -432,5 +476,6 @@ def first_batch_start(spec: PipelineSpec) -> str | None:
     return format_lsn(batches[0].start_lsn)
 
 
-__all__ = ["SparkStarter", "apply_config", "apply_pending", "batches_upto", "decode_pending", "drain", "local_spark",
+__all__ = ["SparkStarter", "apply_config", "apply_pending", "batches_upto", "decode_pending", "drain", "drop_pipeline",
+           "local_spark",
            "new_spark_session", "reset_target", "run_pending"]

@@ -8,7 +8,7 @@ from typing import Any
 from airflow_provider_pglogical.exceptions import SnapshotOnExistingSlotError, SpecError, format_lsn
 from airflow_provider_pglogical.hooks.dsn import libpq_dsn
 from airflow_provider_pglogical.hooks.slot_client import PgLogicalClient
-from airflow_provider_pglogical.pipeline.source import resolve_with, resolved
+from airflow_provider_pglogical.pipeline.source import publication_marker, resolve_with, resolved
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec, split_qualified
 from airflow_provider_pglogical.pipeline.target import spec_target
 from airflow_provider_pglogical.snapshot.layout import SnapshotLayout
@@ -69,7 +69,8 @@ def initial_snapshot_if_new(spec: PipelineSpec, client: PgLogicalClient, *, log:
         spec = resolve_with(spec, client)
     if spec.source.create:
         client.check_wal_level()
-        client.create_publication(spec.source.publication, [split_qualified(t) for t in spec.tables])
+        client.create_publication(spec.source.publication, [split_qualified(t) for t in spec.tables],
+                                  comment=publication_marker(spec))
     else:
         missing = [p for p in spec.source.all_publications if not client.publication_exists(p)]
         if missing:

@@ -4,12 +4,19 @@ against what the publication publishes)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
-from airflow_provider_pglogical.exceptions import PublicationNotFoundError, SpecError, format_lsn
-from airflow_provider_pglogical.hooks.slot_client import PgLogicalClient
+from airflow_provider_pglogical.exceptions import (
+    PipelineBusyError,
+    PublicationNotFoundError,
+    SlotPluginMismatchError,
+    SpecError,
+    format_lsn,
+)
+from airflow_provider_pglogical.hooks.slot_client import PLUGIN, PgLogicalClient
 from airflow_provider_pglogical.hooks.slots import check_wal_retention, slot_lag_bytes, slot_summary
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec, TableSpec, split_qualified
 
@@ -22,6 +29,11 @@ def source_client(spec: PipelineSpec) -> PgLogicalClient:
     from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
 
     return PgLogicalHook(postgres_conn_id=spec.source.conn_id).client
+
+
+def publication_marker(spec: PipelineSpec) -> str:
+    """The comment a publication the pipeline creates carries: how ``drop`` tells it from one that pre-existed."""
+    return f"created by airflow-provider-pglogical for slot {spec.source.slot}"
 
 
 def check_column_lists(spec: PipelineSpec, client: PgLogicalClient) -> None:
@@ -52,7 +64,8 @@ def ensure_replication(spec: PipelineSpec, client: PgLogicalClient) -> dict[str,
         spec = resolve_with(spec, client)
     if spec.source.create:
         client.check_wal_level()
-        created_publication = (client.create_publication(publication, [split_qualified(t) for t in spec.tables])
+        created_publication = (client.create_publication(publication, [split_qualified(t) for t in spec.tables],
+                                                         comment=publication_marker(spec))
                                or created_publication)
     for name in spec.source.all_publications if not spec.source.create else ():
         if not client.publication_exists(name):
@@ -73,6 +86,65 @@ def ensure_replication(spec: PipelineSpec, client: PgLogicalClient) -> dict[str,
     info = client.require_slot(slot)
     return {"publication": publication, "created_publication": created_publication, "slot": slot,
             "created_slot": created_slot, "confirmed_flush_lsn": format_lsn(info.confirmed_flush_lsn)}
+
+
+@contextmanager
+def exclusive_slot(spec: PipelineSpec, client: PgLogicalClient) -> Iterator[None]:
+    """Hold the slot's drain lock (what every drain holds, ``staging/drain.py``) on ``client``'s session for the
+    block, so no run starts meanwhile; ``PipelineBusyError`` when a run holds it or a consumer has the slot active."""
+    slot = spec.source.slot
+    if not client.try_lock_slot(slot):
+        raise PipelineBusyError(f"slot {slot!r} is being drained by another session (its drain lock is held); "
+                                "let the run finish, then drop")
+    try:
+        info = client.slot_info(slot)
+        if info is not None and info.active:
+            raise PipelineBusyError(f"replication slot {slot!r} is active for PID {info.active_pid}; stop that "
+                                    "consumer, then drop")
+        yield
+    finally:
+        client.unlock_slot(slot)
+
+
+def drop_replication(spec: PipelineSpec, client: PgLogicalClient, *, dry_run: bool = False,
+                     log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Drop the slot (releasing the WAL it pins) and every publication of the spec this pipeline created —
+    those carrying ``publication_marker`` — keeping the others. Idempotent: what is gone is skipped.
+
+    ``dry_run``: only report. The caller holds ``exclusive_slot`` when not.
+    """
+    slot = spec.source.slot
+    info = client.slot_info(slot)
+    if info is not None:
+        database = client.current_database()
+        if info.slot_type != "logical" or info.plugin != PLUGIN or info.database != database:
+            # Another tool's slot of that name (or another database's): not this pipeline's to drop.
+            raise SlotPluginMismatchError(
+                f"replication slot {slot!r} is a {info.slot_type} slot of plugin {info.plugin!r} in database "
+                f"{info.database!r}, not this pipeline's ({PLUGIN} in {database!r}); it was not dropped",
+                hint="drop it with pg_drop_replication_slot if it is no longer used")
+    drop: list[str] = []
+    keep: dict[str, str] = {}
+    for name in spec.source.all_publications:
+        if not client.publication_exists(name):
+            continue
+        if client.publication_comment(name) == publication_marker(spec):
+            drop.append(name)
+        else:
+            keep[name] = "not created by this pipeline"
+    restart = None if info is None or info.restart_lsn is None else format_lsn(info.restart_lsn)
+    retained = None if info is None else info.retained_bytes
+    if not dry_run:
+        if info is not None:
+            client.drop_slot_if_exists(slot)
+        for name in drop:
+            client.drop_publication(name)
+        if log is not None:
+            log(f"dropped slot {slot}" if info is not None else f"slot {slot} does not exist")
+            log(f"dropped publication(s) {', '.join(drop)}" if drop else "no publication of this pipeline to drop")
+    # restart_lsn / retained_bytes: the WAL the slot pinned, released with it.
+    return {"slot": {"name": slot, "exists": info is not None, "restart_lsn": restart, "retained_bytes": retained},
+            "publications": {"drop": drop, "keep": keep}}
 
 
 def check_retention(spec: PipelineSpec, client: PgLogicalClient) -> dict[str, Any]:
@@ -124,10 +196,10 @@ def create_selected_publication(spec: PipelineSpec, client: PgLogicalClient) -> 
     """With ``source.create``: create the publication for the spec's selection unless it exists —
     ``FOR ALL TABLES`` for ``"*"``, else ``FOR TABLE <named>, TABLES IN SCHEMA <schemas>`` (PostgreSQL 15+)."""
     if "*" in spec.selectors:
-        return client.create_publication(spec.source.publication, all_tables=True)
+        return client.create_publication(spec.source.publication, all_tables=True, comment=publication_marker(spec))
     schemas = sorted(name[:-2] for name in spec.selectors)
     return client.create_publication(spec.source.publication, [split_qualified(t) for t in spec.tables],
-                                     schemas=schemas)
+                                     schemas=schemas, comment=publication_marker(spec))
 
 
 def resolve_with(spec: PipelineSpec, client: PgLogicalClient) -> PipelineSpec:

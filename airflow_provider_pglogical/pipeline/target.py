@@ -3,7 +3,7 @@
 ``spec_target(spec)`` turns the spec's ``target`` section into a small handle (no Spark, no
 connection yet) that answers what the pipeline asks of a target: the process environment the apply
 needs, watermarks, snapshot sync marks, whether Spark may start during the drain, reset for a replay,
-maintenance, and ``for_apply(spark, config)``, the ``apply.targets.base.Target`` the runner applies
+maintenance, dropping the slot's bookkeeping (``pglogical drop``), and ``for_apply(spark, config)``, the ``apply.targets.base.Target`` the runner applies
 to. The CLI, the DAG factory, the run steps and ``status`` ask the handle; none of them branches on
 the kind.
 
@@ -25,23 +25,31 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import psycopg2
+from psycopg2 import sql
 
 from airflow_provider_pglogical.apply import planning
 from airflow_provider_pglogical.apply.targets.delta.settings import connection_env, environment
+from airflow_provider_pglogical.apply.targets.postgres import catalog
 from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import (
     locate,
     qualified,
     resolve_schema,
     target_identity,
 )
+from airflow_provider_pglogical.apply.targets.postgres.copy import leftover_staging
+from airflow_provider_pglogical.apply.targets.postgres.plan import staging_prefix
 from airflow_provider_pglogical.apply.targets.postgres.progress import (
     PROGRESS_TABLE,
+    REJECTS_TABLE,
     SYNC_TABLE,
+    delete_slot_rows,
     read_watermarks,
     reset,
+    slot_rows,
+    slot_targets,
     sync_marks,
 )
-from airflow_provider_pglogical.exceptions import SpecError
+from airflow_provider_pglogical.exceptions import PipelineBusyError, SpecError
 from airflow_provider_pglogical.hooks.dsn import libpq_dsn
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec
 from airflow_provider_pglogical.staging.target_record import TargetRecord, read_record, write_record
@@ -110,6 +118,16 @@ class SpecTarget(ABC):
     def maintain(self, *, retention_hours: int, vacuum: bool) -> dict[str, Any]:
         """Compact and vacuum the target tables (``pglogical maintain``)."""
         raise SpecError(f"{self.spec.origin}: maintain compacts and vacuums Delta tables; the target is {self.kind}")
+
+    def exclusive(self) -> AbstractContextManager[None]:
+        """Hold the slot's apply lock on the target for the block, so no apply starts meanwhile
+        (``PipelineBusyError`` while one runs); nothing to hold by default."""
+        return nullcontext()
+
+    def drop_bookkeeping(self, *, dry_run: bool = False, log: Log = _quiet) -> dict[str, Any]:
+        """Forget the slot on the target (``pglogical drop``): its watermarks, sync marks and whatever else the
+        target keeps per slot — never the target tables. Idempotent; ``dry_run`` only reports what would go."""
+        raise SpecError(f"{self.spec.origin}: drop of a {self.kind} target's bookkeeping is not supported")
 
     @abstractmethod
     def for_apply(self, spark: SparkSession, config: ApplyConfig) -> Target:
@@ -225,6 +243,49 @@ class PostgresSpecTarget(SpecTarget):
         log(f"emptied {len(existing)} target table(s) and reset the watermarks of slot {slot}")
         return {"truncated": existing}
 
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        slot, conn = self.spec.source.slot, self.conn
+        if not catalog.try_lock_slot(conn, slot):
+            raise PipelineBusyError(f"an apply of slot {slot!r} into this target is running (its apply lock is "
+                                    "held); let the run finish, then drop")
+        try:
+            yield
+        finally:
+            catalog.unlock_slot(conn, slot)
+
+    def exclusive(self) -> AbstractContextManager[None]:
+        return self._exclusive()
+
+    def drop_bookkeeping(self, *, dry_run: bool = False, log: Log = _quiet) -> dict[str, Any]:
+        """The slot's rows in the progress, sync and rejects tables, and staging tables a crashed apply left,
+        in one transaction; the bookkeeping tables themselves stay (other pipelines may keep theirs there)."""
+        slot, conn = self.spec.source.slot, self.conn
+        try:
+            record = read_record(self.spec.staging.uri, slot, target_identity(conn))
+            # Where the watermarks are, as reset finds them (``progress_table`` refuses missing ones: a drop
+            # run twice finds none).
+            schema = resolve_schema(conn, self.spec.target.bookkeeping_schema, self.tables, PROGRESS_TABLE,
+                                    slot=slot, recorded=record.bookkeeping_schema if record else None)
+            progress, sync, rejects = (qualified(schema, n) for n in (PROGRESS_TABLE, SYNC_TABLE, REJECTS_TABLE))
+            rows = slot_rows(conn, slot, (progress, sync, rejects))
+            known = set(self.tables) | slot_targets(conn, slot, (progress, sync))
+            staging = leftover_staging(conn, schema, [staging_prefix(slot, t) for t in known])
+            if not dry_run:
+                delete_slot_rows(conn, slot, (progress, sync, rejects))
+                with conn.cursor() as cur:
+                    for name in staging:
+                        cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(
+                            sql.Identifier(schema, name)))
+                conn.commit()
+                log(f"deleted {sum(rows.values())} bookkeeping row(s) of slot {slot} in schema {schema} and dropped "
+                    f"{len(staging)} leftover staging table(s)")
+        finally:
+            conn.rollback()
+        self._progress_table = None
+        return {"kind": self.kind, "bookkeeping_schema": schema, "rows": rows,
+                "staging_tables": [f"{schema}.{n}" for n in staging]}
+
     def for_apply(self, spark: SparkSession, config: ApplyConfig) -> Target:
         from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget
 
@@ -303,6 +364,12 @@ class DeltaSpecTarget(SpecTarget):
         with self.environment():
             location = self.delta_target().location
             return {"tables": maintain(location, sorted(self.tables), retention_hours=retention_hours, vacuum=vacuum)}
+
+    def drop_bookkeeping(self, *, dry_run: bool = False, log: Log = _quiet) -> dict[str, Any]:
+        # Watermarks and sync marks are app transactions in each table's log, committed with the data they
+        # describe: they go only with the tables, which drop keeps.
+        return {"kind": self.kind, "rows": {},
+                "note": "the watermarks live in each Delta table's log with its data: nothing separate to drop"}
 
     def for_apply(self, spark: SparkSession, config: ApplyConfig) -> Target:
         return self.delta_target()

@@ -49,19 +49,24 @@ def drop_leftover_staging(conn: connection, schema: str, prefixes: Iterable[str]
     """Staging tables in ``schema`` whose names start with one of ``prefixes`` (``plan.staging_prefix``
     of this slot's target tables), dropped: a run that crashed after its COMMIT left them, and the
     rerun skips their batch or snapshot, so nothing else would. Call it holding the slot's lock."""
+    dropped = leftover_staging(conn, schema, prefixes)
+    with conn.cursor() as cur:
+        for name in dropped:
+            cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(schema), sql.Identifier(name)))
+    conn.commit()
+    return dropped
+
+
+def leftover_staging(conn: connection, schema: str, prefixes: Iterable[str]) -> list[str]:
+    """Names of the tables in ``schema`` starting with one of ``prefixes`` (inside the caller's transaction)."""
     patterns = sorted({p.replace("\\", "\\\\").replace("_", "\\_").replace("%", "\\%") + "%" for p in prefixes})
-    dropped: list[str] = []
     if not patterns:
-        return dropped
+        return []
     with conn.cursor() as cur:
         cur.execute("SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                     "WHERE n.nspname = %s AND c.relkind = 'r' AND c.relname LIKE ANY(%s) ORDER BY 1",
                     (schema, patterns))
-        for (name,) in cur.fetchall():
-            cur.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(schema), sql.Identifier(name)))
-            dropped.append(name)
-    conn.commit()
-    return dropped
+        return [str(name) for (name,) in cur.fetchall()]
 
 
 def copy_rows(dsn: str, staging: str, columns: Sequence[str], lines: Iterator[str]) -> int:

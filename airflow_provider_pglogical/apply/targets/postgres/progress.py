@@ -84,6 +84,37 @@ def reset(conn: connection, slot: str, tables: Iterable[str], progress: str = PR
     return existing
 
 
+def slot_rows(conn: connection, slot: str, tables: Iterable[str]) -> dict[str, int]:
+    """Rows of ``slot`` in each existing bookkeeping table of ``tables`` (progress, sync, rejects), by table."""
+    counts: dict[str, int] = {}
+    with conn.cursor() as cur:
+        for table in tables:
+            if exists(conn, table):
+                cur.execute(sql.SQL("SELECT count(*) FROM {} WHERE slot = %s").format(ident(table)), (slot,))
+                counts[table] = int(one_row(cur)[0])
+    return counts
+
+
+def slot_targets(conn: connection, slot: str, tables: Iterable[str]) -> set[str]:
+    """The target tables ``slot``'s rows in the existing progress/sync ``tables`` name."""
+    names: set[str] = set()
+    with conn.cursor() as cur:
+        for table in tables:
+            if exists(conn, table):
+                cur.execute(sql.SQL("SELECT DISTINCT target_table FROM {} WHERE slot = %s").format(ident(table)),
+                            (slot,))
+                names.update(str(name) for (name,) in cur.fetchall())
+    return names
+
+
+def delete_slot_rows(conn: connection, slot: str, tables: Iterable[str]) -> None:
+    """Delete ``slot``'s rows from the existing bookkeeping ``tables``, inside the caller's transaction."""
+    with conn.cursor() as cur:
+        for table in tables:
+            if exists(conn, table):
+                cur.execute(sql.SQL("DELETE FROM {} WHERE slot = %s").format(ident(table)), (slot,))
+
+
 def ensure_sync_table(conn: connection, table: str = SYNC_TABLE) -> None:
     """``table``: qualified with the bookkeeping schema (``bookkeeping_schema.qualified``), like the progress table."""
     with conn.cursor() as cur:
