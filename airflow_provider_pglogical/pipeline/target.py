@@ -127,7 +127,7 @@ class SpecTarget(ABC):
     def drop_bookkeeping(self, *, dry_run: bool = False, log: Log = _quiet) -> dict[str, Any]:
         """Forget the slot on the target (``pglogical drop``): its watermarks, sync marks and whatever else the
         target keeps per slot — never the target tables. Idempotent; ``dry_run`` only reports what would go."""
-        raise SpecError(f"{self.spec.origin}: drop of a {self.kind} target's bookkeeping is not supported")
+        raise SpecError(f"{self.spec.origin}: drop is not supported for a target of kind {self.kind!r}")
 
     @abstractmethod
     def for_apply(self, spark: SparkSession, config: ApplyConfig) -> Target:

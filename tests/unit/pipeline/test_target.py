@@ -51,6 +51,15 @@ def test_reset_of_a_delta_target_and_maintain_of_a_postgres_target_are_typed_err
         spec_target(postgres_spec()).maintain(retention_hours=168, vacuum=True)
 
 
+def test_dropping_a_delta_targets_bookkeeping_drops_nothing_and_says_why():
+    """Its watermarks are app transactions in each table's log, with the data: they go only with the tables."""
+    handle = spec_target(parse_spec(delta_doc(), env={}))
+    with handle.exclusive():
+        dropped = handle.drop_bookkeeping()
+    assert dropped == {"kind": "delta", "rows": {},
+                       "note": "the watermarks live in each Delta table's log with its data: nothing separate to drop"}
+
+
 def test_a_new_kind_is_one_registered_handle(monkeypatch):
     """Registering a handle is all the pipeline side needs: ``spec_target`` finds it by the spec's kind."""
     monkeypatch.setattr(targetmod, "HANDLES", dict(targetmod.HANDLES))
@@ -67,6 +76,8 @@ def test_a_new_kind_is_one_registered_handle(monkeypatch):
     spec = replace(spec, target=replace(spec.target, kind="iceberg"))
     handle = spec_target(spec)
     assert isinstance(handle, IcebergSpecTarget) and handle.kind == "iceberg" and handle.sync_marks() == {}
+    with pytest.raises(SpecError, match="drop is not supported for a target of kind 'iceberg'"):
+        handle.drop_bookkeeping(dry_run=True)
 
 
 def test_a_kind_without_a_handle_is_a_spec_error_naming_it():
