@@ -442,16 +442,16 @@ def drop_pipeline(spec: PipelineSpec, *, dry_run: bool = False, staging: bool = 
     with source_client(spec) as client, spec_target(spec) as target:
         if dry_run:
             return {"dry_run": True, **drop_replication(spec, client, dry_run=True),
-                    "target": target.drop_bookkeeping(dry_run=True), "staging": _staging_area(spec, staging, True)}
+                    "target": target.drop_bookkeeping(dry_run=True), "staging": _staging_area(spec, remove=staging, dry_run=True)}
         with exclusive_slot(spec, client), target.exclusive():
             source = drop_replication(spec, client, log=log)
             # Before the staging area: the target record there says where the bookkeeping is.
             bookkeeping = target.drop_bookkeeping(log=log)
-            area = _staging_area(spec, staging, False, log)
+            area = _staging_area(spec, remove=staging, dry_run=False, log=log)
     return {"dry_run": False, **source, "target": bookkeeping, "staging": area}
 
 
-def _staging_area(spec: PipelineSpec, remove: bool, dry_run: bool, log: Log = _quiet) -> dict[str, Any]:
+def _staging_area(spec: PipelineSpec, *, remove: bool, dry_run: bool, log: Log = _quiet) -> dict[str, Any]:
     """The slot's staging area (batches, snapshots, state and target records): removed when ``remove``."""
     layout = StagingLayout.from_uri(spec.staging.uri, spec.source.slot)
     where = layout.uri_for(layout.slot_dir)
@@ -477,5 +477,4 @@ def first_batch_start(spec: PipelineSpec) -> str | None:
 
 
 __all__ = ["SparkStarter", "apply_config", "apply_pending", "batches_upto", "decode_pending", "drain", "drop_pipeline",
-           "local_spark",
-           "new_spark_session", "reset_target", "run_pending"]
+           "local_spark", "new_spark_session", "reset_target", "run_pending"]
