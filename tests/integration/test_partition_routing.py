@@ -5,6 +5,9 @@ under the leaf alone — which empties only that leaf's rows of the shared targe
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
@@ -91,6 +94,19 @@ def test_leaves_routed_to_the_root_target_match_a_native_subscriber(pg_server, s
         assert query(partitioned, "SELECT count(*) FROM meas_rest") == [(2,)]  # us rows: routed by our target
 
 
+def rerecord(path: Path) -> None:
+    """Record a rewritten staged file's new size and hash in its batch's manifest (written by the staging writer)."""
+    import pyarrow.fs as pafs
+
+    from airflow_provider_pglogical.staging.manifest import hash_file
+
+    manifest_path = path.parent / "_manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    size, digest = hash_file(pafs.LocalFileSystem(), str(path))
+    manifest["files"][path.name].update(bytes=size, sha256=digest)
+    manifest_path.write_text(json.dumps(manifest))
+
+
 def test_a_leaf_truncate_in_a_batch_staged_without_partition_constraints_is_refused(pg_server, spark, tmp_path):
     """A batch staged before relations carried partition constraints cannot empty only the leaf's rows:
     the batch stops naming leaf, target and LSN, and nothing of it is written."""
@@ -108,6 +124,7 @@ def test_a_leaf_truncate_in_a_batch_staged_without_partition_constraints_is_refu
         staged = pq.read_table(relations)
         pq.write_table(staged.set_column(staged.schema.get_field_index("partition_constraint"), "partition_constraint",
                                          pa.nulls(staged.num_rows, pa.string())), relations)
+        rerecord(relations)  # as that older writer recorded it: the batch is intact, only older
         with pytest.raises(ApplyError, match=r"TRUNCATE of leaf partition public\.meas_us at LSN .* public\.meas"):
             apply_slot(spark, ApplyConfig(slot=slot, staging_root=uri, tables=ROUTED), ours)
         assert query(ours, "SELECT count(*) FROM meas") == [(0,)]  # created, but nothing of the batch written
