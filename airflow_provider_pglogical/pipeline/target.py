@@ -227,15 +227,21 @@ class PostgresSpecTarget(SpecTarget):
         finally:
             conn.rollback()
 
+    def _watermarks_schema(self) -> tuple[str, str]:
+        """(target identity, the schema holding the slot's bookkeeping) as the staging record and the slot's own
+        rows say; unlike ``progress_table`` it does not refuse missing watermarks, which reset and drop expect."""
+        conn = self.conn
+        target = target_identity(conn)
+        record = read_record(self.spec.staging.uri, self.spec.source.slot, target)
+        schema = resolve_schema(conn, self.spec.target.bookkeeping_schema, self.tables, PROGRESS_TABLE,
+                                slot=self.spec.source.slot, recorded=record.bookkeeping_schema if record else None)
+        return target, schema
+
     def reset(self, *, log: Log = _quiet) -> dict[str, Any]:
         """In one transaction (sync marks too: the staged snapshots load again); crashing before the commit
         leaves the target untouched. The staging area's record then says nothing is applied."""
         slot, conn = self.spec.source.slot, self.conn
-        target = target_identity(conn)
-        record = read_record(self.spec.staging.uri, slot, target)
-        # Where the watermarks are (not ``progress_table``: it refuses the missing ones reset is for).
-        schema = resolve_schema(conn, self.spec.target.bookkeeping_schema, self.tables, PROGRESS_TABLE, slot=slot,
-                                recorded=record.bookkeeping_schema if record else None)
+        target, schema = self._watermarks_schema()
         existing = reset(conn, slot, sorted(self.tables), qualified(schema, PROGRESS_TABLE),
                          qualified(schema, SYNC_TABLE))
         write_record(self.spec.staging.uri, slot, target, TargetRecord(schema, applied=False))
@@ -262,11 +268,7 @@ class PostgresSpecTarget(SpecTarget):
         in one transaction; the bookkeeping tables themselves stay (other pipelines may keep theirs there)."""
         slot, conn = self.spec.source.slot, self.conn
         try:
-            record = read_record(self.spec.staging.uri, slot, target_identity(conn))
-            # Where the watermarks are, as reset finds them (``progress_table`` refuses missing ones: a drop
-            # run twice finds none).
-            schema = resolve_schema(conn, self.spec.target.bookkeeping_schema, self.tables, PROGRESS_TABLE,
-                                    slot=slot, recorded=record.bookkeeping_schema if record else None)
+            _, schema = self._watermarks_schema()
             progress, sync, rejects = (qualified(schema, n) for n in (PROGRESS_TABLE, SYNC_TABLE, REJECTS_TABLE))
             rows = slot_rows(conn, slot, (progress, sync, rejects))
             known = set(self.tables) | slot_targets(conn, slot, (progress, sync))
