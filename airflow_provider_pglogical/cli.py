@@ -1,5 +1,5 @@
-"""The ``pglogical`` command line: validate, decode, apply, run, status, reset, drop (and maintain for Delta) of a
-pipeline spec."""
+"""The ``pglogical`` command line: validate, decode, apply, run, status, check, report, reset, drop (and maintain for
+Delta) of a pipeline spec."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from airflow_provider_pglogical.pipeline.spec import PipelineSpec, load_spec
 EXIT_OK = 0
 EXIT_FAILED = 1  # a PgLogicalError or an unexpected error; argparse uses 2 for usage errors
 EXIT_CANNOT_RUN = 3  # status: the JSON is printed, and its "problems" say why the pipeline cannot run
+EXIT_AT_RISK = 4  # check: the slot can still be saved (drain it, raise max_slot_wal_keep_size): act now
+EXIT_LOST = 5  # check: the slot is invalidated or gone: the target needs a resync
 
 
 def progress(message: str) -> None:
@@ -98,6 +100,47 @@ def cmd_status(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
     return status(resolved(spec))
 
 
+def cmd_check(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
+    from airflow_provider_pglogical.hooks.sizes import parse_size
+    from airflow_provider_pglogical.pipeline.monitoring import check, thresholds
+
+    def size(value: str | None, option: str) -> int | None:
+        if value is None:
+            return None
+        try:
+            return parse_size(value)
+        except ValueError as exc:
+            from airflow_provider_pglogical.exceptions import SpecError
+
+            raise SpecError(f"{option} {value!r}: {exc}") from None
+
+    limits = thresholds(spec, min_safe_wal_bytes=size(args.min_safe_wal_size, "--min-safe-wal-size"),
+                        max_lag_bytes=size(args.max_lag, "--max-lag"))
+    result = check(spec, limits)
+    for finding in result["findings"]:
+        progress(finding["message"])
+    return result
+
+
+def cmd_report(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
+    from airflow_provider_pglogical.exceptions import SpecError
+    from airflow_provider_pglogical.history.record import parse_since
+    from airflow_provider_pglogical.pipeline.monitoring import report
+
+    try:
+        since = parse_since(args.since) if args.since else None
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+    data, page = report(spec, since=since)
+    if args.html:
+        with open(args.html, "w", encoding="utf-8") as out:
+            out.write(page)
+        progress(f"wrote {args.html} ({len(data['runs'])} run(s))")
+    if args.json or not args.html:
+        return data
+    return {"html": os.path.abspath(args.html), "runs": len(data["runs"]), "current": data["current"]}
+
+
 def cmd_maintain(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
     from airflow_provider_pglogical.pipeline.source import resolved
     from airflow_provider_pglogical.pipeline.target import spec_target
@@ -118,6 +161,9 @@ COMMANDS: dict[str, tuple[Callable[[PipelineSpec, argparse.Namespace], dict[str,
                        "removes its staging area"),
     "status": (cmd_status, "slot position and lag, staged batches, target watermarks (JSON); exit code 3 when "
                            "the pipeline cannot run (its \"problems\" say why)"),
+    "check": (cmd_check, "slot health before max_slot_wal_keep_size invalidates it (JSON); exit code 4 while "
+                         "there is still time to act, 5 once the slot is lost or gone"),
+    "report": (cmd_report, "the run history: --html FILE writes a self-contained page of plots, --json prints it"),
     "maintain": (cmd_maintain, "Delta targets: compact small files, vacuum unreferenced ones, checkpoint the log"),
 }
 
@@ -138,6 +184,15 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--max-batches", type=int, metavar="N", help="stop after N batches (default: drain all)")
             p.add_argument("--allow-gap", action="store_true",
                            help="a slot recreated past the staged log's end drains on; the changes in between are lost")
+        if name == "check":
+            p.add_argument("--min-safe-wal-size", metavar="SIZE",
+                           help="at risk when safe_wal_size is below SIZE, e.g. 1GB (default: source.min_safe_wal_bytes)")
+            p.add_argument("--max-lag", metavar="SIZE",
+                           help="at risk when the slot lags more than SIZE, e.g. 10GB (default: source.max_lag_bytes)")
+        if name == "report":
+            p.add_argument("--html", metavar="FILE", help="write the report as one self-contained HTML page")
+            p.add_argument("--json", action="store_true", help="print the report's data (the default without --html)")
+            p.add_argument("--since", metavar="WHEN", help="runs ending at or after an ISO time or an age (24h, 7d)")
         if name == "maintain":
             p.add_argument("--retention-hours", type=int, default=168, metavar="H",
                            help="VACUUM keeps files referenced by snapshots younger than H hours (default 168)")
@@ -181,7 +236,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.stdout.write("\n")
     sys.stdout.flush()
     os.dup2(2, 1)  # exit-time log lines (py4j shutdown) must not follow the JSON
-    return EXIT_CANNOT_RUN if args.command == "status" and result.get("problems") else EXIT_OK
+    return exit_code(args.command, result)
+
+
+def exit_code(command: str, result: dict[str, Any]) -> int:
+    """0, or the documented code of a ``status`` that cannot run or a ``check`` that found the slot at risk or lost."""
+    if command == "status" and result.get("problems"):
+        return EXIT_CANNOT_RUN
+    if command == "check":
+        return {"at_risk": EXIT_AT_RISK, "lost": EXIT_LOST}.get(str(result.get("health")), EXIT_OK)
+    return EXIT_OK
 
 
 @contextmanager

@@ -17,6 +17,7 @@ import airflow_provider_pglogical
 from airflow_provider_pglogical.apply.config import TableApplyConfig
 from airflow_provider_pglogical.apply.sparkenv import LOCAL_DRIVER_CONF, is_local, spark_submit_env
 from airflow_provider_pglogical.exceptions import ApplyError
+from airflow_provider_pglogical.history.recorder import Stopwatch, recording
 from airflow_provider_pglogical.hooks.dsn import libpq_dsn
 
 if TYPE_CHECKING:
@@ -133,12 +134,19 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
             self.conf.setdefault("spark.sql.session.timeZone", "UTC")
             self.env_vars = {**spark_submit_env(master, self.python), **(self.env_vars or {}),
                              self.dsn_env: libpq_dsn(target)}
-            try:
-                super().execute(context)
-            finally:
-                # Batches committed before a failure still count: report them either way.
-                reports = read_batch_reports(report)
-                self._report_batches(reports)
+            # One record in the slot's run history (docs/staging-format.md#run-history), failed runs included.
+            with recording(self.staging_uri, self.slot, "apply", tool="airflow", log=self.log.warning) as record:
+                watch = Stopwatch()
+                try:
+                    super().execute(context)
+                finally:
+                    # Batches committed before a failure still count: report them either way.
+                    reports = read_batch_reports(report)
+                    self._report_batches(reports)
+                    applied = [r for r in reports if r["applied"]]
+                    record.applied(batches_applied=len(applied), seconds=watch.seconds,
+                                   rows={table: {"written": n} for table, n in applied_rows(reports).items()},
+                                   lsns=[(int(r["start_lsn"]), int(r["end_lsn"])) for r in applied])
             self._emit_asset_events(context, reports)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)

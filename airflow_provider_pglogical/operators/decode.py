@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 
 from airflow_provider_pglogical.assets.pglogical import staged_table_asset
+from airflow_provider_pglogical.history.recorder import Stopwatch, recording, slot_figures
 from airflow_provider_pglogical.metrics.batches import decode_metrics, emit_decode_batch
 from airflow_provider_pglogical.staging.drain import (
     DEFAULT_MAX_CHANGES,
@@ -97,12 +98,17 @@ class PgLogicalDecodeOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         config = self.build_config()
         hook = self.get_hook()
-        try:
-            result = drain_slot(hook, config, logger=self.log)
-            lag = hook.slot_info(config.slot)
-            published = hook.published_tables(config.publications)
-        finally:
-            hook.close()
+        # One record in the slot's run history (docs/staging-format.md#run-history), failed runs included.
+        with recording(config.staging_uri, config.slot, "decode", tool="airflow", log=self.log.warning) as record:
+            try:
+                watch = Stopwatch()
+                result = drain_slot(hook, config, logger=self.log)
+                record.decoded([result.to_summary()], watch.seconds)
+                lag = hook.slot_info(config.slot)
+                record.saw_slot(slot_figures(lag))
+                published = hook.published_tables(config.publications)
+            finally:
+                hook.close()
         summary = result.to_summary()
         # One line with the batch's numbers, the same ones sent to Stats.
         emit_decode_batch(decode_metrics(summary, staging_uri=config.staging_uri,

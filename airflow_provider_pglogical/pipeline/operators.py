@@ -124,7 +124,7 @@ class DeltaApplyOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         limit = None if self.max_batches in (None, "", "None") else int(self.max_batches)
-        return apply_pending(self.spec, max_batches=limit, log=self.log.info)
+        return apply_pending(self.spec, max_batches=limit, log=self.log.info, tool="airflow")
 
 
 class SnapshotTablesOperator(BaseOperator):

@@ -17,6 +17,7 @@ from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfi
 from airflow_provider_pglogical.apply.sparkenv import LOCAL_DRIVER_CONF, is_local, use_package_python
 from airflow_provider_pglogical.apply.targets.postgres.progress import PROGRESS_TABLE
 from airflow_provider_pglogical.exceptions import SparkStartError, StagingError, format_lsn
+from airflow_provider_pglogical.history.recorder import RunRecorder, Stopwatch, recording, slot_figures
 from airflow_provider_pglogical.pipeline.snapshots import initial_snapshot_if_new, sync_tables, unapplied_snapshots
 from airflow_provider_pglogical.pipeline.source import (
     check_column_lists,
@@ -236,7 +237,8 @@ def run_pending(spec: PipelineSpec, *, master: str | None = None, max_batches: i
     """``pglogical run``: decode (at most ``max_batches`` batches), then apply everything pending.
 
     Spark starts in the background once the drain has read a transaction (or a snapshot was staged),
-    overlapping the JVM start with the rest of the drain; an empty slot starts no JVM.
+    overlapping the JVM start with the rest of the drain; an empty slot starts no JVM. Recorded in the
+    slot's run history as one ``run`` (docs/staging-format.md#run-history).
     """
     starter = SparkStarter(master or spec.spark.master, spec.spark.conf, log=log)
     early = spec_target(spec).early_spark_start
@@ -245,21 +247,36 @@ def run_pending(spec: PipelineSpec, *, master: str | None = None, max_batches: i
         if early:
             starter.start("the drain has changes to stage")
 
-    try:
-        decoded = decode_pending(spec, max_batches=max_batches, log=log, on_changes=on_changes, allow_gap=allow_gap)
-        applied = apply_pending(spec, master=master, log=log, spark=starter)
-    finally:
-        starter.stop()
+    with recording(spec.staging.uri, spec.source.slot, "run", log=log) as recorder:
+        try:
+            decoded = decode_pending(spec, max_batches=max_batches, log=log, on_changes=on_changes,
+                                     allow_gap=allow_gap, recorder=recorder)
+            applied = apply_pending(spec, master=master, log=log, spark=starter, recorder=recorder)
+        finally:
+            starter.stop()
     return {"decode": decoded, "apply": applied, "spark": starter.summary()}
 
 
 def apply_pending(spec: PipelineSpec, *, master: str | None = None, max_batches: int | None = None,
-                  log: Log = _quiet, spark: SparkStarter | None = None) -> dict[str, Any]:
+                  log: Log = _quiet, spark: SparkStarter | None = None, recorder: RunRecorder | None = None,
+                  tool: str = "cli") -> dict[str, Any]:
     """Apply every staged batch beyond the target's watermarks, oldest first (idempotent).
 
     ``spark``: the run's session starter (its owner stops it); without it a session is started and
-    stopped here, when there is something to apply.
+    stopped here, when there is something to apply. Recorded in the slot's run history as an ``apply``
+    by ``tool``, or into ``recorder`` (the enclosing run's).
     """
+    with recording(spec.staging.uri, spec.source.slot, "apply", tool=tool, log=log, given=recorder) as record:
+        watch = Stopwatch()
+        result, lsns = _apply_pending(spec, master=master, max_batches=max_batches, log=log, spark=spark)
+        record.applied(batches_applied=result["batches_applied"], rows=result["rows"], seconds=watch.seconds,
+                       lsns=lsns)
+    return result
+
+
+def _apply_pending(spec: PipelineSpec, *, master: str | None, max_batches: int | None, log: Log,
+                   spark: SparkStarter | None) -> tuple[dict[str, Any], list[tuple[int, int]]]:
+    """``apply_pending``'s result and the (start, end) LSNs of the batches it committed."""
     spec = resolved(spec)  # the selected tables' targets carry watermarks and snapshots too
     config = apply_config(spec, max_batches=max_batches)
     target = spec_target(spec)
@@ -270,7 +287,7 @@ def apply_pending(spec: PipelineSpec, *, master: str | None = None, max_batches:
         # Starting Spark costs seconds: skip it when every staged batch is below every watermark.
         log(f"nothing to apply: no staged batch of slot {spec.source.slot} is past the target's watermarks")
         return {"batches_seen": 0, "batches_applied": 0, "batches_replayed_in_order": 0, "last_applied_end_lsn": None,
-                "rows": {}}
+                "rows": {}}, []
     log(f"applying {len(pending)} staged batch(es) of slot {spec.source.slot} from {spec.staging.uri}")
     from airflow_provider_pglogical.apply.runner import apply_slot  # imports pyspark: only when there is work
 
@@ -287,8 +304,9 @@ def apply_pending(spec: PipelineSpec, *, master: str | None = None, max_batches:
     # A replayed batch's counters count changes, not net rows (docs/apply.md, ordered replay).
     replayed = sum(r.ordered for r in applied)
     log(f"applied {len(applied)} of {len(reports)} staged batches ({replayed} replayed change by change)")
-    return {"batches_seen": len(reports), "batches_applied": len(applied), "batches_replayed_in_order": replayed,
-            "last_applied_end_lsn": format_lsn(applied[-1].end_lsn) if applied else None, "rows": rows}
+    return ({"batches_seen": len(reports), "batches_applied": len(applied), "batches_replayed_in_order": replayed,
+             "last_applied_end_lsn": format_lsn(applied[-1].end_lsn) if applied else None,
+             "rows": rows}, [(r.start_lsn, r.end_lsn) for r in applied])
 
 
 @contextmanager
@@ -329,7 +347,7 @@ def pending_batches(spec: PipelineSpec, *, max_batches: int | None = None,
 
 def decode_pending(spec: PipelineSpec, *, max_batches: int | None = None, log: Log = _quiet,
                    resync: list[str] | None = None, on_changes: Callable[[], None] | None = None,
-                   allow_gap: bool = False) -> dict[str, Any]:
+                   allow_gap: bool = False, recorder: RunRecorder | None = None) -> dict[str, Any]:
     """Ensure publication and slot, check WAL retention, then drain the slot batch by batch.
 
     Idempotent per slot position: each cycle stages ``(confirmed_flush_lsn, end]`` and advances
@@ -338,21 +356,37 @@ def decode_pending(spec: PipelineSpec, *, max_batches: int | None = None, log: L
     than once) when there is something for an apply: a snapshot was staged or the drain read a transaction.
     Column lists are checked against the source catalog first, before anything is created, staged or advanced.
     ``allow_gap``: a slot past the staged log's end (recreated) drains on, losing the changes in between.
+    Recorded in the slot's run history as a ``decode``, or into ``recorder`` (the enclosing run's).
     """
-    with source_client(spec) as client:
-        check_column_lists(spec, client)
-        # snapshot.initial: a new slot is created with an exported snapshot (before ensure_replication)
-        initial = initial_snapshot_if_new(spec, client, log=log)
-        ensured = ensure_replication(spec, client)
-        log(f"slot {spec.source.slot} at {ensured['confirmed_flush_lsn']} (publication {', '.join(spec.source.all_publications)})")
-        retention = check_retention(spec, client)
-        log(f"slot lag {retention['lag_bytes']} bytes, wal_status {retention['wal_status']}")
-    synced = sync_tables(spec, resync=resync, log=log)
-    if on_changes is not None and (initial or synced.get("tables")):
-        on_changes()
-    batches = drain(spec, max_batches=max_batches, log=log, on_changes=on_changes, allow_gap=allow_gap)
+    with recording(spec.staging.uri, spec.source.slot, "decode", log=log, given=recorder) as record:
+        with source_client(spec) as client:
+            check_column_lists(spec, client)
+            # snapshot.initial: a new slot is created with an exported snapshot (before ensure_replication)
+            initial = initial_snapshot_if_new(spec, client, log=log)
+            ensured = ensure_replication(spec, client)
+            log(f"slot {spec.source.slot} at {ensured['confirmed_flush_lsn']} (publication {', '.join(spec.source.all_publications)})")
+            record.saw_slot(slot_figures(client.slot_info(spec.source.slot)))  # kept when the check below fails
+            retention = check_retention(spec, client)
+            log(f"slot lag {retention['lag_bytes']} bytes, wal_status {retention['wal_status']}")
+        synced = sync_tables(spec, resync=resync, log=log)
+        if on_changes is not None and (initial or synced.get("tables")):
+            on_changes()
+        watch = Stopwatch()
+        batches = drain(spec, max_batches=max_batches, log=log, on_changes=on_changes, allow_gap=allow_gap)
+        record.decoded(batches, watch.seconds)
+        _observe_slot(spec, record, log)
     return {"ensure": ensured, "retention": retention, "snapshot": {"initial": initial, "tables": synced},
             "batches": batches, "changes": sum(b.get("changes", 0) for b in batches)}
+
+
+def _observe_slot(spec: PipelineSpec, record: RunRecorder, log: Log) -> None:
+    """The slot's figures after the drain, for the history; a source that stopped answering is logged only
+    (the batches are staged and the slot advanced: the run's work is done)."""
+    try:
+        with source_client(spec) as client:
+            record.saw_slot(slot_figures(client.slot_info(spec.source.slot)))
+    except Exception as exc:  # noqa: BLE001
+        log(f"slot {spec.source.slot}: figures after the drain not read ({type(exc).__name__})")
 
 
 def drain_config(spec: PipelineSpec, *, allow_gap: bool = False) -> DrainConfig:

@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("staging", ("staging", "snapshot.layout")),
     ("metrics", ("metrics",)),  # per-batch numbers of decode and apply
     ("hooks", ("hooks",)),  # connections, the slot client
+    ("history", ("history",)),  # run records beside the staging area, the report drawn from them, slot health
     ("snapshot", ("snapshot",)),  # snapshots consistent with the slot
     ("apply", ("apply",)),  # the Spark apply and its targets
     # specs and the runs built from them (CLI and DAG tasks share them)
@@ -40,6 +41,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # DAGs from specs: the spec's steps as operators and task groups
     ("dags", ("pipeline.operators", "pipeline.dag_factory")),
     ("cli", ("cli",)),
+    ("ui", ("ui",)),  # the Airflow UI plugin: the report served by the api-server
 ]
 
 
