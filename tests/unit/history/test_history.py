@@ -15,7 +15,15 @@ from airflow_provider_pglogical.exceptions import SlotWalRetentionError
 from airflow_provider_pglogical.history.health import AT_RISK, LOST, Thresholds, judge, severity
 from airflow_provider_pglogical.history.record import RunRecord, SlotFigures, parse_since, record_name
 from airflow_provider_pglogical.history.recorder import RunRecorder, error_line, recording
-from airflow_provider_pglogical.history.render import Chart, Series, axis_range, chart_svg, charts, render_html, report_data
+from airflow_provider_pglogical.history.render import (
+    Chart,
+    Series,
+    axis_range,
+    chart_svg,
+    charts,
+    render_html,
+    report_data,
+)
 from airflow_provider_pglogical.history.store import RunHistory
 
 T0 = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0) - timedelta(days=1)
