@@ -360,6 +360,8 @@ def decode_pending(spec: PipelineSpec, *, max_batches: int | None = None, log: L
     """
     with recording(spec.staging.uri, spec.source.slot, "decode", log=log, given=recorder) as record:
         with source_client(spec) as client:
+            # The slot as found, recorded before anything can fail on it (a lost slot's record says so).
+            record.saw_slot(slot_figures(client.slot_info(spec.source.slot)))
             check_column_lists(spec, client)
             # snapshot.initial: a new slot is created with an exported snapshot (before ensure_replication)
             initial = initial_snapshot_if_new(spec, client, log=log)
