@@ -9,6 +9,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := postgresql-15 postgresql-contrib libpq-dev openjdk-17-jre-headless gcc
+# Headless Chromium opens the HTML run report in the tests (tests/integration/test_report.py)
+TEST_APT_PACKAGES := chromium
 LOCK_HASH := $(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
 STAMP := $(VENV)/.installed-$(LOCK_HASH)
 PG17_VERSION := 17.9.0-beta.17
@@ -47,7 +49,7 @@ typecheck: venv  ## mypy alone: strict over the package, non-strict over spark_a
 bootstrap: system-deps venv pg17
 
 system-deps:
-	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@missing=""; for p in $(APT_PACKAGES) $(TEST_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "apt-get install:$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \

@@ -49,6 +49,7 @@ SLOW_MODULES = (
     "tests/integration/test_cli_delta.py",
     "tests/integration/test_apply_operator.py",
     "tests/integration/test_report.py",
+    "tests/system/test_ui_plugin.py",
 )
 
 
