@@ -1,8 +1,10 @@
-"""Turn a pipeline spec into Airflow tasks: ensure publication/slot → WAL-retention check → decode → apply."""
+"""Turn a pipeline spec into Airflow tasks: ensure publication/slot → WAL-retention check → decode → apply, and the
+slot-health check beside them."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,6 +15,7 @@ from airflow_provider_pglogical.exceptions import SpecError
 from airflow_provider_pglogical.lsn import parse_lsn
 from airflow_provider_pglogical.operators.apply import PgLogicalApplyOperator
 from airflow_provider_pglogical.operators.decode import PgLogicalDecodeOperator, table_asset
+from airflow_provider_pglogical.operators.slot_health import SlotHealthCheckOperator, log_slot_alert
 from airflow_provider_pglogical.pipeline.operators import (
     DeltaApplyOperator,
     EnsureReplicationOperator,
@@ -26,6 +29,7 @@ from airflow_provider_pglogical.pipeline.target import spec_target
 from airflow_provider_pglogical.staging.drain import DEFAULT_MAX_CHANGES, DEFAULT_MAX_WAL_BYTES
 
 DEFAULT_ARGS = {"retries": 2, "retry_delay": timedelta(minutes=1)}
+AlertCallback = Callable[[Any], None]
 
 
 def pipeline_params(spec: PipelineSpec) -> dict[str, Param]:
@@ -97,8 +101,24 @@ def apply_task(spec: PipelineSpec, task_id: str = "apply", max_batches: Any = No
         outlets=[target_table_asset(spec.source.slot, t.target_name) for t in spec.tables.values()])
 
 
-def pipeline_task_group(spec: PipelineSpec, *, group_id: str = "pglogical") -> TaskGroup:
-    """Add the pipeline's tasks to the current DAG as one TaskGroup and return it."""
+def health_task(spec: PipelineSpec, *, alert_callback: AlertCallback | None = log_slot_alert,
+                task_id: str = "check_slot_health") -> Any:
+    """The slot-health check with the spec's thresholds (``source.min_safe_wal_bytes`` / ``max_lag_bytes``),
+    failing — and calling ``alert_callback`` — while the slot can still be saved."""
+    return SlotHealthCheckOperator(
+        task_id=task_id, slot=spec.source.slot, postgres_conn_id=_conn_id(spec, "source", spec.source.conn_id),
+        min_safe_wal_bytes=_param("min_safe_wal_bytes"), max_lag_bytes=spec.source.max_lag_bytes,
+        retries=0, on_failure_callback=alert_callback)
+
+
+def pipeline_task_group(spec: PipelineSpec, *, group_id: str = "pglogical",
+                        alert_callback: AlertCallback | None = log_slot_alert) -> TaskGroup:
+    """Add the pipeline's tasks to the current DAG as one TaskGroup and return it.
+
+    The slot-health check runs beside the WAL-retention check → decode → apply chain (not after it, so a failed
+    decode still fails the DAG run); ``alert_callback`` is its and the WAL-retention check's
+    ``on_failure_callback``.
+    """
     _require_conn_ids(spec)
     with TaskGroup(group_id=group_id, tooltip=f"slot {spec.source.slot} → {spec_target(spec).kind}") as group:
         # Snapshots first: with snapshot.initial a new slot is created with an exported snapshot.
@@ -106,18 +126,22 @@ def pipeline_task_group(spec: PipelineSpec, *, group_id: str = "pglogical") -> T
                                           resync_tables="{{ (params.get('resync_tables') or []) | tojson }}")
         ensure = EnsureReplicationOperator(task_id="ensure_replication", spec=spec)
         check = WalRetentionCheckOperator(task_id="check_wal_retention", spec=spec,
-                                          min_safe_wal_bytes=_param("min_safe_wal_bytes"))
+                                          min_safe_wal_bytes=_param("min_safe_wal_bytes"),
+                                          on_failure_callback=alert_callback)
         snapshot >> ensure >> check >> decode_task(spec) >> apply_task(spec)
+        ensure >> health_task(spec, alert_callback=alert_callback)
     return group
 
 
 def build_pipeline_dag(spec: PipelineSpec | str | os.PathLike[str], *, dag_id: str, schedule: Any = None,
-                       **dag_kwargs: Any) -> DAG:
+                       alert_callback: AlertCallback | None = log_slot_alert, **dag_kwargs: Any) -> DAG:
     """A DAG running the spec's pipeline once per run (one drain cycle, then apply of all pending).
 
     Defaults: ``max_active_runs=1`` (one slot has one reader at a time), ``catchup=False`` (a
     run drains whatever is pending; past intervals hold no separate data), and UI params from
     :func:`pipeline_params`. Any DAG argument can be overridden through ``dag_kwargs``.
+    ``alert_callback``: called with the task context when the slot-health or WAL-retention check fails
+    (default :func:`~airflow_provider_pglogical.operators.slot_health.log_slot_alert`, one ERROR line).
     """
     if not isinstance(spec, PipelineSpec):
         spec = load_spec(spec)
@@ -126,7 +150,7 @@ def build_pipeline_dag(spec: PipelineSpec | str | os.PathLike[str], *, dag_id: s
               "tags": ["pglogical"], "doc_md": f"Pipeline from `{spec.origin}`: slot `{spec.source.slot}`, "
                                               f"tables {', '.join(sorted(spec.tables))}.", **dag_kwargs}
     with DAG(dag_id=dag_id, schedule=schedule, params=params, **kwargs) as dag:
-        pipeline_task_group(spec)
+        pipeline_task_group(spec, alert_callback=alert_callback)
     return dag
 
 

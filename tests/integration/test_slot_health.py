@@ -1,5 +1,5 @@
-"""`pglogical check` on a server with a small max_slot_wal_keep_size: it fails while the slot can still be saved,
-then says the slot is lost and names the resync; every decode meanwhile is in the run history."""
+"""`pglogical check` and the DAGs' slot-health task on a server with a small max_slot_wal_keep_size: they fail while
+the slot can still be saved, then say the slot is lost and name the resync; every decode is in the run history."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import pytest
 import yaml
 
 from airflow_provider_pglogical.cli import EXIT_AT_RISK, EXIT_LOST, EXIT_OK
+from airflow_provider_pglogical.exceptions import SlotInvalidatedError, SlotWalRetentionError
 from airflow_provider_pglogical.history.store import RunHistory
 from airflow_provider_pglogical.hooks.slot_client import PgLogicalClient
+from airflow_provider_pglogical.operators.slot_health import SlotHealthCheckOperator
 from tests.conftest import make_database
 from tests.pgserver import PgServer, execute, start_server, stop_server
 from tests.userenv import run_as_user, venv_script
@@ -33,8 +35,9 @@ def capped_server() -> Iterator[PgServer]:
 
 
 @pytest.fixture
-def spec(capped_server: PgServer, tmp_path) -> Iterator[dict[str, str]]:
+def spec(capped_server: PgServer, tmp_path, monkeypatch) -> Iterator[dict[str, str]]:
     source = make_database(capped_server)
+    monkeypatch.setenv("AIRFLOW_CONN_HEALTH_SOURCE", capped_server.uri(source))
     target = make_database(capped_server)
     execute(capped_server.dsn(source), "CREATE TABLE t (id int PRIMARY KEY, v text)")
     doc = {"source": {"dsn": capped_server.uri(source), "publication": "health_pub", "slot": "health_slot",
@@ -51,6 +54,11 @@ def spec(capped_server: PgServer, tmp_path) -> Iterator[dict[str, str]]:
 
 def pglogical(*args: str):
     return run_as_user([venv_script("pglogical"), *args], timeout=300)
+
+
+def health_task() -> SlotHealthCheckOperator:
+    return SlotHealthCheckOperator(task_id="health", slot="health_slot", postgres_conn_id="health_source",
+                                   min_safe_wal_bytes=f"{THRESHOLD // MB}MB", max_lag_bytes="1GB")
 
 
 def write_wal_until(dsn: str, done) -> dict:
@@ -77,12 +85,16 @@ def write_wal_until(dsn: str, done) -> dict:
 def test_check_fails_while_the_slot_can_be_saved_then_reports_it_lost_naming_the_resync(spec):
     decoded = pglogical("decode", "--spec", spec["path"])  # creates publication and slot
     assert decoded.returncode == 0, decoded.stderr[-2000:]
+    execute(spec["source"], "INSERT INTO t SELECT g, 'v' FROM generate_series(1, 10) g")
+    staged = pglogical("decode", "--spec", spec["path"])
+    assert staged.returncode == 0 and json.loads(staged.stdout)["changes"] == 10, staged.stderr[-2000:]
 
     healthy = pglogical("check", "--spec", spec["path"])
     assert healthy.returncode == EXIT_OK, healthy.stderr[-2000:]
     body = json.loads(healthy.stdout)
     assert body["health"] == "ok" and body["thresholds"]["min_safe_wal_bytes"] == THRESHOLD
     assert body["figures"]["wal_status"] == "reserved" and body["figures"]["safe_wal_size"] >= THRESHOLD
+    assert health_task().execute({})["wal_status"] == "reserved"
 
     slot = write_wal_until(spec["source"], lambda s: s["safe_wal_size"] is not None and s["safe_wal_size"] < THRESHOLD)
     assert slot["wal_status"] in ("reserved", "extended", "unreserved")
@@ -91,6 +103,8 @@ def test_check_fails_while_the_slot_can_be_saved_then_reports_it_lost_naming_the
     body = json.loads(at_risk.stdout)
     assert body["health"] == "at_risk" and body["figures"]["wal_status"] != "lost"
     assert "safe_wal_size" in [f["check"] for f in body["findings"]] and "can lose WAL after" in at_risk.stderr
+    with pytest.raises(SlotWalRetentionError, match="'health_slot' can lose WAL after .* Hint: drain the slot now"):
+        health_task().execute({})
 
     # The lag threshold alone, from the command line: the slot has not consumed the WAL written above.
     lagging = pglogical("check", "--spec", spec["path"], "--min-safe-wal-size", "0", "--max-lag", "1MB")
@@ -100,14 +114,28 @@ def test_check_fails_while_the_slot_can_be_saved_then_reports_it_lost_naming_the
     lost = pglogical("check", "--spec", spec["path"])
     assert lost.returncode == EXIT_LOST, lost.stderr[-2000:]
     assert json.loads(lost.stdout)["health"] == "lost" and "pglogical resync --spec" in lost.stderr
+    with pytest.raises(SlotInvalidatedError, match="invalidated.*pglogical resync --spec") as lost_error:
+        health_task().execute({})
+    assert str(lost_error.value).count("Hint:") == 1
 
     # A decode on the lost slot fails, and its run record says why, with the slot's figures.
     failed = pglogical("decode", "--spec", spec["path"])
     assert failed.returncode == 1 and "invalidated" in failed.stderr
-    first, last = RunHistory.from_uri(spec["staging"], "health_slot").records()
+    first, second, last = RunHistory.from_uri(spec["staging"], "health_slot").records()
     assert (first.kind, first.outcome, first.slot_figures.wal_status) == ("decode", "ok", "reserved")
+    assert (second.changes, second.batches_staged, second.tables) == (10, 1, {"public.t": 10})
     assert (last.outcome, last.slot_figures.wal_status) == ("failed", "lost")
     assert last.error is not None and "invalidated" in last.error
+
+    # The way out the message names: drop the slot, resync every table, run again; the slot is healthy again.
+    execute(spec["source"], "SELECT pg_drop_replication_slot('health_slot')")
+    recreated = pglogical("decode", "--spec", spec["path"])  # creates the slot, then refuses the gap it left
+    assert recreated.returncode == 1 and "pglogical resync --spec FILE --table public.t" in recreated.stderr
+    resynced = pglogical("resync", "--spec", spec["path"], "--table", "public.t")
+    assert resynced.returncode == 0, resynced.stderr[-2000:]
+    again = pglogical("decode", "--spec", spec["path"])
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert pglogical("check", "--spec", spec["path"]).returncode == EXIT_OK
 
 
 def test_check_refuses_a_threshold_it_cannot_read_in_one_line(spec):

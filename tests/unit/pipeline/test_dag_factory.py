@@ -25,9 +25,39 @@ def test_the_pipeline_dag_chains_snapshot_ensure_check_decode_and_apply_in_one_g
     dag = build_pipeline_dag(parse_spec(DOC, env={}), dag_id="d", schedule=timedelta(hours=1),
                              start_date=datetime(2026, 1, 1))
     chain = ["pglogical.snapshot", "pglogical.ensure_replication", "pglogical.check_wal_retention", "pglogical.decode", "pglogical.apply"]
-    assert [t.task_id for t in dag.topological_sort()] == chain
+    assert [t.task_id for t in dag.topological_sort() if t.task_id != "pglogical.check_slot_health"] == chain
     for upstream, downstream in zip(chain, chain[1:], strict=False):
         assert dag.get_task(downstream).upstream_task_ids == {upstream}
+
+
+def test_the_slot_health_check_runs_beside_the_chain_with_the_specs_thresholds_and_the_alert_callback():
+    def page_someone(context):
+        pass
+
+    doc = copy.deepcopy(DOC)
+    doc["source"].update(max_lag_bytes="10GB", min_safe_wal_bytes="1GB")
+    dag = build_pipeline_dag(parse_spec(doc, env={}), dag_id="d", start_date=datetime(2026, 1, 1),
+                             alert_callback=page_someone)
+    health = dag.get_task("pglogical.check_slot_health")
+    # Beside decode → apply, not after it: a leaf of its own, so a failed decode still fails the DAG run.
+    assert health.upstream_task_ids == {"pglogical.ensure_replication"} and not health.downstream_task_ids
+    assert (health.slot, health.postgres_conn_id, health.max_lag_bytes) == ("s", "src", 10 << 30)
+    assert "min_safe_wal_bytes" in health.min_safe_wal_bytes and dag.params["min_safe_wal_bytes"] == 1 << 30
+    assert health.on_failure_callback == [page_someone]
+    assert dag.get_task("pglogical.check_wal_retention").on_failure_callback == [page_someone]
+
+
+def test_the_default_alert_logs_one_error_line_naming_the_task_and_the_reason(caplog):
+    from types import SimpleNamespace
+
+    from airflow_provider_pglogical.exceptions import SlotWalRetentionError
+    from airflow_provider_pglogical.operators.slot_health import log_slot_alert
+
+    error = SlotWalRetentionError("replication slot 's' can lose WAL after 5 more bytes")
+    with caplog.at_level("ERROR"):
+        log_slot_alert({"ti": SimpleNamespace(dag_id="d", task_id="pglogical.check_slot_health"), "exception": error})
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("pglogical alert: d.pglogical.check_slot_health failed: replication slot 's' can lose WAL")
 
 
 def test_the_pipeline_dag_runs_one_at_a_time_without_catchup_and_offers_the_limits_as_params():
