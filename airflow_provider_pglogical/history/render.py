@@ -2,7 +2,8 @@
 
 The page loads nothing (no scripts, fonts or styles from elsewhere): it opens from a file, an e-mail or the
 Airflow UI alike. Each plot is an ``<svg class="chart">`` whose data points are ``<circle class="point">``
-elements with a ``<title>`` (hover shows time and value); non-finite values are left out, never drawn.
+elements with a ``<title>`` (hover shows time and value); non-finite values are left out, never drawn. A line
+of more than :data:`MAX_POINTS` points is thinned (:func:`thin`), keeping every stretch's low and high.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ WIDTH, HEIGHT = 640, 220
 MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 72, 16, 12, 36
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
 MiB = 1024 * 1024
+# A line draws at most this many points: at the history's bound (5,000 runs) every point would make a 5 MB page
+# with more circles than the plot has pixels across.
+MAX_POINTS = 400
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,22 @@ class Chart:
     @property
     def points(self) -> list[tuple[float, float]]:
         return [p for s in self.series for p in s.points]
+
+
+def thin(points: Sequence[tuple[float, float]], limit: int = MAX_POINTS) -> tuple[tuple[float, float], ...]:
+    """At most ``limit`` (>= 4) of the points, in time order: all of them when they fit; otherwise the first, the
+    last, and the lowest and highest of each of ``limit // 2 - 1`` consecutive runs of points, so no peak (a lag
+    spike) and no trough (a ``safe_wal_size`` dip) is dropped."""
+    ordered = sorted(points)
+    if len(ordered) <= limit:
+        return tuple(ordered)
+    buckets = limit // 2 - 1
+    keep = {0, len(ordered) - 1}
+    for b in range(buckets):
+        chunk = range(b * len(ordered) // buckets, (b + 1) * len(ordered) // buckets)
+        keep.add(min(chunk, key=lambda i: ordered[i][1]))
+        keep.add(max(chunk, key=lambda i: ordered[i][1]))
+    return tuple(ordered[i] for i in sorted(keep))
 
 
 def _finite(points: Sequence[tuple[float, float | int | None]]) -> tuple[tuple[float, float], ...]:
@@ -132,7 +152,7 @@ def chart_svg(chart: Chart) -> str:
                      'text-anchor="middle" font-size="13" fill="#888">no data in this period</text>')
     for i, series in enumerate(chart.series):
         colour = COLOURS[i % len(COLOURS)]
-        coords = [(sx(t), sy(v), t, v) for t, v in sorted(series.points)]
+        coords = [(sx(t), sy(v), t, v) for t, v in thin(series.points)]
         if len(coords) > 1:
             path = " ".join(f"{x:.1f},{y:.1f}" for x, y, _, _ in coords)
             parts.append(f'<polyline class="line" fill="none" stroke="{colour}" stroke-width="1.5" points="{path}"/>')

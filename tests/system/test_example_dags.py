@@ -108,6 +108,18 @@ def test_the_pipeline_dag_applies_the_filtered_tables_after_a_triggered_run(pipe
     assert pipeline["phase_1"][0], "the workload must leave rows matching the filter"
 
 
+def test_the_pipeline_dags_tasks_record_every_decode_and_apply_in_the_run_history(pipeline):
+    from airflow_provider_pglogical.history.store import RunHistory
+
+    records = RunHistory.from_uri(str(pipeline["staging"]), "app_slot").records()
+    assert [(r.kind, r.tool, r.outcome) for r in records] == [("decode", "airflow", "ok"), ("apply", "airflow", "ok")] * 3
+    decodes, applies = records[0::2], records[1::2]
+    assert decodes[1].changes > 0 and decodes[1].slot_figures.wal_status == "reserved"
+    assert [a.batches_applied > 0 for a in applies] == [d.batches_staged > 0 for d in decodes]
+    assert decodes[1].end_lsn == pipeline["phase_1_end"] == applies[1].end_lsn
+    assert "check_slot_health" in pipeline["run_1"]
+
+
 def test_the_pipeline_dag_follows_updates_deletes_and_a_truncate(pipeline):
     assert rows(pipeline["dw"], ORDERS_TARGET) == rows(pipeline["src"], ORDERS_SOURCE)
     assert rows(pipeline["dw"], CUSTOMERS) == rows(pipeline["src"], CUSTOMERS)

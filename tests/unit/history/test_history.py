@@ -260,3 +260,31 @@ def test_names_in_the_page_are_escaped():
     data = report_data("s<1>", [], current={"slot": "<b>x</b>"}, generated_at=T0)
     page = render_html(data, [])
     assert "<b>x</b>" not in page and "&lt;b&gt;x&lt;/b&gt;" in page and "s&lt;1&gt;" in page
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(min_value=1e9, max_value=4e9), st.floats(min_value=-1e12, max_value=1e12)),
+                max_size=300), st.integers(min_value=4, max_value=120))
+def test_thinning_keeps_every_point_that_fits_and_otherwise_the_ends_and_every_extreme(points, limit):
+    from airflow_provider_pglogical.history.render import thin
+
+    thinned = thin(points, limit)
+    assert list(thinned) == sorted(thinned)
+    if len(points) <= limit:
+        assert thinned == tuple(sorted(points))  # the reference: every point
+        return
+    assert len(thinned) <= limit and set(thinned) <= set(points)
+    ordered = sorted(points)
+    assert thinned[0] == ordered[0] and thinned[-1] == ordered[-1]
+    assert max(v for _, v in thinned) == max(v for _, v in points)
+    assert min(v for _, v in thinned) == min(v for _, v in points)
+
+
+def test_a_history_at_its_bound_draws_a_bounded_page_that_still_shows_the_peak():
+    from airflow_provider_pglogical.history.render import MAX_POINTS
+
+    many = [record(m, slot_figures=SlotFigures(lag_bytes=(50 << 30) if m == 3333 else 1 << 20, wal_status="reserved"))
+            for m in range(5000)]
+    svg = chart_svg(charts(many)[0])
+    points = [p for p in svg.split("<circle")[1:]]
+    assert len(points) <= MAX_POINTS and "51,200 MiB" in svg
