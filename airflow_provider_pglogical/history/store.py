@@ -40,8 +40,9 @@ class RunHistory:
         self.max_age = max_age
 
     @classmethod
-    def from_uri(cls, staging_uri: str, slot: str, **kwargs: object) -> RunHistory:
-        return cls(StagingLayout.from_uri(staging_uri, slot), **kwargs)  # type: ignore[arg-type]
+    def from_uri(cls, staging_uri: str, slot: str, *, max_records: int = MAX_RECORDS,
+                 max_age: timedelta = MAX_AGE) -> RunHistory:
+        return cls(StagingLayout.from_uri(staging_uri, slot), max_records=max_records, max_age=max_age)
 
     @property
     def directory(self) -> str:
