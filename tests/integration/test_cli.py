@@ -117,7 +117,8 @@ def test_status_before_the_first_decode_reports_no_slot_and_no_batches(pipeline)
     assert result.returncode == 0, result.stderr
     status = json.loads(result.stdout)
     assert status["source"]["slot"] is None
-    assert status["staging"]["batches"] == [] and status["target"]["watermarks"] == {}
+    assert status["staging"]["batch_count"] == 0 and status["target"]["watermarks"] == {}
+    assert status["staging"]["oldest_start_lsn"] is None and "batches" not in status["staging"]
 
 
 def test_decode_then_run_stages_and_applies_the_filtered_changes_and_status_shows_them(pipeline):
@@ -140,8 +141,15 @@ def test_decode_then_run_stages_and_applies_the_filtered_changes_and_status_show
         query(pipeline["source"], "SELECT id, amount, region, note FROM orders WHERE amount > 100 AND region = 'EU' "
                                   "ORDER BY id")
 
-    status = json.loads(pglogical("status", "--spec", pipeline["spec"]).stdout)
+    summary = json.loads(pglogical("status", "--spec", pipeline["spec"]).stdout)["staging"]
+    assert "batches" not in summary  # listed only with --batches
+    status = json.loads(pglogical("status", "--spec", pipeline["spec"], "--batches").stdout)
     [batch] = status["staging"]["batches"]
+    assert {k: v for k, v in status["staging"].items() if k != "batches"} == summary
+    assert summary["batch_count"] == 1 and summary["pending_batches"] == 0 and summary["bytes"] == batch["bytes"]
+    assert summary["oldest_start_lsn"] == batch["start_lsn"] and summary["staged_changes"] == 7
+    assert summary["retention"] is None and summary["pruned"] is None
+    assert list(summary["targets"].values()) == [batch["end_lsn"]]  # the run recorded how far its target applied
     # (lag is not 0: the target lives on the same server and apply wrote WAL after the drain)
     assert status["source"]["slot"]["confirmed_flush_lsn"] == batch["end_lsn"] == status["staging"]["last_end_lsn"]
     assert status["source"]["slot"]["wal_retention"] == "ok"
@@ -383,9 +391,9 @@ def test_a_spark_that_does_not_start_fails_the_run_after_the_drain_staged_and_ad
     assert failed.stderr.index("starting Spark (local[2]) in the background") < failed.stderr.index("pglogical: staged")
     assert failed.stderr.strip().splitlines()[-1].startswith(
         "pglogical run: error: Spark (local[2]) did not start: PySparkRuntimeError: [JAVA_GATEWAY_EXITED]")
-    status = json.loads(pglogical("status", "--spec", pipeline["spec"]).stdout)
+    status = json.loads(pglogical("status", "--spec", pipeline["spec"], "--batches").stdout)
     [batch] = status["staging"]["batches"]
-    assert batch["tables"] == {"public.customers": 2}
+    assert batch["tables"] == {"public.customers": 2} and status["staging"]["pending_batches"] == 1
     assert status["source"]["slot"]["confirmed_flush_lsn"] == batch["end_lsn"]
     assert status["target"]["watermarks"] == {}
 
