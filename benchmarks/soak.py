@@ -111,7 +111,6 @@ def main() -> int:
     try:
         source = make_database(server)
         execute(server.dsn(source), SCHEMA)
-        execute(server.dsn(source), "INSERT INTO customers VALUES (0, 'customer 0')")
         pipelines = {}
         for name, keep in (("retention", args.keep_batches), ("no_retention", None)):
             target = make_database(server)
@@ -120,6 +119,7 @@ def main() -> int:
             pipelines[name] = {"spec_path": spec_path, "spec": load_spec(str(spec_path)), "target": server.dsn(target),
                                "staging": work / f"staging-{name}", "sizes": []}
             decode_pending(pipelines[name]["spec"])  # creates publication and slot before the first change
+        execute(server.dsn(source), "INSERT INTO customers VALUES (0, 'customer 0')")
         run_seconds: dict[str, list[float]] = {name: [] for name in pipelines}
         for i in range(1, args.runs + 1):
             change_source(server.dsn(source), i)
@@ -138,13 +138,14 @@ def main() -> int:
         for name, p in pipelines.items():
             batches, size = p["sizes"][-1]
             equal = all(query(server.dsn(source), s) == query(p["target"], t) for s, t in CHECKS.values())
+            rows = {table: len(query(p["target"], t)) for table, (_s, t) in CHECKS.items()}
             result[name] = {"batches": batches, "staging_bytes": size,
                             "staging_bytes_at": {str(r): p["sizes"][r - 1][1] for r in
                                                  sorted({max(args.runs // 4, 1), max(args.runs // 2, 1), args.runs})},
                             "run_s_median": round(sorted(run_seconds[name])[len(run_seconds[name]) // 2], 2),
                             "status_s": round(timed_status(p["spec_path"]), 2),
                             "status_batches_s": round(timed_status(p["spec_path"], "--batches"), 2),
-                            "target_equals_source": equal}
+                            "target_rows": rows, "target_equals_source": equal}
         r, n = result["retention"], result["no_retention"]
         result["ratios"] = {"staging_bytes": round(n["staging_bytes"] / max(r["staging_bytes"], 1), 2),
                             "status_s": round(n["status_s"] / max(r["status_s"], 0.01), 2)}

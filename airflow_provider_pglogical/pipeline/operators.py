@@ -13,7 +13,7 @@ from airflow.sdk import BaseOperator
 from airflow_provider_pglogical.exceptions import ConfirmationRequiredError, SpecError
 from airflow_provider_pglogical.hooks.sizes import parse_size
 from airflow_provider_pglogical.hooks.slot_client import PgLogicalClient
-from airflow_provider_pglogical.pipeline.retention import prune
+from airflow_provider_pglogical.pipeline.retention import check_window, prune
 from airflow_provider_pglogical.pipeline.runs import apply_pending, drop_pipeline, reset_target
 from airflow_provider_pglogical.pipeline.snapshots import initial_snapshot_if_new, sync_tables
 from airflow_provider_pglogical.pipeline.source import check_retention, ensure_replication, source_client
@@ -56,11 +56,13 @@ class EnsureReplicationOperator(BaseOperator):
 
 
 class WalRetentionCheckOperator(BaseOperator):
-    """Fail with a typed error before ``max_slot_wal_keep_size`` can invalidate the slot.
+    """Fail with a typed error before ``max_slot_wal_keep_size`` can invalidate the slot, or before an apply that
+    would need batches staging retention pruned.
 
     Raises SlotWalRetentionError when the slot is ``unreserved`` or its ``safe_wal_size`` is below
     ``min_safe_wal_bytes`` (default: the spec's ``source.min_safe_wal_bytes``), and
-    SlotInvalidatedError when it is already ``lost``. Returns the slot summary.
+    SlotInvalidatedError when it is already ``lost``; StagingPrunedError when the target has not applied the
+    pruned range and a table has no snapshot past it (``pipeline/retention.check_window``). Returns the slot summary.
 
     :param spec: the validated pipeline spec.
     :param min_safe_wal_bytes: override of the spec's threshold. (templated)
@@ -78,8 +80,10 @@ class WalRetentionCheckOperator(BaseOperator):
         spec = self.spec
         if self.min_safe_wal_bytes not in (None, ""):
             spec = replace(spec, source=replace(spec.source, min_safe_wal_bytes=parse_size(self.min_safe_wal_bytes)))
-        return _run_on_source(self, spec, check_retention, "slot %s: wal_status %s, safe_wal_size %s, lag %s bytes",
-                              ("slot", "wal_status", "safe_wal_size", "lag_bytes"))
+        summary = _run_on_source(self, spec, check_retention, "slot %s: wal_status %s, safe_wal_size %s, lag %s bytes",
+                                 ("slot", "wal_status", "safe_wal_size", "lag_bytes"))
+        check_window(spec)  # after the snapshot task: a resync_tables snapshot past the pruned range counts
+        return summary
 
 
 class ResetTargetOperator(BaseOperator):

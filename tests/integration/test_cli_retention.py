@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from airflow_provider_pglogical.exceptions import StagingPrunedError
+from airflow_provider_pglogical.pipeline.operators import WalRetentionCheckOperator
 from airflow_provider_pglogical.pipeline.retention import check_window, prune
 from airflow_provider_pglogical.pipeline.spec import load_spec
 from airflow_provider_pglogical.staging.layout import MANIFEST, StagingLayout
@@ -169,12 +171,14 @@ def test_replay_of_a_pruned_range_fails_naming_it_and_a_resync_is_the_way_out(pi
     through = read_pruned(StagingLayout.from_uri(str(p["staging"]), SLOT)).through_lsn
     s = load_spec(spec)
     check_window(s)  # the target applied the pruned range: nothing to refuse
-    with pytest.raises(Exception, match="outside the replay window"):
+    with pytest.raises(StagingPrunedError, match="outside the replay window"):
         check_window(s, upto_lsn=through - 1)
 
     run_ok("reset", "--spec", spec, "--yes")
     status = run_ok("status", "--spec", spec)["staging"]
     assert None in status["targets"].values()  # the reset target holds every batch meanwhile
+    with pytest.raises(StagingPrunedError, match="is pruned up to"):  # the pipeline DAG's check before its decode
+        WalRetentionCheckOperator(task_id="check_wal_retention", spec=load_spec(spec)).execute({})
     line = error_line(pglogical("apply", "--spec", spec))
     assert "StagingPrunedError" not in line and "is pruned up to" in line and "2 batch(es)" in line
     assert "pglogical resync --spec" in line and "--table public.items" in line
