@@ -126,8 +126,12 @@ def test_a_crashed_prune_leaves_verifiable_staging_and_the_next_prune_finishes_i
     assert run_ok("apply", "--spec", spec)["retention"]["retention"] is None  # no retention: nothing pruned
     batches = staged(spec)
     assert len(batches) == 5
+    assert "staging.retention is not set" in error_line(pglogical("prune", "--spec", spec))
     kept = p["spec"]("kept", retention={"keep_batches": 1})
     layout = StagingLayout.from_uri(str(p["staging"]), SLOT)
+    plan = run_ok("prune", "--spec", kept, "--dry-run")
+    assert plan["dry_run"] is True and plan["pruned_batches"] == 4 and plan["kept_batches"] == 1
+    assert staged(kept) == batches and read_pruned(layout) is None  # a dry run removes and records nothing
 
     class Crash(Exception):
         pass
