@@ -61,7 +61,8 @@ def prune(spec: PipelineSpec, *, dry_run: bool = False, log: Log = _quiet, requi
 
     Runs after every apply (a target that never records its position holds every batch for the others), and as
     ``pglogical prune``. ``dry_run``: record nothing, prune nothing, report what would go. ``require_settings``:
-    a spec without ``staging.retention`` is a ``SpecError`` (the command), instead of recording only.
+    a spec without ``staging.retention`` is a ``SpecError`` (the command), instead of recording only; without it
+    (after an apply) a staging area this process may not write to is a warning, not a failed apply.
     """
     retention = spec.staging.retention
     if retention is None and require_settings:
@@ -73,7 +74,17 @@ def prune(spec: PipelineSpec, *, dry_run: bool = False, log: Log = _quiet, requi
         identity = target.identity()
         mine = applied_through(spec, target)
     if not dry_run:
-        record_position(layout, identity, mine)
+        try:
+            record_position(layout, identity, mine)
+        except OSError as exc:
+            if require_settings:
+                raise
+            # After an apply with read-only staging credentials: the apply stands; nothing can be pruned from
+            # here, and the target, unrecorded, keeps every batch for the others (as the apply's own record does).
+            log(f"could not record how far target {identity} applied the staging of slot {spec.source.slot}: "
+                f"{type(exc).__name__}; nothing pruned")
+            return {"dry_run": False, "target": identity, "applied_through_lsn": _lsn(mine), "recorded": False,
+                    "pruned_batches": 0, "pruned_bytes": 0}
     known = {**positions(layout), identity: mine}
     result: dict[str, Any] = {"dry_run": dry_run, "target": identity, "applied_through_lsn": _lsn(mine),
                               "targets": {t: _lsn(lsn) for t, lsn in sorted(known.items())}}

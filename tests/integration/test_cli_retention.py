@@ -215,3 +215,26 @@ def test_retention_prunes_s3_staging_and_status_summarises_it(pipeline, s3):
     listed = run_ok("status", "--spec", spec, "--batches", extra=env)["staging"]["batches"]
     assert [b["batch"] for b in listed] == names[2:]
     assert rows(p["target"]["a"]) == rows(p["source"])
+
+
+def test_an_apply_whose_staging_cannot_be_written_stands_and_prunes_nothing(pipeline, monkeypatch):
+    """The retention step after an apply, with staging credentials that may only read (the apply's own target record
+    is then a warning too): a logged line, no failure, nothing pruned; ``pglogical prune`` itself fails."""
+    from airflow_provider_pglogical.pipeline import retention
+
+    p = pipeline
+    spec = p["spec"]("a", retention={"keep_batches": 1})
+    run_ok("decode", "--spec", spec)
+    stage(p, spec, 1, 2)
+
+    def refused(*_args: object) -> None:
+        raise PermissionError("AccessDenied")
+
+    monkeypatch.setattr(retention, "record_position", refused)
+    lines: list[str] = []
+    result = prune(load_spec(spec), log=lines.append)
+    assert result["recorded"] is False and result["pruned_batches"] == 0 and len(staged(spec)) == 2
+    assert lines == [f"could not record how far target {result['target']} applied the staging of slot {SLOT}: "
+                     "PermissionError; nothing pruned"]
+    with pytest.raises(PermissionError):
+        prune(load_spec(spec), require_settings=True)
