@@ -1,5 +1,5 @@
-"""The ``pglogical`` command line: validate, decode, apply, run, status, check, report, reset, drop (and maintain for
-Delta) of a pipeline spec."""
+"""The ``pglogical`` command line: validate, decode, apply, run, status, prune, check, report, reset, drop (and
+maintain for Delta) of a pipeline spec."""
 
 from __future__ import annotations
 
@@ -51,15 +51,28 @@ def cmd_decode(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_apply(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
+    from airflow_provider_pglogical.pipeline.retention import check_window, prune
     from airflow_provider_pglogical.pipeline.runs import apply_pending
 
-    return apply_pending(spec, master=args.master, log=progress)
+    check_window(spec)  # a target that would need pruned batches fails before anything is applied
+    result = apply_pending(spec, master=args.master, log=progress)
+    return {**result, "retention": prune(spec, log=progress)}
 
 
 def cmd_run(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
+    from airflow_provider_pglogical.pipeline.retention import check_window, prune
     from airflow_provider_pglogical.pipeline.runs import run_pending
 
-    return run_pending(spec, master=args.master, max_batches=args.max_batches, log=progress, allow_gap=args.allow_gap)
+    check_window(spec)
+    result = run_pending(spec, master=args.master, max_batches=args.max_batches, log=progress,
+                         allow_gap=args.allow_gap)
+    return {**result, "retention": prune(spec, log=progress)}
+
+
+def cmd_prune(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
+    from airflow_provider_pglogical.pipeline.retention import prune
+
+    return prune(spec, dry_run=args.dry_run, log=progress, require_settings=True)
 
 
 def cmd_resync(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
@@ -97,7 +110,7 @@ def cmd_status(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
     from airflow_provider_pglogical.pipeline.source import resolved
     from airflow_provider_pglogical.pipeline.status import status
 
-    return status(resolved(spec))
+    return status(resolved(spec), batches=args.batches)
 
 
 def cmd_check(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
@@ -159,8 +172,11 @@ COMMANDS: dict[str, tuple[Callable[[PipelineSpec, argparse.Namespace], dict[str,
     "drop": (cmd_drop, "tear the pipeline down: drop its slot (releasing the WAL it pins), the publication it "
                        "created and the slot's bookkeeping on the target (not the target tables); --staging also "
                        "removes its staging area"),
-    "status": (cmd_status, "slot position and lag, staged batches, target watermarks (JSON); exit code 3 when "
-                           "the pipeline cannot run (its \"problems\" say why)"),
+    "prune": (cmd_prune, "remove the staged batches every target of the staging area has applied, as "
+                         "staging.retention allows (also done after every run and apply)"),
+    "status": (cmd_status, "slot position and lag, a summary of the staging area, target watermarks (JSON); "
+                           "--batches also lists every staged batch; exit code 3 when the pipeline cannot run "
+                           "(its \"problems\" say why)"),
     "check": (cmd_check, "slot health before max_slot_wal_keep_size invalidates it (JSON); exit code 4 while "
                          "there is still time to act, 5 once the slot is lost or gone"),
     "report": (cmd_report, "the run history: --html FILE writes a self-contained page of plots, --json prints it"),
@@ -207,6 +223,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--dry-run", action="store_true", help="list what would be dropped (JSON), drop nothing")
             p.add_argument("--staging", action="store_true",
                            help="also remove the slot's staging area (batches, snapshots, records)")
+        if name == "prune":
+            p.add_argument("--dry-run", action="store_true", help="report what would be pruned, remove nothing")
+        if name == "status":
+            p.add_argument("--batches", action="store_true", help="also list every staged batch with its counts")
         if name == "validate":
             p.add_argument("--filters", action="store_true", help="also parse row filters (starts Spark)")
             p.add_argument("--source", action="store_true", help="also check column lists against the source catalog")

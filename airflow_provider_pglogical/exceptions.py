@@ -121,6 +121,11 @@ class StagingCorruptError(StagingError):
         self.batch, self.file = batch, file
 
 
+class StagingPrunedError(StagingError):
+    """What a target needs from the staged log was pruned by ``staging.retention``: the message names the pruned
+    range and the way out (a resync, which stages a snapshot past it)."""
+
+
 class SpecError(PgLogicalError):
     """A pipeline spec that does not validate."""
 

@@ -176,7 +176,7 @@ def main() -> None:
     pglogical = str(VENV_BIN / "pglogical")
     run([pglogical, "apply", "--spec", str(DELTA_SPEC)], env, log, "pglogical apply (Delta target)")
 
-    status = subprocess.run([pglogical, "status", "--spec", str(SPEC)], env=env, capture_output=True, text=True)
+    status = subprocess.run([pglogical, "status", "--spec", str(SPEC), "--batches"], env=env, capture_output=True, text=True)
     delta_status = subprocess.run([pglogical, "status", "--spec", str(DELTA_SPEC)], env=env, capture_output=True,
                                   text=True)
     for result in (status, delta_status):

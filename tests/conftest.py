@@ -50,6 +50,8 @@ SLOW_MODULES = (
     "tests/integration/test_apply_operator.py",
     "tests/integration/test_report.py",
     "tests/system/test_ui_plugin.py",
+    "tests/integration/test_cli_retention.py",
+    "tests/system/test_teardown_dag.py",
 )
 
 

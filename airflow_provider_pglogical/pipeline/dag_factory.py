@@ -18,11 +18,14 @@ from airflow_provider_pglogical.operators.decode import PgLogicalDecodeOperator,
 from airflow_provider_pglogical.operators.slot_health import SlotHealthCheckOperator, log_slot_alert
 from airflow_provider_pglogical.pipeline.operators import (
     DeltaApplyOperator,
+    DropPipelineOperator,
     EnsureReplicationOperator,
+    PruneStagingOperator,
     ResetTargetOperator,
     SnapshotTablesOperator,
     WalRetentionCheckOperator,
 )
+from airflow_provider_pglogical.pipeline.retention import check_window
 from airflow_provider_pglogical.pipeline.runs import apply_config, batches_upto, first_batch_start
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec, load_spec
 from airflow_provider_pglogical.pipeline.target import spec_target
@@ -128,7 +131,8 @@ def pipeline_task_group(spec: PipelineSpec, *, group_id: str = "pglogical",
         check = WalRetentionCheckOperator(task_id="check_wal_retention", spec=spec,
                                           min_safe_wal_bytes=_param("min_safe_wal_bytes"),
                                           on_failure_callback=alert_callback)
-        snapshot >> ensure >> check >> decode_task(spec) >> apply_task(spec)
+        retention = PruneStagingOperator(task_id="prune_staging", spec=spec)
+        snapshot >> ensure >> check >> decode_task(spec) >> apply_task(spec) >> retention
         ensure >> health_task(spec, alert_callback=alert_callback)
     return group
 
@@ -183,6 +187,31 @@ def build_replay_dag(spec: PipelineSpec | str | os.PathLike[str], *, dag_id: str
     return dag
 
 
+def build_teardown_dag(spec: PipelineSpec | str | os.PathLike[str], *, dag_id: str, **dag_kwargs: Any) -> DAG:
+    """A manually triggered DAG that tears the spec's pipeline down, like ``pglogical drop``.
+
+    Drops the slot (releasing the WAL it pins), the publication the pipeline created and the slot's bookkeeping
+    on the target; the target tables stay. Param ``confirm`` must be the slot's name (the task fails otherwise:
+    the changes the slot holds are lost for good); ``staging`` also removes the staging area; ``dry_run`` only
+    reports what would be dropped. Run it again after a failure: every step skips what is gone.
+    """
+    if not isinstance(spec, PipelineSpec):
+        spec = load_spec(spec)
+    _require_conn_ids(spec)
+    params = {
+        "confirm": Param("", type="string", description=f"Type the slot's name ({spec.source.slot}) to drop it."),
+        "staging": Param(False, type="boolean", description="Also remove the staging area (batches, snapshots)."),
+        "dry_run": Param(False, type="boolean", description="Only list what would be dropped."),
+        **dag_kwargs.pop("params", {}),
+    }
+    kwargs = {"max_active_runs": 1, "catchup": False, "tags": ["pglogical", "teardown"],
+              "doc_md": build_teardown_dag.__doc__, **dag_kwargs}
+    with DAG(dag_id=dag_id, schedule=None, params=params, **kwargs) as dag:
+        DropPipelineOperator(task_id="drop_pipeline", spec=spec, confirm="{{ params.confirm }}",
+                             staging="{{ params.staging }}", list_only="{{ params.dry_run }}", retries=0)
+    return dag
+
+
 def _plan_replay_task(spec: PipelineSpec) -> Any:
     @task(task_id="plan_replay")
     def plan_replay(params: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -192,6 +221,8 @@ def _plan_replay_task(spec: PipelineSpec) -> Any:
         upto_time = datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
         if upto_time is not None and upto_time.tzinfo is None:
             upto_time = upto_time.replace(tzinfo=UTC)  # commit times are staged in UTC
+        # Retention may have pruned what the rebuild needs: refuse before the reset empties the target.
+        check_window(spec, reset=bool(params.get("reset", True)), upto_lsn=upto_lsn)
         count = batches_upto(spec, upto_lsn=upto_lsn, upto_time=upto_time)
         print(f"replaying {count} staged batch(es) of slot {spec.source.slot} from {first_batch_start(spec)}")
         return {"max_batches": count}

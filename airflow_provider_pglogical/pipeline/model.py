@@ -28,7 +28,7 @@ SECRET_OPTION = re.compile(r"SECRET|TOKEN|PASSWORD|ACCESS_KEY|SAS|CREDENTIAL", r
 # The apply's own choices (apply/config.py, a light module), under the spec's names.
 TRUNCATE_CASCADE = CASCADE_POLICIES
 __all__ = ["ACTIONS", "CONFLICT_POLICIES", "DELTA_MODES", "ENV_REF", "LEAF_POLICIES", "NAMEDATALEN", "SCHEMA_CHANGE_POLICIES", "SECRET_OPTION",
-           "SLOT_NAME", "TARGET_KINDS", "TOAST_POLICIES", "TRUNCATE_CASCADE", "PipelineSpec", "SnapshotSpec",
+           "RetentionSpec", "SLOT_NAME", "TARGET_KINDS", "TOAST_POLICIES", "TRUNCATE_CASCADE", "PipelineSpec", "SnapshotSpec",
            "SourceSpec", "SparkSpec", "StagingSpec", "TableSpec", "TargetSpec", "TruncateSpec", "split_qualified"]
 
 
@@ -55,8 +55,19 @@ class SourceSpec:
 
 
 @dataclass(frozen=True)
+class RetentionSpec:
+    """``staging.retention``: which batches stay once every target recorded for the staging area has applied
+    them (older ones are pruned). ``keep_batches``: the newest N stay; ``keep_for_seconds``: batches staged
+    within that long stay. A batch is pruned only when no bound keeps it; the newest batch always stays."""
+
+    keep_batches: int | None = None
+    keep_for_seconds: int | None = None
+
+
+@dataclass(frozen=True)
 class StagingSpec:
     uri: str
+    retention: RetentionSpec | None = None  # None: every staged batch stays
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Operators for the pipeline's steps besides decode: ensure publication/slot, check WAL retention, reset a target,
-and the in-process apply into a Delta target."""
+the in-process apply into a Delta target, staging retention, and tearing the pipeline down."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_pglogical.exceptions import SpecError
+from airflow_provider_pglogical.exceptions import ConfirmationRequiredError, SpecError
 from airflow_provider_pglogical.hooks.sizes import parse_size
 from airflow_provider_pglogical.hooks.slot_client import PgLogicalClient
-from airflow_provider_pglogical.pipeline.runs import apply_pending, reset_target
+from airflow_provider_pglogical.pipeline.retention import check_window, prune
+from airflow_provider_pglogical.pipeline.runs import apply_pending, drop_pipeline, reset_target
 from airflow_provider_pglogical.pipeline.snapshots import initial_snapshot_if_new, sync_tables
 from airflow_provider_pglogical.pipeline.source import check_retention, ensure_replication, source_client
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec
@@ -55,11 +56,13 @@ class EnsureReplicationOperator(BaseOperator):
 
 
 class WalRetentionCheckOperator(BaseOperator):
-    """Fail with a typed error before ``max_slot_wal_keep_size`` can invalidate the slot.
+    """Fail with a typed error before ``max_slot_wal_keep_size`` can invalidate the slot, or before an apply that
+    would need batches staging retention pruned.
 
     Raises SlotWalRetentionError when the slot is ``unreserved`` or its ``safe_wal_size`` is below
     ``min_safe_wal_bytes`` (default: the spec's ``source.min_safe_wal_bytes``), and
-    SlotInvalidatedError when it is already ``lost``. Returns the slot summary.
+    SlotInvalidatedError when it is already ``lost``; StagingPrunedError when the target has not applied the
+    pruned range and a table has no snapshot past it (``pipeline/retention.check_window``). Returns the slot summary.
 
     :param spec: the validated pipeline spec.
     :param min_safe_wal_bytes: override of the spec's threshold. (templated)
@@ -77,8 +80,10 @@ class WalRetentionCheckOperator(BaseOperator):
         spec = self.spec
         if self.min_safe_wal_bytes not in (None, ""):
             spec = replace(spec, source=replace(spec.source, min_safe_wal_bytes=parse_size(self.min_safe_wal_bytes)))
-        return _run_on_source(self, spec, check_retention, "slot %s: wal_status %s, safe_wal_size %s, lag %s bytes",
-                              ("slot", "wal_status", "safe_wal_size", "lag_bytes"))
+        summary = _run_on_source(self, spec, check_retention, "slot %s: wal_status %s, safe_wal_size %s, lag %s bytes",
+                                 ("slot", "wal_status", "safe_wal_size", "lag_bytes"))
+        check_window(spec)  # after the snapshot task: a resync_tables snapshot past the pruned range counts
+        return summary
 
 
 class ResetTargetOperator(BaseOperator):
@@ -165,3 +170,60 @@ class SnapshotTablesOperator(BaseOperator):
             initial = initial_snapshot_if_new(self.spec, client, log=self.log.info)
         synced = sync_tables(self.spec, resync=resync, log=self.log.info)
         return {"initial": initial, "tables": synced}
+
+
+class PruneStagingOperator(BaseOperator):
+    """Record how far the target has applied the staged log and, with ``staging.retention``, prune the batches every
+    target of the staging area has applied (``pglogical prune``; docs/operations.md#staging-retention).
+
+    Runs after the apply in every pipeline DAG: a target that never records its position keeps every batch for the
+    others.
+
+    :param spec: the validated pipeline spec.
+    """
+
+    ui_color = "#d5f5e3"
+
+    def __init__(self, *, spec: PipelineSpec, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.spec = spec
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        return prune(self.spec, log=self.log.info)
+
+
+def _flag(value: bool | str) -> bool:
+    return str(value).strip().lower() in ("true", "1", "yes")
+
+
+class DropPipelineOperator(BaseOperator):
+    """Tear the spec's pipeline down (``pglogical drop``): its slot, the publication it created and the slot's
+    bookkeeping on the target, keeping the target tables; with ``staging`` its staging area too.
+
+    Dropping the slot loses the changes it holds for good, so the task refuses (``ConfirmationRequiredError``)
+    unless ``confirm`` is the slot's name; ``list_only`` reports what would be dropped and needs no confirmation.
+
+    :param spec: the validated pipeline spec.
+    :param confirm: the slot's name, typed by whoever triggers the drop. (templated)
+    :param staging: also remove the staging area. (templated)
+    :param list_only: only report what would be dropped (``--dry-run``; ``dry_run`` is BaseOperator's). (templated)
+    """
+
+    template_fields: Sequence[str] = ("confirm", "staging", "list_only")
+    ui_color = "#f1948a"
+
+    def __init__(self, *, spec: PipelineSpec, confirm: str = "", staging: bool | str = False,
+                 list_only: bool | str = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.spec = spec
+        self.confirm = confirm
+        self.staging = staging
+        self.list_only = list_only
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        slot, dry_run = self.spec.source.slot, _flag(self.list_only)
+        if not dry_run and str(self.confirm or "").strip() != slot:
+            raise ConfirmationRequiredError(
+                f"dropping slot {slot!r} loses the changes it holds for good; trigger the DAG with the param "
+                f"confirm set to {slot!r} (or dry_run true to list what would be dropped)")
+        return drop_pipeline(self.spec, dry_run=dry_run, staging=_flag(self.staging), log=self.log.info)

@@ -39,6 +39,7 @@ from airflow_provider_pglogical.staging.drain import (
 )
 from airflow_provider_pglogical.staging.layout import StagingLayout
 from airflow_provider_pglogical.staging.reader import StagingReader
+from airflow_provider_pglogical.staging.retention import record_position
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -460,7 +461,10 @@ def reset_target(spec: PipelineSpec, *, log: Log = _quiet) -> dict[str, Any]:
     The staging area's record then says nothing is applied, so the missing watermarks are expected.
     """
     with spec_target(resolved(spec)) as target:
-        return target.reset(log=log)
+        result = target.reset(log=log)
+        # The target applies from the first staged batch again: it holds every batch for retention meanwhile.
+        record_position(StagingLayout.from_uri(spec.staging.uri, spec.source.slot), target.identity(), None)
+        return result
 
 
 def drop_pipeline(spec: PipelineSpec, *, dry_run: bool = False, staging: bool = False,

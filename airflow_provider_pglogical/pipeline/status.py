@@ -1,4 +1,5 @@
-"""``pglogical status``: slot position and lag, staged batches, the target's watermarks and each table's sync state."""
+"""``pglogical status``: slot position and lag, a summary of the staging area (every batch with ``--batches``), the
+target's watermarks, how far each target of the staging area has applied, and each table's sync state."""
 
 from __future__ import annotations
 
@@ -7,13 +8,15 @@ from typing import Any
 from airflow_provider_pglogical.exceptions import SlotError, WatermarksMissingError, format_lsn
 from airflow_provider_pglogical.hooks.slots import check_wal_retention, slot_lag_bytes, slot_summary
 from airflow_provider_pglogical.lsn import parse_lsn
-from airflow_provider_pglogical.pipeline.runs import drain_config
+from airflow_provider_pglogical.pipeline.runs import drain_config, pending_batches
 from airflow_provider_pglogical.pipeline.snapshots import sync_states
 from airflow_provider_pglogical.pipeline.source import source_client
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec
 from airflow_provider_pglogical.pipeline.target import SpecTarget, spec_target
 from airflow_provider_pglogical.staging.drain import gap_uncovered
+from airflow_provider_pglogical.staging.layout import StagingLayout
 from airflow_provider_pglogical.staging.reader import StagingReader
+from airflow_provider_pglogical.staging.retention import positions, read_pruned
 
 
 def staged_batches(spec: PipelineSpec) -> list[dict[str, Any]]:
@@ -34,8 +37,27 @@ def target_watermarks(target: SpecTarget) -> dict[str, str]:
     return {table: format_lsn(lsn) for table, lsn in sorted(target.watermarks().items())}
 
 
-def status(spec: PipelineSpec) -> dict[str, Any]:
-    """Slot position and lag, staged batches and target watermarks, as one JSON-friendly dict.
+def staging_summary(spec: PipelineSpec, batches: list[dict[str, Any]], pending: int | None) -> dict[str, Any]:
+    """The staging area in a few numbers: batches, bytes, changes, LSN range, batches pending for the spec's target
+    (None when its watermarks are gone), the retention settings, what was pruned and how far each target the
+    staging area knows has applied it (``staging/retention.py``)."""
+    layout = StagingLayout.from_uri(spec.staging.uri, spec.source.slot)
+    retention = spec.staging.retention
+    pruned = read_pruned(layout)
+    return {"uri": spec.staging.uri, "batch_count": len(batches), "bytes": sum(b["bytes"] for b in batches),
+            "staged_changes": sum(b["changes"] for b in batches),
+            "oldest_start_lsn": batches[0]["start_lsn"] if batches else None,
+            "last_end_lsn": batches[-1]["end_lsn"] if batches else None,
+            "pending_batches": pending,
+            "retention": None if retention is None else {"keep_batches": retention.keep_batches,
+                                                         "keep_for_seconds": retention.keep_for_seconds},
+            "pruned": pruned.to_summary() if pruned else None,
+            "targets": {t: None if lsn is None else format_lsn(lsn) for t, lsn in sorted(positions(layout).items())}}
+
+
+def status(spec: PipelineSpec, *, batches: bool = False) -> dict[str, Any]:
+    """Slot position and lag, the staging area's summary (``batches``: every staged batch too) and target
+    watermarks, as one JSON-friendly dict.
 
     ``problems``: why the next run would fail (a missing or unusable slot, a gap between the staged log
     and the slot, watermarks gone), each as its error's one line; empty when the pipeline can run.
@@ -53,15 +75,15 @@ def status(spec: PipelineSpec) -> dict[str, Any]:
             slot["wal_retention"] = "ok"
         except SlotError as exc:  # status reports the problem; decode is what fails on it
             slot["wal_retention"] = str(exc)
-    batches = staged_batches(spec)
+    listed = staged_batches(spec)
     problems = []
-    if info is None and (batches or not spec.source.create):
-        problems.append(f"slot {spec.source.slot!r} does not exist" + (" but batches of it are staged" if batches
+    if info is None and (listed or not spec.source.create):
+        problems.append(f"slot {spec.source.slot!r} does not exist" + (" but batches of it are staged" if listed
                                                                       else " and source.create is false"))
     elif slot is not None and slot["wal_retention"] != "ok":
         problems.append(slot["wal_retention"])
-    if info is not None and info.confirmed_flush_lsn is not None and batches:
-        end, at = parse_lsn(batches[-1]["end_lsn"]), info.confirmed_flush_lsn
+    if info is not None and info.confirmed_flush_lsn is not None and listed:
+        end, at = parse_lsn(listed[-1]["end_lsn"]), info.confirmed_flush_lsn
         if at < end or (at > end and gap_uncovered(drain_config(spec), at)):
             problems.append(f"slot {spec.source.slot!r} is at {format_lsn(at)} but the staged log ends at "
                             f"{format_lsn(end)}: the slot was "
@@ -70,15 +92,17 @@ def status(spec: PipelineSpec) -> dict[str, Any]:
         try:
             watermarks: dict[str, str] | None = target_watermarks(target)
             sync = _sync_states(spec, target)
+            pending: int | None = len(pending_batches(spec, target=target))
         except WatermarksMissingError as exc:
-            watermarks, sync = None, sync_states(spec, {})
+            watermarks, sync, pending = None, sync_states(spec, {}), None
             problems.append(str(exc))
+        staging = staging_summary(spec, listed, pending)
+        if batches:
+            staging["batches"] = listed
         return {
             "spec": spec.origin,
             "source": {"publication": ", ".join(spec.source.all_publications), "current_wal_flush_lsn": format_lsn(current), "slot": slot},
-            "staging": {"uri": spec.staging.uri, "batches": batches,
-                        "staged_changes": sum(b["changes"] for b in batches),
-                        "last_end_lsn": batches[-1]["end_lsn"] if batches else None},
+            "staging": staging,
             "target": {"kind": target.kind, "watermarks": watermarks},
             "sync": sync,
             "problems": problems,

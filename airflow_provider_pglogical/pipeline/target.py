@@ -99,6 +99,11 @@ class SpecTarget(ABC):
         """The process environment the target reads its credentials from, set for the block only."""
         return nullcontext()
 
+    def identity(self) -> str:
+        """How the staging area names this target in its records (``staging/retention.py``): ``<kind>/<where>``,
+        never credentials. Two specs writing to the same place are one target."""
+        return f"{self.kind}/{self.spec.target.uri or self.spec.target.conn_id or ''}"
+
     @abstractmethod
     def watermarks(self) -> dict[str, int]:
         """Target table → end LSN the apply has committed for it ({} before the first apply)."""
@@ -211,6 +216,13 @@ class PostgresSpecTarget(SpecTarget):
                 conn.rollback()  # a question, not a transaction to keep open
             self._progress_table = qualified(schema, PROGRESS_TABLE)
         return self._progress_table
+
+    def identity(self) -> str:
+        conn = self.conn
+        try:
+            return target_identity(conn)  # the name the apply's target record has (target_record.py)
+        finally:
+            conn.rollback()
 
     def watermarks(self) -> dict[str, int]:
         progress_table, conn = self.progress_table, self.conn

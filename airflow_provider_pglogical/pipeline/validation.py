@@ -23,6 +23,7 @@ from airflow_provider_pglogical.pipeline.model import (
     TOAST_POLICIES,
     TRUNCATE_CASCADE,
     PipelineSpec,
+    RetentionSpec,
     SnapshotSpec,
     SourceSpec,
     SparkSpec,
@@ -32,6 +33,9 @@ from airflow_provider_pglogical.pipeline.model import (
     TruncateSpec,
 )
 from airflow_provider_pglogical.row_filter import parse_row_filter
+
+DURATION = re.compile(r"(\d+)\s*([smhdw]?)")
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 class SpecValidator:
@@ -231,11 +235,33 @@ class SpecValidator:
         return tuple(names)
 
     def staging(self, value: Any, path: str) -> StagingSpec | None:
-        raw = self.mapping(value, path, ("uri",), ("uri",))
+        raw = self.mapping(value, path, ("uri", "retention"), ("uri",))
         if raw is None:
             return None
         uri = self.string(raw.get("uri"), _join(path, "uri"), required="uri" in raw)
-        return StagingSpec(uri=uri or "")
+        retention = self.retention(raw["retention"], _join(path, "retention")) if "retention" in raw else None
+        return StagingSpec(uri=uri or "", retention=retention)
+
+    def retention(self, value: Any, path: str) -> RetentionSpec | None:
+        raw = self.mapping(value, path, ("keep_batches", "keep_for"))
+        if raw is None:
+            return None
+        keep_batches = self.count(raw.get("keep_batches"), _join(path, "keep_batches"))
+        keep_for = self.duration(raw.get("keep_for"), _join(path, "keep_for"))
+        if "keep_batches" not in raw and "keep_for" not in raw:
+            self.err(path, "give keep_batches, keep_for or both (without retention every staged batch stays)")
+        return RetentionSpec(keep_batches=keep_batches, keep_for_seconds=keep_for)
+
+    def duration(self, value: Any, path: str) -> int | None:
+        """``30m``, ``12h``, ``7d``, ``2w`` (or a number of seconds) as seconds, greater than 0."""
+        if value is None:
+            return None
+        m = DURATION.fullmatch(str(value).strip()) if isinstance(value, str | int) and not isinstance(value, bool) \
+            else None
+        if m is None or int(m.group(1)) == 0:
+            self.err(path, f"expected a duration greater than 0 such as 90m, 12h, 7d or 2w, got {value!r}")
+            return None
+        return int(m.group(1)) * DURATION_UNITS[m.group(2) or "s"]
 
     def target(self, value: Any, path: str) -> TargetSpec | None:
         raw = self.mapping(value, path, ("kind", "dsn", "conn_id", "uri", "mode", "storage_options",

@@ -117,7 +117,8 @@ def test_status_before_the_first_decode_reports_no_slot_and_no_batches(pipeline)
     assert result.returncode == 0, result.stderr
     status = json.loads(result.stdout)
     assert status["source"]["slot"] is None
-    assert status["staging"]["batches"] == [] and status["target"]["watermarks"] == {}
+    assert status["staging"]["batch_count"] == 0 and status["target"]["watermarks"] == {}
+    assert status["staging"]["oldest_start_lsn"] is None and "batches" not in status["staging"]
 
 
 def test_decode_then_run_stages_and_applies_the_filtered_changes_and_status_shows_them(pipeline):
@@ -140,8 +141,15 @@ def test_decode_then_run_stages_and_applies_the_filtered_changes_and_status_show
         query(pipeline["source"], "SELECT id, amount, region, note FROM orders WHERE amount > 100 AND region = 'EU' "
                                   "ORDER BY id")
 
-    status = json.loads(pglogical("status", "--spec", pipeline["spec"]).stdout)
+    staged_summary = json.loads(pglogical("status", "--spec", pipeline["spec"]).stdout)["staging"]
+    assert "batches" not in staged_summary  # listed only with --batches
+    status = json.loads(pglogical("status", "--spec", pipeline["spec"], "--batches").stdout)
     [batch] = status["staging"]["batches"]
+    assert {k: v for k, v in status["staging"].items() if k != "batches"} == staged_summary
+    assert staged_summary["batch_count"] == 1 and staged_summary["pending_batches"] == 0 and staged_summary["bytes"] == batch["bytes"]
+    assert staged_summary["oldest_start_lsn"] == batch["start_lsn"] and staged_summary["staged_changes"] == 7
+    assert staged_summary["retention"] is None and staged_summary["pruned"] is None
+    assert list(staged_summary["targets"].values()) == [batch["end_lsn"]]  # the run recorded how far its target applied
     # (lag is not 0: the target lives on the same server and apply wrote WAL after the drain)
     assert status["source"]["slot"]["confirmed_flush_lsn"] == batch["end_lsn"] == status["staging"]["last_end_lsn"]
     assert status["source"]["slot"]["wal_retention"] == "ok"
@@ -383,9 +391,9 @@ def test_a_spark_that_does_not_start_fails_the_run_after_the_drain_staged_and_ad
     assert failed.stderr.index("starting Spark (local[2]) in the background") < failed.stderr.index("pglogical: staged")
     assert failed.stderr.strip().splitlines()[-1].startswith(
         "pglogical run: error: Spark (local[2]) did not start: PySparkRuntimeError: [JAVA_GATEWAY_EXITED]")
-    status = json.loads(pglogical("status", "--spec", pipeline["spec"]).stdout)
+    status = json.loads(pglogical("status", "--spec", pipeline["spec"], "--batches").stdout)
     [batch] = status["staging"]["batches"]
-    assert batch["tables"] == {"public.customers": 2}
+    assert batch["tables"] == {"public.customers": 2} and status["staging"]["pending_batches"] == 1
     assert status["source"]["slot"]["confirmed_flush_lsn"] == batch["end_lsn"]
     assert status["target"]["watermarks"] == {}
 
@@ -409,14 +417,15 @@ def sessions_opened(pg_server, dbname: str) -> int:
 
 def test_apply_and_status_ask_the_postgres_target_on_one_connection_before_spark_starts(pipeline, pg_server):
     """The spec's target is resolved once: the bookkeeping schema, the watermarks and the snapshot sync marks are
-    asked on one target connection, closed before Spark starts (the apply's own target opens its connections then)."""
+    asked on one target connection, closed before Spark starts (the apply's own target opens its connections then).
+    The retention step after the apply (how far the target applied) asks on one more."""
     target_db = pipeline["target"].split("dbname=")[1].split()[0]
     before = sessions_opened(pg_server, target_db)
     nothing = pglogical("apply", "--spec", pipeline["spec"])  # nothing staged: no Spark at all
     assert nothing.returncode == 0, nothing.stderr
     assert json.loads(nothing.stdout)["batches_seen"] == 0
     after_nothing = sessions_opened(pg_server, target_db)
-    assert after_nothing - before == 1
+    assert after_nothing - before == 2
 
     assert pglogical("decode", "--spec", pipeline["spec"]).returncode == 0
     execute(pipeline["source"], "INSERT INTO customers VALUES (1, 'a')")

@@ -13,7 +13,7 @@ from tests.conftest import _drop_database, make_database
 from tests.pgserver import execute
 from tests.pgserver import query as rows
 
-DAG_IDS = ("pglogical_example_pipeline", "pglogical_example_replay")
+DAG_IDS = ("pglogical_example_pipeline", "pglogical_example_replay", "pglogical_example_teardown")
 SCHEMA = """
 CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL);
 CREATE TABLE orders (id int PRIMARY KEY, customer_id int NOT NULL REFERENCES customers,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_pglogical.exceptions import SpecError
-from airflow_provider_pglogical.pipeline.dag_factory import build_pipeline_dag, build_replay_dag
+from airflow_provider_pglogical.exceptions import ConfirmationRequiredError, SpecError
+from airflow_provider_pglogical.pipeline.dag_factory import build_pipeline_dag, build_replay_dag, build_teardown_dag
 from airflow_provider_pglogical.pipeline.spec import parse_spec
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "dags" / "specs" / "example_pipeline.yaml"
@@ -21,10 +21,11 @@ DOC = {
 }
 
 
-def test_the_pipeline_dag_chains_snapshot_ensure_check_decode_and_apply_in_one_group():
+def test_the_pipeline_dag_chains_snapshot_ensure_check_decode_apply_and_prune_in_one_group():
     dag = build_pipeline_dag(parse_spec(DOC, env={}), dag_id="d", schedule=timedelta(hours=1),
                              start_date=datetime(2026, 1, 1))
-    chain = ["pglogical.snapshot", "pglogical.ensure_replication", "pglogical.check_wal_retention", "pglogical.decode", "pglogical.apply"]
+    chain = ["pglogical.snapshot", "pglogical.ensure_replication", "pglogical.check_wal_retention", "pglogical.decode",
+             "pglogical.apply", "pglogical.prune_staging"]
     assert [t.task_id for t in dag.topological_sort() if t.task_id != "pglogical.check_slot_health"] == chain
     for upstream, downstream in zip(chain, chain[1:], strict=False):
         assert dag.get_task(downstream).upstream_task_ids == {upstream}
@@ -121,3 +122,16 @@ def test_the_replay_dag_plans_resets_then_applies_a_bounded_number_of_batches():
     assert [t.task_id for t in dag.topological_sort()] == ["plan_replay", "reset_target", "replay"]
     assert set(dag.params) == {"upto_lsn", "upto_time", "reset"}
     assert dag.schedule is None or str(dag.timetable.summary) in ("None", "Never")
+
+
+def test_the_teardown_dag_is_manual_and_its_drop_refuses_without_the_slot_name():
+    dag = build_teardown_dag(EXAMPLE, dag_id="t", start_date=datetime(2026, 1, 1))
+    assert [t.task_id for t in dag.topological_sort()] == ["drop_pipeline"]
+    assert set(dag.params) == {"confirm", "staging", "dry_run"} and dag.params["confirm"] == ""
+    assert dag.schedule is None or str(dag.timetable.summary) in ("None", "Never")
+    drop = dag.get_task("drop_pipeline")
+    assert drop.retries == 0  # a refused or failed drop is for a person to look at, not to retry
+    for confirm in ("", "other", "app_slot2"):
+        drop.confirm = confirm
+        with pytest.raises(ConfirmationRequiredError, match="confirm set to 'app_slot'"):
+            drop.execute({})

@@ -1,0 +1,137 @@
+"""The spec's staging retention: record how far its target has applied, prune what every target has applied, and
+refuse an apply or replay that would need a pruned range (the replay window)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow_provider_pglogical.exceptions import SpecError, StagingPrunedError, format_lsn
+from airflow_provider_pglogical.pipeline.runs import pending_batches
+from airflow_provider_pglogical.pipeline.source import resolved
+from airflow_provider_pglogical.pipeline.spec import PipelineSpec
+from airflow_provider_pglogical.pipeline.target import SpecTarget, spec_target
+from airflow_provider_pglogical.snapshot.layout import SnapshotLayout
+from airflow_provider_pglogical.staging.layout import StagingLayout
+from airflow_provider_pglogical.staging.reader import StagingReader
+from airflow_provider_pglogical.staging.retention import (
+    Checkpoint,
+    positions,
+    prunable,
+    prune_batches,
+    read_pruned,
+    record_position,
+    staged_batches,
+)
+
+Log = Callable[[str], None]
+
+
+def _quiet(_message: str) -> None:
+    pass
+
+
+def _lsn(value: int | None) -> str | None:
+    return None if value is None else format_lsn(value)
+
+
+def applied_through(spec: PipelineSpec, target: SpecTarget) -> int | None:
+    """The LSN through which ``target`` is done with the staged log (None before any batch is staged): the start
+    of its first pending batch (judged as the apply judges it), else the newest batch's end — lowered to the sync
+    LSN of any staged snapshot it has not loaded yet, whose rebuild takes the changes from that LSN on."""
+    batches = StagingReader.from_uri(spec.staging.uri, spec.source.slot).batches()
+    if not batches:
+        return None
+    pending = pending_batches(spec, target=target)
+    through = pending[0][0] if pending else batches[-1].end_lsn
+    snapshots = SnapshotLayout.from_uri(spec.staging.uri, spec.source.slot)
+    marks = target.sync_marks()
+    for name, table in spec.tables.items():
+        ref = snapshots.latest(name)
+        if ref is not None and marks.get(table.target_name, -1) < ref.lsn:
+            through = min(through, ref.lsn)
+    return through
+
+
+def prune(spec: PipelineSpec, *, dry_run: bool = False, log: Log = _quiet, require_settings: bool = False,
+          on_checkpoint: Checkpoint | None = None, now: datetime | None = None) -> dict[str, Any]:
+    """Record how far the spec's target has applied the staged log, then (with ``staging.retention``) prune the
+    batches every target known to the staging area has applied and the retention bounds let go.
+
+    Runs after every apply (a target that never records its position holds every batch for the others), and as
+    ``pglogical prune``. ``dry_run``: record nothing, prune nothing, report what would go. ``require_settings``:
+    a spec without ``staging.retention`` is a ``SpecError`` (the command), instead of recording only; without it
+    (after an apply) a staging area this process may not write to is a warning, not a failed apply.
+    """
+    retention = spec.staging.retention
+    if retention is None and require_settings:
+        raise SpecError(f"{spec.origin}: staging.retention is not set, so nothing is ever pruned; add "
+                        "staging.retention.keep_batches and/or keep_for (docs/pipeline-spec.md)")
+    spec = resolved(spec)
+    layout = StagingLayout.from_uri(spec.staging.uri, spec.source.slot)
+    with spec_target(spec) as target:
+        identity = target.identity()
+        mine = applied_through(spec, target)
+    if not dry_run:
+        try:
+            record_position(layout, identity, mine)
+        except OSError as exc:
+            if require_settings:
+                raise
+            # After an apply with read-only staging credentials: the apply stands; nothing can be pruned from
+            # here, and the target, unrecorded, keeps every batch for the others (as the apply's own record does).
+            log(f"could not record how far target {identity} applied the staging of slot {spec.source.slot}: "
+                f"{type(exc).__name__}; nothing pruned")
+            return {"dry_run": False, "target": identity, "applied_through_lsn": _lsn(mine), "recorded": False,
+                    "pruned_batches": 0, "pruned_bytes": 0}
+    known = {**positions(layout), identity: mine}
+    result: dict[str, Any] = {"dry_run": dry_run, "target": identity, "applied_through_lsn": _lsn(mine),
+                              "targets": {t: _lsn(lsn) for t, lsn in sorted(known.items())}}
+    if retention is None:
+        return {**result, "retention": None, "pruned_batches": 0, "pruned_bytes": 0}
+    # The slowest target decides; one without a recorded position keeps everything.
+    bound = min(-1 if lsn is None else lsn for lsn in known.values())
+    batches = staged_batches(StagingReader(layout))
+    count = prunable([b for _ref, b in batches], applied_through=bound, keep_batches=retention.keep_batches,
+                     keep_for_seconds=retention.keep_for_seconds, now=now or datetime.now(UTC))
+    chosen = batches[:count]
+    pruned = read_pruned(layout) if dry_run else prune_batches(layout, chosen, on_checkpoint=on_checkpoint, log=log)
+    if not chosen:
+        log(f"nothing to prune in the staging of slot {spec.source.slot} ({len(batches)} batch(es) kept)")
+    return {**result, "retention": {"keep_batches": retention.keep_batches,
+                                    "keep_for_seconds": retention.keep_for_seconds},
+            "held_by": sorted(t for t, lsn in known.items() if (-1 if lsn is None else lsn) == bound),
+            "pruned_batches": len(chosen), "pruned_bytes": sum(b.bytes for _ref, b in chosen),
+            "kept_batches": len(batches) - len(chosen), "pruned": pruned.to_summary() if pruned else None}
+
+
+def check_window(spec: PipelineSpec, *, reset: bool = False, upto_lsn: int | None = None) -> None:
+    """Refuse (``StagingPrunedError``) an apply or replay that would need batches retention pruned: the spec's target
+    has not applied the pruned range (a new target, or ``reset`` — a replay empties it first) and a table has no
+    staged snapshot at or past its end; or a replay ``upto_lsn`` lies inside it. Nothing pruned: returns at once."""
+    layout = StagingLayout.from_uri(spec.staging.uri, spec.source.slot)
+    pruned = read_pruned(layout)
+    if pruned is None:
+        return
+    end, slot = format_lsn(pruned.through_lsn), spec.source.slot
+    what = f"the staged log of slot {slot!r} is pruned up to {end} ({pruned.batches} batch(es), staging.retention)"
+    if upto_lsn is not None and upto_lsn < pruned.through_lsn:
+        raise StagingPrunedError(f"{what}: a replay up to {format_lsn(upto_lsn)} is outside the replay window; "
+                                 f"replay up to {end} or later")
+    spec = resolved(spec)
+    with spec_target(spec) as target:
+        identity = target.identity()
+    mine = None if reset else positions(layout).get(identity)
+    if mine is not None and mine >= pruned.through_lsn:
+        return
+    snapshots = SnapshotLayout.from_uri(spec.staging.uri, slot)
+    missing = [name for name in sorted(spec.tables)
+               if (ref := snapshots.latest(name)) is None or ref.lsn < pruned.through_lsn]
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        tables = " ".join(f"--table {t}" for t in missing)
+        raise StagingPrunedError(
+            f"{what} and target {identity} has not applied it: {len(missing)} table(s) ({shown}) have no staged "
+            f"snapshot past it; stage one with `pglogical resync --spec {spec.origin} {tables}` (or the DAG's "
+            "resync_tables param), then apply")
