@@ -48,6 +48,8 @@ SLOW_MODULES = (
     "tests/integration/test_spark_standalone.py",
     "tests/integration/test_cli_delta.py",
     "tests/integration/test_apply_operator.py",
+    "tests/system/test_staging_connection.py",
+    "tests/integration/test_foreign_keys_replica.py",
 )
 
 
