@@ -73,8 +73,9 @@ def foreign_key_error(conn: psycopg2.extensions.connection, error: ConstraintVio
     parent = referenced_table(conn, error.table, error.constraint)
     tables = [sources.get(t, t) for t in dict.fromkeys([parent, error.table]) if t]
     resync = "pglogical resync " + " ".join(f"--table {t}" for t in tables)
-    message = (f"{error}; the target lacks rows the batch's changes reference (written before the slot, without a "
-               f"snapshot): resync the tables linked by it ({resync}), or apply like a native subscriber with "
+    message = (f"{error}; the target's rows and the batch's changes disagree on a foreign key (typically a referenced "
+               f"row written before the slot, without a snapshot): resync the tables linked by it ({resync}), or "
+               "apply like a native subscriber with "
                "target.session_replication_role: replica (the target's foreign keys and ordinary triggers then do "
                "not fire)")
     return ConstraintViolationError(message, table=error.table, lsn=error.lsn, constraint=error.constraint,
