@@ -10,6 +10,7 @@ as ``AWS_*`` variables of its environment (``StorageCredentials.environment``), 
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -87,12 +88,23 @@ def use_credentials(uri: str, credentials: StorageCredentials) -> Iterator[None]
                 _registered[key] = previous
 
 
-def registered_filesystem(uri: str) -> tuple[pafs.FileSystem, str] | None:
-    """The filesystem and path of ``uri`` when credentials are registered for a root it lies under, else None."""
+def _registered_for(uri: str) -> StorageCredentials | None:
     target = _root(uri)
     with _lock:
         roots = [r for r in _registered if target.startswith(r)]
-        credentials = _registered[max(roots, key=len)] if roots else None
+        return _registered[max(roots, key=len)] if roots else None
+
+
+def process_environment(uri: str) -> dict[str, str]:
+    """This process's environment for a helper process of ours that reaches ``uri``: the registered credentials'
+    ``AWS_*`` variables on top (the helper has no registry of its own), else the environment as it is."""
+    credentials = _registered_for(uri)
+    return {**os.environ, **(credentials.environment() if credentials else {})}
+
+
+def registered_filesystem(uri: str) -> tuple[pafs.FileSystem, str] | None:
+    """The filesystem and path of ``uri`` when credentials are registered for a root it lies under, else None."""
+    credentials = _registered_for(uri)
     if credentials is None:
         return None
     parts = urlsplit(uri)

@@ -54,3 +54,27 @@ def test_run_stages_to_s3_and_applies_into_delta_on_s3_with_only_airflow_aws_con
 
         without = pglogical("status", "--spec", str(spec))  # no connection: the staging root is out of reach
         assert without.returncode != 0 and "staging_s3" in without.stderr
+
+
+def test_an_initial_snapshot_read_by_two_reader_processes_reaches_s3_staging_through_the_connection(
+        pg_server, pg_dsn, pg_dbname, tmp_path):
+    """The reader processes have no registry of their own: the staging credentials reach them in their
+    environment. (Only the staging is checked: applying a snapshot staged on S3 reads it with Spark's own
+    reader, which has no s3 filesystem here.)"""
+    execute(pg_dsn, "CREATE TABLE items (id int PRIMARY KEY, name text); CREATE TABLE tags (id int PRIMARY KEY);"
+                    "INSERT INTO items SELECT g, 'item ' || g FROM generate_series(1, 10) g;"
+                    "INSERT INTO tags SELECT generate_series(1, 7)")
+    with s3_server() as s3:
+        spec = tmp_path / "spec.yaml"
+        spec.write_text(yaml.safe_dump({
+            "source": {"dsn": pg_server.uri(pg_dbname), "publication": "snap_pub", "slot": "snap_slot",
+                       "create": True},
+            "staging": {"uri": f"s3://{s3.bucket}/staging", "conn_id": "staging_s3"},
+            "target": {"kind": "delta", "uri": f"s3://{s3.bucket}/lake", "conn_id": "lake_s3"},
+            "tables": {"public.items": {}, "public.tags": {}},
+            "snapshot": {"initial": True, "parallelism": 2}}))  # two tables: two reader processes
+        env = {"AIRFLOW_CONN_STAGING_S3": aws_connection(s3.endpoint)}
+        decoded = pglogical("decode", "--spec", str(spec), extra=env)  # slot, exported snapshot, both tables staged
+        assert decoded.returncode == 0, decoded.stderr[-3000:]
+        chunks = [k for k in s3.keys("staging/snap_slot/") if k.endswith(".parquet") and "/chunks/" in k]
+        assert {k.split("/")[3] for k in chunks} >= {"public.items", "public.tags"}, chunks
