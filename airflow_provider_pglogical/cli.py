@@ -13,6 +13,7 @@ from typing import Any
 
 from airflow_provider_pglogical import __version__
 from airflow_provider_pglogical.exceptions import PgLogicalError
+from airflow_provider_pglogical.hooks.aws_connection import staging_connection
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec, load_spec
 
 EXIT_OK = 0
@@ -243,7 +244,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with stdout_to_stderr():
             spec = load_spec(args.spec)
-            result = func(spec, args)
+            with staging_connection(spec.staging.uri, spec.staging.conn_id):
+                result = func(spec, args)
     except KeyboardInterrupt:
         print("pglogical: interrupted", file=sys.stderr)
         return 130

@@ -52,6 +52,8 @@ SLOW_MODULES = (
     "tests/system/test_ui_plugin.py",
     "tests/integration/test_cli_retention.py",
     "tests/system/test_teardown_dag.py",
+    "tests/system/test_staging_connection.py",
+    "tests/integration/test_foreign_keys_replica.py",
 )
 
 

@@ -25,6 +25,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-batches", type=int, default=None)
     p.add_argument("--write-partitions", type=int, default=None)
     p.add_argument("--bookkeeping-schema", default=None, help="schema of the progress, rejects and staging tables")
+    p.add_argument("--session-replication-role", default="origin", choices=("origin", "replica"),
+                   help="replica: apply like a native subscriber (the target's foreign keys and triggers do not fire)")
     p.add_argument("--report-file", default=None, help="append one JSON line per applied batch (counts only)")
     return p
 
@@ -34,7 +36,8 @@ def parse_args(argv: Sequence[str]) -> ApplyConfig:
     return ApplyConfig.from_dict({
         "slot": a.slot, "staging_root": a.staging_root, "tables": json.loads(a.tables_json),
         "dsn_env": a.dsn_env, "dsn_file": a.dsn_file, "max_batches": a.max_batches,
-        "write_partitions": a.write_partitions, "bookkeeping_schema": a.bookkeeping_schema})
+        "write_partitions": a.write_partitions, "bookkeeping_schema": a.bookkeeping_schema,
+        "session_replication_role": a.session_replication_role})
 
 
 def report_file(argv: Sequence[str]) -> str | None:

@@ -21,6 +21,9 @@ SCHEMA_CHANGE_POLICIES = ("follow", "fail")
 # its own name: what a publication without publish_via_partition_root sends), or ``route_to_root`` (every
 # leaf's changes go to this entry's target, as publish_via_partition_root would send them).
 LEAF_POLICIES = ("own", "route_to_root")
+# ``session_replication_role`` of the sessions that write a PostgreSQL target: ``origin`` (the server's default:
+# the target's foreign keys and triggers fire) or ``replica`` (what a native subscriber's apply uses).
+REPLICATION_ROLES = ("origin", "replica")
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,13 @@ class ApplyConfig:
     write_partitions: int | None = None
     # Schema of the progress, rejects and staging tables; None: resolved per role (targets/postgres/bookkeeping_schema.py).
     bookkeeping_schema: str | None = None
+    # ``REPLICATION_ROLES``: how a PostgreSQL target's sessions apply (targets/postgres/replication_role.py).
+    session_replication_role: str = "origin"
+
+    def __post_init__(self) -> None:
+        if self.session_replication_role not in REPLICATION_ROLES:
+            raise ApplyError(f"session_replication_role must be one of {', '.join(REPLICATION_ROLES)}, "
+                             f"got {self.session_replication_role!r}")
 
     def table_config(self, source: str) -> TableApplyConfig | None:
         """The config of ``schema.table``: its own entry, else ``schema.*``, else ``*`` (like a publication's

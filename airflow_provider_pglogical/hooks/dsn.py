@@ -30,6 +30,12 @@ def quote_value(value: Any) -> str:
     return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def params_dsn(params: dict[str, Any]) -> str:
+    """A libpq keyword DSN of libpq keyword → value ``params`` (every value quoted)."""
+    return " ".join(f"{k}={quote_value(v)}" for k, v in params.items())
+
+
 def libpq_dsn(conn: Any, **kwargs: Any) -> str:
-    """A libpq keyword DSN from an Airflow connection (allow-listed extras only); see ``connection_params``."""
-    return " ".join(f"{k}={quote_value(v)}" for k, v in connection_params(conn, **kwargs).items())
+    """A libpq keyword DSN from an Airflow connection (allow-listed extras only); see ``connection_params``.
+    Its password is the connection's own: ``hooks/airflow_connection.py`` resolves IAM tokens."""
+    return params_dsn(connection_params(conn, **kwargs))

@@ -14,7 +14,8 @@ import psycopg2
 import psycopg2.extensions
 from airflow.providers.postgres.hooks.postgres import PostgresHook
 
-from airflow_provider_pglogical.hooks.dsn import ALLOWED_EXTRAS, connection_params
+from airflow_provider_pglogical.hooks.airflow_connection import hook_params
+from airflow_provider_pglogical.hooks.dsn import ALLOWED_EXTRAS
 from airflow_provider_pglogical.hooks.slot_client import (
     _LSN,
     APPLICATION_NAME,
@@ -60,7 +61,8 @@ class PgLogicalHook(PostgresHook):
         return conn
 
     def _connect(self) -> psycopg2.extensions.connection:
-        params = connection_params(self.connection, dbname=self.database, application_name=APPLICATION_NAME)
+        # Credentials as PostgresHook resolves them (an IAM token when the connection asks for one).
+        params = hook_params(self, application_name=APPLICATION_NAME)
         conn: psycopg2.extensions.connection = psycopg2.connect(**params)
         return conn
 

@@ -18,7 +18,8 @@ from airflow_provider_pglogical.apply.config import TableApplyConfig
 from airflow_provider_pglogical.apply.sparkenv import LOCAL_DRIVER_CONF, is_local, spark_submit_env
 from airflow_provider_pglogical.exceptions import ApplyError
 from airflow_provider_pglogical.history.recorder import Stopwatch, recording
-from airflow_provider_pglogical.hooks.dsn import libpq_dsn
+from airflow_provider_pglogical.hooks.airflow_connection import connection_dsn
+from airflow_provider_pglogical.hooks.aws_connection import staging_connection, storage_credentials
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -57,6 +58,11 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
         one holding ``pglogical_progress``, else the first target schema the role can create in)
     :param source_conn_id: Airflow connection of the source database, only to name the source
         tables in OpenLineage inputs (nothing connects to it)
+    :param staging_conn_id: Airflow AWS connection whose credentials reach an ``s3://`` staging root; they go
+        to the spark-submit process as ``AWS_*`` environment variables (default: the worker's own)
+    :param session_replication_role: ``replica`` applies like a native subscriber (the target's foreign
+        keys and ordinary triggers do not fire; needs superuser or ``SET ON PARAMETER session_replication_role``);
+        default ``origin``
 
     After spark-submit returns, each batch's numbers (rows per target table, durations) go to
     Airflow's ``Stats`` and the log (``metrics/batches.py``), outlet Assets made with
@@ -73,7 +79,8 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
                  python: str | None = None, dsn_env: str = "PGLOGICAL_TARGET_DSN",
                  application: str = DEFAULT_APPLICATION, conn_id: str = "spark_default",
                  name: str = "pglogical-apply", source_conn_id: str | None = None,
-                 bookkeeping_schema: str | None = None, **kwargs: Any) -> None:
+                 bookkeeping_schema: str | None = None, session_replication_role: str = "origin",
+                 staging_conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(application=application, conn_id=conn_id, name=name, **kwargs)
         self.slot = slot
         self.staging_uri = staging_uri
@@ -86,6 +93,8 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
         self.dsn_env = dsn_env
         self.source_conn_id = source_conn_id
         self.bookkeeping_schema = bookkeeping_schema
+        self.session_replication_role = session_replication_role
+        self.staging_conn_id = staging_conn_id
 
     @property
     def table_configs(self) -> dict[str, TableApplyConfig]:
@@ -107,6 +116,8 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
             args += ["--bookkeeping-schema", self.bookkeeping_schema]
         if self.write_partitions:
             args += ["--write-partitions", str(self.write_partitions)]
+        if self.session_replication_role != "origin":
+            args += ["--session-replication-role", self.session_replication_role]
         return args
 
     # SparkSubmitOperator.execute returns None; this one returns the run's summary as its XCom.
@@ -132,10 +143,12 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
                 for key, value in LOCAL_DRIVER_CONF.items():
                     self.conf.setdefault(key, value)
             self.conf.setdefault("spark.sql.session.timeZone", "UTC")
-            self.env_vars = {**spark_submit_env(master, self.python), **(self.env_vars or {}),
-                             self.dsn_env: libpq_dsn(target)}
+            staging = storage_credentials(self.staging_conn_id).environment() if self.staging_conn_id else {}
+            self.env_vars = {**spark_submit_env(master, self.python), **(self.env_vars or {}), **staging,
+                             self.dsn_env: connection_dsn(self.target_conn_id)}
             # One record in the slot's run history (docs/staging-format.md#run-history), failed runs included.
-            with recording(self.staging_uri, self.slot, "apply", tool="airflow", log=self.log.warning) as record:
+            with (staging_connection(self.staging_uri, self.staging_conn_id),
+                  recording(self.staging_uri, self.slot, "apply", tool="airflow", log=self.log.warning) as record):
                 watch = Stopwatch()
                 try:
                     super().execute(context)

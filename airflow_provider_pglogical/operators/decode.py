@@ -9,6 +9,7 @@ from airflow.sdk import Asset, AssetAlias, BaseOperator
 
 from airflow_provider_pglogical.assets.pglogical import staged_table_asset
 from airflow_provider_pglogical.history.recorder import Stopwatch, recording, slot_figures
+from airflow_provider_pglogical.hooks.aws_connection import staging_connection
 from airflow_provider_pglogical.metrics.batches import decode_metrics, emit_decode_batch
 from airflow_provider_pglogical.staging.drain import (
     DEFAULT_MAX_CHANGES,
@@ -57,6 +58,8 @@ class PgLogicalDecodeOperator(BaseOperator):
     :param mode: ``peek`` (exactly-once) or ``get`` (consumes while reading: at-most-once)
     :param empty_advance_bytes: publish an empty batch when this much WAL holds no changes (templated)
     :param row_group_rows: rows per Parquet row group
+    :param staging_conn_id: Airflow AWS connection whose credentials reach an ``s3://`` staging root
+        (default: pyarrow's own, ``AWS_*`` variables of the worker)
     """
 
     template_fields: Sequence[str] = ("slot", "publication", "staging_uri", "max_wal_bytes", "max_changes",
@@ -67,7 +70,8 @@ class PgLogicalDecodeOperator(BaseOperator):
                  postgres_conn_id: str = "postgres_default", max_wal_bytes: int | str | None = DEFAULT_MAX_WAL_BYTES,
                  max_changes: int | str | None = DEFAULT_MAX_CHANGES, mode: str = "peek",
                  empty_advance_bytes: int | str | None = 64 << 20,
-                 row_group_rows: int = DEFAULT_ROW_GROUP_ROWS, **kwargs: Any) -> None:
+                 row_group_rows: int = DEFAULT_ROW_GROUP_ROWS, staging_conn_id: str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.slot = slot
         self.publication = publication
@@ -78,6 +82,7 @@ class PgLogicalDecodeOperator(BaseOperator):
         self.mode = mode
         self.empty_advance_bytes = empty_advance_bytes
         self.row_group_rows = row_group_rows
+        self.staging_conn_id = staging_conn_id
 
     def build_config(self) -> DrainConfig:
         mode = next((m for m in DRAIN_MODES if m == self.mode), None)
@@ -99,7 +104,8 @@ class PgLogicalDecodeOperator(BaseOperator):
         config = self.build_config()
         hook = self.get_hook()
         # One record in the slot's run history (docs/staging-format.md#run-history), failed runs included.
-        with recording(config.staging_uri, config.slot, "decode", tool="airflow", log=self.log.warning) as record:
+        with (staging_connection(config.staging_uri, self.staging_conn_id),
+              recording(config.staging_uri, config.slot, "decode", tool="airflow", log=self.log.warning) as record):
             try:
                 watch = Stopwatch()
                 result = drain_slot(hook, config, logger=self.log)

@@ -12,6 +12,7 @@ from airflow.sdk import DAG, Param, TaskGroup, task
 
 from airflow_provider_pglogical.assets.pglogical import target_table_asset
 from airflow_provider_pglogical.exceptions import SpecError
+from airflow_provider_pglogical.hooks.aws_connection import staging_connection
 from airflow_provider_pglogical.lsn import parse_lsn
 from airflow_provider_pglogical.operators.apply import PgLogicalApplyOperator
 from airflow_provider_pglogical.operators.decode import PgLogicalDecodeOperator, table_asset
@@ -81,7 +82,7 @@ def decode_task(spec: PipelineSpec, task_id: str = "decode") -> Any:
     """The decode step: one drain cycle of the spec's slot, emitting an asset event per staged table."""
     return PgLogicalDecodeOperator(
         task_id=task_id, slot=spec.source.slot, publication=spec.source.publications or spec.source.publication,
-        staging_uri=spec.staging.uri,
+        staging_uri=spec.staging.uri, staging_conn_id=spec.staging.conn_id,
         postgres_conn_id=_conn_id(spec, "source", spec.source.conn_id), max_wal_bytes=_param("max_wal_bytes"),
         max_changes=_param("max_changes"),
         outlets=[table_asset(spec.source.slot, name) for name in spec.tables])
@@ -101,6 +102,7 @@ def apply_task(spec: PipelineSpec, task_id: str = "apply", max_batches: Any = No
         target_conn_id=_conn_id(spec, "target", spec.target.conn_id), tables=tables, max_batches=max_batches,
         conn_id=spec.spark.conn_id, conf=dict(spec.spark.conf) or None,
         source_conn_id=spec.source.conn_id, bookkeeping_schema=spec.target.bookkeeping_schema,
+        session_replication_role=spec.target.session_replication_role, staging_conn_id=spec.staging.conn_id,
         outlets=[target_table_asset(spec.source.slot, t.target_name) for t in spec.tables.values()])
 
 
@@ -221,10 +223,12 @@ def _plan_replay_task(spec: PipelineSpec) -> Any:
         upto_time = datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
         if upto_time is not None and upto_time.tzinfo is None:
             upto_time = upto_time.replace(tzinfo=UTC)  # commit times are staged in UTC
-        # Retention may have pruned what the rebuild needs: refuse before the reset empties the target.
-        check_window(spec, reset=bool(params.get("reset", True)), upto_lsn=upto_lsn)
-        count = batches_upto(spec, upto_lsn=upto_lsn, upto_time=upto_time)
-        print(f"replaying {count} staged batch(es) of slot {spec.source.slot} from {first_batch_start(spec)}")
+        with staging_connection(spec.staging.uri, spec.staging.conn_id):
+            # Retention may have pruned what the rebuild needs: refuse before the reset empties the target.
+            check_window(spec, reset=bool(params.get("reset", True)), upto_lsn=upto_lsn)
+            count = batches_upto(spec, upto_lsn=upto_lsn, upto_time=upto_time)
+            first = first_batch_start(spec)
+        print(f"replaying {count} staged batch(es) of slot {spec.source.slot} from {first}")
         return {"max_batches": count}
 
     return plan_replay()

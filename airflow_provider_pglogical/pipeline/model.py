@@ -10,6 +10,7 @@ from airflow_provider_pglogical.apply.config import (
     CASCADE_POLICIES,
     CONFLICT_POLICIES,
     LEAF_POLICIES,
+    REPLICATION_ROLES,
     SCHEMA_CHANGE_POLICIES,
     TOAST_POLICIES,
 )
@@ -27,7 +28,8 @@ DELTA_MODES = ("mirror", "changelog")  # = apply.targets.delta.target.MODES (a u
 SECRET_OPTION = re.compile(r"SECRET|TOKEN|PASSWORD|ACCESS_KEY|SAS|CREDENTIAL", re.IGNORECASE)
 # The apply's own choices (apply/config.py, a light module), under the spec's names.
 TRUNCATE_CASCADE = CASCADE_POLICIES
-__all__ = ["ACTIONS", "CONFLICT_POLICIES", "DELTA_MODES", "ENV_REF", "LEAF_POLICIES", "NAMEDATALEN", "SCHEMA_CHANGE_POLICIES", "SECRET_OPTION",
+__all__ = ["ACTIONS", "CONFLICT_POLICIES", "DELTA_MODES", "ENV_REF", "LEAF_POLICIES", "NAMEDATALEN", "REPLICATION_ROLES",
+           "SCHEMA_CHANGE_POLICIES", "SECRET_OPTION",
            "RetentionSpec", "SLOT_NAME", "TARGET_KINDS", "TOAST_POLICIES", "TRUNCATE_CASCADE", "PipelineSpec", "SnapshotSpec",
            "SourceSpec", "SparkSpec", "StagingSpec", "TableSpec", "TargetSpec", "TruncateSpec", "split_qualified"]
 
@@ -66,8 +68,12 @@ class RetentionSpec:
 
 @dataclass(frozen=True)
 class StagingSpec:
+    """``uri``: the staging root; ``conn_id``: an Airflow AWS connection whose credentials reach it (else pyarrow's
+    own: ``AWS_*`` variables, ``~/.aws``)."""
+
     uri: str
     retention: RetentionSpec | None = None  # None: every staged batch stays
+    conn_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,8 @@ class TargetSpec:
     storage_options: dict[str, str] = field(default_factory=dict)
     partition_by: dict[str, tuple[str, ...]] = field(default_factory=dict)
     bookkeeping_schema: str | None = None  # None: resolved per role (see targets/postgres/bookkeeping_schema.py)
+    # ``postgres``: ``replica`` applies like a native subscriber (targets/postgres/replication_role.py).
+    session_replication_role: str = "origin"
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
 from airflow_provider_pglogical.exceptions import ConfirmationRequiredError, SpecError
+from airflow_provider_pglogical.hooks.aws_connection import staging_connection
 from airflow_provider_pglogical.hooks.sizes import parse_size
 from airflow_provider_pglogical.hooks.slot_client import PgLogicalClient
 from airflow_provider_pglogical.pipeline.retention import check_window, prune
@@ -23,6 +25,11 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 SourceStep = Callable[[PipelineSpec, PgLogicalClient], dict[str, Any]]
+
+
+def _staging(spec: PipelineSpec) -> AbstractContextManager[None]:
+    """The spec's staging root reached with ``staging.conn_id``'s credentials for the block (if it names one)."""
+    return staging_connection(spec.staging.uri, spec.staging.conn_id)
 
 
 def _run_on_source(task: BaseOperator, spec: PipelineSpec, step: SourceStep, message: str,
@@ -105,7 +112,8 @@ class ResetTargetOperator(BaseOperator):
         if str(self.enabled).lower() in ("false", "0", "no", ""):
             self.log.info("reset disabled: replaying on top of the current target")
             return {"truncated": []}
-        return reset_target(self.spec, log=self.log.info)
+        with _staging(self.spec):
+            return reset_target(self.spec, log=self.log.info)
 
 
 class DeltaApplyOperator(BaseOperator):
@@ -129,7 +137,8 @@ class DeltaApplyOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         limit = None if self.max_batches in (None, "", "None") else int(self.max_batches)
-        return apply_pending(self.spec, max_batches=limit, log=self.log.info, tool="airflow")
+        with _staging(self.spec):
+            return apply_pending(self.spec, max_batches=limit, log=self.log.info, tool="airflow")
 
 
 class SnapshotTablesOperator(BaseOperator):
@@ -166,9 +175,10 @@ class SnapshotTablesOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         resync = self.tables_to_resync()
-        with source_client(self.spec) as client:
-            initial = initial_snapshot_if_new(self.spec, client, log=self.log.info)
-        synced = sync_tables(self.spec, resync=resync, log=self.log.info)
+        with _staging(self.spec):
+            with source_client(self.spec) as client:
+                initial = initial_snapshot_if_new(self.spec, client, log=self.log.info)
+            synced = sync_tables(self.spec, resync=resync, log=self.log.info)
         return {"initial": initial, "tables": synced}
 
 
@@ -189,7 +199,8 @@ class PruneStagingOperator(BaseOperator):
         self.spec = spec
 
     def execute(self, context: Context) -> dict[str, Any]:
-        return prune(self.spec, log=self.log.info)
+        with _staging(self.spec):
+            return prune(self.spec, log=self.log.info)
 
 
 def _flag(value: bool | str) -> bool:
@@ -226,4 +237,5 @@ class DropPipelineOperator(BaseOperator):
             raise ConfirmationRequiredError(
                 f"dropping slot {slot!r} loses the changes it holds for good; trigger the DAG with the param "
                 f"confirm set to {slot!r} (or dry_run true to list what would be dropped)")
-        return drop_pipeline(self.spec, dry_run=dry_run, staging=_flag(self.staging), log=self.log.info)
+        with _staging(self.spec):
+            return drop_pipeline(self.spec, dry_run=dry_run, staging=_flag(self.staging), log=self.log.info)

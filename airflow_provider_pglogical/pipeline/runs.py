@@ -66,7 +66,8 @@ def apply_config(spec: PipelineSpec, *, max_batches: int | None = None) -> Apply
     return ApplyConfig(slot=spec.source.slot, staging_root=spec.staging.uri,
                        tables={name: table(t) for name, t in {**spec.selectors, **spec.tables}.items()},
                        max_batches=max_batches,
-                       progress_table=PROGRESS_TABLE, bookkeeping_schema=spec.target.bookkeeping_schema)
+                       progress_table=PROGRESS_TABLE, bookkeeping_schema=spec.target.bookkeeping_schema,
+                       session_replication_role=spec.target.session_replication_role)
 
 
 _spark_logs_off = False

@@ -6,7 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_pglogical.exceptions import SnapshotOnExistingSlotError, SpecError, format_lsn
-from airflow_provider_pglogical.hooks.dsn import libpq_dsn
+from airflow_provider_pglogical.hooks.airflow_connection import hook_params
+from airflow_provider_pglogical.hooks.dsn import params_dsn
 from airflow_provider_pglogical.hooks.slot_client import PgLogicalClient
 from airflow_provider_pglogical.pipeline.source import publication_marker, resolve_with, resolved
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec, split_qualified
@@ -34,9 +35,8 @@ def source_dsn(spec: PipelineSpec) -> str:
         return spec.source.dsn
     from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
 
-    # The one DSN builder and extras allowlist (hooks/dsn.py), with the hook's database override.
-    hook = PgLogicalHook(postgres_conn_id=spec.source.conn_id)
-    return libpq_dsn(hook.connection, dbname=hook.database or None)
+    # The one DSN builder and extras allowlist (hooks/dsn.py), with the hook's database override and IAM token.
+    return params_dsn(hook_params(PgLogicalHook(postgres_conn_id=spec.source.conn_id)))
 
 
 def snapshot_job(spec: PipelineSpec) -> Any:

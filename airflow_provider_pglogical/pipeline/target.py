@@ -50,7 +50,7 @@ from airflow_provider_pglogical.apply.targets.postgres.progress import (
     sync_marks,
 )
 from airflow_provider_pglogical.exceptions import PipelineBusyError, SpecError
-from airflow_provider_pglogical.hooks.dsn import libpq_dsn
+from airflow_provider_pglogical.hooks.airflow_connection import connection_dsn
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec
 from airflow_provider_pglogical.staging.target_record import TargetRecord, read_record, write_record
 
@@ -188,11 +188,11 @@ class PostgresSpecTarget(SpecTarget):
         if self._dsn is None:
             if self.spec.target.dsn is not None:
                 self._dsn = self.spec.target.dsn
+            elif self.spec.target.conn_id is not None:
+                # The same builder, extras allowlist and IAM tokens as the hook and the apply operator.
+                self._dsn = connection_dsn(self.spec.target.conn_id)
             else:
-                from airflow.providers.postgres.hooks.postgres import PostgresHook
-
-                # The same builder and extras allowlist as the hook and the apply operator (hooks/dsn.py).
-                self._dsn = libpq_dsn(PostgresHook.get_connection(self.spec.target.conn_id))
+                raise SpecError(f"{self.spec.origin}: the postgres target needs a dsn or a conn_id")
         return self._dsn
 
     @property

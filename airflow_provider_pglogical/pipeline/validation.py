@@ -16,6 +16,7 @@ from airflow_provider_pglogical.pipeline.model import (
     ENV_REF,
     LEAF_POLICIES,
     NAMEDATALEN,
+    REPLICATION_ROLES,
     SCHEMA_CHANGE_POLICIES,
     SECRET_OPTION,
     SLOT_NAME,
@@ -235,12 +236,15 @@ class SpecValidator:
         return tuple(names)
 
     def staging(self, value: Any, path: str) -> StagingSpec | None:
-        raw = self.mapping(value, path, ("uri", "retention"), ("uri",))
+        raw = self.mapping(value, path, ("uri", "conn_id", "retention"), ("uri",))
         if raw is None:
             return None
         uri = self.string(raw.get("uri"), _join(path, "uri"), required="uri" in raw)
+        conn_id = self.string(raw.get("conn_id"), _join(path, "conn_id"), required="conn_id" in raw)
+        if conn_id and uri and not uri.startswith("s3://"):
+            self.err(_join(path, "conn_id"), "an AWS connection is for an s3:// staging uri")
         retention = self.retention(raw["retention"], _join(path, "retention")) if "retention" in raw else None
-        return StagingSpec(uri=uri or "", retention=retention)
+        return StagingSpec(uri=uri or "", retention=retention, conn_id=conn_id)
 
     def retention(self, value: Any, path: str) -> RetentionSpec | None:
         raw = self.mapping(value, path, ("keep_batches", "keep_for"))
@@ -265,7 +269,7 @@ class SpecValidator:
 
     def target(self, value: Any, path: str) -> TargetSpec | None:
         raw = self.mapping(value, path, ("kind", "dsn", "conn_id", "uri", "mode", "storage_options",
-                                         "partition_by", "bookkeeping_schema"), ("kind",))
+                                         "partition_by", "bookkeeping_schema", "session_replication_role"), ("kind",))
         if raw is None:
             return None
         kind = self.choice(raw.get("kind"), _join(path, "kind"), TARGET_KINDS, "postgres") \
@@ -278,7 +282,10 @@ class SpecValidator:
         dsn, conn_id = self.connection(raw, path)
         schema = self.string(raw.get("bookkeeping_schema"), _join(path, "bookkeeping_schema"),
                              required="bookkeeping_schema" in raw)
-        return TargetSpec(kind=kind, dsn=dsn, conn_id=conn_id, bookkeeping_schema=schema)
+        role = self.choice(raw.get("session_replication_role"), _join(path, "session_replication_role"),
+                           REPLICATION_ROLES, "origin")
+        return TargetSpec(kind=kind, dsn=dsn, conn_id=conn_id, bookkeeping_schema=schema,
+                          session_replication_role=role)
 
     def delta_tables(self, target: TargetSpec, tables: dict[str, TableSpec],
                      selectors: dict[str, TableSpec] | None = None) -> None:
@@ -308,6 +315,8 @@ class SpecValidator:
             self.err(_join(path, "dsn"), "a delta target has a uri, not a dsn")
         if "bookkeeping_schema" in raw:
             self.err(_join(path, "bookkeeping_schema"), "only for kind: postgres (Delta keeps its watermarks in its log)")
+        if "session_replication_role" in raw:
+            self.err(_join(path, "session_replication_role"), "only for kind: postgres (Delta tables have no triggers)")
         uri = self.string(raw.get("uri"), _join(path, "uri"), required=True)
         conn_id = self.string(raw.get("conn_id"), _join(path, "conn_id"))
         mode = self.choice(raw.get("mode"), _join(path, "mode"), DELTA_MODES, "mirror")

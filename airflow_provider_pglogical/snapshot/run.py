@@ -64,6 +64,7 @@ from airflow_provider_pglogical.snapshot.source import (
     describe_tables,
     foreign_key_links,
 )
+from airflow_provider_pglogical.staging.credentials import process_environment
 from airflow_provider_pglogical.staging.manifest import FileRecord
 
 log = logging.getLogger(__name__)
@@ -327,7 +328,7 @@ def _copy_tables(job: SnapshotJob, layout: SnapshotLayout, reads: dict[str, Tabl
             exported.check_alive()
             finished(copy_chunk(task))
     else:
-        with WorkerPool(min(job.settings.parallelism, len(all_tasks))) as pool:
+        with WorkerPool(min(job.settings.parallelism, len(all_tasks)), process_environment(job.staging_uri)) as pool:
             for res in pool.run(all_tasks, alive=exported.check_alive, poll_s=job.settings.progress_every_s):
                 finished(res)
     exported.check_alive()
@@ -372,11 +373,12 @@ def _publish(job: SnapshotJob, layout: SnapshotLayout, read: TableRead, exported
 
 
 class WorkerPool:
-    """``n`` reader processes (``snapshot.worker``) fed chunk tasks over pipes by one thread each."""
+    """``n`` reader processes (``snapshot.worker``) fed chunk tasks over pipes by one thread each; ``env``: their
+    environment (the staging root's registered credentials included, ``staging/credentials.py``)."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, env: dict[str, str] | None = None) -> None:
         self.procs = [subprocess.Popen([sys.executable, "-m", "airflow_provider_pglogical.snapshot.worker"],
-                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
                       for _ in range(n)]
 
     def run(self, tasks: list[ChunkTask], *, alive: Callable[[], None], poll_s: float) -> Iterator[ChunkResult]:

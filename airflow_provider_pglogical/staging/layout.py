@@ -10,6 +10,7 @@ from urllib.parse import quote, unquote
 import pyarrow.fs as pafs
 
 from airflow_provider_pglogical.lsn import lsn_hex
+from airflow_provider_pglogical.staging.credentials import registered_filesystem
 
 MANIFEST = "_manifest.json"
 RELATION_STATE = "_relation_state.json"
@@ -34,7 +35,11 @@ def unquote_name(segment: str) -> str:
 
 
 def resolve_filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
-    """A pyarrow filesystem and root path for a URI (``s3://``, ``file://``…) or a local path."""
+    """A pyarrow filesystem and root path for a URI (``s3://``, ``file://``…) or a local path; credentials
+    registered for the URI's root (``staging/credentials.py``) come first, else pyarrow finds its own."""
+    registered = registered_filesystem(uri)
+    if registered is not None:
+        return registered
     if "://" in uri:
         fs, path = pafs.FileSystem.from_uri(uri)
         return fs, path.rstrip("/")

@@ -7,7 +7,8 @@ import sys
 
 import pyarrow as pa
 
-from airflow_provider_pglogical.operators.apply import PgLogicalApplyOperator, build_package_zip, libpq_dsn
+from airflow_provider_pglogical.hooks.dsn import libpq_dsn
+from airflow_provider_pglogical.operators.apply import PgLogicalApplyOperator, build_package_zip
 from tests.unit.apply.stage import BatchSpec, Chg, Col, Rel, write_batch
 from tests.unit.apply.targetdb import make_target, rows
 

@@ -81,7 +81,7 @@ def test_a_misspelled_table_key_names_its_path_and_suggests_the_right_key():
 
 
 def test_an_unknown_key_without_a_close_match_lists_the_allowed_keys():
-    assert "staging.zzz: unknown key (allowed: uri, retention)" in error_of(with_change("staging/zzz", 1))
+    assert "staging.zzz: unknown key (allowed: uri, conn_id, retention)" in error_of(with_change("staging/zzz", 1))
 
 
 def test_an_unknown_top_level_key_is_reported():

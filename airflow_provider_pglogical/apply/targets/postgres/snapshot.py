@@ -49,6 +49,7 @@ from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import
 from airflow_provider_pglogical.apply.targets.postgres.catalog import ident
 from airflow_provider_pglogical.apply.targets.postgres.copytext import copy_columns
 from airflow_provider_pglogical.apply.targets.postgres.progress import SYNC_TABLE, ensure_sync_table, sync_marks
+from airflow_provider_pglogical.apply.targets.postgres.replication_role import set_replication_role
 from airflow_provider_pglogical.apply.targets.postgres.target_types import describe_types
 from airflow_provider_pglogical.exceptions import ApplyError, format_lsn
 from airflow_provider_pglogical.snapshot.links import linked_components
@@ -273,6 +274,7 @@ def _load_group(target: Any, plan: PlannedSnapshot, sync_table: str, group: Sequ
     names = ", ".join(t.target for t in group)
     conn = psycopg2.connect(target.dsn)
     try:
+        set_replication_role(conn, target.config.session_replication_role)  # like a native table sync worker
         with conn.cursor() as cur:
             marks = sync_marks(conn, plan.slot, sync_table)
             if all(marks.get(t.target, -1) >= plan.lsn for t in group):

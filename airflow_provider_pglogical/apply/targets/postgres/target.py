@@ -23,6 +23,7 @@ from psycopg2 import sql
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from airflow_provider_pglogical.apply import planning
 from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.targets.base import (
     BatchChanges,
@@ -39,6 +40,7 @@ from airflow_provider_pglogical.apply.targets.postgres import (
     catalog,
     ordered,
     progress,
+    replication_role,
     schema,
     setbased,
     snapshot,
@@ -67,7 +69,7 @@ from airflow_provider_pglogical.apply.targets.postgres.plan import (
     staging_prefix,
 )
 from airflow_provider_pglogical.apply.targets.postgres.target_types import describe_types
-from airflow_provider_pglogical.exceptions import ApplyError
+from airflow_provider_pglogical.exceptions import ApplyError, ConstraintViolationError
 from airflow_provider_pglogical.staging.target_record import TargetRecord, read_record
 
 log = logging.getLogger(__name__)
@@ -105,6 +107,8 @@ class PostgresTarget:
             self.spark.conf.set(key, value)
         self._conn = catalog.connect(self.dsn)
         try:
+            # Like a native subscriber's apply worker (replication_role.py); committed before anything else.
+            replication_role.set_replication_role(self._conn, self.config.session_replication_role)
             # One apply per slot and target at a time: staging table names are per (slot, batch).
             if not catalog.try_lock_slot(self._conn, slot):
                 raise ApplyError(f"another apply of slot {slot} into this target is running")
@@ -233,6 +237,9 @@ class PostgresTarget:
                 seconds["apply_ordered"] = round(time.monotonic() - staged_at, 3)
             else:
                 seconds["apply"] = round(time.monotonic() - staged_at, 3)
+        except ConstraintViolationError as exc:  # rolled back: name the ways out of a missing referenced row
+            sources = {planning.target_name(s, c): s for s, c in self.config.tables.items() if not s.endswith("*")}
+            raise replication_role.foreign_key_error(conn, exc, sources) from None
         finally:
             # Staging tables are disposable in every outcome; a crash before this line leaves them for
             # the next run of the batch, which drops and recreates them under the same names.
