@@ -8,8 +8,9 @@ import sys
 import pyarrow as pa
 
 from airflow_provider_pglogical.operators.apply import PgLogicalApplyOperator, build_package_zip, libpq_dsn
-from tests.unit.apply.stage import BatchSpec, Chg, Col, Rel, write_batch
-from tests.unit.apply.targetdb import make_target, rows
+from harness.pgserver import make_target
+from harness.pgserver import query as rows
+from tests.support.stage import BatchSpec, Chg, Col, Rel, write_batch
 
 REL = Rel("public", "orders", (Col("id", pa.int64(), "bigint", True), Col("amount", pa.decimal128(12, 2),
                                                                           "numeric(12,2)")))

@@ -13,8 +13,8 @@ import yaml
 from deltalake import DeltaTable
 
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
+from harness.pgserver import execute
 from tests.integration.test_cli import SCHEMA, TABLES, pglogical
-from tests.pgserver import execute
 
 
 def test_run_applies_into_delta_on_s3_and_status_shows_the_delta_watermarks(pg_server, pg_dsn, pg_dbname, tmp_path,
@@ -30,7 +30,7 @@ def test_run_applies_into_delta_on_s3_and_status_shows_the_delta_watermarks(pg_s
     }
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(doc))
-    env = s3.env()  # the credentials the user exports, nothing else (tests/userenv.py)
+    env = s3.env()  # the credentials the user exports, nothing else (harness/userenv.py)
     first = pglogical("run", "--spec", str(spec), extra=env)  # creates publication and slot
     assert first.returncode == 0, first.stderr
     execute(pg_dsn, """INSERT INTO customers VALUES (1, 'ada'), (2, 'bob');

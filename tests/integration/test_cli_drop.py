@@ -11,9 +11,8 @@ import pytest
 import yaml
 
 from airflow_provider_pglogical.apply.targets.postgres.plan import staging_prefix
-from tests.conftest import _drop_database, make_database
+from harness.pgserver import drop_database, execute, make_database, query
 from tests.integration.test_cli import pglogical
-from tests.pgserver import execute, query
 
 SLOT = "drop_slot"
 
@@ -39,7 +38,7 @@ def pipeline(pg_server, pg_dsn, pg_dbname, tmp_path):
     try:
         yield {"spec": spec, "source": pg_dsn, "target": pg_server.dsn(target), "staging": tmp_path / "staging"}
     finally:
-        _drop_database(pg_server, target)
+        drop_database(pg_server, target)
 
 
 def run_ok(*args: str) -> dict:

@@ -7,9 +7,8 @@ import json
 import pytest
 import yaml
 
-from tests.conftest import _drop_database, make_database
+from harness.pgserver import drop_database, execute, make_database, query
 from tests.integration.test_cli import pglogical
-from tests.pgserver import execute, query
 
 
 @pytest.fixture
@@ -36,7 +35,7 @@ def two_pipelines(pg_server, pg_dsn, pg_dbname, tmp_path):
         yield {"events": spec("events", "r028.events"), "accounts": spec("accounts", "public.accounts"),
                "source": pg_dsn, "target": pg_server.dsn(target)}
     finally:
-        _drop_database(pg_server, target)
+        drop_database(pg_server, target)
 
 
 def run_ok(*args: str) -> dict:

@@ -20,9 +20,8 @@ from airflow_provider_pglogical.exceptions import PrivilegeError, ReplicationPer
 from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
 from airflow_provider_pglogical.pipeline.runs import decode_pending
 from airflow_provider_pglogical.pipeline.spec import parse_spec
-from tests.conftest import _drop_database, make_database
-from tests.pgserver import execute
-from tests.pgserver import query as rows
+from harness.pgserver import drop_database, execute, make_database
+from harness.pgserver import query as rows
 
 SCHEMA = """
 CREATE TABLE orders (id int PRIMARY KEY, amount numeric NOT NULL);
@@ -162,7 +161,7 @@ def loader_target(pg_server, roles) -> Iterator[tuple[str, str]]:
         yield dbname, role
     finally:
         execute(admin, f'DROP OWNED BY "{role}"')
-        _drop_database(pg_server, dbname)
+        drop_database(pg_server, dbname)
 
 
 def run_cli(spec: dict, tmp_path) -> subprocess.CompletedProcess:

@@ -16,9 +16,9 @@ import pyspark
 import pytest
 
 from airflow_provider_pglogical.operators.apply import PgLogicalApplyOperator
+from harness.pgserver import free_port, make_target
+from harness.pgserver import query as rows
 from tests.integration.test_apply_operator import stage_orders, target_connection
-from tests.pgserver import free_port
-from tests.unit.apply.targetdb import make_target, rows
 
 SPARK_HOME = Path(pyspark.__file__).parent
 

@@ -1,6 +1,6 @@
 """An apply of staged snapshots + changes in a child process that dies (exit 137) at a kill point.
 
-Usage: python -m tests.integration.snapshot_apply_child '<json>' with keys dsn (target), slot,
+Usage: python -m tests.support.snapshot_apply_child '<json>' with keys dsn (target), slot,
 staging_uri, kill_at: a checkpoint of ``apply/targets/postgres/snapshot.CHECKPOINTS`` (optionally
 "name:n" for its n-th occurrence), or ``mid_copy``: a thread watching the target's
 ``pg_stat_progress_copy`` kills the process while the load transaction COPYs a snapshot into ``wide``.
@@ -18,7 +18,7 @@ import psycopg2
 from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget
-from tests.integration.kill_points import KILLED, die, dying_at
+from tests.support.kill_points import KILLED, die, dying_at
 
 __all__ = ["KILLED"]
 

@@ -12,7 +12,7 @@ import psycopg2
 
 from airflow_provider_pglogical.hooks import PgLogicalHook
 from airflow_provider_pglogical.staging.drain import DrainConfig, drain_run
-from tests.pgserver import execute, query
+from harness.pgserver import execute, query
 
 
 def connect(dsn: str):

@@ -1,4 +1,5 @@
-"""A throwaway PostgreSQL server for the test suite: initdb into a temp dir, wal_level=logical.
+"""A throwaway PostgreSQL server (the tests, the benchmarks, the demo): initdb into a temp dir, wal_level=logical;
+fresh databases on it, dropped with their slots.
 
 initdb and pg_ctl refuse to run as root, so when the suite runs as root the data directory is
 handed to the ``postgres`` OS user and the binaries run through ``runuser``.
@@ -13,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,7 +149,7 @@ def stop_server(server: PgServer) -> None:
     shutil.rmtree(server.data_dir.parent, ignore_errors=True)
 
 
-def execute(dsn: str, *statements: str, params: tuple = ()) -> None:
+def execute(dsn: str, *statements: str, params: tuple | dict[str, object] = ()) -> None:
     """Run each statement on an autocommit connection (so CREATE/DROP DATABASE work too)."""
     import psycopg2
 
@@ -173,3 +175,39 @@ def query(dsn: str, sql: str, params: tuple = ()) -> list[tuple]:
             return cur.fetchall()
     finally:
         conn.close()
+
+
+def make_database(server: PgServer) -> str:
+    """A fresh database on ``server`` (a random name); ``drop_database`` removes it."""
+    dbname = f"t_{uuid.uuid4().hex[:12]}"
+    execute(server.dsn(), f'CREATE DATABASE "{dbname}"')
+    return dbname
+
+
+def drop_database(server: PgServer, dbname: str) -> None:
+    """Drop ``dbname`` with its inactive slots (an active one would keep WAL and a backend alive)."""
+    execute(server.dsn(),
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = %(db)s AND NOT active",
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %(db)s AND pid <> pg_backend_pid()",
+            f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)', params={"db": dbname})
+
+
+APPLIER = "pglogical_applier"
+
+
+def make_target(server: PgServer) -> tuple[str, str]:
+    """(dbname, DSN as the non-superuser applier) of a fresh database the applier owns: an apply target."""
+    dbname = make_database(server)
+    import psycopg2
+
+    admin = psycopg2.connect(server.dsn())
+    admin.autocommit = True
+    try:
+        with admin.cursor() as cur:
+            cur.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (APPLIER,))
+            if cur.fetchone() is None:
+                cur.execute(f"CREATE ROLE {APPLIER} LOGIN NOSUPERUSER")
+            cur.execute(f'ALTER DATABASE "{dbname}" OWNER TO {APPLIER}')
+    finally:
+        admin.close()
+    return dbname, server.dsn(dbname, user=APPLIER)
