@@ -131,23 +131,11 @@ def spark():
     """A local Spark session shared by the whole run (JVM start-up costs seconds).
 
     Configured like the package's own local sessions (its interpreter for Python workers, driver
-    on loopback), so nothing has to be exported for it.
+    on loopback), so nothing has to be exported for it; the test JVM options (tests/support/spark.py).
     """
-    from pyspark.sql import SparkSession
+    from tests.support.spark import local_session
 
-    from airflow_provider_pglogical.apply.sparkenv import LOCAL_DRIVER_CONF, use_package_python
-
-    use_package_python()
-    builder = (
-        SparkSession.builder.master("local[2]")
-        .appName("pglogical-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.sql.session.timeZone", "UTC")
-    )
-    for key, value in LOCAL_DRIVER_CONF.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    session = local_session("pglogical-tests")
     try:
         yield session
     finally:

@@ -12,6 +12,7 @@ import yaml
 
 from harness.pgserver import drop_database, execute, make_database, query
 from harness.userenv import VENV_BIN, run_as_user, venv_script
+from tests.support.spark import TEST_SPARK_CONF
 
 PGLOGICAL = venv_script("pglogical")
 # The console script's main() in the venv's Python, reporting on stderr's last line which of the packages an
@@ -49,7 +50,7 @@ def pipeline(pg_server, pg_dsn, pg_dbname, tmp_path):
         "staging": {"uri": str(tmp_path / "staging")},
         "target": {"kind": "postgres", "dsn": pg_server.uri(target)},
         "tables": copy.deepcopy(TABLES),  # tests change their spec in place
-        "spark": {"master": "local[2]"},
+        "spark": {"master": "local[2]", "conf": dict(TEST_SPARK_CONF)},
     }
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(doc))

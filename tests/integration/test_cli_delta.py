@@ -15,6 +15,7 @@ from deltalake import DeltaTable
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
 from harness.pgserver import execute
 from tests.integration.test_cli import SCHEMA, TABLES, pglogical
+from tests.support.spark import TEST_SPARK_CONF
 
 
 def test_run_applies_into_delta_on_s3_and_status_shows_the_delta_watermarks(pg_server, pg_dsn, pg_dbname, tmp_path,
@@ -26,7 +27,7 @@ def test_run_applies_into_delta_on_s3_and_status_shows_the_delta_watermarks(pg_s
         "staging": {"uri": f"s3://{s3.bucket}/staging"},
         "target": {"kind": "delta", "uri": lake, "partition_by": {"public.orders_eu": ["region"]}},
         "tables": copy.deepcopy(TABLES),  # tests change their spec in place
-        "spark": {"master": "local[2]"},
+        "spark": {"master": "local[2]", "conf": dict(TEST_SPARK_CONF)},
     }
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(doc))
@@ -67,7 +68,7 @@ def test_run_with_s3_staging_writes_pg_lsn_and_timestamps_as_local_staging_does(
         "staging": {"uri": f"s3://{s3.bucket}/staging"},
         "target": {"kind": "delta", "uri": lake},
         "tables": {"public.marks": {}},
-        "spark": {"master": "local[2]"},
+        "spark": {"master": "local[2]", "conf": dict(TEST_SPARK_CONF)},
     }
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(doc))

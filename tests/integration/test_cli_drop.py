@@ -13,6 +13,7 @@ import yaml
 from airflow_provider_pglogical.apply.targets.postgres.plan import staging_prefix
 from harness.pgserver import drop_database, execute, make_database, query
 from tests.integration.test_cli import pglogical
+from tests.support.spark import TEST_SPARK_CONF
 
 SLOT = "drop_slot"
 
@@ -30,7 +31,7 @@ def pipeline(pg_server, pg_dsn, pg_dbname, tmp_path):
                           "create": True}, **sections,
                "staging": {"uri": str(tmp_path / "staging")},
                "target": {"kind": "postgres", "dsn": pg_server.uri(target)},
-               "tables": {"public.items": {}}, "spark": {"master": "local[1]"}}
+               "tables": {"public.items": {}}, "spark": {"master": "local[1]", "conf": dict(TEST_SPARK_CONF)}}
         path = tmp_path / f"{publication}.yaml"
         path.write_text(yaml.safe_dump(doc))
         return str(path)

@@ -22,6 +22,7 @@ from airflow_provider_pglogical.pipeline.runs import decode_pending
 from airflow_provider_pglogical.pipeline.spec import parse_spec
 from harness.pgserver import drop_database, execute, make_database
 from harness.pgserver import query as rows
+from tests.support.spark import TEST_SPARK_CONF
 
 SCHEMA = """
 CREATE TABLE orders (id int PRIMARY KEY, amount numeric NOT NULL);
@@ -176,7 +177,7 @@ def loader_spec(pg_server, src_db: str, dw_db: str, role: str, tmp_path, **targe
             "target": {"kind": "postgres", "dsn": pg_server.uri(dw_db, user=role), **target},
             "tables": {"public.orders": {"target": "warehouse.orders"},
                        "public.customers": {"target": "warehouse.customers"}},
-            "spark": {"master": "local[2]"}}
+            "spark": {"master": "local[2]", "conf": dict(TEST_SPARK_CONF)}}
 
 
 def test_a_loader_role_owning_only_its_schema_runs_the_whole_pipeline_with_bookkeeping_there(

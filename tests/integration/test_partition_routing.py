@@ -16,6 +16,7 @@ from harness.pgserver import execute, make_target, query
 from harness.subscriber import drain_all, run_script, wait_for_subscriber
 from tests.integration.test_native_parity import native_and_ours
 from tests.support.parity import source_with_slot
+from tests.support.spark import TEST_SPARK_CONF
 
 # meas_asia was made on its own, with another column order and a dropped column, then attached: its
 # attribute numbers differ from its siblings' (columns are matched by name).
@@ -214,7 +215,7 @@ def test_pglogical_run_routes_the_leaves_named_by_a_spec_to_the_roots_target(pg_
         "staging": {"uri": str(tmp_path / "staging")},
         "target": {"kind": "postgres", "dsn": pg_server.uri(target_db)},
         "tables": {"*": {}, "public.meas": {"leaves": "route_to_root", "target": "public.meas_all"}},
-        "spark": {"master": "local[2]"},
+        "spark": {"master": "local[2]", "conf": dict(TEST_SPARK_CONF)},
     }))
     try:
         assert (first := pglogical("decode", "--spec", str(spec))).returncode == 0, first.stderr[-3000:]

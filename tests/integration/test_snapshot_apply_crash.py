@@ -28,6 +28,7 @@ from harness.subscriber import drain_all
 from tests.conftest import REPO_ROOT
 from tests.support.snapshot import SNAP_SCHEMA_SQL, write_burst
 from tests.support.snapshot_apply_child import KILLED
+from tests.support.spark import TEST_SPARK_CONF
 
 TARGET_SQL = """
 CREATE TABLE parents (id int PRIMARY KEY, name text NOT NULL, region text, amount numeric(12,2));
@@ -221,7 +222,7 @@ def test_a_run_killed_inside_the_snapshot_copy_of_fk_linked_tables_ends_in_the_u
         "target": {"kind": "postgres", "dsn": target},
         "tables": {f"public.{t}": {} for t in FK_TABLES},
         "snapshot": {"initial": True, "parallelism": 1, "chunk_size": "1MB"},
-        "spark": {"master": "local[2]"},
+        "spark": {"master": "local[2]", "conf": dict(TEST_SPARK_CONF)},
     }))
     pglogical = venv_script("pglogical")
     home = default_home()

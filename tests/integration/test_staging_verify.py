@@ -20,6 +20,7 @@ from airflow_provider_pglogical.staging.layout import StagingLayout
 from airflow_provider_pglogical.staging.reader import StagingReader
 from harness.pgserver import drop_database, execute, make_database, query
 from tests.integration.test_cli import pglogical
+from tests.support.spark import TEST_SPARK_CONF
 
 SLOT = "verify_slot"
 
@@ -96,7 +97,7 @@ def make_pipeline(pg_server, pg_dsn, pg_dbname, tmp_path):
                           "create": True, "max_changes": 10},
                "staging": {"uri": staging_uri},
                "target": {"kind": "postgres", "dsn": pg_server.uri(target)},
-               "tables": {"public.t": {}}, "spark": {"master": "local[1]"}, **extra}
+               "tables": {"public.t": {}}, "spark": {"master": "local[1]", "conf": dict(TEST_SPARK_CONF)}, **extra}
         path = tmp_path / "spec.yaml"
         path.write_text(yaml.safe_dump(copy.deepcopy(doc)))
         return {"spec": str(path), "source": pg_dsn, "target": pg_server.dsn(target)}

@@ -38,20 +38,11 @@ def kill_mid_copy(dsn: str, min_rows: int = 1000) -> None:
 
 
 def main() -> None:
-    from pyspark.sql import SparkSession
-
-    from airflow_provider_pglogical.apply.sparkenv import LOCAL_DRIVER_CONF, use_package_python
+    from tests.support.spark import local_session
 
     args = json.loads(sys.argv[1])
     checkpoint = dying_at(args["kill_at"])
-
-    use_package_python()
-    builder = (SparkSession.builder.master("local[2]").appName("snapshot-apply-child")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
-               .config("spark.sql.session.timeZone", "UTC"))
-    for key, value in LOCAL_DRIVER_CONF.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = local_session("snapshot-apply-child")
     if args["kill_at"] == "mid_copy":
         threading.Thread(target=kill_mid_copy, args=(args["dsn"],), daemon=True).start()
     config = ApplyConfig(slot=args["slot"], staging_root=args["staging_uri"], tables={})
