@@ -17,6 +17,7 @@ import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 DEFAULT_BIN_DIR = "/usr/lib/postgresql/15/bin"
 SERVER_SETTINGS = {
@@ -40,7 +41,8 @@ SERVER_SETTINGS = {
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 @dataclass
@@ -94,7 +96,7 @@ def _runnable_by(owner: str | None, bin_dir: Path) -> Path:
     return copy / bin_dir.name
 
 
-def start_server(bin_dir: str | os.PathLike | None = None, settings: dict[str, str] | None = None) -> PgServer:
+def start_server(bin_dir: str | os.PathLike[str] | None = None, settings: dict[str, str] | None = None) -> PgServer:
     """initdb + start; the caller must call ``stop_server`` (use the pytest fixtures)."""
     bin_dir = Path(bin_dir or os.environ.get("PGLOGICAL_TEST_PG_BIN", DEFAULT_BIN_DIR))
     if not (bin_dir / "initdb").exists():
@@ -135,7 +137,8 @@ def start_server(bin_dir: str | os.PathLike | None = None, settings: dict[str, s
 
     with psycopg2.connect(server.dsn()) as conn, conn.cursor() as cur:
         cur.execute("SHOW server_version_num")
-        server.version_num = int(cur.fetchone()[0])
+        (version,) = cur.fetchone() or ("0",)
+        server.version_num = int(version)
     conn.close()
     return server
 
@@ -149,7 +152,7 @@ def stop_server(server: PgServer) -> None:
     shutil.rmtree(server.data_dir.parent, ignore_errors=True)
 
 
-def execute(dsn: str, *statements: str, params: tuple | dict[str, object] = ()) -> None:
+def execute(dsn: str, *statements: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> None:
     """Run each statement on an autocommit connection (so CREATE/DROP DATABASE work too)."""
     import psycopg2
 
@@ -163,7 +166,7 @@ def execute(dsn: str, *statements: str, params: tuple | dict[str, object] = ()) 
         conn.close()
 
 
-def query(dsn: str, sql: str, params: tuple = ()) -> list[tuple]:
+def query(dsn: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     """All rows of one query, on an autocommit connection."""
     import psycopg2
 
