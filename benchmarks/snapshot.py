@@ -18,8 +18,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-from tests.conftest import make_database  # noqa: E402
-from tests.pgserver import execute, query, start_server, stop_server  # noqa: E402
+from harness.pgserver import (  # noqa: E402
+    execute,
+    make_database,  # noqa: E402
+    query,
+    start_server,
+    stop_server,
+)
 
 SCHEMA = """
 CREATE TABLE orders (id bigint PRIMARY KEY, customer int NOT NULL, amount numeric(12,2), status text,

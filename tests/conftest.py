@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg2
 import pytest
 
-from tests.pgserver import PgServer, start_server, stop_server
-from tests.s3server import s3  # noqa: F401  (fixture: a real S3 server on 127.0.0.1)
+from harness.pgserver import PgServer, drop_database, make_database, start_server, stop_server
+from tests.support.s3server import s3  # noqa: F401  (fixture: a real S3 server on 127.0.0.1)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PG17_BIN_CANDIDATES = [
@@ -108,30 +107,6 @@ def server_15_and_17(request) -> PgServer:
     return request.getfixturevalue("pg_server" if request.param == "default" else "pg17_server")
 
 
-def _drop_database(server: PgServer, dbname: str) -> None:
-    admin = psycopg2.connect(server.dsn())
-    admin.autocommit = True
-    try:
-        with admin.cursor() as cur:
-            cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                        "WHERE database = %s AND NOT active", (dbname,))
-            cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
-                        "AND pid <> pg_backend_pid()", (dbname,))
-            cur.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
-    finally:
-        admin.close()
-
-
-def make_database(server: PgServer) -> str:
-    dbname = f"t_{uuid.uuid4().hex[:12]}"
-    conn = psycopg2.connect(server.dsn())
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "{dbname}"')
-    conn.close()
-    return dbname
-
-
 @pytest.fixture
 def pg_dbname(pg_server: PgServer) -> Iterator[str]:
     """A fresh database on the session server; its slots are dropped with it."""
@@ -139,7 +114,7 @@ def pg_dbname(pg_server: PgServer) -> Iterator[str]:
     try:
         yield dbname
     finally:
-        _drop_database(pg_server, dbname)
+        drop_database(pg_server, dbname)
 
 
 @pytest.fixture
@@ -162,23 +137,11 @@ def spark():
     """A local Spark session shared by the whole run (JVM start-up costs seconds).
 
     Configured like the package's own local sessions (its interpreter for Python workers, driver
-    on loopback), so nothing has to be exported for it.
+    on loopback), so nothing has to be exported for it; the test JVM options (tests/support/spark.py).
     """
-    from pyspark.sql import SparkSession
+    from tests.support.spark import local_session
 
-    from airflow_provider_pglogical.apply.sparkenv import LOCAL_DRIVER_CONF, use_package_python
-
-    use_package_python()
-    builder = (
-        SparkSession.builder.master("local[2]")
-        .appName("pglogical-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.sql.session.timeZone", "UTC")
-    )
-    for key, value in LOCAL_DRIVER_CONF.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    session = local_session("pglogical-tests")
     try:
         yield session
     finally:

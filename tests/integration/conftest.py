@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_pglogical.hooks import PgLogicalHook
-from tests.integration.drain_support import SCHEMA_SQL
+from tests.support.drain import SCHEMA_SQL
 
 
 @pytest.fixture
 def drain_source(pg_conn, pg_dsn):
-    """The drain tests' source: drain_support.SCHEMA_SQL and slot s1, as (cursor, hook)."""
+    """The drain tests' source: tests.support.drain.SCHEMA_SQL and slot s1, as (cursor, hook)."""
     cur = pg_conn.cursor()
     cur.execute(SCHEMA_SQL)
     hook = PgLogicalHook.from_dsn(pg_dsn)

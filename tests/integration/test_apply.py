@@ -12,8 +12,9 @@ import pytest
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.exceptions import ApplyError, RowFilterError, UnresolvableToastError
-from tests.unit.apply.stage import BatchSpec, Chg, Col, Rel, Trunc, write_batch
-from tests.unit.apply.targetdb import execute, make_target, rows
+from harness.pgserver import execute, make_target
+from harness.pgserver import query as rows
+from tests.support.stage import BatchSpec, Chg, Col, Rel, Trunc, write_batch
 
 PARENT = Rel("public", "parent", (Col("id", pa.int64(), "bigint", True), Col("name", pa.string(), "text")))
 CHILD = Rel("public", "child", (Col("id", pa.int64(), "bigint", True), Col("parent_id", pa.int64(), "bigint"),

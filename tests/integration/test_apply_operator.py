@@ -9,8 +9,10 @@ import pyarrow as pa
 
 from airflow_provider_pglogical.hooks.dsn import libpq_dsn
 from airflow_provider_pglogical.operators.apply import PgLogicalApplyOperator, build_package_zip
-from tests.unit.apply.stage import BatchSpec, Chg, Col, Rel, write_batch
-from tests.unit.apply.targetdb import make_target, rows
+from harness.pgserver import make_target
+from harness.pgserver import query as rows
+from tests.support.spark import TEST_SPARK_CONF
+from tests.support.stage import BatchSpec, Chg, Col, Rel, write_batch
 
 REL = Rel("public", "orders", (Col("id", pa.int64(), "bigint", True), Col("amount", pa.decimal128(12, 2),
                                                                           "numeric(12,2)")))
@@ -38,7 +40,7 @@ def test_the_operator_applies_through_spark_submit_without_credentials_on_the_co
                                 target_conn_id="pg_target", conn_id="spark_local",
                                 tables={"public.orders": {"target": "orders_copy"}},
                                 conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
-                                      "spark.driver.host": "127.0.0.1"}, python=sys.executable)
+                                      "spark.driver.host": "127.0.0.1", **TEST_SPARK_CONF}, python=sys.executable)
     caplog.set_level("INFO")
     op.execute(context={})
     assert rows(dsn, "SELECT id, amount::text FROM orders_copy") == [(2, "20.00")]

@@ -12,9 +12,10 @@ import pytest
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.exceptions import ApplyError, ConstraintViolationError, UnresolvableToastError
+from harness.pgserver import execute, make_target
+from harness.pgserver import query as rows
 from tests.integration.test_apply import CHILD, PARENT
-from tests.unit.apply.stage import BatchSpec, Chg, Col, Rel, Trunc, write_batch
-from tests.unit.apply.targetdb import execute, make_target, rows
+from tests.support.stage import BatchSpec, Chg, Col, Rel, Trunc, write_batch
 
 UNIQ = Rel("public", "uniq", (Col("id", pa.int64(), "bigint", True), Col("u", pa.string(), "text")), relid=18000)
 ITEMS = Rel("public", "items", (Col("id", pa.int64(), "bigint", True), Col("v", pa.string(), "text")), relid=18100)

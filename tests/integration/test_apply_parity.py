@@ -8,8 +8,9 @@ import pytest
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.exceptions import ReplicaIdentityError, RowFilterError
-from tests.unit.apply.stage import BatchSpec, Chg, Col, Rel, Trunc, write_batch
-from tests.unit.apply.targetdb import execute, make_target, rows
+from harness.pgserver import execute, make_target
+from harness.pgserver import query as rows
+from tests.support.stage import BatchSpec, Chg, Col, Rel, Trunc, write_batch
 
 COLS = (Col("id", pa.int64(), "bigint"), Col("v", pa.string(), "text"))
 NO_RI = Rel("public", "logs", COLS, replica_identity="n")

@@ -10,9 +10,9 @@ import time
 import pytest
 import yaml
 
-from tests.conftest import _drop_database, make_database
-from tests.pgserver import execute, query
-from tests.userenv import VENV_BIN, run_as_user, venv_script
+from harness.pgserver import drop_database, execute, make_database, query
+from harness.userenv import VENV_BIN, run_as_user, venv_script
+from tests.support.spark import TEST_SPARK_CONF
 
 PGLOGICAL = venv_script("pglogical")
 # The console script's main() in the venv's Python, reporting on stderr's last line which of the packages an
@@ -50,14 +50,14 @@ def pipeline(pg_server, pg_dsn, pg_dbname, tmp_path):
         "staging": {"uri": str(tmp_path / "staging")},
         "target": {"kind": "postgres", "dsn": pg_server.uri(target)},
         "tables": copy.deepcopy(TABLES),  # tests change their spec in place
-        "spark": {"master": "local[2]"},
+        "spark": {"master": "local[2]", "conf": dict(TEST_SPARK_CONF)},
     }
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(doc))
     try:
         yield {"spec": str(path), "doc": doc, "source": pg_dsn, "target": pg_server.dsn(target), "tmp": tmp_path}
     finally:
-        _drop_database(pg_server, target)
+        drop_database(pg_server, target)
 
 
 def pglogical_probed(*args: str, extra: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, list[str]]:

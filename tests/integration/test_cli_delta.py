@@ -13,8 +13,9 @@ import yaml
 from deltalake import DeltaTable
 
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
+from harness.pgserver import execute
 from tests.integration.test_cli import SCHEMA, TABLES, pglogical
-from tests.pgserver import execute
+from tests.support.spark import TEST_SPARK_CONF
 
 
 def test_run_applies_into_delta_on_s3_and_status_shows_the_delta_watermarks(pg_server, pg_dsn, pg_dbname, tmp_path,
@@ -26,11 +27,11 @@ def test_run_applies_into_delta_on_s3_and_status_shows_the_delta_watermarks(pg_s
         "staging": {"uri": f"s3://{s3.bucket}/staging"},
         "target": {"kind": "delta", "uri": lake, "partition_by": {"public.orders_eu": ["region"]}},
         "tables": copy.deepcopy(TABLES),  # tests change their spec in place
-        "spark": {"master": "local[2]"},
+        "spark": {"master": "local[2]", "conf": dict(TEST_SPARK_CONF)},
     }
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(doc))
-    env = s3.env()  # the credentials the user exports, nothing else (tests/userenv.py)
+    env = s3.env()  # the credentials the user exports, nothing else (harness/userenv.py)
     first = pglogical("run", "--spec", str(spec), extra=env)  # creates publication and slot
     assert first.returncode == 0, first.stderr
     execute(pg_dsn, """INSERT INTO customers VALUES (1, 'ada'), (2, 'bob');
@@ -67,7 +68,7 @@ def test_run_with_s3_staging_writes_pg_lsn_and_timestamps_as_local_staging_does(
         "staging": {"uri": f"s3://{s3.bucket}/staging"},
         "target": {"kind": "delta", "uri": lake},
         "tables": {"public.marks": {}},
-        "spark": {"master": "local[2]"},
+        "spark": {"master": "local[2]", "conf": dict(TEST_SPARK_CONF)},
     }
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(doc))

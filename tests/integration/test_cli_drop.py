@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from airflow_provider_pglogical.apply.targets.postgres.plan import staging_prefix
-from tests.conftest import _drop_database, make_database
+from harness.pgserver import drop_database, execute, make_database, query
 from tests.integration.test_cli import pglogical
-from tests.pgserver import execute, query
+from tests.support.spark import TEST_SPARK_CONF
 
 SLOT = "drop_slot"
 
@@ -31,7 +31,7 @@ def pipeline(pg_server, pg_dsn, pg_dbname, tmp_path):
                           "create": True}, **sections,
                "staging": {"uri": str(tmp_path / "staging")},
                "target": {"kind": "postgres", "dsn": pg_server.uri(target)},
-               "tables": {"public.items": {}}, "spark": {"master": "local[1]"}}
+               "tables": {"public.items": {}}, "spark": {"master": "local[1]", "conf": dict(TEST_SPARK_CONF)}}
         path = tmp_path / f"{publication}.yaml"
         path.write_text(yaml.safe_dump(doc))
         return str(path)
@@ -39,7 +39,7 @@ def pipeline(pg_server, pg_dsn, pg_dbname, tmp_path):
     try:
         yield {"spec": spec, "source": pg_dsn, "target": pg_server.dsn(target), "staging": tmp_path / "staging"}
     finally:
-        _drop_database(pg_server, target)
+        drop_database(pg_server, target)
 
 
 def run_ok(*args: str) -> dict:

@@ -7,9 +7,9 @@ import json
 import pytest
 import yaml
 
-from tests.conftest import _drop_database, make_database
+from harness.pgserver import drop_database, execute, make_database, query
 from tests.integration.test_cli import pglogical
-from tests.pgserver import execute, query
+from tests.support.spark import TEST_SPARK_CONF
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def two_pipelines(pg_server, pg_dsn, pg_dbname, tmp_path):
                           "create": True},
                "staging": {"uri": str(tmp_path / f"staging_{name}")},
                "target": {"kind": "postgres", "dsn": pg_server.uri(target)},
-               "tables": {table: {}}, "spark": {"master": "local[1]"}}
+               "tables": {table: {}}, "spark": {"master": "local[1]", "conf": dict(TEST_SPARK_CONF)}}
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(doc))
         return str(path)
@@ -36,7 +36,7 @@ def two_pipelines(pg_server, pg_dsn, pg_dbname, tmp_path):
         yield {"events": spec("events", "r028.events"), "accounts": spec("accounts", "public.accounts"),
                "source": pg_dsn, "target": pg_server.dsn(target)}
     finally:
-        _drop_database(pg_server, target)
+        drop_database(pg_server, target)
 
 
 def run_ok(*args: str) -> dict:

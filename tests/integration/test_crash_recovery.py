@@ -14,12 +14,12 @@ from airflow_provider_pglogical.staging import StagingReader
 from airflow_provider_pglogical.staging.drain import DrainConfig, drain_slot
 from airflow_provider_pglogical.staging.layout import MANIFEST, PARTIAL_PREFIX
 from tests.conftest import REPO_ROOT
-from tests.integration.drain_child import KILLED
-from tests.integration.drain_support import SCHEMA_SQL, assert_log_matches, workload
+from tests.support.drain import SCHEMA_SQL, assert_log_matches, workload
+from tests.support.drain_child import KILLED
 
 
 def run_child(**args) -> int:
-    proc = subprocess.run([sys.executable, "-m", "tests.integration.drain_child", json.dumps(args)],
+    proc = subprocess.run([sys.executable, "-m", "tests.support.drain_child", json.dumps(args)],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode in (0, KILLED), proc.stderr[-3000:]
     return proc.returncode
@@ -77,7 +77,7 @@ def test_two_drains_racing_on_one_slot_stage_each_transaction_once(pg_conn, pg_d
     uri = str(tmp_path / "stage")
     args = json.dumps({"dsn": pg_dsn, "slot": "s1", "publication": "pub", "staging_uri": uri, "kill_at": "never",
                        "max_changes": 20})
-    procs = [subprocess.Popen([sys.executable, "-m", "tests.integration.drain_child", args], cwd=REPO_ROOT,
+    procs = [subprocess.Popen([sys.executable, "-m", "tests.support.drain_child", args], cwd=REPO_ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outcomes = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
     for code, err in outcomes:

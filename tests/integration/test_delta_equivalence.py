@@ -17,7 +17,8 @@ from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocatio
 from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
 from airflow_provider_pglogical.hooks import PgLogicalHook
 from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings, initial_snapshot
-from tests.conftest import make_database
+from harness.pgserver import execute, make_database, make_target, query
+from harness.subscriber import drain_all, run_script, subscribe, unsubscribe, wait_for_subscriber
 from tests.integration.test_native_equivalence import (
     APPLY_TABLES,
     BATCH_ONE,
@@ -29,9 +30,6 @@ from tests.integration.test_native_equivalence import (
     TABLES_SQL,
     table_rows,
 )
-from tests.pgserver import execute, query
-from tests.subscriber import drain_all, run_script, subscribe, unsubscribe, wait_for_subscriber
-from tests.unit.apply.targetdb import make_target
 
 NATIVE_COLUMNS = {"cols": ("id", "a", "b")}  # the column list: the subscriber's table has every column
 

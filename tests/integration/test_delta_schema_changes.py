@@ -15,8 +15,10 @@ from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
 from airflow_provider_pglogical.apply.targets.delta.target import TYPE_KEY, DeltaTarget
 from airflow_provider_pglogical.exceptions import SchemaChangeError
-from tests.integration.parity_support import source_with_slot
-from tests.integration.schema_support import (
+from harness.pgserver import query
+from harness.subscriber import drain_all, run_script, wait_for_subscriber
+from tests.support.parity import source_with_slot
+from tests.support.schema import (
     REPRO_BATCH,
     REPRO_EXPECTED,
     REPRO_FIRST,
@@ -25,8 +27,6 @@ from tests.integration.schema_support import (
     native_rows,
     source_and_native,
 )
-from tests.pgserver import query
-from tests.subscriber import drain_all, run_script, wait_for_subscriber
 
 TABLES = ("t_between", "t_inside", "t_narrow", "t_rename")
 

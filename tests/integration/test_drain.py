@@ -16,7 +16,7 @@ from airflow_provider_pglogical.exceptions import SlotActiveError, StagingError
 from airflow_provider_pglogical.hooks import PgLogicalHook
 from airflow_provider_pglogical.staging import StagingReader
 from airflow_provider_pglogical.staging.drain import DrainConfig, drain_slot
-from tests.integration.drain_support import (
+from tests.support.drain import (
     assert_log_matches,
     run_tx,
     staged,

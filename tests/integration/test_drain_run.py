@@ -19,8 +19,8 @@ from airflow_provider_pglogical.hooks import PgLogicalHook
 from airflow_provider_pglogical.staging import StagingReader
 from airflow_provider_pglogical.staging.drain import DrainConfig, drain_run, drain_slot
 from tests.conftest import REPO_ROOT
-from tests.integration.drain_child import KILLED
-from tests.integration.drain_support import assert_log_matches, run_tx, staged, staged_rows, workload
+from tests.support.drain import assert_log_matches, run_tx, staged, staged_rows, workload
+from tests.support.drain_child import KILLED
 
 TABLES = ("public.accounts", "public.events", "public.docs")
 
@@ -249,7 +249,7 @@ def test_a_run_killed_before_its_advance_is_replayed_by_the_next_run_with_one_ad
     xids = workload(cur, 40)
     uri = str(tmp_path / "stage")
     before = hook.slot_info("s1").confirmed_flush_lsn
-    proc = subprocess.run([sys.executable, "-m", "tests.integration.drain_child",
+    proc = subprocess.run([sys.executable, "-m", "tests.support.drain_child",
                            json.dumps({"dsn": pg_dsn, "slot": "s1", "publication": "pub", "staging_uri": uri,
                                        "kill_at": "manifest_written:3", "max_changes": 25, "run": True})],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)

@@ -20,9 +20,9 @@ from airflow_provider_pglogical.exceptions import PrivilegeError, ReplicationPer
 from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
 from airflow_provider_pglogical.pipeline.runs import decode_pending
 from airflow_provider_pglogical.pipeline.spec import parse_spec
-from tests.conftest import _drop_database, make_database
-from tests.pgserver import execute
-from tests.pgserver import query as rows
+from harness.pgserver import drop_database, execute, make_database
+from harness.pgserver import query as rows
+from tests.support.spark import TEST_SPARK_CONF
 
 SCHEMA = """
 CREATE TABLE orders (id int PRIMARY KEY, amount numeric NOT NULL);
@@ -162,7 +162,7 @@ def loader_target(pg_server, roles) -> Iterator[tuple[str, str]]:
         yield dbname, role
     finally:
         execute(admin, f'DROP OWNED BY "{role}"')
-        _drop_database(pg_server, dbname)
+        drop_database(pg_server, dbname)
 
 
 def run_cli(spec: dict, tmp_path) -> subprocess.CompletedProcess:
@@ -177,7 +177,7 @@ def loader_spec(pg_server, src_db: str, dw_db: str, role: str, tmp_path, **targe
             "target": {"kind": "postgres", "dsn": pg_server.uri(dw_db, user=role), **target},
             "tables": {"public.orders": {"target": "warehouse.orders"},
                        "public.customers": {"target": "warehouse.customers"}},
-            "spark": {"master": "local[2]"}}
+            "spark": {"master": "local[2]", "conf": dict(TEST_SPARK_CONF)}}
 
 
 def test_a_loader_role_owning_only_its_schema_runs_the_whole_pipeline_with_bookkeeping_there(

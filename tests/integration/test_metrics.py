@@ -15,8 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pyarrow as pa
 import pytest
 
-from tests.unit.apply.stage import BatchSpec, Chg, Col, Rel, write_batch
-from tests.unit.apply.targetdb import make_target
+from harness.pgserver import make_target
+from tests.support.stage import BatchSpec, Chg, Col, Rel, write_batch
 
 Points = dict[str, list[tuple[dict[str, str], float]]]
 

@@ -10,11 +10,9 @@ from contextlib import contextmanager
 import pytest
 
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
-from tests.conftest import make_database
-from tests.integration.parity_support import source_with_slot
-from tests.pgserver import execute, query
-from tests.subscriber import drain_all, run_script, subscribe, unsubscribe, wait_for_subscriber
-from tests.unit.apply.targetdb import make_target
+from harness.pgserver import execute, make_database, make_target, query
+from harness.subscriber import drain_all, run_script, subscribe, unsubscribe, wait_for_subscriber
+from tests.support.parity import source_with_slot
 
 TABLES_SQL = """
 CREATE TABLE logs (at int, msg text);

@@ -12,11 +12,11 @@ import pytest
 
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.exceptions import ApplyError
-from tests.integration.parity_support import source_with_slot
+from harness.pgserver import execute, make_target, query
+from harness.subscriber import drain_all, run_script, wait_for_subscriber
 from tests.integration.test_native_parity import native_and_ours
-from tests.pgserver import execute, query
-from tests.subscriber import drain_all, run_script, wait_for_subscriber
-from tests.unit.apply.targetdb import make_target
+from tests.support.parity import source_with_slot
+from tests.support.spark import TEST_SPARK_CONF
 
 # meas_asia was made on its own, with another column order and a dropped column, then attached: its
 # attribute numbers differ from its siblings' (columns are matched by name).
@@ -161,7 +161,7 @@ def test_the_source_catalog_names_leaves_ancestors_and_constraints_and_a_selecti
     from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
     from airflow_provider_pglogical.pipeline.source import resolve_with
     from airflow_provider_pglogical.pipeline.spec import parse_spec
-    from tests.conftest import make_database
+    from harness.pgserver import make_database
 
     dsn = pg_server.dsn(make_database(pg_server))
     execute(dsn, SOURCE_SQL + """
@@ -202,7 +202,7 @@ def test_pglogical_run_routes_the_leaves_named_by_a_spec_to_the_roots_target(pg_
 
     import yaml
 
-    from tests.conftest import _drop_database, make_database
+    from harness.pgserver import drop_database, make_database
     from tests.integration.test_cli import pglogical
 
     source_db, target_db = make_database(pg_server), make_database(pg_server)
@@ -215,7 +215,7 @@ def test_pglogical_run_routes_the_leaves_named_by_a_spec_to_the_roots_target(pg_
         "staging": {"uri": str(tmp_path / "staging")},
         "target": {"kind": "postgres", "dsn": pg_server.uri(target_db)},
         "tables": {"*": {}, "public.meas": {"leaves": "route_to_root", "target": "public.meas_all"}},
-        "spark": {"master": "local[2]"},
+        "spark": {"master": "local[2]", "conf": dict(TEST_SPARK_CONF)},
     }))
     try:
         assert (first := pglogical("decode", "--spec", str(spec))).returncode == 0, first.stderr[-3000:]
@@ -232,5 +232,5 @@ def test_pglogical_run_routes_the_leaves_named_by_a_spec_to_the_roots_target(pg_
     finally:
         execute(pg_server.dsn(), "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
                                  "WHERE slot_name = %s AND NOT active", params=(f"r_{source_db}".lower(),))
-        _drop_database(pg_server, source_db)
-        _drop_database(pg_server, target_db)
+        drop_database(pg_server, source_db)
+        drop_database(pg_server, target_db)

@@ -11,8 +11,10 @@ import pytest
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.exceptions import SchemaChangeError
-from tests.integration.parity_support import source_with_slot
-from tests.integration.schema_support import (
+from harness.pgserver import execute, make_target, query
+from harness.subscriber import drain_all, run_script, wait_for_subscriber
+from tests.support.parity import source_with_slot
+from tests.support.schema import (
     REPRO_BATCH,
     REPRO_EXPECTED,
     REPRO_FIRST,
@@ -23,9 +25,6 @@ from tests.integration.schema_support import (
     random_interleaving,
     source_and_native,
 )
-from tests.pgserver import execute, query
-from tests.subscriber import drain_all, run_script, wait_for_subscriber
-from tests.unit.apply.targetdb import make_target
 
 TABLES = ("t_between", "t_inside", "t_default", "t_default_in", "t_narrow", "t_rename")
 

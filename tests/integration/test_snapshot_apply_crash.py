@@ -23,12 +23,12 @@ from airflow_provider_pglogical.snapshot.run import (
     request_resync,
     sync_pending,
 )
+from harness.pgserver import execute, make_target, query
+from harness.subscriber import drain_all
 from tests.conftest import REPO_ROOT
-from tests.integration.snapshot_apply_child import KILLED
-from tests.integration.snapshot_support import SNAP_SCHEMA_SQL, write_burst
-from tests.pgserver import execute, query
-from tests.subscriber import drain_all
-from tests.unit.apply.targetdb import make_target
+from tests.support.snapshot import SNAP_SCHEMA_SQL, write_burst
+from tests.support.snapshot_apply_child import KILLED
+from tests.support.spark import TEST_SPARK_CONF
 
 TARGET_SQL = """
 CREATE TABLE parents (id int PRIMARY KEY, name text NOT NULL, region text, amount numeric(12,2));
@@ -49,7 +49,7 @@ def job(dsn: str, uri: str) -> SnapshotJob:
 
 
 def run_child(**args) -> int:
-    proc = subprocess.run([sys.executable, "-m", "tests.integration.snapshot_apply_child", json.dumps(args)],
+    proc = subprocess.run([sys.executable, "-m", "tests.support.snapshot_apply_child", json.dumps(args)],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode in (0, KILLED), proc.stderr[-3000:]
     return proc.returncode
@@ -209,7 +209,7 @@ def test_a_run_killed_inside_the_snapshot_copy_of_fk_linked_tables_ends_in_the_u
         pg_server, pg_dbname, pg_dsn, tmp_path):
     import yaml
 
-    from tests.userenv import default_home, run_as_user, user_env, venv_script
+    from harness.userenv import default_home, run_as_user, user_env, venv_script
 
     source = pg_dsn
     _, target = make_target(pg_server)
@@ -222,7 +222,7 @@ def test_a_run_killed_inside_the_snapshot_copy_of_fk_linked_tables_ends_in_the_u
         "target": {"kind": "postgres", "dsn": target},
         "tables": {f"public.{t}": {} for t in FK_TABLES},
         "snapshot": {"initial": True, "parallelism": 1, "chunk_size": "1MB"},
-        "spark": {"master": "local[2]"},
+        "spark": {"master": "local[2]", "conf": dict(TEST_SPARK_CONF)},
     }))
     pglogical = venv_script("pglogical")
     home = default_home()
@@ -262,7 +262,7 @@ def test_a_snapshot_killed_between_the_manifests_of_linked_tables_is_neither_loa
     execute(source, SNAP_SCHEMA_SQL)
     execute(target, TARGET_SQL)
     uri = str(tmp_path / "stage")
-    proc = subprocess.run([sys.executable, "-m", "tests.integration.snapshot_child", json.dumps({
+    proc = subprocess.run([sys.executable, "-m", "tests.support.snapshot_child", json.dumps({
         "dsn": source, "slot": "s1", "publication": "pub", "staging_uri": uri, "mode": "initial",
         "tables": {f"public.{t}": [None, None] for t in TABLES}, "kill_at": "manifest_written:1", "parallelism": 1})],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)

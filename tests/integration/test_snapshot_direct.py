@@ -14,9 +14,8 @@ from airflow_provider_pglogical.apply.direct import ENV_SWITCH
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.hooks import PgLogicalHook
 from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings, initial_snapshot
-from tests.integration.snapshot_support import SNAP_SCHEMA_SQL
-from tests.pgserver import execute, query
-from tests.unit.apply.targetdb import make_target
+from harness.pgserver import execute, make_target, query
+from tests.support.snapshot import SNAP_SCHEMA_SQL
 
 SCALARS = "(id int PRIMARY KEY, d date, t timestamp, tz timestamptz, f float8, r real, b boolean, n numeric(20,6), " \
           "s text, i2 smallint, i8 bigint, tags text[])"

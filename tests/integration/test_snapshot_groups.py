@@ -11,9 +11,8 @@ from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget
 from airflow_provider_pglogical.exceptions import format_lsn
 from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings, initial_snapshot
-from tests.integration.snapshot_support import SNAP_SCHEMA_SQL
-from tests.pgserver import execute, query
-from tests.unit.apply.targetdb import make_target
+from harness.pgserver import execute, make_target, query
+from tests.support.snapshot import SNAP_SCHEMA_SQL
 
 TARGET_SQL = """
 CREATE TABLE parents (id int PRIMARY KEY, name text NOT NULL, region text, amount numeric(12,2));

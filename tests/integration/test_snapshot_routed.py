@@ -19,11 +19,9 @@ from airflow_provider_pglogical.snapshot.run import (
     request_resync,
     sync_pending,
 )
-from tests.conftest import make_database
+from harness.pgserver import execute, make_database, make_target, query
+from harness.subscriber import connect, drain_all, wait_for_subscriber
 from tests.integration.test_snapshot_native import wait_ready
-from tests.pgserver import execute, query
-from tests.subscriber import connect, drain_all, wait_for_subscriber
-from tests.unit.apply.targetdb import make_target
 
 # Two levels: meas by region, its eu partition by id range. meas_asia was made on its own with another column
 # order and a dropped column, then attached (other attribute numbers: matched by name).

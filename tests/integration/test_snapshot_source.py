@@ -21,10 +21,10 @@ from airflow_provider_pglogical.snapshot.run import (
     request_resync,
     sync_pending,
 )
+from harness.subscriber import drain_all
 from tests.conftest import REPO_ROOT
-from tests.integration.snapshot_child import KILLED
-from tests.integration.snapshot_support import SNAP_SCHEMA_SQL, replayed, source_rows, write_burst
-from tests.subscriber import drain_all
+from tests.support.snapshot import SNAP_SCHEMA_SQL, replayed, source_rows, write_burst
+from tests.support.snapshot_child import KILLED
 
 TABLES = {"public.parents": ("id",), "public.children": ("id",), "public.wide": ("id",)}
 COLUMNS = {"public.parents": ["id", "name", "region", "amount"],
@@ -103,7 +103,7 @@ def test_initial_snapshot_meets_the_slot_exactly_while_writers_run(pg_conn, pg_d
 
 
 def run_child(**args) -> int:
-    proc = subprocess.run([sys.executable, "-m", "tests.integration.snapshot_child", json.dumps(args)],
+    proc = subprocess.run([sys.executable, "-m", "tests.support.snapshot_child", json.dumps(args)],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode in (0, KILLED), proc.stderr[-3000:]
     return proc.returncode

@@ -16,16 +16,17 @@ import pyspark
 import pytest
 
 from airflow_provider_pglogical.operators.apply import PgLogicalApplyOperator
+from harness.pgserver import free_port, make_target
+from harness.pgserver import query as rows
 from tests.integration.test_apply_operator import stage_orders, target_connection
-from tests.pgserver import free_port
-from tests.unit.apply.targetdb import make_target, rows
+from tests.support.spark import TEST_JVM_OPTIONS, TEST_SPARK_CONF
 
 SPARK_HOME = Path(pyspark.__file__).parent
 
 
 def _start(args: list[str], log: Path) -> subprocess.Popen:
     env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
-           "PYSPARK_PYTHON": sys.executable, "SPARK_NO_DAEMONIZE": "1"}
+           "PYSPARK_PYTHON": sys.executable, "SPARK_NO_DAEMONIZE": "1", "SPARK_DAEMON_JAVA_OPTS": TEST_JVM_OPTIONS}
     return subprocess.Popen([str(SPARK_HOME / "bin" / "spark-class"), *args], env=env, stdout=log.open("wb"),
                             stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -73,7 +74,8 @@ def test_the_apply_operator_runs_unchanged_on_a_standalone_cluster(standalone, m
                                 target_conn_id="pg_target", conn_id="spark_standalone", python=sys.executable,
                                 conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
                                       "spark.driver.host": "127.0.0.1", "spark.executor.memory": "512m",
-                                      "spark.cores.max": "1"})
+                                      "spark.cores.max": "1", **TEST_SPARK_CONF,
+                                      "spark.executor.extraJavaOptions": TEST_JVM_OPTIONS})
     op.execute(context={})
     assert rows(dsn, "SELECT id, amount::text FROM orders") == [(2, "20.00")]
     assert rows(dsn, "SELECT end_lsn::text FROM pglogical_progress WHERE slot = 'slot_a'") == [("0/200",)]

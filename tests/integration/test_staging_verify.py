@@ -18,9 +18,9 @@ import yaml
 from airflow_provider_pglogical.snapshot.layout import SnapshotLayout
 from airflow_provider_pglogical.staging.layout import StagingLayout
 from airflow_provider_pglogical.staging.reader import StagingReader
-from tests.conftest import _drop_database, make_database
+from harness.pgserver import drop_database, execute, make_database, query
 from tests.integration.test_cli import pglogical
-from tests.pgserver import execute, query
+from tests.support.spark import TEST_SPARK_CONF
 
 SLOT = "verify_slot"
 
@@ -97,14 +97,14 @@ def make_pipeline(pg_server, pg_dsn, pg_dbname, tmp_path):
                           "create": True, "max_changes": 10},
                "staging": {"uri": staging_uri},
                "target": {"kind": "postgres", "dsn": pg_server.uri(target)},
-               "tables": {"public.t": {}}, "spark": {"master": "local[1]"}, **extra}
+               "tables": {"public.t": {}}, "spark": {"master": "local[1]", "conf": dict(TEST_SPARK_CONF)}, **extra}
         path = tmp_path / "spec.yaml"
         path.write_text(yaml.safe_dump(copy.deepcopy(doc)))
         return {"spec": str(path), "source": pg_dsn, "target": pg_server.dsn(target)}
 
     yield make
     for target in targets:
-        _drop_database(pg_server, target)
+        drop_database(pg_server, target)
 
 
 def insert_transactions(dsn: str, first: int, count: int) -> None:
@@ -195,8 +195,8 @@ def test_the_delta_target_refuses_a_damaged_batch_before_its_commit_and_applies_
     from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
     from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
     from airflow_provider_pglogical.exceptions import StagingCorruptError
+    from tests.support.stage import BatchSpec, Chg, Col, Rel, write_batch
     from tests.unit.apply.delta.test_delta_target import rows_of
-    from tests.unit.apply.stage import BatchSpec, Chg, Col, Rel, write_batch
 
     rel = Rel("public", "t", (Col("id", pa.int32(), "integer", True), Col("v", pa.string(), "text")))
     staging = tmp_path / "staging"

@@ -11,9 +11,7 @@ from airflow_provider_pglogical.exceptions import SpecError
 from airflow_provider_pglogical.pipeline.runs import apply_config, decode_pending
 from airflow_provider_pglogical.pipeline.source import resolved
 from airflow_provider_pglogical.pipeline.spec import parse_spec
-from tests.conftest import make_database
-from tests.pgserver import execute, query
-from tests.unit.apply.targetdb import make_target
+from harness.pgserver import execute, make_database, make_target, query
 
 
 def rows(dsn: str, table: str) -> list[tuple]:

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
-from tests.integration.parity_support import source_with_slot
-from tests.pgserver import execute, query
-from tests.subscriber import drain_all, run_script
-from tests.unit.apply.targetdb import make_target
+from harness.pgserver import execute, make_target, query
+from harness.subscriber import drain_all, run_script
+from tests.support.parity import source_with_slot
 
 SCHEMA = """
 CREATE TABLE tab1 (a int PRIMARY KEY);

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.userenv import user_env, venv_script
+from harness.userenv import user_env, venv_script
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

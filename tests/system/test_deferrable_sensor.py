@@ -8,8 +8,8 @@ import threading
 from pathlib import Path
 
 from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
-from tests.pgserver import execute
-from tests.userenv import venv_script
+from harness.pgserver import execute
+from harness.userenv import venv_script
 
 TEST_DAGS = Path(__file__).parent / "dags"
 

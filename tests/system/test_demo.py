@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.userenv import run_as_user, venv_script
 from tests.conftest import REPO_ROOT
-from tests.userenv import run_as_user, venv_script
 
 pytestmark = pytest.mark.slow
 

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import _drop_database, make_database
-from tests.pgserver import execute
-from tests.pgserver import query as rows
+from harness.pgserver import drop_database, execute, make_database
+from harness.pgserver import query as rows
 
 DAG_IDS = ("pglogical_example_pipeline", "pglogical_example_replay", "pglogical_example_teardown")
 SCHEMA = """
@@ -79,8 +78,8 @@ def pipeline(pg_server, airflow, tmp_path_factory):
         dags_test(airflow, env, "pglogical_example_pipeline")
         yield state
     finally:
-        _drop_database(pg_server, src)
-        _drop_database(pg_server, dw)
+        drop_database(pg_server, src)
+        drop_database(pg_server, dw)
 
 
 def staged_end_lsns(staging: Path) -> list[str]:

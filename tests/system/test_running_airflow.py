@@ -25,10 +25,9 @@ from typing import Any
 import psycopg2
 import pytest
 
-from tests.conftest import _drop_database, make_database
-from tests.pgserver import execute, free_port
-from tests.pgserver import query as rows
-from tests.userenv import user_env, venv_script
+from harness.pgserver import drop_database, execute, free_port, make_database
+from harness.pgserver import query as rows
+from harness.userenv import user_env, venv_script
 
 # A real Airflow (api-server, scheduler, dag-processor, triggerer) on SQLite: long, so marked slow.
 pytestmark = pytest.mark.slow
@@ -239,7 +238,7 @@ def airflow_services(pg_server, tmp_path_factory) -> Iterator[dict[str, Any]]:
     finally:
         airflow.stop()
         for db in (src, dw, meta):
-            _drop_database(pg_server, db)
+            drop_database(pg_server, db)
 
 
 def _dag_parsed(airflow: RunningAirflow) -> bool:

@@ -1,5 +1,5 @@
 """The package's import graph, read from the source with ``ast``: no import circles and no arrow from a lower
-layer to a higher one (the layers are README.md's Layout).
+layer to a higher one (the layers are README.md's Layout); and nothing outside ``tests/`` imports the test suite.
 
 Every ``import`` / ``from … import`` naming a module of the package counts, at module level or inside a
 function (an import moved into a function still ties the two modules together; it only hides a circle
@@ -51,6 +51,10 @@ def module_name(path: Path) -> str:
         parts.pop()
     return ".".join([PACKAGE, *parts])
 
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# Folders of the checkout that are not its source: environments, caches, build output.
+NOT_SOURCE = {".venv", ".cache", ".git", "build", "dist", "node_modules", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
 
 MODULES = {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
 # Compiled submodules (``decoding/_speedups.c``): leaves that import nothing of the package, so
@@ -207,3 +211,38 @@ def test_the_graph_sees_function_level_relative_and_unjustified_type_checking_im
     assert cycles({"a": {"b": 1}, "b": {"c": 2}, "c": {"a": 3}, "d": {"a": 4}}) == [["a", "b", "c"]]
     assert layer_of(f"{PACKAGE}.pipeline.runs") < layer_of(f"{PACKAGE}.operators.apply") < layer_of(
         f"{PACKAGE}.pipeline.dag_factory")
+
+
+def suite_imports_in(source: str) -> list[int]:
+    """Lines of ``source`` importing the test suite (``tests`` or ``tests.…``), at any depth, absolute imports."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+        if any(name == "tests" or name.startswith("tests.") for name in names):
+            found.append(node.lineno)
+    return found
+
+
+def source_files_outside_tests() -> Iterator[Path]:
+    for path in sorted(REPO_ROOT.rglob("*.py")):
+        parts = path.relative_to(REPO_ROOT).parts
+        if parts[0] != "tests" and not NOT_SOURCE & set(parts) and not any(p.endswith(".egg-info") for p in parts):
+            yield path
+
+
+def test_nothing_outside_the_tests_imports_them():
+    """The package, the benchmarks, the demo, the DAGs and ``harness/`` run without the test suite (its shared
+    services live in ``harness/``)."""
+    offenders = [f"{path.relative_to(REPO_ROOT)}:{line}" for path in source_files_outside_tests()
+                 for line in suite_imports_in(path.read_text(encoding="utf-8"))]
+    assert not offenders, "imports of the test suite outside tests/:\n" + "\n".join(offenders)
+
+
+def test_the_test_suite_import_check_sees_every_form():
+    source = ("import tests\nimport os, tests.support.stage as stage\ndef f():\n    from tests.support import wire\n"
+              "from harness import pgserver\nimport testsuite\nfrom . import tests\n")
+    assert suite_imports_in(source) == [1, 2, 4]
+    checked = {path.relative_to(REPO_ROOT).parts[0] for path in source_files_outside_tests()}
+    assert {"airflow_provider_pglogical", "benchmarks", "scripts", "harness", "dags"} <= checked
+    assert "tests" not in checked and ".venv" not in checked

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_pglogical.apply.batches import list_batches, read_changes
-from tests.unit.apply.stage import BatchSpec, Col, Rel, write_batch
+from tests.support.stage import BatchSpec, Col, Rel, write_batch
 
 ITEMS = Rel("public", "items", (Col("id", pa.int64(), "bigint", True), Col("grp", pa.int64(), "bigint"),
                                 Col("note", pa.string(), "text")))

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from airflow_provider_pglogical.apply.batches import list_batches, read_changes
 from airflow_provider_pglogical.apply.transforms import compact, project_columns, resolve_toast_from_old, to_key_events
+from tests.support.stage import BatchSpec, Chg, write_batch
 from tests.unit.apply.conftest import ITEMS
-from tests.unit.apply.stage import BatchSpec, Chg, write_batch
 
 COLS = ("id", "grp", "note")
 VALUES = ("grp", "note")

@@ -19,8 +19,8 @@ from airflow_provider_pglogical.apply.batches import list_batches, read_relation
 from airflow_provider_pglogical.apply.changes import SparkBatchChanges
 from airflow_provider_pglogical.apply.config import ACTIONS, TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import PlannedTable
+from tests.support.stage import BatchSpec, Chg, Rel, write_batch
 from tests.unit.apply.conftest import ITEMS, PAIRS
-from tests.unit.apply.stage import BatchSpec, Chg, Rel, write_batch
 
 KEYS = {ITEMS: ("id",), PAIRS: ("a", "b")}
 

@@ -7,8 +7,8 @@ import pytest
 from airflow_provider_pglogical.apply.filters import apply_row_filter, referenced_columns, validate_row_filter
 from airflow_provider_pglogical.apply.transforms import resolve_toast_from_old
 from airflow_provider_pglogical.exceptions import RowFilterError
+from tests.support.stage import Chg
 from tests.unit.apply.conftest import ITEMS, ITEMS_FULL
-from tests.unit.apply.stage import Chg
 
 COLS = ["id", "grp", "note"]
 

@@ -15,8 +15,8 @@ from airflow_provider_pglogical.apply.snapshots import drop_synced_truncates, ro
 from airflow_provider_pglogical.apply.targets.base import PlannedTable, TargetTable
 from airflow_provider_pglogical.exceptions import ApplyError
 from airflow_provider_pglogical.staging.reader import RelationColumn, RelationInfo, TruncateEvent
+from tests.support.stage import BatchSpec, Chg, write_batch
 from tests.unit.apply.conftest import ITEMS
-from tests.unit.apply.stage import BatchSpec, Chg, write_batch
 
 SYNC = 0x1500
 

@@ -11,8 +11,8 @@ from airflow_provider_pglogical.apply.transforms import (
     to_ordered_changes,
     void_before,
 )
+from tests.support.stage import BatchSpec, Chg, Rel, write_batch
 from tests.unit.apply.conftest import ITEMS, ITEMS_FULL, PAIRS
-from tests.unit.apply.stage import BatchSpec, Chg, Rel, write_batch
 
 COLS = ("id", "grp", "note")
 

@@ -16,8 +16,8 @@ from airflow_provider_pglogical.apply.transforms import (
     single_event_net,
     to_key_events,
 )
+from tests.support.stage import BatchSpec, Chg, write_batch
 from tests.unit.apply.conftest import ITEMS, ITEMS_FULL, PAIRS
-from tests.unit.apply.stage import BatchSpec, Chg, write_batch
 
 
 @pytest.fixture

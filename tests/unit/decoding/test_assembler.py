@@ -15,7 +15,7 @@ from airflow_provider_pglogical.decoding.model import (
     TruncateChange,
 )
 from airflow_provider_pglogical.exceptions import DecodeError, UnknownRelationError
-from tests.unit.decoding import wire as w
+from tests.support import wire as w
 
 REL = w.relation(1, "t", w.T_COLUMNS)
 REL2 = w.relation(2, "u", w.T_COLUMNS, namespace="s")

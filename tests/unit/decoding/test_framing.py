@@ -15,7 +15,7 @@ from airflow_provider_pglogical.decoding.values.framing import frame_images
 from airflow_provider_pglogical.decoding.values.vector import Column
 from airflow_provider_pglogical.decoding.wiretuple import WireTuple, decode_to_end, encode_tuple
 from airflow_provider_pglogical.exceptions import DecodeError
-from tests.unit.decoding import wire as w
+from tests.support import wire as w
 from tests.unit.decoding.test_values_rowimage import REL, image
 
 column = st.one_of(

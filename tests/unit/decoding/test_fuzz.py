@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from airflow_provider_pglogical.decoding import ChangeAssembler, parse_message
 from airflow_provider_pglogical.exceptions import DecodeError
-from tests.unit.decoding import wire as w
+from tests.support import wire as w
 from tests.unit.decoding.test_messages import all_valid_messages
 
 VALID = [data for _, data, _ in all_valid_messages()]

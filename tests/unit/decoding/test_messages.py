@@ -10,7 +10,7 @@ from airflow_provider_pglogical.decoding import messages as m
 from airflow_provider_pglogical.decoding.messages import parse_message, read_tuple
 from airflow_provider_pglogical.decoding.model import ColumnDef, TupleData
 from airflow_provider_pglogical.exceptions import DecodeError
-from tests.unit.decoding import wire as w
+from tests.support import wire as w
 
 NEW = w.tup(w.int4(7), ("t", b"seven"), ("n",), ("u",))
 NEW_DATA = TupleData("btnu", (struct.pack("!i", 7), b"seven", None, None))

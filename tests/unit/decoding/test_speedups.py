@@ -23,7 +23,7 @@ from airflow_provider_pglogical.decoding import ChangeAssembler, speedups
 from airflow_provider_pglogical.decoding.model import RowChange, TupleData
 from airflow_provider_pglogical.decoding.wiretuple import WireTuple
 from airflow_provider_pglogical.exceptions import DecodeError
-from tests.unit.decoding import wire as w
+from tests.support import wire as w
 
 needs_compiled = pytest.mark.skipif(speedups.compiled is None, reason="compiled helpers not built")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_pglogical.decoding import ChangeAssembler, SpilledChanges, SpillFile
-from tests.unit.decoding import wire as w
+from tests.support import wire as w
 
 REL = w.relation(1, "t", w.T_COLUMNS)
 WIDE = w.relation(1, "t", w.T_COLUMNS + [("extra", w.INT4, -1, 0)])

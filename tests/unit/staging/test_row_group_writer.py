@@ -182,7 +182,7 @@ def test_runs_of_row_changes_stage_exactly_what_one_add_per_row_stages(tmp_path_
 def test_a_spilled_transaction_stages_the_same_files_as_the_same_changes_in_memory(tmp_path):
     """A spilled transaction reaches the writer a spill slice at a time (SpilledChanges.chunks), with a
     schema change, a truncate and a message inside the spilled part: same files as its changes held in a tuple."""
-    from tests.unit.decoding import wire as w
+    from tests.support import wire as w
 
     narrow = w.relation(1, "t", w.T_COLUMNS)
     wide = w.relation(1, "t", w.T_COLUMNS + [("extra", w.INT4, -1, 0)])

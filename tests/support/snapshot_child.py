@@ -1,6 +1,6 @@
 """A snapshot run (initial or pending tables) in a child process that dies (exit 137) at a checkpoint.
 
-Usage: python -m tests.integration.snapshot_child '<json>' with keys dsn, slot, publication,
+Usage: python -m tests.support.snapshot_child '<json>' with keys dsn, slot, publication,
 staging_uri, tables ({name: [columns|null, filter|null]}), mode (initial|pending), kill_at
 (checkpoint name, optionally "name:n" for its n-th occurrence), parallelism, chunk_bytes.
 """
@@ -11,7 +11,7 @@ import json
 import sys
 
 from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings, initial_snapshot, sync_pending
-from tests.integration.kill_points import KILLED, dying_at
+from tests.support.kill_points import KILLED, dying_at
 
 __all__ = ["KILLED"]
 

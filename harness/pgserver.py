@@ -1,4 +1,5 @@
-"""A throwaway PostgreSQL server for the test suite: initdb into a temp dir, wal_level=logical.
+"""A throwaway PostgreSQL server (the tests, the benchmarks, the demo): initdb into a temp dir, wal_level=logical;
+fresh databases on it, dropped with their slots.
 
 initdb and pg_ctl refuse to run as root, so when the suite runs as root the data directory is
 handed to the ``postgres`` OS user and the binaries run through ``runuser``.
@@ -13,8 +14,10 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 DEFAULT_BIN_DIR = "/usr/lib/postgresql/15/bin"
 SERVER_SETTINGS = {
@@ -38,7 +41,8 @@ SERVER_SETTINGS = {
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 @dataclass
@@ -92,7 +96,7 @@ def _runnable_by(owner: str | None, bin_dir: Path) -> Path:
     return copy / bin_dir.name
 
 
-def start_server(bin_dir: str | os.PathLike | None = None, settings: dict[str, str] | None = None) -> PgServer:
+def start_server(bin_dir: str | os.PathLike[str] | None = None, settings: dict[str, str] | None = None) -> PgServer:
     """initdb + start; the caller must call ``stop_server`` (use the pytest fixtures)."""
     bin_dir = Path(bin_dir or os.environ.get("PGLOGICAL_TEST_PG_BIN", DEFAULT_BIN_DIR))
     if not (bin_dir / "initdb").exists():
@@ -133,7 +137,8 @@ def start_server(bin_dir: str | os.PathLike | None = None, settings: dict[str, s
 
     with psycopg2.connect(server.dsn()) as conn, conn.cursor() as cur:
         cur.execute("SHOW server_version_num")
-        server.version_num = int(cur.fetchone()[0])
+        (version,) = cur.fetchone() or ("0",)
+        server.version_num = int(version)
     conn.close()
     return server
 
@@ -147,7 +152,7 @@ def stop_server(server: PgServer) -> None:
     shutil.rmtree(server.data_dir.parent, ignore_errors=True)
 
 
-def execute(dsn: str, *statements: str, params: tuple = ()) -> None:
+def execute(dsn: str, *statements: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> None:
     """Run each statement on an autocommit connection (so CREATE/DROP DATABASE work too)."""
     import psycopg2
 
@@ -161,7 +166,7 @@ def execute(dsn: str, *statements: str, params: tuple = ()) -> None:
         conn.close()
 
 
-def query(dsn: str, sql: str, params: tuple = ()) -> list[tuple]:
+def query(dsn: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     """All rows of one query, on an autocommit connection."""
     import psycopg2
 
@@ -173,3 +178,39 @@ def query(dsn: str, sql: str, params: tuple = ()) -> list[tuple]:
             return cur.fetchall()
     finally:
         conn.close()
+
+
+def make_database(server: PgServer) -> str:
+    """A fresh database on ``server`` (a random name); ``drop_database`` removes it."""
+    dbname = f"t_{uuid.uuid4().hex[:12]}"
+    execute(server.dsn(), f'CREATE DATABASE "{dbname}"')
+    return dbname
+
+
+def drop_database(server: PgServer, dbname: str) -> None:
+    """Drop ``dbname`` with its inactive slots (an active one would keep WAL and a backend alive)."""
+    execute(server.dsn(),
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = %(db)s AND NOT active",
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %(db)s AND pid <> pg_backend_pid()",
+            f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)', params={"db": dbname})
+
+
+APPLIER = "pglogical_applier"
+
+
+def make_target(server: PgServer) -> tuple[str, str]:
+    """(dbname, DSN as the non-superuser applier) of a fresh database the applier owns: an apply target."""
+    dbname = make_database(server)
+    import psycopg2
+
+    admin = psycopg2.connect(server.dsn())
+    admin.autocommit = True
+    try:
+        with admin.cursor() as cur:
+            cur.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (APPLIER,))
+            if cur.fetchone() is None:
+                cur.execute(f"CREATE ROLE {APPLIER} LOGIN NOSUPERUSER")
+            cur.execute(f'ALTER DATABASE "{dbname}" OWNER TO {APPLIER}')
+    finally:
+        admin.close()
+    return dbname, server.dsn(dbname, user=APPLIER)

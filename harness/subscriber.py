@@ -7,15 +7,16 @@ drain until the slot is caught up. Both sides then hold what the comparison need
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import psycopg2
 
 from airflow_provider_pglogical.hooks import PgLogicalHook
 from airflow_provider_pglogical.staging.drain import DrainConfig, drain_run
-from tests.pgserver import execute, query
+from harness.pgserver import execute, query
 
 
-def connect(dsn: str):
+def connect(dsn: str) -> psycopg2.extensions.connection:
     conn = psycopg2.connect(dsn)
     conn.autocommit = True
     return conn
@@ -50,11 +51,11 @@ def wait_for_subscriber(source_dsn: str, subscriber_dsn: str, name: str = "sub_n
             with sub.cursor() as cur:
                 cur.execute("SELECT coalesce(bool_or(latest_end_lsn >= %s::pg_lsn), false) FROM pg_stat_subscription "
                             "WHERE subname = %s", (target, name))
-                sub_done = cur.fetchone()[0]
+                sub_done = (cur.fetchone() or (False,))[0]
             with src.cursor() as cur:
                 cur.execute("SELECT coalesce(bool_and(replay_lsn >= %s::pg_lsn), false) FROM pg_stat_replication "
                             "WHERE application_name = %s", (target, name))
-                src_done = cur.fetchone()[0]
+                src_done = (cur.fetchone() or (False,))[0]
             if sub_done and src_done:
                 return
             time.sleep(0.2)
@@ -64,7 +65,7 @@ def wait_for_subscriber(source_dsn: str, subscriber_dsn: str, name: str = "sub_n
     raise TimeoutError(f"subscriber {name} did not catch up to {target}")
 
 
-def drain_all(source_dsn: str, uri: str, slot: str = "ours", publication: str = "pub_all", **kw) -> int:
+def drain_all(source_dsn: str, uri: str, slot: str = "ours", publication: str = "pub_all", **kw: Any) -> int:
     """Drain cycles until the slot is caught up (``drain_run``: one lock, a peek read on across
     batches); returns the number of batches staged."""
     hook = PgLogicalHook.from_dsn(source_dsn)

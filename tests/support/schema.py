@@ -7,10 +7,9 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from tests.conftest import make_database
-from tests.integration.parity_support import source_with_slot
-from tests.pgserver import execute, query
-from tests.subscriber import subscribe, unsubscribe
+from harness.pgserver import execute, make_database, query
+from harness.subscriber import subscribe, unsubscribe
+from tests.support.parity import source_with_slot
 
 # One table; rows 1 and 2 are applied first, then one batch: a value written before a DROP COLUMN, a column
 # added and dropped with a value in between, an UPDATE and an INSERT after each drop.

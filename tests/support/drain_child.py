@@ -1,6 +1,6 @@
 """A drain run in a child process that dies (exit 137, no cleanup) at a chosen point.
 
-Usage: python -m tests.integration.drain_child '<json>' with keys dsn, slot, publication,
+Usage: python -m tests.support.drain_child '<json>' with keys dsn, slot, publication,
 staging_uri, kill_at (a checkpoint name, or "transaction:<n>" to die mid-write after n
 transactions), and optional max_changes / row_group_rows, and ``run`` (true: ``drain_run``, several
 batches under one lock with the slot advanced once, instead of one ``drain_slot`` cycle).
@@ -14,7 +14,7 @@ import sys
 from airflow_provider_pglogical.hooks import PgLogicalHook
 from airflow_provider_pglogical.staging import writer as writer_module
 from airflow_provider_pglogical.staging.drain import DrainConfig, drain_run, drain_slot
-from tests.integration.kill_points import KILLED, die, dying_at
+from tests.support.kill_points import KILLED, die, dying_at
 
 __all__ = ["KILLED"]
 

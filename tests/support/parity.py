@@ -6,8 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from airflow_provider_pglogical.hooks import PgLogicalHook
-from tests.conftest import make_database
-from tests.pgserver import execute
+from harness.pgserver import execute, make_database
 
 
 @contextmanager

@@ -1,6 +1,6 @@
 """An apply of staged snapshots + changes in a child process that dies (exit 137) at a kill point.
 
-Usage: python -m tests.integration.snapshot_apply_child '<json>' with keys dsn (target), slot,
+Usage: python -m tests.support.snapshot_apply_child '<json>' with keys dsn (target), slot,
 staging_uri, kill_at: a checkpoint of ``apply/targets/postgres/snapshot.CHECKPOINTS`` (optionally
 "name:n" for its n-th occurrence), or ``mid_copy``: a thread watching the target's
 ``pg_stat_progress_copy`` kills the process while the load transaction COPYs a snapshot into ``wide``.
@@ -18,7 +18,7 @@ import psycopg2
 from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget
-from tests.integration.kill_points import KILLED, die, dying_at
+from tests.support.kill_points import KILLED, die, dying_at
 
 __all__ = ["KILLED"]
 
@@ -38,20 +38,11 @@ def kill_mid_copy(dsn: str, min_rows: int = 1000) -> None:
 
 
 def main() -> None:
-    from pyspark.sql import SparkSession
-
-    from airflow_provider_pglogical.apply.sparkenv import LOCAL_DRIVER_CONF, use_package_python
+    from tests.support.spark import local_session
 
     args = json.loads(sys.argv[1])
     checkpoint = dying_at(args["kill_at"])
-
-    use_package_python()
-    builder = (SparkSession.builder.master("local[2]").appName("snapshot-apply-child")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
-               .config("spark.sql.session.timeZone", "UTC"))
-    for key, value in LOCAL_DRIVER_CONF.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = local_session("snapshot-apply-child")
     if args["kill_at"] == "mid_copy":
         threading.Thread(target=kill_mid_copy, args=(args["dsn"],), daemon=True).start()
     config = ApplyConfig(slot=args["slot"], staging_root=args["staging_uri"], tables={})
