@@ -44,7 +44,7 @@ from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfi
 from airflow_provider_pglogical.apply.runner import apply_slot  # noqa: E402
 from airflow_provider_pglogical.hooks import PgLogicalHook  # noqa: E402
 from airflow_provider_pglogical.hooks.slot_client import PgLogicalClient  # noqa: E402
-from harness.pgserver import (  # noqa: E402
+from scripts.harness.pgserver import (  # noqa: E402
     execute,
     make_database,  # noqa: E402
     make_target,  # noqa: E402
@@ -52,7 +52,7 @@ from harness.pgserver import (  # noqa: E402
     start_server,
     stop_server,
 )
-from harness.subscriber import drain_all, subscribe, wait_for_subscriber  # noqa: E402
+from scripts.harness.subscriber import drain_all, subscribe, wait_for_subscriber  # noqa: E402
 
 SCHEMA = """
 CREATE TABLE bench (id bigint PRIMARY KEY, grp int NOT NULL, amount numeric(12,2), note text,
@@ -109,7 +109,7 @@ def drain_elsewhere(code: str, dsn: str, staging: str, slot: str, drain_kw: dict
     import subprocess
 
     script = ("import json, sys, time; sys.path.insert(0, sys.argv[1]); sys.path.insert(1, sys.argv[2]);"
-              "from harness.subscriber import drain_all; t0, c0 = time.monotonic(), time.process_time();"
+              "from scripts.harness.subscriber import drain_all; t0, c0 = time.monotonic(), time.process_time();"
               "drain_all(sys.argv[3], sys.argv[4], slot=sys.argv[5], **json.loads(sys.argv[6]));"
               "print(time.process_time() - c0); print(time.monotonic() - t0)")
     out = subprocess.run([sys.executable, "-c", script, code, str(Path(__file__).resolve().parent.parent), dsn,

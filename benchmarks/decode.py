@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as `pytho
 from airflow_provider_pglogical.decoding import ChangeAssembler  # noqa: E402
 from airflow_provider_pglogical.decoding.gcpause import paused_gc  # noqa: E402
 from airflow_provider_pglogical.decoding.model import RowChange, Transaction  # noqa: E402
-from harness.pgserver import start_server, stop_server  # noqa: E402
+from scripts.harness.pgserver import start_server, stop_server  # noqa: E402
 
 # Same shape as the hook's query: LSN turned into a bigint server-side, xid as bigint.
 PEEK = ("SELECT (lsn - '0/0'::pg_lsn)::bigint, xid::text::bigint, data FROM pg_logical_slot_peek_binary_changes("
@@ -188,7 +188,7 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=1_000_000, help="row changes to generate")
     parser.add_argument("--tx-changes", type=int, default=50_000, help="changes per transaction")
     parser.add_argument("--itersize", type=int, default=10_000, help="named-cursor fetch size")
-    parser.add_argument("--pg-bin", default=None, help="PostgreSQL bin directory (default: harness.pgserver's)")
+    parser.add_argument("--pg-bin", default=None, help="PostgreSQL bin directory (default: scripts.harness.pgserver's)")
     args = parser.parse_args()
 
     # PostgreSQL's default decoding memory (the test default of 64kB would make the server spill).

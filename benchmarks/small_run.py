@@ -34,13 +34,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yaml  # noqa: E402
 
-from harness.pgserver import (  # noqa: E402
+from scripts.harness.pgserver import (  # noqa: E402
     execute,
     make_database,  # noqa: E402
     start_server,
     stop_server,
 )
-from harness.userenv import run_as_user, venv_script  # noqa: E402
+from scripts.harness.userenv import run_as_user, venv_script  # noqa: E402
 
 SCHEMA = "CREATE TABLE t (id int PRIMARY KEY, a int NOT NULL, b text, c numeric(12,2), d timestamptz);"
 

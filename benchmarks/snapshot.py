@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-from harness.pgserver import (  # noqa: E402
+from scripts.harness.pgserver import (  # noqa: E402
     execute,
     make_database,  # noqa: E402
     query,

@@ -30,9 +30,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pyarrow.fs as pafs  # noqa: E402
 import yaml  # noqa: E402
 
-from tests.conftest import make_database  # noqa: E402
-from tests.pgserver import execute, query, start_server, stop_server  # noqa: E402
-from tests.userenv import run_as_user, venv_script  # noqa: E402
+from scripts.harness.pgserver import (  # noqa: E402
+    execute,
+    make_database,  # noqa: E402
+    query,
+    start_server,
+    stop_server,
+)
+from scripts.harness.userenv import run_as_user, venv_script  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "dags" / "specs" / "example_pipeline.yaml"

@@ -2,7 +2,7 @@
 
     python benchmarks/stage_memory.py [--changes N] [--big-tx N] [--dsn DSN] [--keep]
 
-Without ``--dsn`` a throwaway PostgreSQL server is started (harness/pgserver.py). Peak RSS is this
+Without ``--dsn`` a throwaway PostgreSQL server is started (scripts/harness/pgserver.py). Peak RSS is this
 process's ``ru_maxrss`` (the drain runs in-process; the server's memory is not included).
 """
 
@@ -72,7 +72,7 @@ def main() -> None:
 
     server = None
     if args.dsn is None:
-        from harness.pgserver import start_server
+        from scripts.harness.pgserver import start_server
 
         server = start_server(settings={"logical_decoding_work_mem": "64MB", "work_mem": "64MB"})
         args.dsn = server.dsn()
@@ -98,7 +98,7 @@ def main() -> None:
         if not args.keep:
             shutil.rmtree(staging, ignore_errors=True)
         if server is not None:
-            from harness.pgserver import stop_server
+            from scripts.harness.pgserver import stop_server
 
             stop_server(server)
 

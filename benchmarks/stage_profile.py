@@ -172,8 +172,8 @@ class ProfiledTarget(PostgresTarget):
 def stage(changes: int, kind: str, out: str) -> int:
     """The big workload at ``changes`` changes, drained into ``out``; returns the number of batches."""
     from airflow_provider_pglogical.hooks import PgLogicalHook
-    from harness.pgserver import execute, make_database, start_server, stop_server
-    from harness.subscriber import drain_all
+    from scripts.harness.pgserver import execute, make_database, start_server, stop_server
+    from scripts.harness.subscriber import drain_all
 
     server = start_server()
     try:
@@ -194,7 +194,7 @@ def profile(roots: list[str], java_options: str, event_log: str | None = None) -
 
     from airflow_provider_pglogical.apply.runner import apply_slot
     from airflow_provider_pglogical.apply.sparkenv import use_package_python
-    from harness.pgserver import execute, make_target, start_server, stop_server
+    from scripts.harness.pgserver import execute, make_target, start_server, stop_server
 
     use_package_python()
     builder = (SparkSession.builder.master("local[2]").appName("pglogical-stage-profile")

@@ -12,13 +12,13 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # the throwaway-server helper: harness/ in the checkout
+sys.path.insert(0, str(REPO))  # the throwaway-server helper: scripts/harness/ in the checkout
 
 import psycopg2  # noqa: E402
 import yaml  # noqa: E402
 
-from harness.pgserver import PgServer, start_server, stop_server  # noqa: E402
-from harness.userenv import user_env  # noqa: E402
+from scripts.harness.pgserver import PgServer, start_server, stop_server  # noqa: E402
+from scripts.harness.userenv import user_env  # noqa: E402
 
 # PGLOGICAL_DEMO_DIR: where the demo keeps its server, staging and Airflow home (the tests use a temp dir).
 DEMO_DIR = Path(os.environ.get("PGLOGICAL_DEMO_DIR") or REPO / ".cache" / "demo").resolve()

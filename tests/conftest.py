@@ -9,7 +9,7 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from harness.pgserver import PgServer, drop_database, make_database, start_server, stop_server
+from scripts.harness.pgserver import PgServer, drop_database, make_database, start_server, stop_server
 from tests.support.s3server import s3  # noqa: F401  (fixture: a real S3 server on 127.0.0.1)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -13,8 +13,8 @@ from airflow_provider_pglogical.snapshot.run import (
     request_added_tables,
     sync_pending,
 )
-from harness.pgserver import execute, make_database, make_target, query
-from harness.subscriber import drain_all, wait_for_subscriber
+from scripts.harness.pgserver import execute, make_database, make_target, query
+from scripts.harness.subscriber import drain_all, wait_for_subscriber
 
 # items: REPLICA IDENTITY FULL for a row filter on a non-key column (grp), the usual reason for it; notes: no
 # primary key at all, REPLICA IDENTITY FULL (its rows are matched by every column).

@@ -20,8 +20,8 @@ from airflow_provider_pglogical.apply.batches import list_batches
 from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.hooks import PgLogicalHook
-from harness.pgserver import execute, make_database, make_target, query
-from harness.subscriber import drain_all, run_script, subscribe, unsubscribe, wait_for_subscriber
+from scripts.harness.pgserver import execute, make_database, make_target, query
+from scripts.harness.subscriber import drain_all, run_script, subscribe, unsubscribe, wait_for_subscriber
 
 COMP = ("id", "a", "p", "aa", "r4", "rn", "rd", "rtz", "mr", "tr", "tmr", "ar")
 FULLKEY = ("a", "r", "mr", "v")

@@ -16,8 +16,8 @@ from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.direct import ENV_SWITCH
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.hooks import PgLogicalHook
-from harness.pgserver import execute, make_database, make_target, query
-from harness.subscriber import drain_all
+from scripts.harness.pgserver import execute, make_database, make_target, query
+from scripts.harness.subscriber import drain_all
 
 SCHEMA = """
 CREATE TABLE plain (id int PRIMARY KEY, a int, b text, c numeric(12,2), d timestamptz, e float8, f boolean, g date,

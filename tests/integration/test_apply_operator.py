@@ -9,8 +9,8 @@ import pyarrow as pa
 
 from airflow_provider_pglogical.hooks.dsn import libpq_dsn
 from airflow_provider_pglogical.operators.apply import PgLogicalApplyOperator, build_package_zip
-from harness.pgserver import make_target
-from harness.pgserver import query as rows
+from scripts.harness.pgserver import make_target
+from scripts.harness.pgserver import query as rows
 from tests.support.spark import TEST_SPARK_CONF
 from tests.support.stage import BatchSpec, Chg, Col, Rel, write_batch
 

@@ -12,8 +12,8 @@ import pytest
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.exceptions import ApplyError, ConstraintViolationError, UnresolvableToastError
-from harness.pgserver import execute, make_target
-from harness.pgserver import query as rows
+from scripts.harness.pgserver import execute, make_target
+from scripts.harness.pgserver import query as rows
 from tests.integration.test_apply import CHILD, PARENT
 from tests.support.stage import BatchSpec, Chg, Col, Rel, Trunc, write_batch
 

@@ -8,8 +8,8 @@ import pytest
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.exceptions import ReplicaIdentityError, RowFilterError
-from harness.pgserver import execute, make_target
-from harness.pgserver import query as rows
+from scripts.harness.pgserver import execute, make_target
+from scripts.harness.pgserver import query as rows
 from tests.support.stage import BatchSpec, Chg, Col, Rel, Trunc, write_batch
 
 COLS = (Col("id", pa.int64(), "bigint"), Col("v", pa.string(), "text"))

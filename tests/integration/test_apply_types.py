@@ -16,8 +16,8 @@ from airflow_provider_pglogical.apply.batches import list_batches
 from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.hooks import PgLogicalHook
-from harness.pgserver import execute, make_database, make_target, query
-from harness.subscriber import drain_all, run_script, subscribe, unsubscribe, wait_for_subscriber
+from scripts.harness.pgserver import execute, make_database, make_target, query
+from scripts.harness.subscriber import drain_all, run_script, subscribe, unsubscribe, wait_for_subscriber
 
 TYPED = ("id", "iv", "tm", "ttz", "d", "ts", "tstz", "n", "nu", "ai", "an", "at", "aiv", "ad", "ats", "attz", "anu")
 KEYED = ("d", "ts", "tstz", "tm", "ttz", "iv", "n", "a", "v")

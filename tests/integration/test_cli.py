@@ -10,8 +10,8 @@ import time
 import pytest
 import yaml
 
-from harness.pgserver import drop_database, execute, make_database, query
-from harness.userenv import VENV_BIN, run_as_user, venv_script
+from scripts.harness.pgserver import drop_database, execute, make_database, query
+from scripts.harness.userenv import VENV_BIN, run_as_user, venv_script
 from tests.support.spark import TEST_SPARK_CONF
 
 PGLOGICAL = venv_script("pglogical")

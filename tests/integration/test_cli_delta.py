@@ -13,7 +13,7 @@ import yaml
 from deltalake import DeltaTable
 
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
-from harness.pgserver import execute
+from scripts.harness.pgserver import execute
 from tests.integration.test_cli import SCHEMA, TABLES, pglogical
 from tests.support.spark import TEST_SPARK_CONF
 
@@ -31,7 +31,7 @@ def test_run_applies_into_delta_on_s3_and_status_shows_the_delta_watermarks(pg_s
     }
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(doc))
-    env = s3.env()  # the credentials the user exports, nothing else (harness/userenv.py)
+    env = s3.env()  # the credentials the user exports, nothing else (scripts/harness/userenv.py)
     first = pglogical("run", "--spec", str(spec), extra=env)  # creates publication and slot
     assert first.returncode == 0, first.stderr
     execute(pg_dsn, """INSERT INTO customers VALUES (1, 'ada'), (2, 'bob');

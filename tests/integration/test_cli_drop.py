@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from airflow_provider_pglogical.apply.targets.postgres.plan import staging_prefix
-from harness.pgserver import drop_database, execute, make_database, query
+from scripts.harness.pgserver import drop_database, execute, make_database, query
 from tests.integration.test_cli import pglogical
 from tests.support.spark import TEST_SPARK_CONF
 

@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from harness.pgserver import drop_database, execute, make_database, query
+from scripts.harness.pgserver import drop_database, execute, make_database, query
 from tests.integration.test_cli import pglogical
 from tests.support.spark import TEST_SPARK_CONF
 

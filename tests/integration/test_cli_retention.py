@@ -16,9 +16,8 @@ from airflow_provider_pglogical.pipeline.spec import load_spec
 from airflow_provider_pglogical.staging.layout import MANIFEST, StagingLayout
 from airflow_provider_pglogical.staging.reader import StagingReader
 from airflow_provider_pglogical.staging.retention import CHECKPOINTS, read_pruned
-from tests.conftest import _drop_database, make_database
+from scripts.harness.pgserver import drop_database, execute, make_database, query
 from tests.integration.test_cli import pglogical
-from tests.pgserver import execute, query
 
 SLOT, PUBLICATION = "keep_slot", "keep_pub"
 
@@ -45,7 +44,7 @@ def pipeline(pg_server, pg_dsn, pg_dbname, tmp_path):
                "target": {k: pg_server.dsn(v) for k, v in targets.items()}}
     finally:
         for name in targets.values():
-            _drop_database(pg_server, name)
+            drop_database(pg_server, name)
 
 
 def run_ok(*args: str, extra: dict[str, str] | None = None) -> dict:

@@ -8,7 +8,7 @@ import pytest
 from airflow_provider_pglogical.decoding import speedups
 from airflow_provider_pglogical.exceptions import PublicationNotFoundError, SlotNotFoundError
 from airflow_provider_pglogical.hooks import PgLogicalHook, copystream
-from harness.userenv import VENV_BIN, run_as_user
+from scripts.harness.userenv import VENV_BIN, run_as_user
 from tests.support.drain import workload
 
 pytestmark = pytest.mark.skipif(speedups.compiled is None, reason="compiled helpers not built")

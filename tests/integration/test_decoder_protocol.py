@@ -21,7 +21,7 @@ from airflow_provider_pglogical.decoding.model import (
     Transaction,
     TruncateChange,
 )
-from harness.pgserver import start_server, stop_server
+from scripts.harness.pgserver import start_server, stop_server
 
 Row = tuple[int, int, memoryview]
 

@@ -11,8 +11,8 @@ from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
 from airflow_provider_pglogical.apply.targets.delta.target import CHECKPOINTS, DeltaTarget
 from airflow_provider_pglogical.hooks import PgLogicalHook
-from harness.pgserver import execute
-from harness.subscriber import drain_all, run_script
+from scripts.harness.pgserver import execute
+from scripts.harness.subscriber import drain_all, run_script
 from tests.integration.test_native_equivalence import (
     APPLY_TABLES,
     BATCH_ONE,

@@ -17,8 +17,8 @@ from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocatio
 from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
 from airflow_provider_pglogical.hooks import PgLogicalHook
 from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings, initial_snapshot
-from harness.pgserver import execute, make_database, make_target, query
-from harness.subscriber import drain_all, run_script, subscribe, unsubscribe, wait_for_subscriber
+from scripts.harness.pgserver import execute, make_database, make_target, query
+from scripts.harness.subscriber import drain_all, run_script, subscribe, unsubscribe, wait_for_subscriber
 from tests.integration.test_native_equivalence import (
     APPLY_TABLES,
     BATCH_ONE,

@@ -15,8 +15,8 @@ from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
 from airflow_provider_pglogical.apply.targets.delta.target import TYPE_KEY, DeltaTarget
 from airflow_provider_pglogical.exceptions import SchemaChangeError
-from harness.pgserver import query
-from harness.subscriber import drain_all, run_script, wait_for_subscriber
+from scripts.harness.pgserver import query
+from scripts.harness.subscriber import drain_all, run_script, wait_for_subscriber
 from tests.support.parity import source_with_slot
 from tests.support.schema import (
     REPRO_BATCH,

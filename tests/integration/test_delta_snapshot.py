@@ -20,8 +20,8 @@ from airflow_provider_pglogical.snapshot.run import (
     request_resync,
     sync_pending,
 )
-from harness.pgserver import execute, query
-from harness.subscriber import connect, drain_all
+from scripts.harness.pgserver import execute, query
+from scripts.harness.subscriber import connect, drain_all
 
 SOURCE_SQL = """
 CREATE TABLE flt (id int PRIMARY KEY, grp int, note text, amount numeric(12,2));

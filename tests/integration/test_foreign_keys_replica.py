@@ -21,10 +21,9 @@ from airflow_provider_pglogical.exceptions import ConstraintViolationError, Priv
 from airflow_provider_pglogical.pipeline.runs import apply_config, decode_pending
 from airflow_provider_pglogical.pipeline.spec import parse_spec
 from airflow_provider_pglogical.staging.reader import StagingReader
-from tests.conftest import _drop_database, make_database
-from tests.pgserver import execute, query
-from tests.subscriber import subscribe, unsubscribe, wait_for_subscriber
-from tests.userenv import run_as_user, venv_script
+from scripts.harness.pgserver import drop_database, execute, make_database, query
+from scripts.harness.subscriber import subscribe, unsubscribe, wait_for_subscriber
+from scripts.harness.userenv import run_as_user, venv_script
 
 SCHEMA = """
 CREATE TABLE parent (id int PRIMARY KEY, name text);
@@ -114,7 +113,7 @@ def setup(pg_server, make_role, tmp_path):
     finally:
         unsubscribe(nat)
         for name in (ours, native, source):
-            _drop_database(pg_server, name)
+            drop_database(pg_server, name)
 
 
 def run_workload(spec, src: str, *targets: str) -> None:

@@ -23,7 +23,7 @@ from airflow_provider_pglogical.exceptions import (
 from airflow_provider_pglogical.hooks import PgLogicalClient, PgLogicalHook
 from airflow_provider_pglogical.hooks.errors import InvalidSlotNameError, translated_errors
 from airflow_provider_pglogical.hooks.pglogical import proto_version_for
-from harness.pgserver import start_server, stop_server
+from scripts.harness.pgserver import start_server, stop_server
 
 
 @pytest.fixture(params=["client", "hook"])

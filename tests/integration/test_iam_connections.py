@@ -20,7 +20,7 @@ from airflow_provider_pglogical.hooks.airflow_connection import connection_dsn
 from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
 from airflow_provider_pglogical.pipeline.spec import parse_spec
 from airflow_provider_pglogical.pipeline.target import spec_target
-from tests.pgserver import PgServer, execute, query, start_server, stop_server
+from scripts.harness.pgserver import PgServer, execute, query, start_server, stop_server
 
 ROLE, DBNAME = "iam_app", "app"
 ACCESS_KEY, SECRET_KEY, REGION = "AKIAPGLOGICALTEST", "pglogical-iam-secret", "eu-west-1"

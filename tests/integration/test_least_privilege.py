@@ -20,8 +20,8 @@ from airflow_provider_pglogical.exceptions import PrivilegeError, ReplicationPer
 from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
 from airflow_provider_pglogical.pipeline.runs import decode_pending
 from airflow_provider_pglogical.pipeline.spec import parse_spec
-from harness.pgserver import drop_database, execute, make_database
-from harness.pgserver import query as rows
+from scripts.harness.pgserver import drop_database, execute, make_database
+from scripts.harness.pgserver import query as rows
 from tests.support.spark import TEST_SPARK_CONF
 
 SCHEMA = """

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pyarrow as pa
 import pytest
 
-from harness.pgserver import make_target
+from scripts.harness.pgserver import make_target
 from tests.support.stage import BatchSpec, Chg, Col, Rel, write_batch
 
 Points = dict[str, list[tuple[dict[str, str], float]]]

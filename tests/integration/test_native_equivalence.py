@@ -5,8 +5,8 @@ from __future__ import annotations
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.hooks import PgLogicalHook
-from harness.pgserver import execute, make_database, make_target, query
-from harness.subscriber import drain_all, run_script, subscribe, unsubscribe, wait_for_subscriber
+from scripts.harness.pgserver import execute, make_database, make_target, query
+from scripts.harness.subscriber import drain_all, run_script, subscribe, unsubscribe, wait_for_subscriber
 
 TABLES_SQL = """
 CREATE TABLE rf_full (id int PRIMARY KEY, grp int, note text);

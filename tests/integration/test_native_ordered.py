@@ -13,8 +13,8 @@ from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.exceptions import ConstraintViolationError, format_lsn
 from airflow_provider_pglogical.hooks import PgLogicalHook
-from harness.pgserver import execute, make_database, make_target, query
-from harness.subscriber import drain_all, run_script, subscribe, unsubscribe, wait_for_subscriber
+from scripts.harness.pgserver import execute, make_database, make_target, query
+from scripts.harness.subscriber import drain_all, run_script, subscribe, unsubscribe, wait_for_subscriber
 
 # 12.8 kB of md5 hex: not compressible enough to stay inline, and STORAGE EXTERNAL keeps it out of line anyway.
 BIG = "(SELECT string_agg(md5('{seed}' || i), '') FROM generate_series(1, 400) i)"

@@ -10,8 +10,8 @@ from contextlib import contextmanager
 import pytest
 
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
-from harness.pgserver import execute, make_database, make_target, query
-from harness.subscriber import drain_all, run_script, subscribe, unsubscribe, wait_for_subscriber
+from scripts.harness.pgserver import execute, make_database, make_target, query
+from scripts.harness.subscriber import drain_all, run_script, subscribe, unsubscribe, wait_for_subscriber
 from tests.support.parity import source_with_slot
 
 TABLES_SQL = """

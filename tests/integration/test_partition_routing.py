@@ -12,8 +12,8 @@ import pytest
 
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.exceptions import ApplyError
-from harness.pgserver import execute, make_target, query
-from harness.subscriber import drain_all, run_script, wait_for_subscriber
+from scripts.harness.pgserver import execute, make_target, query
+from scripts.harness.subscriber import drain_all, run_script, wait_for_subscriber
 from tests.integration.test_native_parity import native_and_ours
 from tests.support.parity import source_with_slot
 from tests.support.spark import TEST_SPARK_CONF
@@ -161,7 +161,7 @@ def test_the_source_catalog_names_leaves_ancestors_and_constraints_and_a_selecti
     from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
     from airflow_provider_pglogical.pipeline.source import resolve_with
     from airflow_provider_pglogical.pipeline.spec import parse_spec
-    from harness.pgserver import make_database
+    from scripts.harness.pgserver import make_database
 
     dsn = pg_server.dsn(make_database(pg_server))
     execute(dsn, SOURCE_SQL + """
@@ -202,7 +202,7 @@ def test_pglogical_run_routes_the_leaves_named_by_a_spec_to_the_roots_target(pg_
 
     import yaml
 
-    from harness.pgserver import drop_database, make_database
+    from scripts.harness.pgserver import drop_database, make_database
     from tests.integration.test_cli import pglogical
 
     source_db, target_db = make_database(pg_server), make_database(pg_server)

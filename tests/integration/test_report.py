@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import _drop_database, make_database
-from tests.pgserver import execute
-from tests.userenv import run_as_user, venv_script
+from scripts.harness.pgserver import drop_database, execute, make_database
+from scripts.harness.userenv import run_as_user, venv_script
 
 CONSOLE = re.compile(r":CONSOLE[:(]")  # Chromium's log line of every console message, errors and uncaught ones
 POINT = re.compile(r'<circle class="point"')
@@ -60,7 +59,7 @@ def pipeline(pg_server, pg_dsn, pg_dbname, tmp_path):
     try:
         yield {"spec": str(path), "source": pg_dsn, "tmp": tmp_path}
     finally:
-        _drop_database(pg_server, target)
+        drop_database(pg_server, target)
 
 
 def pglogical(*args: str) -> subprocess.CompletedProcess[str]:

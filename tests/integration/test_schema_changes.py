@@ -11,8 +11,8 @@ import pytest
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.exceptions import SchemaChangeError
-from harness.pgserver import execute, make_target, query
-from harness.subscriber import drain_all, run_script, wait_for_subscriber
+from scripts.harness.pgserver import execute, make_target, query
+from scripts.harness.subscriber import drain_all, run_script, wait_for_subscriber
 from tests.support.parity import source_with_slot
 from tests.support.schema import (
     REPRO_BATCH,

@@ -11,7 +11,7 @@ import pytest
 from airflow_provider_pglogical.exceptions import SlotInvalidatedError, SlotNotFoundError
 from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
 from airflow_provider_pglogical.sensors.slot_lag import SlotLagSensor, SlotWalRetentionError, check_wal_retention
-from harness.pgserver import PgServer, make_database, start_server, stop_server
+from scripts.harness.pgserver import PgServer, make_database, start_server, stop_server
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,8 @@ import pytest
 from airflow_provider_pglogical.apply.targets.postgres import setbased
 from airflow_provider_pglogical.apply.targets.postgres.plan import BatchPlan, TablePlan
 from airflow_provider_pglogical.apply.targets.postgres.progress import ensure_bookkeeping
-from harness.pgserver import execute, make_target
-from harness.pgserver import query as rows
+from scripts.harness.pgserver import execute, make_target
+from scripts.harness.pgserver import query as rows
 
 STAGING = "public.stg"
 COLUMNS = ("id", "v", "w")

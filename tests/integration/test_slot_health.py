@@ -15,9 +15,8 @@ from airflow_provider_pglogical.exceptions import SlotInvalidatedError, SlotWalR
 from airflow_provider_pglogical.history.store import RunHistory
 from airflow_provider_pglogical.hooks.slot_client import PgLogicalClient
 from airflow_provider_pglogical.operators.slot_health import SlotHealthCheckOperator
-from tests.conftest import make_database
-from tests.pgserver import PgServer, execute, start_server, stop_server
-from tests.userenv import run_as_user, venv_script
+from scripts.harness.pgserver import PgServer, execute, make_database, start_server, stop_server
+from scripts.harness.userenv import run_as_user, venv_script
 
 MB = 1024 * 1024
 KEEP = 64 * MB  # four 16 MB WAL segments

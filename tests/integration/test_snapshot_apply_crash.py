@@ -23,8 +23,8 @@ from airflow_provider_pglogical.snapshot.run import (
     request_resync,
     sync_pending,
 )
-from harness.pgserver import execute, make_target, query
-from harness.subscriber import drain_all
+from scripts.harness.pgserver import execute, make_target, query
+from scripts.harness.subscriber import drain_all
 from tests.conftest import REPO_ROOT
 from tests.support.snapshot import SNAP_SCHEMA_SQL, write_burst
 from tests.support.snapshot_apply_child import KILLED
@@ -209,7 +209,7 @@ def test_a_run_killed_inside_the_snapshot_copy_of_fk_linked_tables_ends_in_the_u
         pg_server, pg_dbname, pg_dsn, tmp_path):
     import yaml
 
-    from harness.userenv import default_home, run_as_user, user_env, venv_script
+    from scripts.harness.userenv import default_home, run_as_user, user_env, venv_script
 
     source = pg_dsn
     _, target = make_target(pg_server)

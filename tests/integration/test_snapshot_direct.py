@@ -14,7 +14,7 @@ from airflow_provider_pglogical.apply.direct import ENV_SWITCH
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.hooks import PgLogicalHook
 from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings, initial_snapshot
-from harness.pgserver import execute, make_target, query
+from scripts.harness.pgserver import execute, make_target, query
 from tests.support.snapshot import SNAP_SCHEMA_SQL
 
 SCALARS = "(id int PRIMARY KEY, d date, t timestamp, tz timestamptz, f float8, r real, b boolean, n numeric(20,6), " \

@@ -11,7 +11,7 @@ from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget
 from airflow_provider_pglogical.exceptions import format_lsn
 from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings, initial_snapshot
-from harness.pgserver import execute, make_target, query
+from scripts.harness.pgserver import execute, make_target, query
 from tests.support.snapshot import SNAP_SCHEMA_SQL
 
 TARGET_SQL = """

@@ -17,8 +17,8 @@ from airflow_provider_pglogical.snapshot.run import (
     request_resync,
     sync_pending,
 )
-from harness.pgserver import execute, make_database, make_target, query
-from harness.subscriber import connect, drain_all, wait_for_subscriber
+from scripts.harness.pgserver import execute, make_database, make_target, query
+from scripts.harness.subscriber import connect, drain_all, wait_for_subscriber
 
 TABLES_SQL = """
 CREATE TABLE rf_key (id int PRIMARY KEY, grp int, note text);

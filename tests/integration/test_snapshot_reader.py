@@ -12,7 +12,7 @@ import pytest
 from airflow_provider_pglogical.decoding import speedups
 from airflow_provider_pglogical.hooks import PgLogicalHook
 from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings, initial_snapshot
-from harness.pgserver import execute
+from scripts.harness.pgserver import execute
 
 pytestmark = pytest.mark.skipif(speedups.compiled is None, reason="compiled helpers not built")
 

@@ -19,8 +19,8 @@ from airflow_provider_pglogical.snapshot.run import (
     request_resync,
     sync_pending,
 )
-from harness.pgserver import execute, make_database, make_target, query
-from harness.subscriber import connect, drain_all, wait_for_subscriber
+from scripts.harness.pgserver import execute, make_database, make_target, query
+from scripts.harness.subscriber import connect, drain_all, wait_for_subscriber
 from tests.integration.test_snapshot_native import wait_ready
 
 # Two levels: meas by region, its eu partition by id range. meas_asia was made on its own with another column

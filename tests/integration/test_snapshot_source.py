@@ -21,7 +21,7 @@ from airflow_provider_pglogical.snapshot.run import (
     request_resync,
     sync_pending,
 )
-from harness.subscriber import drain_all
+from scripts.harness.subscriber import drain_all
 from tests.conftest import REPO_ROOT
 from tests.support.snapshot import SNAP_SCHEMA_SQL, replayed, source_rows, write_burst
 from tests.support.snapshot_child import KILLED

@@ -16,8 +16,8 @@ import pyspark
 import pytest
 
 from airflow_provider_pglogical.operators.apply import PgLogicalApplyOperator
-from harness.pgserver import free_port, make_target
-from harness.pgserver import query as rows
+from scripts.harness.pgserver import free_port, make_target
+from scripts.harness.pgserver import query as rows
 from tests.integration.test_apply_operator import stage_orders, target_connection
 from tests.support.spark import TEST_JVM_OPTIONS, TEST_SPARK_CONF
 

@@ -18,7 +18,7 @@ import yaml
 from airflow_provider_pglogical.snapshot.layout import SnapshotLayout
 from airflow_provider_pglogical.staging.layout import StagingLayout
 from airflow_provider_pglogical.staging.reader import StagingReader
-from harness.pgserver import drop_database, execute, make_database, query
+from scripts.harness.pgserver import drop_database, execute, make_database, query
 from tests.integration.test_cli import pglogical
 from tests.support.spark import TEST_SPARK_CONF
 

@@ -13,10 +13,10 @@ import yaml
 from deltalake import DeltaTable
 
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
+from scripts.harness.pgserver import execute, query
+from scripts.harness.userenv import default_home, user_env
 from tests.integration.test_cli import pglogical
-from tests.pgserver import execute, query
-from tests.s3server import ACCESS_KEY, REGION, SECRET_KEY, s3_server
-from tests.userenv import default_home, user_env
+from tests.support.s3server import ACCESS_KEY, REGION, SECRET_KEY, s3_server
 
 
 def aws_connection(endpoint: str) -> str:

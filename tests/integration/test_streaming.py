@@ -10,7 +10,7 @@ import pytest
 from airflow_provider_pglogical.decoding import ChangeAssembler, SpilledChanges, parse_message
 from airflow_provider_pglogical.decoding.messages import StreamAbortMessage
 from airflow_provider_pglogical.decoding.model import Transaction
-from harness.pgserver import drop_database, make_database
+from scripts.harness.pgserver import drop_database, make_database
 from tests.integration.test_decoder_protocol import decode, int4, kinds, slot_rows
 
 # The suite's servers run with logical_decoding_work_mem = 64kB: a few thousand rows stream.

@@ -11,7 +11,7 @@ from airflow_provider_pglogical.exceptions import SpecError
 from airflow_provider_pglogical.pipeline.runs import apply_config, decode_pending
 from airflow_provider_pglogical.pipeline.source import resolved
 from airflow_provider_pglogical.pipeline.spec import parse_spec
-from harness.pgserver import execute, make_database, make_target, query
+from scripts.harness.pgserver import execute, make_database, make_target, query
 
 
 def rows(dsn: str, table: str) -> list[tuple]:

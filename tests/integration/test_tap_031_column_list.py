@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
-from harness.pgserver import execute, make_target, query
-from harness.subscriber import drain_all, run_script
+from scripts.harness.pgserver import execute, make_target, query
+from scripts.harness.subscriber import drain_all, run_script
 from tests.support.parity import source_with_slot
 
 SOURCE = """

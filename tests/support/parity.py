@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from airflow_provider_pglogical.hooks import PgLogicalHook
-from harness.pgserver import execute, make_database
+from scripts.harness.pgserver import execute, make_database
 
 
 @contextmanager

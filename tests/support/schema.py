@@ -7,8 +7,8 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from harness.pgserver import execute, make_database, query
-from harness.subscriber import subscribe, unsubscribe
+from scripts.harness.pgserver import execute, make_database, query
+from scripts.harness.subscriber import subscribe, unsubscribe
 from tests.support.parity import source_with_slot
 
 # One table; rows 1 and 2 are applied first, then one batch: a value written before a DROP COLUMN, a column

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.userenv import user_env, venv_script
+from scripts.harness.userenv import user_env, venv_script
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

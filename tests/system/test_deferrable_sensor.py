@@ -8,8 +8,8 @@ import threading
 from pathlib import Path
 
 from airflow_provider_pglogical.hooks.pglogical import PgLogicalHook
-from harness.pgserver import execute
-from harness.userenv import venv_script
+from scripts.harness.pgserver import execute
+from scripts.harness.userenv import venv_script
 
 TEST_DAGS = Path(__file__).parent / "dags"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.userenv import run_as_user, venv_script
+from scripts.harness.userenv import run_as_user, venv_script
 from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.slow

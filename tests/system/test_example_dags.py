@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.pgserver import drop_database, execute, make_database
-from harness.pgserver import query as rows
+from scripts.harness.pgserver import drop_database, execute, make_database
+from scripts.harness.pgserver import query as rows
 
 DAG_IDS = ("pglogical_example_pipeline", "pglogical_example_replay", "pglogical_example_teardown")
 SCHEMA = """

@@ -25,9 +25,9 @@ from typing import Any
 import psycopg2
 import pytest
 
-from harness.pgserver import drop_database, execute, free_port, make_database
-from harness.pgserver import query as rows
-from harness.userenv import user_env, venv_script
+from scripts.harness.pgserver import drop_database, execute, free_port, make_database
+from scripts.harness.pgserver import query as rows
+from scripts.harness.userenv import user_env, venv_script
 
 # A real Airflow (api-server, scheduler, dag-processor, triggerer) on SQLite: long, so marked slow.
 pytestmark = pytest.mark.slow

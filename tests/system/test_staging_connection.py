@@ -12,10 +12,9 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import _drop_database, make_database
-from tests.pgserver import execute
-from tests.pgserver import query as rows
-from tests.s3server import ACCESS_KEY, REGION, SECRET_KEY, s3_server
+from scripts.harness.pgserver import drop_database, execute, make_database
+from scripts.harness.pgserver import query as rows
+from tests.support.s3server import ACCESS_KEY, REGION, SECRET_KEY, s3_server
 
 TEST_DAGS = Path(__file__).parent / "dags"
 DAG_ID = "pglogical_test_s3_staging"
@@ -55,5 +54,5 @@ def test_a_pipeline_dag_stages_to_s3_and_applies_from_it_with_only_an_airflow_aw
                 rows(pg_server.dsn(src), "SELECT * FROM items ORDER BY id")
             assert len(rows(pg_server.dsn(dw), "SELECT * FROM items")) == 45
     finally:
-        _drop_database(pg_server, dw)
-        _drop_database(pg_server, src)
+        drop_database(pg_server, dw)
+        drop_database(pg_server, src)

@@ -3,8 +3,7 @@ pipeline dropped (slot, publication, bookkeeping, staging) with the target table
 
 from __future__ import annotations
 
-from tests.conftest import _drop_database, make_database
-from tests.pgserver import execute, query
+from scripts.harness.pgserver import drop_database, execute, make_database, query
 from tests.system.test_example_dags import SCHEMA, dags_test
 
 
@@ -36,5 +35,5 @@ def test_the_teardown_dag_drops_the_pipeline_only_when_confirmed_with_the_slot_n
         assert not (staging / "app_slot").exists()
         assert query(target, "SELECT id FROM customers ORDER BY id") == [(1,), (2,)]  # the target tables stay
     finally:
-        _drop_database(pg_server, src)
-        _drop_database(pg_server, dw)
+        drop_database(pg_server, src)
+        drop_database(pg_server, dw)

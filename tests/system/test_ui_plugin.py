@@ -16,8 +16,8 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
-from tests.pgserver import execute, free_port
-from tests.userenv import run_as_user, venv_script
+from scripts.harness.pgserver import execute, free_port
+from scripts.harness.userenv import run_as_user, venv_script
 
 START_TIMEOUT = 180
 

@@ -232,8 +232,8 @@ def source_files_outside_tests() -> Iterator[Path]:
 
 
 def test_nothing_outside_the_tests_imports_them():
-    """The package, the benchmarks, the demo, the DAGs and ``harness/`` run without the test suite (its shared
-    services live in ``harness/``)."""
+    """The package, the benchmarks, the demo, the DAGs and ``scripts/harness/`` run without the test suite (its shared
+    services live in ``scripts/harness/``)."""
     offenders = [f"{path.relative_to(REPO_ROOT)}:{line}" for path in source_files_outside_tests()
                  for line in suite_imports_in(path.read_text(encoding="utf-8"))]
     assert not offenders, "imports of the test suite outside tests/:\n" + "\n".join(offenders)
@@ -241,8 +241,8 @@ def test_nothing_outside_the_tests_imports_them():
 
 def test_the_test_suite_import_check_sees_every_form():
     source = ("import tests\nimport os, tests.support.stage as stage\ndef f():\n    from tests.support import wire\n"
-              "from harness import pgserver\nimport testsuite\nfrom . import tests\n")
+              "from scripts.harness import pgserver\nimport testsuite\nfrom . import tests\n")
     assert suite_imports_in(source) == [1, 2, 4]
     checked = {path.relative_to(REPO_ROOT).parts[0] for path in source_files_outside_tests()}
-    assert {"airflow_provider_pglogical", "benchmarks", "scripts", "harness", "dags"} <= checked
+    assert {"airflow_provider_pglogical", "benchmarks", "scripts", "dags"} <= checked
     assert "tests" not in checked and ".venv" not in checked

@@ -6,7 +6,7 @@ import sysconfig
 from importlib import metadata
 
 import airflow_provider_pglogical
-from harness.userenv import run_as_user, venv_script
+from scripts.harness.userenv import run_as_user, venv_script
 
 DIST = "airflow-provider-pglogical"
 

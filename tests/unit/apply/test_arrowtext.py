@@ -25,7 +25,7 @@ from airflow_provider_pglogical.apply.notes import NOTE, VALUE
 from airflow_provider_pglogical.apply.targets.postgres import arrowtext
 from airflow_provider_pglogical.apply.targets.postgres.copytext import SESSION_CONF, copy_columns, copy_lines
 from airflow_provider_pglogical.exceptions import ApplyError
-from harness.pgserver import make_database
+from scripts.harness.pgserver import make_database
 
 I16, I32, I64 = 2**15, 2**31, 2**63
 DAY_US = 86_400_000_000

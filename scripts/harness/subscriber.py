@@ -13,7 +13,7 @@ import psycopg2
 
 from airflow_provider_pglogical.hooks import PgLogicalHook
 from airflow_provider_pglogical.staging.drain import DrainConfig, drain_run
-from harness.pgserver import execute, query
+from scripts.harness.pgserver import execute, query
 
 
 def connect(dsn: str) -> psycopg2.extensions.connection:
