@@ -118,7 +118,8 @@ COMMANDS: dict[str, tuple[Callable[[PipelineSpec, argparse.Namespace], dict[str,
                        "removes its staging area"),
     "status": (cmd_status, "slot position and lag, staged batches, target watermarks (JSON); exit code 3 when "
                            "the pipeline cannot run (its \"problems\" say why)"),
-    "maintain": (cmd_maintain, "Delta targets: compact small files, vacuum unreferenced ones, checkpoint the log"),
+    "maintain": (cmd_maintain, "Delta and Iceberg targets: compact small files, vacuum unreferenced ones (Delta) or "
+                               "expire old snapshots (Iceberg)"),
 }
 
 
