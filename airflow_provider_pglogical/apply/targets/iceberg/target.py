@@ -303,6 +303,10 @@ class IcebergTarget:
             wanted = iceberg_schema(data.select([ch.column]).schema, types).field(0)
             fld = documented(pa.schema([wanted]), {ch.column: ch.new_type}).field(0)
             added = ch.kind == ADD and ch.column not in have
+            if not added and ch.column in have and _changes_scale(tbl.schema().find_field(ch.column).field_type,
+                                                                   wanted.type):
+                raise _cannot_widen(table.target, ch, str(tbl.schema().find_field(ch.column).field_type),
+                                    f"decimal({wanted.type.precision}, {wanted.type.scale})")
             if added:
                 log.info("%s: adding column %s (%s) to Iceberg table %s", where, ch.column, ch.new_type, table.target)
             try:
@@ -586,6 +590,14 @@ def _default_array(dtype: pa.DataType, text: str | None) -> pa.Array | None:
         return pc.cast(pa.array([text]), dtype, safe=True)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
+
+
+def _changes_scale(have: object, want: pa.DataType) -> bool:
+    """Whether ``want`` would change a decimal column's scale: the Iceberg spec promotes a decimal's precision only
+    (pyiceberg's schema update lets a scale change through, which turns the values of existing files into others)."""
+    from pyiceberg.types import DecimalType
+
+    return isinstance(have, DecimalType) and pa.types.is_decimal(want) and want.scale != have.scale
 
 
 def _cannot_widen(target: str, ch: ColumnChange, have: str, wanted: str) -> SchemaChangeError:
