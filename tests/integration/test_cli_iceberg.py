@@ -40,7 +40,7 @@ def test_run_applies_into_iceberg_with_a_postgres_catalog_and_status_and_maintai
         UPDATE customers SET name = 'ada l.' WHERE id = 1;""")
     result = pglogical("run", "--spec", str(spec))
     assert result.returncode == 0, result.stderr
-    execute(pg_dsn, "UPDATE customers SET name = 'bob b.' WHERE id = 2; INSERT INTO customers VALUES (3, 'cy')")
+    execute(pg_dsn, "INSERT INTO customers VALUES (3, 'cy')")  # a new key only: a file of its own (copy-on-write)
     assert pglogical("run", "--spec", str(spec)).returncode == 0
 
     target = IcebergTarget(IcebergLocation(catalog, "lake"), "cli_slot")
@@ -51,7 +51,7 @@ def test_run_applies_into_iceberg_with_a_postgres_catalog_and_status_and_maintai
     customers = target.open("public.customers")
     assert customers is not None
     assert [(r["id"], r["name"]) for r in customers.scan().to_arrow().sort_by("id").to_pylist()] == \
-        [(1, "ada l."), (2, "bob b."), (3, "cy")]
+        [(1, "ada l."), (2, "bob"), (3, "cy")]
     assert sorted(target.catalog.list_tables("lake")) == [("lake", "customers"), ("lake", "orders_eu")]
 
     status = pglogical("status", "--spec", str(spec))
@@ -70,5 +70,5 @@ def test_run_applies_into_iceberg_with_a_postgres_catalog_and_status_and_maintai
     customers = target.open("public.customers")
     assert customers is not None and len(list(customers.scan().plan_files())) == 1
     assert [(r["id"], r["name"]) for r in customers.scan().to_arrow().sort_by("id").to_pylist()] == \
-        [(1, "ada l."), (2, "bob b."), (3, "cy")]
+        [(1, "ada l."), (2, "bob"), (3, "cy")]
     assert format_lsn(target.watermark("public.customers") or 0) == report["target"]["watermarks"]["public.customers"]
