@@ -7,6 +7,7 @@ from __future__ import annotations
 from contextlib import ExitStack
 from decimal import Decimal
 
+import pyarrow as pa
 import pytest
 
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
@@ -138,3 +139,18 @@ def test_a_widening_iceberg_cannot_promote_stops_with_a_typed_error_before_anyth
     assert "Iceberg cannot promote its type decimal(10, 2)" in str(err)
     assert "99999999" not in str(err)
     assert target.watermark("public.t") == mark and ice_rows(target, "t", "id, m") == [(1, Decimal("1.25"))]
+    # The way out the error names: the table written anew with the wider type and the same properties (the
+    # watermark among them), then the run again.
+    table = target.open("public.t")
+    assert table is not None
+    data, properties = table.scan().to_arrow(), dict(table.properties)
+    i = data.schema.get_field_index("m")
+    data = data.set_column(i, pa.field("m", pa.decimal128(12, 4), metadata={"doc": "pglogical.type=numeric(12,4)"}),
+                           data.column(i).cast(pa.decimal128(12, 4)))
+    identifier = target.location.identifier("public.t")
+    target.catalog.drop_table(identifier)
+    target.catalog.create_table(identifier, schema=data.schema, properties=properties).append(data)
+    assert target.watermark("public.t") == mark
+    assert [r.applied for r in apply_slot(spark, config, target=target)] == [False, True]
+    assert ice_rows(target, "t", "id, m") == source_rows(src, "t", "id, m") == [
+        (1, Decimal("1.2500")), (2, Decimal("99999999.1234"))]

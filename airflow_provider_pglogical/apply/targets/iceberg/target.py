@@ -605,7 +605,7 @@ def _cannot_widen(target: str, ch: ColumnChange, have: str, wanted: str) -> Sche
     return SchemaChangeError(
         f"column {ch.column} of Iceberg table {target} widened on the source from {ch.old_type} to {ch.new_type} at "
         f"LSN {format_lsn(lsn)}: Iceberg cannot promote its type {have} to {wanted} (it promotes int → long, float → "
-        "double and a decimal's precision only). Rewrite the table with the wider type (e.g. read it with pyiceberg, "
-        "cast the column, create the table anew with the same properties and write the rows), then run again "
-        "(docs/iceberg.md, Schema changes)",
+        "double and a decimal's precision only). Write the table anew with the wider type: read its rows with "
+        "pyiceberg, drop it, create it with the cast schema and the same table properties (they hold the "
+        "watermark), append the rows; then run again (docs/iceberg.md, Source schema changes)",
         table=target, column=ch.column, old_type=ch.old_type, new_type=ch.new_type, lsn=lsn)
