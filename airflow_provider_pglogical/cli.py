@@ -181,7 +181,8 @@ COMMANDS: dict[str, tuple[Callable[[PipelineSpec, argparse.Namespace], dict[str,
     "check": (cmd_check, "slot health before max_slot_wal_keep_size invalidates it (JSON); exit code 4 while "
                          "there is still time to act, 5 once the slot is lost or gone"),
     "report": (cmd_report, "the run history: --html FILE writes a self-contained page of plots, --json prints it"),
-    "maintain": (cmd_maintain, "Delta targets: compact small files, vacuum unreferenced ones, checkpoint the log"),
+    "maintain": (cmd_maintain, "Delta and Iceberg targets: compact small files, vacuum unreferenced ones (Delta) or "
+                               "expire old snapshots (Iceberg)"),
 }
 
 

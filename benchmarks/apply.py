@@ -23,7 +23,8 @@ package at ``DIR`` (e.g. ``git worktree``/``git archive`` of the old commit) in 
 interleaved, for an A/B of two versions on the same data under the same load.
 
 ``--targets postgres,delta`` (default both): the Delta apply (Delta Lake on local disk) runs after the
-PostgreSQL one, in the same warm Spark session, and is compared with the native subscriber's rows.
+PostgreSQL one, in the same warm Spark session, and is compared with the native subscriber's rows;
+``--targets postgres,delta,iceberg`` adds the Iceberg apply (embedded SQL catalog, local warehouse) the same way.
 """
 
 from __future__ import annotations
@@ -170,7 +171,8 @@ def main() -> int:
     p.add_argument("--profile-drain", default=None, help="write a cProfile of the drain to this file")
     p.add_argument("--skip-apply", action="store_true", help="drain only: no native subscriber, no Spark")
     p.add_argument("--ab-code", default=None, help="also drain a twin slot with the package found in this directory")
-    p.add_argument("--targets", default="postgres,delta", help="comma-separated; postgres is always measured, delta adds the Delta target")
+    p.add_argument("--targets", default="postgres,delta", help="comma-separated; postgres is always measured, delta adds "
+                   "the Delta target, iceberg the Iceberg target (SQL catalog on SQLite, local warehouse)")
     args = p.parse_args()
     big = args.workload == "big"
     targets = set(args.targets.split(","))
@@ -297,6 +299,30 @@ def main() -> int:
                 "ratio_delta_apply_over_native": round(delta_s / native_s, 2),
                 "ratio_drain_plus_delta_over_native": round((drain_s + delta_s) / native_s, 2),
                 "delta_identical_to_native": delta_same})
+        if "iceberg" in targets:
+            from airflow_provider_pglogical.apply.targets.iceberg.catalog import IcebergLocation
+            from airflow_provider_pglogical.apply.targets.iceberg.target import IcebergTarget
+
+            warehouse = scratch("pglogical-bench-iceberg-")
+            ice = IcebergTarget(IcebergLocation({"type": "sql", "uri": f"sqlite:///{warehouse}/catalog.db",
+                                                 "warehouse": warehouse}), "ours")
+            t0 = time.monotonic()
+            ice_reports = apply_slot(spark, config, target=ice)
+            ice_s = time.monotonic() - t0
+            ice_table = ice.open(f"public.{table}")
+            assert ice_table is not None
+            rows = ice_table.scan().to_arrow().sort_by("id")
+            native_rows = query(native_dsn, f"SELECT * FROM {table} ORDER BY id")
+            ice_same = [tuple(r.values()) for r in rows.to_pylist()] == [tuple(r) for r in native_rows]
+            same = same and ice_same
+            out.update({
+                "iceberg_apply_s": round(ice_s, 1), "iceberg_batches_applied": sum(r.applied for r in ice_reports),
+                "iceberg_per_batch_seconds": [r.seconds for r in ice_reports],
+                "ratio_iceberg_apply_over_native": round(ice_s / native_s, 2),
+                "ratio_drain_plus_iceberg_over_native": round((drain_s + ice_s) / native_s, 2),
+                "iceberg_identical_to_native": ice_same})
+            if "delta_apply_s" in out:
+                out["ratio_iceberg_apply_over_delta_apply"] = round(ice_s / float(out["delta_apply_s"]), 2)
         spark.stop()
         if args.event_log:
             from benchmarks.spark_events import summarize

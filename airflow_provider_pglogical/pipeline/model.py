@@ -22,14 +22,16 @@ ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 SLOT_NAME = SLOT_NAME_RE  # PostgreSQL's rule for replication slot names (hooks/slots.py)
 NAMEDATALEN = 63
 
-TARGET_KINDS = ("postgres", "delta")
+TARGET_KINDS = ("postgres", "delta", "iceberg")
 DELTA_MODES = ("mirror", "changelog")  # = apply.targets.delta.target.MODES (a unit test checks it)
+ICEBERG_MODES = ("mirror", "changelog")  # = apply.targets.iceberg.target.MODES (a unit test checks it)
+ICEBERG_CATALOGS = ("sql", "rest")  # = apply.targets.iceberg.catalog.CATALOG_TYPES (a unit test checks it)
 # storage_options keys that would carry a secret: those come from the environment or conn_id only.
 SECRET_OPTION = re.compile(r"SECRET|TOKEN|PASSWORD|ACCESS_KEY|SAS|CREDENTIAL", re.IGNORECASE)
 # The apply's own choices (apply/config.py, a light module), under the spec's names.
 TRUNCATE_CASCADE = CASCADE_POLICIES
-__all__ = ["ACTIONS", "CONFLICT_POLICIES", "DELTA_MODES", "ENV_REF", "LEAF_POLICIES", "NAMEDATALEN", "REPLICATION_ROLES",
-           "SCHEMA_CHANGE_POLICIES", "SECRET_OPTION",
+__all__ = ["ACTIONS", "CONFLICT_POLICIES", "DELTA_MODES", "ENV_REF", "ICEBERG_CATALOGS", "ICEBERG_MODES",
+           "LEAF_POLICIES", "NAMEDATALEN", "REPLICATION_ROLES", "SCHEMA_CHANGE_POLICIES", "SECRET_OPTION",
            "RetentionSpec", "SLOT_NAME", "TARGET_KINDS", "TOAST_POLICIES", "TRUNCATE_CASCADE", "PipelineSpec", "SnapshotSpec",
            "SourceSpec", "SparkSpec", "StagingSpec", "TableSpec", "TargetSpec", "TruncateSpec", "split_qualified"]
 
@@ -80,7 +82,9 @@ class StagingSpec:
 class TargetSpec:
     """``postgres``: ``dsn`` or ``conn_id``. ``delta``: ``uri`` (path or ``s3://…``), optional ``conn_id``
     (an Airflow AWS connection whose credentials reach the apply through its environment),
-    non-secret ``storage_options``, ``mode`` and ``partition_by`` (target table → columns)."""
+    non-secret ``storage_options``, ``mode`` and ``partition_by`` (target table → columns). ``iceberg``:
+    ``catalog`` (pyiceberg catalog properties: ``type`` sql or rest, ``uri``, ``warehouse``, …; no secrets),
+    optional ``namespace`` (else each table's schema), ``conn_id``, ``mode`` and ``partition_by`` as for delta."""
 
     kind: str
     dsn: str | None = None
@@ -92,6 +96,8 @@ class TargetSpec:
     bookkeeping_schema: str | None = None  # None: resolved per role (see targets/postgres/bookkeeping_schema.py)
     # ``postgres``: ``replica`` applies like a native subscriber (targets/postgres/replication_role.py).
     session_replication_role: str = "origin"
+    catalog: dict[str, str] = field(default_factory=dict)
+    namespace: str | None = None
 
 
 @dataclass(frozen=True)

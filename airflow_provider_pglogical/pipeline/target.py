@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from airflow_provider_pglogical.apply.config import ApplyConfig
     from airflow_provider_pglogical.apply.targets.base import Target
     from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
+    from airflow_provider_pglogical.apply.targets.iceberg.target import IcebergTarget
 
 Log = Callable[[str], None]
 
@@ -122,7 +123,8 @@ class SpecTarget(ABC):
 
     def maintain(self, *, retention_hours: int, vacuum: bool) -> dict[str, Any]:
         """Compact and vacuum the target tables (``pglogical maintain``)."""
-        raise SpecError(f"{self.spec.origin}: maintain compacts and vacuums Delta tables; the target is {self.kind}")
+        raise SpecError(f"{self.spec.origin}: maintain compacts and vacuums Delta and Iceberg tables; the target is "
+                        f"{self.kind}")
 
     def exclusive(self) -> AbstractContextManager[None]:
         """Hold the slot's apply lock on the target for the block, so no apply starts meanwhile
@@ -313,13 +315,12 @@ class PostgresSpecTarget(SpecTarget):
             self._conn = None
 
 
-@register("delta")
-class DeltaSpecTarget(SpecTarget):
-    """Delta tables under ``target.uri``; watermarks and sync marks are app transactions in each table's
-    log. Credentials come from ``target.conn_id`` (an AWS connection) as ``AWS_*`` variables of this
-    process, set around each question and the apply only (``delta/settings.py``)."""
+class LakeSpecTarget(SpecTarget):
+    """What the lake targets (Delta, Iceberg) share: the apply runs in the worker's Spark driver, and object-store
+    credentials come from ``target.conn_id`` (an AWS connection) as ``AWS_*`` variables of this process, set around
+    each question and the apply only (``delta/settings.py``)."""
 
-    applies_in_worker = True  # delta-rs writes from the Spark driver: no spark-submit (docs/delta.md)
+    applies_in_worker = True  # the table library writes from the Spark driver: no spark-submit (docs/delta.md)
     needs_conn_id = False  # without one, the worker's environment holds the credentials
 
     def __init__(self, spec: PipelineSpec) -> None:
@@ -346,6 +347,15 @@ class DeltaSpecTarget(SpecTarget):
     def environment(self) -> AbstractContextManager[None]:
         return self._environment()
 
+    def check_resync(self, tables: Sequence[str]) -> None:
+        if tables and self.spec.target.mode != "mirror":  # nothing would load it
+            raise SpecError(f"resync of {', '.join(tables)}: a {self.kind} target loads snapshots in mode: mirror only")
+
+
+@register("delta")
+class DeltaSpecTarget(LakeSpecTarget):
+    """Delta tables under ``target.uri``; watermarks and sync marks are app transactions in each table's log."""
+
     def delta_target(self) -> DeltaTarget:
         from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
         from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
@@ -361,10 +371,6 @@ class DeltaSpecTarget(SpecTarget):
     def sync_marks(self) -> dict[str, int]:
         with self.environment():
             return self.delta_target().sync_marks(self.spec.source.slot, set(self.tables))
-
-    def check_resync(self, tables: Sequence[str]) -> None:
-        if tables and self.spec.target.mode != "mirror":  # nothing would load it
-            raise SpecError(f"resync of {', '.join(tables)}: a delta target loads snapshots in mode: mirror only")
 
     def reset(self, *, log: Log = _quiet) -> dict[str, Any]:
         # A Delta table's watermark lives in its log with its data: replay into a new uri (or delete the
@@ -387,3 +393,45 @@ class DeltaSpecTarget(SpecTarget):
 
     def for_apply(self, spark: SparkSession, config: ApplyConfig) -> Target:
         return self.delta_target()
+
+
+@register("iceberg")
+class IcebergSpecTarget(LakeSpecTarget):
+    """Iceberg tables in ``target.catalog`` (``target.namespace``, else each table's schema); watermarks and sync
+    marks are table properties committed with the data (docs/iceberg.md)."""
+
+    def iceberg_target(self) -> IcebergTarget:
+        from airflow_provider_pglogical.apply.targets.iceberg.catalog import IcebergLocation
+        from airflow_provider_pglogical.apply.targets.iceberg.target import IcebergTarget
+
+        t = self.spec.target
+        return IcebergTarget(IcebergLocation(dict(t.catalog), t.namespace), self.spec.source.slot, mode=t.mode,
+                             partition_by=t.partition_by)
+
+    def watermarks(self) -> dict[str, int]:
+        with self.environment():
+            return self.iceberg_target().watermarks(self.spec.source.slot, set(self.tables))
+
+    def sync_marks(self) -> dict[str, int]:
+        with self.environment():
+            return self.iceberg_target().sync_marks(self.spec.source.slot, set(self.tables))
+
+    def reset(self, *, log: Log = _quiet) -> dict[str, Any]:
+        # The watermark is committed with the data it describes: rebuild into new tables rather than rewrite them.
+        raise SpecError(f"{self.spec.origin}: reset of an iceberg target is not supported; point target.namespace at "
+                        "a new namespace to rebuild it from the staged log (docs/iceberg.md)")
+
+    def maintain(self, *, retention_hours: int, vacuum: bool) -> dict[str, Any]:
+        from airflow_provider_pglogical.apply.targets.iceberg.maintenance import maintain
+
+        with self.environment():
+            return {"tables": maintain(self.iceberg_target(), sorted(self.tables), retention_hours=retention_hours,
+                                       expire=vacuum)}
+
+    def drop_bookkeeping(self, *, dry_run: bool = False, log: Log = _quiet) -> dict[str, Any]:
+        return {"kind": self.kind, "rows": {},
+                "note": "the watermarks are properties of each Iceberg table, committed with its data: nothing "
+                        "separate to drop"}
+
+    def for_apply(self, spark: SparkSession, config: ApplyConfig) -> Target:
+        return self.iceberg_target()

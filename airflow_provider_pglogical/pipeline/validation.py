@@ -14,6 +14,8 @@ from airflow_provider_pglogical.pipeline.model import (
     CONFLICT_POLICIES,
     DELTA_MODES,
     ENV_REF,
+    ICEBERG_CATALOGS,
+    ICEBERG_MODES,
     LEAF_POLICIES,
     NAMEDATALEN,
     REPLICATION_ROLES,
@@ -174,11 +176,11 @@ class SpecValidator:
         truncate = self.truncate(top.get("truncate"), "truncate")
         spark = self.spark(top.get("spark"), "spark")
         snapshot = self.snapshot(top.get("snapshot"), "snapshot")
-        if target is not None and target.kind == "delta":
+        if target is not None and target.kind in ("delta", "iceberg"):
             self.delta_tables(target, tables, selectors)
             if snapshot.initial and target.mode != "mirror":  # a change feed has no rows to start from
-                self.err("snapshot.initial", "a delta target loads snapshots in mode: mirror only (a changelog "
-                                             "is a feed of changes); set snapshot.initial: false")
+                self.err("snapshot.initial", f"a {target.kind} target loads snapshots in mode: mirror only (a "
+                                             "changelog is a feed of changes); set snapshot.initial: false")
         if self.errors or source is None or staging is None or target is None:  # a missing one was reported
             return None
         return PipelineSpec(source=source, staging=staging, target=target, tables=tables,
@@ -269,16 +271,25 @@ class SpecValidator:
 
     def target(self, value: Any, path: str) -> TargetSpec | None:
         raw = self.mapping(value, path, ("kind", "dsn", "conn_id", "uri", "mode", "storage_options",
-                                         "partition_by", "bookkeeping_schema", "session_replication_role"), ("kind",))
+                                         "partition_by", "bookkeeping_schema", "session_replication_role",
+                                         "catalog", "namespace"), ("kind",))
         if raw is None:
             return None
         kind = self.choice(raw.get("kind"), _join(path, "kind"), TARGET_KINDS, "postgres") \
             if "kind" in raw else "postgres"
         if kind == "delta":
             return self.delta_target(raw, path)
-        for key in ("uri", "mode", "storage_options", "partition_by"):
+        if kind == "iceberg":
+            return self.iceberg_target(raw, path)
+        for key in ("uri", "storage_options"):
             if key in raw:
                 self.err(_join(path, key), "only for kind: delta")
+        for key in ("mode", "partition_by"):
+            if key in raw:
+                self.err(_join(path, key), "only for kind: delta or iceberg")
+        for key in ("catalog", "namespace"):
+            if key in raw:
+                self.err(_join(path, key), "only for kind: iceberg")
         dsn, conn_id = self.connection(raw, path)
         schema = self.string(raw.get("bookkeeping_schema"), _join(path, "bookkeeping_schema"),
                              required="bookkeeping_schema" in raw)
@@ -289,7 +300,8 @@ class SpecValidator:
 
     def delta_tables(self, target: TargetSpec, tables: dict[str, TableSpec],
                      selectors: dict[str, TableSpec] | None = None) -> None:
-        """What a Delta target cannot do with the tables' settings, and partitions of tables it does not write."""
+        """What a lake target (Delta, Iceberg) cannot do with the tables' settings, and partitions of tables it does
+        not write."""
         selectors = selectors or {}
 
         def selected(name: str) -> bool:
@@ -297,7 +309,7 @@ class SpecValidator:
 
         for name, entry in {**tables, **selectors}.items():
             if entry.conflict == "strict":
-                self.err(f"tables.{name}.conflict", "strict is not supported by a delta target (no unique keys)")
+                self.err(f"tables.{name}.conflict", f"strict is not supported by a {target.kind} target (no unique keys)")
             if entry.leaves != "own":  # a leaf's TRUNCATE is a delete by its PostgreSQL partition constraint
                 self.err(f"tables.{name}.leaves", "route_to_root is only for target kind: postgres so far")
         targets = {t.target_name: t for t in tables.values()}
@@ -317,6 +329,9 @@ class SpecValidator:
             self.err(_join(path, "bookkeeping_schema"), "only for kind: postgres (Delta keeps its watermarks in its log)")
         if "session_replication_role" in raw:
             self.err(_join(path, "session_replication_role"), "only for kind: postgres (Delta tables have no triggers)")
+        for key in ("catalog", "namespace"):
+            if key in raw:
+                self.err(_join(path, key), "only for kind: iceberg")
         uri = self.string(raw.get("uri"), _join(path, "uri"), required=True)
         conn_id = self.string(raw.get("conn_id"), _join(path, "conn_id"))
         mode = self.choice(raw.get("mode"), _join(path, "mode"), DELTA_MODES, "mirror")
@@ -331,6 +346,11 @@ class SpecValidator:
                 self.err(kpath, "credentials come from the environment or conn_id, never from the spec")
             elif (text := self.string(val if not isinstance(val, bool) else str(val).lower(), kpath)) is not None:
                 options[str(key)] = text
+        partitions = self.partition_by(raw, path)
+        return TargetSpec(kind="delta", conn_id=conn_id, uri=uri or "", mode=mode, storage_options=options,
+                          partition_by=partitions)
+
+    def partition_by(self, raw: dict[str, Any], path: str) -> dict[str, tuple[str, ...]]:
         partitions: dict[str, tuple[str, ...]] = {}
         parts = raw.get("partition_by") or {}
         if not isinstance(parts, dict):
@@ -342,8 +362,48 @@ class SpecValidator:
                 self.err(tpath, "must be schema.table (a target table)")
             elif (names := self.columns(cols, tpath)) is not None:
                 partitions[table] = names
-        return TargetSpec(kind="delta", conn_id=conn_id, uri=uri or "", mode=mode, storage_options=options,
-                          partition_by=partitions)
+        return partitions
+
+    def iceberg_target(self, raw: dict[str, Any], path: str) -> TargetSpec:
+        for key, why in (("dsn", "an iceberg target has a catalog, not a dsn"),
+                         ("uri", "an iceberg target's tables are found through its catalog (catalog.uri, "
+                                 "catalog.warehouse)"),
+                         ("storage_options", "pass FileIO properties in catalog"),
+                         ("bookkeeping_schema", "only for kind: postgres (Iceberg keeps its watermarks in each "
+                                                "table's metadata)"),
+                         ("session_replication_role", "only for kind: postgres (Iceberg tables have no triggers)")):
+            if key in raw:
+                self.err(_join(path, key), why)
+        conn_id = self.string(raw.get("conn_id"), _join(path, "conn_id"))
+        mode = self.choice(raw.get("mode"), _join(path, "mode"), ICEBERG_MODES, "mirror")
+        namespace = self.string(raw.get("namespace"), _join(path, "namespace"))
+        if namespace is not None and any(not part.strip() for part in namespace.split(".")):
+            self.err(_join(path, "namespace"), "expected a namespace name, levels separated by dots")
+        cpath = _join(path, "catalog")
+        catalog: dict[str, str] = {}
+        given = raw.get("catalog")
+        if given is None:
+            self.err(cpath, "required key is missing")
+            given = {}
+        elif not isinstance(given, dict):
+            self.err(cpath, f"expected a mapping of pyiceberg catalog properties, got {_kind(given)}")
+            given = {}
+        for key, val in given.items():
+            kpath = _join(cpath, str(key))
+            if SECRET_OPTION.search(str(key)):
+                self.err(kpath, "credentials come from the environment or conn_id, never from the spec")
+            elif (text := self.string(val if not isinstance(val, bool) else str(val).lower(), kpath)) is not None:
+                catalog[str(key)] = text
+        if "catalog" in raw and "type" not in given:
+            self.err(_join(cpath, "type"), f"required key is missing ({' or '.join(ICEBERG_CATALOGS)})")
+        elif "type" in catalog:
+            self.choice(catalog["type"], _join(cpath, "type"), ICEBERG_CATALOGS, "sql")
+            if catalog["type"] == "sql":
+                for key in ("uri", "warehouse"):
+                    if key not in given:
+                        self.err(_join(cpath, key), "required key is missing (a sql catalog has a uri and a warehouse)")
+        return TargetSpec(kind="iceberg", conn_id=conn_id, mode=mode, partition_by=self.partition_by(raw, path),
+                          catalog=catalog, namespace=namespace)
 
     def schemas(self, value: Any, path: str, selectors: dict[str, TableSpec]) -> None:
         """``schemas: [sales]``: every published table of each schema, default settings (a ``sales.*``

@@ -149,7 +149,7 @@ def test_an_empty_string_is_an_error():
 
 
 def test_an_unknown_target_kind_is_an_error():
-    assert "target.kind: must be one of postgres, delta, got 'mysql'" in error_of(with_change("target/kind", "mysql"))
+    assert "target.kind: must be one of postgres, delta, iceberg, got 'mysql'" in error_of(with_change("target/kind", "mysql"))
 
 
 def test_an_unknown_truncate_cascade_policy_is_an_error():

@@ -47,7 +47,7 @@ def test_a_changelog_delta_target_refuses_a_resync_and_a_mirror_accepts_it():
 def test_reset_of_a_delta_target_and_maintain_of_a_postgres_target_are_typed_errors():
     with pytest.raises(SpecError, match="reset of a delta target is not supported; point target.uri at a new location"):
         spec_target(parse_spec(delta_doc(), env={})).reset()
-    with pytest.raises(SpecError, match="maintain compacts and vacuums Delta tables; the target is postgres"):
+    with pytest.raises(SpecError, match="maintain compacts and vacuums Delta and Iceberg tables; the target is postgres"):
         spec_target(postgres_spec()).maintain(retention_hours=168, vacuum=True)
 
 

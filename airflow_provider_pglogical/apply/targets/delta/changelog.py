@@ -19,10 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from airflow_provider_pglogical.apply.batches import META
+from airflow_provider_pglogical.apply.targets.base import PlannedTruncate
 from airflow_provider_pglogical.exceptions import ApplyError
 
 OP, COMMIT_LSN, TX_ORDER, LSN, COMMIT_TIME, XID = "_op", "_commit_lsn", "_tx_order", "_lsn", "_commit_time", "_xid"
@@ -57,3 +59,16 @@ def to_changelog(columns: Sequence[str]) -> Callable[[DataFrame], DataFrame]:
 
     return step
 
+
+def with_truncates(rows: pa.Table, truncates: Sequence[PlannedTruncate]) -> pa.Table:
+    """Changelog rows plus one ``truncate`` row per truncate of the table, all in (commit LSN, order)."""
+    if truncates:
+        values = {OP: ["truncate"] * len(truncates),
+                  COMMIT_LSN: [t.commit_lsn for t in truncates],
+                  TX_ORDER: [t.tx_order for t in truncates], LSN: [t.lsn for t in truncates],
+                  COMMIT_TIME: [t.commit_time for t in truncates], XID: [t.xid for t in truncates],
+                  UNCHANGED: [[] for _ in truncates]}
+        extra = {name: pa.array(values[name], rows.schema.field(name).type) if name in values
+                 else pa.nulls(len(truncates), rows.schema.field(name).type) for name in rows.column_names}
+        rows = pa.concat_tables([rows, pa.table(extra, schema=rows.schema)])
+    return rows.sort_by([(COMMIT_LSN, "ascending"), (TX_ORDER, "ascending")])

@@ -33,7 +33,11 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
-from airflow_provider_pglogical.apply.targets.base import COMMIT, ORDER  # ordered changes: commit LSN, order
+from airflow_provider_pglogical.apply.targets.base import (  # ordered changes: commit LSN, order
+    COMMIT,
+    ORDER,
+    from_column,
+)
 from airflow_provider_pglogical.apply.transforms import FROM, KEEP, KIND, LSN
 from airflow_provider_pglogical.exceptions import UnresolvableToastError
 
@@ -259,3 +263,19 @@ def metadata(slot: str, start_lsn: int, end_lsn: int, rejects: list[Reject]) -> 
     if rejects:
         meta["pglogical.rejects"] = json.dumps(rejects, default=str, sort_keys=True)
     return meta
+
+
+def with_from(frame: pa.Table, key: Sequence[str]) -> pa.Table:
+    """The runner's flat moved-from key columns (``from_column(i)``) → the ``FROM`` struct ``mirror`` reads
+    (null where the change did not move a row: every field null). Ordered frames' commit positions are
+    named as ``mirror`` expects already (``COMMIT``, ``ORDER``)."""
+    names = [from_column(i) for i in range(len(key))]
+    if not key:
+        return frame  # keyless (insert-only): nothing moves
+    children = [frame.column(n).combine_chunks() if frame.num_rows else pa.array([], frame.schema.field(n).type)
+                for n in names]
+    moved = children[0].is_valid()
+    for c in children[1:]:
+        moved = pc.or_(moved, c.is_valid())
+    struct = pa.StructArray.from_arrays(children, names=list(key), mask=pc.invert(moved))
+    return frame.drop_columns(names).append_column(FROM, struct)

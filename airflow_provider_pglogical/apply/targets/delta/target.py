@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake import Field as DeltaField
 from deltalake import Schema as DeltaSchema
@@ -37,7 +36,6 @@ from airflow_provider_pglogical.apply.targets.base import (
     PlannedTable,
     PlannedTruncate,
     TargetTable,
-    from_column,
 )
 from airflow_provider_pglogical.apply.targets.delta import changelog, mirror
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation, app_id, sync_app_id
@@ -168,7 +166,7 @@ class DeltaTarget:
                 changelog.check_names(table.target, table.columns)
                 rows = unwrap_notes(_arrow(changes.published(table).transform(changelog.to_changelog(table.columns))),
                                     f"{where}: {table.target}", changelog.LSN)
-                rows = _with_truncates(rows, truncates.get(table.target, []))
+                rows = changelog.with_truncates(rows, truncates.get(table.target, []))
                 seconds["stage"] += time.monotonic() - started
                 started = time.monotonic()
                 self._follow_schema(table, rows, where)
@@ -176,13 +174,13 @@ class DeltaTarget:
                     table.target, plan.start_lsn, plan.end_lsn, rows, columns=table.columns,
                     type_names=table.type_names())
             else:
-                net = unwrap_notes(_with_from(_arrow(changes.net(table)), table.key), f"{where}: {table.target}", LSN)
+                net = unwrap_notes(mirror.with_from(_arrow(changes.net(table)), table.key), f"{where}: {table.target}", LSN)
                 seconds["stage"] += time.monotonic() - started
                 started = time.monotonic()
                 self._follow_schema(table, net, where)
 
                 def ordered(table: PlannedTable = table) -> pa.Table:
-                    return unwrap_notes(_with_from(_arrow(changes.ordered(table)), table.key),
+                    return unwrap_notes(mirror.with_from(_arrow(changes.ordered(table)), table.key),
                                         f"{where}: {table.target}", LSN)
 
                 outcomes[table.target] = self.apply_net(
@@ -300,7 +298,7 @@ class DeltaTarget:
         if table is None:
             return TableOutcome(committed=False)  # no feed yet: a truncate of nothing has no reader
         schema = pa.schema(table.schema().to_arrow())
-        rows = _with_truncates(schema.empty_table(), truncates)
+        rows = changelog.with_truncates(schema.empty_table(), truncates)
         columns = [c for c in schema.names if c not in changelog.LEADING + changelog.TRAILING]
         return self.append_changes(name, start_lsn, end_lsn, rows, columns=columns, type_names={})
 
@@ -442,36 +440,6 @@ def _counts(metrics: Mapping[str, object]) -> dict[str, int]:
 def _arrow(frame: DataFrame) -> pa.Table:
     """A Spark frame collected as Arrow on the driver (no per-row Python)."""
     return frame.toArrow()
-
-
-def _with_from(frame: pa.Table, key: Sequence[str]) -> pa.Table:
-    """The runner's flat moved-from key columns (``from_column(i)``) → the ``FROM`` struct ``mirror`` reads
-    (null where the change did not move a row: every field null). Ordered frames' commit positions are
-    named as ``mirror`` expects already (``COMMIT``, ``ORDER``)."""
-    names = [from_column(i) for i in range(len(key))]
-    if not key:
-        return frame  # keyless (insert-only): nothing moves
-    children = [frame.column(n).combine_chunks() if frame.num_rows else pa.array([], frame.schema.field(n).type)
-                for n in names]
-    moved = children[0].is_valid()
-    for c in children[1:]:
-        moved = pc.or_(moved, c.is_valid())
-    struct = pa.StructArray.from_arrays(children, names=list(key), mask=pc.invert(moved))
-    return frame.drop_columns(names).append_column(FROM, struct)
-
-
-def _with_truncates(rows: pa.Table, truncates: Sequence[PlannedTruncate]) -> pa.Table:
-    """Changelog rows plus one ``truncate`` row per truncate of the table, all in (commit LSN, order)."""
-    if truncates:
-        values = {changelog.OP: ["truncate"] * len(truncates),
-                  changelog.COMMIT_LSN: [t.commit_lsn for t in truncates],
-                  changelog.TX_ORDER: [t.tx_order for t in truncates], changelog.LSN: [t.lsn for t in truncates],
-                  changelog.COMMIT_TIME: [t.commit_time for t in truncates], changelog.XID: [t.xid for t in truncates],
-                  changelog.UNCHANGED: [[] for _ in truncates]}
-        extra = {name: pa.array(values[name], rows.schema.field(name).type) if name in values
-                 else pa.nulls(len(truncates), rows.schema.field(name).type) for name in rows.column_names}
-        rows = pa.concat_tables([rows, pa.table(extra, schema=rows.schema)])
-    return rows.sort_by([(changelog.COMMIT_LSN, "ascending"), (changelog.TX_ORDER, "ascending")])
 
 
 def _arrow_type(f: DeltaField) -> pa.DataType:

@@ -21,6 +21,7 @@ multi-dimensional or do not start at 1), which the apply checks before convertin
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +38,18 @@ _UNSIGNED = {pa.uint8(): pa.int16(), pa.uint16(): pa.int32(), pa.uint32(): pa.in
 
 class DeltaValueError(ApplyError):
     """A staged value that no Delta type holds exactly (the message names the column, never the value)."""
+
+
+@dataclass(frozen=True)
+class Lake:
+    """The table format a conversion writes for, as its errors name it: the mapping below is shared by the
+    lake targets whose types are the same (Delta, Iceberg), each refusing values with its own error."""
+
+    name: str
+    error: type[ApplyError]
+
+
+DELTA = Lake("Delta", DeltaValueError)
 
 
 def delta_type(dtype: pa.DataType, type_name: str | None = None) -> pa.DataType:
@@ -85,16 +98,17 @@ def _money(arr: pa.Array) -> pa.Array:
     return pa.Array.from_buffers(MONEY, len(units), units.buffers(), units.null_count, units.offset)
 
 
-def _check_finite(arr: pa.Array, low: int, high: int, path: str, where: str, lsns: pa.Array | None) -> None:
+def _check_finite(arr: pa.Array, low: int, high: int, path: str, where: str, lsns: pa.Array | None,
+                  lake: Lake = DELTA) -> None:
     raw = pc.cast(arr, pa.int32() if high == INT32_MAX else pa.int64())
     infinite = pc.fill_null(pc.or_(pc.equal(raw, low), pc.equal(raw, high)), False)
     if pc.any(infinite).as_py():
         at = f" (change at LSN {pc.min(lsns.filter(infinite)).as_py():X})" if lsns is not None else ""
-        raise DeltaValueError(f"{where}: column {path}{at} holds ±infinity, which no Delta date/timestamp can hold")
+        raise lake.error(f"{where}: column {path}{at} holds ±infinity, which no {lake.name} date/timestamp can hold")
 
 
 def convert_array(arr: pa.Array, target: pa.DataType, path: str, where: str, type_name: str | None = None,
-                  lsns: pa.Array | None = None) -> pa.Array:
+                  lsns: pa.Array | None = None, lake: Lake = DELTA) -> pa.Array:
     """One array to ``target`` (from ``delta_type``), checking what cannot be held exactly; ``lsns`` (aligned
     with ``arr``) name the first offending change in an error."""
     src = arr.type
@@ -111,27 +125,27 @@ def convert_array(arr: pa.Array, target: pa.DataType, path: str, where: str, typ
         try:  # a safe cast refuses to drop nanoseconds
             return pc.cast(pc.cast(arr, pa.time64("us"), safe=True), pa.int64())
         except pa.ArrowInvalid as exc:
-            raise DeltaValueError(f"{where}: column {path} has nanoseconds, Delta holds microseconds") from exc
+            raise lake.error(f"{where}: column {path} has nanoseconds, {lake.name} holds microseconds") from exc
     if pa.types.is_date(src):
         out = pc.cast(arr, pa.date32())
-        _check_finite(out, INT32_MIN, INT32_MAX, path, where, lsns)
+        _check_finite(out, INT32_MIN, INT32_MAX, path, where, lsns, lake)
         return out
     if pa.types.is_timestamp(src):
-        _check_finite(arr, INT64_MIN, INT64_MAX, path, where, lsns)
+        _check_finite(arr, INT64_MIN, INT64_MAX, path, where, lsns, lake)
         try:
             return pc.cast(arr, target, safe=True)
         except pa.ArrowInvalid as exc:
-            raise DeltaValueError(f"{where}: column {path} has nanoseconds, Delta holds microseconds") from exc
+            raise lake.error(f"{where}: column {path} has nanoseconds, {lake.name} holds microseconds") from exc
     if pa.types.is_struct(src):
         fields = [convert_array(arr.field(i), target.field(i).type, f"{path}.{target.field(i).name}", where,
-                                lsns=lsns)
+                                lsns=lsns, lake=lake)
                   for i in range(src.num_fields)]
         mask = pc.is_null(arr) if arr.null_count else None
         return pa.StructArray.from_arrays(fields, fields=list(target), mask=mask)
     if pa.types.is_list(src) or pa.types.is_large_list(src) or pa.types.is_fixed_size_list(src):
         if not isinstance(arr, pa.ListArray):
             arr = pc.cast(arr, pa.list_(src.value_type))
-        values = convert_array(arr.flatten(), target.value_type, path + "[]", where)
+        values = convert_array(arr.flatten(), target.value_type, path + "[]", where, lake=lake)
         offsets = pc.subtract(arr.offsets, arr.offsets[0]) if arr.offset else arr.offsets
         mask = pc.is_null(arr) if arr.null_count else None
         return pa.ListArray.from_arrays(offsets, values, type=target, mask=mask)
@@ -139,7 +153,8 @@ def convert_array(arr: pa.Array, target: pa.DataType, path: str, where: str, typ
 
 
 def to_delta(table: pa.Table, schema: pa.Schema, where: str,
-             type_names: Mapping[str, str | None] | None = None, lsn_column: str | None = None) -> pa.Table:
+             type_names: Mapping[str, str | None] | None = None, lsn_column: str | None = None,
+             lake: Lake = DELTA) -> pa.Table:
     """``table`` with every column converted to its field in ``schema`` (columns absent from ``schema`` pass)."""
     names = type_names or {}
     if lsn_column is not None and lsn_column not in table.column_names:
@@ -151,7 +166,7 @@ def to_delta(table: pa.Table, schema: pa.Schema, where: str,
         target = schema.field(field.name).type if field.name in schema.names else field.type
         col = table.column(field.name)
         lsns: list[pa.Array | None] = list(table.column(lsn_column).chunks) if lsn_column else [None] * col.num_chunks
-        chunks = [convert_array(c, target, field.name, where, names.get(field.name), lsns=lsn)
+        chunks = [convert_array(c, target, field.name, where, names.get(field.name), lsns=lsn, lake=lake)
                   for c, lsn in zip(col.chunks, lsns, strict=True)]
         columns.append(pa.chunked_array(chunks, type=target))
         fields.append(pa.field(field.name, target, nullable=True))
@@ -182,19 +197,20 @@ def _noted(arr: pa.StructArray) -> pa.Array:
     return pc.fill_null(noted, False)
 
 
-def _unwrap(arr: pa.Array, path: str, where: str, lsns: pa.Array | None) -> pa.Array:
+def _unwrap(arr: pa.Array, path: str, where: str, lsns: pa.Array | None, lake: Lake = DELTA) -> pa.Array:
     if isinstance(arr, pa.ChunkedArray):  # pragma: no cover - callers pass chunks
         raise TypeError("pass chunks")
     if _is_folded(arr.type):
         noted = _noted(arr)
         if pc.any(noted).as_py():
             at = "" if lsns is None else f" (change at LSN {pc.min(lsns.filter(noted)).as_py():X})"
-            raise DeltaValueError(
-                f"{where}: column {path}{at} holds a value no Delta type holds exactly (numeric NaN, or an "
+            raise lake.error(
+                f"{where}: column {path}{at} holds a value no {lake.name} type holds exactly (numeric NaN, or an "
                 "array that is multi-dimensional or does not start at 1); see docs/types.md")
-        return _unwrap(arr.flatten()[0], path, where, lsns)
+        return _unwrap(arr.flatten()[0], path, where, lsns, lake)
     if pa.types.is_struct(arr.type) and any(_has_folded(f.type) for f in arr.type):
-        children = [_unwrap(c, f"{path}.{f.name}", where, lsns) for c, f in zip(arr.flatten(), arr.type, strict=True)]
+        children = [_unwrap(c, f"{path}.{f.name}", where, lsns, lake)
+                    for c, f in zip(arr.flatten(), arr.type, strict=True)]
         mask = pc.is_null(arr) if arr.null_count else None
         return pa.StructArray.from_arrays(children, names=[f.name for f in arr.type], mask=mask)
     return arr
@@ -204,7 +220,7 @@ def _has_folded(dtype: pa.DataType) -> bool:
     return _is_folded(dtype) or (pa.types.is_struct(dtype) and any(_has_folded(f.type) for f in dtype))
 
 
-def unwrap_notes(table: pa.Table, where: str, lsn_column: str | None = None) -> pa.Table:
+def unwrap_notes(table: pa.Table, where: str, lsn_column: str | None = None, lake: Lake = DELTA) -> pa.Table:
     """``table`` with every folded value (top level or inside a struct such as an old image) replaced by the
     value itself; a value whose note survives into the rows written raises ``DeltaValueError`` naming the
     column and the first LSN (never the value). Notes of changes netted away do not matter."""
@@ -216,6 +232,6 @@ def unwrap_notes(table: pa.Table, where: str, lsn_column: str | None = None) -> 
         if _has_folded(f.type):
             col = table.column(i)
             arr = col.chunk(0) if col.num_chunks else pa.array([], f.type)
-            out = _unwrap(arr, f.name, where, lsns)
+            out = _unwrap(arr, f.name, where, lsns, lake)
             table = table.set_column(i, f.name, out)
     return table

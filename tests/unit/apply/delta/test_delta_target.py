@@ -193,11 +193,12 @@ def test_the_runner_frames_become_the_arrow_shapes_of_the_mirror_and_the_feed():
 
     from airflow_provider_pglogical.apply.targets.base import PlannedTruncate, from_column
     from airflow_provider_pglogical.apply.targets.delta import changelog
-    from airflow_provider_pglogical.apply.targets.delta.target import _with_from, _with_truncates
+    from airflow_provider_pglogical.apply.targets.delta.changelog import with_truncates
+    from airflow_provider_pglogical.apply.targets.delta.mirror import with_from
 
     flat = pa.table({KIND: ["I", "U"], from_column(0): pa.array([7, None], pa.int32()),
                      "id": pa.array([1, 2], pa.int32())})
-    moved = _with_from(flat, ("id",))
+    moved = with_from(flat, ("id",))
     assert moved.column_names == [KIND, "id", FROM] and moved.column(FROM).to_pylist() == [{"id": 7}, None]
     feed = pa.table({changelog.OP: ["insert", "delete"], changelog.COMMIT_LSN: pa.array([30, 10], pa.int64()),
                      changelog.TX_ORDER: pa.array([0, 1], pa.int64()), changelog.LSN: pa.array([31, 11], pa.int64()),
@@ -205,7 +206,7 @@ def test_the_runner_frames_become_the_arrow_shapes_of_the_mirror_and_the_feed():
                      changelog.XID: pa.array([5, 4], pa.int64()),
                      changelog.UNCHANGED: pa.array([[], []], pa.list_(pa.string())), "id": pa.array([1, 2], pa.int32())})
     at = datetime(2026, 1, 1, tzinfo=UTC)
-    rows = _with_truncates(feed, [PlannedTruncate("public.t", 20, 3, 21, 9, at)])
+    rows = with_truncates(feed, [PlannedTruncate("public.t", 20, 3, 21, 9, at)])
     assert rows.column(changelog.OP).to_pylist() == ["delete", "truncate", "insert"]
     assert rows.slice(1, 1).to_pylist()[0] | {"id": None} == {
         changelog.OP: "truncate", changelog.COMMIT_LSN: 20, changelog.TX_ORDER: 3, changelog.LSN: 21,
