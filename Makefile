@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: test demo demo-stop bootstrap system-deps venv pg17 lint typecheck unit lock clean
+.PHONY: test demo demo-stop bootstrap system-deps venv pg17 lint typecheck unit lock dist clean
 
 # Two workers, one test module each at a time (module fixtures are not duplicated): 21 min for 1274
 # tests on the 2-core machine, where one process took 33 min for 1040. Modules are handed out in
@@ -71,8 +71,13 @@ $(PG17_STAMP):
 	cd $(PG17_PKG) && node scripts/hydrate-symlinks.js
 	@rm -f $(PG17_DIR)/.installed-*; touch $@
 
+# From a clean copy of HEAD: the sdist, a manylinux wheel per CPython 3.11/3.12/3.13 (DIST_PYTHONS to choose the
+# interpreters) with libpq vendored by auditwheel, the pure-Python wheel; twine, check-wheel-contents, auditwheel.
+dist: system-deps venv  ## release artefacts into dist/, checked as PyPI checks them
+	$(BIN)/python scripts/dist.py
+
 lock: venv  ## refresh constraints.txt from the current venv (review the diff)
 	$(BIN)/python -m pip freeze --exclude-editable | grep -v '^-e ' > constraints.txt
 
 clean:
-	rm -rf $(VENV) .cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .cache .pytest_cache .ruff_cache .hypothesis dist
