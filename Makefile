@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: test demo demo-stop bootstrap system-deps venv pg17 lint typecheck unit lock dist clean
+.PHONY: test demo demo-stop bootstrap system-deps venv pg17 lint typecheck unit lock dist test-dist clean
 
 # Two workers, one test module each at a time (module fixtures are not duplicated): 21 min for 1274
 # tests on the 2-core machine, where one process took 33 min for 1040. Modules are handed out in
@@ -60,7 +60,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt setup.py airflow_provider_pglogical/decoding/_speedups.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,openlineage]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,openlineage,spark]'
 	@rm -f $(VENV)/.installed-*; touch $@
 
 pg17: $(PG17_STAMP)
@@ -75,6 +75,12 @@ $(PG17_STAMP):
 # interpreters) with libpq vendored by auditwheel, the pure-Python wheel; twine, check-wheel-contents, auditwheel.
 dist: system-deps venv  ## release artefacts into dist/, checked as PyPI checks them
 	$(BIN)/python scripts/dist.py
+
+# The wheels of `make dist` installed (not editable) with their runtime dependencies only into fresh venvs for
+# CPython 3.11/3.12/3.13: `airflow providers list`, `pglogical --version`, imports without Spark, and
+# `pglogical run` against a real PostgreSQL with the compiled helpers and with PGLOGICAL_PURE_PYTHON=1.
+test-dist: dist  ## install and run the built wheels in fresh venvs, as users install them
+	$(BIN)/python scripts/test_dist.py
 
 lock: venv  ## refresh constraints.txt from the current venv (review the diff)
 	$(BIN)/python -m pip freeze --exclude-editable | grep -v '^-e ' > constraints.txt
