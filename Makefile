@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: test demo demo-stop bootstrap system-deps venv pg17 lint typecheck unit lock dist test-dist clean
+.PHONY: test demo demo-stop bootstrap system-deps venv pg17 lint typecheck unit lock dist test-dist docs clean
 
 # Two workers, one test module each at a time (module fixtures are not duplicated): 21 min for 1274
 # tests on the 2-core machine, where one process took 33 min for 1040. Modules are handed out in
@@ -81,6 +81,10 @@ dist: system-deps venv  ## release artefacts into dist/, checked as PyPI checks 
 # `pglogical run` against a real PostgreSQL with the compiled helpers and with PGLOGICAL_PURE_PYTHON=1.
 test-dist: dist  ## install and run the built wheels in fresh venvs, as users install them
 	$(BIN)/python scripts/test_dist.py
+
+# mkdocs.yml: docs/ plus the API reference from docstrings (mkdocstrings); --strict fails on any warning.
+docs: venv  ## the documentation site into .cache/site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 lock: venv  ## refresh constraints.txt from the current venv (review the diff)
 	$(BIN)/python -m pip freeze --exclude-editable | grep -v '^-e ' > constraints.txt
