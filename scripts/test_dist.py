@@ -62,8 +62,8 @@ def run(args: list[str], extra: dict[str, str] | None = None, timeout: float = 1
     started = time.monotonic()
     done = run_as_user(args, {"PIP_CACHE_DIR": str(Path.home() / ".cache" / "pip"), **(extra or {})},
                        timeout=timeout)
-    print(f"  {time.monotonic() - started:6.1f}s  {' '.join(Path(a).name if '/' in a else a for a in args)[:110]}",
-          flush=True)
+    shown = " ".join(Path(a).name if a.startswith("/") else a.strip().splitlines()[0] for a in args)
+    print(f"  {time.monotonic() - started:6.1f}s  {shown[:110]}", flush=True)
     if done.returncode != 0:
         raise Failed(f"{' '.join(args[:4])} ... exited {done.returncode}:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
     return done.stdout
