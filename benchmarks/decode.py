@@ -69,6 +69,31 @@ def fetch(conn, binary: bool, itersize: int, sink: Callable[[Iterator[Row]], int
     return count, time.perf_counter() - start
 
 
+def fetch_client(dsn: str, cursor: bool, itersize: int) -> tuple[int, float, float]:
+    """The drain's own fetch (``PgLogicalClient``): binary COPY through the compiled reader, or the named cursor."""
+    from airflow_provider_pglogical.hooks.slot_client import PgLogicalClient
+
+    client = PgLogicalClient.from_dsn(dsn)
+    start, cpu = time.perf_counter(), time.process_time()
+    count = count_rows(client._changes("pg_logical_slot_peek_binary_changes", "bench", "p", upto_lsn=None,
+                                       upto_nchanges=None, streaming=False, itersize=itersize, cursor=cursor))
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    client.close()
+    return count, seconds, cpu
+
+
+def fetch_psycopg3(dsn: str) -> tuple[int, float, float]:
+    """The public-API candidate: psycopg 3's ``Cursor.copy()`` of the same binary COPY, rows typed by psycopg."""
+    import psycopg
+
+    start, cpu = time.perf_counter(), time.process_time()
+    with psycopg.connect(dsn, autocommit=True) as conn, conn.cursor() as cur:
+        with cur.copy("COPY (" + PEEK.replace("%s", "'true'") + ") TO STDOUT (FORMAT binary)") as copy:
+            copy.set_types(["int8", "int8", "bytea"])
+            count = sum(1 for _ in copy.rows())
+    return count, time.perf_counter() - start, time.process_time() - cpu
+
+
 def count_rows(rows: Iterator[Row]) -> int:
     return sum(1 for _ in rows)
 
@@ -206,6 +231,21 @@ def main() -> None:
         raw_rate = raw_count / raw_seconds
         print(f"{'raw fetch (named cursor, binary, no decoding)':<46} {raw_count:>9} rows in {raw_seconds:7.2f}s"
               f" = {raw_rate:>10,.0f} rows/s")
+        # Wall time includes the server's decoding (shared by all); the client's CPU seconds tell the readers apart.
+        fetches: list[tuple[str, Callable[[], tuple[int, float, float]]]] = [
+            ("raw fetch (drain: named cursor)", lambda: fetch_client(server.dsn(), True, args.itersize)),
+            ("raw fetch (drain: binary COPY, compiled)", lambda: fetch_client(server.dsn(), False, args.itersize))]
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            print("psycopg 3 Cursor.copy(): skipped, not installed")
+        else:
+            fetches.append(("raw fetch (psycopg 3 Cursor.copy, binary)", lambda: fetch_psycopg3(server.dsn())))
+        for label, fetch_fn in fetches:
+            count, seconds, cpu = fetch_fn()
+            print(f"{label:<46} {count:>9} rows in {seconds:7.2f}s = {count / seconds:>10,.0f} rows/s  "
+                  f"({count / seconds / raw_rate:.2f}x raw fetch), client CPU {cpu:5.2f}s = "
+                  f"{cpu / count * 1e9:,.0f} ns/row")
         for label, sink in (("fetch + decode into Arrow (end to end)", assemble_to_arrow),
                             ("fetch + decode + stage Parquet (the drain)", stage)):
             _, e2e_seconds = fetch(conn, True, args.itersize, sink)

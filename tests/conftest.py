@@ -58,6 +58,7 @@ SLOW_MODULES = (
     "tests/system/test_teardown_dag.py",
     "tests/system/test_staging_connection.py",
     "tests/integration/test_foreign_keys_replica.py",
+    "tests/integration/test_copy_fetch_psycopg2_source.py",
 )
 
 

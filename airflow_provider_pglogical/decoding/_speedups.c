@@ -1,168 +1,37 @@
-/* Optional compiled helpers of the drain's fetch: read `COPY (SELECT lsn, xid, data FROM
- * pg_logical_slot_peek_binary_changes(...)) TO STDOUT (FORMAT binary)` straight from psycopg2's libpq
- * connection and split it into the (lsn, xid, data) rows the assembler takes.
+/* Optional compiled helpers of the drain's fetch and of the assembler's per-row path.
+ *
+ * The fetch reads `COPY (SELECT lsn, xid, data FROM pg_logical_slot_peek_binary_changes(...)) TO STDOUT
+ * (FORMAT binary)` and snapshot COPYs on a libpq connection of this module's own, and splits them into
+ * the (lsn, xid, data) rows the assembler takes.
  *
  * Why: psycopg2's named cursor fetches text: every bytea arrives hex-encoded (twice the bytes) and
  * is decoded, and every row becomes a tuple of parsed ints and a memoryview, ~2 µs a row. Binary COPY
  * sends the message bytes as they are; here the socket reads run without the GIL, a chunk of rows at
  * a time, and a row costs three small object allocations.
  *
- * libpq is not linked: the functions are looked up (dlsym) in the libpq that psycopg2's own
- * _psycopg module uses (bind_libpq), since a PGconn may only be handled by the libpq that made it
- * (psycopg2-binary bundles its own). The pure-Python path (hooks.pglogical: named cursor) stays
- * the reference and the fallback when this module is not built.
+ * libpq is linked (setup.py: pg_config's include and lib directories; a release wheel carries its own
+ * copy, vendored by auditwheel) and its connections are opened here (pq_connect): a PGconn may only be
+ * handled by the libpq that made it, so this module never touches a connection of psycopg2's, whose
+ * libpq may be another build (psycopg2-binary bundles its own). Built without libpq headers
+ * (PGLOGICAL_LIBPQ undefined), the module has the parsers and the assembler's helpers but no
+ * connection functions, and the fetch takes the named cursor. The pure-Python path (hooks.slot_client:
+ * named cursor) stays the reference and the fallback when this module is not built.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
-#include <dlfcn.h>
 #include <stdint.h>
 #include <string.h>
-
-/* libpq's ABI, declared here so building needs no libpq headers (stable since PostgreSQL 7.4). */
-typedef struct pg_conn PGconn;
-typedef struct pg_result PGresult;
-typedef struct pg_cancel PGcancel;
-enum { PGRES_COMMAND_OK = 1, PGRES_COPY_OUT = 3 };
-#define PG_DIAG_SQLSTATE 'C'
-
-static int (*p_PQsendQuery)(PGconn *, const char *);
-static PGresult *(*p_PQgetResult)(PGconn *);
-static int (*p_PQresultStatus)(const PGresult *);
-static void (*p_PQclear)(PGresult *);
-static int (*p_PQgetCopyData)(PGconn *, char **, int);
-static void (*p_PQfreemem)(void *);
-static char *(*p_PQerrorMessage)(const PGconn *);
-static char *(*p_PQresultErrorMessage)(const PGresult *);
-static char *(*p_PQresultErrorField)(const PGresult *, int);
-static PGcancel *(*p_PQgetCancel)(PGconn *);
-static int (*p_PQcancel)(PGcancel *, char *, int);
-static void (*p_PQfreeCancel)(PGcancel *);
-static int bound = 0;
-
-static PyObject *
-bind_libpq(PyObject *self, PyObject *args)
-{
-    const char *path;
-    if (!PyArg_ParseTuple(args, "s", &path))
-        return NULL;
-    /* The object is already loaded (psycopg2 imported): NOLOAD only returns its handle, and
-     * dlsym on it searches the object and its dependencies, i.e. psycopg2's libpq. */
-    void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
-    if (h == NULL)
-        h = dlopen(path, RTLD_NOW);
-    if (h == NULL) {
-        PyErr_Format(PyExc_OSError, "cannot open %s: %s", path, dlerror());
-        return NULL;
-    }
-#define BIND(name)                                                                          \
-    do {                                                                                    \
-        *(void **)(&p_##name) = dlsym(h, #name);                                            \
-        if (p_##name == NULL) {                                                             \
-            PyErr_Format(PyExc_OSError, "%s not found through %s", #name, path);            \
-            return NULL;                                                                    \
-        }                                                                                   \
-    } while (0)
-    BIND(PQsendQuery);
-    BIND(PQgetResult);
-    BIND(PQresultStatus);
-    BIND(PQclear);
-    BIND(PQgetCopyData);
-    BIND(PQfreemem);
-    BIND(PQerrorMessage);
-    BIND(PQresultErrorMessage);
-    BIND(PQresultErrorField);
-    BIND(PQgetCancel);
-    BIND(PQcancel);
-    BIND(PQfreeCancel);
-#undef BIND
-    bound = 1;
-    Py_RETURN_NONE;
-}
-
-static PGconn *
-conn_arg(PyObject *ptr)
-{
-    if (!bound) {
-        PyErr_SetString(PyExc_RuntimeError, "bind_libpq() has not been called");
-        return NULL;
-    }
-    void *p = PyLong_AsVoidPtr(ptr);
-    if (p == NULL && !PyErr_Occurred())
-        PyErr_SetString(PyExc_ValueError, "null PGconn pointer");
-    return (PGconn *)p;
-}
-
-/* Drain the remaining results of the current command; returns (sqlstate, message) of the first
- * error result, or None. Called without the GIL for the waits. */
-static PyObject *
-finish_results(PGconn *conn)
-{
-    char sqlstate[8] = "";
-    char message[1024] = "";
-    int failed = 0;
-    PGresult *res;
-    for (;;) {
-        Py_BEGIN_ALLOW_THREADS
-        res = p_PQgetResult(conn);
-        Py_END_ALLOW_THREADS
-        if (res == NULL)
-            break;
-        int st = p_PQresultStatus(res);
-        if (!failed && st != PGRES_COMMAND_OK && st != PGRES_COPY_OUT) {
-            failed = 1;
-            const char *code = p_PQresultErrorField(res, PG_DIAG_SQLSTATE);
-            snprintf(sqlstate, sizeof sqlstate, "%s", code ? code : "");
-            snprintf(message, sizeof message, "%s", p_PQresultErrorMessage(res));
-        }
-        p_PQclear(res);
-    }
-    if (!failed)
-        Py_RETURN_NONE;
-    return Py_BuildValue("(ss)", sqlstate, message);
-}
-
-static PyObject *
-copy_start(PyObject *self, PyObject *args)
-{
-    PyObject *ptr;
-    const char *sql;
-    if (!PyArg_ParseTuple(args, "Oy", &ptr, &sql))
-        return NULL;
-    PGconn *conn = conn_arg(ptr);
-    if (conn == NULL)
-        return NULL;
-    int sent;
-    PGresult *res;
-    Py_BEGIN_ALLOW_THREADS
-    sent = p_PQsendQuery(conn, sql);
-    res = sent ? p_PQgetResult(conn) : NULL;
-    Py_END_ALLOW_THREADS
-    if (!sent)
-        return Py_BuildValue("(ss)", "", p_PQerrorMessage(conn));
-    if (res != NULL && p_PQresultStatus(res) == PGRES_COPY_OUT) {
-        p_PQclear(res);
-        Py_RETURN_NONE;
-    }
-    PyObject *err;
-    if (res == NULL) {
-        err = Py_BuildValue("(ss)", "", p_PQerrorMessage(conn));
-    } else {
-        const char *code = p_PQresultErrorField(res, PG_DIAG_SQLSTATE);
-        err = Py_BuildValue("(ss)", code ? code : "", p_PQresultErrorMessage(res));
-        p_PQclear(res);
-    }
-    PyObject *rest = finish_results(conn);
-    Py_XDECREF(rest);
-    return err;
-}
-
+#ifdef PGLOGICAL_LIBPQ
+#include <libpq-fe.h>
+#endif
 /* Growable byte buffer filled without the GIL. */
 typedef struct {
     char *data;
     Py_ssize_t len, cap;
 } Buf;
 
+#ifdef PGLOGICAL_LIBPQ
 static int
 buf_add(Buf *b, const char *src, Py_ssize_t n)
 {
@@ -180,6 +49,7 @@ buf_add(Buf *b, const char *src, Py_ssize_t n)
     b->len += n;
     return 0;
 }
+#endif
 
 static const char SIGNATURE[11] = "PGCOPY\n\377\r\n";
 
@@ -259,6 +129,199 @@ truncated:
     return -1;
 }
 
+#ifdef PGLOGICAL_LIBPQ
+/* A connection travels to Python as a capsule: only pointers made by pq_connect are accepted, and one
+ * that is garbage collected unclosed is finished. pq_finish renames it so it cannot be used again. */
+static const char CONN_NAME[] = "airflow_provider_pglogical.PGconn";
+static const char CLOSED_NAME[] = "airflow_provider_pglogical.PGconn.closed";
+
+static void
+conn_destructor(PyObject *capsule)
+{
+    const char *name = PyCapsule_GetName(capsule);
+    if (name != NULL && strcmp(name, CONN_NAME) == 0)
+        PQfinish((PGconn *)PyCapsule_GetPointer(capsule, CONN_NAME));
+}
+
+/* pq_connect(keywords, values) -> connection: a blocking PQconnectdbParams without the GIL; OSError with
+ * libpq's message when it fails (it names host and port, never a password). */
+static PyObject *
+pq_connect(PyObject *self, PyObject *args)
+{
+    PyObject *keys, *values;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyTuple_Type, &keys, &PyTuple_Type, &values))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(keys);
+    if (PyTuple_GET_SIZE(values) != n) {
+        PyErr_SetString(PyExc_ValueError, "keywords and values differ in length");
+        return NULL;
+    }
+    const char **kw = PyMem_Calloc(n + 1, sizeof(char *));
+    const char **val = PyMem_Calloc(n + 1, sizeof(char *));
+    if (kw == NULL || val == NULL) {
+        PyMem_Free(kw);
+        PyMem_Free(val);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        kw[i] = PyUnicode_AsUTF8(PyTuple_GET_ITEM(keys, i));
+        val[i] = kw[i] ? PyUnicode_AsUTF8(PyTuple_GET_ITEM(values, i)) : NULL;
+        if (val[i] == NULL) {
+            PyMem_Free(kw);
+            PyMem_Free(val);
+            return NULL;
+        }
+    }
+    PGconn *conn;
+    Py_BEGIN_ALLOW_THREADS
+    conn = PQconnectdbParams(kw, val, 0);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(kw);
+    PyMem_Free(val);
+    if (conn == NULL)
+        return PyErr_NoMemory();
+    if (PQstatus(conn) != CONNECTION_OK) {
+        PyErr_Format(PyExc_OSError, "%s", PQerrorMessage(conn));
+        PQfinish(conn);
+        return NULL;
+    }
+    PyObject *capsule = PyCapsule_New(conn, CONN_NAME, conn_destructor);
+    if (capsule == NULL)
+        PQfinish(conn);
+    return capsule;
+}
+
+/* pq_options() -> the connection keywords this libpq knows, with their defaults ("" for none). */
+static PyObject *
+pq_options(PyObject *self, PyObject *noargs)
+{
+    PQconninfoOption *opts = PQconndefaults();
+    if (opts == NULL)
+        return PyErr_NoMemory();
+    PyObject *out = PyDict_New();
+    for (PQconninfoOption *o = opts; out != NULL && o->keyword != NULL; o++) {
+        PyObject *v = PyUnicode_DecodeUTF8(o->compiled ? o->compiled : "", o->compiled ? strlen(o->compiled) : 0,
+                                           "replace");
+        if (v == NULL || PyDict_SetItemString(out, o->keyword, v) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(v);
+    }
+    PQconninfoFree(opts);
+    return out;
+}
+
+/* pq_lib_version() -> PQlibVersion(), e.g. 150018 */
+static PyObject *
+pq_lib_version(PyObject *self, PyObject *noargs)
+{
+    return PyLong_FromLong(PQlibVersion());
+}
+
+/* pq_finish(connection): close it now (idempotent). */
+static PyObject *
+pq_finish(PyObject *self, PyObject *capsule)
+{
+    if (!PyCapsule_IsValid(capsule, CONN_NAME))
+        Py_RETURN_NONE;
+    PGconn *conn = (PGconn *)PyCapsule_GetPointer(capsule, CONN_NAME);
+    if (PyCapsule_SetName(capsule, CLOSED_NAME) < 0)
+        return NULL;
+    PQfinish(conn);
+    Py_RETURN_NONE;
+}
+
+static PGconn *
+conn_arg(PyObject *capsule)
+{
+    return (PGconn *)PyCapsule_GetPointer(capsule, CONN_NAME);
+}
+
+/* Drain the remaining results of the current command; returns (sqlstate, message) of the first
+ * error result, or None. Called without the GIL for the waits. */
+static PyObject *
+finish_results(PGconn *conn)
+{
+    char sqlstate[8] = "";
+    char message[1024] = "";
+    int failed = 0;
+    PGresult *res;
+    for (;;) {
+        Py_BEGIN_ALLOW_THREADS
+        res = PQgetResult(conn);
+        Py_END_ALLOW_THREADS
+        if (res == NULL)
+            break;
+        int st = PQresultStatus(res);
+        if (!failed && st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK && st != PGRES_COPY_OUT) {
+            failed = 1;
+            const char *code = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+            snprintf(sqlstate, sizeof sqlstate, "%s", code ? code : "");
+            snprintf(message, sizeof message, "%s", PQresultErrorMessage(res));
+        }
+        PQclear(res);
+    }
+    if (!failed)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(ss)", sqlstate, message);
+}
+
+static PyObject *
+copy_start(PyObject *self, PyObject *args)
+{
+    PyObject *ptr;
+    const char *sql;
+    if (!PyArg_ParseTuple(args, "Oy", &ptr, &sql))
+        return NULL;
+    PGconn *conn = conn_arg(ptr);
+    if (conn == NULL)
+        return NULL;
+    int sent;
+    PGresult *res;
+    Py_BEGIN_ALLOW_THREADS
+    sent = PQsendQuery(conn, sql);
+    res = sent ? PQgetResult(conn) : NULL;
+    Py_END_ALLOW_THREADS
+    if (!sent)
+        return Py_BuildValue("(ss)", "", PQerrorMessage(conn));
+    if (res != NULL && PQresultStatus(res) == PGRES_COPY_OUT) {
+        PQclear(res);
+        Py_RETURN_NONE;
+    }
+    PyObject *err;
+    if (res == NULL) {
+        err = Py_BuildValue("(ss)", "", PQerrorMessage(conn));
+    } else {
+        const char *code = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        err = Py_BuildValue("(ss)", code ? code : "", PQresultErrorMessage(res));
+        PQclear(res);
+    }
+    PyObject *rest = finish_results(conn);
+    Py_XDECREF(rest);
+    return err;
+}
+
+/* pq_exec(connection, sql) -> None, or (sqlstate, message) of the first failing statement; results are
+ * discarded (for BEGIN, SET and the like before a COPY). */
+static PyObject *
+pq_exec(PyObject *self, PyObject *args)
+{
+    PyObject *capsule;
+    const char *sql;
+    if (!PyArg_ParseTuple(args, "Oy", &capsule, &sql))
+        return NULL;
+    PGconn *conn = conn_arg(capsule);
+    if (conn == NULL)
+        return NULL;
+    int sent;
+    Py_BEGIN_ALLOW_THREADS
+    sent = PQsendQuery(conn, sql);
+    Py_END_ALLOW_THREADS
+    if (!sent)
+        return Py_BuildValue("(ss)", "", PQerrorMessage(conn));
+    return finish_results(conn);
+}
+
+
 /* Reads CopyData messages into b (their lengths into sizes as native int64s, when given) until max_rows
  * of them or b holds at least max_bytes (checked before each read). Call without the GIL. Returns the last
  * PQgetCopyData result: > 0 when a limit stopped the reading, -1 at the COPY's end, -2 on failure; *oom
@@ -269,12 +332,12 @@ read_messages(PGconn *conn, Py_ssize_t max_rows, Py_ssize_t max_bytes, Buf *b, B
     int n = 1;
     for (Py_ssize_t got = 0; got < max_rows && b->len < max_bytes; got++) {
         char *msg = NULL;
-        n = p_PQgetCopyData(conn, &msg, 0);
+        n = PQgetCopyData(conn, &msg, 0);
         if (n <= 0)
             break;
         int64_t len = n;
         *oom = buf_add(b, msg, n) < 0 || (sizes != NULL && buf_add(sizes, (const char *)&len, sizeof len) < 0);
-        p_PQfreemem(msg);
+        PQfreemem(msg);
         if (*oom)
             break;
     }
@@ -288,7 +351,7 @@ copy_outcome(PGconn *conn, int n)
 {
     if (n != -2)
         return finish_results(conn);
-    PyObject *err = Py_BuildValue("(ss)", "", p_PQerrorMessage(conn));
+    PyObject *err = Py_BuildValue("(ss)", "", PQerrorMessage(conn));
     PyObject *rest = finish_results(conn);
     Py_XDECREF(rest);
     return err;
@@ -390,24 +453,25 @@ copy_cancel(PyObject *self, PyObject *args)
     if (conn == NULL)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
-    PGcancel *c = p_PQgetCancel(conn);
+    PGcancel *c = PQgetCancel(conn);
     if (c != NULL) {
         char errbuf[256];
-        p_PQcancel(c, errbuf, sizeof errbuf);
-        p_PQfreeCancel(c);
+        PQcancel(c, errbuf, sizeof errbuf);
+        PQfreeCancel(c);
     }
     for (;;) {
         char *msg = NULL;
-        int n = p_PQgetCopyData(conn, &msg, 0);
+        int n = PQgetCopyData(conn, &msg, 0);
         if (n <= 0)
             break;
-        p_PQfreemem(msg);
+        PQfreemem(msg);
     }
     Py_END_ALLOW_THREADS
     PyObject *rest = finish_results(conn);
     Py_XDECREF(rest);
     Py_RETURN_NONE;
 }
+#endif /* PGLOGICAL_LIBPQ */
 
 /* split_copy(data, header) -> (rows, end, trailer): the parser alone, for tests and for callers
  * holding a binary COPY stream already (e.g. psycopg2's copy_expert into a buffer). */
@@ -885,11 +949,17 @@ static PyMethodDef methods[] = {
     {"take_plain", take_plain, METH_VARARGS, "Append plain DML RowChanges from rows[start:]: (next, size)."},
     {"spill_plain", spill_plain, METH_VARARGS, "Spill records of plain DML rows from rows[start:]: (next, blob)."},
     {"unsplit_records", unsplit_records, METH_VARARGS, "RowChange or None per spill record."},
-    {"bind_libpq", bind_libpq, METH_VARARGS, "Look up libpq's functions through the shared object at path."},
+#ifdef PGLOGICAL_LIBPQ
+    {"pq_connect", pq_connect, METH_VARARGS, "Open a libpq connection (keywords, values): a capsule."},
+    {"pq_options", pq_options, METH_NOARGS, "The connection keywords this libpq knows and their defaults."},
+    {"pq_lib_version", pq_lib_version, METH_NOARGS, "PQlibVersion() of the linked libpq."},
+    {"pq_exec", pq_exec, METH_VARARGS, "Run statements, discarding results: None, or (sqlstate, message)."},
+    {"pq_finish", pq_finish, METH_O, "Close a connection made by pq_connect (idempotent)."},
     {"copy_start", copy_start, METH_VARARGS, "Send a COPY ... TO STDOUT; None, or (sqlstate, message)."},
     {"copy_rows", copy_rows, METH_VARARGS, "Read and split up to max_rows rows: (rows, done, error)."},
     {"copy_cancel", copy_cancel, METH_VARARGS, "Cancel the running COPY and consume its results."},
     {"copy_messages", copy_messages, METH_VARARGS, "Read CopyData messages: (data, sizes, done, error)."},
+#endif
     {"split_copy", split_copy, METH_VARARGS, "Split (bigint, bigint, bytea) binary COPY rows: (rows, end, trailer)."},
     {NULL, NULL, 0, NULL},
 };

@@ -7,6 +7,7 @@ resolving an Airflow connection into the ``connect`` callable.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -27,6 +28,8 @@ from airflow_provider_pglogical.hooks.cursor import use_server_encoding
 from airflow_provider_pglogical.hooks.errors import translated_errors, validate_slot_name
 from airflow_provider_pglogical.hooks.slots import SlotInfo
 from airflow_provider_pglogical.lsn import lsn_text
+
+log = logging.getLogger(__name__)
 
 PLUGIN = "pgoutput"
 DEFAULT_PUBLISH = ("insert", "update", "delete", "truncate")
@@ -404,16 +407,20 @@ class PgLogicalClient:
 
     def _stream_copy(self, query: sql.Composable, params: tuple[Any, ...], *, slot: str, publication: str,
                      itersize: int) -> Iterator[tuple[int, int, bytes | memoryview]]:
-        """Peek through binary COPY on a fresh connection (same encoding as the session). A statement
-        the server refuses is run again through the cursor path, which raises its error the way every
-        other call does (typed by ``translated_errors``)."""
+        """Peek through binary COPY on a fresh connection of the compiled module's libpq, opened with the
+        session's parameters and encoding. A statement the server refuses is run again through the cursor
+        path, which raises its error the way every other call does (typed by ``translated_errors``); so does
+        a session whose settings that libpq cannot honour."""
         session = self.session
         with session.cursor() as cur:
             select = cur.mogrify(query, params)
-        conn = self.connect()
         try:
-            conn.autocommit = True
-            conn.set_client_encoding(session.encoding)
+            conn = copystream.LibpqConnection.like(session, client_encoding=session.encoding)
+        except copystream.UnsupportedConnection as exc:
+            log.warning("binary COPY fetch not used (%s); slot rows go through the named cursor", exc)
+            yield from self._stream_cursor(query, params, slot=slot, publication=publication, itersize=itersize)
+            return
+        try:
             rows = copystream.stream_rows(conn, select, itersize)
             try:
                 with translated_errors(slot=slot, publication=publication):

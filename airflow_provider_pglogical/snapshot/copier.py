@@ -8,6 +8,7 @@ is whole.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,13 @@ from airflow_provider_pglogical.snapshot.copyframe import TRAILER, frame_copy_bl
 from airflow_provider_pglogical.staging import schema as S
 from airflow_provider_pglogical.staging.layout import resolve_filesystem
 from airflow_provider_pglogical.staging.manifest import hash_file
+
+log = logging.getLogger(__name__)
+
+# As a native table sync's connection (libpqrcv_connect): names in the row filter resolve in pg_catalog only,
+# so a same-named function or operator someone created in public is never called. String literals read as
+# the parser that checked the filter read them (row_filter.py).
+_READER_SETTINGS = "SET LOCAL search_path = ''; SET LOCAL standard_conforming_strings = on"
 
 FIRST_USER_OID = 10_000
 DEFAULT_ROW_GROUP_ROWS = 65_536
@@ -197,10 +205,7 @@ def copy_chunk(task: ChunkTask) -> ChunkResult:
                 raise SnapshotConnectionLostError(
                     f"could not import exported snapshot {task.snapshot_name} for {task.what} "
                     f"(SQLSTATE {exc.pgcode}): the replication connection holding it is gone; run again") from None
-            # As a native table sync's connection (libpqrcv_connect): names in the row filter resolve in
-            # pg_catalog only, so a same-named function or operator someone created in public is never called.
-            # String literals read as the parser that checked the filter read them (row_filter.py).
-            cur.execute("SET LOCAL search_path = ''; SET LOCAL standard_conforming_strings = on")
+            cur.execute(_READER_SETTINGS)
             user_oids = sorted({c.type_oid for c in relation.columns if c.type_oid >= FIRST_USER_OID})
             catalog = TypeCatalog()
             if user_oids:
@@ -209,9 +214,7 @@ def copy_chunk(task: ChunkTask) -> ChunkResult:
             sink = _ParquetSink(task, RowImageConverter(relation, catalog), fs)
             try:
                 compiled = _compiled_reader()
-                if compiled is not None:
-                    _copy_compiled(compiled, conn, task.copy_sql, sink)
-                else:
+                if compiled is None or not _copy_compiled(compiled, conn, task, sink):
                     cur.copy_expert(task.copy_sql, sink)
                 size, digest = sink.close()
             except _CopyFailed as exc:
@@ -260,7 +263,7 @@ class _CopyFailed(Exception):
 
 
 def _compiled_reader() -> Any:
-    """The compiled module when it can read this COPY (built, bound to psycopg2's libpq, new enough), else None."""
+    """The compiled module when it can read this COPY (built with libpq, new enough), else None."""
     from airflow_provider_pglogical.decoding import speedups
     from airflow_provider_pglogical.hooks import copystream
 
@@ -270,22 +273,42 @@ def _compiled_reader() -> Any:
     return compiled
 
 
-def _copy_compiled(compiled: Any, conn: Any, copy_sql: str, sink: _ParquetSink) -> None:
+def _copy_compiled(compiled: Any, conn: Any, task: ChunkTask, sink: _ParquetSink) -> bool:
     """The COPY read a row group at a time by the compiled helper, without the GIL and without a Python call
-    per row (``copy_expert`` calls ``write`` once per row: a fifth of a snapshot worker's CPU). Runs in the
-    connection's open transaction (the imported snapshot); a failure cancels the COPY."""
-    ptr = conn.pgconn_ptr
-    refused = compiled.copy_start(ptr, copy_sql.encode())
+    per row (``copy_expert`` calls ``write`` once per row: a fifth of a snapshot worker's CPU). The helper
+    reads only connections of its own libpq (``hooks.copystream``): one opened like ``conn`` imports the same
+    exported snapshot, with the same settings, while ``conn``'s transaction keeps it importable. False, and
+    nothing read, when that libpq cannot honour ``conn``'s settings; a failure cancels the COPY."""
+    from airflow_provider_pglogical.hooks import copystream
+
+    with conn.cursor() as cur:
+        setup = cur.mogrify("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT %s; "
+                            + _READER_SETTINGS, (task.snapshot_name,))
+    try:
+        own = copystream.LibpqConnection.like(conn, client_encoding=conn.encoding)
+    except copystream.UnsupportedConnection as exc:
+        log.warning("compiled snapshot COPY not used (%s); the chunk goes through copy_expert", exc)
+        return False
+    with own:
+        failed = own.execute(setup)
+        if failed is not None:
+            raise _CopyFailed(*failed)
+        _copy_messages(compiled, own.handle, task.copy_sql, sink)
+    return True
+
+
+def _copy_messages(compiled: Any, handle: Any, copy_sql: str, sink: _ParquetSink) -> None:
+    refused = compiled.copy_start(handle, copy_sql.encode())
     if refused is not None:
         raise _CopyFailed(*refused)
     done = False
     try:
         while not done:
             rows, size = sink.room()
-            data, sizes, done, error = compiled.copy_messages(ptr, max(rows, 1), max(size, 1))
+            data, sizes, done, error = compiled.copy_messages(handle, max(rows, 1), max(size, 1))
             sink.write_block(data, np.frombuffer(sizes, dtype=np.int64))
             if error is not None:
                 raise _CopyFailed(*error)
     finally:
-        if not done and not conn.closed:
-            compiled.copy_cancel(ptr)
+        if not done:
+            compiled.copy_cancel(handle)

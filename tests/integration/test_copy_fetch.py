@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import psycopg2
 import pytest
 
@@ -90,3 +92,45 @@ def test_the_cursor_fallback_still_reads_when_the_compiled_path_is_off(drain_sou
 
 def test_copy_refused_is_a_plain_exception_not_a_psycopg2_error():
     assert not issubclass(copystream.CopyRefused, psycopg2.Error)
+
+
+needs_libpq = pytest.mark.skipif(not copystream.available(), reason="compiled helpers built without libpq")
+
+
+@needs_libpq
+def test_the_compiled_reader_links_libpq_and_reads_only_connections_it_opened(pg_conn):
+    """No lookup through psycopg2's private module: the extension links libpq and opens its own connections."""
+    compiled = speedups.compiled
+    assert not hasattr(compiled, "bind_libpq")
+    linked = subprocess.run(["ldd", compiled.__file__], capture_output=True, text=True, check=True).stdout
+    assert "libpq" in linked
+    with copystream.LibpqConnection.like(pg_conn) as own:
+        assert own.execute(b"SELECT 1; SET application_name = 'x'") is None
+        assert own.execute(b"SELECT 1/0")[0] == "22012"
+        with pytest.raises(ValueError):  # a raw pointer (e.g. psycopg2's pgconn_ptr) is refused
+            compiled.copy_start(pg_conn.pgconn_ptr, b"COPY (SELECT 1) TO STDOUT")
+    with pytest.raises(ValueError):  # closed: the capsule cannot be used again
+        compiled.copy_start(own.handle, b"COPY (SELECT 1) TO STDOUT")
+
+
+@needs_libpq
+def test_connection_keywords_leave_out_newer_defaults_and_refuse_newer_settings(pg_conn):
+    known = speedups.compiled.pq_options()
+    params = copystream.connection_keywords(pg_conn, known, client_encoding="UTF8")
+    assert params["dbname"] == pg_conn.info.dbname and params["client_encoding"] == "UTF8"
+    older = {k: v for k, v in known.items() if k != "sslnegotiation"}
+    assert "sslnegotiation" not in copystream.connection_keywords(pg_conn, older, sslnegotiation="postgres")
+    with pytest.raises(copystream.UnsupportedConnection, match="sslnegotiation"):
+        copystream.connection_keywords(pg_conn, older, sslnegotiation="direct")
+
+
+@needs_libpq
+def test_a_session_whose_settings_the_linked_libpq_lacks_is_read_through_the_cursor(drain_source, monkeypatch):
+    cur, hook = drain_source
+    workload(cur, 10)
+    expected = list(hook.peek_changes("s1", "pub"))
+    known = {k: v for k, v in speedups.compiled.pq_options().items() if k != "application_name"}
+    monkeypatch.setattr(speedups.compiled, "pq_options", lambda: known)
+    got = list(hook.peek_changes("s1", "pub"))  # the session's application_name is not a default: refused
+    assert all(isinstance(data, memoryview) for _, _, data in got)
+    assert [(lsn, xid, bytes(d)) for lsn, xid, d in got] == expected

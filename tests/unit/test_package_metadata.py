@@ -35,3 +35,36 @@ def test_the_distribution_carries_its_license_file_and_provider_classifiers():
     assert any(c.startswith("Programming Language :: Python :: 3.1") for c in classifiers)
     license_text = dist.read_text("licenses/LICENSE") or ""
     assert "Apache License" in license_text and "Version 2.0" in license_text
+
+
+def test_pyspark_is_an_extra_and_airflow_a_lower_bound_with_every_supported_python_declared():
+    meta = installed().metadata
+    requires = meta.get_all("Requires-Dist", [])
+    assert {r for r in requires if r.startswith("pyspark")} == {'pyspark==4.2.0; extra == "spark"',
+                                                              'pyspark-client==4.2.0; extra == "spark"'}
+    (airflow,) = [r for r in requires if r.startswith("apache-airflow>") or r.startswith("apache-airflow=")]
+    assert airflow.startswith("apache-airflow>=") and "<" not in airflow
+    assert meta["Requires-Python"] == ">=3.11"
+    classifiers = meta.get_all("Classifier", [])
+    assert {f"Programming Language :: Python :: 3.{m}" for m in (11, 12, 13)} <= set(classifiers)
+
+
+NO_SPARK = """
+import importlib, sys
+class NoSpark:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in ("pyspark", "py4j"):
+            raise ImportError(f"{name} is blocked")
+sys.meta_path.insert(0, NoSpark())
+for module in ("airflow_provider_pglogical", "airflow_provider_pglogical.cli", "airflow_provider_pglogical.operators",
+               "airflow_provider_pglogical.sensors", "airflow_provider_pglogical.pipeline.dag_factory"):
+    importlib.import_module(module)
+print(sorted(m for m in sys.modules if m.partition(".")[0] in ("pyspark", "py4j")))
+"""
+
+
+def test_the_package_cli_operators_and_dag_factory_load_without_pyspark():
+    """Without the [spark] extra a worker has no Spark (or only the provider's pyspark-client): loading works."""
+    result = run_as_user([venv_script("python"), "-c", NO_SPARK], timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "[]"
