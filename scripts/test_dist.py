@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from scripts.dist import default_pythons  # noqa: E402
-from tests.pgserver import PgServer, start_server, stop_server  # noqa: E402
-from tests.userenv import run_as_user  # noqa: E402
+from scripts.harness.pgserver import PgServer, start_server, stop_server  # noqa: E402
+from scripts.harness.userenv import run_as_user  # noqa: E402
 
 # Imports a worker without Spark makes, with pyspark (the Spark provider's pyspark-client included) blocked.
 NO_SPARK_IMPORTS = """

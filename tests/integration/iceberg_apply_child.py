@@ -14,7 +14,7 @@ from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfi
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.apply.targets.iceberg.catalog import IcebergLocation
 from airflow_provider_pglogical.apply.targets.iceberg.target import IcebergTarget
-from tests.integration.kill_points import KILLED, die
+from tests.support.kill_points import KILLED, die
 
 __all__ = ["KILLED"]
 

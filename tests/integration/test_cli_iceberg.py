@@ -11,9 +11,8 @@ import yaml
 from airflow_provider_pglogical.apply.targets.iceberg.catalog import IcebergLocation
 from airflow_provider_pglogical.apply.targets.iceberg.target import IcebergTarget
 from airflow_provider_pglogical.exceptions import format_lsn
-from tests.conftest import make_database
+from scripts.harness.pgserver import execute, make_database
 from tests.integration.test_cli import SCHEMA, TABLES, pglogical
-from tests.pgserver import execute
 
 
 def test_run_applies_into_iceberg_with_a_postgres_catalog_and_status_and_maintain_follow(pg_server, pg_dsn,

@@ -17,8 +17,8 @@ import psycopg2
 import pytest
 
 from airflow_provider_pglogical.hooks import copystream
-from tests.integration.drain_support import workload
-from tests.userenv import run_as_user
+from scripts.harness.userenv import run_as_user
+from tests.support.drain import workload
 
 pytestmark = pytest.mark.skipif(not copystream.available(), reason="compiled helpers built without libpq")
 ROOT = Path(__file__).resolve().parents[2]

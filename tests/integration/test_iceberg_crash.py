@@ -17,6 +17,8 @@ from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.apply.targets.iceberg.catalog import IcebergLocation
 from airflow_provider_pglogical.apply.targets.iceberg.target import IcebergTarget
 from airflow_provider_pglogical.hooks import PgLogicalHook
+from scripts.harness.pgserver import execute
+from scripts.harness.subscriber import drain_all, run_script
 from tests.conftest import REPO_ROOT
 from tests.integration.iceberg_apply_child import KILLED
 from tests.integration.test_native_equivalence import (
@@ -28,8 +30,6 @@ from tests.integration.test_native_equivalence import (
     TABLES,
     TABLES_SQL,
 )
-from tests.pgserver import execute
-from tests.subscriber import drain_all, run_script
 
 # mirror: both boundaries of two tables (the first kill comes in the first batch, the later ones further on);
 # changelog: one of each.

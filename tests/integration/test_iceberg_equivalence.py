@@ -14,7 +14,8 @@ from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.apply.targets.iceberg.catalog import IcebergLocation
 from airflow_provider_pglogical.apply.targets.iceberg.target import IcebergTarget
 from airflow_provider_pglogical.hooks import PgLogicalHook
-from tests.conftest import make_database
+from scripts.harness.pgserver import execute, make_database
+from scripts.harness.subscriber import drain_all, run_script, subscribe, unsubscribe, wait_for_subscriber
 from tests.integration.test_delta_equivalence import (
     EXTREMES_ONE,
     EXTREMES_SQL,
@@ -33,8 +34,6 @@ from tests.integration.test_native_equivalence import (
     TABLES_SQL,
     table_rows,
 )
-from tests.pgserver import execute
-from tests.subscriber import drain_all, run_script, subscribe, unsubscribe, wait_for_subscriber
 
 
 def location(root: str, catalog_dir: str, namespace: str) -> IcebergLocation:

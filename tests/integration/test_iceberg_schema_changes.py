@@ -15,9 +15,9 @@ from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.apply.targets.iceberg.catalog import IcebergLocation
 from airflow_provider_pglogical.apply.targets.iceberg.target import IcebergTarget
 from airflow_provider_pglogical.exceptions import SchemaChangeError
-from tests.integration.parity_support import source_with_slot
-from tests.pgserver import query
-from tests.subscriber import drain_all, run_script
+from scripts.harness.pgserver import query
+from scripts.harness.subscriber import drain_all, run_script
+from tests.support.parity import source_with_slot
 
 TABLES = ("t_between", "t_inside", "t_narrow", "t_rename", "t_widen")
 

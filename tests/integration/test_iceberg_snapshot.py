@@ -8,9 +8,8 @@ from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.apply.targets.iceberg.catalog import IcebergLocation, sync_key
 from airflow_provider_pglogical.apply.targets.iceberg.target import IcebergTarget
 from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings, initial_snapshot
-from tests.conftest import make_database
-from tests.pgserver import execute, query
-from tests.subscriber import drain_all, run_script
+from scripts.harness.pgserver import execute, make_database, query
+from scripts.harness.subscriber import drain_all, run_script
 
 SQL = """
 CREATE TABLE items (id int PRIMARY KEY, n numeric(12,2), body text, at timestamptz);
