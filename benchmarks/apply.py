@@ -91,7 +91,7 @@ def filtered_workload(dsn: str, changes: int) -> dict[str, int]:
                      "'2026-01-01'::timestamptz + g * interval '1 second' FROM generate_series(%s, %s) g",
                 params=(lo, hi - 1))
     execute(dsn, "UPDATE big SET a = a + 1, d = d + interval '1 day' WHERE id < %s", params=(updates,))
-    execute(dsn, "UPDATE big SET a = a + 1, c = c + 1 WHERE id %% 8 = 0")
+    execute(dsn, "UPDATE big SET a = a + 1, c = c + 1 WHERE id % 8 = 0")  # no parameters: % as is
     execute(dsn, "DELETE FROM big WHERE id >= %s", params=(inserts - deletes,))
     return {"insert": inserts, "update": updates + (inserts + 7) // 8, "delete": deletes}
 
