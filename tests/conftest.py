@@ -48,6 +48,7 @@ SLOW_MODULES = (
     "tests/integration/test_spark_standalone.py",
     "tests/integration/test_cli_delta.py",
     "tests/integration/test_apply_operator.py",
+    "tests/unit/apply/test_transform_paths.py",
 )
 
 
