@@ -1,6 +1,6 @@
 """Benchmark: the same changes applied by a native subscriber and by drain → stage → Spark apply, timed in one run.
 
-Two workloads:
+Three workloads:
 
 * ``--workload mixed`` (default): ~``--changes`` row changes, 50% inserts, 30% updates (some rows twice), 20%
   deletes, in transactions of ``--tx-rows`` rows, into ``bench``; drained in batches of ``--max-changes``.
@@ -8,6 +8,11 @@ Two workloads:
   d timestamptz)`` — 4/7 of ``--changes`` inserted in transactions of 250k rows, then one UPDATE of half of the
   rows and one DELETE of a quarter (1.75M changes by default: 1M inserts in four transactions, a 500k-row UPDATE,
   a 250k-row DELETE; ``--changes 10000000`` scales it). Drained with the drain's default batch size.
+* ``--workload filtered``: ``big`` with ``REPLICA IDENTITY FULL`` (full old images), applied with the spec row
+  filter ``a % 2 = 0`` from an unfiltered publication (the native subscriber's publication has the same filter):
+  8/15 of ``--changes`` inserted in 250k-row transactions, one UPDATE of half of the rows, a second UPDATE of
+  every 8th row (keys repeat inside a batch), one DELETE of a quarter (1.875M changes by default). Every UPDATE
+  flips the parity of ``a``, so it crosses the filter and becomes an INSERT or a DELETE.
 
 Measured in one run: the raw named-cursor fetch of the slot's data (what the drain cannot beat), the drain (peek →
 staged → advanced), the Spark session start, the Spark apply, and the native subscriber's catch-up, with
@@ -64,6 +69,7 @@ BIG_SCHEMA = """
 CREATE TABLE big (id int PRIMARY KEY, a int, b text, c numeric(12,2), d timestamptz);
 """
 BIG_TX_ROWS = 250_000
+FILTER = "a % 2 = 0"  # the filtered workload's row filter: every UPDATE of ``a + 1`` crosses it
 
 
 def big_workload(dsn: str, changes: int) -> dict[str, int]:
@@ -78,6 +84,22 @@ def big_workload(dsn: str, changes: int) -> dict[str, int]:
     execute(dsn, "UPDATE big SET a = a + 1, d = d + interval '1 day' WHERE id < %s", params=(updates,))
     execute(dsn, "DELETE FROM big WHERE id >= %s", params=(inserts - deletes,))
     return {"insert": inserts, "update": updates, "delete": deletes}
+
+
+def filtered_workload(dsn: str, changes: int) -> dict[str, int]:
+    """The filtered workload's shape: inserts (8/15) in 250k-row transactions, one UPDATE of half of them, one of
+    every 8th row, one DELETE of a quarter; every UPDATE flips the parity of ``a`` (crosses ``FILTER``)."""
+    inserts = changes * 8 // 15
+    updates, deletes = inserts // 2, inserts // 4
+    for lo in range(0, inserts, BIG_TX_ROWS):
+        hi = min(lo + BIG_TX_ROWS, inserts)
+        execute(dsn, "INSERT INTO big SELECT g, g %% 1000, md5(g::text), (g %% 100000) * 0.01, "
+                     "'2026-01-01'::timestamptz + g * interval '1 second' FROM generate_series(%s, %s) g",
+                params=(lo, hi - 1))
+    execute(dsn, "UPDATE big SET a = a + 1, d = d + interval '1 day' WHERE id < %s", params=(updates,))
+    execute(dsn, "UPDATE big SET a = a + 1, c = c + 1 WHERE id % 8 = 0")  # no parameters: % as is
+    execute(dsn, "DELETE FROM big WHERE id >= %s", params=(inserts - deletes,))
+    return {"insert": inserts, "update": updates + (inserts + 7) // 8, "delete": deletes}
 
 
 SCRATCH: list[str] = []  # staging and lake directories, removed when the run ends
@@ -161,8 +183,9 @@ def workload(dsn: str, changes: int, tx_rows: int) -> dict[str, int]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--workload", choices=("mixed", "big"), default="mixed")
-    p.add_argument("--changes", type=int, default=None, help="1,000,000 (mixed) / 1,750,000 (big)")
+    p.add_argument("--workload", choices=("mixed", "big", "filtered"), default="mixed")
+    p.add_argument("--changes", type=int, default=None,
+                   help="1,000,000 (mixed) / 1,750,000 (big) / 1,875,000 (filtered)")
     p.add_argument("--tx-rows", type=int, default=10_000, help="mixed workload: rows per transaction")
     p.add_argument("--max-changes", type=int, default=None,
                    help="drain batch size (changes); mixed: 250,000, big: the drain's default")
@@ -174,9 +197,10 @@ def main() -> int:
     p.add_argument("--targets", default="postgres,delta", help="comma-separated; postgres is always measured, delta adds "
                    "the Delta target, iceberg the Iceberg target (SQL catalog on SQLite, local warehouse)")
     args = p.parse_args()
-    big = args.workload == "big"
+    filtered = args.workload == "filtered"
+    big = args.workload == "big" or filtered
     targets = set(args.targets.split(","))
-    changes = args.changes or (1_750_000 if big else 1_000_000)
+    changes = args.changes or (1_875_000 if filtered else 1_750_000 if big else 1_000_000)
     table = "big" if big else "bench"
     drain_kw = {"max_changes": args.max_changes or (None if big else 250_000)}
     drain_kw = {k: v for k, v in drain_kw.items() if v is not None}
@@ -189,15 +213,21 @@ def main() -> int:
         schema = BIG_SCHEMA if big else SCHEMA
         tables = "big" if big else "bench, bench_small"
         execute(src_dsn, schema + f"CREATE PUBLICATION pub_all FOR TABLE {tables};")
+        native_pub = "pub_all"
+        if filtered:  # ours drains everything and filters in the apply; the native subscriber's publication filters
+            execute(src_dsn, f"ALTER TABLE big REPLICA IDENTITY FULL; "
+                             f"CREATE PUBLICATION pub_native FOR TABLE big WHERE ({FILTER});")
+            native_pub = "pub_native"
         execute(native_dsn, schema)
         execute(ours, schema)
-        subscribe(src_dsn, native_dsn, publication="pub_all", name="sub_bench")
+        subscribe(src_dsn, native_dsn, publication=native_pub, name="sub_bench")
         execute(native_dsn, "ALTER SUBSCRIPTION sub_bench DISABLE")  # let the changes pile up first
         PgLogicalHook.from_dsn(src_dsn).create_slot("ours")
         if args.ab_code:
             PgLogicalHook.from_dsn(src_dsn).create_slot("ours_ab")
         t0 = time.monotonic()
-        counts = big_workload(src_dsn, changes) if big else workload(src_dsn, changes, args.tx_rows)
+        counts = (filtered_workload(src_dsn, changes) if filtered else big_workload(src_dsn, changes) if big
+                  else workload(src_dsn, changes, args.tx_rows))
         generate_s = time.monotonic() - t0
 
         fetched, fetch_s = raw_fetch(src_dsn, "ours", "pub_all")
@@ -261,7 +291,8 @@ def main() -> int:
             builder = builder.config("spark.eventLog.enabled", "true").config("spark.eventLog.dir", args.event_log)
         spark = builder.getOrCreate()
         spark_start_s = time.monotonic() - t0
-        config = ApplyConfig(slot="ours", staging_root=staging, tables={f"public.{table}": TableApplyConfig()})
+        table_config = TableApplyConfig(row_filter=FILTER) if filtered else TableApplyConfig()
+        config = ApplyConfig(slot="ours", staging_root=staging, tables={f"public.{table}": table_config})
         t0 = time.monotonic()
         reports = apply_slot(spark, config, ours)
         apply_s = time.monotonic() - t0

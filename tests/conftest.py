@@ -59,6 +59,7 @@ SLOW_MODULES = (
     "tests/system/test_staging_connection.py",
     "tests/integration/test_foreign_keys_replica.py",
     "tests/integration/test_copy_fetch_psycopg2_source.py",
+    "tests/unit/apply/test_transform_paths.py",
 )
 
 

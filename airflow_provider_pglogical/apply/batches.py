@@ -106,6 +106,12 @@ def has_value_notes(batch: Batch, table: str) -> bool:
     return batch.reader.has_value_notes(batch.ref, batch.table_files.get(table, ()))
 
 
+def has_unchanged_toast(batch: Batch, table: str) -> bool:
+    """Whether any staged change of ``table`` in ``batch`` lists an unchanged-TOAST column (else the Spark plan
+    leaves out the TOAST refill from old images)."""
+    return batch.reader.has_unchanged_toast(batch.ref, batch.table_files.get(table, ()))
+
+
 def keys_never_repeat(batch: Batch, table: str, key: Sequence[str], *, full_identity: bool = False) -> bool:
     """Whether no value of ``key`` occurs in two staged changes of ``table`` in ``batch`` (then compaction has
     nothing to net, and ``transforms.single_event_net`` gives its result without a shuffle); read driver-side

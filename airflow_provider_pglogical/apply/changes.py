@@ -23,6 +23,7 @@ from airflow_provider_pglogical.apply.batches import (
     META,
     NOTES_COLUMNS,
     Batch,
+    has_unchanged_toast,
     has_value_notes,
     image_type,
     keys_never_repeat,
@@ -43,6 +44,7 @@ from airflow_provider_pglogical.apply.transforms import (
     compact,
     filter_actions,
     first_update_or_delete,
+    no_unchanged_toast,
     project_columns,
     resolve_toast_from_old,
     single_event_net,
@@ -56,24 +58,31 @@ from airflow_provider_pglogical.staging.reader import RelationInfo
 
 
 def published_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, shape: planning.TableShape,
-                      notes: bool = True) -> DataFrame:
+                      notes: bool = True, toast: bool = True) -> DataFrame:
     """Staged changes of one table as the publication sends them: actions, TOAST refill, row filter, column list.
 
-    ``notes=False`` (the batch has no exactness notes for this table) leaves out carrying them.
+    ``notes=False`` (the batch has no exactness notes for this table) leaves out carrying them;
+    ``toast=False`` (no staged image lists an unchanged-TOAST column) the TOAST refill, which then
+    changes nothing. A column list of every column in image order projects nothing either. Both
+    steps rebuild the images as structs that every later step's expression would repeat.
     """
     all_columns = image_type(df, "new").fieldNames()
     df = df.transform(filter_actions(cfg.actions))
     if notes:
         df = df.transform(inherit_toast_notes)
-    df = (df.transform(resolve_toast_from_old(all_columns, rel.identity_columns))
-          .transform(apply_row_filter(cfg.row_filter, all_columns)))
+    if toast:
+        df = df.transform(resolve_toast_from_old(all_columns, rel.identity_columns))
+    else:
+        df = df.transform(no_unchanged_toast)
+    df = df.transform(apply_row_filter(cfg.row_filter, all_columns))
     if notes:
         df = df.transform(fold_notes)  # after the filter, which needs the typed values
-    return df.transform(project_columns(shape.columns))
+    return df if list(shape.columns) == all_columns else df.transform(project_columns(shape.columns))
 
 
 def net_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, shape: planning.TableShape,
-                truncated_at: tuple[int, int] | None, notes: bool = True, unique_keys: bool = False) -> DataFrame:
+                truncated_at: tuple[int, int] | None, notes: bool = True, unique_keys: bool = False,
+                toast: bool = True) -> DataFrame:
     """Staged changes of one table → one net change per key (the whole pure pipeline).
 
     ``unique_keys``: no key occurs in two staged changes (``keys_never_repeat``), so every event is
@@ -81,20 +90,20 @@ def net_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, shape: 
     """
     net = single_event_net if unique_keys else compact
     if not shape.key:  # keyless (insert-only): every INSERT is its own row
-        return published_changes(df, rel, cfg, shape, notes).transform(to_appends(shape.columns)) \
+        return published_changes(df, rel, cfg, shape, notes, toast).transform(to_appends(shape.columns)) \
             .transform(void_before(truncated_at))
-    return (published_changes(df, rel, cfg, shape, notes)
+    return (published_changes(df, rel, cfg, shape, notes, toast)
             .transform(to_key_events(shape.key, shape.columns))
             .transform(void_before(truncated_at))
             .transform(net(shape.key, shape.columns)))
 
 
 def ordered_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, shape: planning.TableShape,
-                    truncated_at: tuple[int, int] | None, notes: bool = True) -> DataFrame:
+                    truncated_at: tuple[int, int] | None, notes: bool = True, toast: bool = True) -> DataFrame:
     """Staged changes of one table → every change after the last truncate, un-netted, for the ordered replay."""
     if not shape.key:
-        return net_changes(df, rel, cfg, shape, truncated_at, notes)
-    return (published_changes(df, rel, cfg, shape, notes)
+        return net_changes(df, rel, cfg, shape, truncated_at, notes, toast=toast)
+    return (published_changes(df, rel, cfg, shape, notes, toast)
             .transform(to_ordered_changes(shape.key, shape.columns))
             .transform(void_before(truncated_at)))
 
@@ -122,6 +131,10 @@ class SparkBatchChanges:
         from_key = [F.col(FROM).getField(k).alias(from_column(i)) for i, k in enumerate(table.key)]
         return changes, notes, from_key
 
+    def _toast(self, table: PlannedTable) -> bool:
+        """Whether the table's staged changes list unchanged-TOAST columns (else no TOAST refill is planned)."""
+        return has_unchanged_toast(self.batch, table.source)
+
     def net(self, table: PlannedTable) -> DataFrame:
         """Net changes; first, an UPDATE/DELETE the table cannot apply stops the batch (``check_updates_deletes``).
         The ordered replay follows only a set-based attempt, so ``ordered`` needs no check of its own.
@@ -135,7 +148,7 @@ class SparkBatchChanges:
                 shape = planning.TableShape(part.source, part.target, part.key, part.columns, part.update_delete_problem)
                 if shape.update_delete_problem:
                     check_updates_deletes(changes, part.relation, part.config, shape, self.batch)
-                published = published_changes(changes, part.relation, part.config, shape, notes)
+                published = published_changes(changes, part.relation, part.config, shape, notes, self._toast(part))
                 events.append(published.transform(to_appends(part.columns) if not part.key
                                                   else to_key_events(part.key, part.columns))
                               .transform(void_before(part.truncated_at)))
@@ -151,7 +164,8 @@ class SparkBatchChanges:
         # Decided here, not in a target: every target's net frame skips compaction's shuffle then.
         unique = bool(table.key) and keys_never_repeat(self.batch, table.source, table.key,
                                                        full_identity=table.relation.replica_identity == "f")
-        return (net_changes(changes, table.relation, table.config, shape, table.truncated_at, notes, unique)
+        return (net_changes(changes, table.relation, table.config, shape, table.truncated_at, notes, unique,
+                            self._toast(table))
                 .select(KIND, KEEP, LSN, *from_key, TOUCHED, *table.columns))
 
     def direct_net(self, table: PlannedTable) -> DirectNet | None:
@@ -165,7 +179,7 @@ class SparkBatchChanges:
                           [self.published(part) for part in table.parts])
         changes, notes, _ = self._staged(table)
         shape = planning.TableShape(table.source, table.target, table.key, table.columns)
-        return published_changes(changes, table.relation, table.config, shape, notes)
+        return published_changes(changes, table.relation, table.config, shape, notes, self._toast(table))
 
     def ordered(self, table: PlannedTable) -> DataFrame:
         if table.parts:  # routed leaves: every part's changes, unioned by column name (merged by position later)
@@ -176,7 +190,8 @@ class SparkBatchChanges:
                                 *table.columns)
         changes, notes, from_key = self._staged(table)
         shape = planning.TableShape(table.source, table.target, table.key, table.columns)
-        return (ordered_changes(changes, table.relation, table.config, shape, table.truncated_at, notes)
+        return (ordered_changes(changes, table.relation, table.config, shape, table.truncated_at, notes,
+                                self._toast(table))
                 .select(KIND, KEEP, LSN, F.col(SEQ).getField("c").alias(COMMIT),
                         F.col(SEQ).getField("o").alias(ORDER), *from_key, *table.columns))
 

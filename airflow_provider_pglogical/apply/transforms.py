@@ -65,6 +65,13 @@ def resolve_toast_from_old(columns: Sequence[str], identity: Sequence[str]) -> S
     return step
 
 
+def no_unchanged_toast(df: DataFrame) -> DataFrame:
+    """Step: ``resolve_toast_from_old`` for changes of which none lists an unchanged-TOAST column: there is nothing
+    to fill, so the images stay as they are (no struct rebuilt) and only the list is made non-null, as it does."""
+    toast = META + "new_unchanged_toast"
+    return df.withColumn(toast, F.coalesce(F.col(toast), F.array().cast("array<string>")))
+
+
 def project_columns(columns: Sequence[str]) -> Step:
     """Step: a publication column list — images keep only the listed columns (after filtering)."""
 

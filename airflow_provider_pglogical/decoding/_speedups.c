@@ -500,10 +500,11 @@ split_copy(PyObject *self, PyObject *args)
 
 /* ---- the assembler's per-row path for plain DML (relations.unsplit_row_change in C) ----------
  * A plain DML message carries one tuple running to its end: 'I'/'U' + relid + 'N', or 'D' + relid
- * + 'K'/'O'. Its RowChange holds a WireTuple (the unsplit tuple) built here without running
- * WireTuple.__init__: its four slots are set through their member offsets. */
+ * + 'K'/'O'; or an Update's two: 'U' + relid + 'K'/'O' + old tuple + 'N' + new tuple. Its RowChange
+ * holds WireTuples (unsplit tuples) built here without running WireTuple.__init__: their five slots
+ * are set through their member offsets. */
 static PyTypeObject *WireTupleType = NULL, *RowChangeType = NULL;
-static Py_ssize_t off_decoded, off_lsn, off_message, off_offset;
+static Py_ssize_t off_decoded, off_end, off_lsn, off_message, off_offset;
 static PyObject *OP_I = NULL, *OP_U = NULL, *OP_D = NULL;
 
 static int
@@ -533,7 +534,8 @@ init_types(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_TypeError, "RowChange must be a tuple subclass");
         return NULL;
     }
-    if (slot_offset(w, "_decoded", &off_decoded) < 0 || slot_offset(w, "lsn", &off_lsn) < 0 ||
+    if (slot_offset(w, "_decoded", &off_decoded) < 0 || slot_offset(w, "end", &off_end) < 0 ||
+        slot_offset(w, "lsn", &off_lsn) < 0 ||
         slot_offset(w, "message", &off_message) < 0 || slot_offset(w, "offset", &off_offset) < 0)
         return NULL;
     Py_INCREF(w); Py_XSETREF(WireTupleType, w);
@@ -546,29 +548,63 @@ init_types(PyObject *self, PyObject *args)
 
 #define SET_SLOT(obj, off, value) (*(PyObject **)((char *)(obj) + (off)) = (value))
 
+/* A WireTuple of data[offset:end]; end 0: to the message's end (slot None). */
 static PyObject *
-new_wiretuple(PyObject *data, Py_ssize_t offset, PyObject *lsn)
+new_wiretuple(PyObject *data, Py_ssize_t offset, PyObject *lsn, Py_ssize_t end)
 {
     PyObject *w = WireTupleType->tp_alloc(WireTupleType, 0);
     if (w == NULL)
         return NULL;
     PyObject *off = PyLong_FromSsize_t(offset);
-    if (off == NULL) {
+    PyObject *e = end ? PyLong_FromSsize_t(end) : (Py_INCREF(Py_None), Py_None);
+    if (off == NULL || e == NULL) {
+        Py_XDECREF(off);
+        Py_XDECREF(e);
         Py_DECREF(w);
         return NULL;
     }
     Py_INCREF(Py_None); SET_SLOT(w, off_decoded, Py_None);
+    SET_SLOT(w, off_end, e);
     Py_INCREF(lsn); SET_SLOT(w, off_lsn, lsn);
     Py_INCREF(data); SET_SLOT(w, off_message, data);
     SET_SLOT(w, off_offset, off);
     return w;
 }
 
-/* Kind of a message as plain DML starting its relid at `base`: 'I'/'U' (new tuple), 'D' with 'K'/'O',
- * or 0 when it is anything else. */
-static inline int
-plain_kind(const unsigned char *p, Py_ssize_t n, Py_ssize_t base, int *key_only)
+/* Where the TupleData at p[pos] ends, or 0 when it does not frame (wiretuple.tuple_end). */
+static Py_ssize_t
+tuple_end(const unsigned char *p, Py_ssize_t n, Py_ssize_t pos)
 {
+    if (pos + 2 > n)
+        return 0;
+    unsigned int ncols = be16(p + pos);
+    pos += 2;
+    for (unsigned int i = 0; i < ncols; i++) {
+        if (pos >= n)
+            return 0;
+        unsigned char k = p[pos++];
+        if (k == 'b' || k == 't') {
+            if (pos + 4 > n)
+                return 0;
+            int32_t len = (int32_t)be32(p + pos);
+            pos += 4;
+            if (len < 0 || len > n - pos)
+                return 0;
+            pos += len;
+        } else if (k != 'n' && k != 'u') {
+            return 0;
+        }
+    }
+    return pos;
+}
+
+/* Kind of a message as plain DML starting its relid at `base` (relations._row_shape): 'I'/'U' (new
+ * tuple), 'D' with 'K'/'O', 'U' with 'K'/'O' whose old tuple frames and is followed by 'N' + a new one
+ * (*old_end: where the old tuple ends; else 0), or 0 when it is anything else. */
+static inline int
+plain_kind(const unsigned char *p, Py_ssize_t n, Py_ssize_t base, int *key_only, Py_ssize_t *old_end)
+{
+    *old_end = 0;
     if (n <= base + 5)
         return 0;
     unsigned char t = p[0], tag = p[base + 4];
@@ -576,9 +612,17 @@ plain_kind(const unsigned char *p, Py_ssize_t n, Py_ssize_t base, int *key_only)
         *key_only = 0;
         return t;
     }
-    if (t == 'D' && (tag == 'K' || tag == 'O')) {
+    if (tag == 'K' || tag == 'O') {
         *key_only = tag == 'K';
-        return t;
+        if (t == 'D')
+            return t;
+        if (t == 'U') {
+            Py_ssize_t end = tuple_end(p, n, base + 5);
+            if (end && end + 1 < n && p[end] == 'N') {
+                *old_end = end;
+                return t;
+            }
+        }
     }
     return 0;
 }
@@ -602,7 +646,8 @@ plain_change(PyObject *data, PyObject *lsn, PyObject *relations, Py_ssize_t base
 {
     const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
     int key_only;
-    int t = plain_kind(p, PyBytes_GET_SIZE(data), base, &key_only);
+    Py_ssize_t old_end;
+    int t = plain_kind(p, PyBytes_GET_SIZE(data), base, &key_only, &old_end);
     if (t == 0)
         Py_RETURN_NONE;
     PyObject *rel = relation_of(relations, p, base);
@@ -611,19 +656,31 @@ plain_change(PyObject *data, PyObject *lsn, PyObject *relations, Py_ssize_t base
             return NULL;
         Py_RETURN_NONE;
     }
-    PyObject *image = new_wiretuple(data, base + 5, lsn);
+    PyObject *image = new_wiretuple(data, base + 5, lsn, old_end);
     if (image == NULL)
         return NULL;
+    PyObject *second = NULL;  /* an Update's new tuple after its old one */
+    if (old_end) {
+        second = new_wiretuple(data, old_end + 1, lsn, 0);
+        if (second == NULL) {
+            Py_DECREF(image);
+            return NULL;
+        }
+    }
     PyObject *rc = RowChangeType->tp_alloc(RowChangeType, 6);
     if (rc == NULL) {
         Py_DECREF(image);
+        Py_XDECREF(second);
         return NULL;
     }
     PyObject *op = t == 'I' ? OP_I : t == 'U' ? OP_U : OP_D;
     Py_INCREF(op); PyTuple_SET_ITEM(rc, 0, op);
     Py_INCREF(rel); PyTuple_SET_ITEM(rc, 1, rel);
     Py_INCREF(lsn); PyTuple_SET_ITEM(rc, 2, lsn);
-    if (t == 'D') {
+    if (second != NULL) {
+        PyTuple_SET_ITEM(rc, 3, image);
+        PyTuple_SET_ITEM(rc, 4, second);
+    } else if (t == 'D') {
         PyTuple_SET_ITEM(rc, 3, image);
         Py_INCREF(Py_None); PyTuple_SET_ITEM(rc, 4, Py_None);
     } else {
@@ -714,7 +771,8 @@ spill_plain(PyObject *self, PyObject *args)
         const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
         Py_ssize_t len = PyBytes_GET_SIZE(data);
         int key_only;
-        if (plain_kind(p, len, 1, &key_only) == 0 || len > 0xFFFFFFFFLL)
+        Py_ssize_t old_end;
+        if (plain_kind(p, len, 1, &key_only, &old_end) == 0 || len > 0xFFFFFFFFLL)
             break;
         PyObject *rel = relation_of(relations, p, 1);
         if (rel == NULL) {
@@ -822,8 +880,9 @@ fail:
 }
 
 /* One side (old or new) of rowchange_columns: the present images' messages joined (+ pad zero
- * bytes), per present image its tuple start and message end in the joined bytes, and the mask of
- * absent images. Returns NULL with no exception when an image is not a WireTuple (or not bytes). */
+ * bytes), per present image its tuple start and end (its `end` slot, or its message's end) in the
+ * joined bytes, and the mask of absent images. Returns NULL with no exception when an image is not a
+ * WireTuple (or not bytes). */
 static PyObject *
 image_side(PyObject *changes, Py_ssize_t n, int which, Py_ssize_t pad)
 {
@@ -858,18 +917,28 @@ image_side(PyObject *changes, Py_ssize_t n, int which, Py_ssize_t pad)
         a[i] = 0;
         PyObject *msg = *(PyObject **)((char *)img + off_message);
         PyObject *offset = *(PyObject **)((char *)img + off_offset);
+        PyObject *stop = *(PyObject **)((char *)img + off_end);
         Py_ssize_t off = offset ? PyLong_AsSsize_t(offset) : -1;
         if (off == -1 && PyErr_Occurred())
             goto fail;
-        Py_ssize_t len = PyBytes_GET_SIZE(msg);
+        Py_ssize_t len = PyBytes_GET_SIZE(msg), tend = len;
+        if (stop != NULL && stop != Py_None) {
+            tend = PyLong_AsSsize_t(stop);
+            if (tend == -1 && PyErr_Occurred())
+                goto fail;
+            if (tend < off || tend > len)
+                goto not_plain;  /* an end outside its message: the Python path judges it */
+        }
         memcpy(j + at, PyBytes_AS_STRING(msg), len);
         st[k] = at + off;
-        en[k] = at + len;
+        en[k] = at + tend;
         at += len;
         k++;
     }
     memset(j + at, 0, pad);
     return Py_BuildValue("(NNNN)", absent, joined, starts, ends);
+not_plain:
+    PyErr_Clear();
 fail:
     Py_XDECREF(absent);
     Py_XDECREF(joined);

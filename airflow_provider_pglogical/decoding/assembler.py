@@ -242,7 +242,7 @@ class ChangeAssembler:
         t = data[0]
         tx = self._tx
         if tx is not None and tx.spill is None and (t == 73 or t == 85 or t == 68):
-            # DML with two tuples (key change, REPLICA IDENTITY FULL update) or malformed framing
+            # DML that does not frame as ``unsplit_row_change`` expects: parsed eagerly for the precise error
             _, relid, old, key_only, new = parse_row(data, lsn, False)
             rel = self._get_relation(relid)
             if rel is None:

@@ -18,7 +18,7 @@ from airflow_provider_pglogical.decoding.model import (
     TypeInfo,
 )
 from airflow_provider_pglogical.decoding.reader import UINT32
-from airflow_provider_pglogical.decoding.wiretuple import WireTuple
+from airflow_provider_pglogical.decoding.wiretuple import WireTuple, tuple_end
 from airflow_provider_pglogical.exceptions import DecodeError, UnknownRelationError
 
 # pgoutput sends "" for objects in pg_catalog (proto.c logicalrep_write_namespace).
@@ -139,39 +139,59 @@ ROW_OPS = {73: "I", 85: "U", 68: "D"}  # message type byte → RowChange.op
 _u32 = UINT32.unpack_from
 
 
-def unsplit_row_change(data: bytes, lsn: int, relation: Callable[[int], RelationSchema | None],
-                       base: int = 1) -> RowChange | None:
-    """The RowChange of a DML message carrying one tuple, left unsplit (``WireTuple``); else None.
+def _row_shape(data: bytes, base: int) -> tuple[int, int, int] | None:
+    """(message type, tuple tag, end of the old tuple or 0) of a DML message whose tuples stay unsplit; else None.
 
-    One tuple: 'I'/'U' + relid + 'N', or 'D' + relid + 'K'/'O' — the tuple then runs to the
-    end of the message. ``base`` is where the relid starts (1, or 5 after a streamed [xid]).
-    Updates with an old image, and anything malformed, return None for the eager path.
+    'I'/'U' + relid + 'N' (one new tuple), 'D' + relid + 'K'/'O' (one old tuple), each running to the end; or
+    'U' + relid + 'K'/'O' + old tuple + 'N' + new tuple, when the old tuple frames (``tuple_end``) and a new
+    one follows. Anything else (malformed included) is None: the eager path raises the precise error.
     """
     if len(data) <= base + 5:
         return None
     t, tag = data[0], data[base + 4]
     if tag == 78 and (t == 73 or t == 85):  # 'N' right after the relid: no old image
-        old, new, key_only = None, WireTuple(data, base + 5, lsn), False
-    elif t == 68 and (tag == 75 or tag == 79):  # Delete: 'K' key or 'O' full old row
-        old, new, key_only = WireTuple(data, base + 5, lsn), None, tag == 75
-    else:
+        return t, tag, 0
+    if tag == 75 or tag == 79:  # 'K' key image, 'O' full old row
+        if t == 68:
+            return t, tag, 0
+        if t == 85:
+            end = tuple_end(data, base + 5)
+            if end is not None and end + 1 < len(data) and data[end] == 78:
+                return t, tag, end
+    return None
+
+
+def unsplit_row_change(data: bytes, lsn: int, relation: Callable[[int], RelationSchema | None],
+                       base: int = 1) -> RowChange | None:
+    """The RowChange of a DML message with its tuples left unsplit (``WireTuple``); else None.
+
+    The shapes of ``_row_shape``; ``base`` is where the relid starts (1, or 5 after a streamed [xid]).
+    Anything malformed returns None for the eager path.
+    """
+    shape = _row_shape(data, base)
+    if shape is None:
         return None
+    t, tag, old_end = shape
+    if old_end:  # Update with an old image: old tuple up to the 'N' tag, the new one after it
+        old, new = WireTuple(data, base + 5, lsn, old_end), WireTuple(data, old_end + 1, lsn)
+    elif t == 68:
+        old, new = WireTuple(data, base + 5, lsn), None
+    else:
+        old, new = None, WireTuple(data, base + 5, lsn)
     rel = relation(_u32(data, base)[0])
     if rel is None:
         raise unknown_relation(_u32(data, base)[0], lsn, chr(t))
-    return _tuple_new(RowChange, (ROW_OPS[t], rel, lsn, old, new, key_only))
+    return _tuple_new(RowChange, (ROW_OPS[t], rel, lsn, old, new, tag == 75))
 
 
 def is_unsplit_row(data: bytes, lsn: int, relation: Callable[[int], RelationSchema | None]) -> bool:
     """Whether ``unsplit_row_change(data, lsn, relation)`` would return a change (same checks, same error for an
     unknown relation) — without building it: a spilling transaction only needs to know, per row."""
-    if len(data) <= 6:
-        return False
-    t, tag = data[0], data[5]
-    if not ((tag == 78 and (t == 73 or t == 85)) or (t == 68 and (tag == 75 or tag == 79))):
+    shape = _row_shape(data, 1)
+    if shape is None:
         return False
     if relation(_u32(data, 1)[0]) is None:
-        raise unknown_relation(_u32(data, 1)[0], lsn, chr(t))
+        raise unknown_relation(_u32(data, 1)[0], lsn, chr(shape[0]))
     return True
 
 

@@ -222,6 +222,21 @@ class StagingReader:
                     return True
         return False
 
+    def has_unchanged_toast(self, batch: BatchRef, files: Sequence[str]) -> bool:
+        """Whether any staged change in ``files`` (a table's files of ``batch``) lists an unchanged-TOAST column.
+
+        Read from that list column only: a table-batch without one needs no TOAST refill from old images.
+        """
+        import pyarrow.compute as pc  # only the apply asks
+
+        for rel in files:
+            with naming_file(batch.label, rel):
+                column = pq.read_table(f"{batch.path}/{rel}", filesystem=self.layout.fs,
+                                       columns=["new_unchanged_toast"]).column(0)
+                if len(column) and (pc.max(pc.list_value_length(column)).as_py() or 0) > 0:
+                    return True
+        return False
+
     def keys_never_repeat(self, batch: BatchRef, files: Sequence[str], key: Sequence[str], *,
                           full_identity: bool = False) -> bool:
         """Whether no value of ``key`` occurs in two staged changes in ``files`` (a table's files of ``batch``).

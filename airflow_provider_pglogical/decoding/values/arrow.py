@@ -22,7 +22,7 @@ from airflow_provider_pglogical.decoding.values.vector import KIND_UNCHANGED, Co
 from airflow_provider_pglogical.decoding.wiretuple import WireTuple, encode_tuple
 from airflow_provider_pglogical.exceptions import DecodeError
 
-_MESSAGE, _OFFSET, _LSN = attrgetter("message"), attrgetter("offset"), attrgetter("lsn")
+_MESSAGE, _OFFSET, _LSN, _END = attrgetter("message"), attrgetter("offset"), attrgetter("lsn"), attrgetter("end")
 NOTES_TYPE = pa.map_(pa.string(), pa.string())
 
 
@@ -68,11 +68,13 @@ class RowImageConverter:
             messages = list(map(_MESSAGE, present))
             offsets = list(map(_OFFSET, present))
             lsns = list(map(_LSN, present))
+            ends: list[int | None] = list(map(_END, present))
         else:
             messages = [img.message if isinstance(img, WireTuple) else self._encode(img) for img in present]
             offsets = [img.offset if isinstance(img, WireTuple) else 0 for img in present]
             lsns = [img.lsn if isinstance(img, WireTuple) else None for img in present]
-        framed = frame_images(messages, offsets, len(self.names), lsns)
+            ends = [img.end if isinstance(img, WireTuple) else None for img in present]
+        framed = frame_images(messages, offsets, len(self.names), lsns, ends)
         return (framed if len(present) == n else framed.expand(~absent)), absent
 
     def _check_width(self, image: RowImage) -> None:
@@ -101,7 +103,7 @@ class RowImageConverter:
                        images: Callable[[], Sequence[RowImage | None]]) -> ConvertedImages:
         """``convert`` of wire images handed over already joined (``_speedups.rowchange_columns``):
         ``side`` = (absent mask bytes, the present images' messages joined + ``PAD`` zero bytes,
-        native int64 tuple starts, message ends). ``images()`` gives the images themselves, only
+        native int64 tuple starts, tuple ends). ``images()`` gives the images themselves, only
         needed when a row does not frame: ``convert`` then raises the precise error."""
         absent_bytes, data, starts, ends = side
         absent = np.frombuffer(absent_bytes, dtype=bool)

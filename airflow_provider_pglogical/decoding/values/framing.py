@@ -44,23 +44,29 @@ class FramedImages:
 
 
 def frame_images(messages: Sequence[bytes], offsets: Sequence[int], ncols: int,
-                 lsns: Sequence[int | None]) -> FramedImages:
-    """Frame ``messages[i][offsets[i]:]`` (each one whole TupleData of ``ncols`` columns) in one pass.
+                 lsns: Sequence[int | None], tuple_ends: Sequence[int | None] | None = None) -> FramedImages:
+    """Frame ``messages[i][offsets[i]:tuple_ends[i]]`` (each one whole TupleData of ``ncols`` columns) in one pass.
 
-    Per column, over all rows at once: read the kind byte, read the Int32 length where the kind
-    carries a value, advance. Validation is deferred to three checks at the end: every kind is
-    one of 'btnu', no length is negative, and every row ends exactly at its message's end (a
-    row that ran short or long cannot end there, as positions only move forward). A row that
+    ``tuple_ends[i]`` None (or no ``tuple_ends``): the tuple runs to its message's end; an Update's old
+    tuple ends where its new one starts. Per column, over all rows at once: read the kind byte, read
+    the Int32 length where the kind carries a value, advance. Validation is deferred to three checks
+    at the end: every kind is one of 'btnu', no length is negative, and every row ends exactly at its
+    end (a row that ran short or long cannot end there, as positions only move forward). A row that
     fails is re-read with ``read_tuple`` to raise the precise ``DecodeError`` with its LSN and
     byte offset.
     """
     n = len(messages)
     sizes = np.fromiter(map(len, messages), dtype=np.int64, count=n)
     ends = np.cumsum(sizes)
+    starts = ends - sizes
+    if tuple_ends is not None and any(e is not None for e in tuple_ends):
+        ends = starts + np.fromiter((s if e is None else e for s, e in zip(sizes.tolist(), tuple_ends, strict=True)),
+                                    dtype=np.int64, count=n)
     data = b"".join(messages) + bytes(PAD)
-    framed, bad = _frame(data, ends - sizes + np.asarray(offsets, dtype=np.int64), ends, ncols)
+    framed, bad = _frame(data, starts + np.asarray(offsets, dtype=np.int64), ends, ncols)
     if bad.any():
-        _raise_first(messages, offsets, ncols, lsns, int(np.flatnonzero(bad)[0]))
+        i = int(np.flatnonzero(bad)[0])
+        _raise_first(messages[i], offsets[i], ncols, lsns[i], None if tuple_ends is None else tuple_ends[i])
     return framed
 
 
@@ -97,11 +103,9 @@ def _frame(data: bytes, starts: np.ndarray, ends: np.ndarray, ncols: int) -> tup
     return FramedImages(data, buf, kinds, value_starts, lengths), bad
 
 
-def _raise_first(messages: Sequence[bytes], offsets: Sequence[int], ncols: int, lsns: Sequence[int | None],
-                 i: int) -> None:
-    message, lsn = messages[i], lsns[i]
-    tup = decode_to_end(message, offsets[i], lsn)  # raises for every framing error
+def _raise_first(message: bytes, offset: int, ncols: int, lsn: int | None, end: int | None) -> None:
+    tup = decode_to_end(message, offset, lsn, end)  # raises for every framing error
     if len(tup.kinds) != ncols:
         raise DecodeError(f"row image has {len(tup.kinds)} columns, the relation has {ncols}", lsn=lsn,
-                          offset=offsets[i], message_type=chr(message[0]) if message else None)
-    raise DecodeError("tuple does not frame", lsn=lsn, offset=offsets[i])  # unreachable if both agree
+                          offset=offset, message_type=chr(message[0]) if message else None)
+    raise DecodeError("tuple does not frame", lsn=lsn, offset=offset)  # unreachable if both agree

@@ -141,8 +141,32 @@ def test_assembler_keeps_plain_dml_tuples_unsplit_and_they_decode_on_access():
         (tx,) = [e for e in asm.feed_rows((i + 10, 7, d) for i, d in enumerate(rows)) if isinstance(e, Transaction)]
     ins, upd, dele, full = tx.changes
     assert type(ins.new) is WireTuple and type(upd.new) is WireTuple and type(dele.old) is WireTuple
-    assert type(full.old) is TupleData  # two tuples in one message are split right away
+    # An update's two tuples too: the old one ends where the new one's 'N' tag starts.
+    assert type(full.old) is WireTuple and type(full.new) is WireTuple and not full.old_key_only
+    assert full.old == full.new == TupleData("bt", (struct.pack("!q", 1), b"x"))
     assert ins.new == TupleData("bt", (struct.pack("!q", 1), b"x")) and dele.old_key_only
+
+
+def test_an_update_with_an_old_image_is_framed_with_both_tuples_and_fails_precisely_when_damaged():
+    """Old and new images of REPLICA IDENTITY FULL / key-change updates frame a row group at a time (old ones
+    end mid-message); a damaged old tuple still fails when the message is read, naming its LSN."""
+    rel = w.relation(1, "t", [("id", 20, -1, 1), ("v", 25, -1, 0)])
+    rows = [w.tup(("b", struct.pack("!q", i)), ("t", b"v" * i) if i % 3 else ("n",)) for i in range(6)]
+    updates = [w.update(1, rows[i], rows[i - 1], "O" if i % 2 else "K") for i in range(1, 6)]
+    with ChangeAssembler() as asm:
+        (tx,) = [e for e in asm.feed_rows((i + 10, 7, d) for i, d in enumerate([w.begin(90, 7), rel, *updates,
+                                                                                   w.commit(90, 100)]))
+                 if isinstance(e, Transaction)]
+    conv = RowImageConverter(tx.changes[0].relation)
+    old = conv.convert([c.old for c in tx.changes]).array.to_pylist()
+    new = conv.convert([c.new for c in tx.changes]).array.to_pylist()
+    assert [r["id"] for r in old] == [0, 1, 2, 3, 4] and [r["id"] for r in new] == [1, 2, 3, 4, 5]
+    assert [r["v"] for r in new] == ["v", "vv", None, "vvvv", "vvvvv"]
+    assert [c.old_key_only for c in tx.changes] == [False, True, False, True, False]
+    broken = w.update(1, rows[1], rows[0][:-3], "O")  # the old tuple runs short: no 'N' where it ends
+    with ChangeAssembler() as asm, pytest.raises(DecodeError) as info:
+        list(asm.feed_rows((i + 10, 7, d) for i, d in enumerate([w.begin(90, 7), rel, broken, w.commit(90, 100)])))
+    assert info.value.lsn == 12
 
 
 def test_a_malformed_insert_inside_a_transaction_fails_when_its_values_are_read():
@@ -173,3 +197,37 @@ def test_memoryviews_whose_items_are_bytes_take_the_fast_path_too():
         (tx,) = asm.feed_rows((i, 7, memoryview(d).cast("c")) for i, d in enumerate(rows))
     (change,) = tx.changes
     assert type(change.new) is WireTuple and change.new.values == (struct.pack("!q", 5),)
+
+
+_column = st.sampled_from([("b", struct.pack("!q", 7)), ("t", b"abc"), ("n",), ("u",), ("t", b"")])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_column, max_size=4), st.lists(_column, max_size=4), st.sampled_from("KO"),
+       st.integers(-1, 40), st.integers(0, 255))
+def test_an_unsplit_update_with_an_old_image_equals_the_eager_parse(old, new, tag, damage_at, byte):
+    """``unsplit_row_change`` of an update with two tuples (each framed later, a row group at a time) gives the
+    images ``parse_row`` splits eagerly (the reference), or None where the eager parse is the one to judge."""
+    from airflow_provider_pglogical.decoding.messages import parse_row
+    from airflow_provider_pglogical.decoding.relations import unsplit_row_change
+
+    data = bytearray(w.update(1, w.tup(*new), w.tup(*old), tag))
+    if 0 <= damage_at < len(data):
+        data[damage_at] = byte
+    message = bytes(data)
+    try:
+        _, _, eager_old, key_only, eager_new = parse_row(message, 5, False)
+    except DecodeError:
+        eager_old = None
+    change = unsplit_row_change(message, 5, lambda relid: REL)
+    if change is None:
+        return
+    if message[0] != ord("U") or message[5] not in b"KO":  # damage made it another shape (plain tests cover)
+        return
+    assert type(change.old) is WireTuple and type(change.new) is WireTuple
+    if eager_old is None:  # the eager parse fails: then so does framing the unsplit images
+        with pytest.raises(DecodeError):
+            change.old.decode()
+            change.new.decode()
+        return
+    assert (change.old.decode(), change.new.decode(), change.old_key_only) == (eager_old, eager_new, key_only)

@@ -102,11 +102,18 @@ def plain_dml(draw) -> bytes:
     image = w.tup(*values)
     if draw(st.integers(0, 60)) == 0:  # a damaged tuple: both paths must fail (or not) alike, later
         image = image[:-1] if image else b"\x00"
-    kind = draw(st.sampled_from(["I", "U", "D"]))
+    kind = draw(st.sampled_from(["I", "U", "D", "UO"]))
     if kind == "I":
         return w.insert(relid, image)
     if kind == "U":
         return w.update(relid, image)
+    if kind == "UO":  # an update with an old image (REPLICA IDENTITY FULL 'O', key change 'K'): two tuples
+        old = w.tup(*(draw(st.sampled_from([w.int4(draw(st.integers(-5, 5))), ("n", None), ("u", None),
+                                              ("t", draw(st.binary(max_size=6)))]))
+                      for _ in range(draw(st.integers(0, 3)))))
+        if draw(st.integers(0, 30)) == 0:  # a damaged old tuple, cut short or run long
+            old = old[:-1] if draw(st.booleans()) and old else old + b"t"
+        return w.update(relid, image, old, draw(st.sampled_from(["K", "O"])))
     return w.delete(relid, image, draw(st.sampled_from(["K", "O"])))
 
 
@@ -135,7 +142,7 @@ def sessions(draw) -> list[bytes]:
 
 def image_key(image: Any) -> Any:
     if isinstance(image, WireTuple):
-        return ("wire", image.message, image.offset, image.lsn)
+        return ("wire", image.message, image.offset, image.lsn, image.end)
     if isinstance(image, TupleData):
         return ("tuple", image.kinds, image.values)
     return image
