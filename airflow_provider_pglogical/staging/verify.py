@@ -120,9 +120,9 @@ def verify_files(fs: pafs.FileSystem, directory: str, label: str, records: Mappi
                               f"{format_lsn(record.max_commit_lsn)}, outside {format_lsn(start_lsn)}-"
                               f"{format_lsn(end_lsn)}")
     seen = dict(observed or {})
-    for rel, found in sorted(seen.items()):
+    for rel, observation in sorted(seen.items()):
         if rel in records:
-            _judge(label, rel, records[rel], found)
+            _judge(label, rel, records[rel], observation)
     records = {rel: record for rel, record in records.items() if rel not in seen}
     infos = fs.get_file_info([f"{directory}/{rel}" for rel in sorted(records)])
     for (rel, record), info in zip(sorted(records.items()), infos, strict=True):
