@@ -13,7 +13,7 @@ from functools import reduce
 from typing import TYPE_CHECKING
 
 from airflow_provider_pglogical.apply import executor_reads
-from airflow_provider_pglogical.apply.staged_arrow import spark_readable
+from airflow_provider_pglogical.apply.staged_arrow import spark_readable, to_spark_arrow
 from airflow_provider_pglogical.exceptions import StagingError
 from airflow_provider_pglogical.staging.manifest import Manifest
 from airflow_provider_pglogical.staging.reader import (
@@ -26,6 +26,7 @@ from airflow_provider_pglogical.staging.reader import (
 )
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -185,28 +186,32 @@ def read_changes(spark: SparkSession, batch: Batch, table: str) -> DataFrame:
 
 def _read_file(spark: SparkSession, batch: Batch, relative: str) -> DataFrame:
     """One staged file as a Spark frame: Spark's Parquet reader where it can read the file (local staging, no
-    decimal wider than Spark's 38 digits), otherwise pyarrow on the executors with the columns converted as that
-    reader converts them (``executor_reads``, ``staged_arrow``: unsigned ints widened, wide decimals as exact
-    text, timestamps without time zone kept ``timestamp_ntz``)."""
+    decimal wider than Spark's 38 digits); staging on an object store by the executors (``executor_reads``);
+    otherwise pyarrow on the driver (a local file Spark cannot read; a staged file with a TIME column on an object
+    store, ``executor_reads.readable``). The last two convert the columns as Spark's reader does
+    (``staged_arrow``: unsigned ints widened, wide decimals as exact text, timestamps without time zone kept
+    ``timestamp_ntz``)."""
     if read_by_executors(batch):
         (found,) = _surveyed(spark, batch, [relative])
         if found.schema is None:  # verified above: an unreadable file never gets here
             raise StagingError(f"{batch.ref.label}: {relative} has no schema")
-        return executor_reads.read_files(spark, batch.uri, [(relative, found.schema, found.row_groups)])
-    schema = batch.reader.read_schema(batch.ref, relative)
-    if spark_readable(schema):
+        if executor_reads.readable(found.schema):
+            return executor_reads.read_files(spark, batch.uri, [(relative, found.schema, found.row_groups)])
+        return _from_arrow(spark, batch.reader.read_file(batch.ref, relative))
+    if spark_readable(batch.reader.read_schema(batch.ref, relative)):
         return spark.read.parquet(f"{batch.uri}/{relative}")
-    groups = batch.reader.row_groups(batch.ref, relative)
-    return executor_reads.read_files(spark, batch.uri, [(relative, schema, groups)])
+    return _from_arrow(spark, batch.reader.read_file(batch.ref, relative))
 
 
 def read_local_parquet(spark: SparkSession, uri: str, files: Sequence[str]) -> DataFrame:
-    """Staged Parquet ``files`` under ``uri`` (snapshot chunks, one schema) as one Spark frame, like ``_read_file``:
-    local files by Spark's Parquet reader, unless it cannot read them (a decimal wider than 38 digits); those, and
-    files on an object store, by the executors (``executor_reads``: on an object store their footers are read
-    there too, the driver opens none of them)."""
+    """Staged Parquet ``files`` under ``uri`` (snapshot chunks, one schema) as one Spark frame, like ``_read_file``: a
+    local file Spark's reader cannot read (a decimal wider than 38 digits) goes through the driver; files on an
+    object store are read by the executors (``executor_reads``, their footers too) when they can be
+    (``executor_reads.readable``), else handed to Spark's reader as they are."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
+    paths = [f"{uri}/{f}" for f in files]
     if not is_local(uri):
         found = executor_reads.survey(spark, uri, files)
         plans = []
@@ -215,13 +220,22 @@ def read_local_parquet(spark: SparkSession, uri: str, files: Sequence[str]) -> D
             if schema is None:
                 raise StagingError(f"snapshot file {uri}/{f} {found[f].observed.error}")
             plans.append((f, schema, found[f].row_groups))
-        return executor_reads.read_files(spark, uri, plans)
-    local = [f"{uri}/{f}".removeprefix("file://") for f in files]
-    parquets = [pq.ParquetFile(p) for p in local]
-    if all(spark_readable(p.schema_arrow) for p in parquets):
-        return spark.read.parquet(*[f"{uri}/{f}" for f in files])
-    return executor_reads.read_files(spark, uri, [(f, p.schema_arrow, p.metadata.num_row_groups)
-                                                  for f, p in zip(files, parquets, strict=True)])
+        if all(executor_reads.readable(schema) for _, schema, _ in plans):
+            return executor_reads.read_files(spark, uri, plans)
+        return spark.read.parquet(*paths)
+    local = [p.removeprefix("file://") for p in paths]
+    if all(spark_readable(pq.read_schema(p)) for p in local):
+        return spark.read.parquet(*paths)
+    return _from_arrow(spark, pa.concat_tables([pq.read_table(p) for p in local]))
+
+
+def _from_arrow(spark: SparkSession, staged: pa.Table) -> DataFrame:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    table = to_spark_arrow(staged)
+    # Spark's Parquet reader types a timestamp without time zone as timestamp_ntz; createDataFrame's default
+    # would make it a session-zone timestamp (a Delta ``timestamp`` instead of ``timestamp_ntz``).
+    return spark.createDataFrame(table, schema=from_arrow_schema(table.schema, prefer_timestamp_ntz=True))
 
 
 def image_type(df: DataFrame, image: str) -> StructType:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 from airflow_provider_pglogical.apply.staged_arrow import spark_type, to_spark_arrow
 from airflow_provider_pglogical.staging.reader import NOTES_COLUMNS
@@ -55,14 +56,33 @@ class SurveyedFile:
     notes: bool  # whether any image value carries an exactness note
 
 
-def _survey_file(directory: str, relative: str) -> dict[str, object]:
+def storage_env() -> dict[str, str]:
+    """The driver's object-store settings (``AWS_*``), shipped with the tasks as a fallback: an executor uses its
+    own environment's first (``_filesystem``). In a local session the Python workers may have been started before
+    the driver's environment got them; on a cluster the executors' own settings are the ones that count."""
+    import os
+
+    return {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+
+
+def _filesystem(directory: str, fallback: dict[str, str]) -> tuple[pafs.FileSystem, str]:
+    """Executor side: the filesystem of ``directory`` from this process's environment, completed by ``fallback``."""
+    import os
+
+    from airflow_provider_pglogical.staging.layout import resolve_filesystem
+
+    for key, value in fallback.items():
+        os.environ.setdefault(key, value)
+    return resolve_filesystem(directory)
+
+
+def _survey_file(directory: str, relative: str, fallback: dict[str, str]) -> dict[str, object]:
     """Executor side: one file hashed, its footer, schema and notes read."""
     import pyarrow.parquet as pq
 
-    from airflow_provider_pglogical.staging.layout import resolve_filesystem
     from airflow_provider_pglogical.staging.verify import observe_file
 
-    fs, root = resolve_filesystem(directory)
+    fs, root = _filesystem(directory, fallback)
     path = f"{root}/{relative}"
     found = observe_file(fs, path)
     row = {"file": relative, "bytes": found.bytes, "sha256": found.sha256, "rows": found.rows,
@@ -80,10 +100,10 @@ def _survey_file(directory: str, relative: str) -> dict[str, object]:
     return row
 
 
-def _surveyor(directory: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def _surveyor(directory: str, fallback: dict[str, str]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            rows = [_survey_file(directory, str(f)) for f in batch.column("file").to_pylist()]
+            rows = [_survey_file(directory, str(f), fallback) for f in batch.column("file").to_pylist()]
             if rows:
                 yield pa.RecordBatch.from_pylist(rows, schema=_SURVEY_SCHEMA)
     return run
@@ -98,7 +118,7 @@ def survey(spark: SparkSession, directory: str, files: Sequence[str]) -> dict[st
     if len(files) > 1:
         tasks = tasks.repartition(len(files))
     out: dict[str, SurveyedFile] = {}
-    for row in tasks.mapInArrow(_surveyor(directory), _SURVEY_DDL).collect():
+    for row in tasks.mapInArrow(_surveyor(directory, storage_env()), _SURVEY_DDL).collect():
         lsns = (row["min_commit_lsn"], row["max_commit_lsn"]) if row["has_commit_lsns"] else None
         observed = Observed(row["bytes"], row["sha256"], row["rows"], lsns, row["error"])
         schema = pa.ipc.read_schema(pa.py_buffer(row["schema"])) if row["schema"] is not None else None
@@ -115,14 +135,31 @@ def spark_schema(staged: pa.Schema) -> StructType:
     return from_arrow_schema(converted, prefer_timestamp_ntz=True)
 
 
-def _reader(directory: str, target: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def readable(staged: pa.Schema) -> bool:
+    """Whether the executors can hand a file of ``staged`` schema to Spark: no TIME anywhere in it. Spark reads the
+    Arrow that ``mapInArrow`` returns without a time type, and its TIME cannot be built from PostgreSQL's
+    ``24:00:00`` (which its Parquet reader, and ``createDataFrame``, keep as the raw value)."""
+    def has_time(dtype: pa.DataType) -> bool:
+        if pa.types.is_time(dtype):
+            return True
+        if pa.types.is_struct(dtype):
+            return any(has_time(f.type) for f in dtype)
+        if pa.types.is_map(dtype):
+            return has_time(dtype.key_type) or has_time(dtype.item_type)
+        if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+            return has_time(dtype.value_type)
+        return False
+
+    return not any(has_time(f.type) for f in staged)
+
+
+def _reader(directory: str, target: pa.Schema, fallback: dict[str, str]
+            ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """Executor side: each (file, row group) task read with pyarrow and converted to ``target``."""
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow.parquet as pq
 
-        from airflow_provider_pglogical.staging.layout import resolve_filesystem
-
-        fs, root = resolve_filesystem(directory)
+        fs, root = _filesystem(directory, fallback)
         for batch in batches:
             for relative, group in zip(batch.column("file").to_pylist(), batch.column("row_group").to_pylist(),
                                        strict=True):
@@ -140,4 +177,4 @@ def read_files(spark: SparkSession, directory: str, files: Sequence[tuple[str, p
     frame = spark.createDataFrame(tasks, "file string, row_group int")
     if len(tasks) > 1:
         frame = frame.repartition(len(tasks))
-    return frame.mapInArrow(_reader(directory, target), schema)
+    return frame.mapInArrow(_reader(directory, target, storage_env()), schema)

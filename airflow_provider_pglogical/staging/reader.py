@@ -179,11 +179,6 @@ class StagingReader:
         """A staged file's Arrow schema (its footer only)."""
         return pq.read_schema(f"{batch.path}/{relative}", filesystem=self.layout.fs)
 
-    def row_groups(self, batch: BatchRef, relative: str) -> int:
-        """How many row groups a staged file has (its footer)."""
-        with naming_file(batch.label, relative):
-            return int(pq.ParquetFile(f"{batch.path}/{relative}", filesystem=self.layout.fs).metadata.num_row_groups)
-
     def _read_small(self, batch: BatchRef, name: str) -> list[dict[str, Any]] | None:
         path = f"{batch.path}/{name}"
         if not self.layout.exists(path):
