@@ -91,3 +91,18 @@ def test_the_replay_dag_plans_resets_then_applies_a_bounded_number_of_batches():
     assert [t.task_id for t in dag.topological_sort()] == ["plan_replay", "reset_target", "replay"]
     assert set(dag.params) == {"upto_lsn", "upto_time", "reset"}
     assert dag.schedule is None or str(dag.timetable.summary) in ("None", "Never")
+
+
+@pytest.mark.parametrize("spark", [{"connect_conn_id": "spark_connect_default"}, {"remote": "sc://spark:15002"}])
+def test_a_spec_reaching_spark_connect_applies_as_a_client_in_the_worker_instead_of_spark_submit(spark):
+    from airflow_provider_pglogical.pipeline.operators import SparkConnectApplyOperator
+
+    doc = copy.deepcopy(DOC)
+    doc["spark"] = spark
+    dag = build_pipeline_dag(parse_spec(doc, env={}), dag_id="d", start_date=datetime(2026, 1, 1))
+    apply = dag.get_task("pglogical.apply")
+    assert isinstance(apply, SparkConnectApplyOperator)
+    assert apply.connect_conn_id == spark.get("connect_conn_id")
+    if "remote" in spark:
+        assert apply.remote_url() == "sc://spark:15002"
+    assert [o.uri for o in apply.outlets]  # the target tables' assets, as the spark-submit task has them
