@@ -40,7 +40,7 @@ def cmd_validate(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]
         from airflow_provider_pglogical.pipeline.validation import check_row_filters
 
         progress("parsing row filters with Spark")
-        with local_spark(args.master or spec.spark.master) as spark:
+        with local_spark(args.master or spec.spark.where) as spark:
             check_row_filters(spec, spark)
     return {"spec": spec.origin, "valid": True, "tables": sorted(spec.tables)}
 
@@ -197,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--spec", required=True, metavar="FILE", help="pipeline spec (YAML or JSON)")
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors")
         if name in ("apply", "run", "validate"):
-            p.add_argument("--master", metavar="URL", help="Spark master (default: spec spark.master, else local[*])")
+            p.add_argument("--master", metavar="URL", help="Spark master, or sc://host:port for a Spark Connect server (default: spec spark.remote or spark.master, else local[*])")
         if name in ("decode", "run"):
             p.add_argument("--max-batches", type=int, metavar="N", help="stop after N batches (default: drain all)")
             p.add_argument("--allow-gap", action="store_true",

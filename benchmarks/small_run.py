@@ -10,7 +10,10 @@ stage − jobs), and the session stop.
 so (``spark.started``, ``start_s``, ``apply_waited_s``) and the benchmark reports those seconds for the
 CLI's small-batch runs (the in-process split below starts its own session, not overlapped).
 
-Usage: python benchmarks/small_run.py [--changes 100] [--repeat 3] [--json FILE] [--code DIR] [--no-split]
+With ``--connect``, the same small-batch runs again over a warm Spark Connect server (started once before them,
+as ``tests/support/sparkconnect.py`` starts it: local[2] executors), side by side with the cold local starts above.
+
+Usage: python benchmarks/small_run.py [--changes 100] [--repeat 3] [--json FILE] [--code DIR] [--no-split] [--connect]
 ``--code DIR`` runs the CLI from another checkout's package (``PYTHONPATH=DIR``, e.g. an exported older
 commit with its compiled helpers copied in) for A/B runs; ``--no-split`` skips the in-process split.
 Prints one JSON object as the last lines of stdout (the package's log lines come before it) and,
@@ -132,6 +135,35 @@ def in_process(spec_path: Path, dsn: str, changes: int, base: int, event_dir: Pa
             "apply_rest_s": None if stage is None or target_tx is None else round(apply_s - stage - target_tx, 2)}
 
 
+def connect_runs(spec_path: Path, dsn: str, args: argparse.Namespace, env: dict[str, str],
+                 work: Path) -> dict[str, Any]:
+    """The small-batch runs over a Spark Connect server started (and warmed by one run) before them."""
+    from tests.support.sparkconnect import start_server as start_connect
+    from tests.support.sparkconnect import stop as stop_connect
+
+    t0 = time.monotonic()
+    process, url = start_connect({}, work / "connect-server.log")
+    server_start_s = time.monotonic() - t0
+    try:
+        doc = yaml.safe_load(spec_path.read_text())
+        doc["spark"] = {"remote": url}
+        remote_spec = spec_path.with_name("spec-connect.yaml")
+        remote_spec.write_text(yaml.safe_dump(doc))
+        spec = ["--spec", str(remote_spec)]
+        base = 1_000_000 * (2 * args.repeat + 2)
+        small_batch(dsn, args.changes, base)
+        warmup_s = timed_cli("run", *spec, env=env)  # the server's first plans and Python workers
+        runs_s = []
+        for i in range(args.repeat):
+            small_batch(dsn, args.changes, base + 1_000_000 * (i + 1))
+            runs_s.append(timed_cli("run", *spec, env=env))
+    finally:
+        stop_connect(process)
+    return {"connect_server_start_s": round(server_start_s, 2), "connect_first_run_s": round(warmup_s, 2),
+            "connect_run_small_batch_s": [round(s, 2) for s in runs_s],
+            "connect_run_small_batch_median_s": round(statistics.median(runs_s), 2)}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--changes", type=int, default=100)
@@ -139,6 +171,7 @@ def main() -> int:
     p.add_argument("--json", type=Path, default=None, help="also write the result to this file")
     p.add_argument("--code", type=Path, default=None, help="run the CLI with this checkout's package (PYTHONPATH)")
     p.add_argument("--no-split", action="store_true", help="skip the in-process split")
+    p.add_argument("--connect", action="store_true", help="also run over a warm Spark Connect server")
     args = p.parse_args()
     load_before = load_average()
     server = start_server()
@@ -167,6 +200,7 @@ def main() -> int:
         split = [] if args.no_split else [
             in_process(spec_path, dsn, args.changes, 1_000_000 * (args.repeat + i + 1), work / f"events{i}")
             for i in range(args.repeat)]
+        connect = connect_runs(spec_path, dsn, args, env, work) if args.connect else {}
         median = {key: statistics.median(s[key] for s in split if s[key] is not None)
                   for key in (split[0] if split else {}) if any(s[key] is not None for s in split)}
         result = json.dumps({
@@ -182,6 +216,7 @@ def main() -> int:
             "cli_run_small_batch_spark": spark,
             "in_process_split_median": {k: round(v, 2) for k, v in median.items()},
             "in_process_split_runs": split,
+            **connect,
         }, indent=2)
         print(result)
         if args.json:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import reduce
 from typing import TYPE_CHECKING
 
+from airflow_provider_pglogical.apply import executor_reads
 from airflow_provider_pglogical.apply.staged_arrow import spark_readable, to_spark_arrow
 from airflow_provider_pglogical.exceptions import StagingError
 from airflow_provider_pglogical.staging.manifest import Manifest
@@ -43,7 +44,7 @@ CHANGE_META_COLUMNS = ("commit_lsn", "end_lsn", "lsn", "tx_order", "xid", "commi
 ABSENT = META + "absent"
 
 __all__ = ["ABSENT", "CHANGE_META_COLUMNS", "META", "NOTES_COLUMNS", "READ_CONF", "Batch", "RelationColumn", "RelationInfo",
-           "TruncateEvent", "has_value_notes", "image_type", "is_local", "keys_never_repeat", "list_batches",
+           "TruncateEvent", "has_value_notes", "read_by_executors", "verify", "image_type", "is_local", "keys_never_repeat", "list_batches",
            "read_changes",
            "read_relation_versions", "read_relations",
            "read_truncates"]
@@ -56,6 +57,8 @@ class Batch:
     reader: StagingReader
     ref: BatchRef
     manifest: Manifest
+    # Row-change files as the executors found them (``executor_reads.survey``), for staging the driver does not read.
+    surveyed: dict[str, executor_reads.SurveyedFile] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def start_lsn(self) -> int:
@@ -100,10 +103,39 @@ def read_truncates(batch: Batch) -> list[TruncateEvent]:
     return batch.reader.truncates(batch.ref, batch.manifest)
 
 
+def read_by_executors(batch: Batch) -> bool:
+    """Whether the batch's row-change files are opened by the executors only (``executor_reads``): staging
+    on an object store. Local staging is read by Spark's Parquet reader, and planned from local footers."""
+    return not is_local(batch.uri)
+
+
+def verify(spark: SparkSession, batch: Batch) -> None:
+    """Refuse a batch whose files are not what its manifest records (``StagingReader.verify``), before a target
+    sees any of it. Staging read by the executors has its row-change files hashed there (``executor_reads.survey``,
+    kept on the batch for the reads); the driver reads only the small metadata files."""
+    if read_by_executors(batch):
+        files = sorted({f for fs in batch.table_files.values() for f in fs})
+        batch.surveyed.update(executor_reads.survey(spark, batch.uri, [f for f in files if f not in batch.surveyed]))
+        batch.reader.verify(batch.ref, batch.manifest, {f: batch.surveyed[f].observed for f in files})
+    else:
+        batch.reader.verify(batch.ref, batch.manifest)
+
+
+def _surveyed(spark: SparkSession, batch: Batch, files: Sequence[str]) -> list[executor_reads.SurveyedFile]:
+    """The executors' survey of ``files`` (verified against the manifest when it is taken here)."""
+    if any(f not in batch.surveyed for f in files):
+        verify(spark, batch)
+    return [batch.surveyed[f] for f in files]
+
+
 def has_value_notes(batch: Batch, table: str) -> bool:
     """Whether any staged image of ``table`` in ``batch`` carries an exactness note (then the Spark
-    plan carries notes through, ``apply/notes.py``; almost every batch has none)."""
-    return batch.reader.has_value_notes(batch.ref, batch.table_files.get(table, ()))
+    plan carries notes through, ``apply/notes.py``; almost every batch has none). Staging read by the
+    executors answers from their survey (True when a file was not surveyed)."""
+    files = batch.table_files.get(table, ())
+    if read_by_executors(batch):
+        return any(f not in batch.surveyed or batch.surveyed[f].notes for f in files)
+    return batch.reader.has_value_notes(batch.ref, files)
 
 
 def has_unchanged_toast(batch: Batch, table: str) -> bool:
@@ -115,7 +147,10 @@ def has_unchanged_toast(batch: Batch, table: str) -> bool:
 def keys_never_repeat(batch: Batch, table: str, key: Sequence[str], *, full_identity: bool = False) -> bool:
     """Whether no value of ``key`` occurs in two staged changes of ``table`` in ``batch`` (then compaction has
     nothing to net, and ``transforms.single_event_net`` gives its result without a shuffle); read driver-side
-    by ``StagingReader.keys_never_repeat``."""
+    by ``StagingReader.keys_never_repeat``. Staging read by the executors answers False (the driver reads no
+    key of it): compaction nets the batch as always."""
+    if read_by_executors(batch):
+        return False
     return batch.reader.keys_never_repeat(batch.ref, batch.table_files.get(table, ()), key,
                                           full_identity=full_identity)
 
@@ -157,23 +192,42 @@ def read_changes(spark: SparkSession, batch: Batch, table: str) -> DataFrame:
 
 def _read_file(spark: SparkSession, batch: Batch, relative: str) -> DataFrame:
     """One staged file as a Spark frame: Spark's Parquet reader where it can read the file (local staging, no
-    decimal wider than Spark's 38 digits), otherwise pyarrow on the driver with the columns converted as that
-    reader converts them (``staged_arrow``: unsigned ints widened, wide decimals as exact text, timestamps without
-    time zone kept ``timestamp_ntz``)."""
-    if is_local(batch.uri) and spark_readable(batch.reader.read_schema(batch.ref, relative)):
+    decimal wider than Spark's 38 digits); staging on an object store by the executors (``executor_reads``);
+    otherwise pyarrow on the driver (a local file Spark cannot read; a staged file with a TIME column on an object
+    store, ``executor_reads.readable``). The last two convert the columns as Spark's reader does
+    (``staged_arrow``: unsigned ints widened, wide decimals as exact text, timestamps without time zone kept
+    ``timestamp_ntz``)."""
+    if read_by_executors(batch):
+        (found,) = _surveyed(spark, batch, [relative])
+        if found.schema is None:  # verified above: an unreadable file never gets here
+            raise StagingError(f"{batch.ref.label}: {relative} has no schema")
+        if executor_reads.readable(found.schema):
+            return executor_reads.read_files(spark, batch.uri, [(relative, found.schema, found.row_groups)])
+        return _from_arrow(spark, batch.reader.read_file(batch.ref, relative))
+    if spark_readable(batch.reader.read_schema(batch.ref, relative)):
         return spark.read.parquet(f"{batch.uri}/{relative}")
     return _from_arrow(spark, batch.reader.read_file(batch.ref, relative))
 
 
 def read_local_parquet(spark: SparkSession, uri: str, files: Sequence[str]) -> DataFrame:
-    """Staged Parquet ``files`` under ``uri`` (snapshot chunks) as one Spark frame, like ``_read_file``: a local
-    file Spark's reader cannot read (a decimal wider than 38 digits) goes through the driver. Other URIs are
-    handed to Spark's reader as they are."""
+    """Staged Parquet ``files`` under ``uri`` (snapshot chunks, one schema) as one Spark frame, like ``_read_file``: a
+    local file Spark's reader cannot read (a decimal wider than 38 digits) goes through the driver; files on an
+    object store are read by the executors (``executor_reads``, their footers too) when they can be
+    (``executor_reads.readable``), else handed to Spark's reader as they are."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     paths = [f"{uri}/{f}" for f in files]
     if not is_local(uri):
+        found = executor_reads.survey(spark, uri, files)
+        plans = []
+        for f in files:
+            schema = found[f].schema
+            if schema is None:
+                raise StagingError(f"snapshot file {uri}/{f} {found[f].observed.error}")
+            plans.append((f, schema, found[f].row_groups))
+        if all(executor_reads.readable(schema) for _, schema, _ in plans):
+            return executor_reads.read_files(spark, uri, plans)
         return spark.read.parquet(*paths)
     local = [p.removeprefix("file://") for p in paths]
     if all(spark_readable(pq.read_schema(p)) for p in local):

@@ -1,4 +1,4 @@
-"""Row filters: validate a PostgreSQL-style WHERE expression by its parse tree, evaluate it per image, transform UPDATEs."""
+"""Row filters: validate a PostgreSQL-style WHERE expression by its parse trees (PostgreSQL's and Spark's parsers), evaluate it per image, transform UPDATEs."""
 
 from __future__ import annotations
 
@@ -6,6 +6,9 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from pglast import ast, parse_sql
+from pglast.enums import A_Expr_Kind
+from pglast.parser import ParseError
 from pyspark.sql import functions as F
 
 from airflow_provider_pglogical.apply.batches import META
@@ -14,51 +17,79 @@ from airflow_provider_pglogical.exceptions import RowFilterError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-# Catalyst node classes whose Spark semantics coincide with PostgreSQL's for the values we stage
-# (three-valued logic, NULL propagation). Division is absent on purpose: 7 / 2 is 3 in
-# PostgreSQL and 3.5 in Spark.
-ALLOWED_NODES = frozenset({
-    "And", "Or", "Not", "EqualTo", "EqualNullSafe", "LessThan", "LessThanOrEqual", "GreaterThan",
-    "GreaterThanOrEqual", "IsNull", "IsNotNull", "In", "Like", "ILike", "Add", "Subtract",
-    "Multiply", "Remainder", "UnaryMinus", "UnaryPositive", "Literal", "UnresolvedAttribute",
-    "Cast", "Concat",
-})
-# Functions (parsed as UnresolvedFunction) with identical semantics in both systems.
-ALLOWED_FUNCTIONS = frozenset({"between", "lower", "upper", "length", "abs", "coalesce"})
+# Operators (as PostgreSQL's parser names them) whose Spark semantics coincide with PostgreSQL's for the values
+# we stage (three-valued logic, NULL propagation). Division is absent on purpose: 7 / 2 is 3 in PostgreSQL and
+# 3.5 in Spark; so are the regular-expression, bit and power operators Spark reads otherwise or not at all.
+ALLOWED_OPERATORS = frozenset({"=", "<>", "!=", "<", "<=", ">", ">=", "+", "-", "*", "%", "||", "~~", "!~~", "~~*", "!~~*"})
+_ALLOWED_KINDS = frozenset({A_Expr_Kind.AEXPR_OP, A_Expr_Kind.AEXPR_IN, A_Expr_Kind.AEXPR_LIKE,
+                            A_Expr_Kind.AEXPR_ILIKE, A_Expr_Kind.AEXPR_BETWEEN, A_Expr_Kind.AEXPR_NOT_BETWEEN,
+                            A_Expr_Kind.AEXPR_DISTINCT, A_Expr_Kind.AEXPR_NOT_DISTINCT})
+# Functions with identical semantics in both systems (COALESCE is a node of its own).
+ALLOWED_FUNCTIONS = frozenset({"lower", "upper", "length", "abs"})
+# Nodes allowed as they are: columns, constants, AND/OR/NOT, IS [NOT] NULL, IS [NOT] TRUE/FALSE, casts, COALESCE,
+# and what they hold (names, constants' values).
+_ALLOWED_NODES = (ast.ColumnRef, ast.A_Const, ast.BoolExpr, ast.NullTest, ast.BooleanTest, ast.TypeCast,
+                  ast.TypeName, ast.CoalesceExpr, ast.String, ast.Integer, ast.Float, ast.Boolean)
 _DOUBLE_QUOTE_OUTSIDE_STRING = re.compile(r"""^(?:[^'"]|'(?:[^']|'')*')*\"""")
 
 
 def referenced_columns(spark: SparkSession, expression: str) -> frozenset[str]:
-    """Column names the expression references; RowFilterError when it leaves the supported subset."""
+    """Column names the expression references; RowFilterError when it leaves the supported subset.
+
+    Judged on PostgreSQL's parse tree of the expression (``pglast``, as the spec's filters are), then parsed by
+    the session's own SQL parser as the apply will evaluate it (``EXPLAIN`` of a query with it as its ``WHERE``:
+    a parse error raises, nothing runs), through the DataFrame API only, so over Spark Connect too.
+    """
     if _DOUBLE_QUOTE_OUTSIDE_STRING.match(expression):
         # Spark reads "x" as a string literal, PostgreSQL as an identifier: refuse the ambiguity.
         raise RowFilterError("row filter: double-quoted identifiers are not supported")
-    parser = spark._jsparkSession.sessionState().sqlParser()
     try:
-        tree = parser.parseExpression(expression)
-    except Exception as exc:  # py4j wraps Spark's ParseException
-        raise RowFilterError("row filter: invalid expression (does not parse)") from exc
+        stmts = parse_sql(f"SELECT 1 WHERE {expression}")
+    except ParseError:
+        raise RowFilterError("row filter: invalid expression (does not parse)") from None
+    where = stmts[0].stmt.whereClause if len(stmts) == 1 and isinstance(stmts[0].stmt, ast.SelectStmt) else None
+    if where is None:
+        raise RowFilterError("row filter: invalid expression (not a single expression)")
+    columns = _walk(where)
+    try:
+        spark.sql(f"EXPLAIN SELECT 1 WHERE {expression}").collect()
+    except Exception as exc:  # Spark's ParseException (classic and Connect raise different classes)
+        raise RowFilterError("row filter: invalid expression (Spark's parser does not read it)") from exc
+    return frozenset(columns)
+
+
+def _walk(tree: ast.Node) -> set[str]:
+    """The columns ``tree`` references; RowFilterError at the first node outside the supported subset."""
     columns: set[str] = set()
-    stack = [tree]
+    stack: list[object] = [tree]
     while stack:
         node = stack.pop()
-        kind = node.getClass().getSimpleName()
-        if kind == "UnresolvedAttribute":
-            parts = [node.nameParts().apply(i) for i in range(node.nameParts().size())]
-            if len(parts) != 1:
-                raise RowFilterError(f"row filter: qualified column reference {'.'.join(parts)} is not supported")
-            columns.add(parts[0].lower())
+        if isinstance(node, (list, tuple)):
+            stack.extend(node)
             continue
-        if kind == "UnresolvedFunction":
-            name = node.nameParts().last().lower()
-            if name not in ALLOWED_FUNCTIONS:
+        if not isinstance(node, ast.Node):
+            continue
+        if isinstance(node, ast.ColumnRef):
+            fields = node.fields or ()
+            if len(fields) != 1 or not isinstance(fields[0], ast.String):
+                raise RowFilterError("row filter: qualified column reference or * is not supported")
+            columns.add(str(fields[0].sval).lower())
+            continue
+        if isinstance(node, ast.A_Expr):
+            name = ".".join(str(p.sval) for p in node.name or () if isinstance(p, ast.String))
+            between = node.kind in (A_Expr_Kind.AEXPR_BETWEEN, A_Expr_Kind.AEXPR_NOT_BETWEEN)
+            if node.kind not in _ALLOWED_KINDS or (not between and name not in ALLOWED_OPERATORS):
+                raise RowFilterError(f"row filter: operator {name or node.kind} is not supported")
+        elif isinstance(node, ast.FuncCall):
+            names = [str(p.sval) for p in node.funcname or () if isinstance(p, ast.String)]
+            name = names[-1].lower() if names and (len(names) == 1 or names[0] == "pg_catalog") else ".".join(names)
+            if name not in ALLOWED_FUNCTIONS or node.agg_star or node.agg_distinct or node.over or node.agg_filter:
                 raise RowFilterError(f"row filter: function {name} is not supported")
-        elif kind not in ALLOWED_NODES:
-            raise RowFilterError(f"row filter: {kind} expressions are not supported")
-        children = node.children().iterator()
-        while children.hasNext():
-            stack.append(children.next())
-    return frozenset(columns)
+        elif not isinstance(node, _ALLOWED_NODES):
+            raise RowFilterError(f"row filter: {type(node).__name__} expressions are not supported")
+        slots = getattr(type(node), "__slots__", ())
+        stack.extend(getattr(node, attr) for attr in slots if attr != "location")
+    return columns
 
 
 # Column types (format_type text) whose staged form compares, computes and casts like PostgreSQL

@@ -24,6 +24,7 @@ from airflow_provider_pglogical.apply.batches import (
     read_relation_versions,
     read_relations,
     read_truncates,
+    verify,
 )
 from airflow_provider_pglogical.apply.changes import SparkBatchChanges
 from airflow_provider_pglogical.apply.config import ApplyConfig
@@ -163,7 +164,7 @@ def _apply_one(spark: SparkSession, config: ApplyConfig, target: Target, batch: 
     if not pending:
         return report
     # Before a target sees any of it (a table created, a row read): every staged file is what was written.
-    batch.reader.verify(batch.ref, batch.manifest)
+    verify(spark, batch)
     existing = _Described(target)
     staged = read_relation_versions(batch)
     for source, (name, cfg) in sorted(pending.items()):

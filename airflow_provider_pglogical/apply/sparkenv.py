@@ -14,8 +14,13 @@ import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 SPARK_SUBMIT = "spark-submit"
+SPARK_CONNECT_SCHEME = "sc://"  # a Spark Connect server's URL (``sc://host:port``)
 # Local Spark talks to itself only: bind to loopback instead of whatever the hostname resolves to
 # (an unresolvable container hostname would otherwise stop the driver from starting).
 LOCAL_DRIVER_CONF = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
@@ -23,6 +28,11 @@ LOCAL_DRIVER_CONF = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress
 
 def is_local(master: str | None) -> bool:
     return (master or "").startswith("local")
+
+
+def is_remote(master: str | None) -> bool:
+    """Whether ``master`` is a Spark Connect URL (the session is a client; no JVM in this process)."""
+    return (master or "").startswith(SPARK_CONNECT_SCHEME)
 
 
 def package_python_env(environ: Mapping[str, str] | None = None, python: str | None = None) -> dict[str, str]:
@@ -55,3 +65,16 @@ def spark_submit_env(master: str | None, python: str | None = None,
     if shutil.which(SPARK_SUBMIT, path=path) is None and (package_bin / SPARK_SUBMIT).exists():
         env["PATH"] = os.pathsep.join(p for p in (path, str(package_bin)) if p)
     return env
+
+
+def task_slots(spark: SparkSession) -> int:
+    """How many tasks to split a job of small tasks into, read through the session's conf (a Spark Connect
+    session has no SparkContext to ask for its default parallelism): ``spark.default.parallelism`` when
+    set, else ``spark.sql.shuffle.partitions``."""
+    value = spark.conf.get("spark.default.parallelism", None) or spark.conf.get("spark.sql.shuffle.partitions", None)
+    return max(1, int(value or 1))
+
+
+def is_connect(spark: object) -> bool:
+    """Whether ``spark`` is a Spark Connect session (a client of a ``sc://`` server: no JVM in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")

@@ -24,6 +24,7 @@ from airflow_provider_pglogical.pipeline.operators import (
     PruneStagingOperator,
     ResetTargetOperator,
     SnapshotTablesOperator,
+    SparkConnectApplyOperator,
     WalRetentionCheckOperator,
 )
 from airflow_provider_pglogical.pipeline.retention import check_window
@@ -94,6 +95,11 @@ def apply_task(spec: PipelineSpec, task_id: str = "apply", max_batches: Any = No
     Delta apply."""
     if spec_target(spec).applies_in_worker:
         return DeltaApplyOperator(task_id=task_id, spec=spec, max_batches=max_batches)
+    if spec.spark.connect_conn_id or spec.spark.remote:  # a client of a Spark Connect server, in this worker
+        return SparkConnectApplyOperator(task_id=task_id, spec=spec, connect_conn_id=spec.spark.connect_conn_id,
+                                         max_batches=max_batches,
+                                         outlets=[target_table_asset(spec.source.slot, t.target_name)
+                                                  for t in spec.tables.values()])
     config = apply_config(spec)
     # Plain dicts: the operator's ``tables`` is a templated field.
     tables = {name: {k: v for k, v in vars(cfg).items() if v is not None} for name, cfg in config.tables.items()}

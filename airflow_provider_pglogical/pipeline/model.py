@@ -129,9 +129,20 @@ class TruncateSpec:
 
 @dataclass(frozen=True)
 class SparkSpec:
+    """How Spark is reached: ``master`` (``local[*]``, ``spark://…``, ``yarn``: a session started in the process)
+    or ``remote`` (``sc://host:port``: a client of a Spark Connect server); ``conn_id`` for the DAG's spark-submit,
+    ``connect_conn_id`` for the DAG's apply over Spark Connect instead."""
+
     conn_id: str = "spark_default"
     master: str | None = None  # CLI default when --master is not given
     conf: dict[str, str] = field(default_factory=dict)
+    remote: str | None = None  # a Spark Connect URL: the CLI's default when --master is not given
+    connect_conn_id: str | None = None  # an Airflow ``spark_connect`` connection: the DAG's apply uses Spark Connect
+
+    @property
+    def where(self) -> str | None:
+        """The spec's Spark: its Connect URL or its master (None: the CLI's default)."""
+        return self.remote or self.master
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """Operators for the pipeline's steps besides decode: ensure publication/slot, check WAL retention, reset a target,
-the in-process apply into a Delta target, staging retention, and tearing the pipeline down."""
+the in-process apply into a Delta target, the apply over Spark Connect, staging retention, and tearing the pipeline
+down."""
 
 from __future__ import annotations
 
@@ -139,6 +140,43 @@ class DeltaApplyOperator(BaseOperator):
         limit = None if self.max_batches in (None, "", "None") else int(self.max_batches)
         with _staging(self.spec):
             return apply_pending(self.spec, max_batches=limit, log=self.log.info, tool="airflow")
+
+
+class SparkConnectApplyOperator(BaseOperator):
+    """Apply every staged batch past the PostgreSQL target's watermarks over Spark Connect: this worker runs the
+    apply's driver as a client of the server the ``spark_connect`` connection names (the apache-spark provider's
+    ``SparkConnectHook``: host, port, token, SSL), or of the spec's ``spark.remote`` URL. The server's executors
+    read the staged files and COPY into the target; nothing is submitted (``PgLogicalApplyOperator`` keeps
+    spark-submit for classic clusters).
+
+    :param spec: the validated pipeline spec.
+    :param connect_conn_id: an Airflow connection of type ``spark_connect`` (default: the spec's ``spark.remote``).
+    :param max_batches: apply at most this many batches. (templated)
+    """
+
+    template_fields: Sequence[str] = ("max_batches",)
+    ui_color = "#fdebd0"
+
+    def __init__(self, *, spec: PipelineSpec, connect_conn_id: str | None = None,
+                 max_batches: int | str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.spec = spec
+        self.connect_conn_id = connect_conn_id
+        self.max_batches = max_batches
+
+    def remote_url(self) -> str:
+        """The Connect URL: the connection's (``sc://host:port/;token=…``), else the spec's ``spark.remote``."""
+        if self.connect_conn_id:
+            from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+            return SparkConnectHook(self.connect_conn_id).get_connection_url()
+        if not self.spec.spark.remote:
+            raise SpecError(f"{self.spec.origin}: spark.connect_conn_id or spark.remote is needed for Spark Connect")
+        return self.spec.spark.remote
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        limit = None if self.max_batches in (None, "", "None") else int(self.max_batches)
+        return apply_pending(self.spec, master=self.remote_url(), max_batches=limit, log=self.log.info)
 
 
 class SnapshotTablesOperator(BaseOperator):

@@ -14,7 +14,13 @@ import pyarrow.compute as pc
 
 from airflow_provider_pglogical.apply import planning
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
-from airflow_provider_pglogical.apply.sparkenv import LOCAL_DRIVER_CONF, is_local, use_package_python
+from airflow_provider_pglogical.apply.sparkenv import (
+    LOCAL_DRIVER_CONF,
+    is_connect,
+    is_local,
+    is_remote,
+    use_package_python,
+)
 from airflow_provider_pglogical.apply.targets.postgres.progress import PROGRESS_TABLE
 from airflow_provider_pglogical.exceptions import SparkStartError, StagingError, format_lsn
 from airflow_provider_pglogical.history.recorder import RunRecorder, Stopwatch, recording, slot_figures
@@ -93,6 +99,8 @@ def new_spark_session(master: str | None = None, conf: dict[str, str] | None = N
     from pyspark.sql import SparkSession
 
     master = master or DEFAULT_MASTER
+    if is_remote(master):
+        return _connect_session(master, conf or {})
     options = {"spark.master": master, "spark.app.name": "pglogical-apply", "spark.ui.enabled": "false",
                "spark.ui.showConsoleProgress": "false", "spark.sql.shuffle.partitions": "4"}
     if is_local(master):
@@ -112,6 +120,23 @@ def new_spark_session(master: str | None = None, conf: dict[str, str] | None = N
         cause = " ".join(str(exc).split()) or type(exc).__name__
         where = f" (Spark's own output: {log_file})" if log_file else ""
         raise SparkStartError(f"Spark ({master}) did not start: {type(exc).__name__}: {cause}{where}") from exc
+
+
+def _connect_session(remote: str, conf: dict[str, str]) -> SparkSession:
+    """A Spark Connect client session of the server at ``remote`` (``sc://host:port``). The server owns the
+    cluster's settings; ``conf`` may carry session settings (``spark.sql.*``) only. A server that does not
+    answer raises ``SparkStartError`` naming it."""
+    from pyspark.sql import SparkSession
+
+    try:
+        session = SparkSession.builder.remote(remote).getOrCreate()
+        for key, value in conf.items():
+            session.conf.set(key, value)
+        session.range(1).collect()  # the client connects lazily: ask the server once, here
+    except Exception as exc:
+        cause = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise SparkStartError(f"Spark Connect server {remote} did not answer: {type(exc).__name__}: {cause}") from exc
+    return session
 
 
 def _launch_jvm_logging_to_file(options: dict[str, str]) -> str | None:
@@ -212,9 +237,10 @@ class SparkStarter:
         assert self._session is not None
         # The JVM keeps the active session per thread and set it for the starting thread only; the apply
         # runs on this one (SQLConf.get outside a Dataset call would otherwise read Spark's fallback conf).
-        jvm = self._session._jvm
-        if jvm is not None:
-            jvm.SparkSession.setActiveSession(self._session._jsparkSession)
+        if not is_connect(self._session):  # a Connect client has no JVM (its server keeps the session)
+            jvm = self._session._jvm
+            if jvm is not None:
+                jvm.SparkSession.setActiveSession(self._session._jsparkSession)
         if self.early:
             self.log(f"Spark started in the background in {self.start_s:.1f} s; the apply waited {self.waited_s:.1f} s")
         return self._session
@@ -242,7 +268,7 @@ def run_pending(spec: PipelineSpec, *, master: str | None = None, max_batches: i
     overlapping the JVM start with the rest of the drain; an empty slot starts no JVM. Recorded in the
     slot's run history as one ``run`` (docs/staging-format.md#run-history).
     """
-    starter = SparkStarter(master or spec.spark.master, spec.spark.conf, log=log)
+    starter = SparkStarter(master or spec.spark.where, spec.spark.conf, log=log)
     early = spec_target(spec).early_spark_start
 
     def on_changes() -> None:
@@ -294,7 +320,7 @@ def _apply_pending(spec: PipelineSpec, *, master: str | None, max_batches: int |
     from airflow_provider_pglogical.apply.runner import apply_slot  # imports pyspark: only when there is work
 
     # One apply path: the shared runner plans every batch and hands it to the spec's target.
-    with target.environment(), _apply_session(spark, master or spec.spark.master, spec.spark.conf) as session:
+    with target.environment(), _apply_session(spark, master or spec.spark.where, spec.spark.conf) as session:
         reports = apply_slot(session, config, target=target.for_apply(session, config))
     rows: dict[str, dict[str, int]] = {}
     for report in reports:

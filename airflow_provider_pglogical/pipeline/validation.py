@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_provider_pglogical.apply.sparkenv import SPARK_CONNECT_SCHEME
 from airflow_provider_pglogical.exceptions import RowFilterError, SpecError
 from airflow_provider_pglogical.hooks.sizes import parse_size
 from airflow_provider_pglogical.pipeline.model import (
@@ -552,7 +553,7 @@ class SpecValidator:
                             parallelism=parallelism or default.parallelism, chunk_size=chunk or default.chunk_size)
 
     def spark(self, value: Any, path: str) -> SparkSpec:
-        raw = self.mapping(value, path, ("conn_id", "master", "conf"))
+        raw = self.mapping(value, path, ("conn_id", "master", "conf", "remote", "connect_conn_id"))
         if not raw:
             return SparkSpec()
         conf = raw.get("conf") or {}
@@ -563,7 +564,20 @@ class SpecValidator:
             conn_id=self.string(raw.get("conn_id"), _join(path, "conn_id")) or "spark_default",
             master=self.string(raw.get("master"), _join(path, "master")),
             conf={str(k): str(v) for k, v in conf.items()},
+            remote=self.remote(raw, path),
+            connect_conn_id=self.string(raw.get("connect_conn_id"), _join(path, "connect_conn_id")),
         )
+
+    def remote(self, raw: dict[str, Any], path: str) -> str | None:
+        """``spark.remote``: a Spark Connect URL (``sc://host:port``), not together with ``master``."""
+        remote = self.string(raw.get("remote"), _join(path, "remote"))
+        if remote is None:
+            return None
+        if not remote.startswith(SPARK_CONNECT_SCHEME):
+            self.err(_join(path, "remote"), f"expected a Spark Connect URL {SPARK_CONNECT_SCHEME}host:port")
+        if raw.get("master") is not None:
+            self.err(_join(path, "remote"), "give either master (a session in the process) or remote (Spark Connect)")
+        return remote
 
 
 def check_row_filters(spec: PipelineSpec, spark: Any) -> None:

@@ -20,7 +20,7 @@ from airflow_provider_pglogical.staging.manifest import (
     read_relation_state,
     write_text_atomic,
 )
-from airflow_provider_pglogical.staging.verify import batch_label, naming_file, verify_batch
+from airflow_provider_pglogical.staging.verify import Observed, batch_label, naming_file, verify_batch
 
 STATE_FILE = "relations.json"
 NOTES_COLUMNS = ("old_value_notes", "new_value_notes")  # exactness notes; empty maps when a file lacks them
@@ -136,10 +136,13 @@ class StagingReader:
     def manifest(self, batch: BatchRef) -> Manifest:
         return read_manifest(self.layout, batch.path)
 
-    def verify(self, batch: BatchRef, manifest: Manifest | None = None) -> None:
+    def verify(self, batch: BatchRef, manifest: Manifest | None = None,
+               observed: Mapping[str, Observed] | None = None) -> None:
         """Refuse (``StagingCorruptError`` naming batch and file) a batch whose files are not what its
-        manifest records: missing, another size, hash, row count or commit-LSN range (``staging/verify.py``)."""
-        verify_batch(self.layout.fs, batch.path, batch.start_lsn, batch.end_lsn, manifest or self.manifest(batch))
+        manifest records: missing, another size, hash, row count or commit-LSN range (``staging/verify.py``).
+        ``observed``: files the executors read and hashed, judged from that instead of read here."""
+        verify_batch(self.layout.fs, batch.path, batch.start_lsn, batch.end_lsn, manifest or self.manifest(batch),
+                     observed)
 
     # -- relation-cache state --------------------------------------------------------------
 

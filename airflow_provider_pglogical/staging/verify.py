@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -39,9 +40,37 @@ def naming_file(label: str, relative: str) -> Iterator[None]:
                                   batch=label, file=relative) from exc
 
 
-def verify_batch(fs: pafs.FileSystem, directory: str, start_lsn: int, end_lsn: int, manifest: Manifest) -> None:
+@dataclass(frozen=True)
+class Observed:
+    """What one staged file was found to be where it was read (an executor, for staging the driver does not
+    read itself): ``error`` is set instead when it could not be read, e.g. ``is missing``."""
+
+    bytes: int = 0
+    sha256: str = ""
+    rows: int = 0
+    commit_lsns: tuple[int | None, int | None] | None = None  # ``_commit_lsn_range`` of its footer
+    error: str | None = None
+
+
+def observe_file(fs: pafs.FileSystem, path: str) -> Observed:
+    """``path`` hashed and its footer read: what ``verify_files`` compares with the file's record."""
+    try:
+        size, digest = hash_file(fs, path)
+    except FileNotFoundError:
+        return Observed(error="is missing")
+    try:
+        metadata = pq.ParquetFile(path, filesystem=fs).metadata
+    except (pa.ArrowException, OSError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return Observed(size, digest, error=f"cannot be read as Parquet: {reason}")
+    return Observed(size, digest, metadata.num_rows, _commit_lsn_range(metadata))
+
+
+def verify_batch(fs: pafs.FileSystem, directory: str, start_lsn: int, end_lsn: int, manifest: Manifest,
+                 observed: Mapping[str, Observed] | None = None) -> None:
     """Every file the manifest of the batch at ``directory`` (named ``<start>-<end>``) lists is there and is
-    what was written; the manifest agrees with its directory's range and with itself."""
+    what was written; the manifest agrees with its directory's range and with itself. ``observed``: files
+    already read elsewhere (by the executors), judged from what was found instead of being read here."""
     label = batch_label(start_lsn, end_lsn, directory)
 
     def refuse(message: str, file: str | None = MANIFEST) -> StagingCorruptError:
@@ -73,14 +102,14 @@ def verify_batch(fs: pafs.FileSystem, directory: str, start_lsn: int, end_lsn: i
             raise refuse(f"{rel} has no file record in its {MANIFEST}", rel)
         if count is not None and records[rel].rows != count:
             raise refuse(f"{MANIFEST} counts {count} {what}, the file record of {rel} {records[rel].rows}")
-    verify_files(fs, directory, label, records, start_lsn, end_lsn)
+    verify_files(fs, directory, label, records, start_lsn, end_lsn, observed)
 
 
 def verify_files(fs: pafs.FileSystem, directory: str, label: str, records: Mapping[str, FileRecord],
-                 start_lsn: int, end_lsn: int) -> None:
+                 start_lsn: int, end_lsn: int, observed: Mapping[str, Observed] | None = None) -> None:
     """Each recorded file exists with its size, hash, footer row count and commit-LSN range, and that range
     lies within ``[start_lsn, end_lsn]``. Sizes first (one listing call per file, no data read), so a
-    missing or cut file is found before any hashing."""
+    missing or cut file is found before any hashing. Files in ``observed`` are judged from it, unread."""
     def refuse(rel: str, message: str) -> StagingCorruptError:
         return StagingCorruptError(f"{label}: {rel} {message}", batch=label, file=rel)
 
@@ -90,6 +119,11 @@ def verify_files(fs: pafs.FileSystem, directory: str, label: str, records: Mappi
             raise refuse(rel, f"is recorded with commit LSNs {format_lsn(record.min_commit_lsn)}-"
                               f"{format_lsn(record.max_commit_lsn)}, outside {format_lsn(start_lsn)}-"
                               f"{format_lsn(end_lsn)}")
+    seen = dict(observed or {})
+    for rel, observation in sorted(seen.items()):
+        if rel in records:
+            _judge(label, rel, records[rel], observation)
+    records = {rel: record for rel, record in records.items() if rel not in seen}
     infos = fs.get_file_info([f"{directory}/{rel}" for rel in sorted(records)])
     for (rel, record), info in zip(sorted(records.items()), infos, strict=True):
         if info.type == pafs.FileType.NotFound:
@@ -111,6 +145,27 @@ def verify_files(fs: pafs.FileSystem, directory: str, label: str, records: Mappi
         if found is not None and found != (record.min_commit_lsn, record.max_commit_lsn):
             raise refuse(rel, f"holds commit LSNs {_range_text(found)}, its manifest records "
                               f"{_range_text((record.min_commit_lsn, record.max_commit_lsn))}")
+
+
+def _judge(label: str, rel: str, record: FileRecord, found: Observed) -> None:
+    """``verify_files``' checks of one file from what was observed of it (range, size, hash, rows, LSNs)."""
+    def refuse(message: str) -> StagingCorruptError:
+        return StagingCorruptError(f"{label}: {rel} {message}", batch=label, file=rel)
+
+    if found.error is not None and not found.sha256:
+        raise refuse(found.error)
+    if found.bytes != record.bytes:
+        raise refuse(f"has {found.bytes} bytes, its manifest records {record.bytes}")
+    if found.sha256 != record.sha256:
+        raise refuse(f"has SHA-256 {found.sha256[:16]}…, its manifest records {record.sha256[:16]}… "
+                     "(the file was changed or replaced after staging)")
+    if found.error is not None:
+        raise refuse(found.error)
+    if found.rows != record.rows:
+        raise refuse(f"holds {found.rows} rows, its manifest records {record.rows}")
+    if found.commit_lsns is not None and found.commit_lsns != (record.min_commit_lsn, record.max_commit_lsn):
+        raise refuse(f"holds commit LSNs {_range_text(found.commit_lsns)}, its manifest records "
+                     f"{_range_text((record.min_commit_lsn, record.max_commit_lsn))}")
 
 
 def _commit_lsn_range(metadata: pq.FileMetaData) -> tuple[int | None, int | None] | None:

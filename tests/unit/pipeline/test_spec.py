@@ -433,3 +433,14 @@ def test_several_publications_are_decoded_together():
     assert "source.publication[3]: expected a publication name" in message
     doc["snapshot"] = {"initial": True}  # snapshots read the publications' union (snapshot/source.py)
     assert parse_spec(doc, env={}).snapshot.initial
+
+
+def test_spark_remote_is_a_spark_connect_url_and_excludes_master():
+    spec = parse_spec(with_change("spark", {"remote": "sc://spark:15002", "conf": {"spark.sql.ansi.enabled": "true"}}),
+                      env={})
+    assert (spec.spark.remote, spec.spark.master, spec.spark.where) == ("sc://spark:15002", None, "sc://spark:15002")
+    assert "spark.remote: expected a Spark Connect URL sc://host:port" in error_of(
+        with_change("spark", {"remote": "spark://master:7077"}))
+    assert "spark.remote: give either master" in error_of(
+        with_change("spark", {"remote": "sc://spark:15002", "master": "local[2]"}))
+    assert parse_spec(with_change("spark", {"master": "local[2]"}), env={}).spark.where == "local[2]"

@@ -136,3 +136,31 @@ def test_an_unreadable_file_record_is_refused(staged):
     reader, first, _second = staged
     edit(first, lambda body: body["files"].update({TABLE: {"bytes": 1}}))
     assert "unreadable file record (KeyError" in refused(reader, reader.batches()[0], "_manifest.json")
+
+
+def test_files_observed_elsewhere_are_judged_from_the_observation_with_the_same_checks(staged, tmp_path):
+    """What the executors found of a file (``observe_file`` where they run) is judged like a local read: the same
+    refusals, naming batch and file; files not observed are still read here."""
+    from dataclasses import replace
+
+    from airflow_provider_pglogical.staging.verify import observe_file
+
+    reader, first, second = staged
+    _, batch = reader.batches()
+    observed = {TABLE: observe_file(reader.layout.fs, f"{second}/{TABLE}")}
+    reader.verify(batch, observed=observed)  # a faithful observation passes
+    damaged = {TABLE: replace(observed[TABLE], sha256="0" * 64)}
+    with pytest.raises(StagingCorruptError, match=f"{TABLE} has SHA-256 0000000000000000…") as info:
+        reader.verify(batch, observed=damaged)
+    assert info.value.file == TABLE
+    with pytest.raises(StagingCorruptError, match=f"{TABLE} holds 9 rows, its manifest records 4"):
+        reader.verify(batch, observed={TABLE: replace(observed[TABLE], rows=9)})
+    with pytest.raises(StagingCorruptError, match=f"{TABLE} is missing"):
+        reader.verify(batch, observed={TABLE: observe_file(reader.layout.fs, f"{second}/nothing.parquet")})
+    # The observation is what counts: the file on disk is not read again for it ...
+    shutil.copy(f"{first}/{TABLE}", f"{second}/{TABLE}")
+    reader.verify(batch, observed=observed)
+    # ... while the unobserved files still are.
+    shutil.copy(f"{first}/transactions.parquet", f"{second}/transactions.parquet")
+    with pytest.raises(StagingCorruptError, match="transactions.parquet"):
+        reader.verify(batch, observed=observed)

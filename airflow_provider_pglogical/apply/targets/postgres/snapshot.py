@@ -31,6 +31,7 @@ after COMMIT the sync marks make the rerun skip the group, and the groups not co
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 import time
@@ -155,7 +156,7 @@ def table_text(target: Any, changes: Any, table: PlannedTable, types: Any) -> Ca
     plan = arrownet.plan_rows(files, table.columns, types) if files else None
     if plan is None:
         return copy_text(changes.rows(table), types)
-    threads = target.config.write_partitions or target.spark.sparkContext.defaultParallelism
+    threads = target.config.write_partitions or os.cpu_count() or 1  # this process prints: its cores
     log.debug("snapshot of %s printed straight from the staged files (%d row groups, %d threads)", table.target,
               len(plan.tasks), threads)
     return StreamedText(plan, threads)

@@ -12,19 +12,21 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
 from typing import Any
 
 import psycopg2
+import pyarrow as pa
 from psycopg2 import sql
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_provider_pglogical.apply import planning
 from airflow_provider_pglogical.apply.config import ApplyConfig
+from airflow_provider_pglogical.apply.sparkenv import task_slots
 from airflow_provider_pglogical.apply.targets.base import (
     BatchChanges,
     BatchResult,
@@ -77,6 +79,18 @@ log = logging.getLogger(__name__)
 
 def _noop(_name: str) -> None:
     pass
+
+
+def _task_rows(copy: Callable[[Iterable[tuple[str, int]]], Iterable[int]]
+               ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A ``mapInArrow`` function over a frame of (file, row group) tasks running ``copy`` (one partition's tasks,
+    row counts out) on them."""
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        tasks = ((str(f), int(g)) for b in batches
+                 for f, g in zip(b.column(0).to_pylist(), b.column(1).to_pylist(), strict=True))
+        for rows in copy(tasks):
+            yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
+    return run
 
 
 class PostgresTarget:
@@ -280,10 +294,12 @@ class PostgresTarget:
         plan = arrownet.plan_direct(direct, types) if direct is not None else None
         written: int | None
         if plan is not None:
-            parallelism = self.config.write_partitions or self.spark.sparkContext.defaultParallelism
+            parallelism = self.config.write_partitions or task_slots(self.spark)
             slices = max(1, min(len(plan.tasks), parallelism))
-            written = sum(self.spark.sparkContext.parallelize(list(plan.tasks), slices)
-                          .mapPartitions(arrownet.copy_tasks(self.dsn, staging, copy_cols, plan)).collect())
+            # The row-group tasks as a frame (DataFrame API only: classic Spark and Spark Connect alike).
+            tasks = self.spark.createDataFrame(list(plan.tasks), "file string, row_group int").repartition(slices)
+            written = (tasks.mapInArrow(_task_rows(arrownet.copy_tasks(self.dsn, staging, copy_cols, plan)),
+                                        "rows long").agg(F.sum("rows")).collect()[0][0])
         else:
             frame = make_frame()
             if self.config.write_partitions:

@@ -1,0 +1,180 @@
+"""Staged files read by the executors themselves: the driver plans, the executors open, hash and read the files.
+
+Staging on an object store (``s3://…``) is read where Spark runs, not on the driver: on a cluster, or over
+Spark Connect, the driver is one machine (or a thin client) and must not be the funnel every staged byte goes
+through. The driver reads only what planning needs: manifests and the small metadata files beside them
+(relations, truncates, transactions). Every row-change file is opened by an executor, with the filesystem
+its own URI resolves to there (``staging.layout.resolve_filesystem``: credentials and endpoint from the
+executor's environment, e.g. ``spark.executorEnv.AWS_ACCESS_KEY_ID`` or the cluster's instance role):
+
+* ``survey`` — one small Spark job per batch, one task per row-change file: the file hashed and its footer
+  read (``staging.verify.observe_file``), its Arrow schema, row groups and whether any value carries an
+  exactness note. The driver judges the hashes against the manifest (``StagingReader.verify`` with
+  ``observed``) before a target sees a row, and keeps the rest for the reads.
+* ``read_files`` — a frame of (file, row group) tasks expanded by ``mapInArrow``: each task reads its row
+  group with pyarrow and converts it as ``staged_arrow.to_spark_arrow`` does (what Spark's Parquet reader
+  gives), in the schema planned from the footer. So the frame is typed exactly as a local staging read.
+
+Only the DataFrame API is used (``createDataFrame``, ``mapInArrow``, ``collect``), so all of this runs over
+Spark Connect as well as on a classic session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from airflow_provider_pglogical.apply.staged_arrow import spark_type, to_spark_arrow
+from airflow_provider_pglogical.staging.reader import NOTES_COLUMNS
+from airflow_provider_pglogical.staging.verify import Observed
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+# One survey row per file: what ``Observed`` holds, plus what the reads need.
+_SURVEY_SCHEMA = pa.schema([
+    ("file", pa.string()), ("bytes", pa.int64()), ("sha256", pa.string()), ("rows", pa.int64()),
+    ("has_commit_lsns", pa.bool_()), ("min_commit_lsn", pa.int64()), ("max_commit_lsn", pa.int64()),
+    ("error", pa.string()), ("row_groups", pa.int64()), ("schema", pa.binary()), ("notes", pa.bool_()),
+])
+_SURVEY_DDL = ("file string, bytes long, sha256 string, rows long, has_commit_lsns boolean, min_commit_lsn long, "
+               "max_commit_lsn long, error string, row_groups long, schema binary, notes boolean")
+
+
+@dataclass(frozen=True)
+class SurveyedFile:
+    """One staged file as an executor found it: for the verification (``observed``) and for the reads."""
+
+    observed: Observed
+    schema: pa.Schema | None  # its Arrow schema as staged (None when it could not be read)
+    row_groups: int
+    notes: bool  # whether any image value carries an exactness note
+
+
+def storage_env() -> dict[str, str]:
+    """The driver's object-store settings (``AWS_*``), shipped with the tasks as a fallback: an executor uses its
+    own environment's first (``_filesystem``). In a local session the Python workers may have been started before
+    the driver's environment got them; on a cluster the executors' own settings are the ones that count."""
+    import os
+
+    return {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+
+
+def _filesystem(directory: str, fallback: dict[str, str]) -> tuple[pafs.FileSystem, str]:
+    """Executor side: the filesystem of ``directory`` from this process's environment, completed by ``fallback``."""
+    import os
+
+    from airflow_provider_pglogical.staging.layout import resolve_filesystem
+
+    for key, value in fallback.items():
+        os.environ.setdefault(key, value)
+    return resolve_filesystem(directory)
+
+
+def _survey_file(directory: str, relative: str, fallback: dict[str, str]) -> dict[str, object]:
+    """Executor side: one file hashed, its footer, schema and notes read."""
+    import pyarrow.parquet as pq
+
+    from airflow_provider_pglogical.staging.verify import observe_file
+
+    fs, root = _filesystem(directory, fallback)
+    path = f"{root}/{relative}"
+    found = observe_file(fs, path)
+    row = {"file": relative, "bytes": found.bytes, "sha256": found.sha256, "rows": found.rows,
+           "has_commit_lsns": found.commit_lsns is not None,
+           "min_commit_lsn": found.commit_lsns[0] if found.commit_lsns else None,
+           "max_commit_lsn": found.commit_lsns[1] if found.commit_lsns else None,
+           "error": found.error, "row_groups": 0, "schema": None, "notes": True}
+    if found.error is None:
+        parquet = pq.ParquetFile(path, filesystem=fs)
+        schema = parquet.schema_arrow
+        present = [c for c in NOTES_COLUMNS if c in schema.names]
+        notes = bool(present) and any(len(chunk.keys) for column in parquet.read(columns=present).columns
+                                      for chunk in column.chunks)
+        row.update(row_groups=parquet.metadata.num_row_groups, schema=schema.serialize().to_pybytes(), notes=notes)
+    return row
+
+
+def _surveyor(directory: str, fallback: dict[str, str]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            rows = [_survey_file(directory, str(f), fallback) for f in batch.column("file").to_pylist()]
+            if rows:
+                yield pa.RecordBatch.from_pylist(rows, schema=_SURVEY_SCHEMA)
+    return run
+
+
+def survey(spark: SparkSession, directory: str, files: Sequence[str]) -> dict[str, SurveyedFile]:
+    """``files`` (relative to the batch ``directory``, a URI) hashed and described by the executors, one task
+    per file; nothing of them is read on the driver."""
+    if not files:
+        return {}
+    tasks = spark.createDataFrame([(f,) for f in files], "file string")
+    if len(files) > 1:
+        tasks = tasks.repartition(len(files))
+    out: dict[str, SurveyedFile] = {}
+    for row in tasks.mapInArrow(_surveyor(directory, storage_env()), _SURVEY_DDL).collect():
+        lsns = (row["min_commit_lsn"], row["max_commit_lsn"]) if row["has_commit_lsns"] else None
+        observed = Observed(row["bytes"], row["sha256"], row["rows"], lsns, row["error"])
+        schema = pa.ipc.read_schema(pa.py_buffer(row["schema"])) if row["schema"] is not None else None
+        out[row["file"]] = SurveyedFile(observed, schema, int(row["row_groups"]), bool(row["notes"]))
+    return out
+
+
+def spark_schema(staged: pa.Schema) -> StructType:
+    """The Spark schema of a staged file's rows as ``to_spark_arrow`` converts them (a timestamp without time
+    zone stays ``timestamp_ntz``, as Spark's Parquet reader types it)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    converted = pa.schema([f.with_type(spark_type(f.type)) for f in staged])
+    return from_arrow_schema(converted, prefer_timestamp_ntz=True)
+
+
+def readable(staged: pa.Schema) -> bool:
+    """Whether the executors can hand a file of ``staged`` schema to Spark: no TIME anywhere in it. Spark reads the
+    Arrow that ``mapInArrow`` returns without a time type, and its TIME cannot be built from PostgreSQL's
+    ``24:00:00`` (which its Parquet reader, and ``createDataFrame``, keep as the raw value)."""
+    def has_time(dtype: pa.DataType) -> bool:
+        if pa.types.is_time(dtype):
+            return True
+        if pa.types.is_struct(dtype):
+            return any(has_time(f.type) for f in dtype)
+        if pa.types.is_map(dtype):
+            return has_time(dtype.key_type) or has_time(dtype.item_type)
+        if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+            return has_time(dtype.value_type)
+        return False
+
+    return not any(has_time(f.type) for f in staged)
+
+
+def _reader(directory: str, target: pa.Schema, fallback: dict[str, str]
+            ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Executor side: each (file, row group) task read with pyarrow and converted to ``target``."""
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow.parquet as pq
+
+        fs, root = _filesystem(directory, fallback)
+        for batch in batches:
+            for relative, group in zip(batch.column("file").to_pylist(), batch.column("row_group").to_pylist(),
+                                       strict=True):
+                table = to_spark_arrow(pq.ParquetFile(f"{root}/{relative}", filesystem=fs).read_row_group(group))
+                yield from table.cast(target).to_batches()
+    return run
+
+
+def read_files(spark: SparkSession, directory: str, files: Sequence[tuple[str, pa.Schema, int]]) -> DataFrame:
+    """Staged files ``(relative path, staged schema, row groups)`` of one schema under ``directory`` (a URI) as
+    one Spark frame, each row group read by an executor task."""
+    schema = spark_schema(files[0][1])
+    target = pa.schema([f.with_type(spark_type(f.type)) for f in files[0][1]])
+    tasks = [(relative, group) for relative, _, groups in files for group in range(groups)]
+    frame = spark.createDataFrame(tasks, "file string, row_group int")
+    if len(tasks) > 1:
+        frame = frame.repartition(len(tasks))
+    return frame.mapInArrow(_reader(directory, target, storage_env()), schema)

@@ -1,0 +1,138 @@
+"""A real Spark Connect server for tests: pyspark's own ``SparkConnectServer`` started with ``spark-submit`` on
+127.0.0.1 and a free port (local executors), once per test session, with an S3 server of its own.
+
+The server's environment is the cluster's: its executors get S3 credentials (``EXECUTOR_KEY``) that the
+client never has (it runs with ``DRIVER_KEY``), and the S3 server records every request with the key that
+signed it, so a test can tell who read which object (``S3Requests``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.support.s3server import REGION, SECRET_KEY, S3Server, s3_server
+
+VENV_BIN = Path(sys.executable).parent
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+DRIVER_KEY = "pglogical-driver-key"  # the client's (the pglogical process) credentials
+EXECUTOR_KEY = "pglogical-executor-key"  # the Connect server's executors' credentials
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def s3_env(s3: S3Server, key: str) -> dict[str, str]:
+    """The AWS environment of one party: the test server's endpoint, signed with ``key``."""
+    return {**s3.env(), "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_REGION": REGION}
+
+
+@dataclass(frozen=True)
+class S3Requests:
+    """The S3 server's request log (moto's recorder): which access key read which object."""
+
+    s3: S3Server
+    path: Path
+
+    def start(self) -> None:
+        self.path.write_text("")
+        requests.post(f"{self.s3.endpoint}/moto-api/recorder/start-recording", timeout=10).raise_for_status()
+
+    def stop(self) -> None:
+        requests.post(f"{self.s3.endpoint}/moto-api/recorder/stop-recording", timeout=10).raise_for_status()
+
+    def reads(self, key: str, part: str) -> int:
+        """GET requests signed with ``key`` of objects of published batches whose path contains ``part`` (the
+        drain reading back the files it writes into a ``_partial-`` directory does not count)."""
+        count = 0
+        for line in self.path.read_text().splitlines():
+            entry = json.loads(line)
+            auth = entry["headers"].get("Authorization", "")
+            if (entry["method"] == "GET" and f"Credential={key}/" in auth and part in entry["url"]
+                    and "/_partial-" not in entry["url"]):
+                count += 1
+        return count
+
+
+@dataclass(frozen=True)
+class SparkConnect:
+    url: str  # sc://127.0.0.1:port
+    s3: S3Server
+    requests: S3Requests
+    log: Path  # the server's output
+
+
+def _wait_for_port(port: int, process: subprocess.Popen[bytes], log: Path, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"Spark Connect server exited with {process.returncode}: {log.read_text()[-2000:]}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.5)
+    raise RuntimeError(f"Spark Connect server did not listen on {port} within {timeout} s")
+
+
+def start_server(env: dict[str, str], log: Path, *, master: str = "local[2]") -> tuple[subprocess.Popen[bytes], str]:
+    """``spark-submit`` of pyspark's Connect server; its Python workers run this interpreter (and this package)."""
+    port = _free_port()
+    args = [str(VENV_BIN / "spark-submit"), "--class", SERVER_CLASS, "--name", "pglogical-test-connect",
+            "--master", master,
+            "--conf", f"spark.connect.grpc.binding.port={port}",
+            "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+            "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
+            "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4",
+            "--conf", "spark.sql.session.timeZone=UTC", "spark-internal"]
+    full = {**{k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SPARK_CONNECT", "SPARK_REMOTE"))},
+            "PYSPARK_PYTHON": sys.executable, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", **env}
+    out = log.open("wb")
+    process = subprocess.Popen(args, env=full, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        _wait_for_port(port, process, log)
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    return process, f"sc://127.0.0.1:{port}"
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@pytest.fixture(scope="session")
+def spark_connect() -> Iterator[SparkConnect]:
+    """A Spark Connect server (local executors) and an S3 server, started once for the test session; the
+    server's executors hold ``EXECUTOR_KEY`` for S3."""
+    from moto.moto_api import recorder
+
+    workdir = Path(tempfile.mkdtemp(prefix="pglogical-connect-"))
+    recording = workdir / "s3-requests.jsonl"
+    recorder._location = str(recording)  # moto's recorder writes where this says (in this process: the S3 server's)
+    with s3_server() as s3:
+        log = workdir / "server.log"
+        process, url = start_server(s3_env(s3, EXECUTOR_KEY), log)
+        try:
+            yield SparkConnect(url, s3, S3Requests(s3, recording), log)
+        finally:
+            stop(process)
