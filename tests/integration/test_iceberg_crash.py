@@ -20,7 +20,6 @@ from airflow_provider_pglogical.hooks import PgLogicalHook
 from scripts.harness.pgserver import execute
 from scripts.harness.subscriber import drain_all, run_script
 from tests.conftest import REPO_ROOT
-from tests.integration.iceberg_apply_child import KILLED
 from tests.integration.test_native_equivalence import (
     APPLY_TABLES,
     BATCH_ONE,
@@ -30,6 +29,7 @@ from tests.integration.test_native_equivalence import (
     TABLES,
     TABLES_SQL,
 )
+from tests.support.iceberg_apply_child import KILLED
 
 # mirror: both boundaries of two tables (the first kill comes in the first batch, the later ones further on);
 # changelog: one of each.
@@ -50,7 +50,7 @@ def rows(target: IcebergTarget, mode: str) -> dict[str, list[str]]:
 
 
 def run_child(**args: object) -> int:
-    proc = subprocess.run([sys.executable, "-m", "tests.integration.iceberg_apply_child", json.dumps(args)],
+    proc = subprocess.run([sys.executable, "-m", "tests.support.iceberg_apply_child", json.dumps(args)],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode in (0, KILLED), proc.stderr[-3000:]
     return proc.returncode

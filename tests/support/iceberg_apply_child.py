@@ -1,6 +1,6 @@
 """An apply into an Iceberg target in a child process that dies (exit 137, no cleanup) at a kill point.
 
-Usage: python -m tests.integration.iceberg_apply_child '<json>' with keys catalog (pyiceberg catalog properties),
+Usage: python -m tests.support.iceberg_apply_child '<json>' with keys catalog (pyiceberg catalog properties),
 namespace, slot, staging_uri, mode, tables (source → {row_filter, columns, unchanged_toast}) and kill_at:
 ``<checkpoint>@<target table>`` (a checkpoint of ``apply/targets/iceberg/target.CHECKPOINTS``), or "" to finish.
 """
