@@ -8,7 +8,7 @@ runtime dependencies only (``--prefer-binary``; no ``constraints.txt``, which is
   with ``pyspark`` blocked (a worker that only submits to a cluster needs no Spark);
 * ``airflow providers list`` shows the provider, ``pglogical --version`` prints the wheel's version, and the
   compiled helpers are in use with the binary COPY fetch;
-* then the ``[spark]`` extra, and ``pglogical run`` against a real PostgreSQL (``tests/pgserver.py``) with the
+* then the ``[spark]`` extra, and ``pglogical run`` against a real PostgreSQL (``scripts/harness/pgserver.py``) with the
   compiled helpers and again with ``PGLOGICAL_PURE_PYTHON=1``, the target compared with the source;
 * in the first venv, the ``py3-none-any`` wheel replaces the compiled one: the pure-Python paths run too.
 
