@@ -81,7 +81,8 @@ dist: system-deps venv  ## release artefacts into dist/, checked as PyPI checks 
 
 # The wheels of `make dist` installed (not editable) with their runtime dependencies only into fresh venvs for
 # CPython 3.11/3.12/3.13: `airflow providers list`, `pglogical --version`, imports without Spark, and
-# `pglogical run` against a real PostgreSQL with the compiled helpers and with PGLOGICAL_PURE_PYTHON=1.
+# `pglogical run` against a real PostgreSQL with the compiled helpers and with PGLOGICAL_PURE_PYTHON=1. The first
+# venv follows docs/getting-started.md as written (its blocks parsed from the page; substitutions in PAGE_RULES).
 test-dist: dist  ## install and run the built wheels in fresh venvs, as users install them
 	$(BIN)/python scripts/test_dist.py
 
