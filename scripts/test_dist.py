@@ -249,6 +249,9 @@ def follow_page(server: PgServer, venv: Path, wheel: Path, work: Path) -> None:
     """docs/getting-started.md run as written in ``venv`` (PAGE_RULES' substitutions only), from its install
     (the ``[spark]`` extra) to its ``run``; the target equals the source; the DAG file loads."""
     blocks = page_blocks(GETTING_STARTED)
+    shell_lines = {line.strip() for name in ("install", "run") for line in blocks[name].text.splitlines()}
+    for line in SKIPPED_LINES.keys() - shell_lines:
+        raise Failed(f"{GETTING_STARTED.relative_to(ROOT)}: no `{line}` to skip; the page changed, update PAGE_RULES")
     source, target = "page_source", "page_target"
     create_databases(server, source, target)
     cwd, dags = work / "user", work / "user" / "dags"
@@ -258,8 +261,8 @@ def follow_page(server: PgServer, venv: Path, wheel: Path, work: Path) -> None:
     run_shell(blocks["install"].replaced(rules["install"]), cwd)
     execute(server.dsn(source), blocks["source table"].text)
     execute(server.dsn(source), PAGE_ROWS)
-    spec = page_spec(blocks["spec"], {("source", "dsn"): server.uri(source), ("target", "dsn"): server.uri(target),
-                                      ("staging", "uri"): str(work / "staging")})
+    spec = page_spec(blocks["spec"], dict(zip(PAGE_SPEC_KEYS, (server.uri(source), server.uri(target),
+                                                               str(work / "staging")), strict=True)))
     (cwd / "pipeline.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     run_block = blocks["run"].replaced(rules["run"])
     run_shell(run_block, cwd)
