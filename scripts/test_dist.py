@@ -69,7 +69,8 @@ def run(args: list[str], extra: dict[str, str] | None = None, timeout: float = 1
     started = time.monotonic()
     done = run_as_user(args, {"PIP_CACHE_DIR": str(Path.home() / ".cache" / "pip"), **(extra or {})},
                        timeout=timeout, cwd=cwd)
-    shown = " ".join(Path(a).name if a.startswith("/") else a.strip().splitlines()[0] for a in args)
+    # Absolute paths shown by their last part, also inside a shell line.
+    shown = " ".join(re.sub(r"(?<![\w.])/[^\s\"']*/", "", a.strip().splitlines()[0]) for a in args)
     print(f"  {time.monotonic() - started:6.1f}s  {shown[:110]}", flush=True)
     if done.returncode != 0:
         raise Failed(f"{' '.join(args[:4])} ... exited {done.returncode}:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
@@ -212,7 +213,8 @@ def run_shell(block: Block, cwd: Path) -> None:
         try:
             run(["bash", "-o", "pipefail", "-c", line], cwd=cwd)
         except Failed as exc:
-            raise Failed(f"{GETTING_STARTED.relative_to(ROOT)}:{number} ({block.lang} block): {exc}") from exc
+            raise Failed(f"{GETTING_STARTED.relative_to(ROOT)}:{number} ({block.lang} block) `{line.strip()}`: {exc}") \
+                from exc
 
 
 def page_spec(block: Block, replace: dict[tuple[str, str], str]) -> dict[str, Any]:
