@@ -138,8 +138,8 @@ def in_process(spec_path: Path, dsn: str, changes: int, base: int, event_dir: Pa
 def connect_runs(spec_path: Path, dsn: str, args: argparse.Namespace, env: dict[str, str],
                  work: Path) -> dict[str, Any]:
     """The small-batch runs over a Spark Connect server started (and warmed by one run) before them."""
-    from tests.support.sparkconnect import start_server as start_connect
-    from tests.support.sparkconnect import stop as stop_connect
+    from scripts.harness.sparkconnect import start_server as start_connect
+    from scripts.harness.sparkconnect import stop as stop_connect
 
     t0 = time.monotonic()
     process, url = start_connect({}, work / "connect-server.log")

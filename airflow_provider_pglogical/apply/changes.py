@@ -63,8 +63,9 @@ def published_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, s
 
     ``notes=False`` (the batch has no exactness notes for this table) leaves out carrying them;
     ``toast=False`` (no staged image lists an unchanged-TOAST column) the TOAST refill, which then
-    changes nothing. A column list of every column in image order projects nothing either. Both
-    steps rebuild the images as structs that every later step's expression would repeat.
+    changes nothing. A column list of every column in image order projects nothing either (when no
+    image carries notes). Both steps rebuild the images as structs that every later step's expression
+    would repeat.
     """
     all_columns = image_type(df, "new").fieldNames()
     df = df.transform(filter_actions(cfg.actions))
@@ -77,7 +78,9 @@ def published_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, s
     df = df.transform(apply_row_filter(cfg.row_filter, all_columns))
     if notes:
         df = df.transform(fold_notes)  # after the filter, which needs the typed values
-    return df if list(shape.columns) == all_columns else df.transform(project_columns(shape.columns))
+    if not notes and list(shape.columns) == all_columns:
+        return df  # images carrying notes keep the projection's rebuilt structs, the shape the targets collect
+    return df.transform(project_columns(shape.columns))
 
 
 def net_changes(df: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, shape: planning.TableShape,
@@ -132,8 +135,9 @@ class SparkBatchChanges:
         return changes, notes, from_key
 
     def _toast(self, table: PlannedTable) -> bool:
-        """Whether the table's staged changes list unchanged-TOAST columns (else no TOAST refill is planned)."""
-        return has_unchanged_toast(self.batch, table.source)
+        """Whether the table's staged changes list unchanged-TOAST columns (else no TOAST refill is planned). Images
+        carrying exactness notes keep the refill's rebuilt structs, which is the shape the targets collect them in."""
+        return has_value_notes(self.batch, table.source) or has_unchanged_toast(self.batch, table.source)
 
     def net(self, table: PlannedTable) -> DataFrame:
         """Net changes; first, an UPDATE/DELETE the table cannot apply stops the batch (``check_updates_deletes``).

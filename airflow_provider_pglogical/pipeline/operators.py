@@ -90,7 +90,8 @@ class WalRetentionCheckOperator(BaseOperator):
             spec = replace(spec, source=replace(spec.source, min_safe_wal_bytes=parse_size(self.min_safe_wal_bytes)))
         summary = _run_on_source(self, spec, check_retention, "slot %s: wal_status %s, safe_wal_size %s, lag %s bytes",
                                  ("slot", "wal_status", "safe_wal_size", "lag_bytes"))
-        check_window(spec)  # after the snapshot task: a resync_tables snapshot past the pruned range counts
+        with _staging(spec):
+            check_window(spec)  # after the snapshot task: a resync_tables snapshot past the pruned range counts
         return summary
 
 
@@ -176,7 +177,9 @@ class SparkConnectApplyOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         limit = None if self.max_batches in (None, "", "None") else int(self.max_batches)
-        return apply_pending(self.spec, master=self.remote_url(), max_batches=limit, log=self.log.info)
+        with _staging(self.spec):
+            return apply_pending(self.spec, master=self.remote_url(), max_batches=limit, log=self.log.info,
+                                 tool="airflow")
 
 
 class SnapshotTablesOperator(BaseOperator):

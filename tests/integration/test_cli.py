@@ -174,8 +174,7 @@ def test_validate_with_filters_rejects_an_expression_the_apply_cannot_evaluate_l
     result = pglogical("validate", "--filters", "--spec", str(path))
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
-        f"pglogical validate: error: {path}: tables.public.orders.row_filter: row filter: Divide expressions are not "
-        "supported")
+        f"pglogical validate: error: {path}: tables.public.orders.row_filter: row filter: operator / is not supported")
 
 
 SECRET = """

@@ -6,6 +6,7 @@ gives them: through the standard AWS environment variables, never through URIs o
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,7 +36,11 @@ class S3Server:
 
 
 @contextmanager
-def s3_server(bucket: str = "lake") -> Iterator[S3Server]:
+def s3_server(bucket: str | None = None) -> Iterator[S3Server]:
+    """A moto S3 server with one empty bucket. moto keeps its buckets in process-wide state that every server of
+    the process shares, so each server gets a bucket of its own name (``lake-<random>``): a test never sees another
+    test's objects."""
+    bucket = bucket or f"lake-{uuid.uuid4().hex[:12]}"
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
