@@ -21,6 +21,7 @@ Spark Connect as well as on a classic session.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -65,14 +66,19 @@ def storage_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
 
 
+# The executor's own environment as its Python worker started: its settings win over the driver's. A reused
+# worker keeps what earlier tasks set, so a setting it did not start with takes each task's value (the driver's
+# staging may have moved, e.g. to another endpoint) instead of the first task's.
+_WORKER_ENV = frozenset(k for k in os.environ if k.startswith("AWS_"))
+
+
 def _filesystem(directory: str, fallback: dict[str, str]) -> tuple[pafs.FileSystem, str]:
     """Executor side: the filesystem of ``directory`` from this process's environment, completed by ``fallback``."""
-    import os
-
     from airflow_provider_pglogical.staging.layout import resolve_filesystem
 
     for key, value in fallback.items():
-        os.environ.setdefault(key, value)
+        if key not in _WORKER_ENV:
+            os.environ[key] = value
     return resolve_filesystem(directory)
 
 
