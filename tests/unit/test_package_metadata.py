@@ -68,3 +68,14 @@ def test_the_package_cli_operators_and_dag_factory_load_without_pyspark():
     result = run_as_user([venv_script("python"), "-c", NO_SPARK], timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "[]"
+
+
+def test_the_readme_pypi_shows_links_only_to_absolute_urls():
+    """The README is the package's long description: on PyPI a relative link (``docs/apply.md``) is dead."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    relative = [target for target in re.findall(r"\]\(([^)]+)\)", readme)
+                if not target.startswith(("https://", "http://", "#", "mailto:"))]
+    assert not relative, f"relative links in README.md: {relative}"
