@@ -79,16 +79,14 @@ def _has_keep(net: pa.Table) -> pa.Array:
     return pc.fill_null(pc.greater(pc.list_value_length(net.column(KEEP)), 0), False)
 
 
-def _key_tuples(table: pa.Table, key: Sequence[str]) -> list[Key]:
-    cols = [table.column(k).to_pylist() for k in key]
-    return list(zip(*cols, strict=True))
+def key_tuples(table: pa.Table, key: Sequence[str]) -> list[Key]:
+    """Each row's key as a tuple of the key columns' Python values (shared with the Iceberg mirror)."""
+    return list(zip(*[table.column(k).to_pylist() for k in key], strict=True))
 
 
-def _from_tuples(net: pa.Table, key: Sequence[str]) -> list[Key | None]:
-    out: list[Key | None] = []
-    for v in net.column(FROM).to_pylist():
-        out.append(None if v is None else tuple(v[k] for k in key))
-    return out
+def from_tuples(changes: pa.Table, key: Sequence[str]) -> list[Key | None]:
+    """The moved-from key of each change (``_pgl_from``), None where the change did not move a row."""
+    return [None if v is None else tuple(v[k] for k in key) for v in changes.column(FROM).to_pylist()]
 
 
 def target_rows(dt: DeltaTable, keys: set[Key], key: Sequence[str], columns: Sequence[str]) -> pa.Table:
@@ -101,12 +99,12 @@ def target_rows(dt: DeltaTable, keys: set[Key], key: Sequence[str], columns: Seq
         expr = e if expr is None else expr & e
     found = dt.to_pyarrow_dataset().to_table(filter=expr, columns=list(columns))
     if len(key) > 1 and found.num_rows:
-        mask = [t in keys for t in _key_tuples(found, key)]
+        mask = [t in keys for t in key_tuples(found, key)]
         found = found.filter(pa.array(mask, pa.bool_()))
     return found
 
 
-def _reject(where: str, target: str, policy: str, key: Key, key_cols: Sequence[str], lsn: int,
+def reject(where: str, target: str, policy: str, key: Key, key_cols: Sequence[str], lsn: int,
             missing: Sequence[str], rejects: list[Reject]) -> None:
     if policy == "fail":
         raise UnresolvableToastError(
@@ -130,14 +128,14 @@ def replay_net(ordered: pa.Table, base: pa.Table, key: Sequence[str], columns: S
                                ordered.select(list(columns)).cast(base.select(list(columns)).schema)])
     nb, ncol = base.num_rows, len(columns)
     col_index = {c: i for i, c in enumerate(columns)}
-    state: dict[Key, list[int]] = {k: [i] * ncol for i, k in enumerate(_key_tuples(base, key))}
+    state: dict[Key, list[int]] = {k: [i] * ncol for i, k in enumerate(key_tuples(base, key))}
     touched: dict[Key, None] = {}
     rejects: list[Reject] = []
     kinds = ordered.column(KIND).to_pylist()
     keeps = ordered.column(KEEP).to_pylist()
     lsns = ordered.column(LSN).to_pylist()
-    froms = _from_tuples(ordered, key)
-    news = _key_tuples(ordered, key)
+    froms = from_tuples(ordered, key)
+    news = key_tuples(ordered, key)
     for j, (kind, keep, lsn, frm, new) in enumerate(zip(kinds, keeps, lsns, froms, news, strict=True)):
         row = nb + j
         kept = [col_index[c] for c in keep or () if c in col_index]
@@ -155,7 +153,7 @@ def replay_net(ordered: pa.Table, base: pa.Table, key: Sequence[str], columns: S
         else:  # I: an existing row at the key is updated (upsert), leaving kept columns alone
             current = state.get(new)
             if current is None and kept:
-                _reject(where, target, unchanged_toast, new, key, lsn, [columns[i] for i in kept], rejects)
+                reject(where, target, unchanged_toast, new, key, lsn, [columns[i] for i in kept], rejects)
                 continue
         cells = [row] * ncol
         if current is not None:  # None only for an insert at a new key, which then keeps nothing
@@ -186,17 +184,17 @@ def resolve_keeps(dt: DeltaTable, net: pa.Table, key: Sequence[str], columns: Se
         return net, []
     idx = np.flatnonzero(candidates.to_numpy(zero_copy_only=False))
     sub = net.take(pa.array(idx))
-    keys = _key_tuples(sub, key)
+    keys = key_tuples(sub, key)
     present: set[Key] = set()
     if not truncated:
-        present = set(_key_tuples(target_rows(dt, {k for k, kind in zip(keys, sub.column(KIND).to_pylist(),
+        present = set(key_tuples(target_rows(dt, {k for k, kind in zip(keys, sub.column(KIND).to_pylist(),
                                                                       strict=True) if kind == "I"}, key, key), key))
     rejects: list[Reject] = []
     drop = np.zeros(net.num_rows, dtype=bool)
     for i, k, kind, keep, lsn in zip(idx, keys, sub.column(KIND).to_pylist(), sub.column(KEEP).to_pylist(),
                                      sub.column(LSN).to_pylist(), strict=True):
         if kind == "R" or k not in present:
-            _reject(where, target, unchanged_toast, k, key, lsn, keep, rejects)
+            reject(where, target, unchanged_toast, k, key, lsn, keep, rejects)
             drop[i] = True
     return (net.filter(pa.array(~drop)) if drop.any() else net), rejects
 

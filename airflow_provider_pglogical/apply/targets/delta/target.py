@@ -364,7 +364,7 @@ class DeltaTarget:
             if ordered is None:
                 raise ApplyError(f"{where}: {target} needs its ordered changes to place moved unchanged-TOAST values")
             changes, _ = self._convert(ordered(), columns, key, f"{where}: {target}", type_names)
-            keys = set(mirror._key_tuples(changes, key)) | {f for f in mirror._from_tuples(changes, key) if f}
+            keys = set(mirror.key_tuples(changes, key)) | {f for f in mirror.from_tuples(changes, key) if f}
             base = mirror.target_rows(dt, set() if truncated else keys, key, columns)
             converted, rejects = mirror.replay_net(changes, base.cast(schema.remove_metadata()) if base.num_rows
                                                    else base, key, columns, where=where, target=target,

@@ -28,12 +28,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_pglogical.apply.targets.delta.mirror import Reject
-from airflow_provider_pglogical.apply.transforms import FROM, KEEP, KIND, LSN
-from airflow_provider_pglogical.exceptions import UnresolvableToastError
-
-# A primary-key value as a tuple of the key columns' Python values (from ``to_pylist``).
-Key = tuple[object, ...]
+from airflow_provider_pglogical.apply.targets.delta.mirror import Key, Reject, key_tuples, reject
+from airflow_provider_pglogical.apply.transforms import KEEP, KIND, LSN
 
 
 @dataclass
@@ -46,15 +42,6 @@ class NetWrite:
     rejects: list[Reject] = field(default_factory=list)
 
 
-def key_tuples(table: pa.Table, key: Sequence[str]) -> list[Key]:
-    return list(zip(*[table.column(k).to_pylist() for k in key], strict=True))
-
-
-def from_tuples(changes: pa.Table, key: Sequence[str]) -> list[Key | None]:
-    """The moved-from key of each change (``_pgl_from``), None where the change did not move a row."""
-    return [None if v is None else tuple(v[k] for k in key) for v in changes.column(FROM).to_pylist()]
-
-
 def key_mask(table: pa.Table, key: Sequence[str], keys: set[Key]) -> pa.Array:
     """Per row of ``table``: whether its key is one of ``keys`` (NULL equals NULL: REPLICA IDENTITY FULL keys)."""
     if not keys or not table.num_rows:
@@ -63,16 +50,6 @@ def key_mask(table: pa.Table, key: Sequence[str], keys: set[Key]) -> pa.Array:
         column = table.column(key[0])
         return pc.fill_null(pc.is_in(column, value_set=pa.array([k[0] for k in keys], column.type)), False)
     return pa.array([t in keys for t in key_tuples(table, key)], pa.bool_())
-
-
-def _reject(where: str, target: str, policy: str, key: Key, key_cols: Sequence[str], lsn: int,
-            missing: Sequence[str], rejects: list[Reject]) -> None:
-    if policy == "fail":
-        raise UnresolvableToastError(
-            f"{where}: {target}: unchanged TOAST value of column(s) {', '.join(sorted(missing))} of the change at "
-            f"LSN {lsn:X} exists neither in the batch nor in the target")
-    rejects.append({"table": target, "lsn": lsn, "columns": sorted(missing),
-                    "key": dict(zip(key_cols, key, strict=True))})
 
 
 def plan_net(net: pa.Table, base: pa.Table, key: Sequence[str], columns: Sequence[str], table_columns: Sequence[str],
@@ -101,7 +78,7 @@ def plan_net(net: pa.Table, base: pa.Table, key: Sequence[str], columns: Sequenc
             continue  # native: "did not find row to be updated"
         keep = [c for c in keep or () if c in columns]
         if keep and kind in ("I", "R") and (kind == "R" or row is None):
-            _reject(where, target, unchanged_toast, k, key, lsn, keep, rejects)
+            reject(where, target, unchanged_toast, k, key, lsn, keep, rejects)
             continue
         if row is not None:
             replaced.add(k)

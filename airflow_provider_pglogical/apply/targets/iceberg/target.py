@@ -422,15 +422,15 @@ class IcebergTarget:
             tx.set_properties({watermark_key(self.slot): str(end_lsn)})
             self._commit(tx, target)
             return TableOutcome(committed=True, rows={"inserted": rows.num_rows})
-        touched = set(mirror.key_tuples(converted, key))
+        touched = set(merge_rules.key_tuples(converted, key))
         replayed = False
         changes = None
         if merge_rules.needs_replay(converted):
             if ordered is None:
                 raise ApplyError(f"{where}: {target} needs its ordered changes to place moved unchanged-TOAST values")
             changes, _ = self._convert(ordered(), columns, key, f"{where}: {target}", type_names)
-            touched |= set(mirror.key_tuples(changes, key))
-            touched |= {f for f in mirror.from_tuples(changes, key) if f}
+            touched |= set(merge_rules.key_tuples(changes, key))
+            touched |= {f for f in merge_rules.from_tuples(changes, key) if f}
         files = [] if truncated else list(_files_holding(tbl, key, touched))
         table_columns = [f.name for f in tbl.schema().fields]
         empty = tbl.schema().as_arrow().empty_table()
@@ -555,7 +555,7 @@ def _range_filter(values: pa.Array, column: str) -> BooleanExpression:
     return And(GreaterThanOrEqual(term=Reference(column), value=low), LessThanOrEqual(term=Reference(column), value=high))
 
 
-def _files_holding(tbl: Table, key: Sequence[str], keys: set[mirror.Key]) -> Iterator[tuple[FileScanTask, pa.Table]]:
+def _files_holding(tbl: Table, key: Sequence[str], keys: set[merge_rules.Key]) -> Iterator[tuple[FileScanTask, pa.Table]]:
     """The current data files that may hold one of ``keys`` (pruned by the first key column's range), each read
     whole (positional deletes applied) and projected onto the current schema."""
     from pyiceberg.expressions import AlwaysTrue
