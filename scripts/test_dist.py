@@ -41,8 +41,9 @@ from scripts.dist import default_pythons  # noqa: E402
 from scripts.harness.pgserver import PgServer, start_server, stop_server  # noqa: E402
 from scripts.harness.userenv import run_as_user  # noqa: E402
 
-# Imports a worker without Spark makes, with pyspark (the Spark provider's pyspark-client included) blocked.
-NO_SPARK_IMPORTS = """
+# Imports a worker without Spark makes, with pyspark (the Spark provider's pyspark-client included) blocked; the
+# metadata test runs the same imports in the dev venv.
+WITHOUT_SPARK = """
 import importlib, sys
 class NoSpark:
     def find_spec(self, name, path=None, target=None):
@@ -52,6 +53,8 @@ sys.meta_path.insert(0, NoSpark())
 for module in ("airflow_provider_pglogical", "airflow_provider_pglogical.cli", "airflow_provider_pglogical.operators",
                "airflow_provider_pglogical.sensors", "airflow_provider_pglogical.pipeline.dag_factory"):
     importlib.import_module(module)
+"""
+NO_SPARK_IMPORTS = WITHOUT_SPARK + """
 from airflow_provider_pglogical import get_provider_info
 from airflow_provider_pglogical.decoding import speedups
 from airflow_provider_pglogical.hooks import copystream

@@ -7,6 +7,7 @@ from importlib import metadata
 
 import airflow_provider_pglogical
 from scripts.harness.userenv import run_as_user, venv_script
+from scripts.test_dist import WITHOUT_SPARK
 
 DIST = "airflow-provider-pglogical"
 
@@ -49,16 +50,7 @@ def test_pyspark_is_an_extra_and_airflow_a_lower_bound_with_every_supported_pyth
     assert {f"Programming Language :: Python :: 3.{m}" for m in (11, 12, 13)} <= set(classifiers)
 
 
-NO_SPARK = """
-import importlib, sys
-class NoSpark:
-    def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] in ("pyspark", "py4j"):
-            raise ImportError(f"{name} is blocked")
-sys.meta_path.insert(0, NoSpark())
-for module in ("airflow_provider_pglogical", "airflow_provider_pglogical.cli", "airflow_provider_pglogical.operators",
-               "airflow_provider_pglogical.sensors", "airflow_provider_pglogical.pipeline.dag_factory"):
-    importlib.import_module(module)
+NO_SPARK = WITHOUT_SPARK + """
 print(sorted(m for m in sys.modules if m.partition(".")[0] in ("pyspark", "py4j")))
 """
 
