@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import sysconfig
 from importlib import metadata
+from pathlib import Path
+
+import yaml
 
 import airflow_provider_pglogical
 from scripts.harness.userenv import run_as_user, venv_script
@@ -71,3 +74,20 @@ def test_the_readme_pypi_shows_links_only_to_absolute_urls():
     relative = [target for target in re.findall(r"\]\(([^)]+)\)", readme)
                 if not target.startswith(("https://", "http://", "#", "mailto:"))]
     assert not relative, f"relative links in README.md: {relative}"
+
+
+def test_the_hosted_docs_build_installs_the_locked_site_tools_and_builds_strict_as_make_docs_does():
+    """Read the Docs (the site_url) builds the same mkdocs.yml with warnings as errors, with the lock's versions."""
+    root = Path(__file__).resolve().parents[2]
+    config = yaml.safe_load((root / ".readthedocs.yaml").read_text())
+    assert config["mkdocs"] == {"configuration": "mkdocs.yml", "fail_on_warning": True}
+    requirements = [entry["requirements"] for entry in config["python"]["install"]]
+    locked = dict(line.split("==", 1) for line in (root / "constraints.txt").read_text().splitlines() if "==" in line)
+    pins = [line for path in requirements for line in (root / path).read_text().splitlines()
+            if line and not line.startswith("#")]
+    assert {"mkdocs", "mkdocs-material", "mkdocstrings-python"} <= {pin.split("==")[0] for pin in pins}
+    for pin in pins:
+        name, version = pin.split("==", 1)
+        assert locked.get(name) == version, (pin, locked.get(name))
+    assert yaml.safe_load((root / "mkdocs.yml").read_text().replace("!!python", "#"))["site_url"].startswith(
+        "https://airflow-provider-pglogical.readthedocs.io/")
