@@ -160,7 +160,7 @@ def test_direct_and_spark_paths_give_the_source_s_rows(pg_server, spark, tmp_pat
 def test_batches_the_direct_path_covers_apply_without_spark_and_a_later_one_starts_it(pg_server, spark, tmp_path,
                                                                                       caplog):
     """With the session on demand, the direct path's batches are printed and COPYed by this process (no session is
-    started for them); the first batch whose rows need Spark's text (out-of-range timestamps) starts it mid-run.
+    started for them); the first batch that needs Spark's transforms (keys repeat) starts it mid-run.
     Every table ends equal to the source. ``arr`` (arrays: Spark's text) is left out of the configuration."""
     rng = random.Random(3)
     source = make_database(pg_server)
@@ -172,10 +172,10 @@ def test_batches_the_direct_path_covers_apply_without_spark_and_a_later_one_star
     try:
         live: dict[str, set] = {t: set() for t in ("plain", "full_id", "arr", "pk2")}
         next_id = [0]
-        for wild in (False, False, True):
+        for repeat in (False, False, True):
             conn = psycopg2.connect(source_dsn)
             with conn, conn.cursor() as cur:
-                _round(cur, rng, live, next_id, wild=wild, repeat=False)
+                _round(cur, rng, live, next_id, wild=False, repeat=repeat)
             conn.close()
             assert drain_all(source_dsn, uri, slot=slot) == 1
         _, dsn = make_target(pg_server)
