@@ -334,7 +334,7 @@ def _apply_pending(spec: PipelineSpec, *, master: str | None, max_batches: int |
     from airflow_provider_pglogical.apply.runner import apply_slot  # imports pyspark: only when there is work
 
     # One apply path: the shared runner plans every batch and hands it to the spec's target.
-    with target.environment(), _apply_session(spark, master or spec.spark.where, spec.spark.conf) as session:
+    with target.environment(), _apply_session(spark, master or spec.spark.where, spec.spark.conf, log) as session:
         reports = apply_slot(session, config, target=target.for_apply(session, config))
         spark_started = session.started
     if not spark_started:
@@ -355,14 +355,21 @@ def _apply_pending(spec: PipelineSpec, *, master: str | None, max_batches: int |
 
 
 @contextmanager
-def _apply_session(starter: SparkStarter | None, master: str | None, conf: dict[str, str]) -> Iterator[SparkOnDemand]:
+def _apply_session(starter: SparkStarter | None, master: str | None, conf: dict[str, str],
+                   log: Log) -> Iterator[SparkOnDemand]:
     """The apply's session on demand: ``starter``'s (started during the drain, or when a step asks; its owner stops
     it), else one of its own, stopped after the block if a step started it."""
     from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
 
-    used = starter or SparkStarter(master, conf)
+    used = starter or SparkStarter(master, conf, log=log)
+
+    def start() -> SparkSession:
+        if not used.started:  # else it started during the drain
+            log(f"starting Spark ({used.master}) for the apply: a staged batch needs Spark's transforms")
+        return used.session()
+
     try:
-        yield SparkOnDemand(used.session, running=lambda: used.started)
+        yield SparkOnDemand(start, running=lambda: used.started)
     finally:
         if starter is None:
             used.stop()

@@ -54,7 +54,8 @@ def spec_file(pipeline: dict[str, Any], name: str, row_filter: str | None = None
 
 def run(spec: str, tmp: Path, *, java: bool) -> tuple[dict[str, Any], list[Path]]:
     """``pglogical run`` as a user runs it, with a temporary directory of its own; ``java=False``: with no Java
-    (JAVA_HOME pointing nowhere: a JVM start fails the run). Its JSON and the Spark log files it left there."""
+    (JAVA_HOME pointing nowhere: a JVM start fails the run). Its JSON (with its progress lines as ``stderr``) and
+    the Spark log files it left there."""
     tmpdir = tmp / f"tmp-{len(list(tmp.glob('tmp-*')))}"
     tmpdir.mkdir()
     extra = {"TMPDIR": str(tmpdir)}
@@ -62,7 +63,7 @@ def run(spec: str, tmp: Path, *, java: bool) -> tuple[dict[str, Any], list[Path]
         extra["JAVA_HOME"] = str(tmp / "no-java-here")
     result: subprocess.CompletedProcess = pglogical("run", "--spec", spec, extra=extra)
     assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout), sorted(tmpdir.glob("pglogical-spark-*.log"))
+    return {**json.loads(result.stdout), "stderr": result.stderr}, sorted(tmpdir.glob("pglogical-spark-*.log"))
 
 
 def test_plain_small_batches_are_applied_without_starting_spark(pipeline):
@@ -77,6 +78,7 @@ def test_plain_small_batches_are_applied_without_starting_spark(pipeline):
     summary, logs = run(spec, pipeline["tmp"], java=False)
     assert summary["apply"]["batches_applied"] == 1 and summary["decode"]["changes"] == 62
     assert summary["spark"]["started"] is None and summary["apply"]["spark_started"] is False and logs == []
+    assert "applied without Spark" in summary["stderr"] and "starting Spark" not in summary["stderr"]
     assert query(pipeline["target"], ITEMS) == query(pipeline["source"], ITEMS)
     assert query(pipeline["target"], DOCS) == query(pipeline["source"], DOCS)
 
@@ -127,6 +129,8 @@ def test_a_batch_that_needs_spark_starts_it_and_ends_equal(pipeline, case):
     assert summary["apply"]["batches_applied"] == 1
     assert summary["spark"]["started"] == started and summary["apply"]["spark_started"] is True
     assert len(logs) == 1  # the JVM's own output went to its log file in the run's temporary directory
+    when = "in the background: the drain has changes" if row_filter else "for the apply: a staged batch needs Spark"
+    assert f"starting Spark (local[2]) {when}" in summary["stderr"]
     source_items = ITEMS.replace("ORDER BY", f"WHERE {row_filter} ORDER BY") if row_filter else ITEMS
     assert query(pipeline["target"], ITEMS) == query(pipeline["source"], source_items)
     assert query(pipeline["target"], DOCS) == query(pipeline["source"], DOCS)
