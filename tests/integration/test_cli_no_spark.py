@@ -43,8 +43,10 @@ def pipeline(pg_server, pg_dsn, pg_dbname, tmp_path):
         drop_database(pg_server, target)
 
 
-def spec_file(pipeline: dict[str, Any], name: str, row_filter: str | None = None) -> str:
+def spec_file(pipeline: dict[str, Any], name: str, row_filter: str | None = None, *, snapshot: bool = False) -> str:
     doc = json.loads(json.dumps(pipeline["doc"]))
+    if snapshot:
+        doc["snapshot"] = {"initial": True}
     if row_filter:
         doc["tables"]["public.items"]["row_filter"] = row_filter
     path = pipeline["tmp"] / name
@@ -95,6 +97,22 @@ def test_plain_small_batches_are_applied_without_starting_spark(pipeline):
     assert summary["spark"]["started"] is None and summary["apply"]["spark_started"] is False and logs == []
     assert summary["apply"]["rows"]["public.items"] == {"inserted": 21, "updated": 20, "deleted": 11,
                                                        "skipped_missing_update": 0}
+    assert query(pipeline["target"], ITEMS) == query(pipeline["source"], ITEMS)
+    assert query(pipeline["target"], DOCS) == query(pipeline["source"], DOCS)
+
+
+def test_an_initial_snapshot_and_the_changes_after_it_load_without_starting_spark(pipeline):
+    execute(pipeline["source"], """
+        INSERT INTO items SELECT g, g, md5(g::text), g * 0.01, now() FROM generate_series(1, 500) g;
+        INSERT INTO docs VALUES (1, 'one', 'short');""")
+    spec = spec_file(pipeline, "snapshot.yaml", snapshot=True)
+    summary, logs = run(spec, pipeline["tmp"], java=False)  # slot created with the snapshot, which is loaded
+    assert summary["decode"]["snapshot"]["initial"]["tables"]["public.items"]["rows"] == 500
+    assert summary["spark"]["started"] is None and summary["apply"]["spark_started"] is False and logs == []
+    assert query(pipeline["target"], ITEMS) == query(pipeline["source"], ITEMS)
+    execute(pipeline["source"], "UPDATE items SET qty = 0 WHERE id <= 50; DELETE FROM items WHERE id > 450;")
+    summary, logs = run(spec, pipeline["tmp"], java=False)
+    assert summary["apply"]["batches_applied"] == 1 and summary["spark"]["started"] is None and logs == []
     assert query(pipeline["target"], ITEMS) == query(pipeline["source"], ITEMS)
     assert query(pipeline["target"], DOCS) == query(pipeline["source"], DOCS)
 
