@@ -1,4 +1,8 @@
-"""Benchmark: `pglogical run` on an empty slot and on a small batch (100 changes), and where the seconds go.
+"""Benchmark: `pglogical run` on an empty slot and on small batches (100 changes), and where the seconds go.
+
+Two kinds of small batch: a plain one (inserts, updates and deletes, each key once: the direct path covers it and
+the run starts no JVM) and one that needs Spark (rows inserted and updated in the same transaction: a key repeats,
+so compaction nets it in Spark; the run starts the JVM once it has staged the batch).
 
 The commands run as a user runs them (console script by path, venv not activated). Then the same
 small batch size again in-process, split into: Python start + imports, decode (peek → staged →
@@ -48,8 +52,21 @@ from scripts.harness.userenv import run_as_user, venv_script  # noqa: E402
 SCHEMA = "CREATE TABLE t (id int PRIMARY KEY, a int NOT NULL, b text, c numeric(12,2), d timestamptz);"
 
 
+def plain_batch(dsn: str, changes: int, base: int, seeded: int) -> None:
+    """``changes`` row changes in one transaction, each key once: half inserts of new rows, 30% updates and 20%
+    deletes of rows the seed batch inserted (ids ``seeded`` on, distinct per call)."""
+    inserts, updates = changes // 2, changes * 3 // 10
+    deletes = changes - inserts - updates
+    execute(dsn, f"""BEGIN;
+INSERT INTO t SELECT g, g, md5(g::text), g * 0.01, now() FROM generate_series({base}, {base + inserts - 1}) g;
+UPDATE t SET a = a + 1, b = NULL WHERE id BETWEEN {seeded} AND {seeded + updates - 1};
+DELETE FROM t WHERE id BETWEEN {seeded + updates} AND {seeded + updates + deletes - 1};
+COMMIT;""")
+
+
 def small_batch(dsn: str, changes: int, base: int) -> None:
-    """``changes`` row changes in one transaction: half inserts, 30% updates, 20% deletes."""
+    """``changes`` row changes in one transaction: half inserts, 30% updates, 20% deletes, of the rows it inserts
+    (so keys repeat: Spark's compaction nets them)."""
     inserts, updates = changes // 2, changes * 3 // 10
     deletes = changes - inserts - updates
     execute(dsn, f"""BEGIN;
@@ -191,12 +208,22 @@ def main() -> int:
         help_s = [timed_cli("--help", env=env) for _ in range(args.repeat)]
         first_s = timed_cli("run", *spec, env=env)  # creates publication and slot
         empty_s = [timed_cli("run", *spec, env=env) for _ in range(args.repeat)]
+        # The rows the plain batches update and delete: inserted (and applied) by one seed batch first.
+        seed_rows = args.changes * args.repeat
+        execute(dsn, f"INSERT INTO t SELECT g, g, md5(g::text), g * 0.01, now() FROM generate_series(1, {seed_rows}) g")
+        seed_s = timed_cli("run", *spec, env=env)
+        plain_s: list[float] = []
+        plain_out: list[dict[str, Any]] = []
+        for i in range(args.repeat):
+            plain_batch(dsn, args.changes, 500_000 + 1_000 * i, 1 + i * args.changes)
+            plain_s.append(timed_cli("run", *spec, env=env, out=plain_out))
         small_s: list[float] = []
         small_out: list[dict[str, Any]] = []
         for i in range(args.repeat):
             small_batch(dsn, args.changes, 1_000_000 * (i + 1))
             small_s.append(timed_cli("run", *spec, env=env, out=small_out))
         spark = [o.get("spark") or {} for o in small_out]  # absent from older code's output
+        plain_spark = [o.get("spark") or {} for o in plain_out]
         split = [] if args.no_split else [
             in_process(spec_path, dsn, args.changes, 1_000_000 * (args.repeat + i + 1), work / f"events{i}")
             for i in range(args.repeat)]
@@ -211,9 +238,14 @@ def main() -> int:
             "cli_first_run_creating_slot_s": round(first_s, 2),
             "cli_run_empty_slot_s": [round(s, 2) for s in empty_s],
             "cli_run_empty_slot_median_s": round(statistics.median(empty_s), 2),
+            "cli_run_seed_batch_s": round(seed_s, 2),
+            "cli_run_plain_batch_s": [round(s, 2) for s in plain_s],
+            "cli_run_plain_batch_median_s": round(statistics.median(plain_s), 2),
+            "cli_run_plain_batch_spark": plain_spark,
             "cli_run_small_batch_s": [round(s, 2) for s in small_s],
             "cli_run_small_batch_median_s": round(statistics.median(small_s), 2),
             "cli_run_small_batch_spark": spark,
+            "plain_vs_spark_batch_ratio": round(statistics.median(plain_s) / statistics.median(small_s), 3),
             "in_process_split_median": {k: round(v, 2) for k, v in median.items()},
             "in_process_split_runs": split,
             **connect,

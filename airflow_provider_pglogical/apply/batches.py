@@ -13,6 +13,7 @@ from functools import reduce
 from typing import TYPE_CHECKING
 
 from airflow_provider_pglogical.apply import executor_reads
+from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand, session_of
 from airflow_provider_pglogical.apply.staged_arrow import spark_readable, to_spark_arrow
 from airflow_provider_pglogical.exceptions import StagingError
 from airflow_provider_pglogical.staging.manifest import Manifest
@@ -109,13 +110,14 @@ def read_by_executors(batch: Batch) -> bool:
     return not is_local(batch.uri)
 
 
-def verify(spark: SparkSession, batch: Batch) -> None:
+def verify(spark: SparkSession | SparkOnDemand, batch: Batch) -> None:
     """Refuse a batch whose files are not what its manifest records (``StagingReader.verify``), before a target
     sees any of it. Staging read by the executors has its row-change files hashed there (``executor_reads.survey``,
-    kept on the batch for the reads); the driver reads only the small metadata files."""
+    kept on the batch for the reads); the driver reads only the small metadata files. Local staging is hashed
+    here, so a session on demand is not started for it."""
     if read_by_executors(batch):
         files = sorted({f for fs in batch.table_files.values() for f in fs})
-        batch.surveyed.update(executor_reads.survey(spark, batch.uri, [f for f in files if f not in batch.surveyed]))
+        batch.surveyed.update(executor_reads.survey(session_of(spark), batch.uri, [f for f in files if f not in batch.surveyed]))
         batch.reader.verify(batch.ref, batch.manifest, {f: batch.surveyed[f].observed for f in files})
     else:
         batch.reader.verify(batch.ref, batch.manifest)

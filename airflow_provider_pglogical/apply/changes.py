@@ -33,6 +33,7 @@ from airflow_provider_pglogical.apply.batches import (
 from airflow_provider_pglogical.apply.config import ACTIONS, TableApplyConfig
 from airflow_provider_pglogical.apply.filters import apply_row_filter
 from airflow_provider_pglogical.apply.notes import fold_notes, inherit_toast_notes
+from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
 from airflow_provider_pglogical.apply.targets.base import COMMIT, ORDER, DirectNet, PlannedTable, from_column
 from airflow_provider_pglogical.apply.transforms import (
     FROM,
@@ -118,12 +119,18 @@ class SparkBatchChanges:
     keeps only the table's changes with ``commit_lsn >= sync LSN`` (worker.c
     ``should_apply_changes_for_rel``: applied when the sync LSN ≤ the transaction's final LSN, the
     start of its commit record, which is the staged ``commit_lsn``); earlier ones are in the snapshot.
+    A session on demand (``spark_on_demand.py``) starts when the first frame is built: ``direct_net`` needs none.
     """
 
-    def __init__(self, spark: SparkSession, batch: Batch, sync: Mapping[str, int] | None = None) -> None:
-        self.spark = spark
+    def __init__(self, spark: SparkSession | SparkOnDemand, batch: Batch,
+                 sync: Mapping[str, int] | None = None) -> None:
+        self.on_demand = SparkOnDemand.of(spark)
         self.batch = batch
         self.sync = dict(sync or {})
+
+    @property
+    def spark(self) -> SparkSession:
+        return self.on_demand.session()
 
     def _staged(self, table: PlannedTable) -> tuple[DataFrame, bool, list[Column]]:
         changes = read_changes(self.spark, self.batch, table.source)
@@ -237,12 +244,18 @@ class SnapshotFiles:
 
 class SnapshotChanges:
     """``BatchChanges`` of a snapshot group: the shared pure transforms over INSERT-only frames, and
-    ``rows``, the plain rows a target loads into an emptied table."""
+    ``rows``, the plain rows a target loads into an emptied table. A session on demand starts when the first
+    frame is built: ``direct_rows`` needs none."""
 
-    def __init__(self, spark: SparkSession, uris: Mapping[str, SnapshotFiles | tuple[str, tuple[str, ...]]]) -> None:
-        self.spark = spark
+    def __init__(self, spark: SparkSession | SparkOnDemand,
+                 uris: Mapping[str, SnapshotFiles | tuple[str, tuple[str, ...]]]) -> None:
+        self.on_demand = SparkOnDemand.of(spark)
         self.uris = {t: u if isinstance(u, SnapshotFiles) else SnapshotFiles(u[0], tuple(u[1]))
                      for t, u in uris.items()}  # source table → its snapshot files
+
+    @property
+    def spark(self) -> SparkSession:
+        return self.on_demand.session()
 
     def rows(self, table: PlannedTable) -> DataFrame:
         """The snapshot's rows with exactly ``table.columns`` (staged types), one per target row.

@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_provider_pglogical.apply.batches import Batch, has_value_notes, is_local, keys_never_repeat
+from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import DirectNet, PlannedTable
 from airflow_provider_pglogical.exceptions import RowFilterError
 from airflow_provider_pglogical.row_filter import canonical
@@ -50,12 +51,24 @@ def enabled() -> bool:
     return os.environ.get(ENV_SWITCH, "1") != "0"
 
 
+def plain_config(cfg: TableApplyConfig) -> bool:
+    """The parts of the decision a table's configuration settles: every action published, no row filter."""
+    return not cfg.row_filter and set(cfg.actions) >= DIRECT_ACTIONS
+
+
 def plain_table(table: PlannedTable) -> bool:
     """The parts of the decision that need no file: a single-source keyed table, every action published, no
     row filter, no truncate inside the batch, nothing refused for UPDATE/DELETE."""
     return (enabled() and not table.parts and bool(table.key) and table.truncated_at is None
-            and table.update_delete_problem is None and not table.config.row_filter
-            and set(table.config.actions) >= DIRECT_ACTIONS)
+            and table.update_delete_problem is None and plain_config(table.config))
+
+
+def may_cover(config: ApplyConfig) -> bool:
+    """Whether the direct path may cover a whole run of ``config``, judged before anything is staged: local staging
+    and every configured table (selections too) plain by its configuration, none routing leaf partitions to its
+    root. False means Spark will surely be needed; True only that it may not be (a batch's files decide)."""
+    return (enabled() and is_local(config.staging_root)
+            and all(plain_config(cfg) and cfg.leaves == "own" for cfg in config.tables.values()))
 
 
 def batch_files(table: PlannedTable, batch: Batch, sync_lsn: int | None) -> DirectNet | None:

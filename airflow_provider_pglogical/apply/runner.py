@@ -4,7 +4,8 @@ Planning (``planning.plan_batch``) is pure: which tables are pending against the
 watermarks, their keys and columns, truncate positions and FK order. The target
 (``targets/base.Target``; PostgreSQL in ``targets/postgres/``) receives that plan with the
 batch's changes as lazily built Spark frames (``changes.SparkBatchChanges``) and applies it
-atomically by its own means.
+atomically by its own means. The Spark session itself is started by the first step that builds a frame
+(``spark_on_demand.py``): a run the direct path covers whole (``direct.py``) starts none.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from airflow_provider_pglogical.apply.batches import (
 from airflow_provider_pglogical.apply.changes import SparkBatchChanges
 from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.filters import referenced_columns, validate_row_filter
+from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
 from airflow_provider_pglogical.apply.targets.base import BatchReport, Target, TargetTable
 from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget
 from airflow_provider_pglogical.exceptions import ApplyError
@@ -51,7 +53,7 @@ def read_dsn(config: ApplyConfig) -> str:
     return dsn
 
 
-def _validate(spark: SparkSession, config: ApplyConfig, batches: list[Batch]) -> dict[int, dict[str, RelationInfo]]:
+def _validate(spark: SparkOnDemand, config: ApplyConfig, batches: list[Batch]) -> dict[int, dict[str, RelationInfo]]:
     """Every configured table of every batch, checked before anything is written."""
     relations: dict[int, dict[str, RelationInfo]] = {}
     seen: set[tuple[str, RelationInfo]] = set()
@@ -70,13 +72,13 @@ def _validate(spark: SparkSession, config: ApplyConfig, batches: list[Batch]) ->
             seen.add((source, rel))
             planning.written_columns(rel, cfg)
             if cfg.row_filter:
-                validate_row_filter(spark, cfg.row_filter, table=source, columns=rel.column_names,
+                validate_row_filter(spark.session(), cfg.row_filter, table=source, columns=rel.column_names,
                                     identity=rel.identity_columns, replica_identity=rel.replica_identity,
                                     actions=cfg.actions, types={c.name: c.type_name for c in rel.columns})
     return relations
 
 
-def apply_slot(spark: SparkSession, config: ApplyConfig, dsn: str | None = None, *,
+def apply_slot(spark: SparkSession | SparkOnDemand, config: ApplyConfig, dsn: str | None = None, *,
                target: Target | None = None,
                on_batch: Callable[[BatchReport], None] | None = None) -> list[BatchReport]:
     """Apply every staged batch of the slot beyond the target's watermarks, oldest first.
@@ -84,10 +86,11 @@ def apply_slot(spark: SparkSession, config: ApplyConfig, dsn: str | None = None,
     Idempotent under replay: a batch whose end_lsn is at or below a target table's watermark is
     skipped for that table, and each batch commits its changes together with the watermark.
     The target is ``target``, or PostgreSQL at ``dsn``. ``on_batch`` sees each batch's report
-    right after its commit (metrics, report files).
+    right after its commit (metrics, report files). ``spark``: a running session, or one started
+    on demand (``SparkOnDemand``: only when a step builds a Spark frame).
     """
-    for key, value in READ_CONF.items():
-        spark.conf.set(key, value)
+    spark = SparkOnDemand.of(spark)
+    spark.conf(READ_CONF)
     batches = list_batches(config.staging_root, config.slot)
     if config.max_batches is not None:
         batches = batches[: config.max_batches]
@@ -150,7 +153,7 @@ class _Described(Mapping[str, TargetTable | None]):
         return len(self.found)
 
 
-def _apply_one(spark: SparkSession, config: ApplyConfig, target: Target, batch: Batch,
+def _apply_one(spark: SparkOnDemand, config: ApplyConfig, target: Target, batch: Batch,
                rels: dict[str, RelationInfo], sync: Mapping[str, int] | None = None) -> BatchReport:
     """One batch; ``sync`` maps a source table to its sync LSN: its changes and truncates committed
     before it are in its snapshot (PostgreSQL's ``should_apply_changes_for_rel``) and are dropped."""
@@ -176,7 +179,7 @@ def _apply_one(spark: SparkSession, config: ApplyConfig, target: Target, batch: 
                                 planning.created_key(rel, cfg, planning.written_columns(rel, cfg)))
             existing.found.pop(name)
     # Columns each row filter references: an UPDATE/DELETE is refused when they leave the replica identity.
-    filter_columns = {source: referenced_columns(spark, cfg.row_filter) for source, (_, cfg) in pending.items()
+    filter_columns = {source: referenced_columns(spark.session(), cfg.row_filter) for source, (_, cfg) in pending.items()
                       if cfg.row_filter and source in batch.table_files}
     # The shapes before the batch (the previous batch's relation state) are judged first: a type change
     # between two batches is judged like one inside a batch.

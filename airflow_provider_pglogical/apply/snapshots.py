@@ -39,6 +39,8 @@ from airflow_provider_pglogical.staging.reader import RelationInfo, TruncateEven
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
+
 log = logging.getLogger(__name__)
 
 
@@ -222,7 +224,7 @@ def routed_table(source: str, target: str, shape: planning.TableShape, rel: Rela
                         parts=tuple(dataclasses.replace(m, key=merged.key) for m in members))
 
 
-def apply_snapshots(spark: SparkSession, config: ApplyConfig, target: Target,
+def apply_snapshots(spark: SparkSession | SparkOnDemand, config: ApplyConfig, target: Target,
                     held: Collection[str] = ()) -> list[BatchReport]:
     """Load every pending snapshot group (before any change batch) but the ``held`` tables'; one report per group."""
     reports: list[BatchReport] = []

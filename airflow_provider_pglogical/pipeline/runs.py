@@ -50,6 +50,8 @@ from airflow_provider_pglogical.staging.retention import record_position
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
+
 Log = Callable[[str], None]
 DEFAULT_MASTER = "local[*]"
 
@@ -264,12 +266,14 @@ def run_pending(spec: PipelineSpec, *, master: str | None = None, max_batches: i
                 log: Log = _quiet, allow_gap: bool = False) -> dict[str, Any]:
     """``pglogical run``: decode (at most ``max_batches`` batches), then apply everything pending.
 
-    Spark starts in the background once the drain has read a transaction (or a snapshot was staged),
-    overlapping the JVM start with the rest of the drain; an empty slot starts no JVM. Recorded in the
-    slot's run history as one ``run`` (docs/staging-format.md#run-history).
+    When the run will surely need Spark (``spark_expected``), it starts in the background once the drain has read
+    a transaction (or a snapshot was staged), overlapping the JVM start with the rest of the drain; otherwise the
+    apply starts it only if a step needs it (``apply/spark_on_demand.py``): a run the direct path covers whole and
+    an empty slot start no JVM. Recorded in the slot's run history as one ``run``
+    (docs/staging-format.md#run-history).
     """
     starter = SparkStarter(master or spec.spark.where, spec.spark.conf, log=log)
-    early = spec_target(spec).early_spark_start
+    early = spec_target(spec).early_spark_start and spark_expected(spec)
 
     def on_changes() -> None:
         if early:
@@ -285,13 +289,23 @@ def run_pending(spec: PipelineSpec, *, master: str | None = None, max_batches: i
     return {"decode": decoded, "apply": applied, "spark": starter.summary()}
 
 
+def spark_expected(spec: PipelineSpec) -> bool:
+    """Whether a run of ``spec`` with changes to apply surely starts Spark: its target takes no direct rows, or
+    its configuration rules the direct path out (``direct.may_cover``: a row filter, unpublished actions, leaf
+    partitions routed to their root, staging on an object store). Otherwise only the staged files tell."""
+    from airflow_provider_pglogical.apply import direct
+
+    return not (spec_target(spec).takes_direct_rows and direct.may_cover(apply_config(spec)))
+
+
 def apply_pending(spec: PipelineSpec, *, master: str | None = None, max_batches: int | None = None,
                   log: Log = _quiet, spark: SparkStarter | None = None, recorder: RunRecorder | None = None,
                   tool: str = "cli") -> dict[str, Any]:
     """Apply every staged batch beyond the target's watermarks, oldest first (idempotent).
 
-    ``spark``: the run's session starter (its owner stops it); without it a session is started and
-    stopped here, when there is something to apply. Recorded in the slot's run history as an ``apply``
+    ``spark``: the run's session starter (its owner stops it); without it one is made and stopped here. Either
+    way the session starts only when a step of the apply needs it (``apply/spark_on_demand.py``); the result's
+    ``spark_started`` says whether it ran. Recorded in the slot's run history as an ``apply``
     by ``tool``, or into ``recorder`` (the enclosing run's).
     """
     with recording(spec.staging.uri, spec.source.slot, "apply", tool=tool, log=log, given=recorder) as record:
@@ -315,13 +329,16 @@ def _apply_pending(spec: PipelineSpec, *, master: str | None, max_batches: int |
         # Starting Spark costs seconds: skip it when every staged batch is below every watermark.
         log(f"nothing to apply: no staged batch of slot {spec.source.slot} is past the target's watermarks")
         return {"batches_seen": 0, "batches_applied": 0, "batches_replayed_in_order": 0, "last_applied_end_lsn": None,
-                "rows": {}}, []
+                "rows": {}, "spark_started": False}, []
     log(f"applying {len(pending)} staged batch(es) of slot {spec.source.slot} from {spec.staging.uri}")
     from airflow_provider_pglogical.apply.runner import apply_slot  # imports pyspark: only when there is work
 
     # One apply path: the shared runner plans every batch and hands it to the spec's target.
-    with target.environment(), _apply_session(spark, master or spec.spark.where, spec.spark.conf) as session:
+    with target.environment(), _apply_session(spark, master or spec.spark.where, spec.spark.conf, log) as session:
         reports = apply_slot(session, config, target=target.for_apply(session, config))
+        spark_started = session.started
+    if not spark_started:
+        log("applied without Spark: the direct path covered every table-batch and snapshot table")
     rows: dict[str, dict[str, int]] = {}
     for report in reports:
         for table, counts in report.rows.items():
@@ -334,16 +351,28 @@ def _apply_pending(spec: PipelineSpec, *, master: str | None, max_batches: int |
     log(f"applied {len(applied)} of {len(reports)} staged batches ({replayed} replayed change by change)")
     return ({"batches_seen": len(reports), "batches_applied": len(applied), "batches_replayed_in_order": replayed,
              "last_applied_end_lsn": format_lsn(applied[-1].end_lsn) if applied else None,
-             "rows": rows}, [(r.start_lsn, r.end_lsn) for r in applied])
+             "rows": rows, "spark_started": spark_started}, [(r.start_lsn, r.end_lsn) for r in applied])
 
 
 @contextmanager
-def _apply_session(starter: SparkStarter | None, master: str | None, conf: dict[str, str]) -> Iterator[SparkSession]:
-    if starter is not None:
-        yield starter.session()  # started during the drain, or now; its owner stops it
-        return
-    with local_spark(master, conf) as session:
-        yield session
+def _apply_session(starter: SparkStarter | None, master: str | None, conf: dict[str, str],
+                   log: Log) -> Iterator[SparkOnDemand]:
+    """The apply's session on demand: ``starter``'s (started during the drain, or when a step asks; its owner stops
+    it), else one of its own, stopped after the block if a step started it."""
+    from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
+
+    used = starter or SparkStarter(master, conf, log=log)
+
+    def start() -> SparkSession:
+        if not used.started:  # else it started during the drain
+            log(f"starting Spark ({used.master}) for the apply: a staged batch needs Spark's transforms")
+        return used.session()
+
+    try:
+        yield SparkOnDemand(start, running=lambda: used.started)
+    finally:
+        if starter is None:
+            used.stop()
 
 
 def pending_batches(spec: PipelineSpec, *, max_batches: int | None = None,
@@ -543,5 +572,5 @@ def first_batch_start(spec: PipelineSpec) -> str | None:
     return format_lsn(batches[0].start_lsn)
 
 
-__all__ = ["SparkStarter", "apply_config", "apply_pending", "batches_upto", "decode_pending", "drain", "drop_pipeline",
+__all__ = ["SparkStarter", "apply_config", "apply_pending", "spark_expected", "batches_upto", "decode_pending", "drain", "drop_pipeline",
            "local_spark", "new_spark_session", "reset_target", "run_pending"]

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from airflow_provider_pglogical.apply.config import ApplyConfig
+    from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
     from airflow_provider_pglogical.apply.targets.base import Target
     from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
     from airflow_provider_pglogical.apply.targets.iceberg.target import IcebergTarget
@@ -74,13 +75,16 @@ class SpecTarget(ABC):
     """What the pipeline asks of the spec's target; one subclass per ``target.kind`` (see ``register``).
 
     Besides the methods, a kind sets ``applies_in_worker`` (the DAG's apply runs in the Airflow worker
-    rather than as a spark-submit app) and ``needs_conn_id`` (a task in another process finds the target
-    only through an Airflow connection), and may override ``early_spark_start``.
+    rather than as a spark-submit app), ``needs_conn_id`` (a task in another process finds the target
+    only through an Airflow connection) and ``takes_direct_rows`` (its ``Target`` prints the direct path's rows
+    itself, ``targets/base.DirectNetSource``: a run the direct path covers needs no Spark), and may override
+    ``early_spark_start``.
     """
 
     kind: ClassVar[str] = ""
     applies_in_worker: ClassVar[bool] = False
     needs_conn_id: ClassVar[bool] = True
+    takes_direct_rows: ClassVar[bool] = False
 
     def __init__(self, spec: PipelineSpec) -> None:
         self.spec = spec
@@ -137,8 +141,9 @@ class SpecTarget(ABC):
         raise SpecError(f"{self.spec.origin}: drop is not supported for a target of kind {self.kind!r}")
 
     @abstractmethod
-    def for_apply(self, spark: SparkSession, config: ApplyConfig) -> Target:
-        """The ``Target`` the runner applies ``config`` to, in ``spark``'s driver."""
+    def for_apply(self, spark: SparkSession | SparkOnDemand, config: ApplyConfig) -> Target:
+        """The ``Target`` the runner applies ``config`` to, in ``spark``'s driver (a session on demand starts
+        when the target first needs it)."""
 
     def close(self) -> None:
         """Release what the questions above opened (the handle stays usable)."""
@@ -177,6 +182,8 @@ def spec_target(spec: PipelineSpec) -> SpecTarget:
 class PostgresSpecTarget(SpecTarget):
     """A PostgreSQL target (``dsn`` or ``conn_id``); its bookkeeping tables live in the pipeline's own schema
     (``bookkeeping_schema.locate``), asked once per handle."""
+
+    takes_direct_rows = True
 
     def __init__(self, spec: PipelineSpec) -> None:
         super().__init__(spec)
@@ -302,7 +309,7 @@ class PostgresSpecTarget(SpecTarget):
         return {"kind": self.kind, "bookkeeping_schema": schema, "rows": rows,
                 "staging_tables": [f"{schema}.{n}" for n in staging]}
 
-    def for_apply(self, spark: SparkSession, config: ApplyConfig) -> Target:
+    def for_apply(self, spark: SparkSession | SparkOnDemand, config: ApplyConfig) -> Target:
         from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget
 
         # The tables this run may write: their schemas are candidates for the bookkeeping schema.
@@ -391,7 +398,7 @@ class DeltaSpecTarget(LakeSpecTarget):
         return {"kind": self.kind, "rows": {},
                 "note": "the watermarks live in each Delta table's log with its data: nothing separate to drop"}
 
-    def for_apply(self, spark: SparkSession, config: ApplyConfig) -> Target:
+    def for_apply(self, spark: SparkSession | SparkOnDemand, config: ApplyConfig) -> Target:
         return self.delta_target()
 
 
@@ -433,5 +440,5 @@ class IcebergSpecTarget(LakeSpecTarget):
                 "note": "the watermarks are properties of each Iceberg table, committed with its data: nothing "
                         "separate to drop"}
 
-    def for_apply(self, spark: SparkSession, config: ApplyConfig) -> Target:
+    def for_apply(self, spark: SparkSession | SparkOnDemand, config: ApplyConfig) -> Target:
         return self.iceberg_target()

@@ -12,9 +12,10 @@ from decimal import Decimal
 import psycopg2
 import pytest
 
-from airflow_provider_pglogical.apply.config import ApplyConfig
+from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.direct import ENV_SWITCH
 from airflow_provider_pglogical.apply.runner import apply_slot
+from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
 from airflow_provider_pglogical.hooks import PgLogicalHook
 from scripts.harness.pgserver import execute, make_database, make_target, query
 from scripts.harness.subscriber import drain_all
@@ -152,5 +153,51 @@ def test_direct_and_spark_paths_give_the_source_s_rows(pg_server, spark, tmp_pat
             assert expected, table
             assert _rows(targets[True], table) == expected, table
             assert _rows(targets[False], table) == expected, table
+    finally:
+        PgLogicalHook.from_dsn(source_dsn).drop_slot(slot)
+
+
+def test_batches_the_direct_path_covers_apply_without_spark_and_a_later_one_starts_it(pg_server, spark, tmp_path,
+                                                                                      caplog):
+    """With the session on demand, the direct path's batches are printed and COPYed by this process (no session is
+    started for them); the first batch that needs Spark's transforms (keys repeat) starts it mid-run.
+    Every table ends equal to the source. ``arr`` (arrays: Spark's text) is left out of the configuration."""
+    rng = random.Random(3)
+    source = make_database(pg_server)
+    source_dsn = pg_server.dsn(source)
+    execute(source_dsn, SCHEMA)
+    slot = "direct_on_demand"
+    PgLogicalHook.from_dsn(source_dsn).create_slot(slot)
+    uri = str(tmp_path / "staging")
+    try:
+        live: dict[str, set] = {t: set() for t in ("plain", "full_id", "arr", "pk2")}
+        next_id = [0]
+        for repeat in (False, False, True):
+            conn = psycopg2.connect(source_dsn)
+            with conn, conn.cursor() as cur:
+                _round(cur, rng, live, next_id, wild=False, repeat=repeat)
+            conn.close()
+            assert drain_all(source_dsn, uri, slot=slot) == 1
+        _, dsn = make_target(pg_server)
+        execute(dsn, SCHEMA.split("CREATE PUBLICATION")[0])
+        committed: list[int] = []
+        started_after: list[int] = []
+
+        def start():
+            started_after.append(len(committed))
+            return spark
+
+        config = ApplyConfig(slot=slot, staging_root=uri,
+                             tables={f"public.{t}": TableApplyConfig() for t in ("plain", "full_id", "pk2")})
+        with caplog.at_level(logging.DEBUG, logger="airflow_provider_pglogical.apply.targets.postgres.target"):
+            reports = apply_slot(SparkOnDemand(start), config, dsn, on_batch=lambda r: committed.append(r.end_lsn))
+        assert [r.applied for r in reports] == [True] * 3
+        assert started_after == [2]  # the two plain batches ran without a session; the third started it
+        here = [r.getMessage() for r in caplog.records if "in this process" in r.getMessage()]
+        assert {m.split(" of ")[1].split(" ")[0] for m in here} == {"public.plain", "public.full_id", "public.pk2"}
+        for table in ("plain", "full_id", "pk2"):
+            expected = _rows(source_dsn, table)
+            assert expected, table
+            assert _rows(dsn, table) == expected, table
     finally:
         PgLogicalHook.from_dsn(source_dsn).drop_slot(slot)

@@ -427,7 +427,8 @@ def test_apply_and_status_ask_the_postgres_target_on_one_connection_before_spark
     assert after_nothing - before == 2
 
     assert pglogical("decode", "--spec", pipeline["spec"]).returncode == 0
-    execute(pipeline["source"], "INSERT INTO customers VALUES (1, 'a')")
+    # A row of the filtered table: the batch needs Spark (a batch the direct path covers would start none).
+    execute(pipeline["source"], "INSERT INTO customers VALUES (1, 'a'); INSERT INTO orders VALUES (1, 1, 150, 'EU', 'x')")
     assert pglogical("decode", "--spec", pipeline["spec"]).returncode == 0
     # A Spark that cannot start: every target connection the apply opened came before the JVM.
     failed = pglogical("apply", "--spec", pipeline["spec"], extra={"JAVA_HOME": str(pipeline["tmp"] / "no-java")})

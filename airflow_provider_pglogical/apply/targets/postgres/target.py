@@ -1,5 +1,9 @@
 """The PostgreSQL target: a batch's frames COPYed into unlogged staging tables, then applied in one transaction.
 
+A table-batch the direct path covers (``apply/direct.py``) is printed from its staged files (``arrownet.py``) by
+Spark's executors when the run's session runs, else by threads of this process: a run whose every table-batch is
+such a one never starts Spark (``apply/spark_on_demand.py``).
+
 Crash windows: executors COPY into unlogged staging tables first (nothing visible yet; a crash
 leaves only staging tables, which the next run drops and refills). The apply transaction then
 does the truncates and the changes (``setbased.py``, or ``ordered.py`` change by change) *and*
@@ -11,8 +15,10 @@ and just drop the leftover staging tables.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
@@ -26,6 +32,7 @@ from pyspark.sql import functions as F
 
 from airflow_provider_pglogical.apply import planning
 from airflow_provider_pglogical.apply.config import ApplyConfig
+from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
 from airflow_provider_pglogical.apply.sparkenv import task_slots
 from airflow_provider_pglogical.apply.targets.base import (
     BatchChanges,
@@ -96,18 +103,23 @@ def _task_rows(copy: Callable[[Iterable[tuple[str, int]]], Iterable[int]]
 class PostgresTarget:
     """``Target`` for a PostgreSQL database reached by ``dsn`` (driver and executors alike)."""
 
-    def __init__(self, spark: SparkSession, config: ApplyConfig, dsn: str,
+    def __init__(self, spark: SparkSession | SparkOnDemand, config: ApplyConfig, dsn: str,
                  target_tables: Sequence[str] = (), *, on_checkpoint: Callable[[str], None] | None = None) -> None:
         """``target_tables``: the tables the run may write, whose schemas are candidates for the
         bookkeeping schema when ``config.bookkeeping_schema`` is unset (``bookkeeping_schema.py``).
         ``on_checkpoint(name)``: called at the snapshot load's crash windows (``snapshot.CHECKPOINTS``),
-        where the crash tests stop the process."""
-        self.spark = spark
+        where the crash tests stop the process. ``spark``: a running session or one started on demand."""
+        self.on_demand = SparkOnDemand.of(spark)
         self.checkpoint: Callable[[str], None] = on_checkpoint or _noop
         self.config = config
         self.dsn = dsn
         self.target_tables = tuple(target_tables)
         self._conn: Any = None
+
+    @property
+    def spark(self) -> SparkSession:
+        """The run's Spark session (started now when it is on demand and was not yet)."""
+        return self.on_demand.session()
 
     @property
     def conn(self) -> Any:
@@ -117,8 +129,7 @@ class PostgresTarget:
 
     @contextmanager
     def session(self, slot: str) -> Iterator[None]:
-        for key, value in SESSION_CONF.items():  # what the COPY text relies on (UTC, readable TIME columns)
-            self.spark.conf.set(key, value)
+        self.on_demand.conf(SESSION_CONF)  # what the COPY text relies on (UTC, readable TIME columns)
         self._conn = catalog.connect(self.dsn)
         try:
             # Like a native subscriber's apply worker (replication_role.py); committed before anything else.
@@ -293,7 +304,10 @@ class PostgresTarget:
         copy_cols = [c for c, _ in columns]
         plan = arrownet.plan_direct(direct, types) if direct is not None else None
         written: int | None
-        if plan is not None:
+        here = plan is not None and not self.on_demand.started
+        if plan is not None and here:
+            written = self._copy_here(plan, staging, copy_cols)
+        elif plan is not None:
             parallelism = self.config.write_partitions or task_slots(self.spark)
             slices = max(1, min(len(plan.tasks), parallelism))
             # The row-group tasks as a frame (DataFrame API only: classic Spark and Spark Connect alike).
@@ -319,6 +333,19 @@ class PostgresTarget:
                 ops = {op: n for op, n, _ in counted}
                 keep_rows = sum(k for _, _, k in counted)
         self.conn.commit()
-        log.debug("staged %s %s changes of %s%s", written or 0, "ordered" if in_order else "net", planned.target,
-                  " straight from the staged files" if plan is not None else "")
+        log.debug("staged %s %s changes of %s%s%s", written or 0, "ordered" if in_order else "net", planned.target,
+                  " straight from the staged files" if plan is not None else "", " in this process" if here else "")
         return ops, keep_rows
+
+    def _copy_here(self, plan: arrownet.DirectPlan, staging: str, columns: Sequence[str]) -> int:
+        """The direct plan's row-group tasks run by threads of this process (no Spark session runs): the same
+        ``arrownet.copy_tasks`` the executors run, one COPY per slice of tasks, ``write_partitions`` or this
+        machine's cores at a time. Each slice COPYs on its own connection into the unlogged staging table, as
+        the executors' partitions do."""
+        threads = max(1, min(len(plan.tasks), self.config.write_partitions or os.cpu_count() or 1))
+        slices = [plan.tasks[i::threads] for i in range(threads)]
+        copy = arrownet.copy_tasks(self.dsn, staging, columns, plan)
+        if threads == 1:
+            return sum(copy(slices[0]))
+        with ThreadPoolExecutor(threads, thread_name_prefix="direct-copy") as pool:
+            return sum(sum(rows) for rows in pool.map(lambda tasks: list(copy(tasks)), slices))

@@ -1,0 +1,93 @@
+"""The apply's Spark session, started by the first step that needs a Spark frame — or never.
+
+Planning reads manifests, relation files and Parquet footers with pyarrow; verification hashes the staged files;
+a table-batch (or snapshot table) the direct path covers (``direct.py``) is printed and COPYed by the target from
+the staged files themselves (PostgreSQL: ``targets/postgres/arrownet.py``). A run in which every table-batch is such
+a one asks Spark for nothing, so the runner does not create the session up front: ``SparkOnDemand.session()``
+starts it where a step builds a Spark frame (a row filter, a repeated key, an unchanged-TOAST value, staging on an
+object store, a target that takes no direct rows…) and from then on the run uses it as it always did. The steps
+and their semantics are the same either way; only when the JVM starts differs.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from airflow_provider_pglogical.apply.sparkenv import is_connect
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+class SparkOnDemand:
+    """A Spark session started on the first ``session()`` call (``start`` starts it), thread-safe.
+
+    ``running``: whether a start is already under way elsewhere (a session started during the drain), which
+    ``started`` reports as started: a step that may either use Spark or not then uses the running session as it
+    did before. ``conf`` settings are set on the session when it starts, or at once when it runs.
+    """
+
+    def __init__(self, start: Callable[[], SparkSession], *, running: Callable[[], bool] | None = None) -> None:
+        self._start = start
+        self._running = running
+        self._session: SparkSession | None = None
+        self._settings: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._activated: set[int] = set()
+
+    @classmethod
+    def of(cls, spark: SparkSession | SparkOnDemand) -> SparkOnDemand:
+        """``spark`` itself, or a session already started as a ``SparkOnDemand`` that has it."""
+        if isinstance(spark, SparkOnDemand):
+            return spark
+        found = cls(lambda: spark)
+        found._session = spark
+        found._activated.add(threading.get_ident())
+        return found
+
+    @property
+    def started(self) -> bool:
+        """Whether the session exists (or is starting): asking for it costs no JVM start any more."""
+        return self._session is not None or (self._running is not None and self._running())
+
+    def conf(self, settings: Mapping[str, str]) -> None:
+        """Session settings the steps rely on: set now when the session runs, else as soon as it starts."""
+        with self._lock:
+            self._settings.update(settings)
+            session = self._session
+        if session is not None:
+            for key, value in settings.items():
+                session.conf.set(key, value)
+
+    def session(self) -> SparkSession:
+        """The session, started now if it was not yet (with every ``conf`` setting)."""
+        with self._lock:
+            if self._session is None:
+                session = self._start()
+                for key, value in self._settings.items():
+                    session.conf.set(key, value)
+                self._session = session
+                self._activated.add(threading.get_ident())
+            session = self._session
+            thread = threading.get_ident()
+            if thread not in self._activated:
+                _activate(session)
+                self._activated.add(thread)
+        return session
+
+
+def _activate(session: SparkSession) -> None:
+    """Make ``session`` the JVM's active session for the calling thread too (the JVM keeps it per thread; a step on
+    another thread would otherwise read Spark's fallback conf outside a Dataset call). A Connect client has no JVM."""
+    if is_connect(session):
+        return
+    jvm = session._jvm
+    if jvm is not None:
+        jvm.SparkSession.setActiveSession(session._jsparkSession)
+
+
+def session_of(spark: SparkSession | SparkOnDemand) -> SparkSession:
+    """The session itself (started now when it is on demand)."""
+    return spark.session() if isinstance(spark, SparkOnDemand) else spark

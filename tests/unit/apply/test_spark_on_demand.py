@@ -1,0 +1,120 @@
+"""The apply's session on demand (``apply/spark_on_demand.py``) and the judgement, before anything is staged, of
+whether a run will surely need Spark (``direct.may_cover``, ``runs.spark_expected``)."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from airflow_provider_pglogical.apply import direct
+from airflow_provider_pglogical.apply.config import ACTIONS, ApplyConfig, TableApplyConfig
+from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand, session_of
+from airflow_provider_pglogical.pipeline.runs import spark_expected
+from airflow_provider_pglogical.pipeline.spec import parse_spec
+from tests.unit.pipeline.test_spec import VALID
+from tests.unit.pipeline.test_spec_delta import delta_doc
+
+
+class _Conf:
+    def __init__(self) -> None:
+        self.values: dict[str, str] = {}
+
+    def set(self, key: str, value: str) -> None:
+        self.values[key] = value
+
+
+class _Session:
+    """What ``SparkOnDemand`` touches of a session: its conf, its JVM (none here; the laziness is under test,
+    not Spark)."""
+
+    _jvm = None
+
+    def __init__(self) -> None:
+        self.conf = _Conf()
+
+
+def test_the_session_starts_on_the_first_ask_once_with_the_settings_given_before_and_after():
+    starts: list[_Session] = []
+
+    def start() -> Any:
+        starts.append(_Session())
+        return starts[-1]
+
+    spark = SparkOnDemand(start)
+    spark.conf({"a": "1"})
+    assert not spark.started and starts == []
+    session = spark.session()
+    assert spark.started and starts == [session] and session.conf.values == {"a": "1"}
+    spark.conf({"b": "2"})  # set at once on the running session
+    assert session.conf.values == {"a": "1", "b": "2"}
+    assert spark.session() is session and session_of(spark) is session and len(starts) == 1
+
+
+def test_threads_asking_together_start_one_session():
+    starts: list[int] = []
+    gate = threading.Barrier(4)
+
+    def start() -> Any:
+        starts.append(1)
+        return _Session()
+
+    spark = SparkOnDemand(start)
+
+    def ask() -> None:
+        gate.wait()
+        spark.session()
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert starts == [1]
+
+
+def test_a_start_under_way_elsewhere_counts_as_started_and_a_given_session_is_used_as_it_is():
+    spark = SparkOnDemand(_Session, running=lambda: True)
+    assert spark.started
+    given_session: Any = _Session()
+    wrapped = SparkOnDemand.of(given_session)
+    assert wrapped.started and wrapped.session() is given_session and SparkOnDemand.of(wrapped) is wrapped
+
+
+@given(row_filter=st.sampled_from([None, "", "a > 1"]),
+       actions=st.lists(st.sampled_from(ACTIONS), unique=True, min_size=1),
+       leaves=st.sampled_from(["own", "route_to_root"]),
+       staging=st.sampled_from(["/staging", "file:///staging", "s3://bucket/staging"]),
+       plain_others=st.integers(0, 2))
+def test_may_cover_is_the_configuration_part_of_the_per_table_rule(row_filter, actions, leaves, staging,
+                                                                    plain_others):
+    cfg = TableApplyConfig(row_filter=row_filter, actions=tuple(actions), leaves=leaves)
+    tables = {"public.t": cfg, **{f"public.p{i}": TableApplyConfig() for i in range(plain_others)}}
+    covered = direct.may_cover(ApplyConfig(slot="s", staging_root=staging, tables=tables))
+    expected = (not row_filter and {"insert", "update", "delete"} <= set(actions) and leaves == "own"
+                and not staging.startswith("s3://"))
+    assert covered is expected
+    # a table the rule takes is one this judgement did not rule out (the per-table rule's configuration part)
+    assert direct.plain_config(cfg) is (not row_filter and {"insert", "update", "delete"} <= set(actions))
+
+
+def test_may_cover_is_false_with_the_direct_path_switched_off(monkeypatch):
+    config = ApplyConfig(slot="s", staging_root="/staging", tables={"public.t": TableApplyConfig()})
+    assert direct.may_cover(config)
+    monkeypatch.setenv(direct.ENV_SWITCH, "0")
+    assert not direct.may_cover(config)
+
+
+@pytest.mark.parametrize(("doc", "expected"), [
+    (lambda: {**copy.deepcopy(VALID), "tables": {"public.customers": {}}}, False),  # plain PostgreSQL: may not
+    (lambda: copy.deepcopy(VALID), True),  # a row filter
+    (lambda: {**copy.deepcopy(VALID), "tables": {"public.customers": {}},
+              "staging": {"uri": "s3://bucket/staging"}}, True),  # staging on an object store
+    (delta_doc, True),  # a target that takes no direct rows
+])
+def test_a_run_surely_needs_spark_only_when_target_or_configuration_rule_the_direct_path_out(doc, expected):
+    assert spark_expected(parse_spec(doc(), env={})) is expected
