@@ -1,11 +1,12 @@
 """The Delta Lake target: per (batch, table) one commit into ``<uri>/<schema>/<table>``, watermark in the same commit.
 
 ``DeltaTarget`` implements ``targets.base.Target``: the shared runner plans each batch and hands it the
-plan with the batch's Spark frames; the target collects each table's net changes (mirror) or published
-changes (changelog) as Arrow on the driver — delta-rs writes from one process, and a MERGE needs the
-batch's changes of a table in one place anyway; Spark does the reading, filtering, projection and
-compaction — and commits them with one delta-rs commit per table. Below ``apply_batch`` everything
-is Arrow (``apply_net``, ``truncate``, ``append_changes``), so it runs (and is tested) without Spark.
+plan with the batch's Spark frames; the target brings each table's net changes (mirror) or published
+changes (changelog) to the driver as Arrow — delta-rs writes from one process; Spark does the reading,
+filtering, projection and compaction — and commits them with one delta-rs commit per table. A mirror's
+net changes stream into the MERGE bucket by bucket (``stream.py``); the collected path is the reference.
+Below ``apply_batch`` everything is Arrow (``apply_net``, ``apply_net_stream``, ``truncate``,
+``append_changes``), so it runs (and is tested) without Spark.
 
 Tables are created on first use from the staged columns (types: ``types.py``), partitioned by the
 configured columns; each column records its source type (``pglogical.type`` field metadata), which
