@@ -38,6 +38,7 @@ SLOW_MODULES = (
     "tests/integration/test_staging_verify.py",
     "tests/integration/test_cli_drop.py",
     "tests/integration/test_delta_equivalence.py",
+    "tests/integration/test_delta_remote.py",
     "tests/integration/test_iceberg_crash.py",
     "tests/integration/test_iceberg_equivalence.py",
     "tests/integration/test_cli_iceberg.py",

@@ -91,15 +91,15 @@ def decode_task(spec: PipelineSpec, task_id: str = "decode") -> Any:
 
 def apply_task(spec: PipelineSpec, task_id: str = "apply", max_batches: Any = None) -> Any:
     """The apply step: spark-submit of the apply app over every staged batch past the watermarks (PostgreSQL),
-    with one outlet Asset per target table (``pglogical://<slot>/target/<schema>.<table>``), or the in-process
-    Delta apply."""
-    if spec_target(spec).applies_in_worker:
-        return DeltaApplyOperator(task_id=task_id, spec=spec, max_batches=max_batches)
-    if spec.spark.connect_conn_id or spec.spark.remote:  # a client of a Spark Connect server, in this worker
+    with one outlet Asset per target table (``pglogical://<slot>/target/<schema>.<table>``); a Spark Connect client
+    in the worker when the spec's Spark is a Connect server, whatever the target; else the in-worker lake apply."""
+    if spec.spark.connect_conn_id or spec.spark.remote:  # a client of a Spark Connect server, in this worker (any target)
         return SparkConnectApplyOperator(task_id=task_id, spec=spec, connect_conn_id=spec.spark.connect_conn_id,
                                          max_batches=max_batches,
                                          outlets=[target_table_asset(spec.source.slot, t.target_name)
                                                   for t in spec.tables.values()])
+    if spec_target(spec).applies_in_worker:
+        return DeltaApplyOperator(task_id=task_id, spec=spec, max_batches=max_batches)
     config = apply_config(spec)
     # Plain dicts: the operator's ``tables`` is a templated field.
     tables = {name: {k: v for k, v in vars(cfg).items() if v is not None} for name, cfg in config.tables.items()}

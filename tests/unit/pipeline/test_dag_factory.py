@@ -135,12 +135,16 @@ def test_the_teardown_dag_is_manual_and_its_drop_refuses_without_the_slot_name()
         drop.confirm = confirm
         with pytest.raises(ConfirmationRequiredError, match="confirm set to 'app_slot'"):
             drop.execute({})
+@pytest.mark.parametrize("kind", ["postgres", "delta"])
 @pytest.mark.parametrize("spark", [{"connect_conn_id": "spark_connect_default"}, {"remote": "sc://spark:15002"}])
-def test_a_spec_reaching_spark_connect_applies_as_a_client_in_the_worker_instead_of_spark_submit(spark):
+def test_a_spec_reaching_spark_connect_applies_as_a_client_in_the_worker_instead_of_spark_submit(spark, kind):
+    """For every target: a lake target's Spark work runs on the Connect server too, delta-rs commits in the worker."""
     from airflow_provider_pglogical.pipeline.operators import SparkConnectApplyOperator
 
     doc = copy.deepcopy(DOC)
     doc["spark"] = spark
+    if kind == "delta":
+        doc["target"] = {"kind": "delta", "uri": "/tmp/lake"}
     dag = build_pipeline_dag(parse_spec(doc, env={}), dag_id="d", start_date=datetime(2026, 1, 1))
     apply = dag.get_task("pglogical.apply")
     assert isinstance(apply, SparkConnectApplyOperator)

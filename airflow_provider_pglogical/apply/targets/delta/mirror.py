@@ -23,7 +23,7 @@ Parquet files, removed by VACUUM) and a crash after it makes the re-run skip the
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypedDict
 
@@ -39,7 +39,7 @@ from airflow_provider_pglogical.apply.targets.base import (  # ordered changes: 
     from_column,
 )
 from airflow_provider_pglogical.apply.transforms import FROM, KEEP, KIND, LSN
-from airflow_provider_pglogical.exceptions import UnresolvableToastError
+from airflow_provider_pglogical.exceptions import ApplyError, UnresolvableToastError
 
 KEEP_FLAG = "_pgl_keep_"  # + column index: per-row "target keeps this column" for the MERGE
 
@@ -205,24 +205,41 @@ def needs_replay(net: pa.Table) -> bool:
     return bool(pc.any(pc.and_(moved, _has_keep(net))).as_py())
 
 
-def merge_source(net: pa.Table, key: Sequence[str], columns: Sequence[str]) -> tuple[pa.Table, dict[str, str]]:
-    """The MERGE source (kind, keep flags, columns) and the update assignments per column."""
+def merge_source(net: pa.Table, key: Sequence[str], columns: Sequence[str],
+                 kept: Sequence[str] | None = None) -> tuple[pa.Table, dict[str, str]]:
+    """The MERGE source (kind, keep flags, columns) and the update assignments per column.
+
+    ``kept``: the columns that carry a keep flag, whether or not a row of ``net`` keeps them (every chunk of a
+    streamed source has one schema: ``stream.py``); None: the columns some row of ``net`` keeps. A flag that is
+    false everywhere assigns the source value, as no flag does.
+    """
     values = [c for c in columns if c not in key]
     keep = net.column(KEEP).combine_chunks() if net.num_rows else pa.array([], pa.list_(pa.string()))
     flat, parents = pc.list_flatten(keep), pc.list_parent_indices(keep)
     source = net.select([KIND, *columns])
-    updates: dict[str, str] = {}
+    flagged: list[str] = []
     for i, c in enumerate(values):
         rows = parents.filter(pc.equal(flat, c)).to_numpy(zero_copy_only=False)
-        if len(rows):
+        if kept is not None and len(rows) and c not in kept:
+            raise ApplyError(f"column {c}: {len(rows)} change(s) keep it, but the MERGE source was planned without it")
+        if len(rows) or (kept is not None and c in kept):
             flags = np.zeros(net.num_rows, dtype=bool)
             flags[rows] = True
             source = source.append_column(f"{KEEP_FLAG}{i}", pa.array(flags))
+            flagged.append(c)
+    return source, merge_updates(values, flagged)
+
+
+def merge_updates(values: Sequence[str], flagged: Collection[str]) -> dict[str, str]:
+    """Each value column's update: the target's value where the source row's keep flag is set, else the source's."""
+    updates: dict[str, str] = {}
+    for i, c in enumerate(values):
+        if c in flagged:
             updates[quote_ident(c)] = (f"CASE WHEN s.{KEEP_FLAG}{i} THEN t.{quote_ident(c)} "
                                        f"ELSE s.{quote_ident(c)} END")
         else:
             updates[quote_ident(c)] = f"s.{quote_ident(c)}"
-    return source, updates
+    return updates
 
 
 def merge_net(dt: DeltaTable, net: pa.Table, key: Sequence[str], columns: Sequence[str], *, truncated: bool,
@@ -233,10 +250,18 @@ def merge_net(dt: DeltaTable, net: pa.Table, key: Sequence[str], columns: Sequen
     with ``IS NOT DISTINCT FROM`` (still a hash join in DataFusion); identity keys use ``=``.
     """
     source, updates = merge_source(net, key, columns)
+    return merge(dt, source, updates, key, columns, truncated=truncated, props=props, before_commit=before_commit,
+                 null_safe=null_safe)
+
+
+def merge(dt: DeltaTable, source: pa.Table | pa.RecordBatchReader, updates: Mapping[str, str], key: Sequence[str],
+          columns: Sequence[str], *, truncated: bool, props: CommitProperties, before_commit: Callable[[], None],
+          null_safe: bool = False) -> dict[str, int]:
+    """``merge_net`` of a built source: a table, or a stream delta-rs reads as the MERGE runs (``streamed_exec``)."""
     op = "IS NOT DISTINCT FROM" if null_safe else "="
     on = " AND ".join(f"(t.{quote_ident(k)} {op} s.{quote_ident(k)})" for k in key)
     inserts = {quote_ident(c): f"s.{quote_ident(c)}" for c in columns}
-    merger = dt.merge(source, on, source_alias="s", target_alias="t", commit_properties=props)
+    merger = dt.merge(source, on, source_alias="s", target_alias="t", commit_properties=props, streamed_exec=True)
     inserted = f"s.{KIND} IN ('I', 'R')"
     if truncated:
         merger = (merger.when_matched_update(inserts, predicate=inserted)
@@ -244,7 +269,7 @@ def merge_net(dt: DeltaTable, net: pa.Table, key: Sequence[str], columns: Sequen
     else:
         merger = merger.when_matched_delete(f"s.{KIND} = 'D'")
         if updates:
-            merger = merger.when_matched_update(updates)
+            merger = merger.when_matched_update(dict(updates))
     merger = merger.when_not_matched_insert(inserts, predicate=inserted)
     before_commit()
     return dict(merger.execute())

@@ -1,11 +1,12 @@
 """The Delta Lake target: per (batch, table) one commit into ``<uri>/<schema>/<table>``, watermark in the same commit.
 
 ``DeltaTarget`` implements ``targets.base.Target``: the shared runner plans each batch and hands it the
-plan with the batch's Spark frames; the target collects each table's net changes (mirror) or published
-changes (changelog) as Arrow on the driver — delta-rs writes from one process, and a MERGE needs the
-batch's changes of a table in one place anyway; Spark does the reading, filtering, projection and
-compaction — and commits them with one delta-rs commit per table. Below ``apply_batch`` everything
-is Arrow (``apply_net``, ``truncate``, ``append_changes``), so it runs (and is tested) without Spark.
+plan with the batch's Spark frames; the target brings each table's net changes (mirror) or published
+changes (changelog) to the driver as Arrow — delta-rs writes from one process; Spark does the reading,
+filtering, projection and compaction — and commits them with one delta-rs commit per table. A mirror's
+net changes stream into the MERGE bucket by bucket (``stream.py``); the collected path is the reference.
+Below ``apply_batch`` everything is Arrow (``apply_net``, ``apply_net_stream``, ``truncate``,
+``append_changes``), so it runs (and is tested) without Spark.
 
 Tables are created on first use from the staged columns (types: ``types.py``), partitioned by the
 configured columns; each column records its source type (``pglogical.type`` field metadata), which
@@ -20,6 +21,7 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -37,7 +39,7 @@ from airflow_provider_pglogical.apply.targets.base import (
     PlannedTruncate,
     TargetTable,
 )
-from airflow_provider_pglogical.apply.targets.delta import changelog, mirror
+from airflow_provider_pglogical.apply.targets.delta import changelog, mirror, stream
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation, app_id, sync_app_id
 from airflow_provider_pglogical.apply.targets.delta.types import (
     convert_array,
@@ -101,12 +103,16 @@ class DeltaTarget:
 
     def __init__(self, location: DeltaLocation, slot: str, *, mode: str = "mirror",
                  partition_by: Mapping[str, Sequence[str]] | None = None,
-                 on_checkpoint: Callable[[str, str], None] | None = None) -> None:
+                 on_checkpoint: Callable[[str, str], None] | None = None,
+                 chunk_rows: int | None = stream.DEFAULT_CHUNK_ROWS) -> None:
         if mode not in MODES:
             raise ApplyError(f"Delta target mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.location, self.slot, self.mode = location, slot, mode
         self.partition_by = {t: tuple(c) for t, c in (partition_by or {}).items()}
         self.checkpoint = on_checkpoint or _noop
+        # Mirror MERGE sources are streamed from Spark in buckets of about this many net changes; None: collected
+        # whole (the reference path, ``stream.py``).
+        self.chunk_rows = chunk_rows
         self._creating: dict[str, dict[str, str]] = {}  # tables create_table announced, made on first write
 
     # -- the Target protocol (targets/base.py) ---------------------------------------------
@@ -161,33 +167,20 @@ class DeltaTarget:
         for table in plan.tables:
             if self._at(table.target, plan.end_lsn, plan.slot):
                 continue  # committed by an earlier (crashed or racing) run
+            if self.mode == "mirror":
+                outcomes[table.target] = self._mirror(table, plan, changes, where, seconds)
+                continue
             started = time.monotonic()
-            if self.mode == "changelog":
-                changelog.check_names(table.target, table.columns)
-                rows = unwrap_notes(_arrow(changes.published(table).transform(changelog.to_changelog(table.columns))),
-                                    f"{where}: {table.target}", changelog.LSN)
-                rows = changelog.with_truncates(rows, truncates.get(table.target, []))
-                seconds["stage"] += time.monotonic() - started
-                started = time.monotonic()
-                self._follow_schema(table, rows, where)
-                outcomes[table.target] = self.append_changes(
-                    table.target, plan.start_lsn, plan.end_lsn, rows, columns=table.columns,
-                    type_names=table.type_names())
-            else:
-                net = unwrap_notes(mirror.with_from(_arrow(changes.net(table)), table.key), f"{where}: {table.target}", LSN)
-                seconds["stage"] += time.monotonic() - started
-                started = time.monotonic()
-                self._follow_schema(table, net, where)
-
-                def ordered(table: PlannedTable = table) -> pa.Table:
-                    return unwrap_notes(mirror.with_from(_arrow(changes.ordered(table)), table.key),
-                                        f"{where}: {table.target}", LSN)
-
-                outcomes[table.target] = self.apply_net(
-                    table.target, plan.start_lsn, plan.end_lsn, net, key=table.key, columns=table.columns,
-                    type_names=table.type_names(), truncated=table.truncated_at is not None,
-                    unchanged_toast=table.unchanged_toast, ordered=ordered,
-                    null_safe_key=table.relation.replica_identity == "f" and not table.config.key_columns)
+            changelog.check_names(table.target, table.columns)
+            rows = unwrap_notes(_arrow(changes.published(table).transform(changelog.to_changelog(table.columns))),
+                                f"{where}: {table.target}", changelog.LSN)
+            rows = changelog.with_truncates(rows, truncates.get(table.target, []))
+            seconds["stage"] += time.monotonic() - started
+            started = time.monotonic()
+            self._follow_schema(table, rows, where)
+            outcomes[table.target] = self.append_changes(
+                table.target, plan.start_lsn, plan.end_lsn, rows, columns=table.columns,
+                type_names=table.type_names())
             seconds["apply"] += time.monotonic() - started
         started = time.monotonic()
         for name in plan.truncate:  # tables the batch only empties
@@ -203,6 +196,69 @@ class DeltaTarget:
                            rows={t: o.rows for t, o in outcomes.items() if o.committed},
                            ordered=any(o.replayed for o in outcomes.values()),
                            seconds={k: round(v, 3) for k, v in seconds.items()})
+
+    def _mirror(self, table: PlannedTable, plan: PlannedBatch, changes: BatchChanges, where: str,
+                seconds: dict[str, float]) -> TableOutcome:
+        """One table's net changes in one MERGE commit: streamed bucket by bucket from Spark (``stream.py``) when
+        ``chunk_rows`` is set and no change needs the whole table's changes, else collected whole (the reference)."""
+        frame = changes.net(table)
+        if not self.chunk_rows or not table.key:
+            return self._mirror_collected(table, plan, changes, frame, where, seconds)
+        started = time.monotonic()
+        frame = frame.persist()  # read by the summary and by every bucket
+        try:
+            summary = stream.summarise(frame, table.columns)
+            seconds["stage"] += time.monotonic() - started
+            if summary.needs_collected:
+                return self._mirror_collected(table, plan, changes, frame, where, seconds)
+            return self._mirror_streamed(table, plan, frame, summary, where, seconds)
+        finally:
+            frame.unpersist()
+
+    def _mirror_collected(self, table: PlannedTable, plan: PlannedBatch, changes: BatchChanges, frame: DataFrame,
+                          where: str, seconds: dict[str, float]) -> TableOutcome:
+        started = time.monotonic()
+        net = unwrap_notes(mirror.with_from(_arrow(frame), table.key), f"{where}: {table.target}", LSN)
+        seconds["stage"] += time.monotonic() - started
+        started = time.monotonic()
+        self._follow_schema(table, net, where)
+
+        def ordered(table: PlannedTable = table) -> pa.Table:
+            return unwrap_notes(mirror.with_from(_arrow(changes.ordered(table)), table.key),
+                                f"{where}: {table.target}", LSN)
+
+        outcome = self.apply_net(
+            table.target, plan.start_lsn, plan.end_lsn, net, key=table.key, columns=table.columns,
+            type_names=table.type_names(), truncated=table.truncated_at is not None,
+            unchanged_toast=table.unchanged_toast, ordered=ordered,
+            null_safe_key=table.relation.replica_identity == "f" and not table.config.key_columns)
+        seconds["apply"] += time.monotonic() - started
+        return outcome
+
+    def _mirror_streamed(self, table: PlannedTable, plan: PlannedBatch, frame: DataFrame, summary: stream.NetSummary,
+                         where: str, seconds: dict[str, float]) -> TableOutcome:
+        count = stream.buckets(summary.rows, self.chunk_rows or summary.rows)
+        chunks = stream.prefetched([partial(_arrow, f) for f in stream.bucket_frames(frame, table.key, count)])
+        label = f"{where}: {table.target}"
+
+        def prepared(chunk: pa.Table) -> pa.Table:
+            return unwrap_notes(mirror.with_from(chunk, table.key), label, LSN)
+
+        try:
+            started = time.monotonic()
+            first = prepared(next(chunks))
+            seconds["stage"] += time.monotonic() - started
+            started = time.monotonic()
+            self._follow_schema(table, first, where)
+            outcome = self.apply_net_stream(
+                table.target, plan.start_lsn, plan.end_lsn, first, (prepared(c) for c in chunks), rows=summary.rows,
+                kept=summary.kept, key=table.key, columns=table.columns, type_names=table.type_names(),
+                truncated=table.truncated_at is not None,
+                null_safe_key=table.relation.replica_identity == "f" and not table.config.key_columns)
+            seconds["apply"] += time.monotonic() - started
+            return outcome
+        finally:
+            chunks.close()
 
     # -- snapshots (``targets/base.SnapshotTarget``) -----------------------------------------
 
@@ -383,6 +439,46 @@ class DeltaTarget:
             rows = self._delete_all(dt, props) if truncated else {}
         self._finish(dt, version, props, target)
         return TableOutcome(committed=True, rows=_counts(rows), rejects=rejects, replayed=replayed)
+
+    def apply_net_stream(self, target: str, start_lsn: int, end_lsn: int, first: pa.Table, rest: Iterator[pa.Table],
+                         *, rows: int, kept: Sequence[str], key: Sequence[str], columns: Sequence[str],
+                         type_names: Mapping[str, str | None], truncated: bool,
+                         null_safe_key: bool = False) -> TableOutcome:
+        """``apply_net`` of net changes arriving in chunks (``first``, then ``rest``; each shaped as ``apply_net``'s
+        ``net``, disjoint by key, ``rows`` in all), each converted on its own and streamed into the one MERGE;
+        ``kept``: the columns some change keeps. Only for net changes that need neither the target's rows nor
+        the batch order (``stream.NetSummary``). Raises what converting a chunk raised (``DeltaValueError``), and
+        commits nothing then."""
+        where = f"batch {start_lsn:X}-{end_lsn:X}"
+        label = f"{where}: {target}"
+        converted, schema = self._convert(first, columns, key, label, type_names)
+        dt = self._table(target, schema, where, type_names)
+        app = app_id(self.slot, target)
+        if (dt.transaction_version(app) or -1) >= end_lsn:
+            return TableOutcome(committed=False)
+
+        def source(net: pa.Table) -> pa.Table:
+            return mirror.merge_source(net, key, columns, kept=kept)[0]
+
+        source_stream = stream.SourceStream(
+            (source(self._convert(c, columns, key, label, type_names)[0]) for c in rest), source(converted), rows=rows,
+            where=label)
+        props = mirror.commit_properties(app, end_lsn, mirror.metadata(self.slot, start_lsn, end_lsn, []))
+        version = dt.version()
+        if rows:
+            try:
+                metrics = mirror.merge(dt, source_stream.reader(), mirror.merge_updates(
+                    [c for c in columns if c not in key], kept), key, columns, truncated=truncated, props=props,
+                    before_commit=lambda: self.checkpoint("before_commit", target), null_safe=null_safe_key)
+            except Exception as exc:
+                if source_stream.error is not None:  # delta-rs reports it as its own text: raise the original
+                    raise source_stream.error from exc
+                raise
+        else:
+            self.checkpoint("before_commit", target)
+            metrics = self._delete_all(dt, props) if truncated else {}
+        self._finish(dt, version, props, target)
+        return TableOutcome(committed=True, rows=_counts(metrics))
 
     def _append_rows(self, dt: DeltaTable, target: str, start_lsn: int, end_lsn: int, rows: pa.Table,
                      truncated: bool) -> TableOutcome:
