@@ -146,6 +146,11 @@ class SparkBatchChanges:
         carrying exactness notes keep the refill's rebuilt structs, which is the shape the targets collect them in."""
         return has_value_notes(self.batch, table.source) or has_unchanged_toast(self.batch, table.source)
 
+    def staged_rows(self, table: PlannedTable) -> int:
+        """Changes the manifest records for the table's sources (``StagedRowsSource``): no row is read."""
+        sources = [part.source for part in table.parts] or [table.source]
+        return sum(int(self.batch.manifest.tables.get(source, {}).get("rows", 0)) for source in sources)
+
     def net(self, table: PlannedTable) -> DataFrame:
         """Net changes; first, an UPDATE/DELETE the table cannot apply stops the batch (``check_updates_deletes``).
         The ordered replay follows only a set-based attempt, so ``ordered`` needs no check of its own.

@@ -293,6 +293,14 @@ class DirectNetSource(Protocol):
 
 
 @runtime_checkable
+class StagedRowsSource(Protocol):
+    """``BatchChanges`` that know, from the manifest and without reading a row, how many changes a table-batch
+    staged (``staged_rows``: an upper bound of its net changes)."""
+
+    def staged_rows(self, table: PlannedTable) -> int: ...
+
+
+@runtime_checkable
 class DirectRowsSource(Protocol):
     """Snapshot changes that can hand a table's staged snapshot files to a target (``direct_rows``): their
     rows are the ``new`` images as they are (``SnapshotChanges.rows``' plain case)."""

@@ -35,7 +35,10 @@ from airflow_provider_pglogical.exceptions import ApplyError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-DEFAULT_CHUNK_ROWS = 100_000  # net changes per bucket collected at a time
+# Net changes per bucket collected at a time. A table-batch that staged no more changes than this is collected
+# whole (one bucket costs a cached frame and a summary pass more than collecting it: the streamed path is for
+# batches beyond it, where it bounds what Python holds to about one bucket).
+DEFAULT_CHUNK_ROWS = 1_000_000
 AHEAD = 1  # buckets collected while the MERGE consumes the current one
 BUCKET = "_pgl_bucket"
 
@@ -63,6 +66,12 @@ def summarise(net: DataFrame, columns: Sequence[str]) -> NetSummary:
     kept = set(row["kept"] or ())
     return NetSummary(rows=int(row["n"]), kept=tuple(c for c in columns if c in kept),
                       needs_collected=bool(row["special"]))
+
+
+def worth_streaming(chunk_rows: int | None, staged_rows: int | None) -> bool:
+    """Whether a table-batch's MERGE source streams: a bucket size is set and the manifest does not show the
+    table-batch's staged changes (an upper bound of its net changes) fitting in one bucket."""
+    return bool(chunk_rows) and (staged_rows is None or staged_rows > (chunk_rows or 0))
 
 
 def buckets(rows: int, chunk_rows: int) -> int:

@@ -37,6 +37,7 @@ from airflow_provider_pglogical.apply.targets.base import (
     PlannedSnapshot,
     PlannedTable,
     PlannedTruncate,
+    StagedRowsSource,
     TargetTable,
 )
 from airflow_provider_pglogical.apply.targets.delta import changelog, mirror, stream
@@ -200,9 +201,11 @@ class DeltaTarget:
     def _mirror(self, table: PlannedTable, plan: PlannedBatch, changes: BatchChanges, where: str,
                 seconds: dict[str, float]) -> TableOutcome:
         """One table's net changes in one MERGE commit: streamed bucket by bucket from Spark (``stream.py``) when
-        ``chunk_rows`` is set and no change needs the whole table's changes, else collected whole (the reference)."""
+        ``chunk_rows`` is set, the table-batch staged more changes than that (or does not say how many) and no change
+        needs the whole table's changes, else collected whole (the reference)."""
         frame = changes.net(table)
-        if not self.chunk_rows or not table.key:
+        staged = changes.staged_rows(table) if isinstance(changes, StagedRowsSource) else None
+        if not table.key or not stream.worth_streaming(self.chunk_rows, staged):
             return self._mirror_collected(table, plan, changes, frame, where, seconds)
         started = time.monotonic()
         frame = frame.persist()  # read by the summary and by every bucket

@@ -123,3 +123,10 @@ def test_buckets_cover_the_rows_in_chunks_of_at_most_chunk_rows():
     assert stream.buckets(100, 100) == 1
     assert stream.buckets(101, 100) == 2
     assert stream.buckets(1_000_000, 100_000) == 10
+
+
+def test_a_table_batch_streams_only_when_its_staged_changes_may_exceed_one_bucket():
+    assert not stream.worth_streaming(None, 5_000_000)  # no bucket size: the collected reference path
+    assert not stream.worth_streaming(1_000, 1_000)  # fits one bucket: collected whole, no cache or summary pass
+    assert stream.worth_streaming(1_000, 1_001)
+    assert stream.worth_streaming(1_000, None)  # changes that cannot say how many were staged: stream
