@@ -8,11 +8,24 @@ either; the product's own defaults stay what the example DAGs and the demo run.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 # For a spec's ``spark.conf``: what the suite's `pglogical` runs start their JVM with.
 TEST_SPARK_CONF = {"spark.driver.extraJavaOptions": TEST_JVM_OPTIONS}
+
+
+def spark_conf_dir(where: Path) -> Path:
+    """A Spark configuration directory (``SPARK_CONF_DIR``) whose ``spark-defaults.conf`` holds TEST_SPARK_CONF.
+
+    For the JVMs an Airflow task starts with spark-submit from a spec the suite does not write (the example DAGs'):
+    spark-submit reads this file as it would a user's own ``$SPARK_HOME/conf/spark-defaults.conf``, and a
+    setting the spec or the command line gives still wins over it.
+    """
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "spark-defaults.conf").write_text("".join(f"{key} {value}\n" for key, value in TEST_SPARK_CONF.items()))
+    return where
 
 
 def local_session(app_name: str) -> Any:
