@@ -1,9 +1,10 @@
-"""Spark settings of the JVMs the suite starts itself (its session, the crash tests' children, the CLI's specs).
+"""Spark settings of the JVMs the suite starts itself (its session, the crash tests' children, the CLI's specs, the
+Airflow tasks' spark-submit).
 
 A test's JVM lives seconds to minutes and runs small batches, where the JIT's optimising tier (C2) and the
 parallel collector cost more CPU than they save: C1-compiled code and the serial collector started and ran a
 small Spark job with about a third less CPU (24.7 → 16.0 CPU-seconds). Nothing a test checks depends on
-either; the product's own defaults stay what the example DAGs and the demo run.
+either; the product's own defaults stay what the demo (`make demo`, tests/system/test_demo.py) runs.
 """
 
 from __future__ import annotations
