@@ -19,28 +19,33 @@ PG17_BIN_CANDIDATES = [
 ]
 
 
-# The modules that take a minute or more, longest first (seconds per module from a CI run of `make test`,
-# 2026-11: example_dags ~560, snapshot_apply_crash ~230, demo ~215, running_airflow ~200, ...). `make test`
-# hands whole modules to two xdist workers (`--dist loadfile --no-loadscope-reorder`) in collection order,
-# each worker taking the next module when it runs low: starting the longest ones first leaves only short
+# The modules that take a minute or more, longest first (seconds per module from a run of `make test`, 2026-11,
+# under two workers' load: example_dags ~560, running_airflow ~290, spark_connect ~250, iceberg_crash ~235,
+# snapshot_apply_crash ~230, demo ~225, cli_recovery ~200, cli_retention ~190, staging_connection ~175, ...).
+# `make test` hands whole modules to two xdist workers (`--dist loadfile --no-loadscope-reorder`) in collection
+# order, each worker taking the next module when it runs low: starting the longest ones first leaves only short
 # modules for the end, so neither worker sits idle while the other finishes a 4-minute module. (xdist's own
 # reorder, by number of tests per module, queued these one- and two-test modules last.) A module missing here
 # is only scheduled less well; keep the list roughly in step with `--durations` when a module grows.
 SLOW_MODULES = (
     "tests/system/test_example_dags.py",
-    "tests/integration/test_spark_connect.py",
-    "tests/integration/test_snapshot_apply_crash.py",
-    "tests/system/test_demo.py",
     "tests/system/test_running_airflow.py",
-    "tests/integration/test_least_privilege.py",
-    "tests/integration/test_snapshot_native.py",
-    "tests/integration/test_cli_recovery.py",
-    "tests/integration/test_staging_verify.py",
-    "tests/integration/test_cli_drop.py",
-    "tests/integration/test_delta_equivalence.py",
+    "tests/integration/test_spark_connect.py",
     "tests/integration/test_delta_remote.py",
     "tests/integration/test_iceberg_crash.py",
+    "tests/integration/test_snapshot_apply_crash.py",
+    "tests/system/test_demo.py",
+    "tests/integration/test_cli_recovery.py",
+    "tests/integration/test_cli_retention.py",
+    "tests/system/test_staging_connection.py",
+    "tests/integration/test_staging_verify.py",
+    "tests/integration/test_least_privilege.py",
+    "tests/integration/test_snapshot_native.py",
+    "tests/system/test_teardown_dag.py",
+    "tests/integration/test_cli_drop.py",
+    "tests/integration/test_delta_equivalence.py",
     "tests/integration/test_iceberg_equivalence.py",
+    "tests/unit/apply/test_transform_paths.py",
     "tests/integration/test_cli_iceberg.py",
     "tests/integration/test_iceberg_schema_changes.py",
     "tests/integration/test_iceberg_snapshot.py",
@@ -57,12 +62,8 @@ SLOW_MODULES = (
     "tests/integration/test_apply_operator.py",
     "tests/integration/test_report.py",
     "tests/system/test_ui_plugin.py",
-    "tests/integration/test_cli_retention.py",
-    "tests/system/test_teardown_dag.py",
-    "tests/system/test_staging_connection.py",
     "tests/integration/test_foreign_keys_replica.py",
     "tests/integration/test_copy_fetch_psycopg2_source.py",
-    "tests/unit/apply/test_transform_paths.py",
 )
 
 

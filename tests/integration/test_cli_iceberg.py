@@ -13,6 +13,7 @@ from airflow_provider_pglogical.apply.targets.iceberg.target import IcebergTarge
 from airflow_provider_pglogical.exceptions import format_lsn
 from scripts.harness.pgserver import execute, make_database
 from tests.integration.test_cli import SCHEMA, TABLES, pglogical
+from tests.support.spark import TEST_SPARK_CONF
 
 
 def test_run_applies_into_iceberg_with_a_postgres_catalog_and_status_and_maintain_follow(pg_server, pg_dsn,
@@ -27,7 +28,7 @@ def test_run_applies_into_iceberg_with_a_postgres_catalog_and_status_and_maintai
         "target": {"kind": "iceberg", "catalog": catalog, "namespace": "lake",
                    "partition_by": {"public.orders_eu": ["region"]}},
         "tables": copy.deepcopy(TABLES),
-        "spark": {"master": "local[2]"},
+        "spark": {"master": "local[2]", "conf": dict(TEST_SPARK_CONF)},
     }
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(doc))

@@ -18,6 +18,7 @@ from airflow_provider_pglogical.staging.reader import StagingReader
 from airflow_provider_pglogical.staging.retention import CHECKPOINTS, read_pruned
 from scripts.harness.pgserver import drop_database, execute, make_database, query
 from tests.integration.test_cli import pglogical
+from tests.support.spark import TEST_SPARK_CONF
 
 SLOT, PUBLICATION = "keep_slot", "keep_pub"
 
@@ -34,7 +35,7 @@ def pipeline(pg_server, pg_dsn, pg_dbname, tmp_path):
                "staging": {"uri": staging or str(tmp_path / "staging"),
                            **({"retention": retention} if retention else {})},
                "target": {"kind": "postgres", "dsn": pg_server.uri(targets[target])},
-               "tables": {"public.items": {}}, "spark": {"master": "local[1]"}}
+               "tables": {"public.items": {}}, "spark": {"master": "local[1]", "conf": dict(TEST_SPARK_CONF)}}
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(doc))
         return str(path)

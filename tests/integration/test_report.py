@@ -13,6 +13,7 @@ import yaml
 
 from scripts.harness.pgserver import drop_database, execute, make_database
 from scripts.harness.userenv import run_as_user, venv_script
+from tests.support.spark import TEST_SPARK_CONF
 
 CONSOLE = re.compile(r":CONSOLE[:(]")  # Chromium's log line of every console message, errors and uncaught ones
 POINT = re.compile(r'<circle class="point"')
@@ -53,7 +54,7 @@ def pipeline(pg_server, pg_dsn, pg_dbname, tmp_path):
                       "create": True, "min_safe_wal_bytes": "1MB"},
            "staging": {"uri": str(tmp_path / "staging")},
            "target": {"kind": "postgres", "dsn": pg_server.uri(target)},
-           "tables": {"public.items": {}}, "spark": {"master": "local[1]"}}
+           "tables": {"public.items": {}}, "spark": {"master": "local[1]", "conf": dict(TEST_SPARK_CONF)}}
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(doc))
     try:

@@ -22,6 +22,7 @@ from tests.integration.test_native_equivalence import (
     TABLES_SQL,
     table_rows,
 )
+from tests.support.spark import TEST_SPARK_CONF
 from tests.support.sparkconnect import DRIVER_KEY, EXECUTOR_KEY, s3_env, spark_connect  # noqa: F401 (fixture)
 
 # test_native_equivalence's APPLY_TABLES as a spec's tables.
@@ -60,7 +61,8 @@ def test_run_matches_a_native_subscriber_reading_s3_on_the_executors_only(
         "tables": SPEC_TABLES,
         "spark": {"remote": spark_connect.url} if where == "connect" else {
             "master": "local[2]",
-            "conf": {f"spark.executorEnv.{k}": v for k, v in s3_env(spark_connect.s3, EXECUTOR_KEY).items()}},
+            "conf": {**TEST_SPARK_CONF,
+                     **{f"spark.executorEnv.{k}": v for k, v in s3_env(spark_connect.s3, EXECUTOR_KEY).items()}}},
     }))
     driver_env = s3_env(spark_connect.s3, DRIVER_KEY)  # what the user exports: not the executors' key
     recorded = spark_connect.requests

@@ -20,9 +20,7 @@ __all__ = ["KILLED"]
 
 
 def main() -> None:
-    from pyspark.sql import SparkSession
-
-    from airflow_provider_pglogical.apply.sparkenv import LOCAL_DRIVER_CONF, use_package_python
+    from tests.support.spark import local_session
 
     args = json.loads(sys.argv[1])
     point, _, table = args["kill_at"].partition("@")
@@ -31,13 +29,7 @@ def main() -> None:
         if (name, target) == (point, table):
             die()
 
-    use_package_python()
-    builder = (SparkSession.builder.master("local[2]").appName("iceberg-apply-child")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
-               .config("spark.sql.session.timeZone", "UTC"))
-    for key, value in LOCAL_DRIVER_CONF.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = local_session("iceberg-apply-child")  # the suite's session settings and JVM options
     tables = {name: TableApplyConfig(**cfg) for name, cfg in args["tables"].items()}
     config = ApplyConfig(slot=args["slot"], staging_root=args["staging_uri"], tables=tables)
     target = IcebergTarget(IcebergLocation(args["catalog"], args["namespace"]), args["slot"], mode=args["mode"],

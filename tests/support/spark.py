@@ -1,18 +1,32 @@
-"""Spark settings of the JVMs the suite starts itself (its session, the crash tests' children, the CLI's specs).
+"""Spark settings of the JVMs the suite starts itself (its session, the crash tests' children, the CLI's specs, the
+Airflow tasks' spark-submit).
 
 A test's JVM lives seconds to minutes and runs small batches, where the JIT's optimising tier (C2) and the
 parallel collector cost more CPU than they save: C1-compiled code and the serial collector started and ran a
 small Spark job with about a third less CPU (24.7 → 16.0 CPU-seconds). Nothing a test checks depends on
-either; the product's own defaults stay what the example DAGs and the demo run.
+either; the product's own defaults stay what the demo (`make demo`, tests/system/test_demo.py) runs.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 # For a spec's ``spark.conf``: what the suite's `pglogical` runs start their JVM with.
 TEST_SPARK_CONF = {"spark.driver.extraJavaOptions": TEST_JVM_OPTIONS}
+
+
+def spark_conf_dir(where: Path) -> Path:
+    """A Spark configuration directory (``SPARK_CONF_DIR``) whose ``spark-defaults.conf`` holds TEST_SPARK_CONF.
+
+    For the JVMs an Airflow task starts with spark-submit from a spec the suite does not write (the example DAGs'):
+    spark-submit reads this file as it would a user's own ``$SPARK_HOME/conf/spark-defaults.conf``, and a
+    setting the spec or the command line gives still wins over it.
+    """
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "spark-defaults.conf").write_text("".join(f"{key} {value}\n" for key, value in TEST_SPARK_CONF.items()))
+    return where
 
 
 def local_session(app_name: str) -> Any:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from scripts.harness.userenv import user_env, venv_script
+from tests.support.spark import spark_conf_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,8 +21,9 @@ class AirflowCli:
     """Runs the real ``airflow`` command line against a throwaway AIRFLOW_HOME, as a user would.
 
     Venv not activated (``.venv/bin/airflow`` by path), nothing exported but AIRFLOW_HOME, the DAGs
-    folder, ``load_examples = False`` and the Spark connection the example DAGs use (tests add the
-    PostgreSQL connections and the staging root per call).
+    folder, ``load_examples = False``, the Spark connection the example DAGs use and a Spark configuration
+    directory giving the tasks' spark-submit JVMs the suite's JVM options (tests/support/spark.py; tests add
+    the PostgreSQL connections and the staging root per call).
     """
 
     def __init__(self, home: Path) -> None:
@@ -31,6 +33,7 @@ class AirflowCli:
             "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            "SPARK_CONF_DIR": str(spark_conf_dir(home / "spark-conf")),
         })
         (home / "user").mkdir(exist_ok=True)
 
