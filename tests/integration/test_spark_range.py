@@ -33,8 +33,9 @@ def test_time_values_apply_where_spark_has_a_time_type_and_are_refused_by_name_w
         assert len(apply_slot(spark, config, dsn)) == 2
         assert rows(dsn, "SELECT id, opens::text FROM opening") == [(1, "09:30:00")]
         return
-    with pytest.raises(ApplyError, match=r": new\.opens hold PostgreSQL time values, which Spark 4\.0\.\d+ cannot "
-                                         r"read .*: apply with pyspark>=4\.1$"):
+    with pytest.raises(ApplyError, match=r"^staged batch 0/200-0/300 .*: tables/public\.opening/v1\.parquet: old\.opens, "
+                                         r"new\.opens hold PostgreSQL time values, which Spark 4\.0\.\d+ cannot read "
+                                         r".*: apply with pyspark>=4\.1$"):
         apply_slot(spark, config, dsn)
     # The batch before it is applied; the one with the time column is not, and its watermark stays behind it.
     assert rows(dsn, "SELECT * FROM plain") == [(1, "a")]
