@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from airflow_provider_pglogical.apply.config import ApplyConfig
+from airflow_provider_pglogical.exceptions import PgLogicalError
 
 if TYPE_CHECKING:
     from airflow_provider_pglogical.apply.targets.base import BatchReport
@@ -21,7 +22,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--staging-root", required=True)
     p.add_argument("--tables-json", default="{}", help="JSON object: source schema.table -> TableApplyConfig fields")
     p.add_argument("--dsn-env", default="PGLOGICAL_TARGET_DSN", help="environment variable holding the target DSN")
-    p.add_argument("--dsn-file", default=None, help="0600 file holding the target DSN (instead of --dsn-env)")
+    p.add_argument("--dsn-file", default=None,
+                   help="0600 file holding the target DSN, instead of --dsn-env (relative: to the driver's working "
+                        "directory, where YARN puts --files)")
     p.add_argument("--max-batches", type=int, default=None)
     p.add_argument("--write-partitions", type=int, default=None)
     p.add_argument("--bookkeeping-schema", default=None, help="schema of the progress, rejects and staging tables")
@@ -64,12 +67,20 @@ def batch_report_writer(path: str | None) -> Callable[[BatchReport], None] | Non
 def main(argv: Sequence[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
-    from airflow_provider_pglogical.apply.runner import apply_slot, read_dsn
+    from airflow_provider_pglogical.apply.dsn import read_dsn
+    from airflow_provider_pglogical.apply.runner import apply_slot
+    from airflow_provider_pglogical.apply.sparkenv import check_pyspark_install
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     argv = sys.argv[1:] if argv is None else argv
     config = parse_args(argv)
-    dsn = read_dsn(config)
+    try:
+        dsn = read_dsn(config)
+    except PgLogicalError as e:
+        # Before Spark starts: one line in the driver's log (on the cluster in cluster deploy mode), no traceback.
+        print(f"{type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    check_pyspark_install()
     spark = (SparkSession.builder.appName(f"pglogical-apply-{config.slot}")
              .config("spark.sql.session.timeZone", "UTC").getOrCreate())
     try:

@@ -202,14 +202,19 @@ def _read_file(spark: SparkSession, batch: Batch, relative: str) -> DataFrame:
     store, ``executor_reads.readable``). The last two convert the columns as Spark's reader does
     (``staged_arrow``: unsigned ints widened, wide decimals as exact text, timestamps without time zone kept
     ``timestamp_ntz``)."""
+    from airflow_provider_pglogical.apply.sparktypes import require_time_type
+
     if read_by_executors(batch):
         (found,) = _surveyed(spark, batch, [relative])
         if found.schema is None:  # verified above: an unreadable file never gets here
             raise StagingError(f"{batch.ref.label}: {relative} has no schema")
+        require_time_type(found.schema, f"{batch.ref.label}: {relative}")
         if executor_reads.readable(found.schema):
             return executor_reads.read_files(spark, batch.uri, [(relative, found.schema, found.row_groups)])
         return _from_arrow(spark, batch.reader.read_file(batch.ref, relative))
-    if spark_readable(batch.reader.read_schema(batch.ref, relative)):
+    schema = batch.reader.read_schema(batch.ref, relative)
+    require_time_type(schema, f"{batch.ref.label}: {relative}")
+    if spark_readable(schema):
         return spark.read.parquet(f"{batch.uri}/{relative}")
     return _from_arrow(spark, batch.reader.read_file(batch.ref, relative))
 
@@ -222,6 +227,8 @@ def read_local_parquet(spark: SparkSession, uri: str, files: Sequence[str]) -> D
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from airflow_provider_pglogical.apply.sparktypes import require_time_type
+
     paths = [f"{uri}/{f}" for f in files]
     if not is_local(uri):
         found = executor_reads.survey(spark, uri, files)
@@ -230,12 +237,16 @@ def read_local_parquet(spark: SparkSession, uri: str, files: Sequence[str]) -> D
             schema = found[f].schema
             if schema is None:
                 raise StagingError(f"snapshot file {uri}/{f} {found[f].observed.error}")
+            require_time_type(schema, f"snapshot file {uri}/{f}")
             plans.append((f, schema, found[f].row_groups))
         if all(executor_reads.readable(schema) for _, schema, _ in plans):
             return executor_reads.read_files(spark, uri, plans)
         return spark.read.parquet(*paths)
     local = [p.removeprefix("file://") for p in paths]
-    if all(spark_readable(pq.read_schema(p)) for p in local):
+    schemas = [pq.read_schema(p) for p in local]
+    for path, schema in zip(local, schemas, strict=True):
+        require_time_type(schema, f"snapshot file {path}")
+    if all(spark_readable(schema) for schema in schemas):
         return spark.read.parquet(*paths)
     return _from_arrow(spark, pa.concat_tables([pq.read_table(p) for p in local]))
 

@@ -11,9 +11,7 @@ atomically by its own means. The Spark session itself is started by the first st
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -38,19 +36,6 @@ from airflow_provider_pglogical.progress import Progress
 from airflow_provider_pglogical.staging.reader import RelationInfo
 
 log = logging.getLogger(__name__)
-
-
-def read_dsn(config: ApplyConfig) -> str:
-    """The target DSN from a 0600 file or an environment variable — never from arguments."""
-    if config.dsn_file:
-        path = Path(config.dsn_file)
-        if path.stat().st_mode & 0o077:
-            raise ApplyError(f"DSN file {path} must not be readable by group or others (chmod 600)")
-        return path.read_text().strip()
-    dsn = os.environ.get(config.dsn_env)
-    if not dsn:
-        raise ApplyError(f"environment variable {config.dsn_env} with the target DSN is not set")
-    return dsn
 
 
 def _validate(spark: SparkOnDemand, config: ApplyConfig, batches: list[Batch]) -> dict[int, dict[str, RelationInfo]]:

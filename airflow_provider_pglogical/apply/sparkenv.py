@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from airflow_provider_pglogical.exceptions import SparkStartError
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -78,3 +80,34 @@ def task_slots(spark: SparkSession) -> int:
 def is_connect(spark: object) -> bool:
     """Whether ``spark`` is a Spark Connect session (a client of a ``sc://`` server: no JVM in this process)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def jars_version(pyspark_dir: Path) -> str | None:
+    """The Spark version of the jars a pip-installed ``pyspark`` ships (``jars/spark-core_<scala>-<version>.jar``);
+    None without them (``pyspark-client`` alone, or a Spark distribution's ``python/`` under ``SPARK_HOME``)."""
+    for jar in sorted((pyspark_dir / "jars").glob("spark-core_*.jar")):
+        return jar.name.removesuffix(".jar").rsplit("-", 1)[1]
+    return None
+
+
+def pyspark_mismatch(python_version: str, pyspark_dir: Path) -> str | None:
+    """Why this pyspark cannot start a classic session, or None.
+
+    ``pyspark-client`` (which the Spark provider pulls) installs its own copy of pyspark's Python files into the
+    same ``pyspark/`` folder: when its version differs from ``pyspark``'s, whichever was installed last wins, and
+    Python files of one Spark drive the jars of another. Reinstalling ``pyspark`` alone puts its files back.
+    """
+    jars = jars_version(pyspark_dir)
+    if jars is None or jars == python_version:
+        return None
+    return (f"pyspark's Python files are {python_version} but its jars are {jars} (pyspark-client {python_version} "
+            f"overwrote them): pip install --force-reinstall --no-deps pyspark=={jars}")
+
+
+def check_pyspark_install() -> None:
+    """Before a classic (JVM) session starts in this process: its Python files and jars are one Spark."""
+    import pyspark
+
+    problem = pyspark_mismatch(pyspark.__version__, Path(pyspark.__file__).resolve().parent)
+    if problem:
+        raise SparkStartError(problem)

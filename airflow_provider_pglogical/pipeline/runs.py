@@ -16,6 +16,7 @@ from airflow_provider_pglogical.apply import planning
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.sparkenv import (
     LOCAL_DRIVER_CONF,
+    check_pyspark_install,
     is_connect,
     is_local,
     is_remote,
@@ -110,6 +111,7 @@ def new_spark_session(master: str | None = None, conf: dict[str, str] | None = N
         use_package_python()
         options.update(LOCAL_DRIVER_CONF)
     options.update(conf or {})
+    check_pyspark_install()
     builder = SparkSession.builder
     for key, value in options.items():
         builder = builder.config(key, value)

@@ -44,8 +44,8 @@ def test_the_distribution_carries_its_license_file_and_provider_classifiers():
 def test_pyspark_is_an_extra_and_airflow_a_lower_bound_with_every_supported_python_declared():
     meta = installed().metadata
     requires = meta.get_all("Requires-Dist", [])
-    assert {r for r in requires if r.startswith("pyspark")} == {'pyspark==4.2.0; extra == "spark"',
-                                                              'pyspark-client==4.2.0; extra == "spark"'}
+    # The tested range's lower bound (make test-spark-versions), no cap: nothing newer is known to break.
+    assert {r for r in requires if r.startswith("pyspark")} == {'pyspark>=4.0.5; extra == "spark"'}
     (airflow,) = [r for r in requires if r.startswith("apache-airflow>") or r.startswith("apache-airflow=")]
     assert airflow.startswith("apache-airflow>=") and "<" not in airflow
     assert meta["Requires-Python"] == ">=3.11"

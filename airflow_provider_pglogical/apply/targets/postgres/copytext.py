@@ -27,10 +27,10 @@ from pyspark.sql.types import (
     StructType,
     TimestampNTZType,
     TimestampType,
-    TimeType,
 )
 
 from airflow_provider_pglogical.apply.notes import ELEMENT_NOTES, NOTE, VALUE, is_folded
+from airflow_provider_pglogical.apply.sparktypes import TimeType
 from airflow_provider_pglogical.apply.targets.postgres import arrowtext
 from airflow_provider_pglogical.apply.targets.postgres.target_types import (
     ARRAY,

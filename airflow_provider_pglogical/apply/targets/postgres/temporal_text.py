@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, IntegerType, LongType, StructType, TimeType
+from pyspark.sql.types import DataType, IntegerType, LongType, StructType
+
+from airflow_provider_pglogical.apply.sparktypes import TimeType
 
 INT32_MAX, INT32_MIN = 2**31 - 1, -(2**31)
 INT64_MAX, INT64_MIN = 2**63 - 1, -(2**63)
