@@ -2,8 +2,8 @@
 own working directory, started in sessions of their own so that a worker and the executors it launched can be
 killed together. Shared by the tests (``tests/support/cluster.py``) and ``benchmarks/cluster.py``.
 
-A worker's environment is what its executors inherit: its Python (``PYSPARK_PYTHON``) and whatever credentials
-the cluster's hosts hold (``env``), none of which the driver needs to have.
+A worker's environment is what its executors inherit: its Python (this venv's ``bin`` first on PATH, and
+``PYSPARK_PYTHON``) and whatever credentials the cluster's hosts hold (``env``), none of which the driver needs.
 """
 
 from __future__ import annotations
@@ -135,9 +135,10 @@ def start_cluster(root: Path, *, workers: int = 2, cores: int = 2, memory: str =
 
 def app_conf(executors: int = 2, executor_memory: str = "512m") -> dict[str, str]:
     """What an application needs on this cluster: ``executors`` 1-core executors (the master spreads them over the
-    workers), all registered before the first job; the driver on loopback, the executors' Python and JVM options."""
+    workers), all registered before the first job; the driver on loopback, the executors' JVM options. The executors' Python is
+    the workers' (``python3`` on their PATH: this venv's), as the driver names no other (no ``PYSPARK_PYTHON``)."""
     return {"spark.executor.cores": "1", "spark.cores.max": str(executors), "spark.executor.memory": executor_memory,
             "spark.scheduler.minRegisteredResourcesRatio": "1.0",
             "spark.scheduler.maxRegisteredResourcesWaitingTime": "120s",
             "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
-            "spark.pyspark.python": sys.executable, "spark.executor.extraJavaOptions": JVM_OPTIONS}
+            "spark.executor.extraJavaOptions": JVM_OPTIONS}

@@ -138,8 +138,8 @@ def test_snapshot_and_changes_on_two_workers_match_a_native_subscriber(
         assert_equal_to_native(databases)
         assert table_rows(databases.ours, "cols")[-1] == (5999, "a5999", None, 5999)  # the snapshot's column list
         # Both workers' executors ran tasks of these runs.
-        assert all(after > before for before, after in zip(tasks_before, tasks_per_worker(spark_cluster))), (
-            tasks_before, tasks_per_worker(spark_cluster))
+        tasks_after = tasks_per_worker(spark_cluster)
+        assert all(after > before for before, after in zip(tasks_before, tasks_after, strict=True)), tasks_after
         # The executors read every row-change and snapshot file; the driver read no row-change file.
         assert recorded.reads(EXECUTOR_KEY, "/tables/") > 0
         assert recorded.reads(EXECUTOR_KEY, "/chunks/") > 0
@@ -184,4 +184,4 @@ def test_a_worker_killed_while_its_executor_reads_a_batch_loses_nothing(
     assert_equal_to_native(databases)
     (slot_lsn,) = query(databases.source, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
                                           "WHERE slot_name = 'ours'")[0]
-    assert query(databases.ours, "SELECT end_lsn::text FROM pglogical_progress WHERE slot = 'ours'") == [(slot_lsn,)]
+    assert query(databases.ours, "SELECT DISTINCT end_lsn::text FROM pglogical_progress WHERE slot = 'ours'") == [(slot_lsn,)]

@@ -11,6 +11,7 @@ files until it has done something to the cluster (killed a worker while its task
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -91,6 +92,7 @@ def spark_cluster() -> Iterator[Cluster]:
                 spark.stop()
     finally:
         recorder._location = previous
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -102,3 +104,4 @@ def cluster_connect(spark_cluster: Cluster) -> Iterator[str]:
         yield url
     finally:
         stop(process)
+        shutil.rmtree(log.parent, ignore_errors=True)
