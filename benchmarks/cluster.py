@@ -1,8 +1,8 @@
 """Benchmark: the big-transaction apply on a two-worker Spark standalone cluster with S3 staging vs ``local[2]`` with
 local staging, side by side in one run.
 
-``benchmarks/apply.py``'s big workload (``--changes``, default 350,000: 200k inserts in 250k-row transactions, a
-100k-row UPDATE, a 50k-row DELETE) is drained twice from one source, by two slots created before it: into a
+``benchmarks/apply.py``'s big workload (``--changes``, default 175,000: 100k inserts in one transaction, a
+50k-row UPDATE, a 25k-row DELETE) is drained twice from one source, by two slots created before it: into a
 local directory and into an S3 bucket (moto's server on 127.0.0.1). Then the same apply (``apply_slot``) runs in
 this process, first with a ``local[2]`` session over the local staging, then with a session on a standalone
 cluster started here (``scripts/harness/sparkcluster.py``: a master and two workers, one 1-core executor on each,
@@ -10,13 +10,14 @@ the workers holding the S3 credentials) over the S3 staging. Both targets are co
 
 Prints one JSON object: session start and apply seconds of each, and the ratios cluster / local.
 
-Usage: python benchmarks/cluster.py [--changes 350000]
+Usage: python benchmarks/cluster.py [--changes 175000]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import sys
@@ -70,8 +71,9 @@ def timed_apply(master: str, conf: dict[str, str], staging: str, slot: str, targ
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--changes", type=int, default=350_000)
+    p.add_argument("--changes", type=int, default=175_000)
     args = p.parse_args()
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # the S3 server's line per request
     root = Path(tempfile.mkdtemp(prefix="pglogical-bench-cluster-"))
     moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     moto.start()

@@ -114,6 +114,7 @@ def start_cluster(root: Path, *, workers: int = 2, cores: int = 2, memory: str =
                   env: dict[str, str] | None = None) -> StandaloneCluster:
     """A master and ``workers`` workers (``cores`` and ``memory`` each) under ``root`` (logs, work dirs), every
     worker with ``env`` in its environment; returns once all workers have registered."""
+    root.mkdir(parents=True, exist_ok=True)
     port, ui = free_port(), free_port()
     master = _daemon(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
                       "--webui-port", str(ui)], root / "master.log", {})
