@@ -28,6 +28,7 @@ PG17_BIN_CANDIDATES = [
 # reorder, by number of tests per module, queued these one- and two-test modules last.) A module missing here
 # is only scheduled less well; keep the list roughly in step with `--durations` when a module grows.
 SLOW_MODULES = (
+    "tests/integration/test_spark_cluster.py",
     "tests/system/test_example_dags.py",
     "tests/system/test_running_airflow.py",
     "tests/integration/test_spark_connect.py",

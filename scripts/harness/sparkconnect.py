@@ -33,8 +33,10 @@ def _wait_for_port(port: int, process: subprocess.Popen[bytes], log: Path, timeo
     raise RuntimeError(f"Spark Connect server did not listen on {port} within {timeout} s")
 
 
-def start_server(env: dict[str, str], log: Path, *, master: str = "local[2]") -> tuple[subprocess.Popen[bytes], str]:
-    """``spark-submit`` of pyspark's Connect server; its Python workers run this interpreter (and this package)."""
+def start_server(env: dict[str, str], log: Path, *, master: str = "local[2]",
+                 conf: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """``spark-submit`` of pyspark's Connect server; its Python workers run this interpreter (and this package).
+    ``master`` may be a cluster's (``spark://…``), ``conf`` the server application's further settings."""
     port = _free_port()
     args = [str(VENV_BIN / "spark-submit"), "--class", SERVER_CLASS, "--name", "pglogical-test-connect",
             "--master", master,
@@ -42,7 +44,8 @@ def start_server(env: dict[str, str], log: Path, *, master: str = "local[2]") ->
             "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
             "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
             "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4",
-            "--conf", "spark.sql.session.timeZone=UTC", "spark-internal"]
+            "--conf", "spark.sql.session.timeZone=UTC",
+            *[arg for key, value in (conf or {}).items() for arg in ("--conf", f"{key}={value}")], "spark-internal"]
     full = {**{k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SPARK_CONNECT", "SPARK_REMOTE"))},
             "PYSPARK_PYTHON": sys.executable, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", **env}
     out = log.open("wb")

@@ -7,9 +7,10 @@ gives them: through the standard AWS environment variables, never through URIs o
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import boto3
 import pytest
@@ -36,13 +37,16 @@ class S3Server:
 
 
 @contextmanager
-def s3_server(bucket: str | None = None) -> Iterator[S3Server]:
+def s3_server(bucket: str | None = None, *, wrap: Callable[[Any], Any] | None = None) -> Iterator[S3Server]:
     """A moto S3 server with one empty bucket. moto keeps its buckets in process-wide state that every server of
     the process shares, so each server gets a bucket of its own name (``lake-<random>``): a test never sees another
-    test's objects."""
+    test's objects. ``wrap`` wraps the server's WSGI application (a middleware that sees every request)."""
     bucket = bucket or f"lake-{uuid.uuid4().hex[:12]}"
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
+    if wrap is not None:
+        assert server._server is not None
+        server._server.app = wrap(server._server.app)  # werkzeug's handler calls server.app per request
     try:
         host, port = server.get_host_and_port()
         endpoint = f"http://{host}:{port}"
