@@ -256,3 +256,40 @@ def test_a_failed_copy_names_its_position_but_never_the_value(target):
         copy_rows(target, "stg", ["n"], iter(["I\t\\N\t1\t5", "I\t\\N\t2\tsecret-value-42"]))
     message = str(info.value)
     assert "secret-value-42" not in message and "22P02" in message and "line 2" in message and "column n" in message
+
+
+def test_a_write_task_whose_copy_ran_twice_stops_the_batch_and_the_next_apply_applies_it_once(
+        spark, tmp_path, target, monkeypatch):
+    """Spark may run a write task again after its COPY committed (an executor lost before its result or shuffle
+    output reached the driver): the staging table then holds those rows twice. Injected here by a COPY function
+    that COPYs its partition twice and reports it once, as the retried task's result does."""
+    from airflow_provider_pglogical.apply.targets.postgres import target as postgres_target
+
+    original = postgres_target.copy_partitions
+
+    def copying_twice(dsn, staging, columns, fields):
+        run_once = original(dsn, staging, columns, fields)
+
+        def run(batches):
+            held = list(batches)
+            list(run_once(iter(held)))  # the first attempt: committed, its result lost with its executor
+            yield from run_once(iter(held))
+
+        return run
+
+    monkeypatch.setenv("PGLOGICAL_APPLY_DIRECT", "0")  # the Spark transforms' COPY (the direct path's is alike)
+    execute(target, "CREATE TABLE parent (id bigint PRIMARY KEY, name text)", "INSERT INTO parent VALUES (1, 'one')")
+    write_batch(tmp_path, "s1", BatchSpec(0x100, 0x200, {PARENT: [
+        Chg("I", 0x110, 0, new={"id": 2, "name": "two"}),
+        Chg("U", 0x120, 0, new={"id": 1, "name": "uno"}),
+    ]}))
+    monkeypatch.setattr(postgres_target, "copy_partitions", copying_twice)
+    with pytest.raises(ApplyError, match=r"public\.parent: the write tasks reported 2 rows but staging table .* "
+                                         r"holds 4 .*run the apply again"):
+        run(spark, tmp_path, target)
+    assert rows(target, "SELECT * FROM parent ORDER BY id") == [(1, "one")]
+    assert rows(target, "SELECT count(*) FROM pglogical_progress") == [(0,)]
+    monkeypatch.setattr(postgres_target, "copy_partitions", original)
+    (report,) = run(spark, tmp_path, target)  # the way out the error names
+    assert report.applied
+    assert rows(target, "SELECT * FROM parent ORDER BY id") == [(1, "uno"), (2, "two")]

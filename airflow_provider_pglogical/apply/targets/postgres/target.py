@@ -332,7 +332,18 @@ class PostgresTarget:
                 counted = cur.fetchall()
                 ops = {op: n for op, n, _ in counted}
                 keep_rows = sum(k for _, _, k in counted)
+                held = sum(ops.values())
+            else:
+                cur.execute(sql.SQL("SELECT count(*) FROM {}").format(catalog.ident(staging)))
+                held = int(cur.fetchone()[0])
         self.conn.commit()
+        if held != (written or 0):
+            # A write task's COPY commits on its own connection: when Spark runs a task again after its COPY
+            # committed (an executor lost before its result or its shuffle output reached the driver, or a
+            # speculative copy), the staging table holds its rows twice while the tasks' sum counts them once.
+            raise ApplyError(f"{planned.target}: the write tasks reported {written or 0} rows but staging table "
+                             f"{staging} holds {held} (a write task ran again after its COPY committed); nothing "
+                             "of the batch was applied: run the apply again")
         log.debug("staged %s %s changes of %s%s%s", written or 0, "ordered" if in_order else "net", planned.target,
                   " straight from the staged files" if plan is not None else "", " in this process" if here else "")
         return ops, keep_rows
