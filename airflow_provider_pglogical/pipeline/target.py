@@ -9,7 +9,8 @@ the kind.
 
 A new target kind is its folder under ``apply/targets/`` (the ``Target``), its spec model
 (``pipeline/model.py``, ``validation.py``) and one handle class here, registered with ``@register``.
-Several targets per slot would be one more handle composing others, registered the same way.
+Several targets per slot (``targets:``) are several handles, one per target's view of the spec
+(``spec_targets``); ``pipeline/fanout.py`` runs a step over them.
 
 A PostgreSQL handle asks all its bookkeeping questions (schema resolution, watermarks, sync marks,
 reset) on one connection, opened on the first question and closed by ``close()`` (or leaving the
@@ -165,12 +166,21 @@ def register(kind: str) -> Callable[[type[SpecTarget]], type[SpecTarget]]:
 
 
 def spec_target(spec: PipelineSpec) -> SpecTarget:
-    """The handle of the spec's target (nothing is opened yet)."""
+    """The handle of the spec's one target (nothing is opened yet); a spec with several (``targets:``) asks
+    ``spec_targets`` instead, so no question is answered by one target for all of them."""
+    if len(spec.targets) > 1:
+        raise SpecError(f"{spec.origin}: the spec has {len(spec.targets)} targets ({', '.join(spec.targets)}); "
+                        "this step takes one of them (pipeline/fanout.py)")
     try:
         handle = HANDLES[spec.target.kind]
     except KeyError:
         raise SpecError(f"{spec.origin}: target kind {spec.target.kind!r} has no pipeline support") from None
     return handle(spec)
+
+
+def spec_targets(spec: PipelineSpec) -> dict[str, SpecTarget]:
+    """Name → the handle of each of the spec's targets (``PipelineSpec.target_views``), in spec order."""
+    return {name: spec_target(view) for name, view in spec.target_views().items()}
 
 
 @register("postgres")
