@@ -175,3 +175,27 @@ def test_a_dag_of_several_targets_names_the_one_whose_conn_id_is_missing():
     doc["source"] = {"conn_id": "src", "publication": "p", "slot": "s"}
     with pytest.raises(SpecError, match=r"targets.reporting: Airflow DAGs need targets.reporting.conn_id"):
         build_pipeline_dag(parse_spec(doc, env={}), dag_id="d", start_date=datetime(2026, 1, 1))
+
+
+def test_reset_of_a_spec_with_several_targets_names_the_one_to_reset(tmp_path, capsys):
+    import yaml
+
+    from airflow_provider_pglogical.cli import main
+
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(two_targets(), sort_keys=False))
+    assert main(["reset", "--spec", str(path), "--yes"]) == 1
+    assert ("reset empties one target's tables; name it with --target (reporting, lake)"
+            in capsys.readouterr().err)
+    assert main(["reset", "--spec", str(path), "--yes", "--target", "nope"]) == 1
+    assert "--target nope: no such target; the spec's targets: reporting, lake" in capsys.readouterr().err
+
+
+def test_the_report_names_every_targets_kind():
+    from airflow_provider_pglogical.history.health import Thresholds
+    from airflow_provider_pglogical.pipeline.monitoring import current_state
+
+    doc = two_targets()
+    doc["source"]["dsn"] = "postgresql://replicator@127.0.0.1:1/app"  # refused at once: the report goes on
+    state = current_state(parse_spec(doc, env={}), [], Thresholds())
+    assert state["target"] == "reporting: postgres, lake: iceberg"
