@@ -79,12 +79,21 @@ def prune(spec: PipelineSpec, *, dry_run: bool = False, log: Log = _quiet, requi
                         "staging.retention.keep_batches and/or keep_for (docs/pipeline-spec.md)")
     layout = StagingLayout.from_uri(spec.staging.uri, spec.source.slot)
     mine: dict[str, int | None] = {}  # identity → how far that target of the spec is done with the log
+    named: dict[str, str] = {}  # identity → the spec's target it is
     unreachable: list[str] = []
     for name, view in spec.target_views().items():
         try:
             view = resolved(view)
             with spec_target(view) as target:
-                mine[target.identity()] = applied_through(view, target)
+                identity = target.identity()
+                if identity in named:
+                    # One record for two targets: the later position would hide the other's, and prune its batches.
+                    raise SpecError(f"{spec.origin}: targets {named[identity]} and {name} are both recorded as "
+                                    f"{identity} in the staging area; give each a place of its own (docs/targets.md)")
+                named[identity] = name
+                mine[identity] = applied_through(view, target)
+        except SpecError:
+            raise
         except Exception as exc:
             if not spec.targets:
                 raise

@@ -199,3 +199,21 @@ def test_the_report_names_every_targets_kind():
     doc["source"]["dsn"] = "postgresql://replicator@127.0.0.1:1/app"  # refused at once: the report goes on
     state = current_state(parse_spec(doc, env={}), [], Thresholds())
     assert state["target"] == "reporting: postgres, lake: iceberg"
+
+
+def test_two_targets_the_staging_area_would_record_as_one_are_refused_before_anything_is_recorded(tmp_path):
+    from airflow_provider_pglogical.pipeline.retention import prune
+    from airflow_provider_pglogical.staging.layout import StagingLayout
+    from airflow_provider_pglogical.staging.retention import positions
+
+    doc = copy.deepcopy(VALID)
+    del doc["target"], doc["tables"]
+    doc["staging"] = {"uri": str(tmp_path / "staging"), "retention": {"keep_batches": 1}}
+    # Two Iceberg catalogs without conn_ids: the staging area names both ``iceberg/``.
+    doc["targets"] = {name: {"kind": "iceberg", "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/{name}.db",
+                                                            "warehouse": str(tmp_path / name)},
+                             "tables": {"public.orders": {}}} for name in ("eu", "us")}
+    spec = parse_spec(doc, env={})
+    with pytest.raises(SpecError, match=r"targets eu and us are both recorded as iceberg/ in the staging area"):
+        prune(spec)
+    assert positions(StagingLayout.from_uri(spec.staging.uri, spec.source.slot)) == {}
