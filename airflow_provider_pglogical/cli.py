@@ -212,9 +212,10 @@ def cmd_maintain(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]
     views = select_views(spec, args.target)
     if not spec.targets:
         return spec_target(resolved(spec)).maintain(retention_hours=args.retention_hours, vacuum=not args.no_vacuum)
-    return {"targets": {name: spec_target(resolved(view)).maintain(retention_hours=args.retention_hours,
-                                                                   vacuum=not args.no_vacuum)
-                        for name, view in views.items()}}
+    # Without --target: the targets maintain applies to (a named one that is not is refused by its handle).
+    handles = {name: spec_target(resolved(view)) for name, view in views.items()}
+    return {"targets": {name: t.maintain(retention_hours=args.retention_hours, vacuum=not args.no_vacuum)
+                        for name, t in handles.items() if args.target or t.maintainable}}
 
 
 COMMANDS: dict[str, tuple[Callable[[PipelineSpec, argparse.Namespace], dict[str, Any]], str]] = {

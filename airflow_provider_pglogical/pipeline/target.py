@@ -75,13 +75,14 @@ class SpecTarget(ABC):
     """What the pipeline asks of the spec's target; one subclass per ``target.kind`` (see ``register``).
 
     Besides the methods, a kind sets ``applies_in_worker`` (the DAG's apply runs in the Airflow worker
-    rather than as a spark-submit app) and ``needs_conn_id`` (a task in another process finds the target
+    rather than as a spark-submit app), ``maintainable`` (``maintain`` compacts its tables) and ``needs_conn_id`` (a task in another process finds the target
     only through an Airflow connection), and may override ``early_spark_start``.
     """
 
     kind: ClassVar[str] = ""
     applies_in_worker: ClassVar[bool] = False
     needs_conn_id: ClassVar[bool] = True
+    maintainable: ClassVar[bool] = False  # ``maintain`` compacts its tables (lake targets)
 
     def __init__(self, spec: PipelineSpec) -> None:
         self.spec = spec
@@ -331,6 +332,7 @@ class LakeSpecTarget(SpecTarget):
     each question and the apply only (``delta/settings.py``)."""
 
     applies_in_worker = True  # the table library writes from the Spark driver: no spark-submit (docs/delta.md)
+    maintainable = True
     needs_conn_id = False  # without one, the worker's environment holds the credentials
 
     def __init__(self, spec: PipelineSpec) -> None:

@@ -55,6 +55,7 @@ def test_each_named_target_has_its_own_selection_and_the_decode_sees_the_union()
     assert spec.tables["public.orders"].row_filter is None and spec.tables["public.orders"].columns is None
     handles = spec_targets(spec)
     assert isinstance(handles["reporting"], PostgresSpecTarget) and isinstance(handles["lake"], IcebergSpecTarget)
+    assert [name for name, h in handles.items() if h.maintainable] == ["lake"]  # what `maintain` compacts
     assert spec.target_views(("lake",)).keys() == {"lake"}
 
 
