@@ -218,3 +218,34 @@ def test_two_targets_the_staging_area_would_record_as_one_are_refused_before_any
     with pytest.raises(SpecError, match=r"targets eu and us are both recorded as iceberg/ in the staging area"):
         prune(spec)
     assert positions(StagingLayout.from_uri(spec.staging.uri, spec.source.slot)) == {}
+
+
+def test_a_target_that_cannot_answer_keeps_every_batch_while_the_others_positions_are_recorded(tmp_path):
+    import pyarrow as pa
+
+    from airflow_provider_pglogical.pipeline.retention import prune
+    from airflow_provider_pglogical.staging.layout import StagingLayout
+    from airflow_provider_pglogical.staging.retention import positions
+    from tests.support.stage import BatchSpec, Chg, Col, Rel, write_batch
+
+    orders = Rel("public", "orders", (Col("id", pa.int32(), "int4", identity=True),))
+    for i in range(3):
+        write_batch(tmp_path / "staging", "app_slot",
+                    BatchSpec(0x1000 * (i + 1), 0x1000 * (i + 2), {orders: [Chg("I", 0x1000 * (i + 1), 0, {"id": i})]}))
+    doc = copy.deepcopy(VALID)
+    del doc["target"], doc["tables"]
+    doc["staging"] = {"uri": str(tmp_path / "staging"), "retention": {"keep_batches": 1}}
+    doc["targets"] = {
+        # Refused at once: how far it applied is unknown.
+        "reporting": {"kind": "postgres", "dsn": "postgresql://loader@127.0.0.1:1/dw", "tables": {"public.orders": {}}},
+        # Done with every batch: none holds a table it selects.
+        "lake": {"kind": "iceberg", "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/lake.db",
+                                                 "warehouse": str(tmp_path / "lake")},
+                 "tables": {"public.items": {}}},
+    }
+    spec = parse_spec(doc, env={})
+    result = prune(spec)
+    assert result["unreachable"] == ["reporting"] and result["pruned_batches"] == 0 and result["kept_batches"] == 3
+    assert positions(StagingLayout.from_uri(spec.staging.uri, "app_slot")) == {"iceberg/": 0x4000}
+    del doc["targets"]["reporting"]  # without it the lake alone decides: all but the newest batch go
+    assert prune(parse_spec(doc, env={}))["pruned_batches"] == 2
