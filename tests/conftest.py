@@ -42,6 +42,7 @@ SLOW_MODULES = (
     "tests/integration/test_iceberg_equivalence.py",
     "tests/integration/test_cli_iceberg.py",
     "tests/integration/test_cli_targets.py",
+    "tests/system/test_targets_dag.py",
     "tests/integration/test_iceberg_schema_changes.py",
     "tests/integration/test_iceberg_snapshot.py",
     "tests/integration/test_partition_routing.py",
