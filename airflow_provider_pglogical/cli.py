@@ -42,6 +42,9 @@ def cmd_validate(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]
         progress("parsing row filters with Spark")
         with local_spark(args.master or spec.spark.where) as spark:
             check_row_filters(spec, spark)
+    if spec.targets:
+        return {"spec": spec.origin, "valid": True, "tables": sorted(spec.tables),
+                "targets": {name: {"kind": t.target.kind, "tables": sorted(t.tables)} for name, t in spec.targets.items()}}
     return {"spec": spec.origin, "valid": True, "tables": sorted(spec.tables)}
 
 
@@ -55,6 +58,12 @@ def cmd_apply(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
     from airflow_provider_pglogical.pipeline.retention import check_window, prune
     from airflow_provider_pglogical.pipeline.runs import apply_pending
 
+    if spec.targets:
+        from airflow_provider_pglogical.pipeline.fanout import apply_targets
+
+        applied = apply_targets(spec, args.target, master=args.master, log=progress)
+        return _fanned_out({"targets": applied.summary(), "retention": prune(spec, log=progress)}, applied.failures)
+    _default_target(spec, args)
     check_window(spec)  # a target that would need pruned batches fails before anything is applied
     result = apply_pending(spec, master=args.master, log=progress)
     return {**result, "retention": prune(spec, log=progress)}
@@ -64,10 +73,41 @@ def cmd_run(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
     from airflow_provider_pglogical.pipeline.retention import check_window, prune
     from airflow_provider_pglogical.pipeline.runs import run_pending
 
+    if spec.targets:
+        from airflow_provider_pglogical.pipeline.fanout import run_targets
+
+        result, applied = run_targets(spec, args.target, master=args.master, max_batches=args.max_batches,
+                                      log=progress, allow_gap=args.allow_gap)
+        return _fanned_out({**result, "targets": applied.summary(), "retention": prune(spec, log=progress)},
+                           applied.failures)
+    _default_target(spec, args)
     check_window(spec)
     result = run_pending(spec, master=args.master, max_batches=args.max_batches, log=progress,
                          allow_gap=args.allow_gap)
     return {**result, "retention": prune(spec, log=progress)}
+
+
+class TargetsFailed(Exception):  # noqa: N818 - not an error of its own: carries the JSON and the per-target errors
+    """Some targets of the command failed (the others' results are in ``result``): the JSON is printed, then one line
+    per failed target, and the command exits non-zero."""
+
+    def __init__(self, result: dict[str, Any], failures: dict[str, BaseException]) -> None:
+        super().__init__(f"{len(failures)} target(s) failed: {', '.join(failures)}")
+        self.result = result
+        self.failures = failures
+
+
+def _fanned_out(result: dict[str, Any], failures: dict[str, BaseException]) -> dict[str, Any]:
+    if failures:
+        raise TargetsFailed(result, failures)
+    return result
+
+
+def _default_target(spec: PipelineSpec, args: argparse.Namespace) -> None:
+    """``--target`` with a ``target:`` spec: only its one target's name (``default``) is known."""
+    from airflow_provider_pglogical.pipeline.fanout import select_views
+
+    select_views(spec, getattr(args, "target", None))
 
 
 def cmd_prune(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
@@ -90,9 +130,18 @@ def cmd_resync(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_reset(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
+    from airflow_provider_pglogical.pipeline.fanout import select_views
     from airflow_provider_pglogical.pipeline.runs import reset_target
 
-    return reset_target(spec, log=progress)
+    if spec.targets and not args.target:
+        from airflow_provider_pglogical.exceptions import SpecError
+
+        raise SpecError(f"{spec.origin}: reset empties one target's tables; name it with --target "
+                        f"({', '.join(spec.target_names)})")
+    views = select_views(spec, args.target)
+    if not spec.targets:
+        return reset_target(spec, log=progress)
+    return {"targets": {name: reset_target(view, log=progress) for name, view in views.items()}}
 
 
 def cmd_drop(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
@@ -111,7 +160,7 @@ def cmd_status(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
     from airflow_provider_pglogical.pipeline.source import resolved
     from airflow_provider_pglogical.pipeline.status import status
 
-    return status(resolved(spec), batches=args.batches)
+    return status(resolved(spec), batches=args.batches)  # each target's view is resolved on its own there
 
 
 def cmd_check(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
@@ -156,10 +205,17 @@ def cmd_report(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_maintain(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
+    from airflow_provider_pglogical.pipeline.fanout import select_views
     from airflow_provider_pglogical.pipeline.source import resolved
     from airflow_provider_pglogical.pipeline.target import spec_target
 
-    return spec_target(resolved(spec)).maintain(retention_hours=args.retention_hours, vacuum=not args.no_vacuum)
+    views = select_views(spec, args.target)
+    if not spec.targets:
+        return spec_target(resolved(spec)).maintain(retention_hours=args.retention_hours, vacuum=not args.no_vacuum)
+    # Without --target: the targets maintain applies to (a named one that is not is refused by its handle).
+    handles = {name: spec_target(resolved(view)) for name, view in views.items()}
+    return {"targets": {name: t.maintain(retention_hours=args.retention_hours, vacuum=not args.no_vacuum)
+                        for name, t in handles.items() if args.target or t.maintainable}}
 
 
 COMMANDS: dict[str, tuple[Callable[[PipelineSpec, argparse.Namespace], dict[str, Any]], str]] = {
@@ -198,6 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors")
         if name in ("apply", "run", "validate"):
             p.add_argument("--master", metavar="URL", help="Spark master, or sc://host:port for a Spark Connect server (default: spec spark.remote or spark.master, else local[*])")
+        if name in ("apply", "run", "reset", "maintain"):
+            p.add_argument("--target", action="append", metavar="NAME",
+                           help="only this target of the spec's targets: (repeatable; default: every one)"
+                           if name != "reset" else "the target of the spec's targets: to reset (repeatable)")
         if name in ("decode", "run"):
             p.add_argument("--max-batches", type=int, metavar="N", help="stop after N batches (default: drain all)")
             p.add_argument("--allow-gap", action="store_true",
@@ -250,16 +310,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("pglogical: interrupted", file=sys.stderr)
         return 130
+    except TargetsFailed as failed:
+        # The targets that applied did (their results are in the JSON); each failed one gets its line.
+        _print_json(failed.result)
+        for name, exc in failed.failures.items():
+            print(f"pglogical {args.command}: error: target {name}: {one_line(exc)}", file=sys.stderr)
+        return EXIT_FAILED
     except Exception as exc:
         if args.debug:
             raise
         print(f"pglogical {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return EXIT_FAILED
+    _print_json(result)
+    return exit_code(args.command, result)
+
+
+def _print_json(result: dict[str, Any]) -> None:
     json.dump(result, sys.stdout, indent=2, sort_keys=False, default=str)
     sys.stdout.write("\n")
     sys.stdout.flush()
     os.dup2(2, 1)  # exit-time log lines (py4j shutdown) must not follow the JSON
-    return exit_code(args.command, result)
 
 
 def exit_code(command: str, result: dict[str, Any]) -> int:

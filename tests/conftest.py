@@ -48,6 +48,8 @@ SLOW_MODULES = (
     "tests/integration/test_iceberg_equivalence.py",
     "tests/unit/apply/test_transform_paths.py",
     "tests/integration/test_cli_iceberg.py",
+    "tests/integration/test_cli_targets.py",
+    "tests/system/test_targets_dag.py",
     "tests/integration/test_iceberg_schema_changes.py",
     "tests/integration/test_iceberg_snapshot.py",
     "tests/integration/test_partition_routing.py",

@@ -56,9 +56,10 @@ def pipeline_params(spec: PipelineSpec) -> dict[str, Param]:
 def _require_conn_ids(spec: PipelineSpec) -> None:
     # Tasks run in other processes (and machines): they can only find the databases through
     # Airflow connections, never through a DSN that exists in the DAG file's environment.
-    problems = [_missing_conn_id(section)
-                for section, conn_id in (("source", spec.source.conn_id), ("target", spec.target.conn_id))
-                if conn_id is None and (section == "source" or spec_target(spec).needs_conn_id)]
+    problems = [_missing_conn_id("source")] if spec.source.conn_id is None else []
+    for name, view in spec.target_views().items():  # every target of ``targets:``
+        if view.target.conn_id is None and spec_target(view).needs_conn_id:
+            problems.append(_missing_conn_id(f"targets.{name}" if spec.targets else "target"))
     if problems:
         raise SpecError(f"{spec.origin}: " + "; ".join(problems))
 
@@ -112,6 +113,17 @@ def apply_task(spec: PipelineSpec, task_id: str = "apply", max_batches: Any = No
         outlets=[target_table_asset(spec.source.slot, t.target_name) for t in spec.tables.values()])
 
 
+def apply_task_id(spec: PipelineSpec, name: str, task_id: str = "apply") -> str:
+    """``apply`` for the one target of ``target:``; ``apply_<name>`` for each of ``targets:``."""
+    return f"{task_id}_{name}" if spec.targets else task_id
+
+
+def apply_tasks(spec: PipelineSpec, task_id: str = "apply", max_batches: Any = None) -> list[Any]:
+    """One apply task per target of the spec (``apply_task`` of its view), to run in parallel."""
+    return [apply_task(view, task_id=apply_task_id(spec, name, task_id), max_batches=max_batches)
+            for name, view in spec.target_views().items()]
+
+
 def health_task(spec: PipelineSpec, *, alert_callback: AlertCallback | None = log_slot_alert,
                 task_id: str = "check_slot_health") -> Any:
     """The slot-health check with the spec's thresholds (``source.min_safe_wal_bytes`` / ``max_lag_bytes``),
@@ -131,7 +143,9 @@ def pipeline_task_group(spec: PipelineSpec, *, group_id: str = "pglogical",
     ``on_failure_callback``.
     """
     _require_conn_ids(spec)
-    with TaskGroup(group_id=group_id, tooltip=f"slot {spec.source.slot} → {spec_target(spec).kind}") as group:
+    kinds = ", ".join(f"{name}: {spec_target(view).kind}" if spec.targets else spec_target(view).kind
+                      for name, view in spec.target_views().items())
+    with TaskGroup(group_id=group_id, tooltip=f"slot {spec.source.slot} → {kinds}") as group:
         # Snapshots first: with snapshot.initial a new slot is created with an exported snapshot.
         snapshot = SnapshotTablesOperator(task_id="snapshot", spec=spec,
                                           resync_tables="{{ (params.get('resync_tables') or []) | tojson }}")
@@ -140,7 +154,8 @@ def pipeline_task_group(spec: PipelineSpec, *, group_id: str = "pglogical",
                                           min_safe_wal_bytes=_param("min_safe_wal_bytes"),
                                           on_failure_callback=alert_callback)
         retention = PruneStagingOperator(task_id="prune_staging", spec=spec)
-        snapshot >> ensure >> check >> decode_task(spec) >> apply_task(spec) >> retention
+        # One apply per target (``targets:``), in parallel after the one decode; each from its own watermarks.
+        snapshot >> ensure >> check >> decode_task(spec) >> apply_tasks(spec) >> retention
         ensure >> health_task(spec, alert_callback=alert_callback)
     return group
 
@@ -189,9 +204,11 @@ def build_replay_dag(spec: PipelineSpec | str | os.PathLike[str], *, dag_id: str
               "doc_md": build_replay_dag.__doc__, **dag_kwargs}
     with DAG(dag_id=dag_id, schedule=None, params=params, **kwargs) as dag:
         plan = _plan_replay_task(spec)
-        reset = ResetTargetOperator(task_id="reset_target", spec=spec, enabled="{{ params.reset }}")
-        replay = apply_task(spec, task_id="replay", max_batches=plan["max_batches"])
-        plan >> reset >> replay
+        for name, view in spec.target_views().items():  # each target of ``targets:`` rebuilt beside the others
+            reset = ResetTargetOperator(task_id=apply_task_id(spec, name, "reset_target"), spec=view,
+                                        enabled="{{ params.reset }}")
+            replay = apply_task(view, task_id=apply_task_id(spec, name, "replay"), max_batches=plan["max_batches"])
+            plan >> reset >> replay
     return dag
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from airflow_provider_pglogical.apply.config import (
     ACTIONS,
@@ -33,7 +33,14 @@ TRUNCATE_CASCADE = CASCADE_POLICIES
 __all__ = ["ACTIONS", "CONFLICT_POLICIES", "DELTA_MODES", "ENV_REF", "ICEBERG_CATALOGS", "ICEBERG_MODES",
            "LEAF_POLICIES", "NAMEDATALEN", "REPLICATION_ROLES", "SCHEMA_CHANGE_POLICIES", "SECRET_OPTION",
            "RetentionSpec", "SLOT_NAME", "TARGET_KINDS", "TOAST_POLICIES", "TRUNCATE_CASCADE", "PipelineSpec", "SnapshotSpec",
-           "SourceSpec", "SparkSpec", "StagingSpec", "TableSpec", "TargetSpec", "TruncateSpec", "split_qualified"]
+           "SourceSpec", "SparkSpec", "StagingSpec", "TableSpec", "TargetSpec", "TruncateSpec", "DEFAULT_TARGET",
+           "TARGET_NAME", "NamedTarget", "split_qualified", "union_tables"]
+
+# The name of the one target of a spec written with ``target:``. Names are for the CLI (``--target``), status and
+# the DAG's task ids; the staging area's records and the watermarks are keyed by where a target is
+# (``SpecTarget.identity``), so naming a target changes nothing that was recorded.
+DEFAULT_TARGET = "default"
+TARGET_NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")  # an Airflow task id part, a CLI word
 
 
 @dataclass(frozen=True)
@@ -155,6 +162,15 @@ class SnapshotSpec:
 
 
 @dataclass(frozen=True)
+class NamedTarget:
+    """One entry of ``targets:``: where it is, and its own table selection (named tables and selectors)."""
+
+    target: TargetSpec
+    tables: dict[str, TableSpec]
+    selectors: dict[str, TableSpec] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class PipelineSpec:
     """A validated pipeline spec; build it with :func:`load_spec` or :func:`parse_spec`."""
 
@@ -170,7 +186,41 @@ class PipelineSpec:
     # (`schemas:` or a "schema.*" entry), with their settings. ``tables`` holds the named tables;
     # ``pipeline/source.resolve`` adds the selected ones the publication publishes at run time.
     selectors: dict[str, TableSpec] = field(default_factory=dict)
+    # ``targets:``: every named target with its own selection; empty for the ``target:`` form. With it, ``target``,
+    # ``tables`` and ``selectors`` are the decode's view: the first target and every table any target needs (the
+    # union, see ``union_tables``); what a target applies is its view (``target_views``).
+    targets: dict[str, NamedTarget] = field(default_factory=dict)
 
+    @property
+    def target_names(self) -> tuple[str, ...]:
+        return tuple(self.targets) or (DEFAULT_TARGET,)
+
+    def target_views(self, names: tuple[str, ...] | None = None) -> dict[str, PipelineSpec]:
+        """Name → the spec of that one target (its target, tables and selectors; source, staging, Spark shared), in
+        spec order; ``names``: only those (unknown ones are left out; ``fanout.select_views`` refuses them)."""
+        if not self.targets:
+            return {DEFAULT_TARGET: self} if names is None or DEFAULT_TARGET in names else {}
+        chosen = self.targets if names is None else {n: t for n, t in self.targets.items() if n in names}
+        return {name: replace(self, target=t.target, tables=dict(t.tables), selectors=dict(t.selectors), targets={})
+                for name, t in chosen.items()}
+
+
+
+def union_tables(entries: list[dict[str, TableSpec]]) -> dict[str, TableSpec]:
+    """Every table any target names, for the decode (publication, snapshots, column checks): a table two targets
+    name with different row filters or column lists is staged whole (no filter, every column), and each target's
+    apply filters and projects it as its own entry says (snapshots are filtered again unless the source already
+    evaluated that very filter, ``apply/direct.filtered_on_source``)."""
+    out: dict[str, TableSpec] = {}
+    for tables in entries:
+        for name, table in tables.items():
+            seen = out.get(name)
+            if seen is None:
+                out[name] = table
+                continue
+            out[name] = replace(seen, row_filter=seen.row_filter if seen.row_filter == table.row_filter else None,
+                                columns=seen.columns if seen.columns == table.columns else None)
+    return out
 
 
 def split_qualified(name: str) -> tuple[str, str]:

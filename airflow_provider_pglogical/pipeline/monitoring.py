@@ -13,6 +13,7 @@ from airflow_provider_pglogical.history.render import render_html, report_data
 from airflow_provider_pglogical.history.store import RunHistory
 from airflow_provider_pglogical.pipeline.source import source_client
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec
+from airflow_provider_pglogical.pipeline.target import spec_targets
 
 
 def thresholds(spec: PipelineSpec, *, min_safe_wal_bytes: int | None = None,
@@ -49,7 +50,9 @@ def history(spec: PipelineSpec, *, since: datetime | None = None) -> list[RunRec
 
 def current_state(spec: PipelineSpec, records: list[RunRecord], limits: Thresholds) -> dict[str, Any]:
     """The report's current-state table: the slot now (when the source answers) and the last run."""
-    state: dict[str, Any] = {"slot": spec.source.slot, "target": spec.target.kind, "staging": spec.staging.uri}
+    # Every target's kind (``targets:`` has several), as its handle names it.
+    kinds = ", ".join(f"{name}: {t.kind}" if spec.targets else t.kind for name, t in spec_targets(spec).items())
+    state: dict[str, Any] = {"slot": spec.source.slot, "target": kinds, "staging": spec.staging.uri}
     try:
         figures = read_slot(spec)
     except Exception as exc:  # noqa: BLE001 - the history is still worth showing without the source

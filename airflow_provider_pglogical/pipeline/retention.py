@@ -54,9 +54,18 @@ def applied_through(spec: PipelineSpec, target: SpecTarget) -> int | None:
     return through
 
 
+def _mine(spec: PipelineSpec, mine: dict[str, int | None]) -> dict[str, Any]:
+    """The spec's own target(s) in a prune's result: ``target``/``applied_through_lsn`` of its one target (the
+    ``target:`` form), or ``applied`` (identity → LSN) of every target of ``targets:``."""
+    if not spec.targets:
+        ((identity, lsn),) = mine.items()
+        return {"target": identity, "applied_through_lsn": _lsn(lsn)}
+    return {"applied": {t: _lsn(lsn) for t, lsn in mine.items()}}
+
+
 def prune(spec: PipelineSpec, *, dry_run: bool = False, log: Log = _quiet, require_settings: bool = False,
           on_checkpoint: Checkpoint | None = None, now: datetime | None = None) -> dict[str, Any]:
-    """Record how far the spec's target has applied the staged log, then (with ``staging.retention``) prune the
+    """Record how far each of the spec's targets has applied the staged log, then (with ``staging.retention``) prune the
     batches every target known to the staging area has applied and the retention bounds let go.
 
     Runs after every apply (a target that never records its position holds every batch for the others), and as
@@ -68,30 +77,51 @@ def prune(spec: PipelineSpec, *, dry_run: bool = False, log: Log = _quiet, requi
     if retention is None and require_settings:
         raise SpecError(f"{spec.origin}: staging.retention is not set, so nothing is ever pruned; add "
                         "staging.retention.keep_batches and/or keep_for (docs/pipeline-spec.md)")
-    spec = resolved(spec)
     layout = StagingLayout.from_uri(spec.staging.uri, spec.source.slot)
-    with spec_target(spec) as target:
-        identity = target.identity()
-        mine = applied_through(spec, target)
+    mine: dict[str, int | None] = {}  # identity → how far that target of the spec is done with the log
+    named: dict[str, str] = {}  # identity → the spec's target it is
+    unreachable: list[str] = []
+    for name, view in spec.target_views().items():
+        try:
+            view = resolved(view)
+            with spec_target(view) as target:
+                identity = target.identity()
+                if identity in named:
+                    # One record for two targets: the later position would hide the other's, and prune its batches.
+                    raise SpecError(f"{spec.origin}: targets {named[identity]} and {name} are both recorded as "
+                                    f"{identity} in the staging area; give each a place of its own (docs/targets.md)")
+                named[identity] = name
+                mine[identity] = applied_through(view, target)
+        except SpecError:
+            raise
+        except Exception as exc:
+            if not spec.targets:
+                raise
+            # One of several targets that cannot answer (it failed its apply, say) is not known to be done with
+            # anything: nothing is pruned, the others' positions are still recorded.
+            log(f"target {name}: how far it applied is unknown ({type(exc).__name__}); nothing pruned")
+            unreachable.append(name)
     if not dry_run:
         try:
-            record_position(layout, identity, mine)
+            for identity, lsn in mine.items():
+                record_position(layout, identity, lsn)
         except OSError as exc:
             if require_settings:
                 raise
             # After an apply with read-only staging credentials: the apply stands; nothing can be pruned from
             # here, and the target, unrecorded, keeps every batch for the others (as the apply's own record does).
-            log(f"could not record how far target {identity} applied the staging of slot {spec.source.slot}: "
-                f"{type(exc).__name__}; nothing pruned")
-            return {"dry_run": False, "target": identity, "applied_through_lsn": _lsn(mine), "recorded": False,
-                    "pruned_batches": 0, "pruned_bytes": 0}
-    known = {**positions(layout), identity: mine}
-    result: dict[str, Any] = {"dry_run": dry_run, "target": identity, "applied_through_lsn": _lsn(mine),
+            log(f"could not record how far target(s) {', '.join(mine)} applied the staging of slot "
+                f"{spec.source.slot}: {type(exc).__name__}; nothing pruned")
+            return {"dry_run": False, **_mine(spec, mine), "recorded": False, "pruned_batches": 0, "pruned_bytes": 0}
+    known = {**positions(layout), **mine}
+    result: dict[str, Any] = {"dry_run": dry_run, **_mine(spec, mine),
                               "targets": {t: _lsn(lsn) for t, lsn in sorted(known.items())}}
+    if unreachable:
+        result["unreachable"] = unreachable
     if retention is None:
         return {**result, "retention": None, "pruned_batches": 0, "pruned_bytes": 0}
-    # The slowest target decides; one without a recorded position keeps everything.
-    bound = min(-1 if lsn is None else lsn for lsn in known.values())
+    # The slowest target decides; one without a recorded position (or not answering) keeps everything.
+    bound = -1 if unreachable else min(-1 if lsn is None else lsn for lsn in known.values())
     batches = staged_batches(StagingReader(layout))
     count = prunable([b for _ref, b in batches], applied_through=bound, keep_batches=retention.keep_batches,
                      keep_for_seconds=retention.keep_for_seconds, now=now or datetime.now(UTC))
@@ -107,12 +137,17 @@ def prune(spec: PipelineSpec, *, dry_run: bool = False, log: Log = _quiet, requi
 
 
 def check_window(spec: PipelineSpec, *, reset: bool = False, upto_lsn: int | None = None) -> None:
-    """Refuse (``StagingPrunedError``) an apply or replay that would need batches retention pruned: the spec's target
+    """Refuse (``StagingPrunedError``) an apply or replay that would need batches retention pruned (for each target of
+    a spec with several): the spec's target
     has not applied the pruned range (a new target, or ``reset`` — a replay empties it first) and a table has no
     staged snapshot at or past its end; or a replay ``upto_lsn`` lies inside it. Nothing pruned: returns at once."""
     layout = StagingLayout.from_uri(spec.staging.uri, spec.source.slot)
     pruned = read_pruned(layout)
     if pruned is None:
+        return
+    if spec.targets:
+        for view in spec.target_views().values():
+            check_window(view, reset=reset, upto_lsn=upto_lsn)
         return
     end, slot = format_lsn(pruned.through_lsn), spec.source.slot
     what = f"the staged log of slot {slot!r} is pruned up to {end} ({pruned.batches} batch(es), staging.retention)"

@@ -6,7 +6,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -537,16 +537,25 @@ def drop_pipeline(spec: PipelineSpec, *, dry_run: bool = False, staging: bool = 
     finishes. The spec is not resolved against its publication (that could create it): selected tables'
     bookkeeping is found by the slot's own rows. ``dry_run``: report what would be dropped, drop nothing.
     """
-    with source_client(spec) as client, spec_target(spec) as target:
+    with source_client(spec) as client, ExitStack() as stack:
+        # Every target of the spec: the slot's bookkeeping goes from each (``targets:`` holds several).
+        targets = {name: stack.enter_context(spec_target(view)) for name, view in spec.target_views().items()}
+
+        def shown(found: dict[str, dict[str, Any]]) -> dict[str, Any]:
+            return {"targets": found} if spec.targets else {"target": found[next(iter(found))]}
+
         if dry_run:
             return {"dry_run": True, **drop_replication(spec, client, dry_run=True),
-                    "target": target.drop_bookkeeping(dry_run=True), "staging": _staging_area(spec, remove=staging, dry_run=True)}
-        with exclusive_slot(spec, client), target.exclusive():
-            source = drop_replication(spec, client, log=log)
-            # Before the staging area: the target record there says where the bookkeeping is.
-            bookkeeping = target.drop_bookkeeping(log=log)
-            area = _staging_area(spec, remove=staging, dry_run=False, log=log)
-    return {"dry_run": False, **source, "target": bookkeeping, "staging": area}
+                    **shown({n: t.drop_bookkeeping(dry_run=True) for n, t in targets.items()}),
+                    "staging": _staging_area(spec, remove=staging, dry_run=True)}
+        stack.enter_context(exclusive_slot(spec, client))
+        for target in targets.values():
+            stack.enter_context(target.exclusive())
+        source = drop_replication(spec, client, log=log)
+        # Before the staging area: the target record there says where the bookkeeping is.
+        bookkeeping = shown({n: t.drop_bookkeeping(log=log) for n, t in targets.items()})
+        area = _staging_area(spec, remove=staging, dry_run=False, log=log)
+    return {"dry_run": False, **source, **bookkeeping, "staging": area}
 
 
 def _staging_area(spec: PipelineSpec, *, remove: bool, dry_run: bool, log: Log = _quiet) -> dict[str, Any]:

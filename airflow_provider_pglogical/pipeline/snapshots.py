@@ -86,10 +86,14 @@ def sync_tables(spec: PipelineSpec, *, resync: list[str] | None = None, log: Log
                 on_checkpoint: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Snapshot tables waiting for one: ``resync`` ones, tables added to a snapshotting pipeline,
     and tables a crashed snapshot left unfinished — each at a later sync LSN (temporary slot)."""
+    if resync:
+        # The snapshot is staged once; every target whose selection holds the table loads it (``targets:``).
+        for view in spec.target_views().values():
+            view = resolved(view)
+            spec_target(view).check_resync([t for t in resync if t in view.tables])
     spec = resolved(spec)  # tables newly selected in the publication are "added" tables
     job = snapshot_job(spec)
     if resync:
-        spec_target(spec).check_resync(resync)
         request_resync(job, resync)
     added = request_added_tables(job) if spec.snapshot.initial else []
     if added:

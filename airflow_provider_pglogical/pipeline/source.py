@@ -39,16 +39,18 @@ def publication_marker(spec: PipelineSpec) -> str:
 def check_column_lists(spec: PipelineSpec, client: PgLogicalClient) -> None:
     """Every column a spec table's column list names exists in the table on the source (a SpecError
     naming the first that does not), so a typo fails before anything is staged or the slot advanced."""
-    for name, table in sorted(spec.tables.items()):
-        if table.columns is None or name.endswith("*"):
-            continue
-        existing = client.table_columns(name)
-        if existing is None:
-            continue  # a missing table: the publication check names it
-        missing = [c for c in table.columns if c not in existing]
-        if missing:
-            raise SpecError(f"{spec.origin}: tables.{name}.columns: column {missing[0]!r} does not exist in {name} "
-                            "on the source")
+    for target, view in spec.target_views().items():  # each target's own lists (``targets:`` has several)
+        where = f"targets.{target}.tables" if spec.targets else "tables"
+        for name, table in sorted(view.tables.items()):
+            if table.columns is None or name.endswith("*"):
+                continue
+            existing = client.table_columns(name)
+            if existing is None:
+                continue  # a missing table: the publication check names it
+            missing = [c for c in table.columns if c not in existing]
+            if missing:
+                raise SpecError(f"{spec.origin}: {where}.{name}.columns: column {missing[0]!r} does not exist in "
+                                f"{name} on the source")
 
 
 def ensure_replication(spec: PipelineSpec, client: PgLogicalClient) -> dict[str, Any]:

@@ -30,12 +30,35 @@ def load_spec(path: str | os.PathLike[str], env: Mapping[str, str] | None = None
     except OSError as exc:
         raise SpecError(f"{path}: cannot read spec ({exc.strerror or exc})") from exc
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except _DuplicateKeyError as exc:
+        raise SpecError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise SpecError(f"{path}: not valid YAML/JSON{where}") from exc
     return parse_spec(raw, origin=str(path), env=env)
+
+
+class _DuplicateKeyError(ValueError):
+    pass
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (two targets or tables of one name): plain
+    YAML keeps the last silently, and half a spec would be ignored."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _value in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, str | int | float | bool):
+                continue  # an unhashable key: the validator reports it
+            if key in seen:
+                mark = key_node.start_mark
+                raise _DuplicateKeyError(f"key {key!r} is given twice in one mapping (line {mark.line + 1})")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def parse_spec(raw: Any, *, origin: str = "<spec>", env: Mapping[str, str] | None = None) -> PipelineSpec:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_provider_pglogical.exceptions import SlotError, WatermarksMissingError, format_lsn
+from airflow_provider_pglogical.exceptions import PgLogicalError, SlotError, WatermarksMissingError, format_lsn
 from airflow_provider_pglogical.hooks.slots import check_wal_retention, slot_lag_bytes, slot_summary
 from airflow_provider_pglogical.lsn import parse_lsn
+from airflow_provider_pglogical.pipeline.retention import applied_through
 from airflow_provider_pglogical.pipeline.runs import drain_config, pending_batches
 from airflow_provider_pglogical.pipeline.snapshots import sync_states
-from airflow_provider_pglogical.pipeline.source import source_client
+from airflow_provider_pglogical.pipeline.source import resolved, source_client
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec
 from airflow_provider_pglogical.pipeline.target import SpecTarget, spec_target
 from airflow_provider_pglogical.staging.drain import gap_uncovered
@@ -57,7 +58,7 @@ def staging_summary(spec: PipelineSpec, batches: list[dict[str, Any]], pending: 
 
 def status(spec: PipelineSpec, *, batches: bool = False) -> dict[str, Any]:
     """Slot position and lag, the staging area's summary (``batches``: every staged batch too) and target
-    watermarks, as one JSON-friendly dict.
+    watermarks, as one JSON-friendly dict; with ``targets:``, ``targets`` holds each target's (``target_status``).
 
     ``problems``: why the next run would fail (a missing or unusable slot, a gap between the staged log
     and the slot, watermarks gone), each as its error's one line; empty when the pipeline can run.
@@ -88,6 +89,22 @@ def status(spec: PipelineSpec, *, batches: bool = False) -> dict[str, Any]:
             problems.append(f"slot {spec.source.slot!r} is at {format_lsn(at)} but the staged log ends at "
                             f"{format_lsn(end)}: the slot was "
                             "moved outside the drain (or recreated); `pglogical run` names the ways out")
+    if spec.targets:
+        staging = staging_summary(spec, listed, None)
+        if batches:
+            staging["batches"] = listed
+        staged_end = parse_lsn(listed[-1]["end_lsn"]) if listed else None
+        targets = {}
+        for name, view in spec.target_views().items():
+            targets[name], trouble = target_status(view, staged_end)
+            problems += [f"target {name}: {line}" for line in trouble]
+        return {
+            "spec": spec.origin,
+            "source": {"publication": ", ".join(spec.source.all_publications), "current_wal_flush_lsn": format_lsn(current), "slot": slot},
+            "staging": staging,
+            "targets": targets,
+            "problems": problems,
+        }
     with spec_target(spec) as target:  # watermarks and sync marks on one target connection
         try:
             watermarks: dict[str, str] | None = target_watermarks(target)
@@ -107,6 +124,32 @@ def status(spec: PipelineSpec, *, batches: bool = False) -> dict[str, Any]:
             "sync": sync,
             "problems": problems,
         }
+
+
+def target_status(view: PipelineSpec, staged_end: int | None) -> tuple[dict[str, Any], list[str]]:
+    """One target of a spec with several (its view): kind, watermarks, batches pending, how far it is done with the
+    staged log and how many bytes of it remain (``lag_bytes``), each table's sync state; and its problems. A target
+    that does not answer (its database down, its catalog unreachable) is a problem, not a failed status."""
+    out: dict[str, Any] = {"kind": None, "watermarks": None, "pending_batches": None, "applied_through_lsn": None,
+                           "lag_bytes": None, "sync": None}
+    try:
+        view = resolved(view)
+        with spec_target(view) as target:
+            out["kind"] = target.kind
+            try:
+                out["watermarks"] = target_watermarks(target)
+                out["sync"] = _sync_states(view, target)
+                out["pending_batches"] = len(pending_batches(view, target=target))
+                through = applied_through(view, target)
+            except WatermarksMissingError as exc:
+                out["sync"] = sync_states(view, {})
+                return out, [str(exc)]
+    except Exception as exc:  # noqa: BLE001 - status reports a target it cannot reach; the others are still shown
+        text = " ".join(str(exc).split())
+        return out, [text if isinstance(exc, PgLogicalError) and text else f"{type(exc).__name__}: not reachable"]
+    out["applied_through_lsn"] = None if through is None else format_lsn(through)
+    out["lag_bytes"] = 0 if through is None or staged_end is None else max(0, staged_end - through)
+    return out, []
 
 
 def _sync_states(spec: PipelineSpec, target: SpecTarget) -> dict[str, Any]:

@@ -9,7 +9,8 @@ the kind.
 
 A new target kind is its folder under ``apply/targets/`` (the ``Target``), its spec model
 (``pipeline/model.py``, ``validation.py``) and one handle class here, registered with ``@register``.
-Several targets per slot would be one more handle composing others, registered the same way.
+Several targets per slot (``targets:``) are several handles, one per target's view of the spec
+(``spec_targets``); ``pipeline/fanout.py`` runs a step over them.
 
 A PostgreSQL handle asks all its bookkeeping questions (schema resolution, watermarks, sync marks,
 reset) on one connection, opened on the first question and closed by ``close()`` (or leaving the
@@ -75,16 +76,17 @@ class SpecTarget(ABC):
     """What the pipeline asks of the spec's target; one subclass per ``target.kind`` (see ``register``).
 
     Besides the methods, a kind sets ``applies_in_worker`` (the DAG's apply runs in the Airflow worker
-    rather than as a spark-submit app), ``needs_conn_id`` (a task in another process finds the target
-    only through an Airflow connection) and ``takes_direct_rows`` (its ``Target`` prints the direct path's rows
-    itself, ``targets/base.DirectNetSource``: a run the direct path covers needs no Spark), and may override
-    ``early_spark_start``.
+    rather than as a spark-submit app), ``maintainable`` (``maintain`` compacts its tables), ``needs_conn_id`` (a
+    task in another process finds the target only through an Airflow connection) and ``takes_direct_rows`` (its
+    ``Target`` prints the direct path's rows itself, ``targets/base.DirectNetSource``: a run the direct path covers
+    needs no Spark), and may override ``early_spark_start``.
     """
 
     kind: ClassVar[str] = ""
     applies_in_worker: ClassVar[bool] = False
     needs_conn_id: ClassVar[bool] = True
     takes_direct_rows: ClassVar[bool] = False
+    maintainable: ClassVar[bool] = False  # ``maintain`` compacts its tables (lake targets)
 
     def __init__(self, spec: PipelineSpec) -> None:
         self.spec = spec
@@ -170,12 +172,21 @@ def register(kind: str) -> Callable[[type[SpecTarget]], type[SpecTarget]]:
 
 
 def spec_target(spec: PipelineSpec) -> SpecTarget:
-    """The handle of the spec's target (nothing is opened yet)."""
+    """The handle of the spec's one target (nothing is opened yet); a spec with several (``targets:``) asks
+    ``spec_targets`` instead, so no question is answered by one target for all of them."""
+    if len(spec.targets) > 1:
+        raise SpecError(f"{spec.origin}: the spec has {len(spec.targets)} targets ({', '.join(spec.targets)}); "
+                        "this step takes one of them (pipeline/fanout.py)")
     try:
         handle = HANDLES[spec.target.kind]
     except KeyError:
         raise SpecError(f"{spec.origin}: target kind {spec.target.kind!r} has no pipeline support") from None
     return handle(spec)
+
+
+def spec_targets(spec: PipelineSpec) -> dict[str, SpecTarget]:
+    """Name → the handle of each of the spec's targets (``PipelineSpec.target_views``), in spec order."""
+    return {name: spec_target(view) for name, view in spec.target_views().items()}
 
 
 @register("postgres")
@@ -328,6 +339,7 @@ class LakeSpecTarget(SpecTarget):
     each question and the apply only (``delta/settings.py``)."""
 
     applies_in_worker = True  # the table library writes from the Spark driver: no spark-submit (docs/delta.md)
+    maintainable = True
     needs_conn_id = False  # without one, the worker's environment holds the credentials
 
     def __init__(self, spec: PipelineSpec) -> None:

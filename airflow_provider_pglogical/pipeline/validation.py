@@ -24,8 +24,10 @@ from airflow_provider_pglogical.pipeline.model import (
     SECRET_OPTION,
     SLOT_NAME,
     TARGET_KINDS,
+    TARGET_NAME,
     TOAST_POLICIES,
     TRUNCATE_CASCADE,
+    NamedTarget,
     PipelineSpec,
     RetentionSpec,
     SnapshotSpec,
@@ -35,6 +37,7 @@ from airflow_provider_pglogical.pipeline.model import (
     TableSpec,
     TargetSpec,
     TruncateSpec,
+    union_tables,
 )
 from airflow_provider_pglogical.row_filter import parse_row_filter
 
@@ -156,36 +159,86 @@ class SpecValidator:
     # -- sections -----------------------------------------------------------------------------
 
     def pipeline(self, raw: Any, origin: str) -> PipelineSpec | None:
-        top = self.mapping(raw, "", ("source", "staging", "target", "tables", "schemas", "truncate", "spark",
-                                     "snapshot"), ("source", "staging", "target"))
+        top = self.mapping(raw, "", ("source", "staging", "target", "targets", "tables", "schemas", "truncate",
+                                     "spark", "snapshot"), ("source", "staging"))
         if top is None:
             return None
         # A missing required section was reported by mapping(); do not report its keys too.
         source = self.source(top["source"], "source") if "source" in top else None
         staging = self.staging(top["staging"], "staging") if "staging" in top else None
-        target = self.target(top["target"], "target") if "target" in top else None
-        selectors: dict[str, TableSpec] = {}
-        if "tables" in top:
-            tables = self.tables(top["tables"], "tables", selectors)
-        elif "schemas" not in top:
-            self.err("tables", "required key is missing")  # (or schemas:, docs/pipeline-spec.md)
-            tables = {}
-        else:
-            tables = {}
-        if "schemas" in top:
-            self.schemas(top["schemas"], "schemas", selectors)
         truncate = self.truncate(top.get("truncate"), "truncate")
         spark = self.spark(top.get("spark"), "spark")
         snapshot = self.snapshot(top.get("snapshot"), "snapshot")
-        if target is not None and target.kind in ("delta", "iceberg"):
-            self.delta_tables(target, tables, selectors)
-            if snapshot.initial and target.mode != "mirror":  # a change feed has no rows to start from
-                self.err("snapshot.initial", f"a {target.kind} target loads snapshots in mode: mirror only (a "
-                                             "changelog is a feed of changes); set snapshot.initial: false")
+        targets: dict[str, NamedTarget] = {}
+        if "targets" in top:
+            for key in ("target", "tables", "schemas"):
+                if key in top:
+                    self.err(key, "with targets:, each target has its own" + (" tables and schemas" if key != "target"
+                                                                                else "; give one or the other"))
+            targets = self.named_targets(top["targets"], "targets", snapshot)
+            first = next(iter(targets.values()), None)
+            target = first.target if first else None
+            tables = union_tables([t.tables for t in targets.values()])
+            selectors = union_tables([t.selectors for t in targets.values()])
+        elif "target" not in top:
+            self.err("target", "required key is missing (or targets:, docs/targets.md)")
+            return None
+        else:
+            target, tables, selectors = self.selection(top, "", self.target(top["target"], "target"), snapshot)
         if self.errors or source is None or staging is None or target is None:  # a missing one was reported
             return None
         return PipelineSpec(source=source, staging=staging, target=target, tables=tables,
-                            truncate=truncate, spark=spark, snapshot=snapshot, origin=origin, selectors=selectors)
+                            truncate=truncate, spark=spark, snapshot=snapshot, origin=origin, selectors=selectors,
+                            targets=targets)
+
+    def selection(self, raw: dict[str, Any], path: str, target: TargetSpec | None,
+                  snapshot: SnapshotSpec) -> tuple[TargetSpec | None, dict[str, TableSpec], dict[str, TableSpec]]:
+        """A target's ``tables:`` / ``schemas:`` (top-level for ``target:``, inside each of ``targets:``)."""
+        selectors: dict[str, TableSpec] = {}
+        if "tables" in raw:
+            tables = self.tables(raw["tables"], _join(path, "tables"), selectors)
+        elif "schemas" not in raw:
+            self.err(_join(path, "tables"), "required key is missing")  # (or schemas:, docs/pipeline-spec.md)
+            tables = {}
+        else:
+            tables = {}
+        if "schemas" in raw:
+            self.schemas(raw["schemas"], _join(path, "schemas"), selectors)
+        if target is not None and target.kind in ("delta", "iceberg"):
+            self.delta_tables(target, tables, selectors, path)
+            if snapshot.initial and target.mode != "mirror":  # a change feed has no rows to start from
+                self.err("snapshot.initial", f"a {target.kind} target loads snapshots in mode: mirror only (a "
+                                             "changelog is a feed of changes); set snapshot.initial: false")
+        return target, tables, selectors
+
+    def named_targets(self, value: Any, path: str, snapshot: SnapshotSpec) -> dict[str, NamedTarget]:
+        """``targets: {name: {kind: …, tables: …}}``: each target's settings beside its own selection."""
+        if not isinstance(value, dict) or not value:
+            self.err(path, f"expected a mapping of target names to targets, got {_kind(value)}")
+            return {}
+        out: dict[str, NamedTarget] = {}
+        for name, body in value.items():
+            where = _join(path, str(name))
+            if not isinstance(name, str) or not TARGET_NAME.fullmatch(name):
+                self.err(where, "a target name is 1-63 characters from a-z, 0-9 and '_', starting with a letter")
+                continue
+            if not isinstance(body, dict):
+                self.err(where, f"expected a mapping, got {_kind(body)}")
+                continue
+            settings = {k: v for k, v in body.items() if k not in ("tables", "schemas")}
+            target, tables, selectors = self.selection(body, where, self.target(settings, where), snapshot)
+            if target is not None:
+                out[name] = NamedTarget(target, tables, selectors)
+        places: dict[tuple[str, ...], str] = {}
+        for name, t in out.items():
+            # Two targets at one place would share one watermark record per slot (SpecTarget.identity).
+            place = (t.target.kind, t.target.dsn or t.target.conn_id or t.target.uri or "",
+                     repr(sorted(t.target.catalog.items())), t.target.namespace or "")
+            if place in places:
+                self.err(_join(path, name), f"writes where targets.{places[place]} writes; each target needs a place "
+                                            "of its own (another database, uri, catalog or namespace)")
+            places.setdefault(place, name)
+        return out
 
     def source(self, value: Any, path: str) -> SourceSpec | None:
         raw = self.mapping(value, path, ("dsn", "conn_id", "publication", "slot", "create", "max_batch_bytes",
@@ -300,7 +353,7 @@ class SpecValidator:
                           session_replication_role=role)
 
     def delta_tables(self, target: TargetSpec, tables: dict[str, TableSpec],
-                     selectors: dict[str, TableSpec] | None = None) -> None:
+                     selectors: dict[str, TableSpec] | None = None, path: str = "") -> None:
         """What a lake target (Delta, Iceberg) cannot do with the tables' settings, and partitions of tables it does
         not write."""
         selectors = selectors or {}
@@ -310,18 +363,18 @@ class SpecValidator:
 
         for name, entry in {**tables, **selectors}.items():
             if entry.conflict == "strict":
-                self.err(f"tables.{name}.conflict", f"strict is not supported by a {target.kind} target (no unique keys)")
+                self.err(_join(path, f"tables.{name}.conflict"), f"strict is not supported by a {target.kind} target (no unique keys)")
             if entry.leaves != "own":  # a leaf's TRUNCATE is a delete by its PostgreSQL partition constraint
-                self.err(f"tables.{name}.leaves", "route_to_root is only for target kind: postgres so far")
+                self.err(_join(path, f"tables.{name}.leaves"), "route_to_root is only for target kind: postgres so far")
         targets = {t.target_name: t for t in tables.values()}
         for target_name, cols in target.partition_by.items():
             spec = targets.get(target_name)
             if spec is None and selected(target_name):
                 continue  # a selected table's target: known at run time
             if spec is None:
-                self.err(f"target.partition_by.{target_name}", "is not the target of any table")
+                self.err(f"{path or 'target'}.partition_by.{target_name}", "is not the target of any table")
             elif spec.columns is not None and set(cols) - set(spec.columns):
-                self.err(f"target.partition_by.{target_name}", "partition columns must be among the table's columns")
+                self.err(f"{path or 'target'}.partition_by.{target_name}", "partition columns must be among the table's columns")
 
     def delta_target(self, raw: dict[str, Any], path: str) -> TargetSpec:
         if "dsn" in raw:
@@ -589,13 +642,15 @@ def check_row_filters(spec: PipelineSpec, spark: Any) -> None:
     from airflow_provider_pglogical.apply.filters import referenced_columns
 
     errors = []
-    for name, table in {**spec.selectors, **spec.tables}.items():
-        if table.row_filter is None:
-            continue
-        try:
-            referenced_columns(spark, table.row_filter)
-        except RowFilterError as exc:
-            errors.append(f"tables.{name}.row_filter: {exc}")
+    for target, view in spec.target_views().items():  # each target's own filters (``targets:`` has several)
+        where = f"targets.{target}.tables" if spec.targets else "tables"
+        for name, table in {**view.selectors, **view.tables}.items():
+            if table.row_filter is None:
+                continue
+            try:
+                referenced_columns(spark, table.row_filter)
+            except RowFilterError as exc:
+                errors.append(f"{where}.{name}.row_filter: {exc}")
     if errors:
         raise SpecError(f"{spec.origin}: " + "; ".join(errors))
 

@@ -83,7 +83,8 @@ def create_app(folder: Path | None = None) -> FastAPI:
         for name, path in spec_files(where()).items():
             try:
                 spec = load_spec(str(path))
-                detail = f"slot {html.escape(spec.source.slot)} → {html.escape(spec.target.kind)}"
+                kinds = ", ".join(f"{n} ({t.target.kind})" for n, t in spec.targets.items()) or spec.target.kind
+                detail = f"slot {html.escape(spec.source.slot)} → {html.escape(kinds)}"
             except Exception as exc:  # noqa: BLE001 - one broken spec must not hide the others
                 detail = html.escape(f"spec not loaded: {type(exc).__name__}: {' '.join(str(exc).split())}")
             rows.append(f'<li><a href="report/{html.escape(name)}">{html.escape(name)}</a> — {detail}</li>')

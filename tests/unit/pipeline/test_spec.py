@@ -102,7 +102,8 @@ def test_a_spec_that_is_not_a_mapping_is_rejected():
 @pytest.mark.parametrize("section", ["source", "staging", "target", "tables"])
 def test_a_missing_required_section_is_reported_once(section):
     message = error_of(with_change(section, None, delete=True))
-    assert message == f"p.yaml: {section}: required key is missing"
+    hint = " (or targets:, docs/targets.md)" if section == "target" else ""
+    assert message == f"p.yaml: {section}: required key is missing{hint}"
 
 
 def test_a_missing_slot_and_publication_are_reported():
