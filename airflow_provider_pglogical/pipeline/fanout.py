@@ -16,7 +16,7 @@ from typing import Any
 from airflow_provider_pglogical.exceptions import SpecError
 from airflow_provider_pglogical.history.recorder import RunRecorder, recording
 from airflow_provider_pglogical.pipeline.retention import check_window
-from airflow_provider_pglogical.pipeline.runs import SparkStarter, apply_pending, decode_pending
+from airflow_provider_pglogical.pipeline.runs import SparkStarter, apply_pending, decode_pending, spark_expected
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec
 from airflow_provider_pglogical.pipeline.target import spec_target
 
@@ -80,11 +80,13 @@ def run_targets(spec: PipelineSpec, names: Sequence[str] | None = None, *, maste
                 max_batches: int | None = None, log: Log = _quiet,
                 allow_gap: bool = False) -> tuple[dict[str, Any], FanoutResult]:
     """``pglogical run`` of a spec with several targets: decode once (every table any target needs), then apply each
-    chosen target as ``apply_targets`` does, on one Spark session started while the drain runs (when every chosen
-    target allows it). Recorded as one ``run``; it fails in the history when a target failed."""
+    chosen target as ``apply_targets`` does, on one Spark session, started while the drain runs when every chosen
+    target allows it and one surely needs it, else on demand. Recorded as one ``run``; it fails in the history when a target failed."""
     views = select_views(spec, names)
     starter = SparkStarter(master or spec.spark.where, spec.spark.conf, log=log)
-    early = all(spec_target(view).early_spark_start for view in views.values())
+    # Started during the drain only when some target surely needs it (``runs.spark_expected``), as for one target.
+    early = (all(spec_target(view).early_spark_start for view in views.values())
+             and any(spark_expected(view) for view in views.values()))
 
     def on_changes() -> None:
         if early:
