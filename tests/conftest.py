@@ -28,6 +28,8 @@ PG17_BIN_CANDIDATES = [
 # is only scheduled less well; keep the list roughly in step with `--durations` when a module grows.
 SLOW_MODULES = (
     "tests/system/test_example_dags.py",
+    "tests/system/test_object_store_staging.py",
+    "tests/integration/test_object_store_staging.py",
     "tests/integration/test_spark_connect.py",
     "tests/integration/test_snapshot_apply_crash.py",
     "tests/system/test_demo.py",

@@ -116,11 +116,12 @@ class PgLogicalDecodeOperator(BaseOperator):
                 published = hook.published_tables(config.publications)
             finally:
                 hook.close()
-        summary = result.to_summary()
-        # One line with the batch's numbers, the same ones sent to Stats.
-        emit_decode_batch(decode_metrics(summary, staging_uri=config.staging_uri,
-                                         lag_bytes=None if lag is None else max(lag.pending_bytes or 0, 0)),
-                          self.log.info)
+            summary = result.to_summary()
+            # One line with the batch's numbers, the same ones sent to Stats. Inside the block: the newest batch's
+            # age is read from the staging root, which only the connection's credentials reach.
+            emit_decode_batch(decode_metrics(summary, staging_uri=config.staging_uri,
+                                             lag_bytes=None if lag is None else max(lag.pending_bytes or 0, 0)),
+                              self.log.info)
         self._lineage_tables = (published, dict(result.tables))
         self.emit_asset_events(context, result)
         return summary

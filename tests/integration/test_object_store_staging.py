@@ -2,7 +2,8 @@
 
 Each store is reached both ways a user has: the environment's variables (``STORAGE_EMULATOR_HOST``,
 ``AZURE_STORAGE_*``: the CLI's route) and an Airflow connection named by ``staging.conn_id`` (a
-``google_cloud_platform`` connection, a ``wasb`` or ``adls`` one), with no storage variable at all. The decoder
+``google_cloud_platform`` connection, a ``wasb`` one; an ``adls`` one's fields are read the same way:
+``tests/unit/staging/test_object_store_credentials.py``), with no storage variable at all. The decoder
 writes through pyarrow's GCS / Azure filesystems, the driver plans from the manifests, and the Spark executors
 (a local session: separate Python workers) read the row-change files themselves (``apply/executor_reads.py``).
 The servers are real (``tests/support/objstores.py``): Azurite and gcp-storage-emulator. Nothing here runs
@@ -57,15 +58,10 @@ def wasb_connection(server: AzuriteServer) -> dict[str, Any]:
     return {"conn_type": "wasb", "login": AZURITE_ACCOUNT, "password": AZURITE_KEY, "host": server.account_url}
 
 
-def adls_connection(server: AzuriteServer) -> dict[str, Any]:
-    return {"conn_type": "adls", "extra": {"connection_string": server.connection_string}}
-
-
 STORES: dict[str, tuple[Callable[[Path], AbstractContextManager[Any]], Callable[[Any], str],
                         Callable[[Any], dict[str, Any]]]] = {
     "gcs": (lambda _: gcs_server(), gcs_root, gcs_connection),
     "azure-wasb": (lambda tmp: azurite_server(tmp / "azurite"), azure_root, wasb_connection),
-    "azure-adls": (lambda tmp: azurite_server(tmp / "azurite"), azure_root, adls_connection),
 }
 
 
@@ -121,7 +117,7 @@ def test_run_stages_to_the_store_from_environment_variables_and_applies_equal_to
         run_twice_and_compare(spec, server.env(), pg_server, pg_dsn, databases, server, slot)
 
 
-@pytest.mark.parametrize("store", ["gcs", "azure-wasb", "azure-adls"])
+@pytest.mark.parametrize("store", ["gcs", "azure-wasb"])
 def test_run_stages_to_the_store_through_an_airflow_connection_alone(store, pg_server, pg_dsn, pg_dbname,
                                                                      databases, tmp_path):
     start, root, connection = STORES[store]

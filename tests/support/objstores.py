@@ -78,11 +78,6 @@ class AzuriteServer:
     def account_url(self) -> str:
         return f"{self.endpoint}/{AZURITE_ACCOUNT}"
 
-    @property
-    def connection_string(self) -> str:
-        return (f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
-                f"BlobEndpoint={self.account_url};")
-
     def env(self) -> dict[str, str]:
         return {"AZURE_STORAGE_ACCOUNT_NAME": AZURITE_ACCOUNT, "AZURE_STORAGE_ACCOUNT_KEY": AZURITE_KEY,
                 "AZURE_STORAGE_ENDPOINT": self.endpoint}
