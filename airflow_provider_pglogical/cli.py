@@ -13,7 +13,7 @@ from typing import Any
 
 from airflow_provider_pglogical import __version__
 from airflow_provider_pglogical.exceptions import PgLogicalError
-from airflow_provider_pglogical.hooks.aws_connection import staging_connection
+from airflow_provider_pglogical.hooks.storage_connection import staging_connection
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec, load_spec
 
 EXIT_OK = 0

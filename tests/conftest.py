@@ -31,6 +31,8 @@ SLOW_MODULES = (
     "tests/integration/test_spark_cluster.py",
     "tests/system/test_example_dags.py",
     "tests/system/test_running_airflow.py",
+    "tests/system/test_object_store_staging.py",
+    "tests/integration/test_object_store_staging.py",
     "tests/integration/test_spark_connect.py",
     "tests/integration/test_delta_remote.py",
     "tests/integration/test_iceberg_crash.py",

@@ -1,11 +1,12 @@
 """Staged files read by the executors themselves: the driver plans, the executors open, hash and read the files.
 
-Staging on an object store (``s3://…``) is read where Spark runs, not on the driver: on a cluster, or over
+Staging on an object store (``s3://``, ``gs://``, ``abfs://``…) is read where Spark runs, not on the driver: on a cluster, or over
 Spark Connect, the driver is one machine (or a thin client) and must not be the funnel every staged byte goes
 through. The driver reads only what planning needs: manifests and the small metadata files beside them
 (relations, truncates, transactions). Every row-change file is opened by an executor, with the filesystem
 its own URI resolves to there (``staging.layout.resolve_filesystem``: credentials and endpoint from the
-executor's environment, e.g. ``spark.executorEnv.AWS_ACCESS_KEY_ID`` or the cluster's instance role):
+executor's environment, e.g. ``spark.executorEnv.AWS_ACCESS_KEY_ID`` or ``spark.executorEnv.AZURE_STORAGE_ACCOUNT_KEY``,
+or the cluster's instance role):
 
 * ``survey`` — one small Spark job per batch, one task per row-change file: the file hashed and its footer
   read (``staging.verify.observe_file``), its Arrow schema, row groups and whether any value carries an
@@ -30,6 +31,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from airflow_provider_pglogical.apply.staged_arrow import spark_type, to_spark_arrow
+from airflow_provider_pglogical.staging.credentials import is_storage_variable, process_environment
 from airflow_provider_pglogical.staging.reader import NOTES_COLUMNS
 from airflow_provider_pglogical.staging.verify import Observed
 
@@ -57,19 +59,19 @@ class SurveyedFile:
     notes: bool  # whether any image value carries an exactness note
 
 
-def storage_env() -> dict[str, str]:
-    """The driver's object-store settings (``AWS_*``), shipped with the tasks as a fallback: an executor uses its
-    own environment's first (``_filesystem``). In a local session the Python workers may have been started before
-    the driver's environment got them; on a cluster the executors' own settings are the ones that count."""
-    import os
-
-    return {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+def storage_env(directory: str) -> dict[str, str]:
+    """The driver's object-store settings for ``directory`` (``AWS_*``, the GCS and Azure variables, and those of
+    credentials registered for its root from a connection: ``staging/credentials.py``), shipped with the tasks as a
+    fallback: an executor uses its own environment's first (``_filesystem``). In a local session the Python workers
+    may have been started before the driver's environment got them; on a cluster the executors' own settings are
+    the ones that count."""
+    return {k: v for k, v in process_environment(directory).items() if is_storage_variable(k)}
 
 
 # The executor's own environment as its Python worker started: its settings win over the driver's. A reused
 # worker keeps what earlier tasks set, so a setting it did not start with takes each task's value (the driver's
 # staging may have moved, e.g. to another endpoint) instead of the first task's.
-_WORKER_ENV = frozenset(k for k in os.environ if k.startswith("AWS_"))
+_WORKER_ENV = frozenset(k for k in os.environ if is_storage_variable(k))
 
 
 def _filesystem(directory: str, fallback: dict[str, str]) -> tuple[pafs.FileSystem, str]:
@@ -124,7 +126,7 @@ def survey(spark: SparkSession, directory: str, files: Sequence[str]) -> dict[st
     if len(files) > 1:
         tasks = tasks.repartition(len(files))
     out: dict[str, SurveyedFile] = {}
-    for row in tasks.mapInArrow(_surveyor(directory, storage_env()), _SURVEY_DDL).collect():
+    for row in tasks.mapInArrow(_surveyor(directory, storage_env(directory)), _SURVEY_DDL).collect():
         lsns = (row["min_commit_lsn"], row["max_commit_lsn"]) if row["has_commit_lsns"] else None
         observed = Observed(row["bytes"], row["sha256"], row["rows"], lsns, row["error"])
         schema = pa.ipc.read_schema(pa.py_buffer(row["schema"])) if row["schema"] is not None else None
@@ -183,4 +185,4 @@ def read_files(spark: SparkSession, directory: str, files: Sequence[tuple[str, p
     frame = spark.createDataFrame(tasks, "file string, row_group int")
     if len(tasks) > 1:
         frame = frame.repartition(len(tasks))
-    return frame.mapInArrow(_reader(directory, target, storage_env()), schema)
+    return frame.mapInArrow(_reader(directory, target, storage_env(directory)), schema)

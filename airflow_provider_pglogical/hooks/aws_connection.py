@@ -9,10 +9,7 @@ own fields are read: ``login`` (access key id), ``password`` (secret key), extra
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
-from airflow_provider_pglogical.staging.credentials import StorageCredentials, use_credentials
+from airflow_provider_pglogical.staging.credentials import StorageCredentials
 
 
 def storage_credentials(conn_id: str) -> StorageCredentials:
@@ -35,14 +32,3 @@ def _plain_connection(conn_id: str) -> StorageCredentials:
     return StorageCredentials(access_key=conn.login or None, secret_key=conn.password or None,
                               session_token=extra.get("aws_session_token") or None,
                               region=extra.get("region_name") or None, endpoint_url=extra.get("endpoint_url") or None)
-
-
-@contextmanager
-def staging_connection(uri: str, conn_id: str | None) -> Iterator[None]:
-    """The staging root ``uri`` reached, in this process during the block, with the credentials of AWS connection
-    ``conn_id`` (``staging/credentials.py``); without one, pyarrow finds its own (``AWS_*`` variables)."""
-    if conn_id is None:
-        yield
-        return
-    with use_credentials(uri, storage_credentials(conn_id)):
-        yield

@@ -19,7 +19,7 @@ from airflow_provider_pglogical.apply.sparkenv import LOCAL_DRIVER_CONF, is_loca
 from airflow_provider_pglogical.exceptions import ApplyError
 from airflow_provider_pglogical.history.recorder import Stopwatch, recording
 from airflow_provider_pglogical.hooks.airflow_connection import connection_dsn
-from airflow_provider_pglogical.hooks.aws_connection import staging_connection, storage_credentials
+from airflow_provider_pglogical.hooks.storage_connection import connection_credentials, staging_connection
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -58,8 +58,9 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
         one holding ``pglogical_progress``, else the first target schema the role can create in)
     :param source_conn_id: Airflow connection of the source database, only to name the source
         tables in OpenLineage inputs (nothing connects to it)
-    :param staging_conn_id: Airflow AWS connection whose credentials reach an ``s3://`` staging root; they go
-        to the spark-submit process as ``AWS_*`` environment variables (default: the worker's own)
+    :param staging_conn_id: Airflow connection whose credentials reach an object-store staging root (AWS for
+        ``s3://``, Google Cloud for ``gs://``, ``wasb``/``adls`` for ``abfs://``/``az://``); they go to the
+        spark-submit process as environment variables (default: the worker's own)
     :param session_replication_role: ``replica`` applies like a native subscriber (the target's foreign
         keys and ordinary triggers do not fire; needs superuser or ``SET ON PARAMETER session_replication_role``);
         default ``origin``
@@ -143,7 +144,8 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
                 for key, value in LOCAL_DRIVER_CONF.items():
                     self.conf.setdefault(key, value)
             self.conf.setdefault("spark.sql.session.timeZone", "UTC")
-            staging = storage_credentials(self.staging_conn_id).environment() if self.staging_conn_id else {}
+            staging = (connection_credentials(self.staging_uri, self.staging_conn_id).environment()
+                       if self.staging_conn_id else {})
             self.env_vars = {**spark_submit_env(master, self.python), **(self.env_vars or {}), **staging,
                              self.dsn_env: connection_dsn(self.target_conn_id)}
             # One record in the slot's run history (docs/staging-format.md#run-history), failed runs included.

@@ -9,7 +9,7 @@ from airflow.sdk import Asset, AssetAlias, BaseOperator
 
 from airflow_provider_pglogical.assets.pglogical import staged_table_asset
 from airflow_provider_pglogical.history.recorder import Stopwatch, recording, slot_figures
-from airflow_provider_pglogical.hooks.aws_connection import staging_connection
+from airflow_provider_pglogical.hooks.storage_connection import staging_connection
 from airflow_provider_pglogical.metrics.batches import decode_metrics, emit_decode_batch
 from airflow_provider_pglogical.staging.drain import (
     DEFAULT_MAX_CHANGES,
@@ -58,8 +58,9 @@ class PgLogicalDecodeOperator(BaseOperator):
     :param mode: ``peek`` (exactly-once) or ``get`` (consumes while reading: at-most-once)
     :param empty_advance_bytes: publish an empty batch when this much WAL holds no changes (templated)
     :param row_group_rows: rows per Parquet row group
-    :param staging_conn_id: Airflow AWS connection whose credentials reach an ``s3://`` staging root
-        (default: pyarrow's own, ``AWS_*`` variables of the worker)
+    :param staging_conn_id: Airflow connection whose credentials reach an object-store staging root (AWS for
+        ``s3://``, Google Cloud for ``gs://``, ``wasb``/``adls`` for ``abfs://``/``az://``)
+        (default: the worker's environment)
     """
 
     template_fields: Sequence[str] = ("slot", "publication", "staging_uri", "max_wal_bytes", "max_changes",
@@ -115,11 +116,12 @@ class PgLogicalDecodeOperator(BaseOperator):
                 published = hook.published_tables(config.publications)
             finally:
                 hook.close()
-        summary = result.to_summary()
-        # One line with the batch's numbers, the same ones sent to Stats.
-        emit_decode_batch(decode_metrics(summary, staging_uri=config.staging_uri,
-                                         lag_bytes=None if lag is None else max(lag.pending_bytes or 0, 0)),
-                          self.log.info)
+            summary = result.to_summary()
+            # One line with the batch's numbers, the same ones sent to Stats. Inside the block: the newest batch's
+            # age is read from the staging root, which only the connection's credentials reach.
+            emit_decode_batch(decode_metrics(summary, staging_uri=config.staging_uri,
+                                             lag_bytes=None if lag is None else max(lag.pending_bytes or 0, 0)),
+                              self.log.info)
         self._lineage_tables = (published, dict(result.tables))
         self.emit_asset_events(context, result)
         return summary

@@ -12,7 +12,7 @@ from airflow.sdk import DAG, Param, TaskGroup, task
 
 from airflow_provider_pglogical.assets.pglogical import target_table_asset
 from airflow_provider_pglogical.exceptions import SpecError
-from airflow_provider_pglogical.hooks.aws_connection import staging_connection
+from airflow_provider_pglogical.hooks.storage_connection import staging_connection
 from airflow_provider_pglogical.lsn import parse_lsn
 from airflow_provider_pglogical.operators.apply import PgLogicalApplyOperator
 from airflow_provider_pglogical.operators.decode import PgLogicalDecodeOperator, table_asset

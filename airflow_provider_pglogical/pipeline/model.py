@@ -77,8 +77,8 @@ class RetentionSpec:
 
 @dataclass(frozen=True)
 class StagingSpec:
-    """``uri``: the staging root; ``conn_id``: an Airflow AWS connection whose credentials reach it (else pyarrow's
-    own: ``AWS_*`` variables, ``~/.aws``)."""
+    """``uri``: the staging root; ``conn_id``: an Airflow connection whose credentials reach it (AWS, Google Cloud
+    or Azure, by the root's scheme; else the environment's: ``staging/credentials.py``)."""
 
     uri: str
     retention: RetentionSpec | None = None  # None: every staged batch stays

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from airflow_provider_pglogical.exceptions import ConfirmationRequiredError, SpecError
-from airflow_provider_pglogical.hooks.aws_connection import staging_connection
 from airflow_provider_pglogical.hooks.sizes import parse_size
 from airflow_provider_pglogical.hooks.slot_client import PgLogicalClient
+from airflow_provider_pglogical.hooks.storage_connection import staging_connection
 from airflow_provider_pglogical.pipeline.retention import check_window, prune
 from airflow_provider_pglogical.pipeline.runs import apply_pending, drop_pipeline, reset_target
 from airflow_provider_pglogical.pipeline.snapshots import initial_snapshot_if_new, sync_tables

@@ -6,10 +6,12 @@ import difflib
 import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from airflow_provider_pglogical.apply.sparkenv import SPARK_CONNECT_SCHEME
 from airflow_provider_pglogical.exceptions import RowFilterError, SpecError
 from airflow_provider_pglogical.hooks.sizes import parse_size
+from airflow_provider_pglogical.hooks.storage_connection import OBJECT_STORE_SCHEMES
 from airflow_provider_pglogical.pipeline.model import (
     ACTIONS,
     CONFLICT_POLICIES,
@@ -297,8 +299,9 @@ class SpecValidator:
             return None
         uri = self.string(raw.get("uri"), _join(path, "uri"), required="uri" in raw)
         conn_id = self.string(raw.get("conn_id"), _join(path, "conn_id"), required="conn_id" in raw)
-        if conn_id and uri and not uri.startswith("s3://"):
-            self.err(_join(path, "conn_id"), "an AWS connection is for an s3:// staging uri")
+        if conn_id and uri and urlsplit(uri).scheme not in OBJECT_STORE_SCHEMES:
+            self.err(_join(path, "conn_id"), "a staging connection is for an object-store uri (s3://, gs://, "
+                                             "abfs://, az://)")
         retention = self.retention(raw["retention"], _join(path, "retention")) if "retention" in raw else None
         return StagingSpec(uri=uri or "", retention=retention, conn_id=conn_id)
 

@@ -22,7 +22,7 @@ from airflow_provider_pglogical.exceptions import SnapshotConnectionLostError, S
 from airflow_provider_pglogical.hooks.cursor import use_server_encoding
 from airflow_provider_pglogical.snapshot.copyframe import TRAILER, frame_copy_block, header_length, join_rows
 from airflow_provider_pglogical.staging import schema as S
-from airflow_provider_pglogical.staging.layout import resolve_filesystem
+from airflow_provider_pglogical.staging.layout import move_file, resolve_filesystem
 from airflow_provider_pglogical.staging.manifest import hash_file
 
 log = logging.getLogger(__name__)
@@ -173,7 +173,7 @@ class _ParquetSink:
         if self.writer is None:  # flush() opens it, for an empty chunk too
             raise SnapshotError(f"snapshot chunk {self.task.path} was never opened for writing")
         self.writer.close()
-        self.fs.move(self.tmp, self.task.path)
+        move_file(self.fs, self.tmp, self.task.path)
         return hash_file(self.fs, self.task.path)
 
     def abort(self) -> None:

@@ -155,7 +155,7 @@ class SnapshotLayout:
     def _list(self, path: str) -> list[pafs.FileInfo]:
         if not self.staging.exists(path):
             return []
-        return list(self.fs.get_file_info(pafs.FileSelector(path)))
+        return self.staging.children(path)
 
     # -- published snapshots ---------------------------------------------------------------
 

@@ -1,20 +1,25 @@
 """Object-store credentials of a staging root handed to this process by whoever resolved them, instead of the
 environment.
 
-By default pyarrow's S3 filesystem finds its credentials itself (``AWS_*`` variables, ``~/.aws``): the CLI's way.
-An Airflow task resolves the spec's ``staging.conn_id`` (``hooks/aws_connection.py``) and registers the result for
-the staging root with ``use_credentials``; from then on, in this process, ``staging.layout.resolve_filesystem`` of
-any URI under that root builds its filesystem from them. A process started for the apply (spark-submit) gets them
-as ``AWS_*`` variables of its environment (``StorageCredentials.environment``), never on a command line.
+By default a staging root's filesystem is built from the environment: pyarrow's S3 filesystem finds its own
+(``AWS_*`` variables, ``~/.aws``), GCS and Azure roots read the variables ``gcs_environment`` and
+``azure_environment`` name. That is the CLI's way. An Airflow task resolves the spec's ``staging.conn_id``
+(``hooks/storage_connection.py``: an AWS, Google Cloud or Azure connection, by the root's scheme) and registers the
+result for the staging root with ``use_credentials``; from then on, in this process, ``staging.layout.
+resolve_filesystem`` of any URI under that root builds its filesystem from them. A process started for the apply
+(spark-submit) or a snapshot reader gets them as variables of its environment (``environment()``), the same
+variables the environment route reads, never on a command line.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
@@ -22,6 +27,25 @@ import pyarrow.fs as pafs
 from airflow_provider_pglogical.exceptions import StagingError
 
 S3_SCHEMES = ("s3", "s3a")
+GCS_SCHEMES = ("gs", "gcs")
+AZURE_SCHEMES = ("abfs", "abfss", "az")
+
+# The variables that reach an object store, for helper processes and Spark executors (``storage_env``).
+GCS_VARIABLES = ("STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT", "GOOGLE_OAUTH_ACCESS_TOKEN",
+                 "GOOGLE_APPLICATION_CREDENTIALS")
+AZURE_VARIABLES = ("AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_SAS_TOKEN",
+                   "AZURE_STORAGE_ENDPOINT", "AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET", "AZURE_TENANT_ID")
+
+
+class ObjectStoreCredentials(Protocol):
+    """What a resolved connection gives: the filesystem of its store, and the variables that say the same."""
+
+    @property
+    def schemes(self) -> tuple[str, ...]: ...
+
+    def filesystem(self) -> pafs.FileSystem: ...
+
+    def environment(self) -> dict[str, str]: ...
 
 
 @dataclass(frozen=True)
@@ -33,6 +57,7 @@ class StorageCredentials:
     session_token: str | None = field(default=None, repr=False)
     region: str | None = None
     endpoint_url: str | None = None
+    schemes: tuple[str, ...] = field(default=S3_SCHEMES, init=False, repr=False)
 
     def s3_filesystem(self) -> pafs.S3FileSystem:
         options: dict[str, str] = {}
@@ -48,6 +73,9 @@ class StorageCredentials:
                            scheme=endpoint.scheme or "https")
         return pafs.S3FileSystem(**options)
 
+    def filesystem(self) -> pafs.FileSystem:
+        return self.s3_filesystem()
+
     def environment(self) -> dict[str, str]:
         """The standard ``AWS_*`` variables for a process of our own (pyarrow and deltalake both read them)."""
         env = {name: value for name, value in (
@@ -59,7 +87,136 @@ class StorageCredentials:
         return env
 
 
-_registered: dict[str, StorageCredentials] = {}
+# Google's OAuth access tokens live an hour at most: one handed over without its expiry is taken to have that long.
+_GCS_TOKEN_LIFETIME = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class GcsCredentials:
+    """What Google Cloud Storage needs: an OAuth access token (None: pyarrow's default credentials, e.g.
+    ``GOOGLE_APPLICATION_CREDENTIALS`` or the metadata server), or anonymous access (an emulator, public
+    buckets); the project new buckets go to; a custom endpoint URL (an emulator)."""
+
+    access_token: str | None = field(default=None, repr=False)
+    token_expiry: datetime | None = None
+    anonymous: bool = False
+    project_id: str | None = None
+    endpoint_url: str | None = None
+    schemes: tuple[str, ...] = field(default=GCS_SCHEMES, init=False, repr=False)
+
+    def filesystem(self) -> pafs.FileSystem:
+        options: dict[str, object] = {}
+        if self.anonymous:
+            options["anonymous"] = True
+        elif self.access_token:
+            options.update(access_token=self.access_token, credential_token_expiration=self.token_expiry or (
+                datetime.now(UTC) + _GCS_TOKEN_LIFETIME))
+        if self.project_id:
+            options["project_id"] = self.project_id
+        if self.endpoint_url:
+            endpoint = urlsplit(self.endpoint_url if "://" in self.endpoint_url else "http://" + self.endpoint_url)
+            options.update(endpoint_override=endpoint.netloc, scheme=endpoint.scheme)
+        return pafs.GcsFileSystem(**options)
+
+    def environment(self) -> dict[str, str]:
+        """The variables ``gcs_environment`` reads back (``STORAGE_EMULATOR_HOST`` is the one Google's own clients
+        read for an emulator, which they reach without credentials)."""
+        env = {name: value for name, value in (
+            ("GOOGLE_CLOUD_PROJECT", self.project_id), ("STORAGE_EMULATOR_HOST", self.endpoint_url)) if value}
+        if self.access_token and not self.anonymous:
+            env["GOOGLE_OAUTH_ACCESS_TOKEN"] = self.access_token
+        return env
+
+
+def gcs_environment(environ: Mapping[str, str]) -> GcsCredentials:
+    """GCS credentials from variables: ``STORAGE_EMULATOR_HOST`` (an emulator's URL, reached anonymously),
+    ``GOOGLE_OAUTH_ACCESS_TOKEN``, ``GOOGLE_CLOUD_PROJECT``; with none of them, pyarrow's default credentials."""
+    emulator = environ.get("STORAGE_EMULATOR_HOST") or None
+    token = environ.get("GOOGLE_OAUTH_ACCESS_TOKEN") or None
+    return GcsCredentials(access_token=token, anonymous=emulator is not None and token is None,
+                          project_id=environ.get("GOOGLE_CLOUD_PROJECT") or None, endpoint_url=emulator)
+
+
+@dataclass(frozen=True)
+class AzureCredentials:
+    """What Azure Blob Storage / ADLS Gen2 needs: the account, then an account key, a SAS token or a service
+    principal (none of them: pyarrow's ``DefaultAzureCredential``), and a custom blob endpoint URL (Azurite)."""
+
+    account_name: str | None = None
+    account_key: str | None = field(default=None, repr=False)
+    sas_token: str | None = field(default=None, repr=False)
+    client_id: str | None = None
+    client_secret: str | None = field(default=None, repr=False)
+    tenant_id: str | None = None
+    endpoint_url: str | None = None
+    schemes: tuple[str, ...] = field(default=AZURE_SCHEMES, init=False, repr=False)
+
+    def filesystem(self) -> pafs.FileSystem:
+        if not self.account_name:
+            raise StagingError("Azure staging needs a storage account: abfs://<container>@<account>.dfs.core."
+                               "windows.net/..., the connection's account or AZURE_STORAGE_ACCOUNT_NAME")
+        options: dict[str, str] = {}
+        if self.account_key:
+            options["account_key"] = self.account_key
+        elif self.sas_token:
+            options["sas_token"] = self.sas_token.lstrip("?")
+        elif self.client_id and self.client_secret and self.tenant_id:
+            options.update(client_id=self.client_id, client_secret=self.client_secret, tenant_id=self.tenant_id)
+        if self.endpoint_url:
+            endpoint = urlsplit(self.endpoint_url)
+            # Azurite serves blobs and its (flat) DFS alike on the one endpoint
+            options.update(blob_storage_authority=endpoint.netloc, blob_storage_scheme=endpoint.scheme or "https",
+                           dfs_storage_authority=endpoint.netloc, dfs_storage_scheme=endpoint.scheme or "https")
+        return pafs.AzureFileSystem(self.account_name, **options)
+
+    def environment(self) -> dict[str, str]:
+        """The variables ``azure_environment`` reads back (the ``AZURE_STORAGE_*`` names delta-rs reads too)."""
+        return {name: value for name, value in (
+            ("AZURE_STORAGE_ACCOUNT_NAME", self.account_name), ("AZURE_STORAGE_ACCOUNT_KEY", self.account_key),
+            ("AZURE_STORAGE_SAS_TOKEN", self.sas_token), ("AZURE_STORAGE_ENDPOINT", self.endpoint_url),
+            ("AZURE_CLIENT_ID", self.client_id), ("AZURE_CLIENT_SECRET", self.client_secret),
+            ("AZURE_TENANT_ID", self.tenant_id)) if value}
+
+
+def azure_environment(environ: Mapping[str, str], account: str | None = None) -> AzureCredentials:
+    """Azure credentials from the ``AZURE_STORAGE_*`` / ``AZURE_CLIENT_*`` variables; ``account`` (the URI's)
+    when the variables name none."""
+    def get(name: str) -> str | None:
+        return environ.get(name) or None
+
+    return AzureCredentials(account_name=get("AZURE_STORAGE_ACCOUNT_NAME") or account,
+                            account_key=get("AZURE_STORAGE_ACCOUNT_KEY"), sas_token=get("AZURE_STORAGE_SAS_TOKEN"),
+                            client_id=get("AZURE_CLIENT_ID"), client_secret=get("AZURE_CLIENT_SECRET"),
+                            tenant_id=get("AZURE_TENANT_ID"), endpoint_url=get("AZURE_STORAGE_ENDPOINT"))
+
+
+def object_path(uri: str) -> str:
+    """The pyarrow path of an object-store URI: ``bucket/key`` (s3, gs), ``container/path`` (``az://container/…``,
+    ``abfs://container@account.dfs.core.windows.net/…``)."""
+    parts = urlsplit(uri)
+    container = parts.netloc.split("@", 1)[0] if parts.scheme in AZURE_SCHEMES else parts.netloc
+    return (container + parts.path).rstrip("/")
+
+
+def uri_account(uri: str) -> str | None:
+    """The storage account an ``abfs://container@account.dfs.core.windows.net`` URI names (else None)."""
+    netloc = urlsplit(uri).netloc
+    return netloc.split("@", 1)[1].split(".", 1)[0] if "@" in netloc else None
+
+
+def environment_filesystem(uri: str, environ: Mapping[str, str] | None = None) -> tuple[pafs.FileSystem, str] | None:
+    """The filesystem and path of a GCS or Azure ``uri`` from the environment's variables (the CLI's route, and
+    an executor's); None for other schemes, which pyarrow resolves itself."""
+    scheme = urlsplit(uri).scheme
+    env = os.environ if environ is None else environ
+    if scheme in GCS_SCHEMES:
+        return gcs_environment(env).filesystem(), object_path(uri)
+    if scheme in AZURE_SCHEMES:
+        return azure_environment(env, uri_account(uri)).filesystem(), object_path(uri)
+    return None
+
+
+_registered: dict[str, ObjectStoreCredentials] = {}
 _lock = threading.Lock()
 
 
@@ -68,12 +225,13 @@ def _root(uri: str) -> str:
 
 
 @contextmanager
-def use_credentials(uri: str, credentials: StorageCredentials) -> Iterator[None]:
+def use_credentials(uri: str, credentials: ObjectStoreCredentials) -> Iterator[None]:
     """``credentials`` for every URI under ``uri`` resolved in this process during the block."""
     scheme = urlsplit(uri).scheme
-    if scheme not in S3_SCHEMES:
-        raise StagingError(f"staging credentials from a connection are for s3:// roots; {uri} is "
-                           f"{scheme + '://' if scheme else 'a local path'}: drop the conn_id or use an s3:// root")
+    if scheme not in credentials.schemes:
+        raise StagingError(f"staging credentials of this connection are for {'/'.join(credentials.schemes)}:// "
+                           f"roots; {uri} is {scheme + '://' if scheme else 'a local path'}: drop the conn_id or "
+                           f"name a connection of the root's store")
     key = _root(uri)
     with _lock:
         previous = _registered.get(key)
@@ -88,7 +246,7 @@ def use_credentials(uri: str, credentials: StorageCredentials) -> Iterator[None]
                 _registered[key] = previous
 
 
-def _registered_for(uri: str) -> StorageCredentials | None:
+def _registered_for(uri: str) -> ObjectStoreCredentials | None:
     target = _root(uri)
     with _lock:
         roots = [r for r in _registered if target.startswith(r)]
@@ -97,7 +255,7 @@ def _registered_for(uri: str) -> StorageCredentials | None:
 
 def process_environment(uri: str) -> dict[str, str]:
     """This process's environment for a helper process of ours that reaches ``uri``: the registered credentials'
-    ``AWS_*`` variables on top (the helper has no registry of its own), else the environment as it is."""
+    variables on top (the helper has no registry of its own), else the environment as it is."""
     credentials = _registered_for(uri)
     return {**os.environ, **(credentials.environment() if credentials else {})}
 
@@ -107,5 +265,9 @@ def registered_filesystem(uri: str) -> tuple[pafs.FileSystem, str] | None:
     credentials = _registered_for(uri)
     if credentials is None:
         return None
-    parts = urlsplit(uri)
-    return credentials.s3_filesystem(), (parts.netloc + parts.path).rstrip("/")
+    return credentials.filesystem(), object_path(uri)
+
+
+def is_storage_variable(name: str) -> bool:
+    """Whether environment variable ``name`` is one an object store's filesystem is built from."""
+    return name.startswith("AWS_") or name in GCS_VARIABLES or name in AZURE_VARIABLES

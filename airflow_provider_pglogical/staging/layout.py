@@ -10,7 +10,7 @@ from urllib.parse import quote, unquote
 import pyarrow.fs as pafs
 
 from airflow_provider_pglogical.lsn import lsn_hex
-from airflow_provider_pglogical.staging.credentials import registered_filesystem
+from airflow_provider_pglogical.staging.credentials import environment_filesystem, registered_filesystem
 
 MANIFEST = "_manifest.json"
 RELATION_STATE = "_relation_state.json"
@@ -35,15 +35,27 @@ def unquote_name(segment: str) -> str:
 
 
 def resolve_filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
-    """A pyarrow filesystem and root path for a URI (``s3://``, ``file://``…) or a local path; credentials
-    registered for the URI's root (``staging/credentials.py``) come first, else pyarrow finds its own."""
-    registered = registered_filesystem(uri)
-    if registered is not None:
-        return registered
+    """A pyarrow filesystem and root path for a URI (``s3://``, ``gs://``, ``abfs://``, ``file://``…) or a local
+    path; credentials registered for the URI's root (``staging/credentials.py``) come first, then GCS and Azure
+    variables of the environment, else pyarrow finds its own."""
+    found = registered_filesystem(uri) or environment_filesystem(uri)
+    if found is not None:
+        return found
     if "://" in uri:
         fs, path = pafs.FileSystem.from_uri(uri)
         return fs, path.rstrip("/")
     return pafs.LocalFileSystem(), os.path.abspath(uri).rstrip("/")
+
+
+def move_file(fs: pafs.FileSystem, src: str, dst: str) -> None:
+    """Move one file. An object store has no rename: S3's and GCS's pyarrow ``move`` copy and delete, an Azure
+    account without a hierarchical namespace (and Azurite) has no ``move`` at all, so there the file is copied and
+    the original deleted, as the others do."""
+    try:
+        fs.move(src, dst)
+    except NotImplementedError:
+        fs.copy_file(src, dst)
+        fs.delete_file(src)
 
 
 def parse_batch_name(name: str) -> tuple[int, int] | None:
@@ -103,12 +115,30 @@ class StagingLayout:
     def exists(self, path: str) -> bool:
         return bool(self.fs.get_file_info(path).type != pafs.FileType.NotFound)
 
+    def children(self, path: str) -> list[pafs.FileInfo]:
+        """The files and directories directly under ``path``.
+
+        pyarrow's GCS filesystem lists only the objects under a prefix when not recursing, so a directory there is
+        one only if it has a marker object (``create_dir``), which files written by path never get: on GCS the
+        children are taken from the recursive listing, each deeper object standing for its first directory."""
+        if not isinstance(self.fs, pafs.GcsFileSystem):
+            return list(self.fs.get_file_info(pafs.FileSelector(path)))
+        out: dict[str, pafs.FileInfo] = {}
+        for info in self.fs.get_file_info(pafs.FileSelector(path, recursive=True)):
+            name = info.path[len(path) + 1:]
+            if "/" in name:
+                child = f"{path}/{name.split('/', 1)[0]}"
+                out.setdefault(child, pafs.FileInfo(child, pafs.FileType.Directory))
+            else:
+                out[info.path] = info
+        return list(out.values())
+
     def list_batch_dirs(self) -> list[tuple[int, int, str]]:
         """Every ``<start>-<end>`` directory (visible or not), in LSN order."""
         if not self.exists(self.batches_dir):
             return []
         out = []
-        for info in self.fs.get_file_info(pafs.FileSelector(self.batches_dir)):
+        for info in self.children(self.batches_dir):
             parsed = parse_batch_name(info.base_name) if info.type == pafs.FileType.Directory else None
             if parsed:
                 out.append((parsed[0], parsed[1], info.path))
@@ -142,5 +172,5 @@ class StagingLayout:
             if info.type == pafs.FileType.File:
                 target = dst + info.path[len(src):]
                 self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
-                self.fs.move(info.path, target)
+                move_file(self.fs, info.path, target)
         self.fs.delete_dir(src)

@@ -10,6 +10,7 @@ used: a connection that did not carry exactly that token is refused.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from urllib.parse import parse_qs, urlsplit
 
@@ -120,3 +121,65 @@ def test_a_target_conn_id_with_iam_becomes_a_dsn_whose_password_is_the_token(ser
     other = dsn_fields(connection_dsn("pg_iam"))
     assert_rds_token(other["password"], server)
     assert {k: v for k, v in other.items() if k != "password"} == {k: v for k, v in fields.items() if k != "password"}
+
+
+# Microsoft Entra (Azure AD) tokens: ``"iam": true`` with ``azure_conn_id``. ``PostgresHook.get_iam_token`` hands such
+# a connection to ``get_azure_iam_token`` (the Microsoft Azure provider asking Entra for a token). Neither the
+# provider nor Entra is here, so that one method stands in for Entra with a fresh opaque token per call; the
+# dispatch to it, and everything after it — the DSN built around the token and the SCRAM login with it on a real
+# server — are the real code paths.
+
+@pytest.fixture
+def entra_connection(server, monkeypatch) -> str:
+    monkeypatch.setenv("AIRFLOW_CONN_PG_ENTRA", json.dumps({
+        "conn_type": "postgres", "host": server.host, "port": server.port, "login": ROLE, "schema": DBNAME,
+        "extra": {"iam": True, "azure_conn_id": "entra_app", "sslmode": "disable"}}))
+    return "pg_entra"
+
+
+def entra_token_source(server: PgServer, calls: list[tuple[str, str]]):
+    """What Entra and the Azure Database for PostgreSQL server do, done here: a new token per call, which the
+    server then accepts as the role's password (and only it)."""
+    def get_azure_iam_token(self, conn):
+        token = f"eyJ0eXAiOiJKV1QifQ.entra-{len(calls)}-{uuid.uuid4().hex}"
+        calls.append((conn.extra_dejson["azure_conn_id"], token))
+        accept_token(server, token)
+        return conn.login, token, conn.port or 5432
+    return get_azure_iam_token
+
+
+def test_the_slot_hook_connects_with_an_entra_token_when_the_connection_names_an_azure_connection(
+        server, entra_connection, monkeypatch):
+    from airflow.providers.postgres.hooks.postgres import PostgresHook
+
+    calls: list[tuple[str, str]] = []
+    monkeypatch.setattr(PostgresHook, "get_azure_iam_token", entra_token_source(server, calls))
+    monkeypatch.setattr(PostgresHook, "get_aws_iam_token", lambda self, conn: pytest.fail("AWS path taken"))
+    accept_token(server, "some-earlier-token")
+    with PgLogicalHook(postgres_conn_id=entra_connection) as hook:
+        hook.check_wal_level()  # opens the session: SCRAM with the Entra token as password
+        cur = hook.session.cursor()
+        cur.execute("SELECT current_user")
+        assert cur.fetchone() == (ROLE,)
+    assert [azure for azure, _ in calls] == ["entra_app"]
+
+
+def test_a_target_conn_id_with_an_entra_token_becomes_a_dsn_whose_password_is_the_token(
+        server, entra_connection, monkeypatch):
+    from airflow.providers.postgres.hooks.postgres import PostgresHook
+
+    calls: list[tuple[str, str]] = []
+    monkeypatch.setattr(PostgresHook, "get_azure_iam_token", entra_token_source(server, calls))
+    spec = parse_spec({"source": {"dsn": server.dsn(), "publication": "p", "slot": "s"},
+                       "staging": {"uri": "/tmp/unused"}, "target": {"kind": "postgres", "conn_id": entra_connection},
+                       "tables": {"public.t": {}}}, env={})
+    dsn = spec_target(spec).dsn
+    fields = dsn_fields(dsn)
+    [(azure, token)] = calls
+    assert (azure, fields["password"], fields["user"], fields["dbname"]) == ("entra_app", token, ROLE, DBNAME)
+    assert "azure_conn_id" not in fields and "iam" not in fields
+    assert query(dsn, "SELECT current_user") == [(ROLE,)]
+    other = dsn_fields(connection_dsn(entra_connection))  # asked again: a token of its own
+    assert len(calls) == 2 and other["password"] == calls[1][1] != token
+    with pytest.raises(psycopg2.OperationalError, match="password authentication failed"):
+        psycopg2.connect(dsn).close()  # the first token is no longer the one the server takes

@@ -55,10 +55,12 @@ def test_a_replication_role_postgres_does_not_have_or_on_a_delta_target_is_refus
         ApplyConfig(slot="s", staging_root="/x", session_replication_role="local")
 
 
-def test_a_staging_connection_is_for_an_s3_root():
-    assert "staging.conn_id: an AWS connection is for an s3:// staging uri" in \
+def test_a_staging_connection_is_for_an_object_store_root():
+    assert "staging.conn_id: a staging connection is for an object-store uri (s3://, gs://, abfs://, az://)" in \
         spec_error(doc_with("staging", uri="/var/staging"))
-    with pytest.raises(StagingError, match="for s3:// roots; /var/staging is a local path"):
+    for uri in ("gs://bucket/staging", "abfs://c@acct.dfs.core.windows.net/staging", "az://c/staging"):
+        assert parse_spec(doc_with("staging", uri=uri), env={}).staging.conn_id == "staging_s3"
+    with pytest.raises(StagingError, match="for s3/s3a:// roots; /var/staging is a local path"):
         with use_credentials("/var/staging", StorageCredentials(access_key="k", secret_key="s")):
             pass
 

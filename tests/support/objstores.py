@@ -1,0 +1,143 @@
+"""Real GCS and Azure storage servers for tests, on 127.0.0.1 and a free port, one bucket / container each.
+
+* Azure: Azurite's blob service (npm ``azurite``, installed into ``.cache/azurite`` by ``make azurite``), with its
+  well-known development account and key.
+* GCS: ``gcp-storage-emulator`` (PyPI), in memory; it takes no credentials (reached anonymously, as Google's own
+  clients reach an emulator named by ``STORAGE_EMULATOR_HOST``).
+
+Both are reached by pyarrow's own filesystems (``pyarrow.fs.AzureFileSystem``, ``pyarrow.fs.GcsFileSystem``), the
+ones staging uses.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+AZURITE = REPO_ROOT / ".cache" / "azurite" / "node_modules" / ".bin" / "azurite-blob"
+# Azurite's fixed development account (public, documented by Microsoft; not a secret)
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+GCS_PROJECT = "pglogical-test"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_for_port(port: int, process: subprocess.Popen[bytes], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode} before listening on {port}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"{what} did not listen on {port} within {timeout:.0f} s")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def keys(fs: pafs.FileSystem, root: str, prefix: str) -> list[str]:
+    """Every object under ``root/prefix``, relative to ``root``."""
+    base = f"{root}/{prefix}".rstrip("/")
+    if fs.get_file_info(base).type == pafs.FileType.NotFound:
+        return []
+    return [i.path[len(root) + 1:] for i in fs.get_file_info(pafs.FileSelector(base, recursive=True))
+            if i.type == pafs.FileType.File]
+
+
+@dataclass(frozen=True)
+class AzuriteServer:
+    endpoint: str  # the blob service: http://127.0.0.1:<port>
+    container: str
+
+    @property
+    def account_url(self) -> str:
+        return f"{self.endpoint}/{AZURITE_ACCOUNT}"
+
+    def env(self) -> dict[str, str]:
+        return {"AZURE_STORAGE_ACCOUNT_NAME": AZURITE_ACCOUNT, "AZURE_STORAGE_ACCOUNT_KEY": AZURITE_KEY,
+                "AZURE_STORAGE_ENDPOINT": self.endpoint}
+
+    def filesystem(self) -> pafs.FileSystem:
+        authority = self.endpoint.split("://", 1)[1]
+        return pafs.AzureFileSystem(AZURITE_ACCOUNT, account_key=AZURITE_KEY, blob_storage_authority=authority,
+                                    blob_storage_scheme="http", dfs_storage_authority=authority,
+                                    dfs_storage_scheme="http")
+
+    def keys(self, prefix: str) -> list[str]:
+        return keys(self.filesystem(), self.container, prefix)
+
+
+@contextmanager
+def azurite_server(workdir: Path) -> Iterator[AzuriteServer]:
+    """Azurite's blob service with one empty container, its data under ``workdir``."""
+    if not AZURITE.exists():
+        pytest.fail("Azurite missing: run `make azurite`")
+    port = _free_port()
+    workdir.mkdir(parents=True, exist_ok=True)
+    process = subprocess.Popen([str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location",
+                                str(workdir), "--skipApiVersionCheck", "--silent"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for_port(port, process, "azurite")
+        server = AzuriteServer(f"http://127.0.0.1:{port}", f"stage{uuid.uuid4().hex[:12]}")
+        server.filesystem().create_dir(server.container)
+        yield server
+    finally:
+        _stop(process)
+
+
+@dataclass(frozen=True)
+class GcsServer:
+    endpoint: str  # http://127.0.0.1:<port>
+    bucket: str
+
+    def env(self) -> dict[str, str]:
+        return {"STORAGE_EMULATOR_HOST": self.endpoint, "GOOGLE_CLOUD_PROJECT": GCS_PROJECT}
+
+    def filesystem(self) -> pafs.FileSystem:
+        return pafs.GcsFileSystem(anonymous=True, project_id=GCS_PROJECT, scheme="http",
+                                  endpoint_override=self.endpoint.split("://", 1)[1])
+
+    def keys(self, prefix: str) -> list[str]:
+        return keys(self.filesystem(), self.bucket, prefix)
+
+
+@contextmanager
+def gcs_server() -> Iterator[GcsServer]:
+    """gcp-storage-emulator, in memory, with one empty bucket."""
+    port = _free_port()
+    process = subprocess.Popen([sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1",
+                                "--port", str(port), "--in-memory"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for_port(port, process, "gcp-storage-emulator")
+        server = GcsServer(f"http://127.0.0.1:{port}", f"stage-{uuid.uuid4().hex[:12]}")
+        server.filesystem().create_dir(server.bucket)
+        yield server
+    finally:
+        _stop(process)
