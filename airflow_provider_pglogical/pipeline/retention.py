@@ -110,8 +110,8 @@ def prune(spec: PipelineSpec, *, dry_run: bool = False, log: Log = _quiet, requi
                 raise
             # After an apply with read-only staging credentials: the apply stands; nothing can be pruned from
             # here, and the target, unrecorded, keeps every batch for the others (as the apply's own record does).
-            log(f"could not record how far target(s) {', '.join(mine)} applied the staging of slot "
-                f"{spec.source.slot}: {type(exc).__name__}; nothing pruned")
+            log(f"could not record how far target{'s' if len(mine) > 1 else ''} {', '.join(mine)} applied the staging "
+                f"of slot {spec.source.slot}: {type(exc).__name__}; nothing pruned")
             return {"dry_run": False, **_mine(spec, mine), "recorded": False, "pruned_batches": 0, "pruned_bytes": 0}
     known = {**positions(layout), **mine}
     result: dict[str, Any] = {"dry_run": dry_run, **_mine(spec, mine),
