@@ -195,7 +195,7 @@ def test_a_target_removed_from_the_spec_is_retired_by_the_name_its_records_carry
         run_ok("drop", "--spec", str(spec), "--target", "us", "--yes")
         assert set(positions(layout)) == set(names) - {us_id}
         pruned = run_ok("prune", "--spec", str(spec))
-        assert pruned["kept_batches"] == 1 and pruned["pruned_batches"] >= 2
+        assert pruned["kept_batches"] == 1 and pruned["pruned_batches"] >= 1
         eu = IcebergTarget(IcebergLocation(catalog, "eu"), SLOT).open("public.orders")
         assert eu is not None
         assert sorted(r["id"] for r in eu.scan().to_arrow().to_pylist()) == [
