@@ -152,9 +152,10 @@ def _name_strangers(spec: PipelineSpec, layout: StagingLayout, known: dict[str, 
     names = recorded_names(layout) if strangers else {}
     for identity in strangers:
         name = names.get(identity)
+        # A name the spec now gives a target elsewhere (moved to another place) would retire that one: the identity.
+        handle = name if name and name not in spec.targets else identity
         log(f"staged batches are held for target {identity}{f' ({name})' if name else ''}, which {spec.origin} does "
-            f"not name; if it is retired, forget it with `pglogical drop --spec {spec.origin} --target "
-            f"{name or identity} --yes`")
+            f"not name; if it is retired, forget it with `pglogical drop --spec {spec.origin} --target {handle} --yes`")
 
 
 def check_window(spec: PipelineSpec, *, reset: bool = False, upto_lsn: int | None = None) -> None:

@@ -338,3 +338,24 @@ def test_the_kinds_of_a_specs_targets_come_from_their_handles():
 
     assert target_kinds(parse_spec(two_targets(), env={})) == {"reporting": "postgres", "lake": "iceberg"}
     assert target_kinds(parse_spec(VALID, env={})) == {DEFAULT_TARGET: "postgres"}
+
+
+def test_a_prune_names_a_recorded_target_the_spec_lost_with_the_command_that_retires_it(tmp_path):
+    from airflow_provider_pglogical.pipeline.retention import prune
+    from airflow_provider_pglogical.staging.layout import StagingLayout
+    from airflow_provider_pglogical.staging.retention import record_position
+
+    staged_orders(tmp_path)
+    spec = parse_spec(one_catalog_two_namespaces(tmp_path), env={})
+    layout = StagingLayout.from_uri(spec.staging.uri, "app_slot")
+    record_position(layout, "iceberg/old-catalog/us", 0x2000, name="us")  # us before it moved to this catalog
+    record_position(layout, "postgres/dw/16384", 0x2000, name="reporting")  # removed from the spec
+    lines: list[str] = []
+    assert prune(spec, log=lines.append)["held_by"] == ["iceberg/old-catalog/us", "postgres/dw/16384"]
+    held = [line for line in lines if line.startswith("staged batches are held")]
+    # The spec's us is elsewhere now: retiring by that name would retire it, so the old one is named by identity.
+    assert held == [
+        f"staged batches are held for target iceberg/old-catalog/us (us), which {spec.origin} does not name; if it is "
+        f"retired, forget it with `pglogical drop --spec {spec.origin} --target iceberg/old-catalog/us --yes`",
+        f"staged batches are held for target postgres/dw/16384 (reporting), which {spec.origin} does not name; if it "
+        f"is retired, forget it with `pglogical drop --spec {spec.origin} --target reporting --yes`"]
