@@ -3,9 +3,10 @@
 ``spec_target(spec)`` turns the spec's ``target`` section into a small handle (no Spark, no
 connection yet) that answers what the pipeline asks of a target: the process environment the apply
 needs, watermarks, snapshot sync marks, whether Spark may start during the drain, reset for a replay,
-maintenance, dropping the slot's bookkeeping (``pglogical drop``), and ``for_apply(spark, config)``, the ``apply.targets.base.Target`` the runner applies
-to. The CLI, the DAG factory, the run steps and ``status`` ask the handle; none of them branches on
-the kind.
+maintenance, dropping the slot's bookkeeping (``pglogical drop``, ``drop --target``), how the staging area
+records it (``identity``), where it writes for its assets (``location``), and ``for_apply(spark, config)``, the
+``apply.targets.base.Target`` the runner applies to. The CLI, the DAG factory, the run steps, ``status`` and the UI
+view (``target_kinds``) ask the handle; none of them branches on the kind.
 
 A new target kind is its folder under ``apply/targets/`` (the ``Target``), its spec model
 (``pipeline/model.py``, ``validation.py``) and one handle class here, registered with ``@register``.
