@@ -43,8 +43,11 @@ def cmd_validate(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]
         with local_spark(args.master or spec.spark.where) as spark:
             check_row_filters(spec, spark)
     if spec.targets:
+        from airflow_provider_pglogical.pipeline.target import target_kinds
+
+        kinds = target_kinds(spec)
         return {"spec": spec.origin, "valid": True, "tables": sorted(spec.tables),
-                "targets": {name: {"kind": t.target.kind, "tables": sorted(t.tables)} for name, t in spec.targets.items()}}
+                "targets": {name: {"kind": kinds[name], "tables": sorted(t.tables)} for name, t in spec.targets.items()}}
     return {"spec": spec.origin, "valid": True, "tables": sorted(spec.tables)}
 
 
@@ -145,11 +148,21 @@ def cmd_reset(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_drop(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]:
+    from airflow_provider_pglogical.exceptions import ConfirmationRequiredError, SpecError
     from airflow_provider_pglogical.pipeline.runs import drop_pipeline
 
-    if not args.yes and not args.dry_run:
-        from airflow_provider_pglogical.exceptions import ConfirmationRequiredError
+    if args.target is not None:
+        from airflow_provider_pglogical.pipeline.teardown import retire_target
 
+        if args.staging:  # the staging area feeds the other targets
+            raise SpecError("--staging removes the staging area every target applies from; drop --target retires "
+                            "one target and keeps it")
+        if not args.yes and not args.dry_run:
+            raise ConfirmationRequiredError(
+                f"drop --target {args.target} forgets that target's bookkeeping and its staging records for good "
+                "(its tables stay); confirm with --yes (--dry-run lists what would be dropped)")
+        return retire_target(spec, args.target, dry_run=args.dry_run, log=progress)
+    if not args.yes and not args.dry_run:
         raise ConfirmationRequiredError(
             f"drop removes slot {spec.source.slot!r} and the changes it holds for good; confirm with --yes "
             "(--dry-run lists what would be dropped)")
@@ -228,7 +241,7 @@ COMMANDS: dict[str, tuple[Callable[[PipelineSpec, argparse.Namespace], dict[str,
                          "staged log (and snapshots) again from its start"),
     "drop": (cmd_drop, "tear the pipeline down: drop its slot (releasing the WAL it pins), the publication it "
                        "created and the slot's bookkeeping on the target (not the target tables); --staging also "
-                       "removes its staging area"),
+                       "removes its staging area; --target NAME retires one target only"),
     "prune": (cmd_prune, "remove the staged batches every target of the staging area has applied, as "
                          "staging.retention allows (also done after every run and apply)"),
     "status": (cmd_status, "slot position and lag, a summary of the staging area, target watermarks (JSON); "
@@ -285,6 +298,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--dry-run", action="store_true", help="list what would be dropped (JSON), drop nothing")
             p.add_argument("--staging", action="store_true",
                            help="also remove the slot's staging area (batches, snapshots, records)")
+            p.add_argument("--target", metavar="NAME",
+                           help="retire only this target: its bookkeeping and its staging records go, the slot, "
+                                "publication, staging and other targets stay (NAME: one of the spec's targets:, or "
+                                "a recorded target that status and prune list)")
         if name == "prune":
             p.add_argument("--dry-run", action="store_true", help="report what would be pruned, remove nothing")
         if name == "status":

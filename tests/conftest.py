@@ -51,6 +51,7 @@ SLOW_MODULES = (
     "tests/unit/apply/test_transform_paths.py",
     "tests/integration/test_cli_iceberg.py",
     "tests/integration/test_cli_targets.py",
+    "tests/integration/test_cli_drop_target.py",
     "tests/system/test_targets_dag.py",
     "tests/integration/test_iceberg_schema_changes.py",
     "tests/integration/test_iceberg_snapshot.py",

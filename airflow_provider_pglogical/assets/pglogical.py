@@ -5,7 +5,10 @@ Two shapes, told apart by their path (registered in ``get_provider_info()["asset
 * ``pglogical://<slot>/<schema>.<table>`` — the staged changes of one *source* table
   (the decode task's outlets);
 * ``pglogical://<slot>/target/<schema>.<table>`` — one *target* table the apply task writes
-  (the apply task's outlets: schedule downstream DAGs on these).
+  (the apply task's outlets: schedule downstream DAGs on these);
+* ``pglogical://<slot>/target/<location>/<schema>.<table>`` — the same for one target of a spec with several
+  (``targets:``), whose tables may share a name: ``location`` is where that target writes (``SpecTarget.location``:
+  its database, Delta table root or Iceberg catalog and namespace), quoted into one segment.
 
 Schema and table are URL-quoted with '.' escaped too (``staging.layout.quote_name``), so the one
 literal '.' separates them and every name maps to exactly one URI.
@@ -33,26 +36,32 @@ AssetKind = Literal["staged", "target"]
 
 
 class AssetRef(NamedTuple):
-    """What a ``pglogical://`` URI names."""
+    """What a ``pglogical://`` URI names (``location``: the target's place, for one target of several)."""
 
     slot: str
     kind: AssetKind
     schema: str
     table: str
+    location: str | None = None
 
     @property
     def qualified_name(self) -> str:
         return f"{self.schema}.{self.table}"
 
 
-def asset_uri(slot: str, qualified_name: str, kind: AssetKind = "staged") -> str:
-    """The canonical URI of a slot's staged (``kind='staged'``) or applied (``'target'``) table."""
+def asset_uri(slot: str, qualified_name: str, kind: AssetKind = "staged", location: str | None = None) -> str:
+    """The canonical URI of a slot's staged (``kind='staged'``) or applied (``'target'``) table; ``location``: where
+    the target writes, for one target of several (target tables only)."""
     schema, dot, table = qualified_name.partition(".")
     if not dot or not schema or not table:
         raise ValueError(f"expected schema.table, got {qualified_name!r}")
     if not _SLOT.fullmatch(slot):
         raise ValueError(f"invalid replication slot name {slot!r} in a {SCHEME}:// asset")
+    if location is not None and (kind != "target" or not location):
+        raise ValueError(f"only a target table's {SCHEME}:// asset has a location, and it is not empty")
     prefix = f"/{TARGET_SEGMENT}" if kind == "target" else ""
+    if location is not None:
+        prefix += f"/{quote_name(location)}"
     return f"{SCHEME}://{slot}{prefix}/{quote_name(schema)}.{quote_name(table)}"
 
 
@@ -68,14 +77,19 @@ def _parse(uri: SplitResult) -> AssetRef:
     if uri.query:
         raise ValueError(f"{SCHEME}:// URIs take no query string")
     segments = uri.path.split("/")[1:] if uri.path.startswith("/") else []
-    if len(segments) == 2 and segments[0] == TARGET_SEGMENT:
+    location: str | None = None
+    if len(segments) in (2, 3) and segments[0] == TARGET_SEGMENT:
         kind: AssetKind = "target"
-        segment = segments[1]
+        segment = segments[-1]
+        if len(segments) == 3:
+            location = unquote(segments[1])
+            if not location:
+                raise ValueError(f"{SCHEME}:// URI has an empty target location: {uri.path!r}")
     elif len(segments) == 1:
         kind, segment = "staged", segments[0]
     else:
-        raise ValueError(f"{SCHEME}:// URI path must be /<schema>.<table> or /{TARGET_SEGMENT}/<schema>.<table>, "
-                         f"got {uri.path!r}")
+        raise ValueError(f"{SCHEME}:// URI path must be /<schema>.<table>, /{TARGET_SEGMENT}/<schema>.<table> or "
+                         f"/{TARGET_SEGMENT}/<location>/<schema>.<table>, got {uri.path!r}")
     schema, dot, table = segment.partition(".")
     if not dot or "." in table:
         raise ValueError(f"{SCHEME}:// URI must name one <schema>.<table>, with dots inside names written as %2E; "
@@ -83,7 +97,7 @@ def _parse(uri: SplitResult) -> AssetRef:
     schema, table = unquote(schema), unquote(table)
     if not schema or not table:
         raise ValueError(f"{SCHEME}:// URI has an empty schema or table name: {segment!r}")
-    return AssetRef(slot, kind, schema, table)
+    return AssetRef(slot, kind, schema, table, location)
 
 
 def parse_asset_uri(uri: str) -> AssetRef:
@@ -98,12 +112,13 @@ def sanitize_uri(uri: SplitResult) -> SplitResult:
     ``%2e``/``%2E`` and needlessly quoted letters compare equal), no fragment.
     """
     ref = _parse(uri)
-    return urlsplit(asset_uri(ref.slot, ref.qualified_name, ref.kind))
+    return urlsplit(asset_uri(ref.slot, ref.qualified_name, ref.kind, ref.location))
 
 
-def create_asset(*, slot: str, table: str, kind: AssetKind = "staged", extra: dict[str, Any] | None = None) -> Asset:
+def create_asset(*, slot: str, table: str, kind: AssetKind = "staged", location: str | None = None,
+                 extra: dict[str, Any] | None = None) -> Asset:
     """Asset factory registered for the scheme (``table`` is ``schema.table``)."""
-    uri = asset_uri(slot, table, kind)
+    uri = asset_uri(slot, table, kind, location)
     return Asset(uri=uri, name=uri, extra=extra or {})
 
 
@@ -112,16 +127,20 @@ def staged_table_asset(slot: str, qualified_name: str) -> Asset:
     return create_asset(slot=slot, table=qualified_name)
 
 
-def target_table_asset(slot: str, qualified_name: str) -> Asset:
-    """The Asset of one target table the slot's apply writes: ``pglogical://<slot>/target/<schema>.<table>``."""
-    return create_asset(slot=slot, table=qualified_name, kind="target")
+def target_table_asset(slot: str, qualified_name: str, location: str | None = None) -> Asset:
+    """The Asset of one target table the slot's apply writes: ``pglogical://<slot>/target/<schema>.<table>``, or
+    with ``location`` (one target of several) ``pglogical://<slot>/target/<location>/<schema>.<table>``."""
+    return create_asset(slot=slot, table=qualified_name, kind="target", location=location)
 
 
 def convert_asset_to_openlineage(asset: Asset, lineage_context: Any) -> OpenLineageDataset:
     """OpenLineage dataset of a ``pglogical://`` Asset: namespace ``pglogical://<slot>``, name the table
-    (``target/`` in front for target tables, so the two never share a name)."""
+    (``target/`` in front for target tables, and the quoted location of one target of several, so no two share a
+    name)."""
     from airflow.providers.common.compat.openlineage.facet import Dataset as OpenLineageDataset
 
     ref = parse_asset_uri(asset.uri)
     prefix = f"{TARGET_SEGMENT}/" if ref.kind == "target" else ""
+    if ref.location is not None:
+        prefix += f"{quote_name(ref.location)}/"
     return OpenLineageDataset(namespace=f"{SCHEME}://{ref.slot}", name=prefix + ref.qualified_name)

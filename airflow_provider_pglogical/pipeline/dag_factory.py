@@ -90,15 +90,19 @@ def decode_task(spec: PipelineSpec, task_id: str = "decode") -> Any:
         outlets=[table_asset(spec.source.slot, name) for name in spec.tables])
 
 
-def apply_task(spec: PipelineSpec, task_id: str = "apply", max_batches: Any = None) -> Any:
+def apply_task(spec: PipelineSpec, task_id: str = "apply", max_batches: Any = None, *, located: bool = False) -> Any:
     """The apply step: spark-submit of the apply app over every staged batch past the watermarks (PostgreSQL),
-    with one outlet Asset per target table (``pglogical://<slot>/target/<schema>.<table>``); a Spark Connect client
-    in the worker when the spec's Spark is a Connect server, whatever the target; else the in-worker lake apply."""
+    with one outlet Asset per target table (``pglogical://<slot>/target/<schema>.<table>``; ``located``, for one
+    target of several: ``…/target/<location>/<schema>.<table>``); a Spark Connect client in the worker when the spec's
+    Spark is a Connect server, whatever the target; else the in-worker lake apply."""
+    location = spec_target(spec).location() if located else None
+
+    def outlets() -> list[Any]:
+        return [target_table_asset(spec.source.slot, t.target_name, location) for t in spec.tables.values()]
+
     if spec.spark.connect_conn_id or spec.spark.remote:  # a client of a Spark Connect server, in this worker (any target)
         return SparkConnectApplyOperator(task_id=task_id, spec=spec, connect_conn_id=spec.spark.connect_conn_id,
-                                         max_batches=max_batches,
-                                         outlets=[target_table_asset(spec.source.slot, t.target_name)
-                                                  for t in spec.tables.values()])
+                                         max_batches=max_batches, outlets=outlets())
     if spec_target(spec).applies_in_worker:
         return DeltaApplyOperator(task_id=task_id, spec=spec, max_batches=max_batches)
     config = apply_config(spec)
@@ -110,7 +114,7 @@ def apply_task(spec: PipelineSpec, task_id: str = "apply", max_batches: Any = No
         conn_id=spec.spark.conn_id, conf=dict(spec.spark.conf) or None,
         source_conn_id=spec.source.conn_id, bookkeeping_schema=spec.target.bookkeeping_schema,
         session_replication_role=spec.target.session_replication_role, staging_conn_id=spec.staging.conn_id,
-        outlets=[target_table_asset(spec.source.slot, t.target_name) for t in spec.tables.values()])
+        outlets=outlets())
 
 
 def apply_task_id(spec: PipelineSpec, name: str, task_id: str = "apply") -> str:
@@ -120,8 +124,8 @@ def apply_task_id(spec: PipelineSpec, name: str, task_id: str = "apply") -> str:
 
 def apply_tasks(spec: PipelineSpec, task_id: str = "apply", max_batches: Any = None) -> list[Any]:
     """One apply task per target of the spec (``apply_task`` of its view), to run in parallel."""
-    return [apply_task(view, task_id=apply_task_id(spec, name, task_id), max_batches=max_batches)
-            for name, view in spec.target_views().items()]
+    return [apply_task(view, task_id=apply_task_id(spec, name, task_id), max_batches=max_batches,
+                       located=bool(spec.targets)) for name, view in spec.target_views().items()]
 
 
 def health_task(spec: PipelineSpec, *, alert_callback: AlertCallback | None = log_slot_alert,
@@ -207,7 +211,8 @@ def build_replay_dag(spec: PipelineSpec | str | os.PathLike[str], *, dag_id: str
         for name, view in spec.target_views().items():  # each target of ``targets:`` rebuilt beside the others
             reset = ResetTargetOperator(task_id=apply_task_id(spec, name, "reset_target"), spec=view,
                                         enabled="{{ params.reset }}")
-            replay = apply_task(view, task_id=apply_task_id(spec, name, "replay"), max_batches=plan["max_batches"])
+            replay = apply_task(view, task_id=apply_task_id(spec, name, "replay"), max_batches=plan["max_batches"],
+                                located=bool(spec.targets))
             plan >> reset >> replay
     return dag
 

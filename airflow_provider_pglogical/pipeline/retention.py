@@ -17,11 +17,13 @@ from airflow_provider_pglogical.staging.layout import StagingLayout
 from airflow_provider_pglogical.staging.reader import StagingReader
 from airflow_provider_pglogical.staging.retention import (
     Checkpoint,
+    forget_target,
     positions,
     prunable,
     prune_batches,
     read_pruned,
     record_position,
+    recorded_names,
     staged_batches,
 )
 
@@ -80,6 +82,7 @@ def prune(spec: PipelineSpec, *, dry_run: bool = False, log: Log = _quiet, requi
     layout = StagingLayout.from_uri(spec.staging.uri, spec.source.slot)
     mine: dict[str, int | None] = {}  # identity → how far that target of the spec is done with the log
     named: dict[str, str] = {}  # identity → the spec's target it is
+    former: set[str] = set()  # what earlier releases recorded the spec's targets as
     unreachable: list[str] = []
     for name, view in spec.target_views().items():
         try:
@@ -91,6 +94,7 @@ def prune(spec: PipelineSpec, *, dry_run: bool = False, log: Log = _quiet, requi
                     raise SpecError(f"{spec.origin}: targets {named[identity]} and {name} are both recorded as "
                                     f"{identity} in the staging area; give each a place of its own (docs/targets.md)")
                 named[identity] = name
+                former.update(target.former_identities())
                 mine[identity] = applied_through(view, target)
         except SpecError:
             raise
@@ -104,7 +108,10 @@ def prune(spec: PipelineSpec, *, dry_run: bool = False, log: Log = _quiet, requi
     if not dry_run:
         try:
             for identity, lsn in mine.items():
-                record_position(layout, identity, lsn)
+                record_position(layout, identity, lsn, name=named[identity] if spec.targets else None)
+            for identity in sorted(former - set(mine)):
+                if forget_target(layout, identity):
+                    log(f"replaced the record of {identity} (an earlier release's name for a target of this spec)")
         except OSError as exc:
             if require_settings:
                 raise
@@ -129,11 +136,26 @@ def prune(spec: PipelineSpec, *, dry_run: bool = False, log: Log = _quiet, requi
     pruned = read_pruned(layout) if dry_run else prune_batches(layout, chosen, on_checkpoint=on_checkpoint, log=log)
     if not chosen:
         log(f"nothing to prune in the staging of slot {spec.source.slot} ({len(batches)} batch(es) kept)")
+    _name_strangers(spec, layout, known, set(mine), bound, log)
     return {**result, "retention": {"keep_batches": retention.keep_batches,
                                     "keep_for_seconds": retention.keep_for_seconds},
             "held_by": sorted(t for t, lsn in known.items() if (-1 if lsn is None else lsn) == bound),
             "pruned_batches": len(chosen), "pruned_bytes": sum(b.bytes for _ref, b in chosen),
             "kept_batches": len(batches) - len(chosen), "pruned": pruned.to_summary() if pruned else None}
+
+
+def _name_strangers(spec: PipelineSpec, layout: StagingLayout, known: dict[str, int | None], mine: set[str],
+                    bound: int, log: Log) -> None:
+    """Log the targets holding batches back that this spec does not name (another pipeline's over the same staging,
+    or one removed from the spec), with the command that retires one that is gone."""
+    strangers = [t for t, lsn in sorted(known.items()) if t not in mine and (-1 if lsn is None else lsn) == bound]
+    names = recorded_names(layout) if strangers else {}
+    for identity in strangers:
+        name = names.get(identity)
+        # A name the spec now gives a target elsewhere (moved to another place) would retire that one: the identity.
+        handle = name if name and name not in spec.targets else identity
+        log(f"staged batches are held for target {identity}{f' ({name})' if name else ''}, which {spec.origin} does "
+            f"not name; if it is retired, forget it with `pglogical drop --spec {spec.origin} --target {handle} --yes`")
 
 
 def check_window(spec: PipelineSpec, *, reset: bool = False, upto_lsn: int | None = None) -> None:

@@ -3,9 +3,10 @@
 ``spec_target(spec)`` turns the spec's ``target`` section into a small handle (no Spark, no
 connection yet) that answers what the pipeline asks of a target: the process environment the apply
 needs, watermarks, snapshot sync marks, whether Spark may start during the drain, reset for a replay,
-maintenance, dropping the slot's bookkeeping (``pglogical drop``), and ``for_apply(spark, config)``, the ``apply.targets.base.Target`` the runner applies
-to. The CLI, the DAG factory, the run steps and ``status`` ask the handle; none of them branches on
-the kind.
+maintenance, dropping the slot's bookkeeping (``pglogical drop``, ``drop --target``), how the staging area
+records it (``identity``), where it writes for its assets (``location``), and ``for_apply(spark, config)``, the
+``apply.targets.base.Target`` the runner applies to. The CLI, the DAG factory, the run steps, ``status`` and the UI
+view (``target_kinds``) ask the handle; none of them branches on the kind.
 
 A new target kind is its folder under ``apply/targets/`` (the ``Target``), its spec model
 (``pipeline/model.py``, ``validation.py``) and one handle class here, registered with ``@register``.
@@ -24,6 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg2
 from psycopg2 import sql
@@ -111,6 +113,16 @@ class SpecTarget(ABC):
         never credentials. Two specs writing to the same place are one target."""
         return f"{self.kind}/{self.spec.target.uri or self.spec.target.conn_id or ''}"
 
+    def location(self) -> str:
+        """Where the target writes, known without connecting and free of credentials: what tells apart the assets of
+        two targets writing tables of one name (``assets/pglogical.py``)."""
+        return f"{self.kind}/{_without_userinfo(self.spec.target.uri or self.spec.target.conn_id or '')}"
+
+    def former_identities(self) -> tuple[str, ...]:
+        """Names earlier releases recorded this target under (``identity`` changed since), whose records a prune
+        replaces with the current one, so they hold no batches back."""
+        return ()
+
     @abstractmethod
     def watermarks(self) -> dict[str, int]:
         """Target table → end LSN the apply has committed for it ({} before the first apply)."""
@@ -162,6 +174,14 @@ class SpecTarget(ABC):
 HANDLES: dict[str, type[SpecTarget]] = {}
 
 
+def _without_userinfo(uri: str) -> str:
+    """``uri`` without ``user:password@`` (a place is named in records and logs, never a credential)."""
+    parts = urlsplit(uri)
+    if not parts.netloc or "@" not in parts.netloc:
+        return uri
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
 def register(kind: str) -> Callable[[type[SpecTarget]], type[SpecTarget]]:
     """Class decorator: the handle of ``target.kind: <kind>``."""
     def add(cls: type[SpecTarget]) -> type[SpecTarget]:
@@ -187,6 +207,12 @@ def spec_target(spec: PipelineSpec) -> SpecTarget:
 def spec_targets(spec: PipelineSpec) -> dict[str, SpecTarget]:
     """Name → the handle of each of the spec's targets (``PipelineSpec.target_views``), in spec order."""
     return {name: spec_target(view) for name, view in spec.target_views().items()}
+
+
+def target_kinds(spec: PipelineSpec) -> dict[str, str]:
+    """Name → kind of each of the spec's targets, in spec order (``default`` for the one target of ``target:``), for
+    the pages and listings that show them; a kind with no handle is a ``SpecError`` as for any other question."""
+    return {name: handle.kind for name, handle in spec_targets(spec).items()}
 
 
 @register("postgres")
@@ -236,6 +262,15 @@ class PostgresSpecTarget(SpecTarget):
                 conn.rollback()  # a question, not a transaction to keep open
             self._progress_table = qualified(schema, PROGRESS_TABLE)
         return self._progress_table
+
+    def location(self) -> str:
+        # The database (host, port, name) of a DSN; a conn_id names one database connection of its own.
+        t = self.spec.target
+        if t.dsn is None:
+            return f"{self.kind}/{t.conn_id or ''}"
+        params = psycopg2.extensions.parse_dsn(t.dsn)
+        database = params.get("dbname") or params.get("user") or ""
+        return f"{self.kind}/{params.get('host') or 'localhost'}:{params.get('port') or 5432}/{database}"
 
     def identity(self) -> str:
         conn = self.conn
@@ -418,6 +453,19 @@ class DeltaSpecTarget(LakeSpecTarget):
 class IcebergSpecTarget(LakeSpecTarget):
     """Iceberg tables in ``target.catalog`` (``target.namespace``, else each table's schema); watermarks and sync
     marks are table properties committed with the data (docs/iceberg.md)."""
+
+    def identity(self) -> str:
+        # The catalog and the namespace are the place: one catalog connection may serve several targets, each in a
+        # namespace of its own. A catalog database's password (``${ENV}`` in its uri) is left out.
+        t = self.spec.target
+        catalog = _without_userinfo(t.catalog.get("uri") or t.catalog.get("warehouse") or t.conn_id or "")
+        return f"{self.kind}/{catalog}/{t.namespace or '*'}"
+
+    def location(self) -> str:
+        return self.identity()
+
+    def former_identities(self) -> tuple[str, ...]:
+        return (f"{self.kind}/{self.spec.target.uri or self.spec.target.conn_id or ''}",)  # before namespaces counted
 
     def iceberg_target(self) -> IcebergTarget:
         from airflow_provider_pglogical.apply.targets.iceberg.catalog import IcebergLocation

@@ -47,13 +47,15 @@ def _position_path(layout: StagingLayout, target: str) -> str:
     return f"{layout.state_dir}/{APPLIED_PREFIX}{quote_name(target)}.json"
 
 
-def record_position(layout: StagingLayout, target: str, applied_through_lsn: int | None) -> None:
+def record_position(layout: StagingLayout, target: str, applied_through_lsn: int | None, *,
+                    name: str | None = None) -> None:
     """Record that ``target`` is done with every batch ending at or before ``applied_through_lsn`` (None: it
-    applies from the first staged batch, e.g. after a reset), replacing its previous record atomically."""
+    applies from the first staged batch, e.g. after a reset), replacing its previous record atomically. ``name``:
+    the spec's name for it (``targets:``), so it can be retired by that name once the spec no longer lists it."""
     layout.fs.create_dir(layout.state_dir, recursive=True)
     body = {"target": target, "applied_through_lsn_int": applied_through_lsn,
             "applied_through_lsn": None if applied_through_lsn is None else format_lsn(applied_through_lsn),
-            "recorded_at": _now_text()}
+            "recorded_at": _now_text(), **({"name": name} if name else {})}
     write_text_atomic(layout, _position_path(layout, target), json.dumps(body))
 
 
@@ -79,6 +81,39 @@ def positions(layout: StagingLayout) -> dict[str, int | None]:
             except (ValueError, TypeError, KeyError) as exc:
                 raise StagingError(f"unreadable applied-position record {info.path}: {type(exc).__name__}") from exc
     return out
+
+
+def recorded_names(layout: StagingLayout) -> dict[str, str]:
+    """Target → the spec's name for it, of the targets whose position record carries one (``record_position``)."""
+    import pyarrow.fs as pafs
+
+    if not layout.exists(layout.state_dir):
+        return {}
+    out: dict[str, str] = {}
+    for info in layout.fs.get_file_info(pafs.FileSelector(layout.state_dir)):
+        if info.type == pafs.FileType.File and info.base_name.startswith(APPLIED_PREFIX):
+            try:
+                body = json.loads(read_text(layout, info.path))
+            except ValueError as exc:
+                raise StagingError(f"unreadable applied-position record {info.path}: {type(exc).__name__}") from exc
+            if isinstance(body, dict) and body.get("name") and body.get("target"):
+                out[str(body["target"])] = str(body["name"])
+    return out
+
+
+def target_files(layout: StagingLayout, target: str) -> list[str]:
+    """The staging area's records of ``target`` that exist: its applied position and the apply's target record."""
+    paths = [_position_path(layout, target), f"{layout.state_dir}/{TARGET_RECORD_PREFIX}{quote_name(target)}.json"]
+    return [p for p in paths if layout.exists(p)]
+
+
+def forget_target(layout: StagingLayout, target: str) -> list[str]:
+    """Delete the staging area's records of ``target`` (retention stops waiting for it); returns the paths deleted.
+    Idempotent: a record already gone is skipped."""
+    gone = target_files(layout, target)
+    for path in gone:
+        layout.fs.delete_file(path)
+    return gone
 
 
 @dataclass(frozen=True)

@@ -78,12 +78,15 @@ def create_app(folder: Path | None = None) -> FastAPI:
     @app.get("/", response_class=HTMLResponse)
     def index() -> str:
         from airflow_provider_pglogical.pipeline.spec import load_spec
+        from airflow_provider_pglogical.pipeline.target import target_kinds
 
         rows = []
         for name, path in spec_files(where()).items():
             try:
                 spec = load_spec(str(path))
-                kinds = ", ".join(f"{n} ({t.target.kind})" for n, t in spec.targets.items()) or spec.target.kind
+                found = target_kinds(spec)
+                kinds = (", ".join(f"{n} ({kind})" for n, kind in found.items()) if spec.targets
+                         else next(iter(found.values())))
                 detail = f"slot {html.escape(spec.source.slot)} → {html.escape(kinds)}"
             except Exception as exc:  # noqa: BLE001 - one broken spec must not hide the others
                 detail = html.escape(f"spec not loaded: {type(exc).__name__}: {' '.join(str(exc).split())}")

@@ -3,6 +3,7 @@ one apply task per target, each target holding its own filtered, column-listed s
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import yaml
@@ -48,6 +49,15 @@ def test_a_dag_of_two_targets_applies_each_its_own_selection_from_one_decode(pg_
             rows(pg_server.dsn(src), "SELECT id, name, price FROM items WHERE price < 100 ORDER BY id")
         assert rows(pg_server.dsn(dear), "SELECT * FROM items ORDER BY id") == \
             rows(pg_server.dsn(src), "SELECT id, price FROM items WHERE price >= 100 ORDER BY id")
+        # Both write public.items: each target's apply emits its own asset, told apart by its location.
+        db = sqlite3.connect(airflow.home / "airflow.db")
+        try:
+            uris = {uri for (uri,) in db.execute("SELECT a.uri FROM asset_event e JOIN asset a ON a.id = e.asset_id "
+                                                 "WHERE a.uri LIKE 'pglogical://fan_dag_slot/target/%'")}
+        finally:
+            db.close()
+        assert uris == {"pglogical://fan_dag_slot/target/postgres%2Fpgl_cheap/public.items",
+                        "pglogical://fan_dag_slot/target/postgres%2Fpgl_dear/public.items"}
     finally:
         execute(pg_server.dsn(src), "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
                                     "WHERE slot_name = 'fan_dag_slot'")

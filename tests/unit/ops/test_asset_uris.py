@@ -53,6 +53,8 @@ def test_sanitize_normalises_to_the_one_canonical_uri(uri, canonical):
     ("pglogical://s1/staged/public.orders", "path must be"),
     ("pglogical://s1/public.orders?x=1", "no query string"),
     ("pglogical://s1/.orders", "empty schema or table"),
+    ("pglogical://s1/target//public.orders", "empty target location"),
+    ("pglogical://s1/staged/x/public.orders", "path must be"),
 ])
 def test_sanitize_rejects_uris_that_name_no_slot_table(uri, message):
     with pytest.raises(ValueError, match=message):
@@ -63,12 +65,28 @@ names = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_siz
 
 
 @given(slot=st.from_regex(r"[a-z0-9_]{1,63}", fullmatch=True), schema=names, table=names,
-       kind=st.sampled_from(["staged", "target"]))
-def test_every_slot_and_table_name_round_trips_through_its_uri(slot, schema, table, kind):
-    uri = asset_uri(slot, f"{schema.replace('.', '_')}.{table}", kind)
+       kind=st.sampled_from(["staged", "target"]), location=st.none() | names)
+def test_every_slot_and_table_name_round_trips_through_its_uri(slot, schema, table, kind, location):
+    location = location if kind == "target" else None
+    uri = asset_uri(slot, f"{schema.replace('.', '_')}.{table}", kind, location)
     ref = parse_asset_uri(uri)
-    assert (ref.slot, ref.kind, ref.table) == (slot, kind, table)
+    assert (ref.slot, ref.kind, ref.table, ref.location) == (slot, kind, table, location)
     assert sanitized(uri) == uri  # canonical URIs are fixed points
+
+
+def test_two_targets_writing_a_table_of_one_name_have_distinct_uris_and_lineage_names():
+    dw = target_table_asset("s1", "public.orders", "postgres/warehouse:5432/dw")
+    lake = target_table_asset("s1", "public.orders", "iceberg/sqlite:////lake/catalog.db/cdc")
+    assert dw.uri == "pglogical://s1/target/postgres%2Fwarehouse%3A5432%2Fdw/public.orders"
+    assert lake.uri == "pglogical://s1/target/iceberg%2Fsqlite%3A%2F%2F%2F%2Flake%2Fcatalog%2Edb%2Fcdc/public.orders"
+    assert parse_asset_uri(dw.uri).location == "postgres/warehouse:5432/dw"
+    assert parse_asset_uri(dw.uri).qualified_name == "public.orders"
+    names = {convert_asset_to_openlineage(a, None).name for a in (dw, lake, target_table_asset("s1", "public.orders"))}
+    assert len(names) == 3
+    assert sanitized("pglogical://s1/target/postgres%2fdw/p%75blic.orders") == \
+        "pglogical://s1/target/postgres%2Fdw/public.orders"
+    with pytest.raises(ValueError, match="only a target table"):
+        asset_uri("s1", "public.orders", "staged", "postgres/dw")
 
 
 def test_the_provider_registers_the_scheme_and_airflow_normalises_assets_with_it():

@@ -160,8 +160,8 @@ def test_the_pipeline_dag_applies_each_target_in_parallel_after_the_one_decode()
     assert reporting.target_conn_id == "dw" and reporting.tables["public.orders"]["row_filter"] == "amount > 100"
     assert sorted(reporting.tables) == ["public.customers", "public.orders"]
     assert lake.spec.target.kind == "iceberg" and sorted(lake.spec.tables) == ["public.items", "public.orders"]
-    assert {o.uri for o in reporting.outlets} == {"pglogical://s/target/public.orders",
-                                                  "pglogical://s/target/public.customers"}
+    assert {o.uri for o in reporting.outlets} == {"pglogical://s/target/postgres%2Fdw/public.orders",
+                                                  "pglogical://s/target/postgres%2Fdw/public.customers"}
     assert {o.uri for o in dag.get_task("pglogical.decode").outlets} == {
         "pglogical://s/public.orders", "pglogical://s/public.customers", "pglogical://s/public.items"}
     replay = build_replay_dag(spec, dag_id="r", start_date=datetime(2026, 1, 1))
@@ -210,12 +210,14 @@ def test_two_targets_the_staging_area_would_record_as_one_are_refused_before_any
     doc = copy.deepcopy(VALID)
     del doc["target"], doc["tables"]
     doc["staging"] = {"uri": str(tmp_path / "staging"), "retention": {"keep_batches": 1}}
-    # Two Iceberg catalogs without conn_ids: the staging area names both ``iceberg/``.
-    doc["targets"] = {name: {"kind": "iceberg", "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/{name}.db",
+    # One catalog database, each table in its own schema's namespace: the same Iceberg tables, whatever the
+    # warehouse (the catalog database says where a table is).
+    doc["targets"] = {name: {"kind": "iceberg", "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/cat.db",
                                                             "warehouse": str(tmp_path / name)},
                              "tables": {"public.orders": {}}} for name in ("eu", "us")}
     spec = parse_spec(doc, env={})
-    with pytest.raises(SpecError, match=r"targets eu and us are both recorded as iceberg/ in the staging area"):
+    with pytest.raises(SpecError, match=rf"targets eu and us are both recorded as iceberg/sqlite:///{tmp_path}/cat.db/\* "
+                                        "in the staging area"):
         prune(spec)
     assert positions(StagingLayout.from_uri(spec.staging.uri, spec.source.slot)) == {}
 
@@ -246,6 +248,114 @@ def test_a_target_that_cannot_answer_keeps_every_batch_while_the_others_position
     spec = parse_spec(doc, env={})
     result = prune(spec)
     assert result["unreachable"] == ["reporting"] and result["pruned_batches"] == 0 and result["kept_batches"] == 3
-    assert positions(StagingLayout.from_uri(spec.staging.uri, "app_slot")) == {"iceberg/": 0x4000}
+    assert positions(StagingLayout.from_uri(spec.staging.uri, "app_slot")) == {f"iceberg/sqlite:///{tmp_path}/lake.db/*": 0x4000}
     del doc["targets"]["reporting"]  # without it the lake alone decides: all but the newest batch go
     assert prune(parse_spec(doc, env={}))["pruned_batches"] == 2
+
+
+def staged_orders(tmp_path, batches: int = 3) -> None:
+    import pyarrow as pa
+
+    from tests.support.stage import BatchSpec, Chg, Col, Rel, write_batch
+
+    orders = Rel("public", "orders", (Col("id", pa.int32(), "int4", identity=True),))
+    for i in range(batches):
+        write_batch(tmp_path / "staging", "app_slot",
+                    BatchSpec(0x1000 * (i + 1), 0x1000 * (i + 2), {orders: [Chg("I", 0x1000 * (i + 1), 0, {"id": i})]}))
+
+
+def one_catalog_two_namespaces(tmp_path) -> dict:
+    doc = copy.deepcopy(VALID)
+    del doc["target"], doc["tables"]
+    doc["staging"] = {"uri": str(tmp_path / "staging"), "retention": {"keep_batches": 1}}
+    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/lake.db", "warehouse": str(tmp_path / "lake")}
+    doc["targets"] = {name: {"kind": "iceberg", "catalog": dict(catalog), "namespace": name,
+                             "tables": {"public.items": {}}} for name in ("eu", "us")}
+    return doc
+
+
+def test_two_iceberg_targets_of_one_catalog_in_different_namespaces_are_recorded_apart(tmp_path):
+    from airflow_provider_pglogical.pipeline.retention import prune
+    from airflow_provider_pglogical.staging.layout import StagingLayout
+    from airflow_provider_pglogical.staging.retention import positions, recorded_names
+
+    staged_orders(tmp_path)
+    spec = parse_spec(one_catalog_two_namespaces(tmp_path), env={})
+    result = prune(spec)  # neither selects a table the batches hold: both are done with all of them
+    layout = StagingLayout.from_uri(spec.staging.uri, "app_slot")
+    eu, us = f"iceberg/sqlite:///{tmp_path}/lake.db/eu", f"iceberg/sqlite:///{tmp_path}/lake.db/us"
+    assert positions(layout) == {eu: 0x4000, us: 0x4000} and result["pruned_batches"] == 2
+    assert recorded_names(layout) == {eu: "eu", us: "us"}  # what `drop --target` finds a removed target by
+
+
+def test_a_prune_replaces_the_record_an_earlier_release_kept_under_the_catalogs_conn_id(tmp_path):
+    from airflow_provider_pglogical.pipeline.retention import prune
+    from airflow_provider_pglogical.staging.layout import StagingLayout
+    from airflow_provider_pglogical.staging.retention import positions, record_position
+
+    staged_orders(tmp_path)
+    doc = one_catalog_two_namespaces(tmp_path)
+    del doc["targets"]["us"]
+    spec = parse_spec(doc, env={})
+    layout = StagingLayout.from_uri(spec.staging.uri, "app_slot")
+    record_position(layout, "iceberg/", 0x2000)  # the former name of the target: it would hold batches forever
+    assert prune(spec)["pruned_batches"] == 2
+    assert positions(layout) == {f"iceberg/sqlite:///{tmp_path}/lake.db/eu": 0x4000}
+
+
+def test_an_iceberg_targets_identity_and_location_leave_the_catalog_password_out():
+    doc = two_targets()
+    doc["targets"]["lake"]["catalog"]["uri"] = "postgresql+psycopg2://cat:s3cret@db:5432/catalog"
+    handle = spec_targets(parse_spec(doc, env={}))["lake"]
+    assert handle.identity() == handle.location() == "iceberg/postgresql+psycopg2://db:5432/catalog/cdc"
+
+
+def test_each_targets_location_tells_two_targets_with_tables_of_one_name_apart():
+    doc = two_targets()
+    doc["targets"]["archive"] = {"kind": "postgres", "dsn": "host=archive port=6432 dbname=old user=x password=y",
+                                 "tables": {"public.orders": {}}}
+    doc["targets"]["delta"] = {"kind": "delta", "uri": "s3://bucket/delta", "tables": {"public.orders": {}}}
+    locations = {name: h.location() for name, h in spec_targets(parse_spec(doc, env={})).items()}
+    assert locations == {"reporting": "postgres/warehouse:5432/dw", "lake": "iceberg/sqlite:////lake/catalog.db/cdc",
+                         "archive": "postgres/archive:6432/old", "delta": "delta/s3://bucket/delta"}
+
+
+def test_the_dags_apply_tasks_of_two_targets_writing_one_table_name_have_their_own_assets():
+    from airflow_provider_pglogical.pipeline.dag_factory import build_pipeline_dag
+
+    doc = two_targets()
+    doc["source"] = {"conn_id": "src", "publication": "p", "slot": "s"}
+    doc["targets"] = {name: {"kind": "postgres", "conn_id": name, "tables": {"public.orders": {}}}
+                      for name in ("dw", "mart")}
+    dag = build_pipeline_dag(parse_spec(doc, env={}), dag_id="d", start_date=datetime(2026, 1, 1))
+    assert [o.uri for o in dag.get_task("pglogical.apply_dw").outlets] == ["pglogical://s/target/postgres%2Fdw/public.orders"]
+    assert [o.uri for o in dag.get_task("pglogical.apply_mart").outlets] == [
+        "pglogical://s/target/postgres%2Fmart/public.orders"]
+
+
+def test_the_kinds_of_a_specs_targets_come_from_their_handles():
+    from airflow_provider_pglogical.pipeline.target import target_kinds
+
+    assert target_kinds(parse_spec(two_targets(), env={})) == {"reporting": "postgres", "lake": "iceberg"}
+    assert target_kinds(parse_spec(VALID, env={})) == {DEFAULT_TARGET: "postgres"}
+
+
+def test_a_prune_names_a_recorded_target_the_spec_lost_with_the_command_that_retires_it(tmp_path):
+    from airflow_provider_pglogical.pipeline.retention import prune
+    from airflow_provider_pglogical.staging.layout import StagingLayout
+    from airflow_provider_pglogical.staging.retention import record_position
+
+    staged_orders(tmp_path)
+    spec = parse_spec(one_catalog_two_namespaces(tmp_path), env={})
+    layout = StagingLayout.from_uri(spec.staging.uri, "app_slot")
+    record_position(layout, "iceberg/old-catalog/us", 0x2000, name="us")  # us before it moved to this catalog
+    record_position(layout, "postgres/dw/16384", 0x2000, name="reporting")  # removed from the spec
+    lines: list[str] = []
+    assert prune(spec, log=lines.append)["held_by"] == ["iceberg/old-catalog/us", "postgres/dw/16384"]
+    held = [line for line in lines if line.startswith("staged batches are held")]
+    # The spec's us is elsewhere now: retiring by that name would retire it, so the old one is named by identity.
+    assert held == [
+        f"staged batches are held for target iceberg/old-catalog/us (us), which {spec.origin} does not name; if it is "
+        f"retired, forget it with `pglogical drop --spec {spec.origin} --target iceberg/old-catalog/us --yes`",
+        f"staged batches are held for target postgres/dw/16384 (reporting), which {spec.origin} does not name; if it "
+        f"is retired, forget it with `pglogical drop --spec {spec.origin} --target reporting --yes`"]

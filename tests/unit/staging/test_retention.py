@@ -14,9 +14,12 @@ from airflow_provider_pglogical.pipeline.spec import RetentionSpec, parse_spec
 from airflow_provider_pglogical.staging.layout import StagingLayout
 from airflow_provider_pglogical.staging.retention import (
     StagedBatch,
+    forget_target,
     positions,
     prunable,
     record_position,
+    recorded_names,
+    target_files,
 )
 from airflow_provider_pglogical.staging.target_record import TargetRecord, write_record
 from tests.unit.pipeline.test_spec import VALID
@@ -73,6 +76,19 @@ def test_every_target_the_staging_area_knows_has_a_position_and_one_never_record
     assert positions(layout) == {"postgres/a/1": 500, "postgres/b/2": None, "delta/s3://lake": None}
     record_position(layout, "postgres/b/2", 300)
     assert positions(layout)["postgres/b/2"] == 300
+
+
+def test_forgetting_a_target_removes_its_records_only_and_twice_is_harmless(tmp_path):
+    layout = StagingLayout.from_uri(str(tmp_path), "s")
+    write_record(str(tmp_path), "s", "postgres/a/1", TargetRecord("public", applied=True))
+    record_position(layout, "postgres/a/1", 500, name="reporting")
+    record_position(layout, "iceberg/cat/eu", 700, name="eu")
+    record_position(layout, "delta/s3://lake", 600)  # a one-target spec's record carries no name
+    assert recorded_names(layout) == {"postgres/a/1": "reporting", "iceberg/cat/eu": "eu"}
+    assert len(target_files(layout, "postgres/a/1")) == 2
+    assert len(forget_target(layout, "postgres/a/1")) == 2
+    assert forget_target(layout, "postgres/a/1") == []
+    assert positions(layout) == {"iceberg/cat/eu": 700, "delta/s3://lake": 600}
 
 
 def spec_with(retention):
