@@ -43,7 +43,7 @@ from airflow_provider_pglogical.apply.targets.base import (
 )
 from airflow_provider_pglogical.apply.targets.delta import changelog
 from airflow_provider_pglogical.apply.targets.delta import mirror as merge_rules
-from airflow_provider_pglogical.apply.targets.delta.types import convert_array
+from airflow_provider_pglogical.apply.targets.delta.types import Lake, convert_array
 from airflow_provider_pglogical.apply.targets.iceberg import mirror
 from airflow_provider_pglogical.apply.targets.iceberg.catalog import (
     IcebergLocation,
@@ -60,6 +60,7 @@ from airflow_provider_pglogical.apply.targets.iceberg.types import (
     to_iceberg,
     unwrap,
 )
+from airflow_provider_pglogical.apply.targets.lake import net as lake_net
 from airflow_provider_pglogical.apply.transforms import FROM, LSN
 from airflow_provider_pglogical.exceptions import ApplyError, SchemaChangeError, format_lsn
 
@@ -114,6 +115,8 @@ class IcebergTarget:
     end LSN together with the data; a batch at or below it is skipped, so re-running any batches changes nothing
     and a crash between the tables of one batch resumes with the tables not yet committed.
     """
+
+    lake: Lake = ICEBERG  # the typed errors of values Iceberg cannot hold (``types.py``)
 
     def __init__(self, location: IcebergLocation, slot: str, *, mode: str = "mirror",
                  partition_by: Mapping[str, Sequence[str]] | None = None,
@@ -187,31 +190,19 @@ class IcebergTarget:
         for table in plan.tables:
             if self._at(table.target, plan.end_lsn, plan.slot):
                 continue  # committed by an earlier (crashed or racing) run
+            if self.mode == "mirror":
+                outcomes[table.target] = lake_net.apply_collected(self, table, plan, changes, changes.net(table),
+                                                                  seconds)
+                continue
             started = time.monotonic()
-            if self.mode == "changelog":
-                changelog.check_names(table.target, table.columns)
-                rows = unwrap(_arrow(changes.published(table).transform(changelog.to_changelog(table.columns))),
-                              f"{where}: {table.target}", changelog.LSN)
-                rows = changelog.with_truncates(rows, truncates.get(table.target, []))
-                seconds["stage"] += time.monotonic() - started
-                started = time.monotonic()
-                outcomes[table.target] = self.append_changes(
-                    table.target, plan.start_lsn, plan.end_lsn, rows, type_names=table.type_names())
-            else:
-                net = unwrap(merge_rules.with_from(_arrow(changes.net(table)), table.key), f"{where}: {table.target}",
-                             LSN)
-                seconds["stage"] += time.monotonic() - started
-                started = time.monotonic()
-                self._follow_schema(table, net, where)
-
-                def ordered(table: PlannedTable = table) -> pa.Table:
-                    return unwrap(merge_rules.with_from(_arrow(changes.ordered(table)), table.key),
-                                  f"{where}: {table.target}", LSN)
-
-                outcomes[table.target] = self.apply_net(
-                    table.target, plan.start_lsn, plan.end_lsn, net, key=table.key, columns=table.columns,
-                    type_names=table.type_names(), truncated=table.truncated_at is not None,
-                    unchanged_toast=table.unchanged_toast, ordered=ordered)
+            changelog.check_names(table.target, table.columns)
+            rows = unwrap(_arrow(changes.published(table).transform(changelog.to_changelog(table.columns))),
+                          f"{where}: {table.target}", changelog.LSN)
+            rows = changelog.with_truncates(rows, truncates.get(table.target, []))
+            seconds["stage"] += time.monotonic() - started
+            started = time.monotonic()
+            outcomes[table.target] = self.append_changes(
+                table.target, plan.start_lsn, plan.end_lsn, rows, type_names=table.type_names())
             seconds["apply"] += time.monotonic() - started
         started = time.monotonic()
         for name in plan.truncate:  # tables the batch only empties
@@ -282,7 +273,7 @@ class IcebergTarget:
 
     # -- schema ------------------------------------------------------------------------------
 
-    def _follow_schema(self, table: PlannedTable, data: pa.Table, where: str) -> None:
+    def follow_schema(self, table: PlannedTable, data: pa.Table, where: str) -> None:
         """The planned source schema changes (``apply/schema_changes.py``) on the Iceberg table, before its data.
 
         Iceberg evolves a schema in place: a new column is added (nullable, typed like the staged values, its source
@@ -344,7 +335,7 @@ class IcebergTarget:
     def _table(self, target: str, schema: pa.Schema, where: str,
                type_names: Mapping[str, str | None] | None = None) -> Table:
         """The target table, created (with its partition spec) when missing; a replicated column it lacks is an
-        error (a column the source added was added by ``_follow_schema`` already)."""
+        error (a column the source added was added by ``follow_schema`` already)."""
         tbl = self.open(target)
         if tbl is None:
             tbl = self._create(target, documented(schema, type_names or {}), where)
@@ -404,8 +395,12 @@ class IcebergTarget:
 
     def apply_net(self, target: str, start_lsn: int, end_lsn: int, net: pa.Table, *, key: Sequence[str],
                   columns: Sequence[str], type_names: Mapping[str, str | None], truncated: bool,
-                  unchanged_toast: str = "fail", ordered: Callable[[], pa.Table] | None = None) -> TableOutcome:
-        """Mirror mode: the batch's net changes of ``target`` (and a truncate before them) in one commit."""
+                  unchanged_toast: str = "fail", ordered: Callable[[], pa.Table] | None = None,
+                  null_safe_key: bool = False) -> TableOutcome:
+        """Mirror mode: the batch's net changes of ``target`` (and a truncate before them) in one commit.
+
+        ``null_safe_key`` is the Delta target's (``lake/net.py``): keys here always match NULL to NULL
+        (``mirror.key_mask``), so REPLICA IDENTITY FULL keys need nothing more."""
         where = f"batch {start_lsn:X}-{end_lsn:X}"
         converted, schema = self._convert(net, columns, key, f"{where}: {target}", type_names)
         tbl = self._table(target, schema, where, type_names)
