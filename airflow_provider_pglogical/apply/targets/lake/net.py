@@ -45,9 +45,14 @@ def null_safe_key(table: PlannedTable) -> bool:
     return table.relation.replica_identity == "f" and not table.config.key_columns
 
 
+def prepared(table: PlannedTable, rows: pa.Table, where: str, lake: Lake) -> pa.Table:
+    """Collected changes of ``table`` (all, or one bucket) shaped as ``apply_net`` reads them."""
+    return unwrap_notes(with_from(rows, table.key), f"{where}: {table.target}", LSN, lake=lake)
+
+
 def collected(table: PlannedTable, frame: DataFrame, where: str, lake: Lake) -> pa.Table:
     """``frame`` (the net or ordered changes of ``table``) on the driver, shaped as ``apply_net`` reads it."""
-    return unwrap_notes(with_from(frame.toArrow(), table.key), f"{where}: {table.target}", LSN, lake=lake)
+    return prepared(table, frame.toArrow(), where, lake)
 
 
 def apply_collected(target: LakeMirror[Outcome], table: PlannedTable, plan: PlannedBatch, changes: BatchChanges,
