@@ -13,9 +13,9 @@ from deltalake import DeltaTable
 
 from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
-from airflow_provider_pglogical.apply.targets.delta import stream
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
 from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
+from airflow_provider_pglogical.apply.targets.lake import stream
 from airflow_provider_pglogical.hooks import PgLogicalHook
 from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings, initial_snapshot
 from scripts.harness.pgserver import execute, make_database, make_target, query

@@ -11,9 +11,9 @@ import pytest
 
 from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
-from airflow_provider_pglogical.apply.targets.delta import stream
 from airflow_provider_pglogical.apply.targets.iceberg.catalog import IcebergLocation
 from airflow_provider_pglogical.apply.targets.iceberg.target import IcebergTarget
+from airflow_provider_pglogical.apply.targets.lake import stream
 from airflow_provider_pglogical.hooks import PgLogicalHook
 from scripts.harness.pgserver import execute, make_database
 from scripts.harness.subscriber import drain_all, run_script, subscribe, unsubscribe, wait_for_subscriber

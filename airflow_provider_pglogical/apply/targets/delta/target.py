@@ -4,7 +4,7 @@
 plan with the batch's Spark frames; the target brings each table's net changes (mirror) or published
 changes (changelog) to the driver as Arrow — delta-rs writes from one process; Spark does the reading,
 filtering, projection and compaction — and commits them with one delta-rs commit per table. A mirror's
-net changes stream into the MERGE bucket by bucket (``stream.py``); the collected path is the reference.
+net changes stream into the MERGE bucket by bucket (``lake/stream.py``); the collected path is the reference.
 Below ``apply_batch`` everything is Arrow (``apply_net``, ``apply_net_stream``, ``truncate``,
 ``append_changes``), so it runs (and is tested) without Spark.
 
@@ -41,7 +41,7 @@ from airflow_provider_pglogical.apply.targets.base import (
     StagedRowsSource,
     TargetTable,
 )
-from airflow_provider_pglogical.apply.targets.delta import changelog, mirror, stream
+from airflow_provider_pglogical.apply.targets.delta import changelog, mirror
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation, app_id, sync_app_id
 from airflow_provider_pglogical.apply.targets.delta.types import (
     DELTA,
@@ -53,6 +53,7 @@ from airflow_provider_pglogical.apply.targets.delta.types import (
     unwrap_notes,
 )
 from airflow_provider_pglogical.apply.targets.lake import net as lake_net
+from airflow_provider_pglogical.apply.targets.lake import stream
 from airflow_provider_pglogical.apply.transforms import FROM, LSN
 from airflow_provider_pglogical.exceptions import ApplyError, SchemaChangeError, format_lsn
 
@@ -124,7 +125,7 @@ class DeltaTarget:
         self.partition_by = {t: tuple(c) for t, c in (partition_by or {}).items()}
         self.checkpoint = on_checkpoint or _noop
         # Mirror MERGE sources are streamed from Spark in buckets of about this many net changes; None: collected
-        # whole (the reference path, ``stream.py``).
+        # whole (the reference path, ``lake/stream.py``).
         self.chunk_rows = chunk_rows
         # A table-batch of more net changes than this is merged in one commit per key-hash bucket of about this many
         # (``apply_net_buckets``): driver memory bounded, the batch visible partly applied between commits. None: one
@@ -218,7 +219,7 @@ class DeltaTarget:
 
     def _mirror(self, table: PlannedTable, plan: PlannedBatch, changes: BatchChanges, where: str,
                 seconds: dict[str, float]) -> TableOutcome:
-        """One table's net changes in one MERGE commit: streamed bucket by bucket from Spark (``stream.py``) when
+        """One table's net changes in one MERGE commit: streamed bucket by bucket from Spark (``lake/stream.py``) when
         ``chunk_rows`` is set, the table-batch staged more changes than that (or does not say how many) and no change
         needs the whole table's changes, else collected whole (the reference). With ``max_merge_rows`` set, a
         table-batch of more net changes than that is merged in one commit per bucket (``apply_net_buckets``)."""

@@ -44,7 +44,7 @@ from airflow_provider_pglogical.apply.targets.base import (
     StagedRowsSource,
     TargetTable,
 )
-from airflow_provider_pglogical.apply.targets.delta import changelog, stream
+from airflow_provider_pglogical.apply.targets.delta import changelog
 from airflow_provider_pglogical.apply.targets.delta import mirror as merge_rules
 from airflow_provider_pglogical.apply.targets.delta.types import Lake, convert_array
 from airflow_provider_pglogical.apply.targets.iceberg import mirror
@@ -64,6 +64,7 @@ from airflow_provider_pglogical.apply.targets.iceberg.types import (
     unwrap,
 )
 from airflow_provider_pglogical.apply.targets.lake import net as lake_net
+from airflow_provider_pglogical.apply.targets.lake import stream
 from airflow_provider_pglogical.apply.transforms import FROM, LSN
 from airflow_provider_pglogical.exceptions import ApplyError, SchemaChangeError, format_lsn
 
@@ -127,7 +128,7 @@ class IcebergTarget:
                  chunk_rows: int | None = stream.DEFAULT_CHUNK_ROWS) -> None:
         if mode not in MODES:
             raise ApplyError(f"Iceberg target mode must be one of {', '.join(MODES)}, got {mode!r}")
-        # Mirror net changes are streamed from Spark in key-hash buckets of about this many (``delta/stream.py``);
+        # Mirror net changes are streamed from Spark in key-hash buckets of about this many (``lake/stream.py``);
         # None: collected whole (the reference path).
         self.chunk_rows = chunk_rows
         self.location, self.slot, self.mode = location, slot, mode
@@ -227,7 +228,7 @@ class IcebergTarget:
 
     def _mirror(self, table: PlannedTable, plan: PlannedBatch, changes: BatchChanges,
                 seconds: dict[str, float]) -> TableOutcome:
-        """One table's net changes in one commit: streamed bucket by bucket from Spark (``delta/stream.py``) when
+        """One table's net changes in one commit: streamed bucket by bucket from Spark (``lake/stream.py``) when
         ``chunk_rows`` is set, the table-batch staged more changes than that (or does not say how many) and no change
         needs the whole table's changes (``apply_net_stream``), else collected whole (the reference)."""
         frame = changes.net(table)
