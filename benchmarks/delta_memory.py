@@ -1,14 +1,19 @@
-"""Peak memory of the Delta apply's driver for one large batch: the MERGE source collected whole vs streamed.
+"""Peak memory of the Delta apply's driver for one large batch: the MERGE source collected whole, streamed into one
+commit, and merged in one commit per bucket (``max_merge_rows``).
 
-    python benchmarks/delta_memory.py [--changes 1000000] [--base 500000] [--chunk-rows 100000] [--master local[2]]
+    python benchmarks/delta_memory.py [--changes 1000000] [--base 500000] [--chunk-rows 100000]
+                                      [--max-merge-rows 100000] [--master local[2]]
 
 One batch's net changes of one table (``--changes``: a third updates of existing keys, a third inserts, a
 third deletes, ``body`` a 100-character text) are built by Spark in the shape the runner hands the Delta
 target, and applied by ``DeltaTarget`` to a Delta table of ``--base`` rows — once with the source collected
-whole (``chunk_rows=None``, the reference path) and once streamed (``--chunk-rows``), each in a fresh process
-of its own, so each figure is that process's peak RSS (``VmHWM``): the driver's Python, the Arrow buffers and
+whole (``chunk_rows=None``, the reference path), once streamed into one MERGE commit (``--chunk-rows``) and once
+merged in one commit per key-hash bucket of about ``--max-merge-rows`` net changes, each in a fresh process of its own, so each figure is that process's peak RSS (``VmHWM``): the driver's Python, the Arrow buffers and
 delta-rs (a classic session's JVM is a child process and is reported on its own; with ``--master sc://…`` the
-process is a Spark Connect client and the Spark work is the server's). Both end with the same table (checked).
+process is a Spark Connect client and the Spark work is the server's). All end with the same table (checked).
+
+delta-rs builds its MERGE's hash join from the whole source, so the one-commit modes hold every net change in
+delta-rs's memory while the MERGE runs; one commit per bucket holds one bucket's (docs/delta.md, "Driver memory").
 """
 
 from __future__ import annotations
@@ -67,7 +72,11 @@ def _base(lake: str, rows: int) -> None:
         type_names={"id": "bigint", "n": "bigint", "body": "text"}, truncated=False)
 
 
-def _measure(lake: str, changes: int, base: int, chunk_rows: int | None, master: str) -> dict[str, Any]:
+MODES = ("collected", "streamed", "per-bucket")
+
+
+def _measure(lake: str, changes: int, base: int, mode: str, chunk_rows: int, max_merge_rows: int,
+             master: str) -> dict[str, Any]:
     """One apply of the batch in this process; its peak RSS."""
     from pyspark.sql import functions as F
 
@@ -102,14 +111,15 @@ def _measure(lake: str, changes: int, base: int, chunk_rows: int | None, master:
     table = PlannedTable(source=TABLE, target=TABLE, key=("id",), columns=("id", "n", "body"), relation=relation,
                          config=TableApplyConfig())
     plan = PlannedBatch(slot="bench", start_lsn=10, end_lsn=20, tables=(table,), watermark_tables=(TABLE,))
-    target = DeltaTarget(DeltaLocation(lake), "bench", chunk_rows=chunk_rows)
+    target = DeltaTarget(DeltaLocation(lake), "bench", chunk_rows=None if mode == "collected" else chunk_rows,
+                         max_merge_rows=max_merge_rows if mode == "per-bucket" else None)
     started = time.monotonic()
     result = target.apply_batch(plan, Changes())  # type: ignore[arg-type]
     seconds = time.monotonic() - started
     import os
 
     pid = os.getpid()
-    out = {"mode": "streamed" if chunk_rows else "collected", "seconds": round(seconds, 1),
+    out = {"mode": mode, "seconds": round(seconds, 1),
            "rows": result.rows.get(TABLE, {}), "peak_rss_mib": round(_status_kib(pid, "VmHWM") / 1024),
            "rss_before_apply_mib": round(before / 1024), "jvm_peak_rss_mib": round(_children_hwm_kib() / 1024)}
     spark.stop()
@@ -132,37 +142,41 @@ def main() -> None:
     p.add_argument("--changes", type=int, default=1_000_000)
     p.add_argument("--base", type=int, default=500_000)
     p.add_argument("--chunk-rows", type=int, default=100_000)
+    p.add_argument("--max-merge-rows", type=int, default=100_000)
     p.add_argument("--master", default="local[2]")
-    p.add_argument("--child", choices=("base", "collected", "streamed"), help=argparse.SUPPRESS)
+    p.add_argument("--child", choices=("base", *MODES), help=argparse.SUPPRESS)
     p.add_argument("--lake", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child == "base":
         _base(a.lake, a.base)
         return
     if a.child:
-        result = _measure(a.lake, a.changes, a.base, a.chunk_rows if a.child == "streamed" else None, a.master)
+        result = _measure(a.lake, a.changes, a.base, a.child, a.chunk_rows, a.max_merge_rows, a.master)
         print(json.dumps({**result, "table": _rows_digest(a.lake)}))
         return
     workdir = Path(tempfile.mkdtemp(prefix="pglogical-delta-memory-"))
     try:
-        results = []
-        for mode in ("collected", "streamed"):
+        results = {}
+        for mode in MODES:
             lake = str(workdir / mode)
             common = [sys.executable, __file__, "--lake", lake, "--changes", str(a.changes), "--base", str(a.base),
-                      "--chunk-rows", str(a.chunk_rows), "--master", a.master]
+                      "--chunk-rows", str(a.chunk_rows), "--max-merge-rows", str(a.max_merge_rows),
+                      "--master", a.master]
             subprocess.run([*common, "--child", "base"], check=True)
             done = subprocess.run([*common, "--child", mode], check=True, capture_output=True, text=True)
-            results.append(json.loads(done.stdout.strip().splitlines()[-1]))
-        collected, streamed = results
+            results[mode] = json.loads(done.stdout.strip().splitlines()[-1])
+        streamed, bucketed = results["streamed"], results["per-bucket"]
         print(f"{a.changes} net changes into a Delta table of {a.base} rows, Spark {a.master}, "
-              f"chunk_rows {a.chunk_rows}")
-        print(f"{'':28}{'collected':>12}{'streamed':>12}{'ratio':>8}")
+              f"chunk_rows {a.chunk_rows}, max_merge_rows {a.max_merge_rows}")
+        print(f"{'':28}{'collected':>12}{'streamed':>12}{'per-bucket':>12}{'per-bucket/streamed':>21}")
         for label, k in (("driver peak RSS (MiB)", "peak_rss_mib"), ("  of which before the apply", "rss_before_apply_mib"),
                          ("local JVM peak RSS (MiB)", "jvm_peak_rss_mib"), ("apply seconds", "seconds")):
-            ratio = streamed[k] / collected[k] if collected[k] else float("nan")
-            print(f"{label:28}{collected[k]:>12}{streamed[k]:>12}{ratio:>8.2f}")
-        print(f"rows: collected {collected['rows']}, streamed {streamed['rows']}")
-        assert collected["table"] == streamed["table"], (collected["table"], streamed["table"])
+            ratio = bucketed[k] / streamed[k] if streamed[k] else float("nan")
+            print(f"{label:28}" + "".join(f"{results[m][k]:>12}" for m in MODES) + f"{ratio:>21.2f}")
+        for mode in MODES:
+            print(f"rows {mode}: {results[mode]['rows']}")
+        tables = {m: results[m]["table"] for m in MODES}
+        assert len({json.dumps(t) for t in tables.values()}) == 1, tables
         print(f"same table: {streamed['table'][0]} rows, equal checksums")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

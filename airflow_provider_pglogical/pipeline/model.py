@@ -89,7 +89,8 @@ class StagingSpec:
 class TargetSpec:
     """``postgres``: ``dsn`` or ``conn_id``. ``delta``: ``uri`` (path or ``s3://…``), optional ``conn_id``
     (an Airflow AWS connection whose credentials reach the apply through its environment),
-    non-secret ``storage_options``, ``mode`` and ``partition_by`` (target table → columns). ``iceberg``:
+    non-secret ``storage_options``, ``mode``, ``partition_by`` (target table → columns) and ``max_merge_rows`` (a
+    table-batch of more net changes is merged in one commit per key-hash bucket). ``iceberg``:
     ``catalog`` (pyiceberg catalog properties: ``type`` sql or rest, ``uri``, ``warehouse``, …; no secrets),
     optional ``namespace`` (else each table's schema), ``conn_id``, ``mode`` and ``partition_by`` as for delta."""
 
@@ -105,6 +106,7 @@ class TargetSpec:
     session_replication_role: str = "origin"
     catalog: dict[str, str] = field(default_factory=dict)
     namespace: str | None = None
+    max_merge_rows: int | None = None  # delta mirror: None, one commit per table-batch whatever its size
 
 
 @dataclass(frozen=True)

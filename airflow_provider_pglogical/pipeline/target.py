@@ -416,7 +416,7 @@ class DeltaSpecTarget(LakeSpecTarget):
 
         t = self.spec.target
         return DeltaTarget(DeltaLocation(t.uri or "", dict(t.storage_options)), self.spec.source.slot, mode=t.mode,
-                           partition_by=t.partition_by)
+                           partition_by=t.partition_by, max_merge_rows=t.max_merge_rows)
 
     def watermarks(self) -> dict[str, int]:
         with self.environment():

@@ -329,7 +329,7 @@ class SpecValidator:
     def target(self, value: Any, path: str) -> TargetSpec | None:
         raw = self.mapping(value, path, ("kind", "dsn", "conn_id", "uri", "mode", "storage_options",
                                          "partition_by", "bookkeeping_schema", "session_replication_role",
-                                         "catalog", "namespace"), ("kind",))
+                                         "catalog", "namespace", "max_merge_rows"), ("kind",))
         if raw is None:
             return None
         kind = self.choice(raw.get("kind"), _join(path, "kind"), TARGET_KINDS, "postgres") \
@@ -338,7 +338,7 @@ class SpecValidator:
             return self.delta_target(raw, path)
         if kind == "iceberg":
             return self.iceberg_target(raw, path)
-        for key in ("uri", "storage_options"):
+        for key in ("uri", "storage_options", "max_merge_rows"):
             if key in raw:
                 self.err(_join(path, key), "only for kind: delta")
         for key in ("mode", "partition_by"):
@@ -404,8 +404,11 @@ class SpecValidator:
             elif (text := self.string(val if not isinstance(val, bool) else str(val).lower(), kpath)) is not None:
                 options[str(key)] = text
         partitions = self.partition_by(raw, path)
+        max_merge_rows = self.count(raw.get("max_merge_rows"), _join(path, "max_merge_rows"))
+        if max_merge_rows is not None and mode != "mirror":
+            self.err(_join(path, "max_merge_rows"), "only for mode: mirror (a change feed appends in one commit)")
         return TargetSpec(kind="delta", conn_id=conn_id, uri=uri or "", mode=mode, storage_options=options,
-                          partition_by=partitions)
+                          partition_by=partitions, max_merge_rows=max_merge_rows)
 
     def partition_by(self, raw: dict[str, Any], path: str) -> dict[str, tuple[str, ...]]:
         partitions: dict[str, tuple[str, ...]] = {}
@@ -428,7 +431,8 @@ class SpecValidator:
                          ("storage_options", "pass FileIO properties in catalog"),
                          ("bookkeeping_schema", "only for kind: postgres (Iceberg keeps its watermarks in each "
                                                 "table's metadata)"),
-                         ("session_replication_role", "only for kind: postgres (Iceberg tables have no triggers)")):
+                         ("session_replication_role", "only for kind: postgres (Iceberg tables have no triggers)"),
+                         ("max_merge_rows", "only for kind: delta (an Iceberg batch commits once per table)")):
             if key in raw:
                 self.err(_join(path, key), why)
         conn_id = self.string(raw.get("conn_id"), _join(path, "conn_id"))

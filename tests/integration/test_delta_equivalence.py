@@ -13,9 +13,9 @@ from deltalake import DeltaTable
 
 from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
-from airflow_provider_pglogical.apply.targets.delta import stream
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
 from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
+from airflow_provider_pglogical.apply.targets.lake import stream
 from airflow_provider_pglogical.hooks import PgLogicalHook
 from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings, initial_snapshot
 from scripts.harness.pgserver import execute, make_database, make_target, query
@@ -98,6 +98,15 @@ def test_delta_mirror_matches_a_native_subscriber_and_the_changelog_rebuilds_it(
         assert [r.applied for r in apply_slot(spark, config, target=mirror)] == [False, False]  # re-run: no-op
         assert [r.applied for r in apply_slot(spark, config, target=feed)] == [True, True]
         assert [r.applied for r in apply_slot(spark, config, target=feed)] == [False, False]
+        if storage == "local":  # merged in one commit per bucket of two net changes (max_merge_rows): the same tables
+            bucketed_loc = DeltaLocation(lake + "/bucketed")
+            bucketed = DeltaTarget(bucketed_loc, "ours", max_merge_rows=2)
+            assert [r.applied for r in apply_slot(spark, config, target=bucketed)] == [True, True]
+            assert [r.applied for r in apply_slot(spark, config, target=bucketed)] == [False, False]
+            for table in TABLES:
+                assert delta_rows(bucketed_loc, table) == delta_rows(mirror_loc, table), table
+            assert any("pglogical.bucket" in c for table in TABLES  # not vacuous: some batch took several commits
+                       for c in DeltaTable(bucketed_loc.table_uri(f"public.{table}")).history())
         wait_for_subscriber(source_dsn, native_dsn)
         for table in TABLES:
             if table == "toast_rf":

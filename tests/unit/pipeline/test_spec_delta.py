@@ -70,3 +70,16 @@ def test_a_delta_pipeline_dag_applies_in_process_and_needs_no_target_connection(
     apply = dag.get_task("pglogical.apply")
     assert isinstance(apply, DeltaApplyOperator) and apply.spec.target.uri == "s3://lake/cdc"
     assert apply.upstream_task_ids == {"pglogical.decode"}
+
+
+def test_max_merge_rows_reaches_the_delta_target_and_is_checked():
+    from airflow_provider_pglogical.pipeline.target import DeltaSpecTarget, spec_target
+
+    handle = spec_target(parse_spec(delta_doc(mode="mirror", max_merge_rows=250_000), env={}))
+    assert isinstance(handle, DeltaSpecTarget) and handle.delta_target().max_merge_rows == 250_000
+    assert spec_target(parse_spec(delta_doc(), env={})).delta_target().max_merge_rows is None  # type: ignore[attr-defined]
+    assert "target.max_merge_rows: must be greater than 0" in error_of(delta_doc(mode="mirror", max_merge_rows=0))
+    assert "target.max_merge_rows: only for mode: mirror" in error_of(delta_doc(max_merge_rows=10))
+    doc = copy.deepcopy(VALID)
+    doc["target"]["max_merge_rows"] = 10
+    assert "target.max_merge_rows: only for kind: delta" in error_of(doc)

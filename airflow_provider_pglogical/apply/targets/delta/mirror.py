@@ -210,7 +210,7 @@ def merge_source(net: pa.Table, key: Sequence[str], columns: Sequence[str],
     """The MERGE source (kind, keep flags, columns) and the update assignments per column.
 
     ``kept``: the columns that carry a keep flag, whether or not a row of ``net`` keeps them (every chunk of a
-    streamed source has one schema: ``stream.py``); None: the columns some row of ``net`` keeps. A flag that is
+    streamed source has one schema: ``lake/stream.py``); None: the columns some row of ``net`` keeps. A flag that is
     false everywhere assigns the source value, as no flag does.
     """
     values = [c for c in columns if c not in key]

@@ -4,7 +4,7 @@
 plan with the batch's Spark frames; the target brings each table's net changes (mirror) or published
 changes (changelog) to the driver as Arrow — delta-rs writes from one process; Spark does the reading,
 filtering, projection and compaction — and commits them with one delta-rs commit per table. A mirror's
-net changes stream into the MERGE bucket by bucket (``stream.py``); the collected path is the reference.
+net changes stream into the MERGE bucket by bucket (``lake/stream.py``); the collected path is the reference.
 Below ``apply_batch`` everything is Arrow (``apply_net``, ``apply_net_stream``, ``truncate``,
 ``append_changes``), so it runs (and is tested) without Spark.
 
@@ -15,6 +15,7 @@ is what ``describe`` reports and source schema changes are judged against (``app
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import time
@@ -40,15 +41,19 @@ from airflow_provider_pglogical.apply.targets.base import (
     StagedRowsSource,
     TargetTable,
 )
-from airflow_provider_pglogical.apply.targets.delta import changelog, mirror, stream
+from airflow_provider_pglogical.apply.targets.delta import changelog, mirror
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation, app_id, sync_app_id
 from airflow_provider_pglogical.apply.targets.delta.types import (
+    DELTA,
+    Lake,
     convert_array,
     delta_schema,
     delta_type,
     to_delta,
     unwrap_notes,
 )
+from airflow_provider_pglogical.apply.targets.lake import net as lake_net
+from airflow_provider_pglogical.apply.targets.lake import stream
 from airflow_provider_pglogical.apply.transforms import FROM, LSN
 from airflow_provider_pglogical.exceptions import ApplyError, SchemaChangeError, format_lsn
 
@@ -61,6 +66,8 @@ MODES = ("mirror", "changelog")
 # Where a test may stop the apply (``on_checkpoint(name, target)``): right before deltalake commits the
 # table's batch (its data files may already be written), and right after the commit.
 CHECKPOINTS = ("before_commit", "committed")
+# With ``max_merge_rows``: right after each bucket's commit but the last (which is ``committed``, with the watermark).
+BUCKET_COMMITTED = "bucket_committed"
 TYPE_KEY = "pglogical.type"  # field metadata: the source column's PostgreSQL type (format_type text)
 # Delta types → the PostgreSQL type a column without TYPE_KEY is judged as (tables written by other tools).
 _CANONICAL = {"byte": "smallint", "short": "smallint", "integer": "integer", "long": "bigint", "float": "real",
@@ -69,6 +76,10 @@ _CANONICAL = {"byte": "smallint", "short": "smallint", "integer": "integer", "lo
 
 
 def _noop(name: str, target: str) -> None:
+    return None
+
+
+def _nothing() -> None:
     return None
 
 
@@ -102,18 +113,26 @@ class DeltaTarget:
     and a crash between the tables of one batch resumes with the tables not yet committed.
     """
 
+    lake: Lake = DELTA  # the typed errors of values Delta cannot hold (``types.py``)
+
     def __init__(self, location: DeltaLocation, slot: str, *, mode: str = "mirror",
                  partition_by: Mapping[str, Sequence[str]] | None = None,
                  on_checkpoint: Callable[[str, str], None] | None = None,
-                 chunk_rows: int | None = stream.DEFAULT_CHUNK_ROWS) -> None:
+                 chunk_rows: int | None = stream.DEFAULT_CHUNK_ROWS, max_merge_rows: int | None = None) -> None:
         if mode not in MODES:
             raise ApplyError(f"Delta target mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.location, self.slot, self.mode = location, slot, mode
         self.partition_by = {t: tuple(c) for t, c in (partition_by or {}).items()}
         self.checkpoint = on_checkpoint or _noop
         # Mirror MERGE sources are streamed from Spark in buckets of about this many net changes; None: collected
-        # whole (the reference path, ``stream.py``).
+        # whole (the reference path, ``lake/stream.py``).
         self.chunk_rows = chunk_rows
+        # A table-batch of more net changes than this is merged in one commit per key-hash bucket of about this many
+        # (``apply_net_buckets``): driver memory bounded, the batch visible partly applied between commits. None: one
+        # commit per table-batch whatever its size (docs/delta.md, "Driver memory").
+        if max_merge_rows is not None and max_merge_rows < 1:
+            raise ApplyError(f"max_merge_rows must be at least 1, got {max_merge_rows}")
+        self.max_merge_rows = max_merge_rows
         self._creating: dict[str, dict[str, str]] = {}  # tables create_table announced, made on first write
 
     # -- the Target protocol (targets/base.py) ---------------------------------------------
@@ -178,7 +197,7 @@ class DeltaTarget:
             rows = changelog.with_truncates(rows, truncates.get(table.target, []))
             seconds["stage"] += time.monotonic() - started
             started = time.monotonic()
-            self._follow_schema(table, rows, where)
+            self.follow_schema(table, rows, where)
             outcomes[table.target] = self.append_changes(
                 table.target, plan.start_lsn, plan.end_lsn, rows, columns=table.columns,
                 type_names=table.type_names())
@@ -200,47 +219,31 @@ class DeltaTarget:
 
     def _mirror(self, table: PlannedTable, plan: PlannedBatch, changes: BatchChanges, where: str,
                 seconds: dict[str, float]) -> TableOutcome:
-        """One table's net changes in one MERGE commit: streamed bucket by bucket from Spark (``stream.py``) when
+        """One table's net changes in one MERGE commit: streamed bucket by bucket from Spark (``lake/stream.py``) when
         ``chunk_rows`` is set, the table-batch staged more changes than that (or does not say how many) and no change
-        needs the whole table's changes, else collected whole (the reference)."""
+        needs the whole table's changes, else collected whole (the reference). With ``max_merge_rows`` set, a
+        table-batch of more net changes than that is merged in one commit per bucket (``apply_net_buckets``)."""
         frame = changes.net(table)
         staged = changes.staged_rows(table) if isinstance(changes, StagedRowsSource) else None
-        if not table.key or not stream.worth_streaming(self.chunk_rows, staged):
-            return self._mirror_collected(table, plan, changes, frame, where, seconds)
+        if not table.key or not (stream.worth_streaming(self.chunk_rows, staged)
+                                 or stream.worth_streaming(self.max_merge_rows, staged)):
+            return lake_net.apply_collected(self, table, plan, changes, frame, seconds)
         started = time.monotonic()
         frame = frame.persist()  # read by the summary and by every bucket
         try:
             summary = stream.summarise(frame, table.columns)
             seconds["stage"] += time.monotonic() - started
             if summary.needs_collected:
-                return self._mirror_collected(table, plan, changes, frame, where, seconds)
-            return self._mirror_streamed(table, plan, frame, summary, where, seconds)
+                return lake_net.apply_collected(self, table, plan, changes, frame, seconds)
+            per_commit = self.max_merge_rows is not None and summary.rows > self.max_merge_rows
+            return self._mirror_streamed(table, plan, frame, summary, where, seconds, per_commit=per_commit)
         finally:
             frame.unpersist()
 
-    def _mirror_collected(self, table: PlannedTable, plan: PlannedBatch, changes: BatchChanges, frame: DataFrame,
-                          where: str, seconds: dict[str, float]) -> TableOutcome:
-        started = time.monotonic()
-        net = unwrap_notes(mirror.with_from(_arrow(frame), table.key), f"{where}: {table.target}", LSN)
-        seconds["stage"] += time.monotonic() - started
-        started = time.monotonic()
-        self._follow_schema(table, net, where)
-
-        def ordered(table: PlannedTable = table) -> pa.Table:
-            return unwrap_notes(mirror.with_from(_arrow(changes.ordered(table)), table.key),
-                                f"{where}: {table.target}", LSN)
-
-        outcome = self.apply_net(
-            table.target, plan.start_lsn, plan.end_lsn, net, key=table.key, columns=table.columns,
-            type_names=table.type_names(), truncated=table.truncated_at is not None,
-            unchanged_toast=table.unchanged_toast, ordered=ordered,
-            null_safe_key=table.relation.replica_identity == "f" and not table.config.key_columns)
-        seconds["apply"] += time.monotonic() - started
-        return outcome
-
     def _mirror_streamed(self, table: PlannedTable, plan: PlannedBatch, frame: DataFrame, summary: stream.NetSummary,
-                         where: str, seconds: dict[str, float]) -> TableOutcome:
-        count = stream.buckets(summary.rows, self.chunk_rows or summary.rows)
+                         where: str, seconds: dict[str, float], *, per_commit: bool) -> TableOutcome:
+        bucket_rows = self.max_merge_rows if per_commit else self.chunk_rows
+        count = stream.buckets(summary.rows, bucket_rows or summary.rows)
         chunks = stream.prefetched([partial(_arrow, f) for f in stream.bucket_frames(frame, table.key, count)])
         label = f"{where}: {table.target}"
 
@@ -252,12 +255,17 @@ class DeltaTarget:
             first = prepared(next(chunks))
             seconds["stage"] += time.monotonic() - started
             started = time.monotonic()
-            self._follow_schema(table, first, where)
-            outcome = self.apply_net_stream(
-                table.target, plan.start_lsn, plan.end_lsn, first, (prepared(c) for c in chunks), rows=summary.rows,
-                kept=summary.kept, key=table.key, columns=table.columns, type_names=table.type_names(),
-                truncated=table.truncated_at is not None,
-                null_safe_key=table.relation.replica_identity == "f" and not table.config.key_columns)
+            self.follow_schema(table, first, where)
+            rest = (prepared(c) for c in chunks)
+            common: dict[str, Any] = {
+                "rows": summary.rows, "kept": summary.kept, "key": table.key, "columns": table.columns,
+                "type_names": table.type_names(), "truncated": table.truncated_at is not None,
+                "null_safe_key": lake_net.null_safe_key(table)}
+            if per_commit:
+                outcome = self.apply_net_buckets(table.target, plan.start_lsn, plan.end_lsn,
+                                                 itertools.chain([first], rest), count=count, **common)
+            else:
+                outcome = self.apply_net_stream(table.target, plan.start_lsn, plan.end_lsn, first, rest, **common)
             seconds["apply"] += time.monotonic() - started
             return outcome
         finally:
@@ -318,7 +326,7 @@ class DeltaTarget:
         mark = self.watermark(target, slot)
         return mark is not None and mark >= end_lsn
 
-    def _follow_schema(self, table: PlannedTable, data: pa.Table, where: str) -> None:
+    def follow_schema(self, table: PlannedTable, data: pa.Table, where: str) -> None:
         """The planned source schema changes (``apply/schema_changes.py``) on the Delta table, before its data.
 
         A new column is added (typed like the staged values, nullable); a widening the Delta type already
@@ -483,6 +491,69 @@ class DeltaTarget:
         self._finish(dt, version, props, target)
         return TableOutcome(committed=True, rows=_counts(metrics))
 
+    def apply_net_buckets(self, target: str, start_lsn: int, end_lsn: int, buckets: Iterator[pa.Table], *,
+                          count: int, rows: int, kept: Sequence[str], key: Sequence[str], columns: Sequence[str],
+                          type_names: Mapping[str, str | None], truncated: bool,
+                          null_safe_key: bool = False) -> TableOutcome:
+        """``apply_net_stream`` of net changes arriving in ``count`` key-disjoint ``buckets``, each merged in a commit
+        of its own; only the last commit carries the watermark.
+
+        Net changes are idempotent per key (the final image upserted, or a delete; a kept column takes the target's
+        value, which an earlier run of the same change left as it was), so a run stopped between two commits
+        leaves the watermark at the previous batch and the re-run merges every bucket again to the same table. A
+        TRUNCATE before the changes is the first commit's (rows no bucket re-inserts go there); the later buckets'
+        keys match no remaining row. Readers may see the batch partly applied between the commits."""
+        where = f"batch {start_lsn:X}-{end_lsn:X}"
+        label = f"{where}: {target}"
+        existing = self.location.open(target)
+        if existing is not None and (existing.transaction_version(app_id(self.slot, target)) or -1) >= end_lsn:
+            return TableOutcome(committed=False)
+        if count == 1 or rows == 0:  # one commit anyway (a TRUNCATE alone deletes every row): apply_net_stream's
+            first = next(buckets, None)
+            if first is None:
+                raise ApplyError(f"{label}: no bucket of the {count} planned")
+            return self.apply_net_stream(target, start_lsn, end_lsn, first, itertools.islice(buckets, count - 1),
+                                         rows=rows, kept=kept, key=key, columns=columns, type_names=type_names,
+                                         truncated=truncated, null_safe_key=null_safe_key)
+        totals: dict[str, int] = {}
+        merged = 0
+        for index, bucket in enumerate(itertools.islice(buckets, count)):
+            merged += bucket.num_rows
+            if index == count - 1:
+                if merged != rows:  # before the last commit: the watermark stays where it was
+                    raise ApplyError(f"{label}: {merged} net change(s) reached the MERGE commits, {rows} were planned")
+                outcome = self.apply_net_stream(target, start_lsn, end_lsn, bucket, iter(()), rows=bucket.num_rows,
+                                                kept=kept, key=key, columns=columns, type_names=type_names,
+                                                truncated=truncated and index == 0, null_safe_key=null_safe_key)
+                for name, n in outcome.rows.items():
+                    totals[name] = totals.get(name, 0) + n
+                return TableOutcome(committed=outcome.committed, rows=totals)
+            counts = self._merge_bucket(target, where, bucket, f"{index + 1}/{count}", kept=kept, key=key,
+                                        columns=columns, type_names=type_names, truncated=truncated and index == 0,
+                                        null_safe_key=null_safe_key,
+                                        metadata=mirror.metadata(self.slot, start_lsn, end_lsn, []))
+            for name, n in counts.items():
+                totals[name] = totals.get(name, 0) + n
+        raise ApplyError(f"{label}: {merged} net change(s) in fewer buckets than the {count} planned")
+
+    def _merge_bucket(self, target: str, where: str, bucket: pa.Table, position: str, *, kept: Sequence[str],
+                      key: Sequence[str], columns: Sequence[str], type_names: Mapping[str, str | None],
+                      truncated: bool, null_safe_key: bool, metadata: dict[str, str]) -> dict[str, int]:
+        """One bucket of ``apply_net_buckets`` but the last: its MERGE commit without the watermark."""
+        converted, schema = self._convert(bucket, columns, key, f"{where}: {target}", type_names)
+        dt = self._table(target, schema, where, type_names)
+        commit = CommitProperties(custom_metadata={**metadata, "pglogical.bucket": position})
+        if not converted.num_rows and not truncated:
+            return {}  # nothing to merge: no commit
+        # An empty first bucket after a TRUNCATE still merges: its "not matched by source" deletes every row, counted
+        # as the one-commit MERGE counts them.
+        source, _ = mirror.merge_source(converted, key, columns, kept=kept)
+        metrics = mirror.merge(dt, source, mirror.merge_updates([c for c in columns if c not in key], kept), key,
+                               columns, truncated=truncated, props=commit, before_commit=_nothing,
+                               null_safe=null_safe_key)
+        self.checkpoint(BUCKET_COMMITTED, target)
+        return _counts(metrics)
+
     def _append_rows(self, dt: DeltaTable, target: str, start_lsn: int, end_lsn: int, rows: pa.Table,
                      truncated: bool) -> TableOutcome:
         """A keyless (insert-only) table: its INSERTs appended — after a truncate, replacing every row — in one
@@ -524,7 +595,7 @@ class DeltaTarget:
         props = mirror.commit_properties(app, end_lsn, mirror.metadata(self.slot, start_lsn, end_lsn, []))
         self.checkpoint("before_commit", target)
         # ``merge``: the old image ``_old`` is a struct of the relation's columns, which gains (or loses)
-        # fields as the source schema changes; top-level columns were added by ``_follow_schema`` already.
+        # fields as the source schema changes; top-level columns were added by ``follow_schema`` already.
         write_deltalake(dt, converted, mode="append", schema_mode="merge", commit_properties=props)
         self.checkpoint("committed", target)
         return TableOutcome(committed=True, rows={"appended": converted.num_rows})

@@ -19,6 +19,7 @@ every reader (DuckDB, Trino, Spark, Snowflake, Athena, BigQuery) reads it as pla
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import time
@@ -26,6 +27,7 @@ import warnings
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -39,11 +41,12 @@ from airflow_provider_pglogical.apply.targets.base import (
     PlannedSnapshot,
     PlannedTable,
     PlannedTruncate,
+    StagedRowsSource,
     TargetTable,
 )
 from airflow_provider_pglogical.apply.targets.delta import changelog
 from airflow_provider_pglogical.apply.targets.delta import mirror as merge_rules
-from airflow_provider_pglogical.apply.targets.delta.types import convert_array
+from airflow_provider_pglogical.apply.targets.delta.types import Lake, convert_array
 from airflow_provider_pglogical.apply.targets.iceberg import mirror
 from airflow_provider_pglogical.apply.targets.iceberg.catalog import (
     IcebergLocation,
@@ -60,6 +63,8 @@ from airflow_provider_pglogical.apply.targets.iceberg.types import (
     to_iceberg,
     unwrap,
 )
+from airflow_provider_pglogical.apply.targets.lake import net as lake_net
+from airflow_provider_pglogical.apply.targets.lake import stream
 from airflow_provider_pglogical.apply.transforms import FROM, LSN
 from airflow_provider_pglogical.exceptions import ApplyError, SchemaChangeError, format_lsn
 
@@ -115,11 +120,17 @@ class IcebergTarget:
     and a crash between the tables of one batch resumes with the tables not yet committed.
     """
 
+    lake: Lake = ICEBERG  # the typed errors of values Iceberg cannot hold (``types.py``)
+
     def __init__(self, location: IcebergLocation, slot: str, *, mode: str = "mirror",
                  partition_by: Mapping[str, Sequence[str]] | None = None,
-                 on_checkpoint: Callable[[str, str], None] | None = None) -> None:
+                 on_checkpoint: Callable[[str, str], None] | None = None,
+                 chunk_rows: int | None = stream.DEFAULT_CHUNK_ROWS) -> None:
         if mode not in MODES:
             raise ApplyError(f"Iceberg target mode must be one of {', '.join(MODES)}, got {mode!r}")
+        # Mirror net changes are streamed from Spark in key-hash buckets of about this many (``lake/stream.py``);
+        # None: collected whole (the reference path).
+        self.chunk_rows = chunk_rows
         self.location, self.slot, self.mode = location, slot, mode
         self.partition_by = {t: tuple(c) for t, c in (partition_by or {}).items()}
         self.checkpoint = on_checkpoint or _noop
@@ -187,31 +198,18 @@ class IcebergTarget:
         for table in plan.tables:
             if self._at(table.target, plan.end_lsn, plan.slot):
                 continue  # committed by an earlier (crashed or racing) run
+            if self.mode == "mirror":
+                outcomes[table.target] = self._mirror(table, plan, changes, seconds)
+                continue
             started = time.monotonic()
-            if self.mode == "changelog":
-                changelog.check_names(table.target, table.columns)
-                rows = unwrap(_arrow(changes.published(table).transform(changelog.to_changelog(table.columns))),
-                              f"{where}: {table.target}", changelog.LSN)
-                rows = changelog.with_truncates(rows, truncates.get(table.target, []))
-                seconds["stage"] += time.monotonic() - started
-                started = time.monotonic()
-                outcomes[table.target] = self.append_changes(
-                    table.target, plan.start_lsn, plan.end_lsn, rows, type_names=table.type_names())
-            else:
-                net = unwrap(merge_rules.with_from(_arrow(changes.net(table)), table.key), f"{where}: {table.target}",
-                             LSN)
-                seconds["stage"] += time.monotonic() - started
-                started = time.monotonic()
-                self._follow_schema(table, net, where)
-
-                def ordered(table: PlannedTable = table) -> pa.Table:
-                    return unwrap(merge_rules.with_from(_arrow(changes.ordered(table)), table.key),
-                                  f"{where}: {table.target}", LSN)
-
-                outcomes[table.target] = self.apply_net(
-                    table.target, plan.start_lsn, plan.end_lsn, net, key=table.key, columns=table.columns,
-                    type_names=table.type_names(), truncated=table.truncated_at is not None,
-                    unchanged_toast=table.unchanged_toast, ordered=ordered)
+            changelog.check_names(table.target, table.columns)
+            rows = unwrap(_arrow(changes.published(table).transform(changelog.to_changelog(table.columns))),
+                          f"{where}: {table.target}", changelog.LSN)
+            rows = changelog.with_truncates(rows, truncates.get(table.target, []))
+            seconds["stage"] += time.monotonic() - started
+            started = time.monotonic()
+            outcomes[table.target] = self.append_changes(
+                table.target, plan.start_lsn, plan.end_lsn, rows, type_names=table.type_names())
             seconds["apply"] += time.monotonic() - started
         started = time.monotonic()
         for name in plan.truncate:  # tables the batch only empties
@@ -227,6 +225,43 @@ class IcebergTarget:
                            rows={t: o.rows for t, o in outcomes.items() if o.committed},
                            ordered=any(o.replayed for o in outcomes.values()),
                            seconds={k: round(v, 3) for k, v in seconds.items()})
+
+    def _mirror(self, table: PlannedTable, plan: PlannedBatch, changes: BatchChanges,
+                seconds: dict[str, float]) -> TableOutcome:
+        """One table's net changes in one commit: streamed bucket by bucket from Spark (``lake/stream.py``) when
+        ``chunk_rows`` is set, the table-batch staged more changes than that (or does not say how many) and no change
+        needs the whole table's changes (``apply_net_stream``), else collected whole (the reference)."""
+        frame = changes.net(table)
+        staged = changes.staged_rows(table) if isinstance(changes, StagedRowsSource) else None
+        if not table.key or not stream.worth_streaming(self.chunk_rows, staged):
+            return lake_net.apply_collected(self, table, plan, changes, frame, seconds)
+        started = time.monotonic()
+        frame = frame.persist()  # read by the summary and by every bucket
+        try:
+            summary = stream.summarise(frame, table.columns)
+            seconds["stage"] += time.monotonic() - started
+            if summary.needs_collected:
+                return lake_net.apply_collected(self, table, plan, changes, frame, seconds)
+            where = f"batch {plan.start_lsn:X}-{plan.end_lsn:X}"
+            count = stream.buckets(summary.rows, self.chunk_rows or summary.rows)
+            chunks = stream.prefetched([partial(_arrow, f) for f in stream.bucket_frames(frame, table.key, count)])
+            try:
+                started = time.monotonic()
+                first = lake_net.prepared(table, next(chunks), where, self.lake)
+                seconds["stage"] += time.monotonic() - started
+                started = time.monotonic()
+                self.follow_schema(table, first, where)
+                outcome = self.apply_net_stream(
+                    table.target, plan.start_lsn, plan.end_lsn, first,
+                    (lake_net.prepared(table, c, where, self.lake) for c in chunks), rows=summary.rows,
+                    kept=summary.kept, key=table.key, columns=table.columns, type_names=table.type_names(),
+                    truncated=table.truncated_at is not None)
+                seconds["apply"] += time.monotonic() - started
+                return outcome
+            finally:
+                chunks.close()
+        finally:
+            frame.unpersist()
 
     # -- snapshots (``targets/base.SnapshotTarget``) -----------------------------------------
 
@@ -282,7 +317,7 @@ class IcebergTarget:
 
     # -- schema ------------------------------------------------------------------------------
 
-    def _follow_schema(self, table: PlannedTable, data: pa.Table, where: str) -> None:
+    def follow_schema(self, table: PlannedTable, data: pa.Table, where: str) -> None:
         """The planned source schema changes (``apply/schema_changes.py``) on the Iceberg table, before its data.
 
         Iceberg evolves a schema in place: a new column is added (nullable, typed like the staged values, its source
@@ -344,7 +379,7 @@ class IcebergTarget:
     def _table(self, target: str, schema: pa.Schema, where: str,
                type_names: Mapping[str, str | None] | None = None) -> Table:
         """The target table, created (with its partition spec) when missing; a replicated column it lacks is an
-        error (a column the source added was added by ``_follow_schema`` already)."""
+        error (a column the source added was added by ``follow_schema`` already)."""
         tbl = self.open(target)
         if tbl is None:
             tbl = self._create(target, documented(schema, type_names or {}), where)
@@ -404,8 +439,12 @@ class IcebergTarget:
 
     def apply_net(self, target: str, start_lsn: int, end_lsn: int, net: pa.Table, *, key: Sequence[str],
                   columns: Sequence[str], type_names: Mapping[str, str | None], truncated: bool,
-                  unchanged_toast: str = "fail", ordered: Callable[[], pa.Table] | None = None) -> TableOutcome:
-        """Mirror mode: the batch's net changes of ``target`` (and a truncate before them) in one commit."""
+                  unchanged_toast: str = "fail", ordered: Callable[[], pa.Table] | None = None,
+                  null_safe_key: bool = False) -> TableOutcome:
+        """Mirror mode: the batch's net changes of ``target`` (and a truncate before them) in one commit.
+
+        ``null_safe_key`` is the Delta target's (``lake/net.py``): keys here always match NULL to NULL
+        (``mirror.key_mask``), so REPLICA IDENTITY FULL keys need nothing more."""
         where = f"batch {start_lsn:X}-{end_lsn:X}"
         converted, schema = self._convert(net, columns, key, f"{where}: {target}", type_names)
         tbl = self._table(target, schema, where, type_names)
@@ -464,6 +503,62 @@ class IcebergTarget:
         tx.set_properties({watermark_key(self.slot): str(end_lsn)})
         self._commit(tx, target)
         return TableOutcome(committed=True, rows=plan.counts, rejects=rejects, replayed=replayed)
+
+    def apply_net_stream(self, target: str, start_lsn: int, end_lsn: int, first: pa.Table, rest: Iterator[pa.Table],
+                         *, rows: int, kept: Sequence[str], key: Sequence[str], columns: Sequence[str],
+                         type_names: Mapping[str, str | None], truncated: bool) -> TableOutcome:
+        """``apply_net`` of net changes arriving in chunks (``first``, then ``rest``; each shaped as ``apply_net``'s
+        ``net``, disjoint by key, ``rows`` in all), still in ONE commit: each chunk is converted, planned against
+        the target rows at its keys (the data files that may hold them, read per chunk) and its rows added to the
+        transaction; the files holding a replaced key are rewritten once, at the end. Only for net changes that need
+        neither the batch order nor a kept value of an inserted row (``stream.NetSummary``); ``kept`` is the
+        summary's, for the signature Delta's has (a kept value here is the base row's, per chunk). Commits nothing
+        when a chunk fails to convert or the chunks hold another count than ``rows``."""
+        where = f"batch {start_lsn:X}-{end_lsn:X}"
+        label = f"{where}: {target}"
+        converted, schema = self._convert(first, columns, key, label, type_names)
+        tbl = self._table(target, schema, where, type_names)
+        if (lsn_property(tbl.properties, watermark_key(self.slot)) or -1) >= end_lsn:
+            return TableOutcome(committed=False)
+        table_columns = [f.name for f in tbl.schema().fields]
+        empty = tbl.schema().as_arrow().empty_table()
+        props = _summary(self.slot, start_lsn, end_lsn, [])
+        tx = tbl.transaction()
+        if truncated and tbl.current_snapshot() is not None:
+            _delete_all(tx, props)
+        replaced: set[merge_rules.Key] = set()
+        counts: dict[str, int] = {}
+        seen = 0
+        for chunk in itertools.chain([converted], (self._convert(c, columns, key, label, type_names)[0] for c in rest)):
+            seen += chunk.num_rows
+            touched = set(merge_rules.key_tuples(chunk, key))
+            files = [] if truncated else list(_files_holding(tbl, key, touched))
+            base = pa.concat_tables([data.filter(mirror.key_mask(data, key, touched)) for _, data in files] or [empty])
+            planned = mirror.plan_net(chunk, base, key, columns, table_columns, where=where, target=target,
+                                      unchanged_toast="fail")
+            replaced |= planned.replaced
+            for name, n in planned.counts.items():
+                counts[name] = counts.get(name, 0) + n
+            if planned.rows.num_rows:
+                tx.append(planned.rows, snapshot_properties=props)
+        if seen != rows:  # before the commit: nothing of the batch reaches the table
+            raise ApplyError(f"{label}: {seen} net change(s) reached the commit, {rows} were planned")
+        if replaced:
+            rewritten, survivors = [], []
+            for task, data in _files_holding(tbl, key, replaced):  # the files before this batch's
+                gone = mirror.key_mask(data, key, replaced)
+                if pc.any(gone).as_py():
+                    rewritten.append(task)
+                    survivors.append(data.filter(pc.invert(gone)))
+            with tx.update_snapshot(snapshot_properties=props).overwrite() as overwrite:
+                for task in rewritten:
+                    overwrite.delete_data_file(task.file)
+            kept_rows = pa.concat_tables(survivors) if survivors else empty
+            if kept_rows.num_rows:
+                tx.append(kept_rows, snapshot_properties=props)
+        tx.set_properties({watermark_key(self.slot): str(end_lsn)})
+        self._commit(tx, target)
+        return TableOutcome(committed=True, rows=counts)
 
     def truncate(self, target: str, start_lsn: int, end_lsn: int) -> TableOutcome:
         """A batch that only truncates ``target`` (mirror mode): every data file removed, with the watermark."""

@@ -1,4 +1,4 @@
-"""The streamed MERGE source (``delta/stream.py``) against the collected one: the same net changes, split into
+"""The streamed MERGE source (``lake/stream.py``) against the collected one: the same net changes, split into
 key-disjoint chunks and streamed into delta-rs, leave the same Delta table, metrics and watermark."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_pglogical.apply.targets.delta import stream
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
 from airflow_provider_pglogical.apply.targets.delta.mirror import merge_source
 from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
 from airflow_provider_pglogical.apply.targets.delta.types import DeltaValueError
+from airflow_provider_pglogical.apply.targets.lake import stream
 from airflow_provider_pglogical.exceptions import ApplyError
 from tests.unit.apply.delta.test_delta_target import COLUMNS, TYPES, net, rows_of
 

@@ -1,4 +1,6 @@
-"""The MERGE source streamed from Spark: a batch's net changes of one table reach delta-rs chunk by chunk.
+"""A lake target's net changes streamed from Spark: a batch's net changes of one table reach delta-rs's MERGE (Delta)
+or the copy-on-write plan (Iceberg, ``IcebergTarget.apply_net_stream``) chunk by chunk. Written for Delta first;
+what follows describes its MERGE, and Iceberg reads the same buckets.
 
 Collecting a table's net changes whole (``DataFrame.toArrow``) holds every row on the driver — in a Spark
 Connect client too — several times over while it is converted and turned into the MERGE source. Here the

@@ -1,0 +1,1 @@
+"""What the lake targets (Delta, Iceberg) share above their own commits."""

@@ -1,0 +1,75 @@
+"""A mirror's table-batch collected whole for a lake target (Delta, Iceberg): the steps both run before their commit.
+
+The net frame is collected as Arrow on the driver, the runner's flat moved-from key columns become the ``FROM``
+struct (``delta/mirror.with_from``), exactness notes are unwrapped (a noted value in a written row is the lake's
+typed error, naming column and LSN), the planned source schema changes reach the table before its data, and the
+batch's ordered changes are offered, shaped alike, for a table that must replay them (a moved row keeping an
+unchanged TOAST value). The target's ``apply_net`` then decides the rows and commits them with the watermark.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+import pyarrow as pa
+
+from airflow_provider_pglogical.apply.targets.base import BatchChanges, PlannedBatch, PlannedTable
+from airflow_provider_pglogical.apply.targets.delta.mirror import with_from
+from airflow_provider_pglogical.apply.targets.delta.types import Lake, unwrap_notes
+from airflow_provider_pglogical.apply.transforms import LSN
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+Outcome = TypeVar("Outcome", covariant=True)
+
+
+class LakeMirror(Protocol[Outcome]):
+    """A lake target's side of the collected net apply."""
+
+    @property
+    def lake(self) -> Lake: ...
+
+    def follow_schema(self, table: PlannedTable, data: pa.Table, where: str) -> None: ...
+
+    def apply_net(self, target: str, start_lsn: int, end_lsn: int, net: pa.Table, *, key: Sequence[str],
+                  columns: Sequence[str], type_names: Mapping[str, str | None], truncated: bool,
+                  unchanged_toast: str = "fail", ordered: Callable[[], pa.Table] | None = None,
+                  null_safe_key: bool = False) -> Outcome: ...
+
+
+def null_safe_key(table: PlannedTable) -> bool:
+    """Whether the key may hold NULLs: REPLICA IDENTITY FULL keyed by all its columns (no configured key)."""
+    return table.relation.replica_identity == "f" and not table.config.key_columns
+
+
+def prepared(table: PlannedTable, rows: pa.Table, where: str, lake: Lake) -> pa.Table:
+    """Collected changes of ``table`` (all, or one bucket) shaped as ``apply_net`` reads them."""
+    return unwrap_notes(with_from(rows, table.key), f"{where}: {table.target}", LSN, lake=lake)
+
+
+def collected(table: PlannedTable, frame: DataFrame, where: str, lake: Lake) -> pa.Table:
+    """``frame`` (the net or ordered changes of ``table``) on the driver, shaped as ``apply_net`` reads it."""
+    return prepared(table, frame.toArrow(), where, lake)
+
+
+def apply_collected(target: LakeMirror[Outcome], table: PlannedTable, plan: PlannedBatch, changes: BatchChanges,
+                    frame: DataFrame, seconds: dict[str, float]) -> Outcome:
+    """``table``'s net changes ``frame`` collected whole and applied by ``target`` in its one commit of the batch;
+    ``seconds`` gains the time spent collecting ("stage") and applying ("apply")."""
+    where = f"batch {plan.start_lsn:X}-{plan.end_lsn:X}"
+    started = time.monotonic()
+    net = collected(table, frame, where, target.lake)
+    seconds["stage"] += time.monotonic() - started
+    started = time.monotonic()
+    target.follow_schema(table, net, where)
+    outcome = target.apply_net(
+        table.target, plan.start_lsn, plan.end_lsn, net, key=table.key, columns=table.columns,
+        type_names=table.type_names(), truncated=table.truncated_at is not None,
+        unchanged_toast=table.unchanged_toast, ordered=lambda: collected(table, changes.ordered(table), where,
+                                                                         target.lake),
+        null_safe_key=null_safe_key(table))
+    seconds["apply"] += time.monotonic() - started
+    return outcome
