@@ -1,8 +1,10 @@
 """Benchmark: `pglogical run` on an empty slot and on small batches (100 changes), and where the seconds go.
 
 Two kinds of small batch: a plain one (inserts, updates and deletes, each key once: the direct path covers it and
-the run starts no JVM) and one that needs Spark (rows inserted and updated in the same transaction: a key repeats,
-so compaction nets it in Spark; the run starts the JVM once it has staged the batch).
+the run starts no JVM) and one whose keys repeat (rows inserted and updated in the same transaction: compaction nets
+them — in the ``pglogical`` process with Arrow kernels, ``apply/kernels.py``, up to ``PGLOGICAL_APPLY_INPROCESS_ROWS``
+staged changes; in Spark with the previous code or with ``PGLOGICAL_APPLY_INPROCESS_ROWS=0`` exported, the run then
+starting the JVM once it has staged the batch).
 
 The commands run as a user runs them (console script by path, venv not activated). Then the same
 small batch size again in-process, split into: Python start + imports, decode (peek → staged →
@@ -66,7 +68,7 @@ COMMIT;""")
 
 def small_batch(dsn: str, changes: int, base: int) -> None:
     """``changes`` row changes in one transaction: half inserts, 30% updates, 20% deletes, of the rows it inserts
-    (so keys repeat: Spark's compaction nets them)."""
+    (so keys repeat: compaction nets them, in process or in Spark)."""
     inserts, updates = changes // 2, changes * 3 // 10
     deletes = changes - inserts - updates
     execute(dsn, f"""BEGIN;
