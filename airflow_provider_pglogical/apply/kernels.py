@@ -28,16 +28,15 @@ import pyarrow.compute as pc
 
 # The staged columns the kernel reads.
 STAGED_COLUMNS = ("op", "lsn", "commit_lsn", "tx_order", "old", "old_key_only", "new", "new_unchanged_toast")
-KINDS = np.array(["D", "I", "U", "R"])
 
 
 def groupable(dtype: pa.DataType) -> bool:
     """Whether key values of this type group by Arrow equality exactly as Spark groups them: integers, strings,
     binaries, booleans, decimals, dates, times and timestamps (not floats, whose -0.0 and NaN Spark normalises,
     nor nested types)."""
-    return (pa.types.is_integer(dtype) or pa.types.is_string(dtype) or pa.types.is_large_string(dtype)
-            or pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype) or pa.types.is_boolean(dtype)
-            or pa.types.is_decimal(dtype) or pa.types.is_temporal(dtype))
+    return bool(pa.types.is_integer(dtype) or pa.types.is_string(dtype) or pa.types.is_large_string(dtype)
+                or pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype) or pa.types.is_boolean(dtype)
+                or pa.types.is_decimal(dtype) or pa.types.is_temporal(dtype))
 
 
 def _fields(image: pa.StructArray, names: Sequence[str]) -> dict[str, pa.Array]:
@@ -53,7 +52,8 @@ def _mask(values: pa.Array) -> np.ndarray:
 
 def _differs(a: pa.Array, b: pa.Array) -> np.ndarray:
     """Row-wise null-safe inequality (null equals null)."""
-    return _mask(pc.not_equal(a, b)) | (_mask(a.is_null()) != _mask(b.is_null()))
+    differs: np.ndarray = _mask(pc.not_equal(a, b)) | (_mask(a.is_null()) != _mask(b.is_null()))
+    return differs
 
 
 @dataclass(frozen=True)
