@@ -65,7 +65,7 @@ class Net:
     lsn: pa.Array
     from_key: list[pa.Array]  # the old key of a row that arrived by a key change (I/R only)
     touched: pa.Array  # the key's row changed in the batch before a key change moved it away
-    columns: list[pa.Array]  # the written columns, key first as given
+    columns: list[pa.Array]  # the written columns, in their order (key values from the key's events)
 
     def table(self, key: Sequence[str], columns: Sequence[str]) -> pa.Table:
         """As a table named like ``SparkBatchChanges.net``'s frame: kind, keep, lsn, from0…, touched, columns."""
