@@ -1,8 +1,10 @@
 """Benchmark: `pglogical run` on an empty slot and on small batches (100 changes), and where the seconds go.
 
 Two kinds of small batch: a plain one (inserts, updates and deletes, each key once: the direct path covers it and
-the run starts no JVM) and one that needs Spark (rows inserted and updated in the same transaction: a key repeats,
-so compaction nets it in Spark; the run starts the JVM once it has staged the batch).
+the run starts no JVM) and one whose keys repeat (rows inserted and updated in the same transaction: compaction nets
+them — in the ``pglogical`` process with Arrow kernels, ``apply/kernels.py``, up to ``PGLOGICAL_APPLY_INPROCESS_ROWS``
+staged changes; in Spark with the previous code or with ``--inprocess-rows 0``, the run then starting the JVM once
+it has staged the batch).
 
 The commands run as a user runs them (console script by path, venv not activated). Then the same
 small batch size again in-process, split into: Python start + imports, decode (peek → staged →
@@ -18,6 +20,8 @@ With ``--connect``, the same small-batch runs again over a warm Spark Connect se
 as ``tests/support/sparkconnect.py`` starts it: local[2] executors), side by side with the cold local starts above.
 
 Usage: python benchmarks/small_run.py [--changes 100] [--repeat 3] [--json FILE] [--code DIR] [--no-split] [--connect]
+                                     [--inprocess-rows N]
+``--inprocess-rows N`` sets ``PGLOGICAL_APPLY_INPROCESS_ROWS`` for the runs (0: repeated keys netted by Spark).
 ``--code DIR`` runs the CLI from another checkout's package (``PYTHONPATH=DIR``, e.g. an exported older
 commit with its compiled helpers copied in) for A/B runs; ``--no-split`` skips the in-process split.
 Prints one JSON object as the last lines of stdout (the package's log lines come before it) and,
@@ -29,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import re
 import statistics
 import sys
@@ -66,7 +71,7 @@ COMMIT;""")
 
 def small_batch(dsn: str, changes: int, base: int) -> None:
     """``changes`` row changes in one transaction: half inserts, 30% updates, 20% deletes, of the rows it inserts
-    (so keys repeat: Spark's compaction nets them)."""
+    (so keys repeat: compaction nets them, in process or in Spark)."""
     inserts, updates = changes // 2, changes * 3 // 10
     deletes = changes - inserts - updates
     execute(dsn, f"""BEGIN;
@@ -189,7 +194,11 @@ def main() -> int:
     p.add_argument("--code", type=Path, default=None, help="run the CLI with this checkout's package (PYTHONPATH)")
     p.add_argument("--no-split", action="store_true", help="skip the in-process split")
     p.add_argument("--connect", action="store_true", help="also run over a warm Spark Connect server")
+    p.add_argument("--inprocess-rows", type=int, default=None,
+                   help="PGLOGICAL_APPLY_INPROCESS_ROWS for the runs (0: repeated keys netted by Spark)")
     args = p.parse_args()
+    if args.inprocess_rows is not None:  # the in-process split reads it here, the CLI runs from ``env``
+        os.environ["PGLOGICAL_APPLY_INPROCESS_ROWS"] = str(args.inprocess_rows)
     load_before = load_average()
     server = start_server()
     work = Path(tempfile.mkdtemp(prefix="pglogical-small-"))
@@ -204,6 +213,8 @@ def main() -> int:
             "target": {"kind": "postgres", "dsn": server.uri(target)},
             "tables": {"public.t": {}}, "spark": {"master": "local[2]"}}))
         env: dict[str, str] = {"PYTHONPATH": str(args.code.resolve())} if args.code else {}
+        if args.inprocess_rows is not None:
+            env["PGLOGICAL_APPLY_INPROCESS_ROWS"] = str(args.inprocess_rows)
         spec = ["--spec", str(spec_path)]
         help_s = [timed_cli("--help", env=env) for _ in range(args.repeat)]
         first_s = timed_cli("run", *spec, env=env)  # creates publication and slot
@@ -233,6 +244,7 @@ def main() -> int:
         result = json.dumps({
             "changes_per_batch": args.changes,
             "code": str(args.code) if args.code else "this checkout",
+            "inprocess_rows": args.inprocess_rows,
             "load_average_1m": [load_before, load_average()],
             "cli_help_s": round(statistics.median(help_s), 2),
             "cli_first_run_creating_slot_s": round(first_s, 2),

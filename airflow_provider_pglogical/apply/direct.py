@@ -13,7 +13,16 @@ changes (``keys_never_repeat``) — that pipeline reduces to a per-row rewrite (
 * an UPDATE that changes its key is a ``D`` of the old key plus an ``I`` of the new image moved from the old key;
 * a DELETE is a ``D`` of its old key;
 
-nothing kept from the target, nothing touched (``net_rows`` is that rewrite, in pyarrow). A snapshot table's
+nothing kept from the target, nothing touched (``net_rows`` is that rewrite, in pyarrow).
+
+A small table-batch (at most ``PGLOGICAL_APPLY_INPROCESS_ROWS`` staged changes by its manifest, 100,000 unless
+set; 0 switches it off) whose only obstacles are keys in several changes and/or unchanged-TOAST values is netted
+in this process instead (``in_process``): ``kernels.compact_changes`` runs the TOAST refill, the key events and
+``compact`` with Arrow and numpy kernels and gives the same net rows, kept columns, moved-from keys and touched
+flags (``compacted_rows``; ``DirectNet.compacted``), which the target loads as it loads Spark's net frame. Its
+keys must group by Arrow equality as Spark groups them (``kernels.groupable``: no floating-point key). A row
+filter, an action left out, exactness notes, a truncate or snapshot cut-off inside the batch, routed parts,
+several schema versions, staging on an object store or a larger batch still go to Spark. A snapshot table's
 rows are its ``new`` images as they are when no value carries a note, the source evaluated the configured row
 filter and the key cannot repeat (``plain_snapshot``).
 
@@ -30,25 +39,46 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from airflow_provider_pglogical.apply import kernels
 from airflow_provider_pglogical.apply.batches import Batch, has_value_notes, is_local, keys_never_repeat
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import DirectNet, PlannedTable
-from airflow_provider_pglogical.exceptions import RowFilterError
+from airflow_provider_pglogical.exceptions import ApplyError, RowFilterError
 from airflow_provider_pglogical.row_filter import canonical
 
 ENV_SWITCH = "PGLOGICAL_APPLY_DIRECT"
 DIRECT_ACTIONS = frozenset({"insert", "update", "delete"})  # every action published: nothing filtered out
+ROWS_SWITCH = "PGLOGICAL_APPLY_INPROCESS_ROWS"
+# Staged changes up to which a table-batch with repeated keys or unchanged TOAST is netted in this process: its
+# events are sorted in memory in one piece (about 100 MB for 100k changes of a wide table).
+INPROCESS_ROWS = 100_000
 
 
 def enabled() -> bool:
     """Whether the direct path may be used (``PGLOGICAL_APPLY_DIRECT=0`` forces the Spark transforms)."""
     return os.environ.get(ENV_SWITCH, "1") != "0"
+
+
+def inprocess_rows() -> int:
+    """Most staged changes of a table-batch netted in this process (``PGLOGICAL_APPLY_INPROCESS_ROWS``)."""
+    text = os.environ.get(ROWS_SWITCH, "").strip()
+    if not text:
+        return INPROCESS_ROWS
+    try:
+        rows = int(text)
+    except ValueError:
+        raise ApplyError(f"{ROWS_SWITCH}={text!r} is not a whole number of staged changes "
+                         f"(0 switches the in-process netting off; unset means {INPROCESS_ROWS})") from None
+    if rows < 0:
+        raise ApplyError(f"{ROWS_SWITCH}={rows} is negative (0 switches the in-process netting off)")
+    return rows
 
 
 def plain_config(cfg: TableApplyConfig) -> bool:
@@ -81,11 +111,41 @@ def batch_files(table: PlannedTable, batch: Batch, sync_lsn: int | None) -> Dire
             or has_value_notes(batch, table.source)):
         return None
     paths = tuple(f"{batch.ref.path}/{rel}" for rel in files)
-    if not same_schema(paths, table.columns) or not no_unchanged_toast(paths):
+    if not same_schema(paths, table.columns):
         return None
-    if not keys_never_repeat(batch, table.source, table.key, full_identity=table.relation.replica_identity == "f"):
+    net = DirectNet(table.source, table.target, paths, tuple(table.key), tuple(table.columns))
+    if no_unchanged_toast(paths) and keys_never_repeat(batch, table.source, table.key,
+                                                       full_identity=table.relation.replica_identity == "f"):
+        return net
+    if not in_process(table, batch, paths):
         return None
-    return DirectNet(table.source, table.target, paths, tuple(table.key), tuple(table.columns))
+    return replace(net, compacted=True, identity=tuple(table.relation.identity_columns))
+
+
+def in_process(table: PlannedTable, batch: Batch, paths: Sequence[str]) -> bool:
+    """Whether ``kernels.compact_changes`` may net the table-batch here: at most ``inprocess_rows()`` staged
+    changes by the manifest, keys that group as Spark groups them, and old images of the new images' types for
+    every written column they hold (an unchanged-TOAST value is taken from the old image as it is)."""
+    if int(batch.manifest.tables.get(table.source, {}).get("rows", 0)) > inprocess_rows():
+        return False
+    schema = pq.read_schema(paths[0])
+    old, new = schema.field("old").type, schema.field("new").type
+    if not isinstance(old, pa.StructType) or not isinstance(new, pa.StructType):
+        return False
+    new_types = {new.field(i).name: new.field(i).type for i in range(new.num_fields)}
+    old_types = {old.field(i).name: old.field(i).type for i in range(old.num_fields)}
+    return (all(k in old_types and kernels.groupable(new_types[k]) for k in table.key)
+            and all(old_types.get(c, new_types[c]) == new_types[c] for c in table.columns)
+            and all(c in schema.names for c in kernels.STAGED_COLUMNS))
+
+
+def compacted_rows(staged: pa.Table, net: DirectNet) -> pa.RecordBatch:
+    """A compacted ``DirectNet``'s staged changes (all of the table-batch, ``kernels.STAGED_COLUMNS``) as one
+    batch of net rows in ``net_rows``' layout, the keep column a list of column names."""
+    rows = kernels.compact_changes(staged, net.key, net.columns, net.identity)
+    names = [*net_row_names(net.key), *[f"c{i}" for i in range(len(net.columns))]]
+    return pa.RecordBatch.from_arrays([rows.kind, rows.keep, rows.lsn, *rows.from_key, rows.touched, *rows.columns],
+                                      names=names)
 
 
 def plain_snapshot(table: PlannedTable, *, has_notes: bool, row_filter: str | None) -> bool:

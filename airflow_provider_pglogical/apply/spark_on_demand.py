@@ -4,8 +4,8 @@ Planning reads manifests, relation files and Parquet footers with pyarrow; verif
 a table-batch (or snapshot table) the direct path covers (``direct.py``) is printed and COPYed by the target from
 the staged files themselves (PostgreSQL: ``targets/postgres/arrownet.py``). A run in which every table-batch is such
 a one asks Spark for nothing, so the runner does not create the session up front: ``SparkOnDemand.session()``
-starts it where a step builds a Spark frame (a row filter, a repeated key, an unchanged-TOAST value, staging on an
-object store, a target that takes no direct rows…) and from then on the run uses it as it always did. The steps
+starts it where a step builds a Spark frame (a row filter, a repeated key or an unchanged-TOAST value in a batch
+too large to net in process, staging on an object store, a target that takes no direct rows…) and from then on the run uses it as it always did. The steps
 and their semantics are the same either way; only when the JVM starts differs.
 """
 

@@ -1,6 +1,8 @@
 """`pglogical run` without a JVM: a run whose every table-batch the direct path covers applies in the pglogical
-process and starts no Spark; a batch that needs Spark's transforms (a row filter, a key changed twice, an
-unchanged-TOAST value) still starts it. Either way the target ends equal to the source."""
+process and starts no Spark — keys changed once, and small batches whose keys change twice or keep unchanged-TOAST
+values (netted in process by ``apply/kernels.py``); a batch that needs Spark's transforms (a row filter, a batch
+above ``PGLOGICAL_APPLY_INPROCESS_ROWS`` whose keys repeat) still starts it. Either way the target ends equal to the
+source."""
 
 from __future__ import annotations
 
@@ -54,13 +56,13 @@ def spec_file(pipeline: dict[str, Any], name: str, row_filter: str | None = None
     return str(path)
 
 
-def run(spec: str, tmp: Path, *, java: bool) -> tuple[dict[str, Any], list[Path]]:
+def run(spec: str, tmp: Path, *, java: bool, env: dict[str, str] | None = None) -> tuple[dict[str, Any], list[Path]]:
     """``pglogical run`` as a user runs it, with a temporary directory of its own; ``java=False``: with no Java
     (JAVA_HOME pointing nowhere: a JVM start fails the run). Its JSON (with its progress lines as ``stderr``) and
     the Spark log files it left there."""
     tmpdir = tmp / f"tmp-{len(list(tmp.glob('tmp-*')))}"
     tmpdir.mkdir()
-    extra = {"TMPDIR": str(tmpdir)}
+    extra = {"TMPDIR": str(tmpdir), **(env or {})}
     if not java:
         extra["JAVA_HOME"] = str(tmp / "no-java-here")
     result: subprocess.CompletedProcess = pglogical("run", "--spec", spec, extra=extra)
@@ -117,22 +119,49 @@ def test_an_initial_snapshot_and_the_changes_after_it_load_without_starting_spar
     assert query(pipeline["target"], DOCS) == query(pipeline["source"], DOCS)
 
 
+def test_keys_changed_twice_a_key_change_and_unchanged_toast_are_netted_without_spark(pipeline):
+    spec = spec_file(pipeline, "kernels.yaml")
+    run(spec, pipeline["tmp"], java=False)  # creates publication and slot
+    execute(pipeline["source"], """BEGIN;
+        INSERT INTO items SELECT g, g, md5(g::text), g * 0.01, now() FROM generate_series(1, 40) g;
+        INSERT INTO docs SELECT d, 'doc', string_agg(md5((g * d)::text), '') FROM generate_series(1, 4000) g,
+          generate_series(1, 3) d GROUP BY d;
+        COMMIT;""")
+    summary, logs = run(spec, pipeline["tmp"], java=False)
+    assert summary["apply"]["batches_applied"] == 1 and summary["spark"]["started"] is None
+    execute(pipeline["source"], """
+        UPDATE items SET qty = qty + 1 WHERE id <= 5;
+        UPDATE items SET label = 'x' WHERE id <= 3;
+        UPDATE items SET id = 1000 WHERE id = 10;
+        UPDATE items SET qty = -1 WHERE id = 1000;
+        DELETE FROM items WHERE id = 20;
+        INSERT INTO items VALUES (20, 7, 'again', NULL, NULL);
+        UPDATE docs SET title = 'renamed' WHERE id = 1;
+        UPDATE docs SET title = 'twice' WHERE id = 1;
+        UPDATE docs SET id = 30 WHERE id = 2;
+        DELETE FROM docs WHERE id = 3;""")
+    summary, logs = run(spec, pipeline["tmp"], java=False)  # no Java: a JVM start would fail the run
+    assert summary["apply"]["batches_applied"] == 1 and summary["apply"]["batches_replayed_in_order"] == 0
+    assert summary["spark"]["started"] is None and summary["apply"]["spark_started"] is False and logs == []
+    assert "applied without Spark" in summary["stderr"] and "starting Spark" not in summary["stderr"]
+    assert query(pipeline["target"], ITEMS) == query(pipeline["source"], ITEMS)
+    assert query(pipeline["target"], DOCS) == query(pipeline["source"], DOCS)  # the TOASTed bodies kept and moved
+
+
 # What a batch holds that only Spark's transforms apply, with the run's Spark start it leads to.
 NEEDS_SPARK = {
-    # a key changed twice in one batch: compaction nets it
+    # keys changed twice in a batch above the in-process threshold: Spark's compaction nets it
     "repeated key": (None, "UPDATE items SET qty = qty + 1 WHERE id <= 5; UPDATE items SET label = 'x' WHERE id <= 3;",
-                     "for the apply"),
-    # an UPDATE leaving a TOASTed value unchanged: the value is not in the change, the target row keeps it
-    "unchanged TOAST": (None, "UPDATE docs SET title = 'renamed' WHERE id = 1;", "for the apply"),
+                     "for the apply", {"PGLOGICAL_APPLY_INPROCESS_ROWS": "4"}),
     # a row filter: the spec rules the direct path out, so Spark starts while the drain runs
     "row filter": (FILTER, "UPDATE items SET qty = qty + 1 WHERE id <= 10; DELETE FROM items WHERE id = 20;",
-                   "during the drain"),
+                   "during the drain", {}),
 }
 
 
 @pytest.mark.parametrize("case", list(NEEDS_SPARK))
 def test_a_batch_that_needs_spark_starts_it_and_ends_equal(pipeline, case):
-    row_filter, changes, started = NEEDS_SPARK[case]
+    row_filter, changes, started, env = NEEDS_SPARK[case]
     spec = spec_file(pipeline, "spark.yaml", row_filter)
     run(spec, pipeline["tmp"], java=False)  # creates publication and slot
     execute(pipeline["source"], """BEGIN;
@@ -143,7 +172,7 @@ def test_a_batch_that_needs_spark_starts_it_and_ends_equal(pipeline, case):
     assert summary["apply"]["batches_applied"] == 1
     assert (summary["spark"]["started"] is None) is (row_filter is None)  # plain inserts: no JVM
     execute(pipeline["source"], changes)
-    summary, logs = run(spec, pipeline["tmp"], java=True)
+    summary, logs = run(spec, pipeline["tmp"], java=True, env=env)
     assert summary["apply"]["batches_applied"] == 1
     assert summary["spark"]["started"] == started and summary["apply"]["spark_started"] is True
     assert len(logs) == 1  # the JVM's own output went to its log file in the run's temporary directory

@@ -276,13 +276,17 @@ class SnapshotTarget(Protocol):
 @dataclass(frozen=True)
 class DirectNet:
     """One table-batch's staged files (absolute local paths) whose rows map one-to-one to net changes
-    (``apply/direct.py``); ``columns`` are the written columns (``PlannedTable.columns``), ``key`` its key."""
+    (``apply/direct.py``); ``columns`` are the written columns (``PlannedTable.columns``), ``key`` its key.
+    ``compacted``: the rows are netted together in one piece instead (``direct.compacted_rows``: repeated keys,
+    unchanged TOAST), ``identity`` the source's replica identity columns that refill needs."""
 
     source: str
     target: str
     files: tuple[str, ...]
     key: tuple[str, ...]
     columns: tuple[str, ...]
+    compacted: bool = False
+    identity: tuple[str, ...] = ()
 
 
 @runtime_checkable

@@ -7,6 +7,10 @@ Arrow conversion of typed columns there. Only types ``arrowtext`` prints exactly
 the same decision as ``copytext._arrow_kind`` on the type Spark would read), and dates/timestamps only when the
 row groups' statistics keep them within Arrow's printable range (``arrowtext.ARROW_DAYS`` / ``ARROW_MICROS``);
 anything else keeps the Spark path.
+
+A compacted plan (``DirectNet.compacted``: keys repeat, or unchanged-TOAST values) is one task: its row groups are
+read together and netted in one piece by ``direct.compacted_rows`` (Arrow kernels, ``apply/kernels.py``), whose
+keep lists are printed as text arrays; the rows are those of Spark's net frame, staged and applied the same way.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from airflow_provider_pglogical.apply import direct
+from airflow_provider_pglogical.apply import direct, kernels
 from airflow_provider_pglogical.apply.targets.base import DirectNet
 from airflow_provider_pglogical.apply.targets.postgres import arrowtext
 from airflow_provider_pglogical.apply.targets.postgres.copy import copy_chunks
@@ -35,6 +39,8 @@ class DirectPlan:
     kinds: tuple[str, ...]  # arrowtext kind of each written column
     key_kinds: tuple[str, ...]
     tasks: tuple[tuple[str, int], ...]  # (file, row group)
+    compacted: bool = False  # the tasks are netted together (``direct.compacted_rows``): run them as one
+    identity: tuple[str, ...] = ()  # the source's replica identity columns (the TOAST refill of compacted rows)
 
 
 def _in_printable_range(parquet: pq.ParquetFile, column_paths: Iterable[str]) -> bool:
@@ -104,7 +110,7 @@ def plan_direct(net: DirectNet, types: Mapping[str, PgType]) -> DirectPlan | Non
         if n == 0:
             kinds, key_kinds = new_kinds, old_kinds
         tasks.extend((path, rg) for rg in range(parquet.metadata.num_row_groups))
-    return DirectPlan(net.key, net.columns, tuple(kinds), tuple(key_kinds), tuple(tasks))
+    return DirectPlan(net.key, net.columns, tuple(kinds), tuple(key_kinds), tuple(tasks), net.compacted, net.identity)
 
 
 @dataclass(frozen=True)
@@ -170,7 +176,8 @@ def _fields(plan: DirectPlan) -> list[arrowtext.Field]:
     """op, keep, lsn, the moved-from key, touched, the written columns (``direct.net_rows``' batches):
     ``staging_columns``' order."""
     names = [*direct.net_row_names(plan.key), *[f"c{i}" for i in range(len(plan.columns))]]
-    kinds = [arrowtext.PLAIN, arrowtext.PLAIN, arrowtext.PLAIN, *plan.key_kinds, arrowtext.PLAIN, *plan.kinds]
+    keep = arrowtext.ARRAY_TEXT if plan.compacted else arrowtext.PLAIN  # a list of names, or the literal '{}'
+    kinds = [arrowtext.PLAIN, keep, arrowtext.PLAIN, *plan.key_kinds, arrowtext.PLAIN, *plan.kinds]
     return [arrowtext.Field(k, n) for k, n in zip(kinds, names, strict=True)]
 
 
@@ -180,13 +187,23 @@ def copy_tasks(dsn: str, staging: str, columns: Sequence[str], plan: DirectPlan
     COPYed as one statement into ``staging`` (``columns``: ``staging_columns``' names); yields the row count."""
     fields = _fields(plan)
 
-    def chunks(tasks: Iterable[tuple[str, int]]) -> Iterator[tuple[bytes, int]]:
+    def net_batches(tasks: Iterable[tuple[str, int]]) -> Iterator[pa.RecordBatch]:
+        if plan.compacted:  # every row group of the table-batch, netted together
+            net = DirectNet("", "", (), plan.key, plan.columns, compacted=True, identity=plan.identity)
+            groups = [pq.ParquetFile(path).read_row_group(rg, columns=list(kernels.STAGED_COLUMNS))
+                      for path, rg in tasks]
+            if groups:
+                yield direct.compacted_rows(pa.concat_tables(groups), net)
+            return
         for path, rg in tasks:
             table = pq.ParquetFile(path).read_row_group(rg, columns=["op", "lsn", "old", "new"])
-            for batch in direct.net_rows(table, plan.key, plan.columns):
-                for start in range(0, batch.num_rows, CHUNK_ROWS):
-                    part = batch.slice(start, CHUNK_ROWS)
-                    yield arrowtext.line_bytes(part, fields), part.num_rows
+            yield from direct.net_rows(table, plan.key, plan.columns)
+
+    def chunks(tasks: Iterable[tuple[str, int]]) -> Iterator[tuple[bytes, int]]:
+        for batch in net_batches(tasks):
+            for start in range(0, batch.num_rows, CHUNK_ROWS):
+                part = batch.slice(start, CHUNK_ROWS)
+                yield arrowtext.line_bytes(part, fields), part.num_rows
 
     def run(tasks: Iterable[tuple[str, int]]) -> Iterable[int]:
         yield copy_chunks(dsn, staging, columns, chunks(tasks))

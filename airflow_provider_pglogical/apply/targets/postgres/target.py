@@ -309,7 +309,7 @@ class PostgresTarget:
             written = self._copy_here(plan, staging, copy_cols)
         elif plan is not None:
             parallelism = self.config.write_partitions or task_slots(self.spark)
-            slices = max(1, min(len(plan.tasks), parallelism))
+            slices = 1 if plan.compacted else max(1, min(len(plan.tasks), parallelism))
             # The row-group tasks as a frame (DataFrame API only: classic Spark and Spark Connect alike).
             tasks = self.spark.createDataFrame(list(plan.tasks), "file string, row_group int").repartition(slices)
             written = (tasks.mapInArrow(_task_rows(arrownet.copy_tasks(self.dsn, staging, copy_cols, plan)),
@@ -353,7 +353,7 @@ class PostgresTarget:
         ``arrownet.copy_tasks`` the executors run, one COPY per slice of tasks, ``write_partitions`` or this
         machine's cores at a time. Each slice COPYs on its own connection into the unlogged staging table, as
         the executors' partitions do."""
-        threads = max(1, min(len(plan.tasks), self.config.write_partitions or os.cpu_count() or 1))
+        threads = 1 if plan.compacted else max(1, min(len(plan.tasks), self.config.write_partitions or os.cpu_count() or 1))
         slices = [plan.tasks[i::threads] for i in range(threads)]
         copy = arrownet.copy_tasks(self.dsn, staging, columns, plan)
         if threads == 1:

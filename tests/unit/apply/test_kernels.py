@@ -1,0 +1,170 @@
+"""The in-process net changes (``apply/kernels.py``) against the Spark transforms: on random table-batches whose keys
+repeat — updated twice, moved by key changes and back, deleted and inserted again, exact duplicates of a change,
+unchanged-TOAST values under key-only and full old images — ``kernels.compact_changes`` gives exactly the frame
+``SparkBatchChanges.net`` builds with ``transforms.compact`` (kinds, keep lists, moved-from keys, touched flags,
+values), and the direct rule hands such a batch over as a compacted one (``direct.compacted_rows``) when it is
+small enough.
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from airflow_provider_pglogical.apply import direct, kernels
+from airflow_provider_pglogical.apply.batches import Batch, list_batches, read_relations
+from airflow_provider_pglogical.apply.changes import SparkBatchChanges
+from airflow_provider_pglogical.apply.config import TableApplyConfig
+from airflow_provider_pglogical.apply.targets.base import PlannedTable
+from airflow_provider_pglogical.exceptions import ApplyError
+from tests.support.stage import BatchSpec, Chg, Col, Rel, write_batch
+from tests.unit.apply.conftest import ITEMS, ITEMS_FULL, PAIRS
+
+# (relation, apply key): a primary key, a two-column key, a FULL identity keyed by id and by (id, grp), whose
+# grp may be NULL (null keys group together, as Spark groups them).
+CASES = [(ITEMS, ("id",)), (PAIRS, ("a", "b")), (ITEMS_FULL, ("id",)), (ITEMS_FULL, ("id", "grp"))]
+
+
+def _key_value(rel: Rel, n: int) -> dict:
+    if rel is PAIRS:
+        return {"a": n, "b": f"k{n % 3}"}
+    return {"id": n}
+
+
+def _row(rel: Rel, n: int, draw: st.DrawFn) -> dict:
+    row = _key_value(rel, n)
+    if rel is PAIRS:
+        row.update(v=draw(st.one_of(st.none(), st.integers(-5, 5))))
+    else:
+        row.update(grp=draw(st.one_of(st.none(), st.integers(0, 1))), note=draw(st.one_of(st.none(), st.text(max_size=2))))
+    return row
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> tuple[Rel, tuple[str, ...], list[Chg]]:
+    """A table's changes over a few keys, so keys repeat: inserts, updates (some leaving note unchanged-TOAST),
+    key changes, deletes, and now and then an exact duplicate of an earlier change."""
+    rel, key = draw(st.sampled_from(CASES))
+    full = rel.replica_identity == "f"
+    pool = st.integers(1, draw(st.integers(1, 6)))
+    changes: list[Chg] = []
+    for i in range(draw(st.integers(0, 14))):
+        if changes and draw(st.integers(0, 8)) == 0:
+            changes.append(draw(st.sampled_from(changes)))  # the same change staged twice
+            continue
+        commit, order = 10 + i // 3, i % 3
+        op = draw(st.sampled_from(["I", "U", "U", "U_moved", "D"]))
+        toast = ("note",) if rel is not PAIRS and op in ("U", "U_moved") and draw(st.booleans()) else ()
+
+        def image(row: dict, toast: tuple[str, ...] = toast) -> dict:
+            return {k: v for k, v in row.items() if k not in toast}
+
+        if op == "I":
+            changes.append(Chg("I", commit, order, new=_row(rel, draw(pool), draw)))
+        elif op == "U":
+            n = draw(pool)
+            new = _row(rel, n, draw)
+            if full:  # REPLICA IDENTITY FULL: every UPDATE has its full old image
+                changes.append(Chg("U", commit, order, old=_row(rel, n, draw), new=image(new), toast=toast))
+            else:  # key kept: no old image
+                changes.append(Chg("U", commit, order, new=image(new), toast=toast))
+        elif op == "U_moved":
+            old_n, new_n = draw(pool), draw(pool)
+            old = _row(rel, old_n, draw) if full else _key_value(rel, old_n)
+            changes.append(Chg("U", commit, order, old=old, old_key_only=not full,
+                               new=image(_row(rel, new_n, draw)), toast=toast))
+        else:
+            n = draw(pool)
+            changes.append(Chg("D", commit, order, old=_row(rel, n, draw) if full else _key_value(rel, n),
+                               old_key_only=not full))
+    return rel, key, changes
+
+
+def _planned(rel: Rel, key: tuple[str, ...], batch: Batch) -> PlannedTable:
+    return PlannedTable(rel.name, rel.name, key, tuple(c.name for c in rel.columns), read_relations(batch)[rel.name],
+                        TableApplyConfig())
+
+
+def _staged(batch: Batch, rel: Rel) -> pa.Table:
+    return pa.concat_tables([pq.read_table(f"{batch.ref.path}/{f}", columns=list(kernels.STAGED_COLUMNS))
+                             for f in batch.table_files[rel.name]])
+
+
+def _rows(table: pa.Table | pa.RecordBatch) -> list[tuple]:
+    return sorted((tuple(r.values()) for r in table.to_pylist()), key=repr)
+
+
+def _spark_rows(frame) -> list[tuple]:
+    return sorted((tuple(r) for r in frame.collect()), key=repr)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches())
+def test_the_kernels_net_changes_are_the_spark_transforms(spark, drawn) -> None:
+    rel, key, changes = drawn
+    with tempfile.TemporaryDirectory() as root:
+        write_batch(root, "slot", BatchSpec(0x1000, 0x2000, {rel: changes}))
+        (batch,) = list_batches(root, "slot")
+        table = _planned(rel, key, batch)
+        spark_rows = _spark_rows(SparkBatchChanges(spark, batch).net(table))
+        net = kernels.compact_changes(_staged(batch, rel), key, table.columns, table.relation.identity_columns)
+        assert _rows(net.table(key, table.columns)) == spark_rows
+        handed = direct.batch_files(table, batch, None)
+        event("compacted" if handed is not None and handed.compacted else
+              "per-row direct" if handed is not None else "Spark only")
+        if handed is not None and handed.compacted:  # what the target prints: the same rows
+            assert _rows(direct.compacted_rows(_staged(batch, rel), handed)) == spark_rows
+
+
+def _two_updates(tmp_path, rel: Rel = ITEMS) -> Batch:
+    write_batch(tmp_path, "slot", BatchSpec(0x1000, 0x2000, {rel: [
+        Chg("I", 10, 0, new={"id": 1, "grp": 1, "note": "a"}),
+        Chg("U", 11, 0, new={"id": 1, "grp": 2}, toast=("note",)),
+        Chg("U", 12, 0, old={"id": 1}, old_key_only=True, new={"id": 2, "grp": 3, "note": "b"})]}))
+    (batch,) = list_batches(str(tmp_path), "slot")
+    return batch
+
+
+def test_a_small_batch_with_repeated_keys_is_compacted_in_process_up_to_the_threshold(tmp_path, monkeypatch) -> None:
+    batch = _two_updates(tmp_path)
+    table = _planned(ITEMS, ("id",), batch)
+    net = direct.batch_files(table, batch, None)
+    assert net is not None and net.compacted and net.identity == ("id",)
+    rows = direct.compacted_rows(_staged(batch, ITEMS), net).to_pylist()
+    # id 1: inserted, updated keeping its TOASTed note, then moved to id 2 (touched before it moved away).
+    assert sorted(rows, key=lambda r: r["op"]) == [
+        {"op": "D", "keep": [], "lsn": -88, "from0": None, "touched": True, "c0": 1, "c1": None, "c2": None},
+        {"op": "I", "keep": [], "lsn": -88, "from0": 1, "touched": False, "c0": 2, "c1": 3, "c2": "b"}]
+    monkeypatch.setenv(direct.ROWS_SWITCH, "2")  # three staged changes: above it, Spark nets them
+    assert direct.batch_files(table, batch, None) is None
+    monkeypatch.setenv(direct.ROWS_SWITCH, "0")
+    assert direct.batch_files(table, batch, None) is None
+    monkeypatch.setenv(direct.ROWS_SWITCH, "3")
+    assert direct.batch_files(table, batch, None) is not None
+    monkeypatch.setenv(direct.ENV_SWITCH, "0")  # the reference path: Spark's transforms
+    assert direct.batch_files(table, batch, None) is None
+
+
+def test_a_bad_threshold_is_a_clear_error(monkeypatch) -> None:
+    monkeypatch.setenv(direct.ROWS_SWITCH, "lots")
+    with pytest.raises(ApplyError, match="PGLOGICAL_APPLY_INPROCESS_ROWS='lots' is not a whole number"):
+        direct.inprocess_rows()
+    monkeypatch.setenv(direct.ROWS_SWITCH, "-1")
+    with pytest.raises(ApplyError, match="negative"):
+        direct.inprocess_rows()
+
+
+FLOATS = Rel("public", "floats", (Col("x", pa.float64(), "double precision", True), Col("v", pa.int64(), "bigint")))
+
+
+def test_a_floating_point_key_keeps_spark_which_normalises_it(tmp_path) -> None:
+    write_batch(tmp_path, "slot", BatchSpec(0x1000, 0x2000, {FLOATS: [
+        Chg("I", 10, 0, new={"x": 1.5, "v": 1}), Chg("U", 11, 0, new={"x": 1.5, "v": 2})]}))
+    (batch,) = list_batches(str(tmp_path), "slot")
+    assert not kernels.groupable(pa.float64()) and kernels.groupable(pa.string())
+    assert direct.batch_files(_planned(FLOATS, ("x",), batch), batch, None) is None
