@@ -5,7 +5,8 @@ For every batch of every staging root given, in one Spark session (so the first 
 
 * driver phases before the first Spark job: building the net frame (``BatchChanges.net``: staged read, shared
   transforms, ``keys_never_repeat``), building the COPY-text frame (``copy_columns``), analysis, optimisation,
-  physical planning and code generation (``toRdd``), each timed on the driver;
+  physical planning and code generation (``toRdd``, which under adaptive execution also runs the shuffle's map
+  stages: a batch with compaction's shuffle spends its scan and transforms there), each timed on the driver;
 * the execution (Spark job + executors' COPY + ANALYZE), with the CPU seconds it cost the Spark JVM (all its
   threads: tasks, JIT compiler, GC), the Python workers (``mapInArrow``), PostgreSQL (COPY) and the driver's Python.
 
