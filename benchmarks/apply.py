@@ -17,7 +17,8 @@ Three workloads:
 Measured in one run: the raw named-cursor fetch of the slot's data (what the drain cannot beat), the drain (peek →
 staged → advanced), the Spark session start, the Spark apply, and the native subscriber's catch-up, with
 ratios. ``--event-log DIR`` keeps Spark's event log there and prints per-job/stage timings
-(``benchmarks/spark_events.py``); ``--profile-drain FILE`` writes a cProfile of the drain.
+(``benchmarks/spark_events.py``); ``--profile-drain FILE`` writes a cProfile of the drain; ``--java-options`` passes
+``spark.driver.extraJavaOptions`` (e.g. ``--java-options=-XX:TieredStopAtLevel=1``).
 Prints one JSON object.
 
 ``--skip-apply``: drain only (no native subscriber, no Spark): the raw fetch and the drain, with their ratio.
@@ -192,6 +193,8 @@ def main() -> int:
     p.add_argument("--master", default="local[2]")
     p.add_argument("--event-log", default=None, help="directory for Spark's event log; prints job/stage timings")
     p.add_argument("--profile-drain", default=None, help="write a cProfile of the drain to this file")
+    p.add_argument("--java-options", default="", help="spark.driver.extraJavaOptions, e.g. "
+                   "--java-options=-XX:TieredStopAtLevel=1 (C1-only JIT)")
     p.add_argument("--skip-apply", action="store_true", help="drain only: no native subscriber, no Spark")
     p.add_argument("--ab-code", default=None, help="also drain a twin slot with the package found in this directory")
     p.add_argument("--targets", default="postgres,delta", help="comma-separated; postgres is always measured, delta adds "
@@ -289,6 +292,8 @@ def main() -> int:
         if args.event_log:
             Path(args.event_log).mkdir(parents=True, exist_ok=True)
             builder = builder.config("spark.eventLog.enabled", "true").config("spark.eventLog.dir", args.event_log)
+        if args.java_options:
+            builder = builder.config("spark.driver.extraJavaOptions", args.java_options)
         spark = builder.getOrCreate()
         spark_start_s = time.monotonic() - t0
         table_config = TableApplyConfig(row_filter=FILTER) if filtered else TableApplyConfig()

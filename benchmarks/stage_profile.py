@@ -5,18 +5,22 @@ For every batch of every staging root given, in one Spark session (so the first 
 
 * driver phases before the first Spark job: building the net frame (``BatchChanges.net``: staged read, shared
   transforms, ``keys_never_repeat``), building the COPY-text frame (``copy_columns``), analysis, optimisation,
-  physical planning and code generation (``toRdd``), each timed on the driver;
+  physical planning and code generation (``toRdd``, which under adaptive execution also runs the shuffle's map
+  stages: a batch with compaction's shuffle spends its scan and transforms there), each timed on the driver;
 * the execution (Spark job + executors' COPY + ANALYZE), with the CPU seconds it cost the Spark JVM (all its
   threads: tasks, JIT compiler, GC), the Python workers (``mapInArrow``), PostgreSQL (COPY) and the driver's Python.
 
 Staging roots come from ``--stage N``: the big workload (``benchmarks/apply.py --workload big``) at N changes,
 drained either in two batches whose keys never repeat (``--kind unique``: the inserts, then the UPDATE and DELETE)
-or in one batch with repeated keys (``--kind repeated``), into ``--out DIR`` (kept, for A/B runs of two commits on
-the same staged data). Examples::
+or in one batch with repeated keys (``--kind repeated``), or the filtered workload (``--kind filtered``, one batch;
+apply it with ``--filtered``), into ``--out DIR`` (kept, for A/B runs of two commits on the same staged data).
+Examples::
 
     python benchmarks/stage_profile.py --stage 7000 --kind unique --out /tmp/s-small
     python benchmarks/stage_profile.py --stage 350000 --kind unique --out /tmp/s-350k
     python benchmarks/stage_profile.py /tmp/s-small /tmp/s-350k     # small first: the 350k batches run warm
+    python benchmarks/stage_profile.py --stage 375000 --kind filtered --out /tmp/s-f375k
+    python benchmarks/stage_profile.py --filtered /tmp/s-f375k /tmp/s-f375k  # cold, then warm
 
 A table-batch on the direct path (``apply/direct.py``: no transform needed, printed from the staged files by the
 executors) records ``"path": "direct"`` and only its execution; ``PGLOGICAL_APPLY_DIRECT=0`` profiles the Spark
@@ -47,7 +51,7 @@ from airflow_provider_pglogical.apply.targets.postgres.copy import staging_colum
 from airflow_provider_pglogical.apply.targets.postgres.copytext import copy_columns  # noqa: E402
 from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget  # noqa: E402
 from airflow_provider_pglogical.apply.targets.postgres.target_types import describe_types  # noqa: E402
-from benchmarks.apply import BIG_SCHEMA, big_workload  # noqa: E402
+from benchmarks.apply import BIG_SCHEMA, FILTER, big_workload, filtered_workload  # noqa: E402
 
 HZ = os.sysconf("SC_CLK_TCK")
 
@@ -135,18 +139,18 @@ class ProfiledTarget(PostgresTarget):
         return result
 
     def _stage(self, planned: Any, target: Any, staging: str, make_frame: Any, *, in_order: bool,
-               direct: Any = None) -> None:
+               direct: Any = None) -> tuple[dict[str, int] | None, int | None]:
         record = self.batches[-1]
         types = describe_types(self.conn, staging_columns(target, planned.key, planned.columns))
         if direct is not None and arrownet.plan_direct(direct, types) is not None:
             record["path"] = "direct"  # no frame, no plan: only the execution is timed
             before = cpu_seconds(os.getpid(), self.postmaster)
             t0 = time.monotonic()
-            super()._stage(planned, target, staging, make_frame, in_order=in_order, direct=direct)
+            staged = super()._stage(planned, target, staging, make_frame, in_order=in_order, direct=direct)
             after = cpu_seconds(os.getpid(), self.postmaster)
             record["execute_wall_s"] = round(time.monotonic() - t0, 2)
             record["execute_cpu_s"] = {k: round(after[k] - before[k], 2) for k in before}
-            return
+            return staged
         record["path"] = "spark"
         frame = make_frame()
         t0 = time.monotonic()
@@ -163,14 +167,17 @@ class ProfiledTarget(PostgresTarget):
                       driver_optimize_s=round(t3 - t2, 2), driver_physical_codegen_s=round(t4 - t3, 2))
         before = cpu_seconds(os.getpid(), self.postmaster)
         t0 = time.monotonic()
-        super()._stage(planned, target, staging, lambda: frame, in_order=in_order)  # plans again: now cached and warm
+        staged = super()._stage(planned, target, staging, lambda: frame, in_order=in_order)  # plans again: warm
         after = cpu_seconds(os.getpid(), self.postmaster)
         record["execute_wall_s"] = round(time.monotonic() - t0, 2)
         record["execute_cpu_s"] = {k: round(after[k] - before[k], 2) for k in before}
+        return staged
 
 
 def stage(changes: int, kind: str, out: str) -> int:
-    """The big workload at ``changes`` changes, drained into ``out``; returns the number of batches."""
+    """The big workload at ``changes`` changes, drained into ``out``; returns the number of batches. ``kind``
+    ``filtered``: ``benchmarks/apply.py``'s filtered workload instead (REPLICA IDENTITY FULL, one batch), to be
+    profiled with ``--filtered``."""
     from airflow_provider_pglogical.hooks import PgLogicalHook
     from scripts.harness.pgserver import execute, make_database, start_server, stop_server
     from scripts.harness.subscriber import drain_all
@@ -178,9 +185,10 @@ def stage(changes: int, kind: str, out: str) -> int:
     server = start_server()
     try:
         source = server.dsn(make_database(server))
-        execute(source, BIG_SCHEMA + "CREATE PUBLICATION pub_all FOR TABLE big;")
+        full = "ALTER TABLE big REPLICA IDENTITY FULL;" if kind == "filtered" else ""
+        execute(source, BIG_SCHEMA + full + "CREATE PUBLICATION pub_all FOR TABLE big;")
         PgLogicalHook.from_dsn(source).create_slot("ours")
-        big_workload(source, changes)
+        (filtered_workload if kind == "filtered" else big_workload)(source, changes)
         shutil.rmtree(out, ignore_errors=True)
         # unique: the inserts fill the first batch exactly, the UPDATE and the DELETE (disjoint ids) the second
         batch = changes * 4 // 7 if kind == "unique" else 10 * changes
@@ -189,7 +197,8 @@ def stage(changes: int, kind: str, out: str) -> int:
         stop_server(server)
 
 
-def profile(roots: list[str], java_options: str, event_log: str | None = None) -> dict[str, Any]:
+def profile(roots: list[str], java_options: str, event_log: str | None = None,
+            row_filter: str | None = None) -> dict[str, Any]:
     from pyspark.sql import SparkSession
 
     from airflow_provider_pglogical.apply.runner import apply_slot
@@ -214,7 +223,7 @@ def profile(roots: list[str], java_options: str, event_log: str | None = None) -
         for root in roots:
             _, dsn = make_target(server)
             execute(dsn, BIG_SCHEMA)
-            config = ApplyConfig(slot="ours", staging_root=root, tables={"public.big": TableApplyConfig()})
+            config = ApplyConfig(slot="ours", staging_root=root, tables={"public.big": TableApplyConfig(row_filter=row_filter)})
             ProfiledTarget.batches = []
             t0 = time.monotonic()
             apply_slot(spark, config, target=ProfiledTarget(spark, config, dsn, ["public.big"]))
@@ -231,17 +240,20 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("roots", nargs="*", help="staging roots to apply, in order (the first runs cold)")
     p.add_argument("--stage", type=int, default=None, help="stage the big workload at this many changes")
-    p.add_argument("--kind", choices=("unique", "repeated"), default="unique")
+    p.add_argument("--kind", choices=("unique", "repeated", "filtered"), default="unique")
     p.add_argument("--out", default=None, help="staging root for --stage")
     p.add_argument("--java-options", default="", help="spark.driver.extraJavaOptions")
     p.add_argument("--event-log", default=None, help="keep Spark's event log here (benchmarks/spark_events.py reads it)")
+    p.add_argument("--filtered", action="store_true",
+                   help=f"apply with the filtered workload's spec row filter {FILTER!r}")
     args = p.parse_args()
     if args.stage:
         if not args.out:
             p.error("--stage needs --out")
         print(json.dumps({"staged_batches": stage(args.stage, args.kind, args.out), "root": args.out}))
     if args.roots:
-        print(json.dumps(profile(args.roots, args.java_options, args.event_log), indent=1))
+        print(json.dumps(profile(args.roots, args.java_options, args.event_log,
+                                        FILTER if args.filtered else None), indent=1))
     return 0
 
 
