@@ -106,6 +106,11 @@ class SpecTarget(ABC):
         """The process environment the target reads its credentials from, set for the block only."""
         return nullcontext()
 
+    def credentials_env(self) -> dict[str, str]:
+        """The variables ``environment`` sets, for a process started to apply elsewhere (spark-submit's); {} when the
+        target finds its credentials itself."""
+        return {}
+
     def identity(self) -> str:
         """How the staging area names this target in its records (``staging/retention.py``): ``<kind>/<where>``,
         never credentials. Two specs writing to the same place are one target."""
@@ -338,7 +343,9 @@ class LakeSpecTarget(SpecTarget):
     credentials come from ``target.conn_id`` (an AWS connection) as ``AWS_*`` variables of this process, set around
     each question and the apply only (``delta/settings.py``)."""
 
-    applies_in_worker = True  # the table library writes from the Spark driver: no spark-submit (docs/delta.md)
+    # The table library writes from the Spark driver: the worker is the driver, unless the spec reaches Spark by
+    # spark-submit (``spark.conn_id``), whose client-mode driver then runs the spec app (docs/delta.md).
+    applies_in_worker = True
     maintainable = True
     needs_conn_id = False  # without one, the worker's environment holds the credentials
 
@@ -365,6 +372,9 @@ class LakeSpecTarget(SpecTarget):
 
     def environment(self) -> AbstractContextManager[None]:
         return self._environment()
+
+    def credentials_env(self) -> dict[str, str]:
+        return dict(self.env)
 
     def check_resync(self, tables: Sequence[str]) -> None:
         if tables and self.spec.target.mode != "mirror":  # nothing would load it
