@@ -128,10 +128,10 @@ class ResetTargetOperator(BaseOperator):
 class DeltaApplyOperator(BaseOperator):
     """Apply every staged batch past the lake tables' watermarks (Delta, Iceberg), with the Spark driver in this worker:
     a local session, or a client-mode driver of the spec's ``spark.master`` (a spec reaching Spark Connect gets
-    ``SparkConnectApplyOperator`` instead).
+    ``SparkConnectApplyOperator`` instead, one naming ``spark.conn_id`` ``SpecSubmitApplyOperator``).
 
-    The lake targets commit from the Spark driver (delta-rs, pyiceberg: docs/delta.md), so no spark-submit is
-    needed; credentials come from ``target.conn_id`` (an AWS connection) or the worker's environment, and reach
+    The lake targets commit from the Spark driver (delta-rs, pyiceberg: docs/delta.md), so the worker can be that
+    driver; credentials come from ``target.conn_id`` (an AWS connection) or the worker's environment, and reach
     deltalake/pyarrow through the process environment only.
 
     :param spec: the validated pipeline spec (``target.kind: delta``).

@@ -75,8 +75,9 @@ def _quiet(_message: str) -> None:
 class SpecTarget(ABC):
     """What the pipeline asks of the spec's target; one subclass per ``target.kind`` (see ``register``).
 
-    Besides the methods, a kind sets ``applies_in_worker`` (the DAG's apply runs in the Airflow worker
-    rather than as a spark-submit app), ``maintainable`` (``maintain`` compacts its tables), ``needs_conn_id`` (a
+    Besides the methods, a kind sets ``applies_in_worker`` (the DAG's apply runs the spec's steps with the driver in
+    the Airflow worker — or in the spec app's spark-submit when the spec names ``spark.conn_id`` — rather than as
+    the PostgreSQL apply app), ``maintainable`` (``maintain`` compacts its tables), ``needs_conn_id`` (a
     task in another process finds the target only through an Airflow connection) and ``takes_direct_rows`` (its
     ``Target`` prints the direct path's rows itself, ``targets/base.DirectNetSource``: a run the direct path covers
     needs no Spark), and may override ``early_spark_start``.
