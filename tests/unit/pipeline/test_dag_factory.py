@@ -202,3 +202,16 @@ def test_a_spark_submit_apply_needs_the_spec_from_its_file():
     doc["spark"] = {"conn_id": "spark_default"}
     with pytest.raises(SpecError, match="reads the spec from its file; build the DAG from the spec's path"):
         build_pipeline_dag(parse_spec(doc, env={}), dag_id="d")
+
+
+def test_the_spec_app_applies_the_named_target_of_a_targets_spec_and_refuses_an_unknown_one():
+    from airflow_provider_pglogical.pipeline.spec_app import one_target
+
+    doc = {**copy.deepcopy(DOC), "targets": {"a": {"kind": "delta", "uri": "/tmp/a", "tables": DOC["tables"]},
+                                             "b": {"kind": "delta", "uri": "/tmp/b", "tables": DOC["tables"]}}}
+    del doc["target"], doc["tables"]
+    spec = parse_spec(doc, env={})
+    assert one_target(spec, "b").target.uri == "/tmp/b" and not one_target(spec, "b").targets
+    assert one_target(spec, None) is spec
+    with pytest.raises(SpecError, match="--target c: no such target; the spec's targets: a, b"):
+        one_target(spec, "c")
