@@ -5,7 +5,9 @@ cluster; the workers hold the staging credentials, the driver another key (``DRI
 An initial snapshot and the native-equivalence workload (row filters with UPDATE→INSERT/DELETE, key changes,
 TOAST, TRUNCATE cascades) end as a native ``copy_data`` subscriber's tables, with tasks on both workers and no
 row-change file read by a driver; a worker killed while its executor reads a batch loses nothing: Spark runs
-the task again on the other worker and the target still ends as the native subscriber's.
+the task again on the other worker and the target still ends as the native subscriber's. A Delta target on the
+same cluster — the spec app spark-submitted to its master, and ``pglogical run`` over the Connect server on it —
+ends as the native subscriber's tables too.
 """
 
 from __future__ import annotations
