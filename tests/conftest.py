@@ -41,6 +41,7 @@ SLOW_MODULES = (
     "tests/integration/test_cli_recovery.py",
     "tests/integration/test_cli_retention.py",
     "tests/system/test_staging_connection.py",
+    "tests/system/test_lake_submit_dag.py",
     "tests/integration/test_staging_verify.py",
     "tests/integration/test_least_privilege.py",
     "tests/integration/test_snapshot_native.py",

@@ -36,6 +36,33 @@ def build_package_zip(directory: str | Path) -> str:
     return str(path)
 
 
+def submit_master(conn_id: str | None) -> str:
+    """The master of Airflow Spark connection ``conn_id`` (its host: ``local[2]``, ``spark://host:7077``)."""
+    from airflow.sdk import BaseHook
+
+    return (BaseHook.get_connection(conn_id).host or "") if conn_id else ""
+
+
+def prepare_submit(op: SparkSubmitOperator, master: str, workdir: str, python: str | None, staging_uri: str,
+                   staging_conn_id: str | None) -> dict[str, str]:
+    """Settle what every app this package submits needs on ``op`` before its ``execute``: the package zipped into
+    ``workdir`` and shipped with ``--py-files``, the interpreter (this one for ``local`` masters), a loopback
+    driver for ``local``, UTC session time. Returns the spark-submit process's environment: the interpreter and
+    PATH additions, ``op``'s own ``env_vars`` and ``staging_conn_id``'s credentials (never on the command line)."""
+    op.py_files = ",".join(p for p in [build_package_zip(workdir), op.py_files] if p)
+    op.conf = dict(op.conf or {})
+    interpreter = python or (sys.executable if is_local(master) else None)
+    if interpreter:
+        op.conf.setdefault("spark.pyspark.python", interpreter)
+        op.conf.setdefault("spark.pyspark.driver.python", interpreter)
+    if is_local(master):
+        for key, value in LOCAL_DRIVER_CONF.items():
+            op.conf.setdefault(key, value)
+    op.conf.setdefault("spark.sql.session.timeZone", "UTC")
+    staging = connection_credentials(staging_uri, staging_conn_id).environment() if staging_conn_id else {}
+    return {**spark_submit_env(master, python), **(op.env_vars or {}), **staging}
+
+
 class PgLogicalApplyOperator(SparkSubmitOperator):
     """Apply every staged batch of a slot past the target's watermarks (exactly once, idempotent).
 
@@ -128,25 +155,14 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
         target = BaseHook.get_connection(self.target_conn_id)
         if not target.host:
             raise ApplyError(f"connection {self.target_conn_id} has no host")
-        master = (BaseHook.get_connection(self.spark_conn_id).host or "") if self.spark_conn_id else ""
+        master = submit_master(self.spark_conn_id)
         workdir = tempfile.mkdtemp(prefix="pglogical-apply-")
         try:
             report = Path(workdir) / "batches.jsonl"
-            self.py_files = ",".join(p for p in [build_package_zip(workdir), self.py_files] if p)
             self.application_args = [*(self.application_args or []), *self.application_arguments(),
                                      "--report-file", str(report)]
-            self.conf = dict(self.conf or {})
-            python = self.python or (sys.executable if is_local(master) else None)
-            if python:
-                self.conf.setdefault("spark.pyspark.python", python)
-                self.conf.setdefault("spark.pyspark.driver.python", python)
-            if is_local(master):
-                for key, value in LOCAL_DRIVER_CONF.items():
-                    self.conf.setdefault(key, value)
-            self.conf.setdefault("spark.sql.session.timeZone", "UTC")
-            staging = (connection_credentials(self.staging_uri, self.staging_conn_id).environment()
-                       if self.staging_conn_id else {})
-            self.env_vars = {**spark_submit_env(master, self.python), **(self.env_vars or {}), **staging,
+            self.env_vars = {**prepare_submit(self, master, workdir, self.python, self.staging_uri,
+                                              self.staging_conn_id),
                              self.dsn_env: connection_dsn(self.target_conn_id)}
             # One record in the slot's run history (docs/staging-format.md#run-history), failed runs included.
             with (staging_connection(self.staging_uri, self.staging_conn_id),

@@ -25,6 +25,7 @@ from airflow_provider_pglogical.pipeline.operators import (
     ResetTargetOperator,
     SnapshotTablesOperator,
     SparkConnectApplyOperator,
+    SpecSubmitApplyOperator,
     WalRetentionCheckOperator,
 )
 from airflow_provider_pglogical.pipeline.retention import check_window
@@ -90,12 +91,15 @@ def decode_task(spec: PipelineSpec, task_id: str = "decode") -> Any:
         outlets=[table_asset(spec.source.slot, name) for name in spec.tables])
 
 
-def apply_task(spec: PipelineSpec, task_id: str = "apply", max_batches: Any = None, *, located: bool = False) -> Any:
+def apply_task(spec: PipelineSpec, task_id: str = "apply", max_batches: Any = None,
+               target_name: str | None = None) -> Any:
     """The apply step: spark-submit of the apply app over every staged batch past the watermarks (PostgreSQL),
-    with one outlet Asset per target table (``pglogical://<slot>/target/<schema>.<table>``; ``located``, for one
-    target of several: ``…/target/<location>/<schema>.<table>``); a Spark Connect client in the worker when the spec's
-    Spark is a Connect server, whatever the target; else the in-worker lake apply."""
-    location = spec_target(spec).location() if located else None
+    with one outlet Asset per target table (``pglogical://<slot>/target/<schema>.<table>``; for one target of
+    several: ``…/target/<location>/<schema>.<table>``); a Spark Connect client in the worker when the spec's Spark
+    is a Connect server, whatever the target; for a lake target, spark-submit of the spec app when the spec names
+    ``spark.conn_id``, else the in-worker apply. ``target_name``: the target's name when ``spec`` is a view of a
+    ``targets:`` spec (the submitted app picks it from the spec file; its assets carry its location)."""
+    location = spec_target(spec).location() if target_name is not None else None
 
     def outlets() -> list[Any]:
         return [target_table_asset(spec.source.slot, t.target_name, location) for t in spec.tables.values()]
@@ -104,6 +108,9 @@ def apply_task(spec: PipelineSpec, task_id: str = "apply", max_batches: Any = No
         return SparkConnectApplyOperator(task_id=task_id, spec=spec, connect_conn_id=spec.spark.connect_conn_id,
                                          max_batches=max_batches, outlets=outlets())
     if spec_target(spec).applies_in_worker:
+        if spec.spark.conn_id:  # the spec reaches its Spark by spark-submit: the apply runs there, not in the worker
+            return SpecSubmitApplyOperator(task_id=task_id, spec=spec, target_name=target_name,
+                                           max_batches=max_batches)
         return DeltaApplyOperator(task_id=task_id, spec=spec, max_batches=max_batches)
     config = apply_config(spec)
     # Plain dicts: the operator's ``tables`` is a templated field.
@@ -111,7 +118,7 @@ def apply_task(spec: PipelineSpec, task_id: str = "apply", max_batches: Any = No
     return PgLogicalApplyOperator(
         task_id=task_id, slot=spec.source.slot, staging_uri=spec.staging.uri,
         target_conn_id=_conn_id(spec, "target", spec.target.conn_id), tables=tables, max_batches=max_batches,
-        conn_id=spec.spark.conn_id, conf=dict(spec.spark.conf) or None,
+        conn_id=spec.spark.submit_conn_id, conf=dict(spec.spark.conf) or None,
         source_conn_id=spec.source.conn_id, bookkeeping_schema=spec.target.bookkeeping_schema,
         session_replication_role=spec.target.session_replication_role, staging_conn_id=spec.staging.conn_id,
         outlets=outlets())
@@ -125,7 +132,8 @@ def apply_task_id(spec: PipelineSpec, name: str, task_id: str = "apply") -> str:
 def apply_tasks(spec: PipelineSpec, task_id: str = "apply", max_batches: Any = None) -> list[Any]:
     """One apply task per target of the spec (``apply_task`` of its view), to run in parallel."""
     return [apply_task(view, task_id=apply_task_id(spec, name, task_id), max_batches=max_batches,
-                       located=bool(spec.targets)) for name, view in spec.target_views().items()]
+                       target_name=name if spec.targets else None)
+            for name, view in spec.target_views().items()]
 
 
 def health_task(spec: PipelineSpec, *, alert_callback: AlertCallback | None = log_slot_alert,
@@ -212,7 +220,7 @@ def build_replay_dag(spec: PipelineSpec | str | os.PathLike[str], *, dag_id: str
             reset = ResetTargetOperator(task_id=apply_task_id(spec, name, "reset_target"), spec=view,
                                         enabled="{{ params.reset }}")
             replay = apply_task(view, task_id=apply_task_id(spec, name, "replay"), max_batches=plan["max_batches"],
-                                located=bool(spec.targets))
+                                target_name=name if spec.targets else None)
             plan >> reset >> replay
     return dag
 

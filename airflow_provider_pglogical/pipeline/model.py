@@ -136,17 +136,26 @@ class TruncateSpec:
     cascade: str = "follow_source"
 
 
+DEFAULT_SPARK_CONN_ID = "spark_default"
+
+
 @dataclass(frozen=True)
 class SparkSpec:
     """How Spark is reached: ``master`` (``local[*]``, ``spark://…``, ``yarn``: a session started in the process)
     or ``remote`` (``sc://host:port``: a client of a Spark Connect server); ``conn_id`` for the DAG's spark-submit,
-    ``connect_conn_id`` for the DAG's apply over Spark Connect instead."""
+    ``connect_conn_id`` for the DAG's apply over Spark Connect instead. A spec that names ``conn_id`` says its Spark
+    is reached by spark-submit: the DAG submits every target's apply there (a lake target's too)."""
 
-    conn_id: str = "spark_default"
+    conn_id: str | None = None  # None: not named (the PostgreSQL apply still submits to ``spark_default``)
     master: str | None = None  # CLI default when --master is not given
     conf: dict[str, str] = field(default_factory=dict)
     remote: str | None = None  # a Spark Connect URL: the CLI's default when --master is not given
     connect_conn_id: str | None = None  # an Airflow ``spark_connect`` connection: the DAG's apply uses Spark Connect
+
+    @property
+    def submit_conn_id(self) -> str:
+        """The Airflow Spark connection the DAG's spark-submit uses: ``conn_id``, else ``spark_default``."""
+        return self.conn_id or DEFAULT_SPARK_CONN_ID
 
     @property
     def where(self) -> str | None:

@@ -1,26 +1,33 @@
 """Operators for the pipeline's steps besides decode: ensure publication/slot, check WAL retention, reset a target,
-the in-process apply into a Delta target, the apply over Spark Connect, staging retention, and tearing the pipeline
-down."""
+the in-process apply into a lake target, the lake target's apply submitted to the spec's Spark, the apply over Spark
+Connect, staging retention, and tearing the pipeline down."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
 
-from airflow_provider_pglogical.exceptions import ConfirmationRequiredError, SpecError
+from airflow_provider_pglogical.exceptions import ApplyError, ConfirmationRequiredError, SpecError
 from airflow_provider_pglogical.hooks.sizes import parse_size
 from airflow_provider_pglogical.hooks.slot_client import PgLogicalClient
 from airflow_provider_pglogical.hooks.storage_connection import staging_connection
+from airflow_provider_pglogical.operators.apply import prepare_submit, submit_master
+from airflow_provider_pglogical.pipeline import spec_app
 from airflow_provider_pglogical.pipeline.retention import check_window, prune
 from airflow_provider_pglogical.pipeline.runs import apply_pending, drop_pipeline, reset_target
 from airflow_provider_pglogical.pipeline.snapshots import initial_snapshot_if_new, sync_tables
 from airflow_provider_pglogical.pipeline.source import check_retention, ensure_replication, source_client
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec
+from airflow_provider_pglogical.pipeline.target import spec_target
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -121,10 +128,10 @@ class ResetTargetOperator(BaseOperator):
 class DeltaApplyOperator(BaseOperator):
     """Apply every staged batch past the lake tables' watermarks (Delta, Iceberg), with the Spark driver in this worker:
     a local session, or a client-mode driver of the spec's ``spark.master`` (a spec reaching Spark Connect gets
-    ``SparkConnectApplyOperator`` instead).
+    ``SparkConnectApplyOperator`` instead, one naming ``spark.conn_id`` ``SpecSubmitApplyOperator``).
 
-    The lake targets commit from the Spark driver (delta-rs, pyiceberg: docs/delta.md), so no spark-submit is
-    needed; credentials come from ``target.conn_id`` (an AWS connection) or the worker's environment, and reach
+    The lake targets commit from the Spark driver (delta-rs, pyiceberg: docs/delta.md), so the worker can be that
+    driver; credentials come from ``target.conn_id`` (an AWS connection) or the worker's environment, and reach
     deltalake/pyarrow through the process environment only.
 
     :param spec: the validated pipeline spec (``target.kind: delta``).
@@ -182,6 +189,76 @@ class SparkConnectApplyOperator(BaseOperator):
         with _staging(self.spec):
             return apply_pending(self.spec, master=self.remote_url(), max_batches=limit, log=self.log.info,
                                  tool="airflow")
+
+
+_REPO_SPEC_APP = Path(spec_app.__file__).resolve().parents[2] / "spark_apps" / "apply_spec.py"
+SPEC_APPLICATION = str(_REPO_SPEC_APP if _REPO_SPEC_APP.exists() else Path(spec_app.__file__).resolve())
+
+
+class SpecSubmitApplyOperator(SparkSubmitOperator):
+    """Apply every staged batch past the target's watermarks by spark-submit of ``spark_apps/apply_spec.py --spec``
+    on the spec's Spark connection (``spark.conn_id``): the DAG's route for a lake target (Delta, Iceberg) whose
+    spec reaches Spark by spark-submit, so its Spark work runs where the spec's Spark runs, as the PostgreSQL
+    target's ``PgLogicalApplyOperator`` does.
+
+    Client deploy mode: the driver — where the table library commits (docs/delta.md) — runs on this worker's host
+    and reads the spec file the DAG was built from. The package is zipped and shipped with ``--py-files``;
+    ``staging.conn_id``'s and ``target.conn_id``'s credentials go to the spark-submit process as environment
+    variables, never on its command line. Returns the app's JSON summary (counts only) as the XCom.
+
+    :param spec: the validated pipeline spec, loaded from a file (one target: a ``targets:`` spec's view).
+    :param target_name: the target's name in a ``targets:`` spec (None for ``target:``).
+    :param max_batches: apply at most this many batches. (templated)
+    :param python: interpreter for driver and executors (default for ``local`` masters: this one).
+    """
+
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "max_batches")
+    ui_color = "#d6eaf8"
+
+    def __init__(self, *, spec: PipelineSpec, target_name: str | None = None, max_batches: int | str | None = None,
+                 python: str | None = None, application: str = SPEC_APPLICATION, **kwargs: Any) -> None:
+        if not Path(spec.origin).is_file():
+            raise SpecError(f"{spec.origin}: a spark-submit apply (spark.conn_id) reads the spec from its file; "
+                            "build the DAG from the spec's path")
+        kwargs.setdefault("conf", dict(spec.spark.conf) or None)
+        super().__init__(application=application, conn_id=spec.spark.submit_conn_id,
+                         name=f"pglogical-apply-{spec.source.slot}", **kwargs)
+        self.spec = spec
+        self.target_name = target_name
+        self.max_batches = max_batches
+        self.python = python
+        self.spark_conn_id = spec.spark.submit_conn_id
+
+    def application_arguments(self, summary: Path) -> list[str]:
+        args = ["--spec", str(Path(self.spec.origin).resolve()), "--summary-file", str(summary)]
+        if self.target_name:
+            args += ["--target", self.target_name]
+        if self.max_batches not in (None, "", "None"):
+            args += ["--max-batches", str(int(self.max_batches))]
+        if self.spec.target.conn_id:  # resolved here, where Airflow's connections are: see ``execute``
+            args.append("--credentials-from-env")
+        return args
+
+    # SparkSubmitOperator.execute returns None; this one returns the apply's summary as its XCom.
+    def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
+        master = submit_master(self.spark_conn_id)
+        workdir = tempfile.mkdtemp(prefix="pglogical-apply-")
+        try:
+            summary = Path(workdir) / "summary.json"
+            self.application_args = [*(self.application_args or []), *self.application_arguments(summary)]
+            with spec_target(self.spec) as handle:
+                credentials = handle.credentials_env()
+            self.env_vars = {**prepare_submit(self, master, workdir, self.python, self.spec.staging.uri,
+                                              self.spec.staging.conn_id), **credentials}
+            super().execute(context)
+            if not summary.exists():
+                raise ApplyError(f"slot {self.spec.source.slot}: spark-submit of {Path(self.application).name} "
+                                 "ended without writing its summary")
+            result: dict[str, Any] = json.loads(summary.read_text(encoding="utf-8"))
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        self.log.info("applied by spark-submit on %s: %s", master, json.dumps(result, sort_keys=True))
+        return result
 
 
 class SnapshotTablesOperator(BaseOperator):

@@ -77,8 +77,9 @@ def _quiet(_message: str) -> None:
 class SpecTarget(ABC):
     """What the pipeline asks of the spec's target; one subclass per ``target.kind`` (see ``register``).
 
-    Besides the methods, a kind sets ``applies_in_worker`` (the DAG's apply runs in the Airflow worker
-    rather than as a spark-submit app), ``maintainable`` (``maintain`` compacts its tables), ``needs_conn_id`` (a
+    Besides the methods, a kind sets ``applies_in_worker`` (the DAG's apply runs the spec's steps with the driver in
+    the Airflow worker — or in the spec app's spark-submit when the spec names ``spark.conn_id`` — rather than as
+    the PostgreSQL apply app), ``maintainable`` (``maintain`` compacts its tables), ``needs_conn_id`` (a
     task in another process finds the target only through an Airflow connection) and ``takes_direct_rows`` (its
     ``Target`` prints the direct path's rows itself, ``targets/base.DirectNetSource``: a run the direct path covers
     needs no Spark), and may override ``early_spark_start``.
@@ -107,6 +108,11 @@ class SpecTarget(ABC):
     def environment(self) -> AbstractContextManager[None]:
         """The process environment the target reads its credentials from, set for the block only."""
         return nullcontext()
+
+    def credentials_env(self) -> dict[str, str]:
+        """The variables ``environment`` sets, for a process started to apply elsewhere (spark-submit's); {} when the
+        target finds its credentials itself."""
+        return {}
 
     def identity(self) -> str:
         """How the staging area names this target in its records (``staging/retention.py``): ``<kind>/<where>``,
@@ -373,7 +379,9 @@ class LakeSpecTarget(SpecTarget):
     credentials come from ``target.conn_id`` (an AWS connection) as ``AWS_*`` variables of this process, set around
     each question and the apply only (``delta/settings.py``)."""
 
-    applies_in_worker = True  # the table library writes from the Spark driver: no spark-submit (docs/delta.md)
+    # The table library writes from the Spark driver: the worker is the driver, unless the spec reaches Spark by
+    # spark-submit (``spark.conn_id``), whose client-mode driver then runs the spec app (docs/delta.md).
+    applies_in_worker = True
     maintainable = True
     needs_conn_id = False  # without one, the worker's environment holds the credentials
 
@@ -400,6 +408,9 @@ class LakeSpecTarget(SpecTarget):
 
     def environment(self) -> AbstractContextManager[None]:
         return self._environment()
+
+    def credentials_env(self) -> dict[str, str]:
+        return dict(self.env)
 
     def check_resync(self, tables: Sequence[str]) -> None:
         if tables and self.spec.target.mode != "mirror":  # nothing would load it

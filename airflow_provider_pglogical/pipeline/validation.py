@@ -621,7 +621,7 @@ class SpecValidator:
             self.err(_join(path, "conf"), f"expected a mapping of Spark settings, got {_kind(conf)}")
             conf = {}
         return SparkSpec(
-            conn_id=self.string(raw.get("conn_id"), _join(path, "conn_id")) or "spark_default",
+            conn_id=self.string(raw.get("conn_id"), _join(path, "conn_id")),
             master=self.string(raw.get("master"), _join(path, "master")),
             conf={str(k): str(v) for k, v in conf.items()},
             remote=self.remote(raw, path),

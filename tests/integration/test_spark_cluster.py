@@ -5,73 +5,49 @@ cluster; the workers hold the staging credentials, the driver another key (``DRI
 An initial snapshot and the native-equivalence workload (row filters with UPDATE→INSERT/DELETE, key changes,
 TOAST, TRUNCATE cascades) end as a native ``copy_data`` subscriber's tables, with tasks on both workers and no
 row-change file read by a driver; a worker killed while its executor reads a batch loses nothing: Spark runs
-the task again on the other worker and the target still ends as the native subscriber's.
+the task again on the other worker and the target still ends as the native subscriber's. A Delta target on the
+same cluster — the spec app spark-submitted to its master, and ``pglogical run`` over the Connect server on it —
+ends as the native subscriber's tables too.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-import yaml
 
+from airflow_provider_pglogical.apply.sparkenv import spark_submit_env
+from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
 from airflow_provider_pglogical.hooks import PgLogicalHook
-from scripts.harness.pgserver import execute, make_database, query
-from scripts.harness.subscriber import run_script, unsubscribe, wait_for_subscriber
+from scripts.harness.pgserver import query
+from scripts.harness.subscriber import run_script
 from scripts.harness.userenv import run_as_user, venv_script
-from tests.integration.test_native_equivalence import (
+from tests.integration.test_native_equivalence import table_rows
+from tests.support.cluster import Cluster, cluster_connect, spark_cluster  # noqa: F401 (fixtures)
+from tests.support.remote_specs import (
     BATCH_ONE,
     BATCH_TWO,
     PRE_EXISTING_SQL,
-    PUBLICATIONS_SQL,
-    TABLES,
-    TABLES_SQL,
-    table_rows,
+    SLOT,
+    SNAPSHOT_SQL,
+    Databases,
+    assert_delta_equals_native,
+    assert_postgres_equals_native,
+    write_spec,
 )
-from tests.integration.test_snapshot_native import wait_ready
-from tests.integration.test_spark_connect import SPEC_TABLES
-from tests.support.cluster import Cluster, cluster_connect, spark_cluster  # noqa: F401 (fixtures)
 from tests.support.sparkconnect import DRIVER_KEY, EXECUTOR_KEY, s3_env
 
-# The snapshot's rows besides PRE_EXISTING_SQL's: enough chunks of work for both workers' executors.
-SNAPSHOT_SQL = PRE_EXISTING_SQL + """
-INSERT INTO cols SELECT g, 'a' || g, 's' || g, g FROM generate_series(1000, 5999) g;
-INSERT INTO toasty SELECT g, g, repeat(md5(g::text), 300) FROM generate_series(1000, 1049) g;
-"""
-
-
-class Databases:
-    """A source, a native subscriber of ``pub_native`` and our target, on the test server; dropped afterwards."""
-
-    def __init__(self, pg_server, *, copy_data: bool) -> None:
-        self.server = pg_server
-        self.names = [make_database(pg_server) for _ in range(3)]
-        self.source, self.native, self.ours = (pg_server.dsn(n) for n in self.names)
-        self.copy_data = copy_data
-
-    def subscribe(self) -> None:
-        execute(self.source, "SELECT pg_create_logical_replication_slot('sub_native', 'pgoutput')")
-        execute(self.native, f"CREATE SUBSCRIPTION sub_native CONNECTION '{self.source}' PUBLICATION pub_native "
-                             f"WITH (create_slot = false, slot_name = sub_native, copy_data = {self.copy_data})")
-        if self.copy_data:
-            wait_ready(self.native)
-
-    def drop(self) -> None:
-        unsubscribe(self.native)
-        for name in self.names:
-            execute(self.server.dsn(), f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+APP = str(Path(__file__).resolve().parents[2] / "spark_apps" / "apply_spec.py")
 
 
 @pytest.fixture
 def databases(pg_server, request) -> Iterator[Databases]:
-    dbs = Databases(pg_server, copy_data=request.param)
-    execute(dbs.source, TABLES_SQL + PUBLICATIONS_SQL + (SNAPSHOT_SQL if dbs.copy_data else PRE_EXISTING_SQL))
-    execute(dbs.native, TABLES_SQL)
-    execute(dbs.ours, TABLES_SQL)
+    dbs = Databases(pg_server, copy_data=request.param, source_sql=SNAPSHOT_SQL if request.param else PRE_EXISTING_SQL)
     try:
         dbs.subscribe()
         yield dbs
@@ -79,16 +55,12 @@ def databases(pg_server, request) -> Iterator[Databases]:
         dbs.drop()
 
 
-def write_spec(path: Path, dbs: Databases, cluster: Cluster, spark: dict, *, snapshot: bool) -> Path:
-    path.write_text(yaml.safe_dump({
-        "source": {"dsn": dbs.server.uri(dbs.names[0]), "publication": "pub_all", "slot": "ours"},
-        "staging": {"uri": f"s3://{cluster.s3.bucket}/{path.parent.name}/staging"},
-        "target": {"kind": "postgres", "dsn": dbs.server.uri(dbs.names[2])},
-        "tables": SPEC_TABLES,
-        "snapshot": {"initial": snapshot},
-        "spark": spark,
-    }))
-    return path
+def cluster_spec(path: Path, dbs: Databases, cluster: Cluster, spark: dict, *, snapshot: bool,
+                 target: dict | None = None) -> Path:
+    """The workload's spec with staging on the cluster's S3 only (default target: ``ours``)."""
+    return write_spec(path, source={"dsn": dbs.uri("source")},
+                      staging=f"s3://{cluster.s3.bucket}/{path.parent.name}/staging",
+                      target=target or {"kind": "postgres", "dsn": dbs.uri("ours")}, spark=spark, snapshot=snapshot)
 
 
 def run(spec: Path, cluster: Cluster) -> dict:
@@ -103,19 +75,6 @@ def tasks_per_worker(cluster: Cluster) -> list[int]:
     return [sum(len(w.task_attempts(app)) for app in cluster.spark.apps()) for w in cluster.spark.workers]
 
 
-def assert_equal_to_native(dbs: Databases) -> None:
-    wait_for_subscriber(dbs.source, dbs.native)
-    for table in TABLES:
-        if table == "toast_rf":  # test_native_equivalence's stated deviation is not part of this workload
-            assert table_rows(dbs.ours, table) == [(120, 2, "w" * 9000)]
-            continue
-        assert table_rows(dbs.ours, table) == table_rows(dbs.native, table), table
-    assert table_rows(dbs.native, "rf_full") == [(2, 6, "b"), (4, 9, "d2")]  # the transforms happened
-    assert table_rows(dbs.native, "child") == [(50, 5, "c5")]
-    seq = "SELECT last_value, is_called FROM seqd_id_seq"
-    assert query(dbs.ours, seq) == query(dbs.native, seq)
-
-
 @pytest.mark.parametrize("databases", [True], indirect=True, ids=[""])
 @pytest.mark.parametrize("where", ["submit", "connect"])
 def test_snapshot_and_changes_on_two_workers_match_a_native_subscriber(
@@ -124,7 +83,7 @@ def test_snapshot_and_changes_on_two_workers_match_a_native_subscriber(
     application runs on the cluster (its driver without S3 credentials)."""
     spark = ({"remote": request.getfixturevalue("cluster_connect")} if where == "connect"
              else {"master": spark_cluster.spark.master_url, "conf": spark_cluster.conf()})
-    spec = write_spec(tmp_path / "spec.yaml", databases, spark_cluster, spark, snapshot=True)
+    spec = cluster_spec(tmp_path / "spec.yaml", databases, spark_cluster, spark, snapshot=True)
     tasks_before = tasks_per_worker(spark_cluster)
     recorded = spark_cluster.requests
     try:
@@ -135,7 +94,7 @@ def test_snapshot_and_changes_on_two_workers_match_a_native_subscriber(
             run_script(databases.source, script)
             assert run(spec, spark_cluster)["apply"]["batches_applied"] == 1
         recorded.stop()
-        assert_equal_to_native(databases)
+        assert_postgres_equals_native(databases)
         assert table_rows(databases.ours, "cols")[-1] == (5999, "a5999", None, 5999)  # the snapshot's column list
         # Both workers' executors ran tasks of these runs.
         tasks_after = tasks_per_worker(spark_cluster)
@@ -149,6 +108,53 @@ def test_snapshot_and_changes_on_two_workers_match_a_native_subscriber(
         recorded.stop()
 
 
+def submit(spec: Path, cluster: Cluster) -> dict:
+    """``pglogical decode``, then spark-submit of the spec app to the cluster as the user types it (client deploy
+    mode: the driver, where delta-rs commits, in the spark-submit process with the driver's S3 key)."""
+    env = {**s3_env(cluster.s3, DRIVER_KEY), **spark_submit_env(cluster.spark.master_url),
+           "PYSPARK_DRIVER_PYTHON": sys.executable}  # the executors' Python is the workers' own
+    decoded = run_as_user([venv_script("pglogical"), "decode", "--spec", str(spec)], env, timeout=600)
+    assert decoded.returncode == 0, decoded.stderr[-3000:]
+    conf = [arg for key, value in cluster.conf().items() for arg in ("--conf", f"{key}={value}")]
+    result = run_as_user([venv_script("spark-submit"), "--master", cluster.spark.master_url, *conf, APP,
+                          "--spec", str(spec)], env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {"decode": json.loads(decoded.stdout), "apply": json.loads(result.stdout.strip().splitlines()[-1])}
+
+
+@pytest.mark.parametrize("databases", [True], indirect=True, ids=[""])
+@pytest.mark.parametrize("where", ["submit", "connect"])
+def test_a_delta_target_on_two_workers_matches_a_native_subscriber(
+        spark_cluster, request, databases, tmp_path, where):  # noqa: F811 (the fixtures imported above)
+    """The Delta target through spark-submit of ``spark_apps/apply_spec.py`` to the cluster, and through
+    ``pglogical run`` as a client of the Connect server on the cluster: the snapshot and the workload's changes
+    end as the native subscriber's tables (read with delta-rs), tasks ran on both workers, and no driver read a
+    row-change file. The tables are local: delta-rs commits from the driver (or Connect client) process."""
+    lake = DeltaLocation(str(tmp_path / "lake"))
+    spark = ({"remote": request.getfixturevalue("cluster_connect")} if where == "connect"
+             else {"master": spark_cluster.spark.master_url})
+    spec = cluster_spec(tmp_path / "spec.yaml", databases, spark_cluster, spark, snapshot=True,
+                        target={"kind": "delta", "uri": lake.uri})
+    step = submit if where == "submit" else run
+    tasks_before = tasks_per_worker(spark_cluster)
+    recorded = spark_cluster.requests
+    try:
+        recorded.start()
+        first = step(spec, spark_cluster)
+        assert first["decode"]["snapshot"]["initial"]["tables"]["public.cols"]["rows"] == 5000, first
+        for script in (BATCH_ONE, BATCH_TWO):
+            run_script(databases.source, script)
+        assert step(spec, spark_cluster)["apply"]["batches_applied"] == 1
+        recorded.stop()
+        assert_delta_equals_native(databases, lake)
+        tasks_after = tasks_per_worker(spark_cluster)
+        assert all(after > before for before, after in zip(tasks_before, tasks_after, strict=True)), tasks_after
+        assert recorded.reads(EXECUTOR_KEY, "/tables/") > 0
+        assert recorded.reads(DRIVER_KEY, "/tables/") == 0
+    finally:
+        recorded.stop()
+
+
 @pytest.mark.parametrize("databases", [False], indirect=True, ids=[""])
 def test_a_worker_killed_while_its_executor_reads_a_batch_loses_nothing(
         spark_cluster, databases, tmp_path):  # noqa: F811 (the fixture imported above)
@@ -156,9 +162,9 @@ def test_a_worker_killed_while_its_executor_reads_a_batch_loses_nothing(
     row-change files until both workers' executors are inside such a read; then worker 1's JVM and its executor
     are SIGKILLed. Spark runs the lost task again on worker 2, the run ends, and the target is the native
     subscriber's: nothing lost, nothing applied twice (the progress row is the batch's end)."""
-    PgLogicalHook.from_dsn(databases.source).create_slot("ours")
+    PgLogicalHook.from_dsn(databases.source).create_slot(SLOT)
     spark = {"master": spark_cluster.spark.master_url, "conf": spark_cluster.conf()}
-    spec = write_spec(tmp_path / "spec.yaml", databases, spark_cluster, spark, snapshot=False)
+    spec = cluster_spec(tmp_path / "spec.yaml", databases, spark_cluster, spark, snapshot=False)
     for script in (BATCH_ONE, BATCH_TWO):
         run_script(databases.source, script)
     worker1, worker2 = spark_cluster.spark.workers
@@ -181,7 +187,7 @@ def test_a_worker_killed_while_its_executor_reads_a_batch_loses_nothing(
     assert report["apply"]["batches_applied"] == 1
     # The task worker 1 was running ran again on worker 2 (a second attempt).
     assert any(attempt > 0 for _, attempt in worker2.task_attempts(app)), worker2.task_attempts(app)
-    assert_equal_to_native(databases)
+    assert_postgres_equals_native(databases)
     (slot_lsn,) = query(databases.source, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
                                           "WHERE slot_name = 'ours'")[0]
     assert query(databases.ours, "SELECT DISTINCT end_lsn::text FROM pglogical_progress WHERE slot = 'ours'") == [(slot_lsn,)]

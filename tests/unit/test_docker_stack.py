@@ -47,7 +47,7 @@ def test_the_example_specs_connections_are_defined_for_airflow(compose):
     for conn_id in (spec.source.conn_id, spec.target.conn_id):
         assert f"AIRFLOW_CONN_{conn_id.upper()}" in env
     assert spec.staging.uri == "/var/lib/pglogical/staging"
-    spark = json.loads(env[f"AIRFLOW_CONN_{spec.spark.conn_id.upper()}"])
+    spark = json.loads(env[f"AIRFLOW_CONN_{spec.spark.submit_conn_id.upper()}"])
     assert spark["host"] == "spark://spark-master" and spark["port"] == 7077
 
 

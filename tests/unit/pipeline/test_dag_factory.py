@@ -152,3 +152,66 @@ def test_a_spec_reaching_spark_connect_applies_as_a_client_in_the_worker_instead
     if "remote" in spark:
         assert apply.remote_url() == "sc://spark:15002"
     assert [o.uri for o in apply.outlets]  # the target tables' assets, as the spark-submit task has them
+
+
+@pytest.mark.parametrize("spark", [None, {"master": "spark://spark:7077"}])
+def test_a_lake_target_of_a_spec_naming_no_spark_connection_applies_in_the_worker(spark):
+    from airflow_provider_pglogical.pipeline.operators import DeltaApplyOperator
+
+    doc = copy.deepcopy(DOC)
+    doc["target"] = {"kind": "delta", "uri": "/tmp/lake"}
+    if spark:
+        doc["spark"] = spark
+    apply = build_pipeline_dag(parse_spec(doc, env={}), dag_id="d").get_task("pglogical.apply")
+    assert type(apply) is DeltaApplyOperator
+
+
+@pytest.mark.parametrize("kind", ["delta", "iceberg"])
+def test_a_lake_target_of_a_spec_naming_a_spark_connection_is_submitted_with_the_spec_file(tmp_path, kind):
+    """``spark.conn_id``: spark-submit of the spec app on that connection (the apply runs where that Spark runs), its
+    arguments naming the spec file, one target of ``targets:``, the batch limit, and never a credential."""
+    import yaml
+
+    from airflow_provider_pglogical.pipeline.operators import SPEC_APPLICATION, SpecSubmitApplyOperator
+    from airflow_provider_pglogical.pipeline.spec import load_spec
+
+    lake = ({"kind": "delta", "uri": str(tmp_path / "lake"), "conn_id": "aws_lake"} if kind == "delta" else
+            {"kind": "iceberg", "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/c.db",
+                                            "warehouse": str(tmp_path / "wh")}, "conn_id": "aws_lake"})
+    doc = {**copy.deepcopy(DOC), "spark": {"conn_id": "spark_cluster", "conf": {"spark.executor.memory": "2g"}},
+           "targets": {"lake": {**lake, "tables": DOC["tables"]}}}
+    del doc["target"], doc["tables"]
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    dag = build_pipeline_dag(load_spec(path), dag_id="d")
+    apply = dag.get_task("pglogical.apply_lake")
+    assert isinstance(apply, SpecSubmitApplyOperator)
+    assert apply.application == SPEC_APPLICATION and SPEC_APPLICATION.endswith("apply_spec.py")
+    assert apply.spark_conn_id == "spark_cluster" and apply.conf == {"spark.executor.memory": "2g"}
+    apply.max_batches = "3"
+    assert apply.application_arguments(tmp_path / "summary.json") == [
+        "--spec", str(path.resolve()), "--summary-file", str(tmp_path / "summary.json"), "--target", "lake",
+        "--max-batches", "3", "--credentials-from-env"]
+    replay = build_replay_dag(load_spec(path), dag_id="r").get_task("replay_lake")
+    assert isinstance(replay, SpecSubmitApplyOperator) and replay.target_name == "lake"
+
+
+def test_a_spark_submit_apply_needs_the_spec_from_its_file():
+    doc = copy.deepcopy(DOC)
+    doc["target"] = {"kind": "delta", "uri": "/tmp/lake"}
+    doc["spark"] = {"conn_id": "spark_default"}
+    with pytest.raises(SpecError, match="reads the spec from its file; build the DAG from the spec's path"):
+        build_pipeline_dag(parse_spec(doc, env={}), dag_id="d")
+
+
+def test_the_spec_app_applies_the_named_target_of_a_targets_spec_and_refuses_an_unknown_one():
+    from airflow_provider_pglogical.pipeline.spec_app import one_target
+
+    doc = {**copy.deepcopy(DOC), "targets": {"a": {"kind": "delta", "uri": "/tmp/a", "tables": DOC["tables"]},
+                                             "b": {"kind": "delta", "uri": "/tmp/b", "tables": DOC["tables"]}}}
+    del doc["target"], doc["tables"]
+    spec = parse_spec(doc, env={})
+    assert one_target(spec, "b").target.uri == "/tmp/b" and not one_target(spec, "b").targets
+    assert one_target(spec, None) is spec
+    with pytest.raises(SpecError, match="--target c: no such target; the spec's targets: a, b"):
+        one_target(spec, "c")

@@ -52,7 +52,7 @@ def test_the_example_spec_validates_into_dataclasses():
     assert spec.tables["public.orders"].target_name == "public.orders_eu"
     assert spec.tables["public.customers"].target_name == "public.customers"
     assert spec.truncate.cascade == "follow_source"
-    assert spec.spark.conn_id == "spark_default"
+    assert spec.spark.conn_id is None and spec.spark.submit_conn_id == "spark_default"
 
 
 def test_a_yaml_file_and_a_json_file_load_the_same_spec(tmp_path):
