@@ -335,8 +335,9 @@ class PostgresSpecTarget(SpecTarget):
 
 class LakeSpecTarget(SpecTarget):
     """What the lake targets (Delta, Iceberg) share: the apply runs in the worker's Spark driver, and object-store
-    credentials come from ``target.conn_id`` (an AWS connection) as ``AWS_*`` variables of this process, set around
-    each question and the apply only (``delta/settings.py``)."""
+    credentials come from ``target.conn_id`` (an AWS, Google Cloud or Azure connection, by the store of
+    ``storage_uri``, resolved as staging's are: ``hooks/storage_connection.py``) as the variables the environment
+    route reads, set in this process around each question and the apply only (``delta/settings.py``)."""
 
     applies_in_worker = True  # the table library writes from the Spark driver: no spark-submit (docs/delta.md)
     maintainable = True
@@ -355,8 +356,14 @@ class LakeSpecTarget(SpecTarget):
     @property
     def env(self) -> dict[str, str]:
         if self._env is None:
-            self._env = connection_env(self.spec.target.conn_id) if self.spec.target.conn_id else {}
+            conn_id = self.spec.target.conn_id
+            self._env = connection_env(self.storage_uri, conn_id) if conn_id else {}
         return self._env
+
+    @property
+    def storage_uri(self) -> str:
+        """Where the tables' files lie (its scheme picks the connection's store)."""
+        raise NotImplementedError
 
     @contextmanager
     def _environment(self) -> Iterator[None]:
@@ -374,6 +381,10 @@ class LakeSpecTarget(SpecTarget):
 @register("delta")
 class DeltaSpecTarget(LakeSpecTarget):
     """Delta tables under ``target.uri``; watermarks and sync marks are app transactions in each table's log."""
+
+    @property
+    def storage_uri(self) -> str:
+        return self.spec.target.uri or ""
 
     def delta_target(self) -> DeltaTarget:
         from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
@@ -418,6 +429,10 @@ class DeltaSpecTarget(LakeSpecTarget):
 class IcebergSpecTarget(LakeSpecTarget):
     """Iceberg tables in ``target.catalog`` (``target.namespace``, else each table's schema); watermarks and sync
     marks are table properties committed with the data (docs/iceberg.md)."""
+
+    @property
+    def storage_uri(self) -> str:
+        return str(self.spec.target.catalog.get("warehouse") or "")
 
     def iceberg_target(self) -> IcebergTarget:
         from airflow_provider_pglogical.apply.targets.iceberg.catalog import IcebergLocation

@@ -114,7 +114,7 @@ def test_the_environment_route_builds_gcs_and_azure_filesystems(monkeypatch):
     assert isinstance(fs, pafs.AzureFileSystem) and path == "c/staging"
     monkeypatch.delenv("AZURE_STORAGE_ACCOUNT_NAME")
     monkeypatch.delenv("AZURE_STORAGE_ACCOUNT_KEY")
-    with pytest.raises(StagingError, match="Azure staging needs a storage account"):
+    with pytest.raises(StagingError, match="Azure storage needs a storage account"):
         resolve_filesystem("az://c/staging")
 
 
