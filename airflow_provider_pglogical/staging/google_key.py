@@ -42,7 +42,7 @@ def parse_key(text: str) -> dict[str, str]:
     if missing:
         raise StagingError(f"the Google service account key has no {', '.join(missing)}: a service account's JSON "
                            f"key file has both")
-    return key
+    return {name: str(value) for name, value in key.items()}
 
 
 def signed_assertion(key: dict[str, str], now: int) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-
 from urllib.parse import urlsplit
 
 from airflow_provider_pglogical.hooks.aws_connection import storage_credentials

@@ -9,9 +9,9 @@ target's connection set as variables around its work); every other scheme is pyi
 
 from __future__ import annotations
 
+from pyarrow.fs import FileSystem
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.typedef import EMPTY_DICT, Properties
-from pyarrow.fs import FileSystem
 
 from airflow_provider_pglogical.staging.credentials import (
     AZURE_SCHEMES,
