@@ -110,8 +110,7 @@ def run_and_compare(kind: str, target: dict[str, Any], env: dict[str, str], read
     assert report["target"]["watermarks"]["public.items"] == report["staging"]["last_end_lsn"]
 
 
-@pytest.mark.parametrize(("kind", "store"), [("delta", "azure-abfss"), ("delta", "azure-az"), ("iceberg", "gcs"),
-                                             ("iceberg", "azure-abfss")])
+@pytest.mark.parametrize(("kind", "store"), [("delta", "azure-abfss"), ("iceberg", "gcs"), ("iceberg", "azure-abfss")])
 def test_run_applies_into_a_lake_on_the_store_from_environment_variables(kind, store, pg_server, pg_dsn, pg_dbname,
                                                                          tmp_path, monkeypatch):
     start, root = STORES[store]
@@ -119,10 +118,10 @@ def test_run_applies_into_a_lake_on_the_store_from_environment_variables(kind, s
         target = target_section(kind, root(server), tmp_path)
         run_and_compare(kind, target, server.env(), server.env(), pg_server, pg_dsn, pg_dbname, tmp_path,
                         monkeypatch)
-        assert any("public" in k for k in server.keys("lake/")), server.keys("")
+        assert any("items" in k for k in server.keys("lake/")), server.keys("")  # the tables are on the store
 
 
-@pytest.mark.parametrize(("kind", "store"), [("delta", "azure-abfss"), ("iceberg", "gcs"), ("iceberg", "azure-az")])
+@pytest.mark.parametrize(("kind", "store"), [("delta", "azure-az"), ("iceberg", "gcs"), ("iceberg", "azure-az")])
 def test_run_applies_into_a_lake_on_the_store_through_the_targets_airflow_connection_alone(
         kind, store, pg_server, pg_dsn, pg_dbname, tmp_path, monkeypatch):
     start, root = STORES[store]
