@@ -7,11 +7,19 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
 from airflow_provider_pglogical.apply.targets.iceberg.catalog import STORE_IO_IMPL, IcebergLocation
 from airflow_provider_pglogical.exceptions import StagingError
-from airflow_provider_pglogical.staging.credentials import AzureCredentials, GcsCredentials, StorageCredentials
+from airflow_provider_pglogical.staging.credentials import (
+    AzureCredentials,
+    GcsCredentials,
+    StorageCredentials,
+    azure_environment,
+    gcs_environment,
+)
 
 STORE_VARIABLES = ("STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT", "GOOGLE_OAUTH_ACCESS_TOKEN",
                    "GOOGLE_SERVICE_ACCOUNT_KEY", "AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT_KEY",
@@ -98,3 +106,19 @@ def test_the_store_fileio_opens_azure_paths_by_container_and_other_schemes_as_py
     assert isinstance(io.fs_by_scheme("abfss", "c@acct.dfs.core.windows.net"), pafs.AzureFileSystem)
     clean_env.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:4443")
     assert isinstance(io.fs_by_scheme("gs", "b"), pafs.GcsFileSystem)
+
+
+_text = st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=20)
+
+
+@given(account=_text, key=st.one_of(st.none(), _text), sas=st.one_of(st.none(), _text),
+       endpoint=st.one_of(st.none(), st.just("http://127.0.0.1:10000")))
+def test_delta_options_are_the_same_from_a_connection_and_from_the_variables_it_becomes(account, key, sas,
+                                                                                        endpoint):
+    """A DAG task's route (the connection's credentials set as variables) and the CLI's (variables read back) give
+    delta-rs the same options."""
+    creds = AzureCredentials(account_name=account, account_key=key, sas_token=sas, endpoint_url=endpoint)
+    assert azure_environment(creds.environment()).delta_options() == creds.delta_options()
+    gcs = GcsCredentials(service_account_key=json.dumps({"client_email": account, "private_key": key or "k"}),
+                         endpoint_url=endpoint)
+    assert gcs_environment(gcs.environment()).delta_options() == gcs.delta_options()
