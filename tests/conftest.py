@@ -33,6 +33,7 @@ SLOW_MODULES = (
     "tests/system/test_running_airflow.py",
     "tests/system/test_object_store_staging.py",
     "tests/integration/test_object_store_staging.py",
+    "tests/integration/test_lake_object_stores.py",
     "tests/integration/test_spark_connect.py",
     "tests/integration/test_delta_remote.py",
     "tests/integration/test_iceberg_crash.py",

@@ -1,15 +1,20 @@
 """An Airflow Google Cloud connection (``google_cloud_platform``) as credentials of a ``gs://`` staging root.
 
-Anonymous access (the connection's ``is_anonymous`` extra: an emulator, a public bucket) needs nothing else. Any
-other credentials — a key file (``key_path``, ``keyfile_dict``), workload identity, impersonation — are the Google
-provider's to resolve (``pip install airflow-provider-pglogical[google]``): ``GoogleBaseHook`` gives them, and
-they are turned into an OAuth access token once, with its expiry, which pyarrow's GCS filesystem takes. Our own
+Anonymous access (the connection's ``is_anonymous`` extra: an emulator, a public bucket) needs nothing else. A
+service account's key (``keyfile_dict``: the JSON itself; ``key_path``: a file on the worker) is read as the
+Google provider reads it, without needing the provider: staging's filesystem gets tokens signed with it
+(``staging/google_key.py``), a Delta target hands it to delta-rs, which signs its own. Other credentials —
+workload identity, impersonation, ``key_secret_name`` — are the Google provider's to resolve (``pip install
+airflow-provider-pglogical[google]``): ``GoogleBaseHook`` gives them, and they are turned into an OAuth access
+token once, with its expiry, which pyarrow's GCS filesystem takes. Our own
 extra ``endpoint_url`` points at an emulator or a private endpoint (the connection type has no host for it).
 """
 
 from __future__ import annotations
 
+import json
 from datetime import UTC
+from pathlib import Path
 from typing import Any
 
 from airflow_provider_pglogical.exceptions import StagingError
@@ -35,6 +40,10 @@ def storage_credentials(conn_id: str) -> GcsCredentials:
     project, endpoint = _extra(conn, "project"), _extra(conn, "endpoint_url")
     if _extra(conn, "is_anonymous"):
         return GcsCredentials(anonymous=True, project_id=project, endpoint_url=endpoint)
+    key = _service_account_key(conn_id, _extra(conn, "keyfile_dict"), _extra(conn, "key_path"))
+    if key is not None:
+        return GcsCredentials(service_account_key=key, project_id=project or json.loads(key).get("project_id"),
+                              endpoint_url=endpoint)
     try:
         from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
         from google.auth.transport.requests import Request
@@ -46,3 +55,26 @@ def storage_credentials(conn_id: str) -> GcsCredentials:
     expiry = credentials.expiry.replace(tzinfo=UTC) if credentials.expiry else None  # google-auth: naive UTC
     return GcsCredentials(access_token=credentials.token, token_expiry=expiry, project_id=project or hook_project,
                           endpoint_url=endpoint)
+
+
+def _service_account_key(conn_id: str, keyfile_dict: Any, key_path: Any) -> str | None:
+    """The connection's service account key as JSON text: ``keyfile_dict`` (JSON text or an object) or the file
+    ``key_path`` names; None when it has neither."""
+    if keyfile_dict:
+        text = keyfile_dict if isinstance(keyfile_dict, str) else json.dumps(keyfile_dict)
+    elif key_path:
+        if str(key_path).endswith(".p12"):
+            raise StagingError(f"Google Cloud connection {conn_id}: a .p12 key_path is not supported; use the "
+                               f"service account's JSON key")
+        try:
+            text = Path(key_path).read_text()
+        except OSError as exc:
+            raise StagingError(f"Google Cloud connection {conn_id}: key_path {key_path} cannot be read: "
+                               f"{exc.strerror}") from None
+    else:
+        return None
+    try:
+        json.loads(text)
+    except ValueError:
+        raise StagingError(f"Google Cloud connection {conn_id}: its key is not a service account's JSON key") from None
+    return text

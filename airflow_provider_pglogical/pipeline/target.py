@@ -376,8 +376,9 @@ class PostgresSpecTarget(SpecTarget):
 
 class LakeSpecTarget(SpecTarget):
     """What the lake targets (Delta, Iceberg) share: the apply runs in the worker's Spark driver, and object-store
-    credentials come from ``target.conn_id`` (an AWS connection) as ``AWS_*`` variables of this process, set around
-    each question and the apply only (``delta/settings.py``)."""
+    credentials come from ``target.conn_id`` (an AWS, Google Cloud or Azure connection, by the store of
+    ``storage_uri``, resolved as staging's are: ``hooks/storage_connection.py``) as the variables the environment
+    route reads, set in this process around each question and the apply only (``delta/settings.py``)."""
 
     # The table library writes from the Spark driver: the worker is the driver, unless the spec reaches Spark by
     # spark-submit (``spark.conn_id``), whose client-mode driver then runs the spec app (docs/delta.md).
@@ -398,8 +399,14 @@ class LakeSpecTarget(SpecTarget):
     @property
     def env(self) -> dict[str, str]:
         if self._env is None:
-            self._env = connection_env(self.spec.target.conn_id) if self.spec.target.conn_id else {}
+            conn_id = self.spec.target.conn_id
+            self._env = connection_env(self.storage_uri, conn_id) if conn_id else {}
         return self._env
+
+    @property
+    def storage_uri(self) -> str:
+        """Where the tables' files lie (its scheme picks the connection's store)."""
+        raise NotImplementedError
 
     @contextmanager
     def _environment(self) -> Iterator[None]:
@@ -420,6 +427,10 @@ class LakeSpecTarget(SpecTarget):
 @register("delta")
 class DeltaSpecTarget(LakeSpecTarget):
     """Delta tables under ``target.uri``; watermarks and sync marks are app transactions in each table's log."""
+
+    @property
+    def storage_uri(self) -> str:
+        return self.spec.target.uri or ""
 
     def delta_target(self) -> DeltaTarget:
         from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
@@ -477,6 +488,10 @@ class IcebergSpecTarget(LakeSpecTarget):
 
     def former_identities(self) -> tuple[str, ...]:
         return (f"{self.kind}/{self.spec.target.uri or self.spec.target.conn_id or ''}",)  # before namespaces counted
+
+    @property
+    def storage_uri(self) -> str:
+        return str(self.spec.target.catalog.get("warehouse") or "")
 
     def iceberg_target(self) -> IcebergTarget:
         from airflow_provider_pglogical.apply.targets.iceberg.catalog import IcebergLocation

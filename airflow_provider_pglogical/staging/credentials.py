@@ -1,6 +1,10 @@
 """Object-store credentials of a staging root handed to this process by whoever resolved them, instead of the
 environment.
 
+The same credentials reach the lake targets: ``delta_options()`` is what delta-rs (``object_store``) takes for a
+Delta table on the store, and an Iceberg table's files go through the filesystem itself
+(``apply/targets/iceberg/fileio.py``), so a new store is one class here.
+
 By default a staging root's filesystem is built from the environment: pyarrow's S3 filesystem finds its own
 (``AWS_*`` variables, ``~/.aws``), GCS and Azure roots read the variables ``gcs_environment`` and
 ``azure_environment`` name. That is the CLI's way. An Airflow task resolves the spec's ``staging.conn_id``
@@ -13,6 +17,7 @@ variables the environment route reads, never on a command line.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Iterator, Mapping
@@ -32,7 +37,7 @@ AZURE_SCHEMES = ("abfs", "abfss", "az")
 
 # The variables that reach an object store, for helper processes and Spark executors (``storage_env``).
 GCS_VARIABLES = ("STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT", "GOOGLE_OAUTH_ACCESS_TOKEN",
-                 "GOOGLE_APPLICATION_CREDENTIALS")
+                 "GOOGLE_SERVICE_ACCOUNT_KEY", "GOOGLE_APPLICATION_CREDENTIALS")
 AZURE_VARIABLES = ("AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_SAS_TOKEN",
                    "AZURE_STORAGE_ENDPOINT", "AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET", "AZURE_TENANT_ID")
 
@@ -46,6 +51,8 @@ class ObjectStoreCredentials(Protocol):
     def filesystem(self) -> pafs.FileSystem: ...
 
     def environment(self) -> dict[str, str]: ...
+
+    def delta_options(self) -> dict[str, str]: ...
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,10 @@ class StorageCredentials:
             env["AWS_ALLOW_HTTP"] = "true"
         return env
 
+    def delta_options(self) -> dict[str, str]:
+        """Nothing beyond the ``AWS_*`` variables, which delta-rs reads itself (``delta/location.py``)."""
+        return {}
+
 
 # Google's OAuth access tokens live an hour at most: one handed over without its expiry is taken to have that long.
 _GCS_TOKEN_LIFETIME = timedelta(hours=1)
@@ -93,11 +104,12 @@ _GCS_TOKEN_LIFETIME = timedelta(hours=1)
 
 @dataclass(frozen=True)
 class GcsCredentials:
-    """What Google Cloud Storage needs: an OAuth access token (None: pyarrow's default credentials, e.g.
-    ``GOOGLE_APPLICATION_CREDENTIALS`` or the metadata server), or anonymous access (an emulator, public
-    buckets); the project new buckets go to; a custom endpoint URL (an emulator)."""
+    """What Google Cloud Storage needs: an OAuth access token or a service account's JSON key (None of them:
+    pyarrow's default credentials, e.g. ``GOOGLE_APPLICATION_CREDENTIALS`` or the metadata server), or anonymous
+    access (an emulator, public buckets); the project new buckets go to; a custom endpoint URL (an emulator)."""
 
     access_token: str | None = field(default=None, repr=False)
+    service_account_key: str | None = field(default=None, repr=False)
     token_expiry: datetime | None = None
     anonymous: bool = False
     project_id: str | None = None
@@ -111,6 +123,11 @@ class GcsCredentials:
         elif self.access_token:
             options.update(access_token=self.access_token, credential_token_expiration=self.token_expiry or (
                 datetime.now(UTC) + _GCS_TOKEN_LIFETIME))
+        elif self.service_account_key:
+            from airflow_provider_pglogical.staging.google_key import access_token
+
+            token, expiry = access_token(self.service_account_key)
+            options.update(access_token=token, credential_token_expiration=expiry)
         if self.project_id:
             options["project_id"] = self.project_id
         if self.endpoint_url:
@@ -125,15 +142,40 @@ class GcsCredentials:
             ("GOOGLE_CLOUD_PROJECT", self.project_id), ("STORAGE_EMULATOR_HOST", self.endpoint_url)) if value}
         if self.access_token and not self.anonymous:
             env["GOOGLE_OAUTH_ACCESS_TOKEN"] = self.access_token
+        if self.service_account_key and not self.anonymous:
+            env["GOOGLE_SERVICE_ACCOUNT_KEY"] = self.service_account_key
         return env
+
+    def delta_options(self) -> dict[str, str]:
+        """delta-rs's ``object_store`` options: the service account's key (it signs its own tokens), with an
+        emulator's URL as the key's ``gcs_base_url`` (an emulator alone: a key with ``disable_oauth``); with
+        neither, ``object_store``'s own default credentials. A bare access token it cannot take."""
+        key: dict[str, object] | None = json.loads(self.service_account_key) if self.service_account_key else None
+        if self.endpoint_url:
+            endpoint = self.endpoint_url if "://" in self.endpoint_url else "http://" + self.endpoint_url
+            key = {**(key or {"client_email": "", "private_key": "", "private_key_id": "", "disable_oauth": True}),
+                   "gcs_base_url": endpoint.rstrip("/")}
+        if key is None:
+            if self.access_token and not self.anonymous:
+                raise StagingError("a Delta table on gs:// takes a service account's key (the Google Cloud "
+                                   "connection's key_path or keyfile_dict) or the machine's default credentials, "
+                                   "not an OAuth access token")
+            return {}
+        options = {"google_service_account_key": json.dumps(key)}
+        if str(key.get("gcs_base_url", "")).startswith("http://"):
+            options["allow_http"] = "true"
+        return options
 
 
 def gcs_environment(environ: Mapping[str, str]) -> GcsCredentials:
     """GCS credentials from variables: ``STORAGE_EMULATOR_HOST`` (an emulator's URL, reached anonymously),
-    ``GOOGLE_OAUTH_ACCESS_TOKEN``, ``GOOGLE_CLOUD_PROJECT``; with none of them, pyarrow's default credentials."""
+    ``GOOGLE_OAUTH_ACCESS_TOKEN``, ``GOOGLE_SERVICE_ACCOUNT_KEY`` (a service account's JSON key itself),
+    ``GOOGLE_CLOUD_PROJECT``; with none of them, pyarrow's default credentials."""
     emulator = environ.get("STORAGE_EMULATOR_HOST") or None
     token = environ.get("GOOGLE_OAUTH_ACCESS_TOKEN") or None
-    return GcsCredentials(access_token=token, anonymous=emulator is not None and token is None,
+    key = environ.get("GOOGLE_SERVICE_ACCOUNT_KEY") or None
+    return GcsCredentials(access_token=token, service_account_key=key,
+                          anonymous=emulator is not None and token is None and key is None,
                           project_id=environ.get("GOOGLE_CLOUD_PROJECT") or None, endpoint_url=emulator)
 
 
@@ -151,10 +193,14 @@ class AzureCredentials:
     endpoint_url: str | None = None
     schemes: tuple[str, ...] = field(default=AZURE_SCHEMES, init=False, repr=False)
 
-    def filesystem(self) -> pafs.FileSystem:
+    def _account(self) -> str:
         if not self.account_name:
-            raise StagingError("Azure staging needs a storage account: abfs://<container>@<account>.dfs.core."
+            raise StagingError("Azure storage needs a storage account: abfs://<container>@<account>.dfs.core."
                                "windows.net/..., the connection's account or AZURE_STORAGE_ACCOUNT_NAME")
+        return self.account_name
+
+    def filesystem(self) -> pafs.FileSystem:
+        account = self._account()
         options: dict[str, str] = {}
         if self.account_key:
             options["account_key"] = self.account_key
@@ -167,7 +213,24 @@ class AzureCredentials:
             # Azurite serves blobs and its (flat) DFS alike on the one endpoint
             options.update(blob_storage_authority=endpoint.netloc, blob_storage_scheme=endpoint.scheme or "https",
                            dfs_storage_authority=endpoint.netloc, dfs_storage_scheme=endpoint.scheme or "https")
-        return pafs.AzureFileSystem(self.account_name, **options)
+        return pafs.AzureFileSystem(account, **options)
+
+    def delta_options(self) -> dict[str, str]:
+        """delta-rs's ``object_store`` options: the account and the same secret as ``filesystem``; a custom
+        endpoint (Azurite) path-style, ``<endpoint>/<account>``."""
+        options = {"azure_storage_account_name": self._account()}
+        if self.account_key:
+            options["azure_storage_account_key"] = self.account_key
+        elif self.sas_token:
+            options["azure_storage_sas_key"] = self.sas_token.lstrip("?")
+        elif self.client_id and self.client_secret and self.tenant_id:
+            options.update(azure_storage_client_id=self.client_id, azure_storage_client_secret=self.client_secret,
+                           azure_storage_tenant_id=self.tenant_id)
+        if self.endpoint_url:
+            options["azure_storage_endpoint"] = f"{self.endpoint_url.rstrip('/')}/{options['azure_storage_account_name']}"
+            if self.endpoint_url.startswith("http://"):
+                options["allow_http"] = "true"
+        return options
 
     def environment(self) -> dict[str, str]:
         """The variables ``azure_environment`` reads back (the ``AZURE_STORAGE_*`` names delta-rs reads too)."""
@@ -204,16 +267,24 @@ def uri_account(uri: str) -> str | None:
     return netloc.split("@", 1)[1].split(".", 1)[0] if "@" in netloc else None
 
 
-def environment_filesystem(uri: str, environ: Mapping[str, str] | None = None) -> tuple[pafs.FileSystem, str] | None:
-    """The filesystem and path of a GCS or Azure ``uri`` from the environment's variables (the CLI's route, and
-    an executor's); None for other schemes, which pyarrow resolves itself."""
+def environment_credentials(uri: str, environ: Mapping[str, str] | None = None) -> ObjectStoreCredentials | None:
+    """The credentials of a GCS or Azure ``uri`` from the environment's variables (the CLI's route, an executor's,
+    and a lake target's, whose connection is set as variables around its work); None for other schemes, whose
+    libraries read their variables themselves."""
     scheme = urlsplit(uri).scheme
     env = os.environ if environ is None else environ
     if scheme in GCS_SCHEMES:
-        return gcs_environment(env).filesystem(), object_path(uri)
+        return gcs_environment(env)
     if scheme in AZURE_SCHEMES:
-        return azure_environment(env, uri_account(uri)).filesystem(), object_path(uri)
+        return azure_environment(env, uri_account(uri))
     return None
+
+
+def environment_filesystem(uri: str, environ: Mapping[str, str] | None = None) -> tuple[pafs.FileSystem, str] | None:
+    """The filesystem and path of a GCS or Azure ``uri`` from the environment's variables; None for other
+    schemes, which pyarrow resolves itself."""
+    credentials = environment_credentials(uri, environ)
+    return None if credentials is None else (credentials.filesystem(), object_path(uri))
 
 
 _registered: dict[str, ObjectStoreCredentials] = {}

@@ -30,13 +30,14 @@ from scripts.harness.userenv import default_home, user_env
 from tests.integration.test_cli import pglogical
 from tests.support.objstores import (
     AZURITE_ACCOUNT,
-    AZURITE_KEY,
-    GCS_PROJECT,
     AzuriteServer,
     GcsServer,
     azurite_server,
+    gcs_connection,
     gcs_server,
+    wasb_connection,
 )
+from tests.support.spark import TEST_SPARK_CONF
 
 STORAGE_VARIABLES = ("AWS_", "AZURE_", "GOOGLE_", "STORAGE_EMULATOR_HOST")
 
@@ -47,15 +48,6 @@ def gcs_root(server: GcsServer) -> str:
 
 def azure_root(server: AzuriteServer) -> str:
     return f"abfs://{server.container}@{AZURITE_ACCOUNT}.dfs.core.windows.net/staging"
-
-
-def gcs_connection(server: GcsServer) -> dict[str, Any]:
-    return {"conn_type": "google_cloud_platform",
-            "extra": {"is_anonymous": True, "project": GCS_PROJECT, "endpoint_url": server.endpoint}}
-
-
-def wasb_connection(server: AzuriteServer) -> dict[str, Any]:
-    return {"conn_type": "wasb", "login": AZURITE_ACCOUNT, "password": AZURITE_KEY, "host": server.account_url}
 
 
 STORES: dict[str, tuple[Callable[[Path], AbstractContextManager[Any]], Callable[[Any], str],
@@ -86,7 +78,7 @@ def write_spec(path: Path, pg_server, pg_dbname: str, target: str, root: str, co
     path.write_text(yaml.safe_dump({
         "source": {"dsn": pg_server.uri(pg_dbname), "publication": f"{slot}_pub", "slot": slot, "create": True},
         "staging": staging, "target": {"kind": "postgres", "dsn": pg_server.uri(target)},
-        "tables": {"public.items": {}}, "spark": {"master": "local[2]"}}))
+        "tables": {"public.items": {}}, "spark": {"master": "local[2]", "conf": dict(TEST_SPARK_CONF)}}))
     return str(path)
 
 

@@ -17,6 +17,7 @@ from scripts.harness.pgserver import execute, query
 from scripts.harness.userenv import default_home, user_env
 from tests.integration.test_cli import pglogical
 from tests.support.s3server import ACCESS_KEY, REGION, SECRET_KEY, s3_server
+from tests.support.spark import TEST_SPARK_CONF
 
 
 def aws_connection(endpoint: str) -> str:
@@ -35,7 +36,7 @@ def test_run_stages_to_s3_and_applies_into_delta_on_s3_with_only_airflow_aws_con
                        "create": True},
             "staging": {"uri": f"s3://{s3.bucket}/staging", "conn_id": "staging_s3"},
             "target": {"kind": "delta", "uri": lake, "conn_id": "lake_s3"},
-            "tables": {"public.items": {}}, "spark": {"master": "local[2]"}}))
+            "tables": {"public.items": {}}, "spark": {"master": "local[2]", "conf": dict(TEST_SPARK_CONF)}}))
         env = {"AIRFLOW_CONN_STAGING_S3": aws_connection(s3.endpoint), "AIRFLOW_CONN_LAKE_S3": aws_connection(s3.endpoint)}
         assert not any(name.startswith("AWS_") for name in user_env(default_home(), env))  # what the command gets
         first = pglogical("run", "--spec", str(spec), extra=env)  # publication and slot

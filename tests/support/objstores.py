@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow.fs as pafs
 import pytest
@@ -93,22 +94,28 @@ class AzuriteServer:
 
 
 @contextmanager
+def _emulator(command: list[str], port: int, what: str) -> Iterator[None]:
+    """``command`` running until the block ends, once it listens on ``port``."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for_port(port, process, what)
+        yield
+    finally:
+        _stop(process)
+
+
+@contextmanager
 def azurite_server(workdir: Path) -> Iterator[AzuriteServer]:
     """Azurite's blob service with one empty container, its data under ``workdir``."""
     if not AZURITE.exists():
         pytest.fail("Azurite missing: run `make azurite`")
     port = _free_port()
     workdir.mkdir(parents=True, exist_ok=True)
-    process = subprocess.Popen([str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location",
-                                str(workdir), "--skipApiVersionCheck", "--silent"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        _wait_for_port(port, process, "azurite")
+    with _emulator([str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(workdir),
+                    "--skipApiVersionCheck", "--silent"], port, "azurite"):
         server = AzuriteServer(f"http://127.0.0.1:{port}", f"stage{uuid.uuid4().hex[:12]}")
         server.filesystem().create_dir(server.container)
         yield server
-    finally:
-        _stop(process)
 
 
 @dataclass(frozen=True)
@@ -131,13 +138,19 @@ class GcsServer:
 def gcs_server() -> Iterator[GcsServer]:
     """gcp-storage-emulator, in memory, with one empty bucket."""
     port = _free_port()
-    process = subprocess.Popen([sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1",
-                                "--port", str(port), "--in-memory"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        _wait_for_port(port, process, "gcp-storage-emulator")
+    with _emulator([sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1", "--port", str(port),
+                    "--in-memory"], port, "gcp-storage-emulator"):
         server = GcsServer(f"http://127.0.0.1:{port}", f"stage-{uuid.uuid4().hex[:12]}")
         server.filesystem().create_dir(server.bucket)
         yield server
-    finally:
-        _stop(process)
+
+
+def gcs_connection(server: GcsServer) -> dict[str, Any]:
+    """An Airflow ``google_cloud_platform`` connection (as ``AIRFLOW_CONN_*`` JSON) reaching the emulator."""
+    return {"conn_type": "google_cloud_platform",
+            "extra": {"is_anonymous": True, "project": GCS_PROJECT, "endpoint_url": server.endpoint}}
+
+
+def wasb_connection(server: AzuriteServer) -> dict[str, Any]:
+    """An Airflow ``wasb`` connection (as ``AIRFLOW_CONN_*`` JSON) with Azurite's account and key."""
+    return {"conn_type": "wasb", "login": AZURITE_ACCOUNT, "password": AZURITE_KEY, "host": server.account_url}

@@ -1,22 +1,26 @@
-"""GCS and Azure staging roots reached through Airflow connections alone in a real ``airflow dags test``.
+"""GCS and Azure object stores reached through Airflow connections alone in a real ``airflow dags test``.
 
 The servers are real emulators on 127.0.0.1 (``tests/support/objstores.py``: gcp-storage-emulator, Azurite). The
 Airflow process has no storage variable at all: the decode task reaches the store only through the connection
 named by ``staging.conn_id`` (``google_cloud_platform``, ``wasb``), and the apply's spark-submit process, whose
-executors read the staged files themselves, only through the variables the apply operator gives it.
+executors read the staged files themselves, only through the variables the apply operator gives it. A lake
+target (Delta on Azure) reaches its tables only through ``target.conn_id``, in the worker.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import yaml
+from deltalake import DeltaTable
 
+from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
 from scripts.harness.pgserver import drop_database, execute, make_database
 from scripts.harness.pgserver import query as rows
 from tests.integration.test_object_store_staging import STORAGE_VARIABLES, STORES
+from tests.support.objstores import AZURITE_ACCOUNT, azurite_server, wasb_connection
+from tests.support.staging_dags import ITEMS, dag_env, run_dag_twice, source_items
 
 TEST_DAGS = Path(__file__).parent / "dags"
 DAG_ID = "pglogical_test_object_store_staging"
@@ -36,25 +40,39 @@ def test_a_pipeline_dag_stages_to_the_store_and_applies_from_it_with_only_an_air
                 "staging": {"uri": root(server), "conn_id": "staging_store"},
                 "target": {"kind": "postgres", "conn_id": "pgl_target"},
                 "tables": {"public.items": {}}}))
-            env = {"AIRFLOW_CONN_PGL_SOURCE": pg_server.uri(src), "AIRFLOW_CONN_PGL_TARGET": pg_server.uri(dw),
-                   "AIRFLOW_CONN_STAGING_STORE": json.dumps(connection(server)),
-                   "PGLOGICAL_TEST_SPEC": str(spec), "AIRFLOW__CORE__DAGS_FOLDER": str(TEST_DAGS)}
+            env = dag_env(pg_server, src, dw, spec, "staging_store", connection(server), TEST_DAGS)
             assert not any(k.startswith(STORAGE_VARIABLES) for k in {**airflow.env, **env})
-            execute(pg_server.dsn(src), "CREATE TABLE items (id int PRIMARY KEY, name text)")
-            execute(pg_server.dsn(dw), "CREATE TABLE items (id int PRIMARY KEY, name text)")
-            first = airflow.run("dags", "test", DAG_ID, env=env, timeout=1200)  # publication and slot
-            assert first.returncode == 0 and "state=success" in first.stdout + first.stderr, \
-                (first.stdout + first.stderr)[-6000:]
-            execute(pg_server.dsn(src), "INSERT INTO items SELECT g, 'item ' || g FROM generate_series(1, 50) g; "
-                                        "UPDATE items SET name = 'renamed' WHERE id <= 5; DELETE FROM items WHERE id > 45")
-            second = airflow.run("dags", "test", DAG_ID, env=env, timeout=1200)
-            output = second.stdout + second.stderr
-            assert second.returncode == 0 and "state=success" in output, output[-6000:]
+            execute(pg_server.dsn(dw), ITEMS)
+            run_dag_twice(airflow, DAG_ID, env, pg_server.dsn(src))
             staged = server.keys(f"staging/{slot}/batches/")
             assert any(k.endswith("/_manifest.json") for k in staged), staged
-            assert rows(pg_server.dsn(dw), "SELECT * FROM items ORDER BY id") == \
-                rows(pg_server.dsn(src), "SELECT * FROM items ORDER BY id")
-            assert len(rows(pg_server.dsn(dw), "SELECT * FROM items")) == 45
+            assert rows(pg_server.dsn(dw), "SELECT * FROM items ORDER BY id") == source_items(pg_server.dsn(src))
     finally:
         drop_database(pg_server, dw)
+        drop_database(pg_server, src)
+
+
+def test_a_pipeline_dag_applies_into_delta_on_azure_with_only_the_targets_airflow_connection(
+        pg_server, airflow, tmp_path, monkeypatch):
+    src = make_database(pg_server)
+    try:
+        with azurite_server(tmp_path / "azurite") as server:
+            lake = f"abfss://{server.container}@{AZURITE_ACCOUNT}.dfs.core.windows.net/lake"
+            spec = tmp_path / "spec.yaml"
+            spec.write_text(yaml.safe_dump({
+                "source": {"conn_id": "pgl_source", "publication": "lake_pub", "slot": "dag_lake", "create": True},
+                "staging": {"uri": str(tmp_path / "staging")},
+                "target": {"kind": "delta", "uri": lake, "conn_id": "lake_store"},
+                "tables": {"public.items": {}}}))
+            env = dag_env(pg_server, src, None, spec, "lake_store", wasb_connection(server), TEST_DAGS)
+            assert not any(k.startswith(STORAGE_VARIABLES) for k in {**airflow.env, **env})
+            output = run_dag_twice(airflow, DAG_ID, env, pg_server.dsn(src))
+            assert wasb_connection(server)["password"] not in output
+            for name, value in server.env().items():
+                monkeypatch.setenv(name, value)
+            location = DeltaLocation(lake)
+            table = DeltaTable(location.table_uri("public.items"), storage_options=location.options)
+            got = sorted((r["id"], r["name"]) for r in table.to_pyarrow_table().select(["id", "name"]).to_pylist())
+            assert got == source_items(pg_server.dsn(src))
+    finally:
         drop_database(pg_server, src)

@@ -77,14 +77,15 @@ def test_an_anonymous_google_connection_reaches_an_emulator_without_the_google_p
     assert creds.environment() == {"GOOGLE_CLOUD_PROJECT": "p1", "STORAGE_EMULATOR_HOST": "http://127.0.0.1:4443"}
 
 
-def test_a_google_connection_with_a_key_needs_the_google_provider_and_says_so(monkeypatch):
+def test_a_google_connection_without_a_key_needs_the_google_provider_and_says_so(monkeypatch):
     pytest.importorskip("airflow.sdk")
     try:
         import airflow.providers.google  # noqa: F401
         pytest.skip("the Google provider is installed")
     except ImportError:
         pass
-    connection(monkeypatch, "gcs", conn_type="google_cloud_platform", extra={"key_path": "/keys/sa.json"})
+    # no key: workload identity, impersonation, a key in a secret manager are the provider's to resolve
+    connection(monkeypatch, "gcs", conn_type="google_cloud_platform", extra={"project": "p1"})
     with pytest.raises(StagingError, match=r"Google Cloud connection gcs: credentials other than is_anonymous are "
                                            r"resolved by the Google provider: pip install "
                                            r"'airflow-provider-pglogical\[google\]'"):
@@ -114,7 +115,7 @@ def test_the_environment_route_builds_gcs_and_azure_filesystems(monkeypatch):
     assert isinstance(fs, pafs.AzureFileSystem) and path == "c/staging"
     monkeypatch.delenv("AZURE_STORAGE_ACCOUNT_NAME")
     monkeypatch.delenv("AZURE_STORAGE_ACCOUNT_KEY")
-    with pytest.raises(StagingError, match="Azure staging needs a storage account"):
+    with pytest.raises(StagingError, match="Azure storage needs a storage account"):
         resolve_filesystem("az://c/staging")
 
 
@@ -154,10 +155,11 @@ def test_azure_credentials_survive_the_trip_through_a_helpers_environment(accoun
     assert azure_environment(creds.environment()) == creds
 
 
-@given(token=st.one_of(st.none(), _text), project=st.one_of(st.none(), _text),
+@given(token=st.one_of(st.none(), _text), key=st.one_of(st.none(), _text), project=st.one_of(st.none(), _text),
        endpoint=st.one_of(st.none(), st.just("http://127.0.0.1:4443")))
-def test_gcs_credentials_survive_the_trip_through_a_helpers_environment(token, project, endpoint):
-    creds = GcsCredentials(access_token=token, anonymous=endpoint is not None and token is None,
+def test_gcs_credentials_survive_the_trip_through_a_helpers_environment(token, key, project, endpoint):
+    creds = GcsCredentials(access_token=token, service_account_key=key,
+                           anonymous=endpoint is not None and token is None and key is None,
                            project_id=project, endpoint_url=endpoint)
     assert gcs_environment(creds.environment()) == creds
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import posixpath
 from dataclasses import dataclass, field
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
+
+from airflow_provider_pglogical.staging.credentials import S3_SCHEMES, environment_credentials
 
 # Environment variables deltalake (object_store) and pyarrow read themselves; named here only so
 # that `storage_options_from_env` can hand the non-secret ones on explicitly.
@@ -17,11 +19,14 @@ ENV_OPTIONS = ("AWS_ENDPOINT_URL", "AWS_REGION", "AWS_ALLOW_HTTP", "AWS_S3_ALLOW
 
 @dataclass(frozen=True)
 class DeltaLocation:
-    """The target root (local path, ``file://`` or ``s3://bucket/prefix``) and its object-store options.
+    """The target root (local path, ``file://``, ``s3://bucket/prefix``, ``gs://bucket/prefix``,
+    ``abfss://container@account.dfs.core.windows.net/prefix``, ``az://container/prefix``) and its object-store
+    options.
 
-    ``storage_options`` go to deltalake as they are (``AWS_ENDPOINT_URL``, ``AWS_REGION``, …);
-    credentials normally come from the process environment (``AWS_ACCESS_KEY_ID``, …), which the
-    operator fills from an Airflow connection — never from a command line.
+    ``storage_options`` go to deltalake as they are (``AWS_ENDPOINT_URL``, ``AWS_REGION``, …), on top of what the
+    credentials give. Credentials come from the process environment (``AWS_*``, read by deltalake itself; the
+    GCS and Azure variables staging reads, turned into delta-rs options by ``staging/credentials.py``), which
+    the target fills from its Airflow connection around its work — never from a command line.
     """
 
     uri: str
@@ -35,7 +40,10 @@ class DeltaLocation:
 
     @property
     def options(self) -> dict[str, str] | None:
-        if not self.uri.startswith(("s3://", "s3a://", "gs://", "az://", "abfss://")):
+        credentials = environment_credentials(self.uri)  # GCS, Azure
+        if credentials is not None:
+            return {**credentials.delta_options(), **self.storage_options} or None
+        if urlsplit(self.uri).scheme not in S3_SCHEMES:
             return dict(self.storage_options) or None
         opts = {k: os.environ[k] for k in ENV_OPTIONS if k in os.environ}
         opts.update(self.storage_options)

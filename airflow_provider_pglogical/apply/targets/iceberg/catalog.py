@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from airflow_provider_pglogical.exceptions import ApplyError
+from airflow_provider_pglogical.staging.credentials import AZURE_SCHEMES, GCS_SCHEMES
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -20,6 +21,8 @@ WATERMARK = "pglogical.watermark."  # + slot: table property, end LSN of the las
 SYNC = "pglogical.sync."  # + slot: table property, sync LSN of the snapshot the table holds
 # Non-secret environment pyiceberg's S3 FileIO is told explicitly (credentials it reads from the environment).
 ENV_PROPERTIES = {"AWS_ENDPOINT_URL": "s3.endpoint", "AWS_REGION": "s3.region"}
+# A GCS or Azure warehouse's files go through staging's filesystems (pyiceberg imported only when it loads it).
+STORE_IO_IMPL = "airflow_provider_pglogical.apply.targets.iceberg.fileio.StoreFileIO"
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,8 @@ class IcebergLocation:
     the namespace the target tables go to (None: each target table's own schema, ``public.t`` → ``public.t``).
 
     Credentials are never among ``properties`` (the spec refuses them): S3 keys come from the process environment
-    (``AWS_*``), a catalog database's password from the spec's ``${ENV}`` interpolation of its ``uri``.
+    (``AWS_*``), a GCS or Azure warehouse's from the variables staging reads (``fileio.py``), a catalog
+    database's password from the spec's ``${ENV}`` interpolation of its ``uri``.
     """
 
     properties: dict[str, str]
@@ -49,6 +53,8 @@ class IcebergLocation:
         for env, prop in ENV_PROPERTIES.items():
             if env in os.environ:
                 props.setdefault(prop, os.environ[env])
+        if urlparse(props.get("warehouse", "")).scheme in GCS_SCHEMES + AZURE_SCHEMES:
+            props.setdefault("py-io-impl", STORE_IO_IMPL)
         return props
 
     def connect(self) -> Catalog:
