@@ -32,16 +32,21 @@ BASE_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 # would carry: those lines are off.
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 # What the archive is written from: a local session through spark-submit (the CLI's route) running the kinds of
-# job the tests run (SQL, a shuffle, Parquet written and read, Python rows).
+# job the suite's Spark runs (SQL, a shuffle, a window, Parquet written and read, Arrow batches through Python
+# both ways, a persisted frame). A class it does not load is loaded from its jar as before.
 TRAINING_APP = """
 import sys
-from pyspark.sql import SparkSession
+from pyspark.sql import SparkSession, Window, functions as F
 spark = SparkSession.builder.getOrCreate()
 out = sys.argv[1]
 df = spark.createDataFrame([(i, str(i), i % 3) for i in range(200)], "id long, v string, p int")
 df.groupBy((df.id % 7).alias("k")).count().orderBy("k").collect()
 df.write.mode("overwrite").partitionBy("p").parquet(out)
 spark.read.parquet(out).where("id > 3").join(df.select("id"), "id").selectExpr("sum(id)", "max(v)").collect()
+kept = df.mapInArrow(lambda batches: (b for b in batches), df.schema).persist()
+kept.withColumn("r", F.row_number().over(Window.partitionBy("p").orderBy(F.col("id").desc()))).where("r = 1").toArrow()
+spark.createDataFrame(kept.toArrow()).count()
+kept.unpersist()
 spark.stop()
 """
 
@@ -65,7 +70,7 @@ def archive_path() -> Path | None:
     jars, java = _jars_dir(), _java()
     if jars is None or java is None:
         return None
-    key = hashlib.sha1(BASE_JVM_OPTIONS.encode())
+    key = hashlib.sha1(f"{BASE_JVM_OPTIONS}\n{TRAINING_APP}".encode())
     key.update(f"{java}:{java.stat().st_mtime_ns}".encode())
     for jar in sorted(jars.glob("*.jar")):
         stat = jar.stat()
