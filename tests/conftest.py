@@ -99,8 +99,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session", autouse=True)
 def spark_class_archive() -> Path | None:
     """The class archive the suite's JVMs map Spark's classes from (tests/support/classarchive.py), written before
-    the first test starts one; once per machine, by one worker while the other waits."""
-    return ensure_archive()
+    this worker's first test; once per machine, by one worker while the other starts its tests without it (None
+    there until it is written)."""
+    return ensure_archive(wait=False)
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,8 @@ The archive only serves a JVM whose class path starts with the one it was writte
 whose jars are unchanged; any other JVM (a standalone worker, a Spark Connect server, a stale archive) silently
 loads its classes as before, because the options below turn the archive's log lines off. Its file name hashes the
 JVM, the jars and the options, so a new pyspark or JDK gets a new archive; it lives in the temp directory, shared by
-the runs and the xdist workers of the machine (a file lock makes one of them write it).
+the runs and the xdist workers of the machine (a file lock makes one of them write it while the
+others go on without it).
 """
 
 from __future__ import annotations
@@ -84,15 +85,19 @@ def archive_jvm_options() -> str:
     return f"-XX:SharedArchiveFile={path} {QUIET}" if path else ""
 
 
-def ensure_archive(timeout: float = 600) -> Path | None:
-    """Write the archive unless it is there; returns it (None if this machine has no pyspark or JDK, or writing
-    failed: the JVMs then load their classes as they would without it)."""
+def ensure_archive(*, wait: bool = True, timeout: float = 600) -> Path | None:
+    """Write the archive unless it is there; returns it. None if this machine has no pyspark or JDK, if writing
+    failed, or if another process is writing it and ``wait`` is false: the JVMs started meanwhile load their
+    classes as they would without it, and those started once it is in place use it (its path is fixed)."""
     path = archive_path()
     if path is None:
         return None
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another worker may be writing it: wait for that one
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another xdist worker is writing it
+            return None
         if path.exists():
             return path
         with tempfile.TemporaryDirectory(prefix="pglogical-cds-") as scratch:

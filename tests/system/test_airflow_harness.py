@@ -6,6 +6,7 @@ import sys
 import pyspark
 
 from scripts.harness.userenv import venv_script
+from tests.support.classarchive import ensure_archive
 from tests.support.spark import TEST_JVM_OPTIONS
 
 
@@ -43,11 +44,10 @@ def test_a_spark_submit_in_the_airflow_environment_starts_its_driver_with_the_su
     assert set(TEST_JVM_OPTIONS.split()) <= set(line.split()[1:]), line
 
 
-def test_a_spark_submit_in_the_airflow_environment_maps_sparks_classes_from_the_class_archive(
-        airflow, tmp_path, spark_class_archive):
+def test_a_spark_submit_in_the_airflow_environment_maps_sparks_classes_from_the_class_archive(airflow, tmp_path):
     """The tasks' spark-submit JVMs load Spark's classes from the suite's class archive (tests/support/classarchive.py),
     which they only can with pyspark's jars alone on their class path (no configuration directory before them)."""
-    assert spark_class_archive is not None, "no class archive written: is java or pyspark missing?"
+    assert ensure_archive(wait=True) is not None, "no class archive written: is java or pyspark missing?"
     probe = tmp_path / "probe.py"
     probe.write_text("from pyspark.sql import SparkSession\n"
                      "spark = SparkSession.builder.getOrCreate()\n"
