@@ -6,7 +6,7 @@ parallel collector cost more CPU than they save: C1-compiled code and the serial
 small Spark job with about a third less CPU (24.7 → 16.0 CPU-seconds). Most of what is left of a short JVM's
 CPU is loading and verifying Spark's classes, the same ones every time: a class-data-sharing archive of them
 (tests/support/classarchive.py, built once per machine) maps them ready-made and halves it again (a local
-session and a small job: 9.5 → 5.0 CPU-seconds). Nothing a test checks depends on any of these; the product's own
+session and a small job: 9.5 → 5.8 CPU-seconds). Nothing a test checks depends on any of these; the product's own
 defaults stay what the demo (`make demo`, tests/system/test_demo.py) runs.
 """
 
