@@ -10,6 +10,7 @@ import psycopg2
 import pytest
 
 from scripts.harness.pgserver import PgServer, drop_database, make_database, start_server, stop_server
+from tests.support.classarchive import ensure_archive
 from tests.support.s3server import s3  # noqa: F401  (fixture: a real S3 server on 127.0.0.1)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -96,6 +97,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
     ordered = sorted(modules.items(), key=lambda entry: (rank.get(entry[0], len(rank)), -len(entry[1])))
     items[:] = [item for _module, module_items in ordered for item in module_items]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def spark_class_archive() -> Path | None:
+    """The class archive the suite's JVMs map Spark's classes from (tests/support/classarchive.py), written before
+    this worker's first test; once per machine, by one worker while the other starts its tests without it (None
+    there until it is written)."""
+    return ensure_archive(wait=False)
 
 
 @pytest.fixture(scope="session")

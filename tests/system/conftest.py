@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from scripts.harness.userenv import user_env, venv_script
-from tests.support.spark import spark_conf_dir
+from tests.support.spark import submit_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,8 +21,8 @@ class AirflowCli:
     """Runs the real ``airflow`` command line against a throwaway AIRFLOW_HOME, as a user would.
 
     Venv not activated (``.venv/bin/airflow`` by path), nothing exported but AIRFLOW_HOME, the DAGs
-    folder, ``load_examples = False``, the Spark connection the example DAGs use and a Spark configuration
-    directory giving the tasks' spark-submit JVMs the suite's JVM options (tests/support/spark.py; tests add
+    folder, ``load_examples = False``, the Spark connection the example DAGs use and ``SPARK_SUBMIT_OPTS`` giving
+    the tasks' spark-submit JVMs the suite's JVM options (tests/support/spark.py; tests add
     the PostgreSQL connections and the staging root per call).
     """
 
@@ -33,7 +33,7 @@ class AirflowCli:
             "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-            "SPARK_CONF_DIR": str(spark_conf_dir(home / "spark-conf")),
+            **submit_env(),
         })
         (home / "user").mkdir(exist_ok=True)
 

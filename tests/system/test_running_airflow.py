@@ -28,7 +28,7 @@ import pytest
 from scripts.harness.pgserver import drop_database, execute, free_port, make_database
 from scripts.harness.pgserver import query as rows
 from scripts.harness.userenv import user_env, venv_script
-from tests.support.spark import spark_conf_dir
+from tests.support.spark import submit_env
 
 # A real Airflow (api-server, scheduler, dag-processor, triggerer) on SQLite: long, so marked slow.
 pytestmark = pytest.mark.slow
@@ -219,13 +219,13 @@ def airflow_services(pg_server, tmp_path_factory) -> Iterator[dict[str, Any]]:
     port, password = free_port(), secrets.token_urlsafe(12)
     write_config(home, port=port, meta_uri=pg_server.uri(meta).replace("postgresql://", "postgresql+psycopg2://"),
                  password=password)
-    # Exported: only AIRFLOW_HOME, the DAG's three connections, the spec's staging root and a Spark configuration
-    # directory with the suite's JVM options (tests/support/spark.py).
+    # Exported: only AIRFLOW_HOME, the DAG's three connections, the spec's staging root and SPARK_SUBMIT_OPTS with
+    # the suite's JVM options (tests/support/spark.py).
     env = user_env(home / "user", {
         "AIRFLOW_HOME": str(home),
         "AIRFLOW_CONN_PGLOGICAL_SOURCE": pg_server.uri(src), "AIRFLOW_CONN_PGLOGICAL_TARGET": pg_server.uri(dw),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-        "PGLOGICAL_STAGING_URI": str(staging), "SPARK_CONF_DIR": str(spark_conf_dir(home / "spark-conf"))})
+        "PGLOGICAL_STAGING_URI": str(staging), **submit_env()})
     (home / "user").mkdir()
     airflow = RunningAirflow(home, env, port, password)
     try:
