@@ -12,7 +12,6 @@ defaults stay what the demo (`make demo`, tests/system/test_demo.py) runs.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from tests.support.classarchive import BASE_JVM_OPTIONS, archive_jvm_options
@@ -27,23 +26,10 @@ def submit_env() -> dict[str, str]:
 
     For the JVMs an Airflow task starts with spark-submit from a spec the suite does not write (the example DAGs'):
     spark-submit adds the variable to its driver's options as it would a user's own, before the spec's or the
-    command line's ``spark.driver.extraJavaOptions`` (so those still win). Unlike a ``SPARK_CONF_DIR`` (see
-    spark_conf_dir), it keeps the class path as the class archive wants it.
+    command line's ``spark.driver.extraJavaOptions`` (so those still win). Unlike a ``SPARK_CONF_DIR`` (which
+    spark-submit puts first on the driver's class path), it keeps the class path as the class archive wants it.
     """
     return {"SPARK_SUBMIT_OPTS": TEST_JVM_OPTIONS}
-
-
-def spark_conf_dir(where: Path) -> Path:
-    """A Spark configuration directory (``SPARK_CONF_DIR``) whose ``spark-defaults.conf`` holds TEST_SPARK_CONF.
-
-    spark-submit reads this file as it would a user's own ``$SPARK_HOME/conf/spark-defaults.conf``, and a
-    setting the spec or the command line gives still wins over it. spark-submit also puts the directory first on
-    the driver's class path, which keeps the JVM from using the class archive (tests/support/classarchive.py):
-    prefer submit_env when only the JVM options are wanted.
-    """
-    where.mkdir(parents=True, exist_ok=True)
-    (where / "spark-defaults.conf").write_text("".join(f"{key} {value}\n" for key, value in TEST_SPARK_CONF.items()))
-    return where
 
 
 def local_session(app_name: str) -> Any:
