@@ -14,7 +14,7 @@ exactness notes, no truncate, one schema version), and the same rows:
 
 Keys compare with Arrow equality, nulls equal to nulls (Spark's grouping): floating-point keys, whose -0.0/NaN
 Spark normalises, are left to Spark by the rule (``groupable``). ``tests/unit/apply/test_kernels.py`` compares
-``net_table`` with ``transforms.compact`` on random batches.
+``compact_changes`` (its ``Net.table``) with ``transforms.compact`` on random batches.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def compact_changes(staged: pa.Table, key: Sequence[str], columns: Sequence[str]
     if key:
         differs = np.zeros(n, dtype=bool)
         for k in key:
-            differs |= _differs(old[k], new[k])
+            differs |= _differs(old[k], values_of[k])  # the new key as refilled: an unchanged TOAST key column
         moved &= differs
     else:
         moved[:] = False
@@ -123,7 +123,7 @@ def compact_changes(staged: pa.Table, key: Sequence[str], columns: Sequence[str]
     ev_d = ev_kind == "D"
     sub = np.concatenate([np.where(is_d, 0, 1), np.zeros(m, dtype=np.int64)]).astype(np.int64)
     away_idx = pa.array(away_rows, pa.int64())
-    ev_key = [pa.concat_arrays([pc.if_else(pa.array(key_from_old), old[k], new[k]).cast(new[k].type),
+    ev_key = [pa.concat_arrays([pc.if_else(pa.array(key_from_old), old[k], values_of[k]).cast(new[k].type),
                                 pc.take(old[k], away_idx).cast(new[k].type)]) for k in key]
     commit = staged.column("commit_lsn").to_numpy()[source]
     order = staged.column("tx_order").to_numpy()[source]

@@ -26,8 +26,10 @@ from tests.support.stage import BatchSpec, Chg, Col, Rel, write_batch
 from tests.unit.apply.conftest import ITEMS, ITEMS_FULL, PAIRS
 
 # (relation, apply key): a primary key, a two-column key, a FULL identity keyed by id and by (id, grp), whose
-# grp may be NULL (null keys group together, as Spark groups them).
-CASES = [(ITEMS, ("id",)), (PAIRS, ("a", "b")), (ITEMS_FULL, ("id",)), (ITEMS_FULL, ("id", "grp"))]
+# grp may be NULL (null keys group together, as Spark groups them), and by every column (a target without a primary
+# key), so an UPDATE may leave a key column's TOAST value unchanged: the new key is then the old image's value.
+CASES = [(ITEMS, ("id",)), (PAIRS, ("a", "b")), (ITEMS_FULL, ("id",)), (ITEMS_FULL, ("id", "grp")),
+         (ITEMS_FULL, ("id", "grp", "note"))]
 
 
 def _key_value(rel: Rel, n: int) -> dict:
