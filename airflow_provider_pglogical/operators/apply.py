@@ -16,7 +16,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 import airflow_provider_pglogical
 from airflow_provider_pglogical.apply.config import TableApplyConfig
 from airflow_provider_pglogical.apply.sparkenv import LOCAL_DRIVER_CONF, is_local, spark_submit_env
-from airflow_provider_pglogical.exceptions import ApplyError
+from airflow_provider_pglogical.exceptions import ApplyError, SpecError
 from airflow_provider_pglogical.history.recorder import Stopwatch, recording
 from airflow_provider_pglogical.hooks.airflow_connection import connection_dsn
 from airflow_provider_pglogical.hooks.storage_connection import connection_credentials, staging_connection
@@ -43,12 +43,33 @@ def submit_master(conn_id: str | None) -> str:
     return (BaseHook.get_connection(conn_id).host or "") if conn_id else ""
 
 
+def submit_secrets(master: str, staging: Mapping[str, str], secrets: Mapping[str, str]) -> dict[str, str]:
+    """The secret part of spark-submit's environment: the staging connection's credentials and ``secrets`` (the
+    target's). Refused where they would not stay secret or would not both hold: for ``yarn`` and ``k8s://``
+    masters Airflow's SparkSubmitHook puts every variable of the environment on spark-submit's command line
+    (``spark.yarn.appMasterEnv.*``, ``spark.kubernetes.driverEnv.*``), and one process environment cannot give the
+    staging and the target two values of one variable."""
+    names = sorted({*staging, *secrets})
+    if names and master.startswith(("yarn", "k8s://")):
+        raise SpecError(f"spark-submit to {master.split(':', 1)[0]} would put {', '.join(names)} on its command line "
+                        "(Airflow's SparkSubmitHook passes the environment there for yarn and k8s masters); apply "
+                        "through a standalone or local master, or give the cluster the credentials itself "
+                        "(docs/spark.md#cluster-deploy-mode)")
+    clash = sorted(k for k in staging.keys() & secrets.keys() if staging[k] != secrets[k])
+    if clash:
+        raise SpecError(f"staging.conn_id and the target's connection set {', '.join(clash)} to different values, "
+                        "and a spark-submit apply has one environment; stage on a store of another kind, or reach "
+                        "both with one connection")
+    return {**staging, **secrets}
+
+
 def prepare_submit(op: SparkSubmitOperator, master: str, workdir: str, python: str | None, staging_uri: str,
-                   staging_conn_id: str | None) -> dict[str, str]:
+                   staging_conn_id: str | None, secrets: Mapping[str, str] | None = None) -> dict[str, str]:
     """Settle what every app this package submits needs on ``op`` before its ``execute``: the package zipped into
     ``workdir`` and shipped with ``--py-files``, the interpreter (this one for ``local`` masters), a loopback
     driver for ``local``, UTC session time. Returns the spark-submit process's environment: the interpreter and
-    PATH additions, ``op``'s own ``env_vars`` and ``staging_conn_id``'s credentials (never on the command line)."""
+    PATH additions, ``op``'s own ``env_vars``, ``staging_conn_id``'s credentials and ``secrets`` (the target's),
+    never on the command line (``submit_secrets``)."""
     op.py_files = ",".join(p for p in [build_package_zip(workdir), op.py_files] if p)
     op.conf = dict(op.conf or {})
     interpreter = python or (sys.executable if is_local(master) else None)
@@ -60,7 +81,8 @@ def prepare_submit(op: SparkSubmitOperator, master: str, workdir: str, python: s
             op.conf.setdefault(key, value)
     op.conf.setdefault("spark.sql.session.timeZone", "UTC")
     staging = connection_credentials(staging_uri, staging_conn_id).environment() if staging_conn_id else {}
-    return {**spark_submit_env(master, python), **(op.env_vars or {}), **staging}
+    return {**spark_submit_env(master, python), **(op.env_vars or {}),
+            **submit_secrets(master, staging, secrets or {})}
 
 
 class PgLogicalApplyOperator(SparkSubmitOperator):
@@ -109,6 +131,7 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
                  name: str = "pglogical-apply", source_conn_id: str | None = None,
                  bookkeeping_schema: str | None = None, session_replication_role: str = "origin",
                  staging_conn_id: str | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("deploy_mode", "client")  # the DSN reaches the driver as this process's environment
         super().__init__(application=application, conn_id=conn_id, name=name, **kwargs)
         self.slot = slot
         self.staging_uri = staging_uri
@@ -161,9 +184,8 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
             report = Path(workdir) / "batches.jsonl"
             self.application_args = [*(self.application_args or []), *self.application_arguments(),
                                      "--report-file", str(report)]
-            self.env_vars = {**prepare_submit(self, master, workdir, self.python, self.staging_uri,
-                                              self.staging_conn_id),
-                             self.dsn_env: connection_dsn(self.target_conn_id)}
+            self.env_vars = prepare_submit(self, master, workdir, self.python, self.staging_uri,
+                                           self.staging_conn_id, {self.dsn_env: connection_dsn(self.target_conn_id)})
             # One record in the slot's run history (docs/staging-format.md#run-history), failed runs included.
             with (staging_connection(self.staging_uri, self.staging_conn_id),
                   recording(self.staging_uri, self.slot, "apply", tool="airflow", log=self.log.warning) as record):

@@ -221,6 +221,7 @@ class SpecSubmitApplyOperator(SparkSubmitOperator):
             raise SpecError(f"{spec.origin}: a spark-submit apply (spark.conn_id) reads the spec from its file; "
                             "build the DAG from the spec's path")
         kwargs.setdefault("conf", dict(spec.spark.conf) or None)
+        kwargs.setdefault("deploy_mode", "client")  # the driver reads the spec file and writes the summary here
         super().__init__(application=application, conn_id=spec.spark.submit_conn_id,
                          name=f"pglogical-apply-{spec.source.slot}", **kwargs)
         self.spec = spec
@@ -248,8 +249,8 @@ class SpecSubmitApplyOperator(SparkSubmitOperator):
             self.application_args = [*(self.application_args or []), *self.application_arguments(summary)]
             with spec_target(self.spec) as handle:
                 credentials = handle.credentials_env()
-            self.env_vars = {**prepare_submit(self, master, workdir, self.python, self.spec.staging.uri,
-                                              self.spec.staging.conn_id), **credentials}
+            self.env_vars = prepare_submit(self, master, workdir, self.python, self.spec.staging.uri,
+                                           self.spec.staging.conn_id, credentials)
             super().execute(context)
             if not summary.exists():
                 raise ApplyError(f"slot {self.spec.source.slot}: spark-submit of {Path(self.application).name} "
