@@ -109,9 +109,9 @@ def apply_task(spec: PipelineSpec, task_id: str = "apply", max_batches: Any = No
                                          max_batches=max_batches, outlets=outlets())
     if spec_target(spec).applies_in_worker:
         if spec.spark.conn_id:  # the spec reaches its Spark by spark-submit: the apply runs there, not in the worker
-            return SpecSubmitApplyOperator(task_id=task_id, spec=spec, target_name=target_name,
+            return SpecSubmitApplyOperator(task_id=task_id, spec=spec, target_name=target_name, outlets=outlets(),
                                            max_batches=max_batches)
-        return DeltaApplyOperator(task_id=task_id, spec=spec, max_batches=max_batches)
+        return DeltaApplyOperator(task_id=task_id, spec=spec, max_batches=max_batches, outlets=outlets())
     config = apply_config(spec)
     # Plain dicts: the operator's ``tables`` is a templated field.
     tables = {name: {k: v for k, v in vars(cfg).items() if v is not None} for name, cfg in config.tables.items()}

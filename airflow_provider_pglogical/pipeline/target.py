@@ -160,6 +160,12 @@ class SpecTarget(ABC):
         target keeps per slot — never the target tables. Idempotent; ``dry_run`` only reports what would go."""
         raise SpecError(f"{self.spec.origin}: drop is not supported for a target of kind {self.kind!r}")
 
+    def mark_retired(self, bookkeeping: dict[str, Any]) -> None:
+        """Record in the staging area that ``drop --target`` retired this target (``bookkeeping``: what
+        ``drop_bookkeeping`` returned), where applying to it again would apply batches twice; nothing to record
+        by default (a target whose watermarks stay with its data resumes from them)."""
+        return
+
     @abstractmethod
     def for_apply(self, spark: SparkSession | SparkOnDemand, config: ApplyConfig) -> Target:
         """The ``Target`` the runner applies ``config`` to, in ``spark``'s driver (a session on demand starts
@@ -181,11 +187,14 @@ HANDLES: dict[str, type[SpecTarget]] = {}
 
 
 def _without_userinfo(uri: str) -> str:
-    """``uri`` without ``user:password@`` (a place is named in records and logs, never a credential)."""
+    """``uri`` without the password of its ``user:password@`` (a place is named in records and logs, never a
+    credential). What precedes ``@`` stays otherwise: in ``abfss://container@account…`` it is part of the place."""
     parts = urlsplit(uri)
     if not parts.netloc or "@" not in parts.netloc:
         return uri
-    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user = userinfo.partition(":")[0]
+    return urlunsplit(parts._replace(netloc=f"{user}@{host}" if user else host))
 
 
 def register(kind: str) -> Callable[[type[SpecTarget]], type[SpecTarget]]:
@@ -360,6 +369,12 @@ class PostgresSpecTarget(SpecTarget):
         self._progress_table = None
         return {"kind": self.kind, "bookkeeping_schema": schema, "rows": rows,
                 "staging_tables": [f"{schema}.{n}" for n in staging]}
+
+    def mark_retired(self, bookkeeping: dict[str, Any]) -> None:
+        # Its watermarks are gone: while the spec still lists it, a run must refuse instead of applying every
+        # staged batch again (bookkeeping_schema.locate); reset clears the mark.
+        write_record(self.spec.staging.uri, self.spec.source.slot, self.identity(),
+                     TargetRecord(str(bookkeeping["bookkeeping_schema"]), applied=True, retired=True))
 
     def for_apply(self, spark: SparkSession | SparkOnDemand, config: ApplyConfig) -> Target:
         from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget

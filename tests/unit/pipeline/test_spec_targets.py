@@ -6,6 +6,7 @@ import copy
 from datetime import datetime
 
 import pytest
+import yaml
 
 from airflow_provider_pglogical.exceptions import SpecError
 from airflow_provider_pglogical.pipeline.model import DEFAULT_TARGET
@@ -307,7 +308,7 @@ def test_an_iceberg_targets_identity_and_location_leave_the_catalog_password_out
     doc = two_targets()
     doc["targets"]["lake"]["catalog"]["uri"] = "postgresql+psycopg2://cat:s3cret@db:5432/catalog"
     handle = spec_targets(parse_spec(doc, env={}))["lake"]
-    assert handle.identity() == handle.location() == "iceberg/postgresql+psycopg2://db:5432/catalog/cdc"
+    assert handle.identity() == handle.location() == "iceberg/postgresql+psycopg2://cat@db:5432/catalog/cdc"
 
 
 def test_each_targets_location_tells_two_targets_with_tables_of_one_name_apart():
@@ -315,9 +316,14 @@ def test_each_targets_location_tells_two_targets_with_tables_of_one_name_apart()
     doc["targets"]["archive"] = {"kind": "postgres", "dsn": "host=archive port=6432 dbname=old user=x password=y",
                                  "tables": {"public.orders": {}}}
     doc["targets"]["delta"] = {"kind": "delta", "uri": "s3://bucket/delta", "tables": {"public.orders": {}}}
+    for container in ("c1", "c2"):  # in abfss:// what precedes @ is the container: part of the place
+        doc["targets"][container] = {"kind": "delta", "uri": f"abfss://{container}@acct.dfs.core.windows.net/lake",
+                                     "tables": {"public.orders": {}}}
     locations = {name: h.location() for name, h in spec_targets(parse_spec(doc, env={})).items()}
     assert locations == {"reporting": "postgres/warehouse:5432/dw", "lake": "iceberg/sqlite:////lake/catalog.db/cdc",
-                         "archive": "postgres/archive:6432/old", "delta": "delta/s3://bucket/delta"}
+                         "archive": "postgres/archive:6432/old", "delta": "delta/s3://bucket/delta",
+                         "c1": "delta/abfss://c1@acct.dfs.core.windows.net/lake",
+                         "c2": "delta/abfss://c2@acct.dfs.core.windows.net/lake"}
 
 
 def test_the_dags_apply_tasks_of_two_targets_writing_one_table_name_have_their_own_assets():
@@ -331,6 +337,24 @@ def test_the_dags_apply_tasks_of_two_targets_writing_one_table_name_have_their_o
     assert [o.uri for o in dag.get_task("pglogical.apply_dw").outlets] == ["pglogical://s/target/postgres%2Fdw/public.orders"]
     assert [o.uri for o in dag.get_task("pglogical.apply_mart").outlets] == [
         "pglogical://s/target/postgres%2Fmart/public.orders"]
+
+
+def test_a_lake_targets_apply_task_has_its_tables_assets_on_either_route(tmp_path):
+    from airflow_provider_pglogical.pipeline.dag_factory import build_pipeline_dag
+
+    doc = two_targets()
+    doc["source"] = {"conn_id": "src", "publication": "p", "slot": "s"}
+    doc["targets"] = {"dw": {"kind": "postgres", "conn_id": "dw", "tables": {"public.orders": {}}},
+                      "delta": {"kind": "delta", "uri": "s3://bucket/delta", "tables": {"public.orders": {}}}}
+    expected = ["pglogical://s/target/delta%2Fs3%3A%2F%2Fbucket%2Fdelta/public.orders"]
+    in_worker = build_pipeline_dag(parse_spec(doc, env={}), dag_id="d", start_date=datetime(2026, 1, 1))
+    assert [o.uri for o in in_worker.get_task("pglogical.apply_delta").outlets] == expected
+    doc["spark"] = {"conn_id": "spark_default"}  # the spark-submit route reads the spec from its file
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    submitted = build_pipeline_dag(load_spec(path, env={}), dag_id="d", start_date=datetime(2026, 1, 1))
+    task = submitted.get_task("pglogical.apply_delta")
+    assert type(task).__name__ == "SpecSubmitApplyOperator" and [o.uri for o in task.outlets] == expected
 
 
 def test_the_kinds_of_a_specs_targets_come_from_their_handles():
