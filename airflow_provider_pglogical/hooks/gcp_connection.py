@@ -19,6 +19,7 @@ from typing import Any
 
 from airflow_provider_pglogical.exceptions import StagingError
 from airflow_provider_pglogical.staging.credentials import GcsCredentials
+from airflow_provider_pglogical.staging.google_key import parse_key
 
 CONN_TYPES = ("google_cloud_platform",)
 
@@ -42,7 +43,7 @@ def storage_credentials(conn_id: str) -> GcsCredentials:
         return GcsCredentials(anonymous=True, project_id=project, endpoint_url=endpoint)
     key = _service_account_key(conn_id, _extra(conn, "keyfile_dict"), _extra(conn, "key_path"))
     if key is not None:
-        return GcsCredentials(service_account_key=key, project_id=project or json.loads(key).get("project_id"),
+        return GcsCredentials(service_account_key=key, project_id=project or parse_key(key).get("project_id"),
                               endpoint_url=endpoint)
     try:
         from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
@@ -74,7 +75,7 @@ def _service_account_key(conn_id: str, keyfile_dict: Any, key_path: Any) -> str 
     else:
         return None
     try:
-        json.loads(text)
-    except ValueError:
-        raise StagingError(f"Google Cloud connection {conn_id}: its key is not a service account's JSON key") from None
+        parse_key(text)
+    except StagingError as exc:
+        raise StagingError(f"Google Cloud connection {conn_id}: {exc}") from None
     return text

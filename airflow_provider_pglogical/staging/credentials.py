@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 import pyarrow.fs as pafs
 
 from airflow_provider_pglogical.exceptions import StagingError
+from airflow_provider_pglogical.staging.google_key import parse_key
 
 S3_SCHEMES = ("s3", "s3a")
 GCS_SCHEMES = ("gs", "gcs")
@@ -150,7 +151,7 @@ class GcsCredentials:
         """delta-rs's ``object_store`` options: the service account's key (it signs its own tokens), with an
         emulator's URL as the key's ``gcs_base_url`` (an emulator alone: a key with ``disable_oauth``); with
         neither, ``object_store``'s own default credentials. A bare access token it cannot take."""
-        key: dict[str, object] | None = json.loads(self.service_account_key) if self.service_account_key else None
+        key: dict[str, object] | None = dict(parse_key(self.service_account_key)) if self.service_account_key else None
         if self.endpoint_url:
             endpoint = self.endpoint_url if "://" in self.endpoint_url else "http://" + self.endpoint_url
             key = {**(key or {"client_email": "", "private_key": "", "private_key_id": "", "disable_oauth": True}),

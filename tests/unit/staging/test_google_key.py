@@ -99,7 +99,7 @@ def test_a_keyfile_dict_connection_signs_tokens_for_stagings_filesystem(service_
     assert len(endpoint.claims) == 1  # the token is kept until shortly before it expires
 
 
-def test_a_key_path_connection_reaches_the_filesystem_the_delta_options_and_a_helpers_environment(
+def test_a_key_path_connection_reaches_the_filesystem_the_delta_options_and_a_child_processs_environment(
         service_account, monkeypatch, tmp_path):
     key, endpoint = service_account
     path = tmp_path / "sa.json"
@@ -121,8 +121,12 @@ def test_a_key_the_connection_cannot_give_is_a_one_line_error_naming_the_connect
                                            f"read: No such file or directory"):
         connection_credentials("gs://bucket/x", "missing")
     connection(monkeypatch, "garbled", conn_type="google_cloud_platform", extra={"keyfile_dict": "{not json"})
-    with pytest.raises(StagingError, match="Google Cloud connection garbled: its key is not a service account's JSON"):
+    with pytest.raises(StagingError, match="Google Cloud connection garbled: the Google service account key is not JSON"):
         connection_credentials("gs://bucket/x", "garbled")
+    connection(monkeypatch, "listed", conn_type="google_cloud_platform", extra={"keyfile_dict": "[]"})  # JSON, no key
+    with pytest.raises(StagingError, match="Google Cloud connection listed: the Google service account key has no "
+                                           "client_email, private_key"):
+        connection_credentials("gs://bucket/x", "listed")
     key, _ = service_account
     with pytest.raises(StagingError, match=r"^the Google service account key has no client_email"):
         google_key.access_token(json.dumps({**key, "client_email": ""}))
