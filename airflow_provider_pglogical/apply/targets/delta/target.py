@@ -1,4 +1,5 @@
-"""The Delta Lake target: per (batch, table) one commit into ``<uri>/<schema>/<table>``, watermark in the same commit.
+"""The Delta Lake target: per (batch, table) one commit into ``<uri>/<schema>/<table>``, watermark in the same commit
+(with ``target.max_merge_rows``, a large mirror table-batch in one commit per key-hash bucket, the watermark in the last).
 
 ``DeltaTarget`` implements ``targets.base.Target``: the shared runner plans each batch and hands it the
 plan with the batch's Spark frames; the target brings each table's net changes (mirror) or published

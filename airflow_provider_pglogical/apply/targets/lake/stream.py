@@ -1,6 +1,6 @@
 """A lake target's net changes streamed from Spark: a batch's net changes of one table reach delta-rs's MERGE (Delta)
-or the copy-on-write plan (Iceberg, ``IcebergTarget.apply_net_stream``) chunk by chunk. Written for Delta first;
-what follows describes its MERGE, and Iceberg reads the same buckets.
+or the copy-on-write plan (Iceberg, ``IcebergTarget.apply_net_stream``) chunk by chunk. What follows describes
+Delta's MERGE; Iceberg reads the same buckets.
 
 Collecting a table's net changes whole (``DataFrame.toArrow``) holds every row on the driver — in a Spark
 Connect client too — several times over while it is converted and turned into the MERGE source. Here the
@@ -9,7 +9,8 @@ whether a change needs the target's rows or the batch order), and collected one 
 (``pmod(xxhash64(key), n)``: a bucket's rows are the same whenever it is read, even after a lost cache
 block is recomputed). Each bucket is converted on its own and handed to ``DeltaTable.merge`` through a
 ``pyarrow.RecordBatchReader``, which delta-rs reads lazily (``streamed_exec``) — still ONE MERGE, one commit
-with the watermark, so the exactly-once and atomic-visibility rules of ``mirror`` hold unchanged.
+with the watermark, so the exactly-once and atomic-visibility rules of ``mirror`` hold unchanged (unless the spec
+opts into one commit per bucket, ``target.max_merge_rows``: docs/delta.md, "Driver memory").
 
 What stays proportional to the batch: delta-rs (DataFusion) builds its join's hash table from the MERGE
 source, so the compact source (kind, keep flags, written columns) is held once in delta-rs's memory while

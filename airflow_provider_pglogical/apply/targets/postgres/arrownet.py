@@ -8,8 +8,8 @@ the same decision as ``copytext._arrow_kind`` on the type Spark would read), and
 row groups' statistics keep them within Arrow's printable range (``arrowtext.ARROW_DAYS`` / ``ARROW_MICROS``);
 anything else keeps the Spark path.
 
-A compacted plan (``DirectNet.compacted``: keys repeat, or unchanged-TOAST values) is one task: its row groups are
-read together and netted in one piece by ``direct.compacted_rows`` (Arrow kernels, ``apply/kernels.py``), whose
+A compacted plan (``DirectNet.compacted``: keys repeat, or unchanged-TOAST values) runs its tasks in one slice: its
+row groups are read together and netted in one piece by ``direct.compacted_rows`` (Arrow kernels, ``apply/kernels.py``), whose
 keep lists are printed as text arrays; the rows are those of Spark's net frame, staged and applied the same way.
 """
 
