@@ -26,6 +26,7 @@ from airflow_provider_pglogical.staging.retention import (
     recorded_names,
     staged_batches,
 )
+from airflow_provider_pglogical.staging.target_record import read_record, retired_error
 
 Log = Callable[[str], None]
 
@@ -179,6 +180,8 @@ def check_window(spec: PipelineSpec, *, reset: bool = False, upto_lsn: int | Non
     spec = resolved(spec)
     with spec_target(spec) as target:
         identity = target.identity()
+    if not reset and (record := read_record(spec.staging.uri, slot, identity)) is not None and record.retired:
+        raise retired_error(slot)  # not a new target that a snapshot could start: say what it is
     mine = None if reset else positions(layout).get(identity)
     if mine is not None and mine >= pruned.through_lsn:
         return

@@ -24,7 +24,13 @@ from airflow_provider_pglogical.pipeline.source import exclusive_slot, source_cl
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec
 from airflow_provider_pglogical.pipeline.target import spec_target
 from airflow_provider_pglogical.staging.layout import StagingLayout
-from airflow_provider_pglogical.staging.retention import forget_target, positions, recorded_names, target_files
+from airflow_provider_pglogical.staging.retention import (
+    forget_target,
+    is_retired_mark,
+    positions,
+    recorded_names,
+    target_files,
+)
 
 Log = Callable[[str], None]
 
@@ -52,6 +58,12 @@ def retire_target(spec: PipelineSpec, name: str, *, dry_run: bool = False, log: 
     layout = StagingLayout.from_uri(spec.staging.uri, spec.source.slot)
     in_spec = bool(spec.targets) and name in spec.targets
     recorded = None if in_spec else recorded_target(layout, name)
+    if recorded is not None:
+        for own, view in spec.target_views().items():
+            with spec_target(view) as current:
+                if current.identity() == recorded:
+                    raise SpecError(f"{spec.origin}: --target {name}: that is where the spec's target {own} "
+                                    f"writes; retire it by that name")
     if not in_spec and recorded is None:
         known = sorted(positions(layout))
         raise SpecError(f"{spec.origin}: --target {name}: neither a target of the spec's targets: "
@@ -72,14 +84,20 @@ def retire_target(spec: PipelineSpec, name: str, *, dry_run: bool = False, log: 
             bookkeeping = {"note": f"{spec.origin} no longer names this target, so only the staging area's records "
                                    "of it go; to drop its bookkeeping on the target too, list it under targets: "
                                    "again and retire it by that name"}
-        records = [layout.uri_for(p) for p in target_files(layout, identity)]
+        # A retired target's mark is not one of its records: run again, the retirement finds nothing left to forget.
+        records = [layout.uri_for(p) for p in target_files(layout, identity) if not is_retired_mark(layout, p)]
         if not dry_run:
             forget_target(layout, identity)
+            if in_spec:
+                target.mark_retired(bookkeeping)
             log(f"target {name} retired: forgot {len(records)} staging record(s) of {identity}; retention no longer "
                 "keeps batches for it")
-            if in_spec:
-                log(f"remove targets.{name} from {spec.origin} before the next run, or it applies from the first "
-                    "staged batch again")
+            if in_spec and bookkeeping.get("rows"):
+                log(f"remove targets.{name} from {spec.origin}: until then its applies stop with an error instead "
+                    "of applying the staged batches again")
+            elif in_spec:
+                log(f"remove targets.{name} from {spec.origin}: until then its runs go on from the watermarks its "
+                    "tables keep, and retention waits for it again")
     return {"dry_run": dry_run, "retired": name, "identity": identity, "in_spec": in_spec,
             "bookkeeping": bookkeeping, "staging_records": records}
 

@@ -72,7 +72,8 @@ def positions(layout: StagingLayout) -> dict[str, int | None]:
         if info.type != pafs.FileType.File or not name.endswith(".json"):
             continue
         if name.startswith(TARGET_RECORD_PREFIX):
-            out.setdefault(unquote_name(name[len(TARGET_RECORD_PREFIX):-len(".json")]), None)
+            if not is_retired_mark(layout, info.path):  # a retired target keeps no batch
+                out.setdefault(unquote_name(name[len(TARGET_RECORD_PREFIX):-len(".json")]), None)
         elif name.startswith(APPLIED_PREFIX):
             try:
                 body = json.loads(read_text(layout, info.path))
@@ -81,6 +82,15 @@ def positions(layout: StagingLayout) -> dict[str, int | None]:
             except (ValueError, TypeError, KeyError) as exc:
                 raise StagingError(f"unreadable applied-position record {info.path}: {type(exc).__name__}") from exc
     return out
+
+
+def is_retired_mark(layout: StagingLayout, path: str) -> bool:
+    """Whether the apply's target record at ``path`` marks a retired target (``staging/target_record.py``)."""
+    try:
+        body = json.loads(read_text(layout, path))
+    except ValueError as exc:
+        raise StagingError(f"unreadable target record {path}: {type(exc).__name__}") from exc
+    return isinstance(body, dict) and bool(body.get("retired"))
 
 
 def recorded_names(layout: StagingLayout) -> dict[str, str]:

@@ -12,17 +12,28 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from airflow_provider_pglogical.exceptions import StagingError
+from airflow_provider_pglogical.exceptions import StagingError, WatermarksMissingError
 from airflow_provider_pglogical.staging.layout import StagingLayout, quote_name
 from airflow_provider_pglogical.staging.manifest import read_text, write_text_atomic
 
 
 @dataclass(frozen=True)
 class TargetRecord:
-    """``bookkeeping_schema``: where the progress table is; ``applied``: a watermark was committed there."""
+    """``bookkeeping_schema``: where the progress table is; ``applied``: a watermark was committed there;
+    ``retired``: ``pglogical drop --target`` dropped its watermarks, so applying to it again would apply the staged
+    batches twice (retention no longer waits for it)."""
 
     bookkeeping_schema: str
     applied: bool = False
+    retired: bool = False
+
+
+def retired_error(slot: str) -> WatermarksMissingError:
+    """What an apply to a retired target (``TargetRecord.retired``) raises instead of applying every batch again."""
+    return WatermarksMissingError(
+        f"slot {slot}: this target was retired by `pglogical drop --target` (its watermarks are gone), so applying "
+        "to it again would apply the staged batches twice; remove it from the spec's targets:, or run "
+        "`pglogical reset --spec FILE --target NAME --yes` to empty its tables and apply the staged log again")
 
 
 def _path(layout: StagingLayout, target: str) -> str:
@@ -38,7 +49,8 @@ def read_record(staging_uri: str, slot: str, target: str) -> TargetRecord | None
         return None
     try:
         body = json.loads(read_text(layout, path))
-        return TargetRecord(bookkeeping_schema=str(body["bookkeeping_schema"]), applied=bool(body["applied"]))
+        return TargetRecord(bookkeeping_schema=str(body["bookkeeping_schema"]), applied=bool(body["applied"]),
+                            retired=bool(body.get("retired", False)))
     except (ValueError, TypeError, KeyError) as exc:
         raise StagingError(f"unreadable target record {path}: {type(exc).__name__}") from exc
 

@@ -124,6 +124,11 @@ def test_retiring_one_of_two_targets_lets_retention_prune_what_the_other_applied
         assert reporting_id not in positions(layout) and set(positions(layout)) == set(before) - {reporting_id}
         again = run_ok("drop", "--spec", str(spec), "--target", "reporting", "--yes")  # idempotent
         assert sum(again["bookkeeping"]["rows"].values()) == 0 and again["staging_records"] == []
+        # Still listed in the spec: its apply stops, naming the way out, instead of applying every batch again.
+        still = pglogical("apply", "--spec", str(spec), "--target", "reporting")
+        assert still.returncode == 1 and "retired by `pglogical drop --target`" in still.stderr, still.stderr[-3000:]
+        assert reporting_rows(reporting_dsn) == kept and progress_rows(reporting_dsn) == 0
+        assert reporting_id not in positions(layout)
         # Slot and publication stay: the lake goes on from them.
         assert query(pg_dsn, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (SLOT,)) == [(1,)]
         assert query(pg_dsn, "SELECT count(*) FROM pg_publication WHERE pubname = 'retire_pub'") == [(1,)]
@@ -190,6 +195,10 @@ def test_a_target_removed_from_the_spec_is_retired_by_the_name_its_records_carry
         assert f"staged batches are held for target {us_id} (us), which {spec} does not name" in held.stderr
         assert f"`pglogical drop --spec {spec} --target us --yes`" in held.stderr
 
+        (eu_id,) = [t for t, n in names.items() if n == "eu"]
+        refused = error_line(pglogical("drop", "--spec", str(spec), "--target", eu_id, "--yes"))
+        assert f"--target {eu_id}: that is where the spec's target eu writes; retire it by that name" in refused
+        assert set(positions(layout)) == set(names)  # nothing forgotten
         dry = run_ok("drop", "--spec", str(spec), "--target", "us", "--dry-run")
         assert dry["identity"] == us_id and dry["in_spec"] is False and len(dry["staging_records"]) == 1
         run_ok("drop", "--spec", str(spec), "--target", "us", "--yes")

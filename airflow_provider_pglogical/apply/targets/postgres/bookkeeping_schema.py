@@ -22,7 +22,7 @@ from airflow_provider_pglogical.apply.targets.postgres.catalog import ident
 from airflow_provider_pglogical.apply.targets.postgres.progress import PROGRESS_TABLE
 from airflow_provider_pglogical.exceptions import ApplyError, PrivilegeError, WatermarksMissingError
 from airflow_provider_pglogical.hooks.cursor import one_row
-from airflow_provider_pglogical.staging.target_record import TargetRecord, read_record, write_record
+from airflow_provider_pglogical.staging.target_record import TargetRecord, read_record, retired_error, write_record
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +106,8 @@ def locate(conn: psycopg2.extensions.connection, configured: str | None, target_
     name = qualified(schema, progress_table)
     applied = has_watermarks(conn, name, slot)
     conn.rollback()
+    if record is not None and record.retired and not applied:
+        raise retired_error(slot)
     if record is not None and record.applied and not applied:
         raise WatermarksMissingError(
             f"slot {slot} has applied batches to this target (its staging area records it) but {name} holds no "
