@@ -131,8 +131,8 @@ class DeltaApplyOperator(BaseOperator):
     ``SparkConnectApplyOperator`` instead, one naming ``spark.conn_id`` ``SpecSubmitApplyOperator``).
 
     The lake targets commit from the Spark driver (delta-rs, pyiceberg: docs/delta.md), so the worker can be that
-    driver; credentials come from ``target.conn_id`` (an AWS, Google Cloud or Azure connection) or the worker's environment, and reach
-    deltalake/pyarrow through the process environment only.
+    driver; credentials come from ``target.conn_id`` (an AWS, Google Cloud or Azure connection) or the worker's
+    environment, and reach deltalake/pyarrow through the process environment only.
 
     :param spec: the validated pipeline spec (``target.kind: delta``).
     :param max_batches: apply at most this many batches. (templated)
