@@ -25,6 +25,7 @@ from airflow_provider_pglogical.exceptions import StagingError, format_lsn
 from airflow_provider_pglogical.staging.layout import MANIFEST, StagingLayout, quote_name, unquote_name
 from airflow_provider_pglogical.staging.manifest import read_text, write_text_atomic
 from airflow_provider_pglogical.staging.reader import BatchRef, StagingReader
+from airflow_provider_pglogical.staging.target_record import record_path
 
 APPLIED_PREFIX = "applied-"
 TARGET_RECORD_PREFIX = "target-"  # staging/target_record.py: the apply's record of a target
@@ -113,7 +114,7 @@ def recorded_names(layout: StagingLayout) -> dict[str, str]:
 
 def target_files(layout: StagingLayout, target: str) -> list[str]:
     """The staging area's records of ``target`` that exist: its applied position and the apply's target record."""
-    paths = [_position_path(layout, target), f"{layout.state_dir}/{TARGET_RECORD_PREFIX}{quote_name(target)}.json"]
+    paths = [_position_path(layout, target), record_path(layout, target)]
     return [p for p in paths if layout.exists(p)]
 
 

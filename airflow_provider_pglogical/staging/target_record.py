@@ -36,7 +36,8 @@ def retired_error(slot: str) -> WatermarksMissingError:
         "`pglogical reset --spec FILE --target NAME --yes` to empty its tables and apply the staged log again")
 
 
-def _path(layout: StagingLayout, target: str) -> str:
+def record_path(layout: StagingLayout, target: str) -> str:
+    """Where the slot's staging area keeps its record of ``target``."""
     return f"{layout.state_dir}/target-{quote_name(target)}.json"
 
 
@@ -44,7 +45,7 @@ def read_record(staging_uri: str, slot: str, target: str) -> TargetRecord | None
     """The slot's record for ``target`` (the database applied to, e.g. ``postgres/<name>/<oid>``), or None
     before the first apply there: a database created anew is another target, which starts from the first batch."""
     layout = StagingLayout.from_uri(staging_uri, slot)
-    path = _path(layout, target)
+    path = record_path(layout, target)
     if not layout.exists(path):
         return None
     try:
@@ -59,4 +60,4 @@ def write_record(staging_uri: str, slot: str, target: str, record: TargetRecord)
     """Replace the record of ``target`` (atomically: readers see the old or the new one)."""
     layout = StagingLayout.from_uri(staging_uri, slot)
     layout.fs.create_dir(layout.state_dir, recursive=True)
-    write_text_atomic(layout, _path(layout, target), json.dumps(asdict(record)))
+    write_text_atomic(layout, record_path(layout, target), json.dumps(asdict(record)))

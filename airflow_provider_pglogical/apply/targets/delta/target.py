@@ -246,10 +246,9 @@ class DeltaTarget:
         bucket_rows = self.max_merge_rows if per_commit else self.chunk_rows
         count = stream.buckets(summary.rows, bucket_rows or summary.rows)
         chunks = stream.prefetched([partial(_arrow, f) for f in stream.bucket_frames(frame, table.key, count)])
-        label = f"{where}: {table.target}"
 
         def prepared(chunk: pa.Table) -> pa.Table:
-            return unwrap_notes(mirror.with_from(chunk, table.key), label, LSN)
+            return lake_net.prepared(table, chunk, where, self.lake)
 
         try:
             started = time.monotonic()
