@@ -39,7 +39,6 @@ from airflow_provider_pglogical.apply.targets.base import (
     PlannedSnapshot,
     PlannedTable,
     PlannedTruncate,
-    StagedRowsSource,
     TargetTable,
 )
 from airflow_provider_pglogical.apply.targets.delta import changelog, mirror
@@ -224,22 +223,12 @@ class DeltaTarget:
         ``chunk_rows`` is set, the table-batch staged more changes than that (or does not say how many) and no change
         needs the whole table's changes, else collected whole (the reference). With ``max_merge_rows`` set, a
         table-batch of more net changes than that is merged in one commit per bucket (``apply_net_buckets``)."""
-        frame = changes.net(table)
-        staged = changes.staged_rows(table) if isinstance(changes, StagedRowsSource) else None
-        if not table.key or not (stream.worth_streaming(self.chunk_rows, staged)
-                                 or stream.worth_streaming(self.max_merge_rows, staged)):
-            return lake_net.apply_collected(self, table, plan, changes, frame, seconds)
-        started = time.monotonic()
-        frame = frame.persist()  # read by the summary and by every bucket
-        try:
-            summary = stream.summarise(frame, table.columns)
-            seconds["stage"] += time.monotonic() - started
-            if summary.needs_collected:
-                return lake_net.apply_collected(self, table, plan, changes, frame, seconds)
+        def streamed(frame: DataFrame, summary: stream.NetSummary) -> TableOutcome:
             per_commit = self.max_merge_rows is not None and summary.rows > self.max_merge_rows
             return self._mirror_streamed(table, plan, frame, summary, where, seconds, per_commit=per_commit)
-        finally:
-            frame.unpersist()
+
+        return lake_net.apply_mirror(self, table, plan, changes, seconds, (self.chunk_rows, self.max_merge_rows),
+                                     streamed)
 
     def _mirror_streamed(self, table: PlannedTable, plan: PlannedBatch, frame: DataFrame, summary: stream.NetSummary,
                          where: str, seconds: dict[str, float], *, per_commit: bool) -> TableOutcome:

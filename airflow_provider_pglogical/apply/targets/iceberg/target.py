@@ -41,7 +41,6 @@ from airflow_provider_pglogical.apply.targets.base import (
     PlannedSnapshot,
     PlannedTable,
     PlannedTruncate,
-    StagedRowsSource,
     TargetTable,
 )
 from airflow_provider_pglogical.apply.targets.delta import changelog
@@ -231,17 +230,7 @@ class IcebergTarget:
         """One table's net changes in one commit: streamed bucket by bucket from Spark (``lake/stream.py``) when
         ``chunk_rows`` is set, the table-batch staged more changes than that (or does not say how many) and no change
         needs the whole table's changes (``apply_net_stream``), else collected whole (the reference)."""
-        frame = changes.net(table)
-        staged = changes.staged_rows(table) if isinstance(changes, StagedRowsSource) else None
-        if not table.key or not stream.worth_streaming(self.chunk_rows, staged):
-            return lake_net.apply_collected(self, table, plan, changes, frame, seconds)
-        started = time.monotonic()
-        frame = frame.persist()  # read by the summary and by every bucket
-        try:
-            summary = stream.summarise(frame, table.columns)
-            seconds["stage"] += time.monotonic() - started
-            if summary.needs_collected:
-                return lake_net.apply_collected(self, table, plan, changes, frame, seconds)
+        def streamed(frame: DataFrame, summary: stream.NetSummary) -> TableOutcome:
             where = f"batch {plan.start_lsn:X}-{plan.end_lsn:X}"
             count = stream.buckets(summary.rows, self.chunk_rows or summary.rows)
             chunks = stream.prefetched([partial(_arrow, f) for f in stream.bucket_frames(frame, table.key, count)])
@@ -260,8 +249,8 @@ class IcebergTarget:
                 return outcome
             finally:
                 chunks.close()
-        finally:
-            frame.unpersist()
+
+        return lake_net.apply_mirror(self, table, plan, changes, seconds, (self.chunk_rows,), streamed)
 
     # -- snapshots (``targets/base.SnapshotTarget``) -----------------------------------------
 

@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import pyarrow as pa
 
-from airflow_provider_pglogical.apply.targets.base import BatchChanges, PlannedBatch, PlannedTable
+from airflow_provider_pglogical.apply.targets.base import BatchChanges, PlannedBatch, PlannedTable, StagedRowsSource
 from airflow_provider_pglogical.apply.targets.delta.mirror import with_from
 from airflow_provider_pglogical.apply.targets.delta.types import Lake, unwrap_notes
+from airflow_provider_pglogical.apply.targets.lake import stream
+from airflow_provider_pglogical.apply.targets.lake.stream import NetSummary
 from airflow_provider_pglogical.apply.transforms import LSN
 
 if TYPE_CHECKING:
@@ -73,3 +75,26 @@ def apply_collected(target: LakeMirror[Outcome], table: PlannedTable, plan: Plan
         null_safe_key=null_safe_key(table))
     seconds["apply"] += time.monotonic() - started
     return outcome
+
+
+def apply_mirror(target: LakeMirror[Outcome], table: PlannedTable, plan: PlannedBatch, changes: BatchChanges,
+                 seconds: dict[str, float], bucket_rows: Sequence[int | None],
+                 streamed: Callable[[DataFrame, NetSummary], Outcome]) -> Outcome:
+    """``table``'s net changes in the batch, by the rule both lake targets follow: ``streamed`` (bucket by bucket
+    from Spark, ``lake/stream.py``) when some bound of ``bucket_rows`` is worth streaming for what the table-batch
+    staged and no change needs the whole table's changes, else collected whole (``apply_collected``, the
+    reference). The net frame stays cached for the summary and every bucket while ``streamed`` runs."""
+    frame = changes.net(table)
+    staged = changes.staged_rows(table) if isinstance(changes, StagedRowsSource) else None
+    if not table.key or not any(stream.worth_streaming(rows, staged) for rows in bucket_rows):
+        return apply_collected(target, table, plan, changes, frame, seconds)
+    started = time.monotonic()
+    frame = frame.persist()  # read by the summary and by every bucket
+    try:
+        summary = stream.summarise(frame, table.columns)
+        seconds["stage"] += time.monotonic() - started
+        if summary.needs_collected:
+            return apply_collected(target, table, plan, changes, frame, seconds)
+        return streamed(frame, summary)
+    finally:
+        frame.unpersist()
