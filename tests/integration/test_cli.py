@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from scripts.harness.pgserver import drop_database, execute, make_database, query
-from scripts.harness.userenv import VENV_BIN, run_as_user, venv_script
+from scripts.harness.userenv import VENV_BIN, run_as_user
+from tests.support.cli import pglogical
 from tests.support.spark import TEST_SPARK_CONF
 
-PGLOGICAL = venv_script("pglogical")
 # The console script's main() in the venv's Python, reporting on stderr's last line which of the packages an
 # empty run must not pay for the process imported (pyspark/py4j: a JVM can only be started through them).
 IMPORT_PROBE = ("import sys\nfrom airflow_provider_pglogical.cli import main\ncode = main(sys.argv[1:])\n"
@@ -32,12 +32,6 @@ ALTER TABLE orders REPLICA IDENTITY USING INDEX orders_identity;
 TABLES = {"public.orders": {"row_filter": "amount > 100 AND region = 'EU'",
                             "columns": ["id", "amount", "region", "note"], "target": "public.orders_eu"},
           "public.customers": {}}
-
-
-def pglogical(*args: str, extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    # As a user calls it: by path, venv not activated, no PYSPARK_PYTHON/SPARK_LOCAL_IP/AIRFLOW_* exported
-    # beyond ``extra`` (what the user exports for this command).
-    return run_as_user([PGLOGICAL, *args], extra, timeout=300)
 
 
 @pytest.fixture

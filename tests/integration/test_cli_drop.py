@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import psycopg2
@@ -12,7 +11,7 @@ import yaml
 
 from airflow_provider_pglogical.apply.targets.postgres.plan import staging_prefix
 from scripts.harness.pgserver import drop_database, execute, make_database, query
-from tests.integration.test_cli import pglogical
+from tests.support.cli import error_line, pglogical, run_ok
 from tests.support.spark import TEST_SPARK_CONF
 
 SLOT = "drop_slot"
@@ -40,18 +39,6 @@ def pipeline(pg_server, pg_dsn, pg_dbname, tmp_path):
         yield {"spec": spec, "source": pg_dsn, "target": pg_server.dsn(target), "staging": tmp_path / "staging"}
     finally:
         drop_database(pg_server, target)
-
-
-def run_ok(*args: str) -> dict:
-    result = pglogical(*args)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout)
-
-
-def error_line(result) -> str:
-    assert result.returncode == 1, result.stderr[-3000:]
-    [line] = [ln for ln in result.stderr.splitlines() if "error:" in ln]
-    return line
 
 
 def slots(source: str) -> list[tuple]:

@@ -16,7 +16,7 @@ from airflow_provider_pglogical.staging.layout import StagingLayout
 from airflow_provider_pglogical.staging.retention import positions, recorded_names
 from scripts.harness.pgserver import drop_database, execute, make_database, query
 from scripts.harness.subscriber import subscribe, unsubscribe, wait_for_subscriber
-from tests.integration.test_cli import SCHEMA, pglogical
+from tests.integration.test_cli import SCHEMA
 from tests.integration.test_cli_targets import (
     LAKE_FILTER,
     LAKE_SCHEMA,
@@ -27,21 +27,10 @@ from tests.integration.test_cli_targets import (
     native_lake_rows,
     reporting_rows,
 )
+from tests.support.cli import error_line, pglogical, run_ok
 from tests.support.spark import TEST_SPARK_CONF
 
 SLOT = "retire_slot"
-
-
-def run_ok(*args: str) -> dict:
-    result = pglogical(*args)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout)
-
-
-def error_line(result) -> str:
-    assert result.returncode == 1, result.stderr[-3000:]
-    [line] = [ln for ln in result.stderr.splitlines() if "error:" in ln]
-    return line
 
 
 def progress_rows(dsn: str) -> int:

@@ -3,7 +3,6 @@ crash-safe and idempotent pruning, the replay window's error and its way out, an
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from airflow_provider_pglogical.staging.layout import MANIFEST, StagingLayout
 from airflow_provider_pglogical.staging.reader import StagingReader
 from airflow_provider_pglogical.staging.retention import CHECKPOINTS, read_pruned
 from scripts.harness.pgserver import drop_database, execute, make_database, query
-from tests.integration.test_cli import pglogical
+from tests.support.cli import error_line, pglogical, run_ok
 from tests.support.spark import TEST_SPARK_CONF
 
 SLOT, PUBLICATION = "keep_slot", "keep_pub"
@@ -46,18 +45,6 @@ def pipeline(pg_server, pg_dsn, pg_dbname, tmp_path):
     finally:
         for name in targets.values():
             drop_database(pg_server, name)
-
-
-def run_ok(*args: str, extra: dict[str, str] | None = None) -> dict:
-    result = pglogical(*args, extra=extra)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout)
-
-
-def error_line(result) -> str:
-    assert result.returncode == 1, result.stderr[-3000:]
-    [line] = [ln for ln in result.stderr.splitlines() if "error:" in ln]
-    return line
 
 
 def stage(p, spec: str, *ids: int, extra: dict[str, str] | None = None) -> None:
@@ -227,7 +214,7 @@ def test_an_apply_whose_staging_cannot_be_written_stands_and_prunes_nothing(pipe
     run_ok("decode", "--spec", spec)
     stage(p, spec, 1, 2)
 
-    def refused(*_args: object) -> None:
+    def refused(*_args: object, **_kwargs: object) -> None:
         raise PermissionError("AccessDenied")
 
     monkeypatch.setattr(retention, "record_position", refused)

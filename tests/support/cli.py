@@ -1,0 +1,32 @@
+"""The ``pglogical`` console script as a user runs it (by path, venv not activated), and the two readings of its
+result the CLI tests make: the JSON of a success, the one error line of a failure."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+from scripts.harness.userenv import run_as_user, venv_script
+
+PGLOGICAL = venv_script("pglogical")
+
+
+def pglogical(*args: str, extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    # As a user calls it: by path, venv not activated, no PYSPARK_PYTHON/SPARK_LOCAL_IP/AIRFLOW_* exported
+    # beyond ``extra`` (what the user exports for this command).
+    return run_as_user([PGLOGICAL, *args], extra, timeout=300)
+
+
+def run_ok(*args: str, extra: dict[str, str] | None = None) -> Any:
+    """``pglogical ARGS``, which must exit 0: its JSON result."""
+    result = pglogical(*args, extra=extra)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)
+
+
+def error_line(result: subprocess.CompletedProcess) -> str:
+    """The one ``error:`` line of a command that exited 1."""
+    assert result.returncode == 1, result.stderr[-3000:]
+    [line] = [ln for ln in result.stderr.splitlines() if "error:" in ln]
+    return line
