@@ -24,7 +24,7 @@ import json
 import logging
 import time
 import warnings
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -459,10 +459,10 @@ class IcebergTarget:
             changes, _ = self._convert(ordered(), columns, key, f"{where}: {target}", type_names)
             touched |= set(merge_rules.key_tuples(changes, key))
             touched |= {f for f in merge_rules.from_tuples(changes, key) if f}
-        files = [] if truncated else list(_files_holding(tbl, key, touched))
+        files = [] if truncated else list(_files_holding(tbl, key, touched))  # read again for the rewrite below
         table_columns = [f.name for f in tbl.schema().fields]
         empty = tbl.schema().as_arrow().empty_table()
-        base = pa.concat_tables([data.filter(mirror.key_mask(data, key, touched)) for _, data in files] or [empty])
+        base = _rows_at(files, key, touched, empty)
         if changes is not None:
             written = base.select(list(columns)).cast(converted.select(list(columns)).schema)
             converted, rejects = merge_rules.replay_net(changes, written, key, columns, where=where, target=target,
@@ -475,17 +475,7 @@ class IcebergTarget:
         tx = tbl.transaction()
         if truncated and tbl.current_snapshot() is not None:
             _delete_all(tx, props)
-        survivors = []
-        if plan.replaced:
-            rewritten = []
-            for task, data in files:
-                gone = mirror.key_mask(data, key, plan.replaced)
-                if pc.any(gone).as_py():
-                    rewritten.append(task)
-                    survivors.append(data.filter(pc.invert(gone)))
-            with tx.update_snapshot(snapshot_properties=props).overwrite() as overwrite:
-                for task in rewritten:
-                    overwrite.delete_data_file(task.file)
+        survivors = _drop_replaced(tx, files, key, plan.replaced, props) if plan.replaced else []
         rows = pa.concat_tables([*survivors, plan.rows]) if survivors else plan.rows
         if rows.num_rows:
             tx.append(rows, snapshot_properties=props)
@@ -521,8 +511,7 @@ class IcebergTarget:
         for chunk in itertools.chain([converted], (self._convert(c, columns, key, label, type_names)[0] for c in rest)):
             seen += chunk.num_rows
             touched = set(merge_rules.key_tuples(chunk, key))
-            files = [] if truncated else list(_files_holding(tbl, key, touched))
-            base = pa.concat_tables([data.filter(mirror.key_mask(data, key, touched)) for _, data in files] or [empty])
+            base = _rows_at([] if truncated else _files_holding(tbl, key, touched), key, touched, empty)
             planned = mirror.plan_net(chunk, base, key, columns, table_columns, where=where, target=target,
                                       unchanged_toast="fail")
             replaced |= planned.replaced
@@ -533,15 +522,7 @@ class IcebergTarget:
         if seen != rows:  # before the commit: nothing of the batch reaches the table
             raise ApplyError(f"{label}: {seen} net change(s) reached the commit, {rows} were planned")
         if replaced:
-            rewritten, survivors = [], []
-            for task, data in _files_holding(tbl, key, replaced):  # the files before this batch's
-                gone = mirror.key_mask(data, key, replaced)
-                if pc.any(gone).as_py():
-                    rewritten.append(task)
-                    survivors.append(data.filter(pc.invert(gone)))
-            with tx.update_snapshot(snapshot_properties=props).overwrite() as overwrite:
-                for task in rewritten:
-                    overwrite.delete_data_file(task.file)
+            survivors = _drop_replaced(tx, _files_holding(tbl, key, replaced), key, replaced, props)  # pre-batch files
             kept_rows = pa.concat_tables(survivors) if survivors else empty
             if kept_rows.num_rows:
                 tx.append(kept_rows, snapshot_properties=props)
@@ -637,6 +618,28 @@ def _range_filter(values: pa.Array, column: str) -> BooleanExpression:
     bounds = pc.min_max(values)
     low, high = bounds["min"].as_py(), bounds["max"].as_py()
     return And(GreaterThanOrEqual(term=Reference(column), value=low), LessThanOrEqual(term=Reference(column), value=high))
+
+
+def _rows_at(files: Iterable[tuple[FileScanTask, pa.Table]], key: Sequence[str], keys: set[merge_rules.Key],
+             empty: pa.Table) -> pa.Table:
+    """The rows of ``files`` at ``keys`` (only those are kept of each file as it is read)."""
+    return pa.concat_tables([data.filter(mirror.key_mask(data, key, keys)) for _, data in files] or [empty])
+
+
+def _drop_replaced(tx: Transaction, files: Iterable[tuple[FileScanTask, pa.Table]], key: Sequence[str],
+                   replaced: set[merge_rules.Key], props: dict[str, str]) -> list[pa.Table]:
+    """Delete from ``tx`` the data files holding a key in ``replaced``; returns their other rows, which the caller
+    appends again (copy-on-write)."""
+    rewritten, survivors = [], []
+    for task, data in files:
+        gone = mirror.key_mask(data, key, replaced)
+        if pc.any(gone).as_py():
+            rewritten.append(task)
+            survivors.append(data.filter(pc.invert(gone)))
+    with tx.update_snapshot(snapshot_properties=props).overwrite() as overwrite:
+        for task in rewritten:
+            overwrite.delete_data_file(task.file)
+    return survivors
 
 
 def _files_holding(tbl: Table, key: Sequence[str], keys: set[merge_rules.Key]) -> Iterator[tuple[FileScanTask, pa.Table]]:
