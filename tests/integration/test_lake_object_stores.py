@@ -32,6 +32,7 @@ from scripts.harness.userenv import default_home, user_env
 from tests.integration.test_cli import pglogical
 from tests.support.objstores import (
     AZURITE_ACCOUNT,
+    STORAGE_VARIABLES,
     AzuriteServer,
     GcsServer,
     azurite_server,
@@ -41,7 +42,6 @@ from tests.support.objstores import (
 )
 from tests.support.spark import TEST_SPARK_CONF
 
-STORAGE_VARIABLES = ("AWS_", "AZURE_", "GOOGLE_", "STORAGE_EMULATOR_HOST")
 DDL = "CREATE TABLE items (id int PRIMARY KEY, name text, price numeric(12,2))"
 
 Server = AzuriteServer | GcsServer

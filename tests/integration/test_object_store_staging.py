@@ -30,6 +30,7 @@ from scripts.harness.userenv import default_home, user_env
 from tests.integration.test_cli import pglogical
 from tests.support.objstores import (
     AZURITE_ACCOUNT,
+    STORAGE_VARIABLES,
     AzuriteServer,
     GcsServer,
     azurite_server,
@@ -38,8 +39,6 @@ from tests.support.objstores import (
     wasb_connection,
 )
 from tests.support.spark import TEST_SPARK_CONF
-
-STORAGE_VARIABLES = ("AWS_", "AZURE_", "GOOGLE_", "STORAGE_EMULATOR_HOST")
 
 
 def gcs_root(server: GcsServer) -> str:

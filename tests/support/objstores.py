@@ -31,6 +31,8 @@ AZURITE = REPO_ROOT / ".cache" / "azurite" / "node_modules" / ".bin" / "azurite-
 AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 GCS_PROJECT = "pglogical-test"
+# Prefixes of the variables that reach a store: a connection-only test's environment holds none of them.
+STORAGE_VARIABLES = ("AWS_", "AZURE_", "GOOGLE_", "STORAGE_EMULATOR_HOST")
 
 
 def _free_port() -> int:

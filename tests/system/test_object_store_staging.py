@@ -18,8 +18,8 @@ from deltalake import DeltaTable
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
 from scripts.harness.pgserver import drop_database, execute, make_database
 from scripts.harness.pgserver import query as rows
-from tests.integration.test_object_store_staging import STORAGE_VARIABLES, STORES
-from tests.support.objstores import AZURITE_ACCOUNT, azurite_server, wasb_connection
+from tests.integration.test_object_store_staging import STORES
+from tests.support.objstores import AZURITE_ACCOUNT, STORAGE_VARIABLES, azurite_server, wasb_connection
 from tests.support.staging_dags import ITEMS, dag_env, run_dag_twice, source_items
 
 TEST_DAGS = Path(__file__).parent / "dags"
