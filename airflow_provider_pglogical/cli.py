@@ -339,6 +339,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pglogical {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return EXIT_FAILED
     _print_json(result)
+    if not args.debug:
+        from airflow_provider_pglogical.pipeline.runs import discard_spark_logs
+
+        discard_spark_logs()
     return exit_code(args.command, result)
 
 

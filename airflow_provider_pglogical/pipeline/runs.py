@@ -6,7 +6,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -115,10 +115,10 @@ def new_spark_session(master: str | None = None, conf: dict[str, str] | None = N
     builder = SparkSession.builder
     for key, value in options.items():
         builder = builder.config(key, value)
-    log_file = None
+    log_file = _new_spark_log() if _spark_logs_off else None
     try:
-        if _spark_logs_off:
-            log_file = _launch_jvm_logging_to_file(options)
+        if log_file:
+            _launch_jvm_logging_to(log_file, options)
         return builder.getOrCreate()
     except Exception as exc:
         cause = " ".join(str(exc).split()) or type(exc).__name__
@@ -143,28 +143,46 @@ def _connect_session(remote: str, conf: dict[str, str]) -> SparkSession:
     return session
 
 
-def _launch_jvm_logging_to_file(options: dict[str, str]) -> str | None:
-    """Start this process's Spark JVM with its stdout and stderr in a log file (returned), unless it runs.
+# The log files of the JVMs this process started (``silence_spark_logs``): kept when the command fails (a
+# ``SparkStartError`` names its file), removed when it succeeds (``discard_spark_logs``), so a pipeline scheduled
+# every few minutes does not leave a file in the temporary directory per run.
+_spark_log_files: list[str] = []
+
+
+def _new_spark_log() -> str:
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="pglogical-spark-", suffix=".log")
+    os.close(fd)
+    _spark_log_files.append(path)
+    return path
+
+
+def discard_spark_logs() -> None:
+    """Remove the log files of the JVMs this process started: the command succeeded, nothing in them is needed."""
+    while _spark_log_files:
+        with suppress(FileNotFoundError):
+            os.unlink(_spark_log_files.pop())
+
+
+def _launch_jvm_logging_to(path: str, options: dict[str, str]) -> None:
+    """Start this process's Spark JVM with its stdout and stderr in the log file ``path``, unless it runs.
 
     The JVM and the Python workers it spawns inherit these: their log4j lines, JVM warnings and stack
     traces stay out of the terminal, where the CLI prints a failure as one line. The builder then
     finds the gateway started (pyspark's ``launch_gateway``, the documented hook to capture that output).
     """
-    import tempfile
-
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
     if SparkContext._gateway is not None:
-        return None
-    fd, path = tempfile.mkstemp(prefix="pglogical-spark-", suffix=".log")
-    with os.fdopen(fd, "wb") as out:
+        return
+    with open(path, "ab") as out:
         conf = SparkConf(loadDefaults=False)
         for key, value in options.items():
             conf.set(key, value)
         gateway = launch_gateway(conf, popen_kwargs={"stdout": out, "stderr": out})  # type: ignore[no-untyped-call]
     SparkContext._ensure_initialized(gateway=gateway)
-    return path
 
 
 @contextmanager

@@ -6,6 +6,7 @@ import copy
 import json
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -382,8 +383,12 @@ def test_a_spark_that_does_not_start_fails_the_run_after_the_drain_staged_and_ad
     failed = pglogical("run", "--spec", pipeline["spec"], extra={"JAVA_HOME": str(pipeline["tmp"] / "no-java")})
     assert failed.returncode == 1 and failed.stdout == ""
     assert failed.stderr.index("starting Spark (local[2]) in the background") < failed.stderr.index("pglogical: staged")
-    assert failed.stderr.strip().splitlines()[-1].startswith(
+    error = failed.stderr.strip().splitlines()[-1]
+    assert error.startswith(
         "pglogical run: error: Spark (local[2]) did not start: PySparkRuntimeError: [JAVA_GATEWAY_EXITED]")
+    # The JVM's output is kept where the error says (a successful run removes its log file).
+    log_file = Path(error.rsplit("(Spark's own output: ", 1)[1].rstrip(")"))
+    assert f"{pipeline['tmp'] / 'no-java'}/bin/java: No such file or directory" in log_file.read_text()
     status = json.loads(pglogical("status", "--spec", pipeline["spec"], "--batches").stdout)
     [batch] = status["staging"]["batches"]
     assert batch["tables"] == {"public.customers": 2} and status["staging"]["pending_batches"] == 1
