@@ -251,9 +251,10 @@ class StagingReader:
         image, DELETE an old one; an UPDATE has an old one when its old key is there — its identity
         columns are NOT NULL — or always under REPLICA IDENTITY FULL, ``full_identity``).
         Conservative: a null key field in an image (an unchanged-TOAST key, a nullable column of a
-        FULL identity), a key type Arrow cannot group, or anything unexpected answers False, and the
-        batch is compacted as always. Actions, row filters and truncates only drop or re-label
-        changes, never add keys, so the answer holds after them.
+        FULL identity), a key type Arrow cannot group or groups otherwise than PostgreSQL compares
+        (floats), or anything unexpected answers False, and the batch is compacted as always.
+        Actions, row filters and truncates only drop or re-label changes, never add keys, so the
+        answer holds after them.
         """
         import pyarrow.compute as pc  # only the apply asks
 
@@ -263,7 +264,11 @@ class StagingReader:
             for rel in files:
                 path = f"{batch.path}/{rel}"
                 schema = pq.ParquetFile(path, filesystem=self.layout.fs).schema_arrow
-                if any(k not in schema.field(image).type.names for image in ("old", "new") for k in key):
+                images = [schema.field(image).type for image in ("old", "new")]
+                if any(k not in image.names for image in images for k in key):
+                    return False
+                # Arrow groups floats by their bits; PostgreSQL's = holds for -0.0 and 0.0 (Spark normalises both).
+                if any(pa.types.is_floating(image.field(k).type) for image in images for k in key):
                     return False
                 t = pq.read_table(path, filesystem=self.layout.fs,
                                   columns=["op", *[f"{image}.{k}" for image in ("old", "new") for k in key]])
