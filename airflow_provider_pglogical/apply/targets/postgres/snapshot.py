@@ -26,7 +26,7 @@ of whole lines (``toLocalIterator``: one partition at a time, so memory stays bo
 A table the apply created for the snapshot (it did not exist), printed from the staged files in several row groups,
 is loaded by several COPY streams into a table aside and swapped in by one transaction instead (``parallel_load``:
 nobody's objects are on a table this run created, so replacing it loses nothing, and readers still see it empty or
-whole); ``write_partitions: 1`` keeps every table on the one COPY.
+whole); ``write_partitions`` 1 keeps every table on the one COPY.
 
 Crash windows (``CHECKPOINTS``, where the crash tests stop the process): everything of a group happens inside
 its transaction, which rolls back with the connection — during a COPY, after a table's COPY, before COMMIT;
