@@ -44,7 +44,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg2
 import pyarrow as pa
@@ -67,6 +67,7 @@ from airflow_provider_pglogical.exceptions import ApplyError, format_lsn
 from airflow_provider_pglogical.snapshot.links import linked_components
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -131,10 +132,8 @@ class StreamedText:
     def split(self, n: int) -> list[Callable[[], Iterator[bytes]]]:
         """At most ``n`` streams of contiguous shares of the row groups (their COPY texts concatenated in order are
         ``chunks()``'s), the threads shared among them."""
-        tasks = self._plan.tasks
-        k = max(1, min(n, len(tasks)))
-        shares = [tasks[i * len(tasks) // k:(i + 1) * len(tasks) // k] for i in range(k)]
-        return [StreamedText(dataclasses.replace(self._plan, tasks=share), max(1, self._threads // k)).chunks
+        shares = contiguous_shares(self._plan.tasks, n)
+        return [StreamedText(dataclasses.replace(self._plan, tasks=share), max(1, self._threads // len(shares))).chunks
                 for share in shares]
 
     @property
@@ -143,6 +142,13 @@ class StreamedText:
 
     def unpersist(self) -> None:
         pass
+
+
+def contiguous_shares(items: tuple[T, ...], n: int) -> list[tuple[T, ...]]:
+    """``items`` cut into at most ``n`` non-empty runs in order, sizes differing by at most one (one empty run for
+    no items): concatenated they are ``items``, so the streams' rows are the one COPY's rows."""
+    k = max(1, min(n, len(items)))
+    return [items[i * len(items) // k:(i + 1) * len(items) // k] for i in range(k)]
 
 
 def load_streams(target: Any) -> int:
