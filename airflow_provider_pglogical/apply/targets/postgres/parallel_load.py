@@ -34,7 +34,7 @@ import psycopg2
 from psycopg2 import sql
 
 from airflow_provider_pglogical.apply.targets.base import PlannedSnapshot, PlannedTable
-from airflow_provider_pglogical.apply.targets.postgres.catalog import ident
+from airflow_provider_pglogical.apply.targets.postgres.catalog import ident, split_name
 from airflow_provider_pglogical.apply.targets.postgres.plan import staging_name
 from airflow_provider_pglogical.apply.targets.postgres.progress import mark_synced, sync_marks
 
@@ -144,7 +144,7 @@ def _swap(target: Any, conn: Any, plan: PlannedSnapshot, sync_table: str, table:
           key: str | None, rows: int) -> dict[str, dict[str, int]] | None:
     """The created table replaced by the load table, with its watermark and sync LSN, in one transaction; None
     (rolled back) when the created table is no longer as created."""
-    schema, _, name = table.target.rpartition(".")
+    schema, name = split_name(table.target)
     with conn.cursor() as cur:
         if sync_marks(conn, plan.slot, sync_table).get(table.target, -1) >= plan.lsn:
             conn.rollback()
@@ -158,8 +158,8 @@ def _swap(target: Any, conn: Any, plan: PlannedSnapshot, sync_table: str, table:
             conn.rollback()
             return None
         cur.execute(sql.SQL("DROP TABLE {}").format(ident(table.target)))
-        load_name = load.rpartition(".")[2]
-        if load.rpartition(".")[0] != schema:
+        load_schema, load_name = split_name(load)
+        if load_schema != schema:
             cur.execute(sql.SQL("ALTER TABLE {} SET SCHEMA {}").format(ident(load), sql.Identifier(schema)))
         cur.execute(sql.SQL("ALTER TABLE {}.{} RENAME TO {}").format(
             sql.Identifier(schema), sql.Identifier(load_name), sql.Identifier(name)))
