@@ -9,7 +9,7 @@ from deltalake import DeltaTable
 from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
-from airflow_provider_pglogical.apply.targets.delta.target import CHECKPOINTS, DeltaTarget
+from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
 from airflow_provider_pglogical.hooks import PgLogicalHook
 from scripts.harness.pgserver import execute
 from scripts.harness.subscriber import drain_all, run_script
@@ -22,6 +22,16 @@ from tests.integration.test_native_equivalence import (
     TABLES,
     TABLES_SQL,
 )
+
+# Each run is stopped at its stop, starting from what the previous stop left. A stop leaves one of two durable
+# states, whatever the table: ``before_commit`` — nothing of the table's batch committed, its watermark where it
+# was (the rerun merges the batch again); ``committed`` — the table's commit with its watermark made, the batch's
+# later tables not (the rerun skips it by its watermark and goes on). mirror: both states in the first batch;
+# changelog: both, the committed one in the second batch (TRUNCATE CASCADE, FK order; the rerun skips the first
+# batch whole). Not stopped: the other boundaries of child and toasty in the first batch (inserts only), which
+# left the same two states and whose reruns took the same paths. Each stop: (point, table, the batch it is in).
+STOPS = {"mirror": [("before_commit", "public.child", 0), ("committed", "public.child", 0)],
+         "changelog": [("before_commit", "public.toasty", 0), ("committed", "public.child", 1)]}
 
 
 class Crash(Exception):
@@ -51,13 +61,11 @@ def test_a_crash_at_any_commit_boundary_then_a_rerun_equals_an_uninterrupted_app
     drain_all(dsn, staging)
     config = ApplyConfig(slot="ours", staging_root=staging, tables=APPLY_TABLES)
     clean = DeltaLocation(str(tmp_path / "clean"))
-    apply_slot(spark, config, target=DeltaTarget(clean, "ours", mode=mode))
+    ends = [report.end_lsn for report in apply_slot(spark, config, target=DeltaTarget(clean, "ours", mode=mode))]
 
     crashed = DeltaLocation(str(tmp_path / "crashed"))
-    # In the second batch (TRUNCATE CASCADE, FK order, TOAST): stop at each boundary of two tables in turn.
-    stops = [(point, table) for table in ("public.child", "public.toasty") for point in CHECKPOINTS]
     seen: set[tuple[str, str]] = set()
-    for point, table in stops:
+    for point, table, batch in STOPS[mode]:
         def crash(name: str, target: str, point: str = point, table: str = table) -> None:
             if (name, target) == (point, table) and (name, target) not in seen:
                 seen.add((name, target))
@@ -65,7 +73,10 @@ def test_a_crash_at_any_commit_boundary_then_a_rerun_equals_an_uninterrupted_app
 
         with pytest.raises(Crash):
             apply_slot(spark, config, target=DeltaTarget(crashed, "ours", mode=mode, on_checkpoint=crash))
+        # the stopped table's watermark: the batch's end once committed, else the previous batch's (or none)
+        committed = batch if point == "committed" else batch - 1
+        assert DeltaTarget(crashed, "ours").watermark(table) == (ends[committed] if committed >= 0 else None)
     apply_slot(spark, config, target=DeltaTarget(crashed, "ours", mode=mode))
-    assert len(seen) == len(stops)
+    assert len(seen) == len(STOPS[mode])
     assert snapshot(crashed, mode) == snapshot(clean, mode)
     assert [r.applied for r in apply_slot(spark, config, target=DeltaTarget(crashed, "ours", mode=mode))] == [False, False]

@@ -31,11 +31,17 @@ from tests.integration.test_native_equivalence import (
 )
 from tests.support.iceberg_apply_child import KILLED
 
-# mirror: both boundaries of two tables (the first kill comes in the first batch, the later ones further on);
-# changelog: one of each.
-STOPS = {"mirror": ["before_commit@public.child", "committed@public.child", "before_commit@public.toasty",
-                    "committed@public.toasty"],
-         "changelog": ["before_commit@public.toasty", "committed@public.child"]}
+# Each child run is killed at its stop, starting from what the previous kill left (a child process is a JVM: the
+# kills are the test's cost). A kill leaves one of two durable states, whatever the table: ``before_commit`` —
+# the table's data files written, no snapshot references them, its watermark where it was (the rerun writes and
+# commits the batch again); ``committed`` — the table's snapshot and watermark committed, the batch's later tables
+# not (the rerun skips it by its watermark and goes on). mirror: both states in the first batch (the orphaned
+# files are checked); changelog: both, the committed one in the second batch (the rerun skips the first whole).
+# Not killed: mirror's two boundaries of toasty in the first batch, which left the same two states (inserts only,
+# as for child) and whose reruns took the same paths. The final rerun runs in this process: only a kill needs a
+# child. Each stop: (kill point, the batch it is reached in).
+STOPS = {"mirror": [("before_commit@public.child", 0), ("committed@public.child", 0)],
+         "changelog": [("before_commit@public.toasty", 0), ("committed@public.child", 1)]}
 
 
 def rows(target: IcebergTarget, mode: str) -> dict[str, list[str]]:
@@ -70,21 +76,25 @@ def test_a_kill_at_any_commit_boundary_then_a_rerun_equals_an_uninterrupted_appl
     catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": str(tmp_path / "warehouse")}
     config = ApplyConfig(slot="ours", staging_root=staging, tables=APPLY_TABLES)
     clean = IcebergTarget(IcebergLocation(catalog, "clean"), "ours", mode=mode)
-    apply_slot(spark, config, target=clean)
+    ends = [report.end_lsn for report in apply_slot(spark, config, target=clean)]
 
     crashed = IcebergTarget(IcebergLocation(catalog, "crashed"), "ours", mode=mode)
     tables = {name: {k: v for k, v in asdict(cfg).items() if v is not None} for name, cfg in APPLY_TABLES.items()}
     child = {"catalog": catalog, "namespace": "crashed", "slot": "ours", "staging_uri": staging, "mode": mode,
              "tables": tables}
-    for i, stop in enumerate(STOPS[mode]):
+    for i, (stop, batch) in enumerate(STOPS[mode]):
         assert run_child(**child, kill_at=stop) == KILLED, stop
+        point, _, killed = stop.partition("@")
+        # the killed table's watermark: the batch's end once committed, else the previous batch's (or none)
+        committed = batch if point == "committed" else batch - 1
+        assert crashed.watermark(killed) == (ends[committed] if committed >= 0 else None), stop
         if i == 0 and stop == "before_commit@public.child":
             # Killed after its data files were written: they are on disk, yet no snapshot references them.
             written = list(Path(tmp_path / "warehouse").glob("crashed/child/data/*.parquet"))
             assert written and crashed.watermark("public.child") is None
             table = crashed.open("public.child")
             assert table is None or table.scan().to_arrow().num_rows == 0
-    assert run_child(**child, kill_at="") == 0
+    apply_slot(spark, config, target=IcebergTarget(IcebergLocation(catalog, "crashed"), "ours", mode=mode))
     assert rows(crashed, mode) == rows(clean, mode)
     assert crashed.watermarks("ours", {f"public.{t}" for t in TABLES}) == \
         clean.watermarks("ours", {f"public.{t}" for t in TABLES})

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 
 import pyarrow as pa
 
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
-from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
+from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget, TableOutcome
 from airflow_provider_pglogical.apply.transforms import FROM, KEEP, KIND, LSN, TOUCHED
 from tests.support.kill_points import KILLED, dying_at
 
@@ -68,6 +69,16 @@ def kept(table: pa.Table) -> tuple[str, ...]:
     return ("body",) if any(table.column(KEEP).to_pylist()) else ()
 
 
+def apply_batch(lake: str, truncated: bool,
+                on_checkpoint: Callable[[str, str], None] | None = None) -> TableOutcome:
+    """The batch merged bucket by bucket into the Delta location ``lake`` (the child's run, or a rerun in the test)."""
+    target = DeltaTarget(DeltaLocation(lake), SLOT, on_checkpoint=on_checkpoint)
+    changes = batch(truncated)
+    return target.apply_net_buckets(TARGET, *BATCH, iter(buckets(changes)), count=BUCKETS, rows=changes.num_rows,
+                                    kept=kept(changes), key=KEY, columns=COLUMNS, type_names=TYPES,
+                                    truncated=truncated)
+
+
 def main() -> None:
     args = json.loads(sys.argv[1])
     die_at = dying_at(args["kill_at"]) if args["kill_at"] else None
@@ -76,11 +87,7 @@ def main() -> None:
         if die_at is not None:
             die_at(name)
 
-    target = DeltaTarget(DeltaLocation(args["lake"]), SLOT, on_checkpoint=checkpoint)
-    changes = batch(args["truncated"])
-    target.apply_net_buckets(TARGET, *BATCH, iter(buckets(changes)), count=BUCKETS, rows=changes.num_rows,
-                             kept=kept(changes), key=KEY, columns=COLUMNS, type_names=TYPES,
-                             truncated=args["truncated"])
+    apply_batch(args["lake"], args["truncated"], checkpoint)
     sys.exit(0)
 
 

@@ -4,6 +4,10 @@ Usage: python -m tests.support.snapshot_apply_child '<json>' with keys dsn (targ
 staging_uri, kill_at: a checkpoint of ``apply/targets/postgres/snapshot.CHECKPOINTS`` (optionally
 "name:n" for its n-th occurrence), or ``mid_copy``: a thread watching the target's
 ``pg_stat_progress_copy`` kills the process while the load transaction COPYs a snapshot into ``wide``.
+
+Spark starts only if a step needs it (``SparkOnDemand``, as ``pglogical run`` does): the snapshot groups'
+transactions, where the kill points are, are the same either way, and the plain snapshot rows and small change
+batches of the crash test need none, so its children start no JVM.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import psycopg2
 
 from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
+from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
 from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget
 from tests.support.kill_points import KILLED, die, dying_at
 
@@ -42,14 +47,15 @@ def main() -> None:
 
     args = json.loads(sys.argv[1])
     checkpoint = dying_at(args["kill_at"])
-    spark = local_session("snapshot-apply-child")
+    spark = SparkOnDemand(lambda: local_session("snapshot-apply-child"))
     if args["kill_at"] == "mid_copy":
         threading.Thread(target=kill_mid_copy, args=(args["dsn"],), daemon=True).start()
     config = ApplyConfig(slot=args["slot"], staging_root=args["staging_uri"], tables={})
     target = PostgresTarget(spark, config, args["dsn"], target_tables=args.get("target_tables", ()),
                             on_checkpoint=checkpoint)
     apply_slot(spark, config, target=target)
-    spark.stop()
+    if spark.started:
+        spark.session().stop()
     sys.exit(0)
 
 
