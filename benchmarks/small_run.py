@@ -236,8 +236,8 @@ def archive_runs(spec_path: Path, dsn: str, args: argparse.Namespace, env: dict[
                                "jvm_start_s": (out.get("spark") or {}).get("start_s")})
 
     def median(name: str, key: str) -> float | None:
-        values = [r[key] for r in runs[name] if r[key] is not None]
-        return round(statistics.median(values), 2) if values else None  # type: ignore[type-var]
+        values = [value for r in runs[name] if (value := r[key]) is not None]
+        return round(statistics.median(values), 2) if values else None
 
     medians = {name: {key: median(name, key) for key in ("wall_s", "cpu_s", "jvm_start_s")} for name in runs}
     ratios = {f"{name}_vs_off": {key: round(medians[name][key] / medians["off"][key], 3)  # type: ignore[operator]
