@@ -19,8 +19,12 @@ CLI's small-batch runs (the in-process split below starts its own session, not o
 With ``--connect``, the same small-batch runs again over a warm Spark Connect server (started once before them,
 as ``tests/support/sparkconnect.py`` starts it: local[2] executors), side by side with the cold local starts above.
 
+With ``--jvm-archive``, only needs-Spark small batches: the class archive of Spark's classes
+(``apply/jvm_archive.py``) off and on, alternating, then other JVM settings on top of it (``JVM_VARIANTS``), each
+with the wall and CPU seconds of the command and every process it started, and the JVM's start.
+
 Usage: python benchmarks/small_run.py [--changes 100] [--repeat 3] [--json FILE] [--code DIR] [--no-split] [--connect]
-                                     [--inprocess-rows N]
+                                     [--inprocess-rows N] [--jvm-archive]
 ``--inprocess-rows N`` sets ``PGLOGICAL_APPLY_INPROCESS_ROWS`` for the runs (0: repeated keys netted by Spark).
 ``--code DIR`` runs the CLI from another checkout's package (``PYTHONPATH=DIR``, e.g. an exported older
 commit with its compiled helpers copied in) for A/B runs; ``--no-split`` skips the in-process split.
@@ -157,6 +161,93 @@ def in_process(spec_path: Path, dsn: str, changes: int, base: int, event_dir: Pa
             "apply_rest_s": None if stage is None or target_tx is None else round(apply_s - stage - target_tx, 2)}
 
 
+# Runs a command, then waits for every process it left behind (the JVM outlives the `pglogical` process by the time
+# it takes to read EOF on its stdin): this process is their subreaper, so their CPU seconds count in its children's
+# rusage, written to the file named first.
+CPU_OF_TREE = """
+import ctypes, os, resource, subprocess, sys
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+code = subprocess.call(sys.argv[2:])
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        break
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+with open(sys.argv[1], "w") as out:
+    out.write(str(usage.ru_utime + usage.ru_stime))
+sys.exit(code)
+"""
+
+
+def timed_cli_cpu(*args: str, env: dict[str, str], work: Path) -> tuple[float, float, dict[str, Any]]:
+    """Wall seconds, CPU seconds (the command and every process it started) and JSON output of one ``pglogical``
+    command."""
+    cpu_file = work / "cpu.txt"
+    t0 = time.monotonic()
+    done = run_as_user([sys.executable, "-c", CPU_OF_TREE, str(cpu_file), venv_script("pglogical"), *args], env,
+                       timeout=900)
+    elapsed = time.monotonic() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"pglogical {' '.join(args)} failed: {done.stderr[-2000:]}")
+    return elapsed, float(cpu_file.read_text()), json.loads(done.stdout)
+
+
+# Spark settings tried on a needs-Spark small batch beside the class archive (spec ``spark.conf``).
+JVM_VARIANTS: dict[str, dict[str, str]] = {
+    "c1_only": {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"},
+    "one_shuffle_partition": {"spark.sql.shuffle.partitions": "1"},
+    "no_whole_stage_codegen": {"spark.sql.codegen.wholeStage": "false"},
+}
+
+
+def archive_runs(spec_path: Path, dsn: str, args: argparse.Namespace, env: dict[str, str],
+                 work: Path) -> dict[str, Any]:
+    """Needs-Spark small batches (repeated keys netted by Spark: ``PGLOGICAL_APPLY_INPROCESS_ROWS=0``) with the class
+    archive off and on, alternating, then with each of ``JVM_VARIANTS`` on top of the archive: wall and CPU seconds
+    of the command and the JVM's start as the run reports it. The archive is the one of this machine's cache
+    directory (``jvm_archive.cache_dir``: the CLI runs get it passed, their HOME being a throwaway one), written (and
+    timed) first unless it is there."""
+    from airflow_provider_pglogical.apply import jvm_archive
+
+    cache = jvm_archive.cache_dir()
+    archive_env = {**env, "PGLOGICAL_APPLY_INPROCESS_ROWS": "0", jvm_archive.DIR_VARIABLE: str(cache)}
+    existed = (jvm_archive.archive_path() or cache).exists()
+    t0 = time.monotonic()
+    path = jvm_archive.ensure_archive()
+    write_s = None if existed else time.monotonic() - t0
+    if path is None:
+        raise SystemExit("the class archive could not be written (java or pyspark missing?)")
+    specs = {"off": spec_path, "on": spec_path}
+    for name, conf in JVM_VARIANTS.items():
+        doc = yaml.safe_load(spec_path.read_text())
+        doc["spark"]["conf"] = conf
+        specs[name] = spec_path.with_name(f"spec-{name}.yaml")
+        specs[name].write_text(yaml.safe_dump(doc))
+    runs: dict[str, list[dict[str, float | None]]] = {name: [] for name in specs}
+    base = 3_000_000
+    for _ in range(args.repeat):
+        for name, spec in specs.items():
+            base += 1_000_000
+            small_batch(dsn, args.changes, base)
+            run_env = {**archive_env, "PGLOGICAL_JVM_ARCHIVE": "off"} if name == "off" else archive_env
+            wall, cpu, out = timed_cli_cpu("run", "--spec", str(spec), env=run_env, work=work)
+            runs[name].append({"wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+                               "jvm_start_s": (out.get("spark") or {}).get("start_s")})
+
+    def median(name: str, key: str) -> float | None:
+        values = [value for r in runs[name] if (value := r[key]) is not None]
+        return round(statistics.median(values), 2) if values else None
+
+    medians = {name: {key: median(name, key) for key in ("wall_s", "cpu_s", "jvm_start_s")} for name in runs}
+    ratios = {f"{name}_vs_off": {key: round(medians[name][key] / medians["off"][key], 3)  # type: ignore[operator]
+                                 for key in ("wall_s", "cpu_s", "jvm_start_s")
+                                 if medians[name][key] and medians["off"][key]}
+              for name in runs if name != "off"}
+    return {"jvm_archive_write_s": write_s and round(write_s, 2), "jvm_archive_bytes": path.stat().st_size,
+            "jvm_archive_runs": runs, "jvm_archive_median": medians, "jvm_archive_ratios": ratios}
+
+
 def connect_runs(spec_path: Path, dsn: str, args: argparse.Namespace, env: dict[str, str],
                  work: Path) -> dict[str, Any]:
     """The small-batch runs over a Spark Connect server started (and warmed by one run) before them."""
@@ -194,6 +285,8 @@ def main() -> int:
     p.add_argument("--code", type=Path, default=None, help="run the CLI with this checkout's package (PYTHONPATH)")
     p.add_argument("--no-split", action="store_true", help="skip the in-process split")
     p.add_argument("--connect", action="store_true", help="also run over a warm Spark Connect server")
+    p.add_argument("--jvm-archive", action="store_true",
+                   help="only the needs-Spark small batches with the class archive off and on (and JVM_VARIANTS)")
     p.add_argument("--inprocess-rows", type=int, default=None,
                    help="PGLOGICAL_APPLY_INPROCESS_ROWS for the runs (0: repeated keys netted by Spark)")
     args = p.parse_args()
@@ -216,6 +309,15 @@ def main() -> int:
         if args.inprocess_rows is not None:
             env["PGLOGICAL_APPLY_INPROCESS_ROWS"] = str(args.inprocess_rows)
         spec = ["--spec", str(spec_path)]
+        if args.jvm_archive:
+            timed_cli("run", *spec, env=env)  # creates publication and slot
+            measured = archive_runs(spec_path, dsn, args, env, work)
+            result = json.dumps({"changes_per_batch": args.changes, "load_average_1m": [load_before, load_average()],
+                                 **measured}, indent=2)
+            print(result)
+            if args.json:
+                args.json.write_text(result + "\n")
+            return 0
         help_s = [timed_cli("--help", env=env) for _ in range(args.repeat)]
         first_s = timed_cli("run", *spec, env=env)  # creates publication and slot
         empty_s = [timed_cli("run", *spec, env=env) for _ in range(args.repeat)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 import airflow_provider_pglogical
+from airflow_provider_pglogical.apply import jvm_archive
 from airflow_provider_pglogical.apply.config import TableApplyConfig
 from airflow_provider_pglogical.apply.sparkenv import LOCAL_DRIVER_CONF, is_local, spark_submit_env
 from airflow_provider_pglogical.exceptions import ApplyError, SpecError
@@ -79,6 +81,7 @@ def prepare_submit(op: SparkSubmitOperator, master: str, workdir: str, python: s
     if is_local(master):
         for key, value in LOCAL_DRIVER_CONF.items():
             op.conf.setdefault(key, value)
+        op.conf = jvm_archive.driver_conf(master, op.conf, {**os.environ, **(op.env_vars or {})})
     op.conf.setdefault("spark.sql.session.timeZone", "UTC")
     staging = connection_credentials(staging_uri, staging_conn_id).environment() if staging_conn_id else {}
     return {**spark_submit_env(master, python), **(op.env_vars or {}),

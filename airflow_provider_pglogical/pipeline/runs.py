@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
 
-from airflow_provider_pglogical.apply import planning
+from airflow_provider_pglogical.apply import jvm_archive, planning
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.sparkenv import (
     LOCAL_DRIVER_CONF,
@@ -111,6 +111,8 @@ def new_spark_session(master: str | None = None, conf: dict[str, str] | None = N
         use_package_python()
         options.update(LOCAL_DRIVER_CONF)
     options.update(conf or {})
+    # Spark's classes mapped from this machine's class archive (appended to the user's driver options).
+    options = jvm_archive.driver_conf(master, options)
     check_pyspark_install()
     builder = SparkSession.builder
     for key, value in options.items():

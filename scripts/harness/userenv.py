@@ -20,7 +20,10 @@ from pathlib import Path
 
 VENV_BIN = Path(sys.executable).parent
 # What a login shell carries that a user would not think of as configuration.
-PASSED_THROUGH = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER", "LOGNAME", "SHELL", "TERM", "JAVA_HOME")
+PASSED_THROUGH = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER", "LOGNAME", "SHELL", "TERM", "JAVA_HOME",
+                  # The machine's class archive of Spark's classes (apply/jvm_archive.py): a user's cache directory
+                  # outlives their commands, a throwaway HOME's would not.
+                  "PGLOGICAL_JVM_ARCHIVE_DIR")
 
 
 def user_path() -> str:

@@ -1,0 +1,170 @@
+"""The class archive's bookkeeping (apply/jvm_archive.py): its path, its one writer, its publication, its switches.
+
+A fake pyspark (jars and a ``bin/spark-submit`` script that writes what the JVM would dump) and a fake JDK stand in
+for the real ones here; tests/integration/test_jvm_archive.py has real JVMs write and map it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_pglogical.apply import jvm_archive
+from airflow_provider_pglogical.apply.jvm_archive import DIR_VARIABLE, DRIVER_OPTIONS, SWITCH
+
+# Writes the file named by -XX:ArchiveClassesAtExit, as the JVM does at its exit; counts its calls next to itself;
+# fails when a file ``fail`` is there; notes whether any finished archive was visible while it wrote.
+FAKE_SUBMIT = r"""#!/bin/sh
+here=$(dirname "$0")
+echo call >> "$here/../calls"
+[ -e "$here/../fail" ] && exit 1
+for arg in "$@"; do
+  case "$arg" in *ArchiveClassesAtExit=*) out=${arg#*ArchiveClassesAtExit=}; out=${out%% *};; esac
+done
+ls "$PGLOGICAL_JVM_ARCHIVE_DIR"/*.jsa >> "$here/../seen" 2>/dev/null
+printf 'archived classes' > "$out"
+"""
+
+
+class Machine:
+    def __init__(self, root: Path) -> None:
+        self.spark = root / "pyspark"
+        (self.spark / "jars").mkdir(parents=True)
+        (self.spark / "bin").mkdir()
+        (self.spark / "jars" / "spark-core_2.13-4.0.0.jar").write_bytes(b"core")
+        submit = self.spark / "bin" / "spark-submit"
+        submit.write_text(FAKE_SUBMIT)
+        submit.chmod(0o755)
+        self.jdk = root / "jdk"
+        (self.jdk / "bin").mkdir(parents=True)
+        (self.jdk / "bin" / "java").write_text("#!/bin/sh\n")
+        self.cache = root / "cache"
+        self.env = {"JAVA_HOME": str(self.jdk), DIR_VARIABLE: str(self.cache), "PATH": os.environ["PATH"],
+                    "HOME": str(root / "home")}
+
+    def calls(self) -> int:
+        calls = self.spark / "calls"
+        return len(calls.read_text().splitlines()) if calls.exists() else 0
+
+
+@pytest.fixture
+def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Machine:
+    found = Machine(tmp_path)
+    monkeypatch.setattr(jvm_archive, "pyspark_dir", lambda: found.spark)
+    return found
+
+
+def test_the_archive_path_changes_with_the_jdk_and_with_pysparks_jars(machine, tmp_path):
+    first = jvm_archive.archive_path(machine.env)
+    assert first is not None and first.parent == machine.cache
+    assert jvm_archive.archive_path(machine.env) == first
+    (machine.spark / "jars" / "spark-core_2.13-4.0.0.jar").write_bytes(b"core, patched")
+    second = jvm_archive.archive_path(machine.env)
+    assert second != first
+    other = tmp_path / "jdk21"
+    (other / "bin").mkdir(parents=True)
+    (other / "bin" / "java").write_text("#!/bin/sh\n")
+    assert jvm_archive.archive_path({**machine.env, "JAVA_HOME": str(other)}) not in {first, second}
+
+
+def test_no_jdk_means_no_archive(machine, tmp_path):
+    assert jvm_archive.archive_path({**machine.env, "JAVA_HOME": str(tmp_path / "nowhere"), "PATH": ""}) is None
+    assert jvm_archive.driver_conf("local[*]", {}, {**machine.env, "JAVA_HOME": str(tmp_path / "nowhere"),
+                                                    "PATH": ""}, write=False) == {}
+
+
+def test_the_archives_live_in_the_override_else_the_xdg_cache_else_the_home_cache():
+    assert jvm_archive.cache_dir({DIR_VARIABLE: "/a", "XDG_CACHE_HOME": "/b", "HOME": "/c"}) == Path("/a")
+    assert jvm_archive.cache_dir({"XDG_CACHE_HOME": "/b", "HOME": "/c"}) == Path("/b/pglogical/jvm")
+    assert jvm_archive.cache_dir({"HOME": "/c"}) == Path("/c/.cache/pglogical/jvm")
+
+
+def test_the_archive_is_written_once_and_appears_whole_under_its_name(machine):
+    path = jvm_archive.ensure_archive(environ=machine.env)
+    assert path == jvm_archive.archive_path(machine.env)
+    assert path is not None and path.read_bytes() == b"archived classes"
+    assert not (machine.spark / "seen").exists() or not (machine.spark / "seen").read_text().strip(), \
+        "a finished archive was visible while the JVM was still writing it"
+    assert [p.name for p in machine.cache.iterdir() if p.suffix == ".partial" or ".partial" in p.name] == []
+    assert jvm_archive.ensure_archive(environ=machine.env) == path
+    assert jvm_archive.start_writer(machine.env) is False
+    assert machine.calls() == 1
+
+
+def test_a_failed_write_leaves_a_marker_and_is_not_tried_again(machine):
+    (machine.spark / "fail").touch()
+    assert jvm_archive.ensure_archive(environ=machine.env) is None
+    assert jvm_archive.ensure_archive(environ=machine.env) is None
+    assert jvm_archive.start_writer(machine.env) is False
+    assert machine.calls() == 1
+    path = jvm_archive.archive_path(machine.env)
+    assert path is not None and not path.exists() and path.with_suffix(".failed").exists()
+
+
+def test_a_writer_holding_the_lock_makes_the_others_go_on_without_the_archive(machine):
+    path = jvm_archive.archive_path(machine.env)
+    assert path is not None
+    machine.cache.mkdir(parents=True)
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        assert jvm_archive.ensure_archive(wait=False, environ=machine.env) is None
+        assert jvm_archive.start_writer(machine.env) is False
+    assert machine.calls() == 0
+    assert jvm_archive.ensure_archive(wait=False, environ=machine.env) == path
+
+
+def test_an_unwritable_cache_directory_means_no_archive_silently(machine, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    env = {**machine.env, DIR_VARIABLE: str(blocker / "jvm")}
+    assert jvm_archive.ensure_archive(environ=env) is None
+    assert jvm_archive.start_writer(env) is False
+    assert jvm_archive.driver_conf("local[*]", {DRIVER_OPTIONS: "-Dmine=1"}, env) == {DRIVER_OPTIONS: "-Dmine=1"}
+    assert machine.calls() == 0
+
+
+def test_a_local_driver_gets_the_archive_appended_to_the_users_own_options(machine):
+    path = jvm_archive.ensure_archive(environ=machine.env)
+    assert path is not None
+    conf = jvm_archive.driver_conf("local[*]", {DRIVER_OPTIONS: "-Dmine=1 -Xss4m", "spark.x": "y"}, machine.env)
+    assert conf["spark.x"] == "y"
+    assert conf[DRIVER_OPTIONS] == f"-Dmine=1 -Xss4m {jvm_archive.archive_options(path)}"
+    assert f"-XX:SharedArchiveFile={path}" in conf[DRIVER_OPTIONS].split()
+    assert jvm_archive.driver_conf("local[2]", {}, machine.env)[DRIVER_OPTIONS] == jvm_archive.archive_options(path)
+
+
+@pytest.mark.parametrize("master", ["spark://host:7077", "yarn", "k8s://https://host:443", "sc://host:15002", None])
+def test_a_non_local_master_never_gets_the_archive_on_its_command_line(machine, master):
+    assert jvm_archive.ensure_archive(environ=machine.env) is not None
+    assert jvm_archive.driver_conf(master, {DRIVER_OPTIONS: "-Dmine=1"}, machine.env) == {DRIVER_OPTIONS: "-Dmine=1"}
+
+
+@pytest.mark.parametrize(("extra", "options"), [
+    ({SWITCH: "off"}, "-Dmine=1"),
+    ({SWITCH: "0"}, ""),
+    ({}, "-Dmine=1 -Xshare:off"),
+    ({}, "-XX:SharedArchiveFile=/elsewhere/mine.jsa"),
+    ({"SPARK_SUBMIT_OPTS": "-XX:SharedArchiveFile=/elsewhere/mine.jsa"}, ""),
+    ({"JAVA_TOOL_OPTIONS": "-Xshare:off"}, ""),
+    ({"SPARK_CONF_DIR": "/etc/spark"}, "-Dmine=1"),  # first on the class path: the JVM would refuse the archive
+    ({"SPARK_HOME": "/opt/spark"}, ""),  # another Spark's jars
+])
+def test_the_switch_and_the_users_own_class_sharing_choices_leave_the_options_alone(machine, extra, options):
+    assert jvm_archive.ensure_archive(environ=machine.env) is not None
+    conf = {DRIVER_OPTIONS: options} if options else {}
+    assert jvm_archive.driver_conf("local[*]", conf, {**machine.env, **extra}) == conf
+
+
+def test_pysparks_own_spark_home_still_gets_the_archive(machine):
+    path = jvm_archive.ensure_archive(environ=machine.env)
+    conf = jvm_archive.driver_conf("local[*]", {}, {**machine.env, "SPARK_HOME": str(machine.spark)})
+    assert conf == {DRIVER_OPTIONS: jvm_archive.archive_options(path)}  # type: ignore[arg-type]
+
+
+def test_before_the_archive_is_written_a_driver_starts_as_it_did(machine):
+    assert jvm_archive.driver_conf("local[*]", {DRIVER_OPTIONS: "-Dmine=1"}, machine.env, write=False) == \
+        {DRIVER_OPTIONS: "-Dmine=1"}
+    assert machine.calls() == 0
