@@ -433,8 +433,14 @@ def _common(a: Kind, b: Kind) -> Kind:
         raise NotCovered("COALESCE over two families")
     if a[0] in ("int", "float"):
         return (a[0], max(a[1], b[1]))
+    if a[0] == "dec":
+        scale = max(a[1][1], b[1][1])
+        whole = max(a[1][0] - a[1][1], b[1][0] - b[1][1])
+        if whole + scale > 38:
+            raise NotCovered("COALESCE over decimals beyond 38 digits")  # Spark's common type would round
+        return ("dec", (whole + scale, scale))
     if a != b:
-        raise NotCovered("COALESCE over two decimal or timestamp types")
+        raise NotCovered("COALESCE over two timestamp types")
     return a
 
 
