@@ -216,7 +216,7 @@ class _Compiler:
         if isinstance(val, ast.Boolean):
             value, kind = bool(val.boolval), _BOOL
         elif isinstance(val, ast.Integer):
-            value, kind = int(val.ival), ("int", 32)
+            value, kind = int(val.ival or 0), ("int", 32)
         elif isinstance(val, ast.Float):
             text = str(val.fval)
             if re.fullmatch(r"-?\d+", text):
@@ -278,7 +278,7 @@ class _Compiler:
                 or node.agg_order or node.func_variadic or len(node.args or ()) != 1):
             raise NotCovered("a function")
         name = names[0].lower()
-        kind, arg = self.node(node.args[0])
+        kind, arg = self.node((node.args or ())[0])
         if name in ("lower", "upper"):
             _expect(kind, "text")
             method = str.lower if name == "lower" else str.upper
@@ -323,7 +323,10 @@ class _Compiler:
         if k == A_Expr_Kind.AEXPR_IN and name in ("=", "<>"):
             return self.in_list(name == "<>", node.lexpr, node.rexpr)
         if k in (A_Expr_Kind.AEXPR_BETWEEN, A_Expr_Kind.AEXPR_NOT_BETWEEN):
-            low, high = node.rexpr
+            bounds = tuple(node.rexpr or ())
+            if len(bounds) != 2:
+                raise NotCovered("BETWEEN without two bounds")
+            low, high = bounds
             _, ge = self.compare(">=", node.lexpr, low)
             _, le = self.compare("<=", node.lexpr, high)
             negate = k == A_Expr_Kind.AEXPR_NOT_BETWEEN

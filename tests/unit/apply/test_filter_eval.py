@@ -31,7 +31,7 @@ from airflow_provider_pglogical.apply.config import TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import PlannedTable
 from airflow_provider_pglogical.row_filter import canonical
 from tests.support.stage import BatchSpec, Chg, write_batch
-from tests.unit.apply.conftest import ITEMS, ITEMS_FULL, PAIRS
+from tests.unit.apply.conftest import ITEMS_FULL, PAIRS
 from tests.unit.apply.test_kernels import _rows, _spark_rows, _staged, batches
 
 SCHEMA = pa.schema([("i16", pa.int16()), ("i32", pa.int32()), ("i64", pa.int64()), ("f32", pa.float32()),
