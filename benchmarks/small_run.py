@@ -19,8 +19,12 @@ CLI's small-batch runs (the in-process split below starts its own session, not o
 With ``--connect``, the same small-batch runs again over a warm Spark Connect server (started once before them,
 as ``tests/support/sparkconnect.py`` starts it: local[2] executors), side by side with the cold local starts above.
 
+With ``--row-filter EXPR`` the table is applied with that spec filter (on ``id``, its replica identity, so UPDATEs
+and DELETEs pass it): ``"id % 2 = 0"`` is evaluated in the ``pglogical`` process (``apply/filter_eval.py``), a filter
+outside that subset (``"id::bigint % 2 = 0"``: a cast) by Spark, which the run then starts while it drains.
+
 Usage: python benchmarks/small_run.py [--changes 100] [--repeat 3] [--json FILE] [--code DIR] [--no-split] [--connect]
-                                     [--inprocess-rows N]
+                                     [--inprocess-rows N] [--row-filter EXPR]
 ``--inprocess-rows N`` sets ``PGLOGICAL_APPLY_INPROCESS_ROWS`` for the runs (0: repeated keys netted by Spark).
 ``--code DIR`` runs the CLI from another checkout's package (``PYTHONPATH=DIR``, e.g. an exported older
 commit with its compiled helpers copied in) for A/B runs; ``--no-split`` skips the in-process split.
@@ -196,6 +200,7 @@ def main() -> int:
     p.add_argument("--connect", action="store_true", help="also run over a warm Spark Connect server")
     p.add_argument("--inprocess-rows", type=int, default=None,
                    help="PGLOGICAL_APPLY_INPROCESS_ROWS for the runs (0: repeated keys netted by Spark)")
+    p.add_argument("--row-filter", default=None, help="the table's spec row filter (on id), e.g. 'id %% 2 = 0'")
     args = p.parse_args()
     if args.inprocess_rows is not None:  # the in-process split reads it here, the CLI runs from ``env``
         os.environ["PGLOGICAL_APPLY_INPROCESS_ROWS"] = str(args.inprocess_rows)
@@ -211,7 +216,8 @@ def main() -> int:
             "source": {"dsn": server.uri(source), "publication": "small_pub", "slot": "small_slot", "create": True},
             "staging": {"uri": str(work / "staging")},
             "target": {"kind": "postgres", "dsn": server.uri(target)},
-            "tables": {"public.t": {}}, "spark": {"master": "local[2]"}}))
+            "tables": {"public.t": {"row_filter": args.row_filter} if args.row_filter else {}},
+            "spark": {"master": "local[2]"}}))
         env: dict[str, str] = {"PYTHONPATH": str(args.code.resolve())} if args.code else {}
         if args.inprocess_rows is not None:
             env["PGLOGICAL_APPLY_INPROCESS_ROWS"] = str(args.inprocess_rows)
@@ -245,6 +251,7 @@ def main() -> int:
             "changes_per_batch": args.changes,
             "code": str(args.code) if args.code else "this checkout",
             "inprocess_rows": args.inprocess_rows,
+            "row_filter": args.row_filter,
             "load_average_1m": [load_before, load_average()],
             "cli_help_s": round(statistics.median(help_s), 2),
             "cli_first_run_creating_slot_s": round(first_s, 2),
