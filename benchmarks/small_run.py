@@ -23,8 +23,12 @@ With ``--jvm-archive``, only needs-Spark small batches: the class archive of Spa
 (``apply/jvm_archive.py``) off and on, alternating, then other JVM settings on top of it (``JVM_VARIANTS``), each
 with the wall and CPU seconds of the command and every process it started, and the JVM's start.
 
+With ``--row-filter EXPR`` the table is applied with that spec filter (on ``id``, its replica identity, so UPDATEs
+and DELETEs pass it): ``"id % 2 = 0"`` is evaluated in the ``pglogical`` process (``apply/filter_eval.py``), a filter
+outside that subset (``"id::bigint % 2 = 0"``: a cast) by Spark, which the run then starts while it drains.
+
 Usage: python benchmarks/small_run.py [--changes 100] [--repeat 3] [--json FILE] [--code DIR] [--no-split] [--connect]
-                                     [--inprocess-rows N] [--jvm-archive]
+                                     [--inprocess-rows N] [--jvm-archive] [--row-filter EXPR]
 ``--inprocess-rows N`` sets ``PGLOGICAL_APPLY_INPROCESS_ROWS`` for the runs (0: repeated keys netted by Spark).
 ``--code DIR`` runs the CLI from another checkout's package (``PYTHONPATH=DIR``, e.g. an exported older
 commit with its compiled helpers copied in) for A/B runs; ``--no-split`` skips the in-process split.
@@ -289,6 +293,7 @@ def main() -> int:
                    help="only the needs-Spark small batches with the class archive off and on (and JVM_VARIANTS)")
     p.add_argument("--inprocess-rows", type=int, default=None,
                    help="PGLOGICAL_APPLY_INPROCESS_ROWS for the runs (0: repeated keys netted by Spark)")
+    p.add_argument("--row-filter", default=None, help="the table's spec row filter (on id), e.g. 'id %% 2 = 0'")
     args = p.parse_args()
     if args.inprocess_rows is not None:  # the in-process split reads it here, the CLI runs from ``env``
         os.environ["PGLOGICAL_APPLY_INPROCESS_ROWS"] = str(args.inprocess_rows)
@@ -304,7 +309,8 @@ def main() -> int:
             "source": {"dsn": server.uri(source), "publication": "small_pub", "slot": "small_slot", "create": True},
             "staging": {"uri": str(work / "staging")},
             "target": {"kind": "postgres", "dsn": server.uri(target)},
-            "tables": {"public.t": {}}, "spark": {"master": "local[2]"}}))
+            "tables": {"public.t": {"row_filter": args.row_filter} if args.row_filter else {}},
+            "spark": {"master": "local[2]"}}))
         env: dict[str, str] = {"PYTHONPATH": str(args.code.resolve())} if args.code else {}
         if args.inprocess_rows is not None:
             env["PGLOGICAL_APPLY_INPROCESS_ROWS"] = str(args.inprocess_rows)
@@ -347,6 +353,7 @@ def main() -> int:
             "changes_per_batch": args.changes,
             "code": str(args.code) if args.code else "this checkout",
             "inprocess_rows": args.inprocess_rows,
+            "row_filter": args.row_filter,
             "load_average_1m": [load_before, load_average()],
             "cli_help_s": round(statistics.median(help_s), 2),
             "cli_first_run_creating_slot_s": round(first_s, 2),

@@ -52,6 +52,7 @@ SLOW_MODULES = (
     "tests/integration/test_delta_equivalence.py",
     "tests/integration/test_iceberg_equivalence.py",
     "tests/unit/apply/test_transform_paths.py",
+    "tests/unit/apply/test_filter_eval.py",
     "tests/integration/test_cli_iceberg.py",
     "tests/integration/test_cli_targets.py",
     "tests/integration/test_cli_drop_target.py",

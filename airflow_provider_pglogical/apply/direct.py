@@ -16,12 +16,15 @@ changes (``keys_never_repeat``) — that pipeline reduces to a per-row rewrite (
 nothing kept from the target, nothing touched (``net_rows`` is that rewrite, in pyarrow).
 
 A small table-batch (at most ``PGLOGICAL_APPLY_INPROCESS_ROWS`` staged changes by its manifest, 100,000 unless
-set; 0 switches it off) whose only obstacles are keys in several changes and/or unchanged-TOAST values is netted
-in this process instead (``in_process``): ``kernels.compact_changes`` runs the TOAST refill, the key events and
-``compact`` with Arrow and numpy kernels and gives the same net rows, kept columns, moved-from keys and touched
+set; 0 switches it off) whose only obstacles are keys in several changes, unchanged-TOAST values, a row filter
+and/or actions left out of the publication is netted in this process instead (``in_process``): the publication is
+applied per change first (``published.publish``: actions dropped, the filter evaluated by ``filter_eval`` on old
+and new images, UPDATEs turned into INSERTs or DELETEs; a filter or value outside ``filter_eval``'s subset leaves
+the batch to Spark, judged before anything is written: ``publishable``), then ``kernels.compact_changes`` runs
+the TOAST refill, the key events and ``compact`` with Arrow and numpy kernels and gives the same net rows, kept columns, moved-from keys and touched
 flags (``compacted_rows``; ``DirectNet.compacted``), which the target loads as it loads Spark's net frame. Its
 keys must group by Arrow equality as Spark groups them (``kernels.groupable``: no floating-point key). A row
-filter, an action left out, exactness notes, a truncate or snapshot cut-off inside the batch, routed parts,
+filter outside that subset, exactness notes, a truncate or snapshot cut-off inside the batch, routed parts,
 several schema versions, staging on an object store or a larger batch still go to Spark. A snapshot table's
 rows are its ``new`` images as they are when no value carries a note, the source evaluated the configured row
 filter and the key cannot repeat (``plain_snapshot``).
@@ -46,7 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from airflow_provider_pglogical.apply import kernels
+from airflow_provider_pglogical.apply import filter_eval, kernels, published
 from airflow_provider_pglogical.apply.batches import Batch, has_value_notes, is_local, keys_never_repeat
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import DirectNet, PlannedTable
@@ -54,7 +57,6 @@ from airflow_provider_pglogical.exceptions import ApplyError, RowFilterError
 from airflow_provider_pglogical.row_filter import canonical
 
 ENV_SWITCH = "PGLOGICAL_APPLY_DIRECT"
-DIRECT_ACTIONS = frozenset({"insert", "update", "delete"})  # every action published: nothing filtered out
 ROWS_SWITCH = "PGLOGICAL_APPLY_INPROCESS_ROWS"
 # Staged changes up to which a table-batch with repeated keys or unchanged TOAST is netted in this process: its
 # events are sorted in memory in one piece (about 100 MB for 100k changes of a wide table).
@@ -82,13 +84,21 @@ def inprocess_rows() -> int:
 
 
 def plain_config(cfg: TableApplyConfig) -> bool:
-    """The parts of the decision a table's configuration settles: every action published, no row filter."""
-    return not cfg.row_filter and set(cfg.actions) >= DIRECT_ACTIONS
+    """The parts of the decision a table's configuration settles: no row filter, or one whose constructs this
+    process evaluates (``filter_eval.covers``; its columns' types are judged per batch). Actions left out are
+    dropped per change in this process (``published.publish``)."""
+    return not cfg.row_filter or filter_eval.covers(cfg.row_filter)
+
+
+def publishes_all(cfg: TableApplyConfig) -> bool:
+    """Whether every staged change is sent as it is: no row filter, every action published (else only the
+    in-process netting, which applies the publication per change first, covers the table-batch)."""
+    return not published.transforms(cfg.row_filter, cfg.actions)
 
 
 def plain_table(table: PlannedTable) -> bool:
-    """The parts of the decision that need no file: a single-source keyed table, every action published, no
-    row filter, no truncate inside the batch, nothing refused for UPDATE/DELETE."""
+    """The parts of the decision that need no file: a single-source keyed table, a row filter (if any) of the
+    covered constructs, no truncate inside the batch, nothing refused for UPDATE/DELETE."""
     return (enabled() and not table.parts and bool(table.key) and table.truncated_at is None
             and table.update_delete_problem is None and plain_config(table.config))
 
@@ -114,12 +124,34 @@ def batch_files(table: PlannedTable, batch: Batch, sync_lsn: int | None) -> Dire
     if not same_schema(paths, table.columns):
         return None
     net = DirectNet(table.source, table.target, paths, tuple(table.key), tuple(table.columns))
-    if no_unchanged_toast(paths) and keys_never_repeat(batch, table.source, table.key,
-                                                       full_identity=table.relation.replica_identity == "f"):
+    plain = publishes_all(table.config)
+    if plain and no_unchanged_toast(paths) and keys_never_repeat(
+            batch, table.source, table.key, full_identity=table.relation.replica_identity == "f"):
         return net
     if not in_process(table, batch, paths):
         return None
-    return replace(net, compacted=True, identity=tuple(table.relation.identity_columns))
+    net = replace(net, compacted=True, identity=tuple(table.relation.identity_columns),
+                  row_filter=table.config.row_filter, actions=tuple(table.config.actions))
+    if not plain and not publishable(net):
+        return None
+    return net
+
+
+def publishable(net: DirectNet) -> bool:
+    """Whether this process evaluates the compacted table-batch's row filter over every one of its staged changes
+    (``filter_eval``: its columns' types, and values such as an integer result out of range, may leave the batch to
+    Spark). Judged here, before a target writes anything; ``compacted_rows`` evaluates it again as it nets."""
+    try:
+        published.publish(staged_changes(net.files), row_filter=net.row_filter, actions=net.actions,
+                          identity=net.identity)
+    except filter_eval.NotCovered:
+        return False
+    return True
+
+
+def staged_changes(paths: Sequence[str]) -> pa.Table:
+    """The staged columns the in-process netting reads (``kernels.STAGED_COLUMNS``) of a table-batch's files."""
+    return pa.concat_tables([pq.read_table(p, columns=list(kernels.STAGED_COLUMNS)) for p in paths])
 
 
 def in_process(table: PlannedTable, batch: Batch, paths: Sequence[str]) -> bool:
@@ -141,7 +173,9 @@ def in_process(table: PlannedTable, batch: Batch, paths: Sequence[str]) -> bool:
 
 def compacted_rows(staged: pa.Table, net: DirectNet) -> pa.RecordBatch:
     """A compacted ``DirectNet``'s staged changes (all of the table-batch, ``kernels.STAGED_COLUMNS``) as one
-    batch of net rows in ``net_rows``' layout, the keep column a list of column names."""
+    batch of net rows in ``net_rows``' layout, the keep column a list of column names: the publication's actions
+    and row filter applied per change first (``published.publish``), as Spark applies them before netting."""
+    staged = published.publish(staged, row_filter=net.row_filter, actions=net.actions, identity=net.identity)
     rows = kernels.compact_changes(staged, net.key, net.columns, net.identity)
     names = [*net_row_names(net.key), *[f"c{i}" for i in range(len(net.columns))]]
     return pa.RecordBatch.from_arrays([rows.kind, rows.keep, rows.lsn, *rows.from_key, rows.touched, *rows.columns],

@@ -12,7 +12,8 @@ from pglast.parser import ParseError
 from pyspark.sql import functions as F
 
 from airflow_provider_pglogical.apply.batches import META
-from airflow_provider_pglogical.exceptions import RowFilterError
+from airflow_provider_pglogical.apply.filter_eval import covers
+from airflow_provider_pglogical.exceptions import ApplyError, RowFilterError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -33,12 +34,14 @@ _ALLOWED_NODES = (ast.ColumnRef, ast.A_Const, ast.BoolExpr, ast.NullTest, ast.Bo
 _DOUBLE_QUOTE_OUTSIDE_STRING = re.compile(r"""^(?:[^'"]|'(?:[^']|'')*')*\"""")
 
 
-def referenced_columns(spark: SparkSession, expression: str) -> frozenset[str]:
+def referenced_columns(spark: SparkSession | None, expression: str) -> frozenset[str]:
     """Column names the expression references; RowFilterError when it leaves the supported subset.
 
     Judged on PostgreSQL's parse tree of the expression (``pglast``, as the spec's filters are), then parsed by
     the session's own SQL parser as the apply will evaluate it (``EXPLAIN`` of a query with it as its ``WHERE``:
-    a parse error raises, nothing runs), through the DataFrame API only, so over Spark Connect too.
+    a parse error raises, nothing runs), through the DataFrame API only, so over Spark Connect too. ``spark``
+    None: no Spark parse, for a filter of ``filter_eval``'s subset only (constructs Spark reads as PostgreSQL
+    does, which this process evaluates: ``filter_eval.covers``).
     """
     if _DOUBLE_QUOTE_OUTSIDE_STRING.match(expression):
         # Spark reads "x" as a string literal, PostgreSQL as an identifier: refuse the ambiguity.
@@ -51,6 +54,10 @@ def referenced_columns(spark: SparkSession, expression: str) -> frozenset[str]:
     if where is None:
         raise RowFilterError("row filter: invalid expression (not a single expression)")
     columns = _walk(where)
+    if spark is None:
+        if not covers(expression):
+            raise ApplyError("row filter: checked without Spark, but not evaluated in process")
+        return frozenset(columns)
     try:
         spark.sql(f"EXPLAIN SELECT 1 WHERE {expression}").collect()
     except Exception as exc:  # Spark's ParseException (classic and Connect raise different classes)
@@ -102,7 +109,7 @@ _FILTERABLE_TYPE = re.compile(
     r"|character varying(\(\d+\))?|timestamp(\(\d\))? with(out)? time zone)")
 
 
-def validate_row_filter(spark: SparkSession, expression: str, *, table: str, columns: Sequence[str],
+def validate_row_filter(spark: SparkSession | None, expression: str, *, table: str, columns: Sequence[str],
                         identity: Sequence[str], replica_identity: str, actions: Sequence[str],
                         types: Mapping[str, str | None] | None = None) -> frozenset[str]:
     """Check a filter as PostgreSQL would when the publication is created; returns the referenced columns.

@@ -27,6 +27,7 @@ from airflow_provider_pglogical.apply.batches import (
 )
 from airflow_provider_pglogical.apply.changes import SparkBatchChanges
 from airflow_provider_pglogical.apply.config import ApplyConfig
+from airflow_provider_pglogical.apply.filter_eval import covers
 from airflow_provider_pglogical.apply.filters import referenced_columns, validate_row_filter
 from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
 from airflow_provider_pglogical.apply.targets.base import BatchReport, Target, TargetTable
@@ -57,10 +58,16 @@ def _validate(spark: SparkOnDemand, config: ApplyConfig, batches: list[Batch]) -
             seen.add((source, rel))
             planning.written_columns(rel, cfg)
             if cfg.row_filter:
-                validate_row_filter(spark.session(), cfg.row_filter, table=source, columns=rel.column_names,
+                validate_row_filter(_filter_parser(spark, cfg.row_filter), cfg.row_filter, table=source, columns=rel.column_names,
                                     identity=rel.identity_columns, replica_identity=rel.replica_identity,
                                     actions=cfg.actions, types={c.name: c.type_name for c in rel.columns})
     return relations
+
+
+def _filter_parser(spark: SparkOnDemand, expression: str) -> SparkSession | None:
+    """The session whose parser must read a row filter too, or None when the filter is of the subset evaluated in
+    this process (``filter_eval.covers``: constructs Spark reads as PostgreSQL does), so checking it starts no JVM."""
+    return None if covers(expression) else spark.session()
 
 
 def apply_slot(spark: SparkSession | SparkOnDemand, config: ApplyConfig, dsn: str | None = None, *,
@@ -164,8 +171,8 @@ def _apply_one(spark: SparkOnDemand, config: ApplyConfig, target: Target, batch:
                                 planning.created_key(rel, cfg, planning.written_columns(rel, cfg)))
             existing.found.pop(name)
     # Columns each row filter references: an UPDATE/DELETE is refused when they leave the replica identity.
-    filter_columns = {source: referenced_columns(spark.session(), cfg.row_filter) for source, (_, cfg) in pending.items()
-                      if cfg.row_filter and source in batch.table_files}
+    filter_columns = {source: referenced_columns(_filter_parser(spark, cfg.row_filter), cfg.row_filter)
+                      for source, (_, cfg) in pending.items() if cfg.row_filter and source in batch.table_files}
     # The shapes before the batch (the previous batch's relation state) are judged first: a type change
     # between two batches is judged like one inside a batch.
     previous = planning.previous_shapes(batch.reader.relation_state(batch.start_lsn))

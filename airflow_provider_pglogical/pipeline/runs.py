@@ -313,8 +313,8 @@ def run_pending(spec: PipelineSpec, *, master: str | None = None, max_batches: i
 
 def spark_expected(spec: PipelineSpec) -> bool:
     """Whether a run of ``spec`` with changes to apply surely starts Spark: its target takes no direct rows, or
-    its configuration rules the direct path out (``direct.may_cover``: a row filter, unpublished actions, leaf
-    partitions routed to their root, staging on an object store). Otherwise only the staged files tell."""
+    its configuration rules the direct path out (``direct.may_cover``: a row filter outside what this process
+    evaluates, leaf partitions routed to their root, staging on an object store). Otherwise only the staged files tell."""
     from airflow_provider_pglogical.apply import direct
 
     return not (spec_target(spec).takes_direct_rows and direct.may_cover(apply_config(spec)))

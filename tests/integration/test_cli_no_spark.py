@@ -1,7 +1,8 @@
 """`pglogical run` without a JVM: a run whose every table-batch the direct path covers applies in the pglogical
 process and starts no Spark — keys changed once, and small batches whose keys change twice or keep unchanged-TOAST
-values (netted in process by ``apply/kernels.py``); a batch that needs Spark's transforms (a row filter, a batch
-above ``PGLOGICAL_APPLY_INPROCESS_ROWS`` whose keys repeat) still starts it. Either way the target ends equal to the
+values (netted in process by ``apply/kernels.py``); a batch that needs Spark's transforms (a row filter outside the
+subset evaluated in process, a batch above ``PGLOGICAL_APPLY_INPROCESS_ROWS`` whose keys repeat) still starts it.
+Filters the process evaluates: ``test_cli_row_filter_no_spark.py``. Either way the target ends equal to the
 source."""
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ CREATE TABLE docs (id int PRIMARY KEY, title text, body text);
 """
 ITEMS = "SELECT id, qty, label, price, seen FROM items ORDER BY id"
 DOCS = "SELECT id, title, md5(body) FROM docs ORDER BY id"
-FILTER = "id % 2 = 0"  # on the replica identity: UPDATEs and DELETEs pass it
+# On the replica identity: UPDATEs and DELETEs pass it. The cast leaves it to Spark (``apply/filter_eval.py``).
+FILTER = "id::bigint % 2 = 0"
 
 
 @pytest.fixture
@@ -153,7 +155,7 @@ NEEDS_SPARK = {
     # keys changed twice in a batch above the in-process threshold: Spark's compaction nets it
     "repeated key": (None, "UPDATE items SET qty = qty + 1 WHERE id <= 5; UPDATE items SET label = 'x' WHERE id <= 3;",
                      "for the apply", {"PGLOGICAL_APPLY_INPROCESS_ROWS": "4"}),
-    # a row filter: the spec rules the direct path out, so Spark starts while the drain runs
+    # a row filter with a cast: the spec rules the direct path out, so Spark starts while the drain runs
     "row filter": (FILTER, "UPDATE items SET qty = qty + 1 WHERE id <= 10; DELETE FROM items WHERE id = 20;",
                    "during the drain", {}),
 }

@@ -278,7 +278,8 @@ class DirectNet:
     """One table-batch's staged files (absolute local paths) whose rows map one-to-one to net changes
     (``apply/direct.py``); ``columns`` are the written columns (``PlannedTable.columns``), ``key`` its key.
     ``compacted``: the rows are netted together in one piece instead (``direct.compacted_rows``: repeated keys,
-    unchanged TOAST), ``identity`` the source's replica identity columns that refill needs."""
+    unchanged TOAST, a row filter or an action left out), ``identity`` the source's replica identity columns that
+    refill needs, ``row_filter`` and ``actions`` the publication's (evaluated in process, ``apply/published.py``)."""
 
     source: str
     target: str
@@ -287,6 +288,9 @@ class DirectNet:
     columns: tuple[str, ...]
     compacted: bool = False
     identity: tuple[str, ...] = ()
+    # A compacted table-batch's publication, applied per change before netting (``apply/published.py``).
+    row_filter: str | None = None
+    actions: tuple[str, ...] = ("insert", "update", "delete")
 
 
 @runtime_checkable

@@ -85,7 +85,7 @@ def test_a_start_under_way_elsewhere_counts_as_started_and_a_given_session_is_us
     assert wrapped.started and wrapped.session() is given_session and SparkOnDemand.of(wrapped) is wrapped
 
 
-@given(row_filter=st.sampled_from([None, "", "a > 1"]),
+@given(row_filter=st.sampled_from([None, "", "a > 1", "a::bigint > 1"]),
        actions=st.lists(st.sampled_from(ACTIONS), unique=True, min_size=1),
        leaves=st.sampled_from(["own", "route_to_root"]),
        staging=st.sampled_from(["/staging", "file:///staging", "s3://bucket/staging"]),
@@ -95,11 +95,12 @@ def test_may_cover_is_the_configuration_part_of_the_per_table_rule(row_filter, a
     cfg = TableApplyConfig(row_filter=row_filter, actions=tuple(actions), leaves=leaves)
     tables = {"public.t": cfg, **{f"public.p{i}": TableApplyConfig() for i in range(plain_others)}}
     covered = direct.may_cover(ApplyConfig(slot="s", staging_root=staging, tables=tables))
-    expected = (not row_filter and {"insert", "update", "delete"} <= set(actions) and leaves == "own"
-                and not staging.startswith("s3://"))
+    # a filter this process evaluates (not a cast) and any published actions: applied per change in process
+    in_process = not row_filter or "::" not in row_filter
+    expected = in_process and leaves == "own" and not staging.startswith("s3://")
     assert covered is expected
     # a table the rule takes is one this judgement did not rule out (the per-table rule's configuration part)
-    assert direct.plain_config(cfg) is (not row_filter and {"insert", "update", "delete"} <= set(actions))
+    assert direct.plain_config(cfg) is in_process
 
 
 def test_may_cover_is_false_with_the_direct_path_switched_off(monkeypatch):
@@ -111,7 +112,9 @@ def test_may_cover_is_false_with_the_direct_path_switched_off(monkeypatch):
 
 @pytest.mark.parametrize(("doc", "expected"), [
     (lambda: {**copy.deepcopy(VALID), "tables": {"public.customers": {}}}, False),  # plain PostgreSQL: may not
-    (lambda: copy.deepcopy(VALID), True),  # a row filter
+    (lambda: copy.deepcopy(VALID), False),  # a row filter this process evaluates (apply/filter_eval.py): may not
+    (lambda: {**copy.deepcopy(VALID), "tables": {"public.orders": {"row_filter": "amount::bigint > 100"}}},
+     True),  # a row filter with a cast: Spark evaluates it
     (lambda: {**copy.deepcopy(VALID), "tables": {"public.customers": {}},
               "staging": {"uri": "s3://bucket/staging"}}, True),  # staging on an object store
     (delta_doc, True),  # a target that takes no direct rows

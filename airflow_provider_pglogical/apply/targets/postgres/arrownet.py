@@ -41,6 +41,8 @@ class DirectPlan:
     tasks: tuple[tuple[str, int], ...]  # (file, row group)
     compacted: bool = False  # the tasks are netted together (``direct.compacted_rows``): run them as one
     identity: tuple[str, ...] = ()  # the source's replica identity columns (the TOAST refill of compacted rows)
+    row_filter: str | None = None  # the publication of compacted rows (``DirectNet``), applied before netting
+    actions: tuple[str, ...] = ("insert", "update", "delete")
 
 
 def _in_printable_range(parquet: pq.ParquetFile, column_paths: Iterable[str]) -> bool:
@@ -110,7 +112,8 @@ def plan_direct(net: DirectNet, types: Mapping[str, PgType]) -> DirectPlan | Non
         if n == 0:
             kinds, key_kinds = new_kinds, old_kinds
         tasks.extend((path, rg) for rg in range(parquet.metadata.num_row_groups))
-    return DirectPlan(net.key, net.columns, tuple(kinds), tuple(key_kinds), tuple(tasks), net.compacted, net.identity)
+    return DirectPlan(net.key, net.columns, tuple(kinds), tuple(key_kinds), tuple(tasks), net.compacted, net.identity,
+                      net.row_filter, net.actions)
 
 
 @dataclass(frozen=True)
@@ -189,7 +192,8 @@ def copy_tasks(dsn: str, staging: str, columns: Sequence[str], plan: DirectPlan
 
     def net_batches(tasks: Iterable[tuple[str, int]]) -> Iterator[pa.RecordBatch]:
         if plan.compacted:  # every row group of the table-batch, netted together
-            net = DirectNet("", "", (), plan.key, plan.columns, compacted=True, identity=plan.identity)
+            net = DirectNet("", "", (), plan.key, plan.columns, compacted=True, identity=plan.identity,
+                            row_filter=plan.row_filter, actions=plan.actions)
             groups = [pq.ParquetFile(path).read_row_group(rg, columns=list(kernels.STAGED_COLUMNS))
                       for path, rg in tasks]
             if groups:
