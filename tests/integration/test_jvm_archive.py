@@ -1,6 +1,8 @@
-"""`pglogical run` and the class archive of Spark's classes (apply/jvm_archive.py), with real JVMs: the first run
-that needs Spark on a machine starts the archive's writer in the background, the next run's JVM maps Spark's
-classes from it, and a damaged archive costs nothing but the mapping.
+"""`pglogical run` and the class archive of Spark's classes (apply/jvm_archive.py), with real JVMs: a run that
+needs Spark maps Spark's classes from the machine's archive (the suite's, written by the product's writer once per
+machine) and leaves it as it is, and a damaged archive costs nothing but the mapping. That a run finding no archive
+starts the writer in the background, once, is tests/unit/apply/test_jvm_archive.py's (writing one takes a minute
+of CPU).
 
 Each run's driver JVM logs where every class came from, through an option of the spec's own
 ``spark.driver.extraJavaOptions`` (which the archive's options are appended to, so the spec's keep working)."""
@@ -9,8 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +18,8 @@ import yaml
 
 from airflow_provider_pglogical.apply import jvm_archive
 from scripts.harness.pgserver import drop_database, execute, make_database, query
-from tests.integration.test_cli import pglogical
+from tests.support.classarchive import ensure_archive
+from tests.support.cli import pglogical
 
 ITEMS = "SELECT id, qty, label FROM items ORDER BY id"
 SPARK_CONTEXT = " org.apache.spark.SparkContext "
@@ -71,31 +72,18 @@ def run_with_changes(pipeline: dict[str, Any], base: int) -> tuple[dict[str, Any
     return summary, loads
 
 
-def wait_for_archive(cache: Path, timeout: float = 900) -> Path:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        written = sorted(cache.glob("*.jsa"))
-        if written or list(cache.glob("*.failed")):
-            break
-        time.sleep(2)
-    assert [p.suffix for p in cache.iterdir() if p.suffix != ".lock"] == [".jsa"], sorted(cache.iterdir())
-    return written[0]
-
-
-def test_a_run_that_needs_spark_starts_the_writer_and_the_next_runs_jvm_maps_sparks_classes(pipeline):
-    first = pglogical("run", "--spec", pipeline["spec"], extra=pipeline["env"])  # creates publication and slot
-    assert first.returncode == 0, first.stderr[-3000:]
-    assert not pipeline["cache"].exists()  # no JVM, no archive
-
-    _, loads = run_with_changes(pipeline, 1)
-    assert not any(FROM_ARCHIVE in line for line in loads), loads  # none yet: its writer started in the background
-    archive = wait_for_archive(pipeline["cache"])
-    assert archive == jvm_archive.archive_path({**os.environ, **pipeline["env"]})
+def test_a_run_that_needs_spark_maps_sparks_classes_from_the_machines_archive(pipeline):
+    archive = ensure_archive(wait=True)
+    assert archive is not None, "no class archive written: is java or pyspark missing?"
+    env = {**pipeline["env"], jvm_archive.DIR_VARIABLE: str(archive.parent)}
+    assert archive == jvm_archive.archive_path({**os.environ, **env})
     written = archive.stat().st_mtime_ns
+    first = pglogical("run", "--spec", pipeline["spec"], extra=env)  # creates publication and slot
+    assert first.returncode == 0, first.stderr[-3000:]
 
-    _, loads = run_with_changes(pipeline, 100)
+    _, loads = run_with_changes({**pipeline, "env": env}, 1)
     assert all(FROM_ARCHIVE in line for line in loads), loads
-    assert archive.stat().st_mtime_ns == written and len(list(pipeline["cache"].glob("*.jsa"))) == 1
+    assert archive.stat().st_mtime_ns == written  # used as it is, never written again
 
 
 def test_a_damaged_archive_does_not_fail_the_run(pipeline):
