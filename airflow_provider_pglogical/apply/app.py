@@ -49,6 +49,12 @@ def report_file(argv: Sequence[str]) -> str | None:
     return path
 
 
+def report_line(report: BatchReport) -> str:
+    """One batch's report as the JSON line the Airflow apply task reads (counts only, never row values)."""
+    return json.dumps({"start_lsn": report.start_lsn, "end_lsn": report.end_lsn, "applied": report.applied,
+                       "rows": report.rows, "seconds": report.seconds, "ordered": report.ordered})
+
+
 def batch_report_writer(path: str | None) -> Callable[[BatchReport], None] | None:
     """An ``on_batch`` callback appending each batch's report as one JSON line (flushed: the
     operator reads the committed batches' reports even when a later batch fails)."""
@@ -57,9 +63,7 @@ def batch_report_writer(path: str | None) -> Callable[[BatchReport], None] | Non
 
     def write(report: BatchReport) -> None:
         with open(path, "a", encoding="utf-8") as out:
-            out.write(json.dumps({"start_lsn": report.start_lsn, "end_lsn": report.end_lsn,
-                                  "applied": report.applied, "rows": report.rows, "seconds": report.seconds,
-                                  "ordered": report.ordered}) + "\n")
+            out.write(report_line(report) + "\n")
 
     return write
 
