@@ -39,10 +39,12 @@ def _refuse() -> SparkSession:
 @dataclass
 class WithoutSparkResult:
     """``reports``: one per batch the runner handed on (``on_batch``'s), in LSN order; ``needs_spark``: a step
-    needed Spark, so the batches from the one it was in on are left, unapplied, for an apply with Spark."""
+    needed Spark, so the batches from the one it was in on are left, unapplied, for an apply with Spark;
+    ``summary``: what the runner returned (snapshot groups included), or ``reports`` when it stopped."""
 
     reports: list[BatchReport] = field(default_factory=list)
     needs_spark: bool = False
+    summary: list[BatchReport] = field(default_factory=list)
 
 
 def apply_without_spark(config: ApplyConfig, dsn: str, *,
@@ -61,15 +63,16 @@ def apply_without_spark(config: ApplyConfig, dsn: str, *,
     if idle is not None:
         for report in idle:
             seen(report)
+        result.summary = list(result.reports)
         return result
     from airflow_provider_pglogical.apply.runner import apply_slot
 
     try:
-        apply_slot(SparkOnDemand(_refuse), config, dsn, on_batch=seen)
+        result.summary = apply_slot(SparkOnDemand(_refuse), config, dsn, on_batch=seen)
     except Exception as exc:
         if not _needed_spark(exc):
             raise
-        result.needs_spark = True
+        result.needs_spark, result.summary = True, list(result.reports)
         done = [r for r in result.reports if r.applied]
         log.info("slot %s: %d batch(es) applied without Spark; a step of the next one needs Spark", config.slot,
                  len(done))

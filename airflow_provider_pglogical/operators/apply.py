@@ -222,13 +222,14 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
         if not self.apply_in_worker:
             self.log.info("apply_in_worker is off: every batch through spark-submit")
             return True
-        from airflow_provider_pglogical.apply.app import parse_args, report_line
+        from airflow_provider_pglogical.apply.app import parse_args, report_line, summary_line
         from airflow_provider_pglogical.apply.without_spark import apply_without_spark
 
         config = parse_args(self.application_arguments())  # the submitted app's own reading of its arguments
         result = apply_without_spark(config, connection_dsn(self.target_conn_id),
                                      on_batch=lambda r: reports.append(json.loads(report_line(r))))
         applied = sum(bool(r["applied"]) for r in reports)
+        self.log.info("%s", summary_line(self.slot, result.summary))  # the line the submitted app prints
         if result.needs_spark:
             self.log.info("slot %s: %d batch(es) applied in the worker; a step of the next one needs Spark: "
                           "spark-submit for the rest", self.slot, applied)
