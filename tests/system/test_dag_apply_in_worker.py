@@ -47,6 +47,7 @@ class Pipeline:
                                 "tables": {"public.items": {}}}
         if spark is not None:
             spec["spark"] = spark
+        self.spec = spec
         path = tmp_path / "spec.yaml"
         path.write_text(yaml.safe_dump(spec, sort_keys=False))
         self.env = {"AIRFLOW_CONN_PGL_SOURCE": pg_server.uri(self.src_db),
@@ -61,6 +62,16 @@ class Pipeline:
         output = result.stdout + result.stderr
         assert result.returncode == 0 and "state=success" in output, output[-6000:]
         return output
+
+    def stage(self, max_changes: int) -> None:
+        """Drain the slot into staging here, in batches of about ``max_changes`` changes (as the decode of a run whose
+        apply did not run would have left them): the next DAG run's apply finds them all pending."""
+        from airflow_provider_pglogical.pipeline.runs import drain
+        from airflow_provider_pglogical.pipeline.spec import parse_spec
+
+        source = {**self.spec["source"], "dsn": self.src, "max_changes": max_changes}
+        del source["conn_id"]
+        drain(parse_spec({**self.spec, "source": source, "target": {"kind": "postgres", "dsn": self.dw}}, env={}))
 
     def staged_end_lsns(self) -> list[str]:
         return [json.loads(m.read_text())["end_lsn"]
@@ -126,14 +137,15 @@ def test_a_batch_that_needs_spark_is_submitted_after_the_worker_applied_the_ones
     pipeline = Pipeline(pg_server, tmp_path, "in_worker_then_submit_slot")
     try:
         execute(pipeline.dw, ITEMS, AUDIT)
-        # Two transactions, staged as two batches (max_changes 5 closes a batch at the first commit after 5
-        # changes): the first with each key once (the direct path), the second repeating its keys, which with
-        # PGLOGICAL_APPLY_INPROCESS_ROWS=0 only Spark's compaction nets.
+        # Two transactions, staged as two batches before the run (max_changes 5 closes a batch at the first commit
+        # after 5 changes): the first with each key once (the direct path), the second repeating its keys, which
+        # with PGLOGICAL_APPLY_INPROCESS_ROWS=0 only Spark's compaction nets.
         execute(pipeline.src, "INSERT INTO items SELECT g, 'item ' || g, g FROM generate_series(1, 20) g")
         execute(pipeline.src, "BEGIN; INSERT INTO items SELECT g, 'late ' || g, g FROM generate_series(21, 30) g; "
                               "UPDATE items SET price = price * 100 WHERE id > 20; "
                               "UPDATE items SET name = 'renamed' WHERE id = 3; COMMIT")
-        output = pipeline.run(airflow, {"max_changes": 5}, {"PGLOGICAL_APPLY_INPROCESS_ROWS": "0"})
+        pipeline.stage(max_changes=5)
+        output = pipeline.run(airflow, env={"PGLOGICAL_APPLY_INPROCESS_ROWS": "0"})
         staged = pipeline.staged_end_lsns()
         assert len(staged) == 2, staged
         assert "1 batch(es) applied in the worker; a step of the next one needs Spark" in output, output[-6000:]
