@@ -44,6 +44,7 @@ SLOW_MODULES = (
     "tests/integration/test_cli_retention.py",
     "tests/system/test_staging_connection.py",
     "tests/system/test_lake_submit_dag.py",
+    "tests/system/test_dag_apply_in_worker.py",
     "tests/integration/test_staging_verify.py",
     "tests/integration/test_least_privilege.py",
     "tests/integration/test_snapshot_native.py",

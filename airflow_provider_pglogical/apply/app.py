@@ -49,6 +49,20 @@ def report_file(argv: Sequence[str]) -> str | None:
     return path
 
 
+def report_line(report: BatchReport) -> str:
+    """One batch's report as the JSON line the Airflow apply task reads (counts only, never row values)."""
+    return json.dumps({"start_lsn": report.start_lsn, "end_lsn": report.end_lsn, "applied": report.applied,
+                       "rows": report.rows, "seconds": report.seconds, "ordered": report.ordered})
+
+
+def summary_line(slot: str, reports: Sequence[BatchReport]) -> str:
+    """The run's machine-readable summary (counts only, never row values): the app's last line on stdout, which
+    the Airflow apply task logs for the batches it applied in the worker too."""
+    return json.dumps({"slot": slot, "batches": len(reports), "applied": sum(r.applied for r in reports),
+                       "end_lsn": max((r.end_lsn for r in reports), default=None),
+                       "rows": {f"{r.end_lsn:X}": r.rows for r in reports if r.applied}})
+
+
 def batch_report_writer(path: str | None) -> Callable[[BatchReport], None] | None:
     """An ``on_batch`` callback appending each batch's report as one JSON line (flushed: the
     operator reads the committed batches' reports even when a later batch fails)."""
@@ -57,9 +71,7 @@ def batch_report_writer(path: str | None) -> Callable[[BatchReport], None] | Non
 
     def write(report: BatchReport) -> None:
         with open(path, "a", encoding="utf-8") as out:
-            out.write(json.dumps({"start_lsn": report.start_lsn, "end_lsn": report.end_lsn,
-                                  "applied": report.applied, "rows": report.rows, "seconds": report.seconds,
-                                  "ordered": report.ordered}) + "\n")
+            out.write(report_line(report) + "\n")
 
     return write
 
@@ -87,9 +99,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         reports = apply_slot(spark, config, dsn, on_batch=batch_report_writer(report_file(argv)))
     finally:
         spark.stop()
-    applied = sum(r.applied for r in reports)
-    # One machine-readable summary line (counts only, never row values).
-    print(json.dumps({"slot": config.slot, "batches": len(reports), "applied": applied,
-                      "end_lsn": max((r.end_lsn for r in reports), default=None),
-                      "rows": {f"{r.end_lsn:X}": r.rows for r in reports if r.applied}}))
+    print(summary_line(config.slot, reports))
     return 0

@@ -91,6 +91,11 @@ def prepare_submit(op: SparkSubmitOperator, master: str, workdir: str, python: s
 class PgLogicalApplyOperator(SparkSubmitOperator):
     """Apply every staged batch of a slot past the target's watermarks (exactly once, idempotent).
 
+    With ``apply_in_worker`` (the default) the batches that need no Spark are applied in this worker first, by the
+    same runner the app runs (``apply/without_spark.py``: the direct path and the in-process kernels), up to the
+    first step that needs a Spark frame; only then, for the batches from there on, is the app spark-submitted. A
+    run whose batches need no Spark (and a run with nothing to apply) starts no JVM.
+
     Runs ``spark_apps/apply_batches.py`` through spark-submit on the Spark connection
     (``local[*]`` or a standalone ``spark://`` master alike). The package is zipped at execute
     time and shipped with ``--py-files``; no jar is needed (executors COPY through psycopg2).
@@ -116,8 +121,10 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
     :param session_replication_role: ``replica`` applies like a native subscriber (the target's foreign
         keys and ordinary triggers do not fire; needs superuser or ``SET ON PARAMETER session_replication_role``);
         default ``origin``
+    :param apply_in_worker: apply in this worker what needs no Spark before spark-submitting the rest (default);
+        False: every batch through spark-submit, no apply work (target COPYs, in-process netting) in the worker
 
-    After spark-submit returns, each batch's numbers (rows per target table, durations) go to
+    After the apply (either route, or both), each batch's numbers (rows per target table, durations) go to
     Airflow's ``Stats`` and the log (``metrics/batches.py``), outlet Assets made with
     :func:`~airflow_provider_pglogical.assets.pglogical.target_table_asset` get the rows applied
     as event extras, and :meth:`get_openlineage_facets_on_complete` reports source → target tables.
@@ -133,7 +140,7 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
                  application: str = DEFAULT_APPLICATION, conn_id: str = "spark_default",
                  name: str = "pglogical-apply", source_conn_id: str | None = None,
                  bookkeeping_schema: str | None = None, session_replication_role: str = "origin",
-                 staging_conn_id: str | None = None, **kwargs: Any) -> None:
+                 staging_conn_id: str | None = None, apply_in_worker: bool = True, **kwargs: Any) -> None:
         kwargs.setdefault("deploy_mode", "client")  # the DSN reaches the driver as this process's environment
         super().__init__(application=application, conn_id=conn_id, name=name, **kwargs)
         self.slot = slot
@@ -149,6 +156,7 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
         self.bookkeeping_schema = bookkeeping_schema
         self.session_replication_role = session_replication_role
         self.staging_conn_id = staging_conn_id
+        self.apply_in_worker = apply_in_worker
 
     @property
     def table_configs(self) -> dict[str, TableApplyConfig]:
@@ -193,11 +201,13 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
             with (staging_connection(self.staging_uri, self.staging_conn_id),
                   recording(self.staging_uri, self.slot, "apply", tool="airflow", log=self.log.warning) as record):
                 watch = Stopwatch()
+                here: list[dict[str, Any]] = []
                 try:
-                    super().execute(context)
+                    if self._apply_here(here):
+                        super().execute(context)
                 finally:
-                    # Batches committed before a failure still count: report them either way.
-                    reports = read_batch_reports(report)
+                    # Batches committed before a failure still count: report them either way, once each.
+                    reports = merged_reports(here, read_batch_reports(report))
                     self._report_batches(reports)
                     applied = [r for r in reports if r["applied"]]
                     record.applied(batches_applied=len(applied), seconds=watch.seconds,
@@ -208,6 +218,28 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
             shutil.rmtree(workdir, ignore_errors=True)
         return {"batches": len(reports), "applied": sum(bool(r["applied"]) for r in reports),
                 "rows": applied_rows(reports)}
+
+    def _apply_here(self, reports: list[dict[str, Any]]) -> bool:
+        """The in-worker apply (``apply_in_worker``), its batch reports appended to ``reports`` as they commit;
+        whether a spark-submit is still needed (always without it)."""
+        if not self.apply_in_worker:
+            self.log.info("apply_in_worker is off: every batch through spark-submit")
+            return True
+        from airflow_provider_pglogical.apply.app import parse_args, report_line, summary_line
+        from airflow_provider_pglogical.apply.without_spark import apply_without_spark
+
+        config = parse_args(self.application_arguments())  # the submitted app's own reading of its arguments
+        result = apply_without_spark(config, connection_dsn(self.target_conn_id),
+                                     on_batch=lambda r: reports.append(json.loads(report_line(r))))
+        applied = sum(bool(r["applied"]) for r in reports)
+        self.log.info("%s", summary_line(self.slot, result.summary))  # the line the submitted app prints
+        if result.needs_spark:
+            self.log.info("slot %s: %d batch(es) applied in the worker; a step of the next one needs Spark: "
+                          "spark-submit for the rest", self.slot, applied)
+        else:
+            self.log.info("slot %s: %d batch(es) applied in the worker, no spark-submit: no step needed Spark",
+                          self.slot, applied)
+        return result.needs_spark
 
     def _report_batches(self, reports: list[dict[str, Any]]) -> None:
         from airflow_provider_pglogical.metrics.batches import apply_metrics_from_report, emit_apply_batch
@@ -283,6 +315,18 @@ def read_batch_reports(path: Path) -> list[dict[str, Any]]:
     except FileNotFoundError:
         return []
     return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def merged_reports(here: list[dict[str, Any]], submitted: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One report per batch over the two routes, in LSN order: the submitted app lists the batches the worker
+    applied again, as not applied (below their watermarks), so a batch applied by either route is reported as
+    applied, with that route's numbers."""
+    merged = {(int(r["start_lsn"]), int(r["end_lsn"])): r for r in here}
+    for r in submitted:
+        key = (int(r["start_lsn"]), int(r["end_lsn"]))
+        if key not in merged or not merged[key]["applied"]:
+            merged[key] = r
+    return [merged[key] for key in sorted(merged, key=lambda k: (k[1], k[0]))]
 
 
 def applied_rows(reports: list[dict[str, Any]]) -> dict[str, int]:

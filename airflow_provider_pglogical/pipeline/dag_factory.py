@@ -93,7 +93,8 @@ def decode_task(spec: PipelineSpec, task_id: str = "decode") -> Any:
 
 def apply_task(spec: PipelineSpec, task_id: str = "apply", max_batches: Any = None,
                target_name: str | None = None) -> Any:
-    """The apply step: spark-submit of the apply app over every staged batch past the watermarks (PostgreSQL),
+    """The apply step: for PostgreSQL, the batches that need no Spark applied in the worker and spark-submit of the
+    apply app for the rest (every batch when the spec says ``spark.apply_in_worker: false``),
     with one outlet Asset per target table (``pglogical://<slot>/target/<schema>.<table>``; for one target of
     several: ``…/target/<location>/<schema>.<table>``); a Spark Connect client in the worker when the spec's Spark
     is a Connect server, whatever the target; for a lake target, spark-submit of the spec app when the spec names
@@ -121,7 +122,7 @@ def apply_task(spec: PipelineSpec, task_id: str = "apply", max_batches: Any = No
         conn_id=spec.spark.submit_conn_id, conf=dict(spec.spark.conf) or None,
         source_conn_id=spec.source.conn_id, bookkeeping_schema=spec.target.bookkeeping_schema,
         session_replication_role=spec.target.session_replication_role, staging_conn_id=spec.staging.conn_id,
-        outlets=outlets())
+        apply_in_worker=spec.spark.apply_in_worker, outlets=outlets())
 
 
 def apply_task_id(spec: PipelineSpec, name: str, task_id: str = "apply") -> str:

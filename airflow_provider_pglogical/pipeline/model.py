@@ -151,6 +151,9 @@ class SparkSpec:
     conf: dict[str, str] = field(default_factory=dict)
     remote: str | None = None  # a Spark Connect URL: the CLI's default when --master is not given
     connect_conn_id: str | None = None  # an Airflow ``spark_connect`` connection: the DAG's apply uses Spark Connect
+    # The DAG's PostgreSQL apply applies in its worker the batches that need no Spark, spark-submitting only for the
+    # rest; False: every apply of the DAG is a spark-submit (no apply work in the Airflow worker).
+    apply_in_worker: bool = True
 
     @property
     def submit_conn_id(self) -> str:

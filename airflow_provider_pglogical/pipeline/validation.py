@@ -613,7 +613,7 @@ class SpecValidator:
                             parallelism=parallelism or default.parallelism, chunk_size=chunk or default.chunk_size)
 
     def spark(self, value: Any, path: str) -> SparkSpec:
-        raw = self.mapping(value, path, ("conn_id", "master", "conf", "remote", "connect_conn_id"))
+        raw = self.mapping(value, path, ("conn_id", "master", "conf", "remote", "connect_conn_id", "apply_in_worker"))
         if not raw:
             return SparkSpec()
         conf = raw.get("conf") or {}
@@ -626,6 +626,7 @@ class SpecValidator:
             conf={str(k): str(v) for k, v in conf.items()},
             remote=self.remote(raw, path),
             connect_conn_id=self.string(raw.get("connect_conn_id"), _join(path, "connect_conn_id")),
+            apply_in_worker=self.boolean(raw.get("apply_in_worker"), _join(path, "apply_in_worker"), True),
         )
 
     def remote(self, raw: dict[str, Any], path: str) -> str | None:

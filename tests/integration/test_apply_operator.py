@@ -1,4 +1,5 @@
-"""PgLogicalApplyOperator: spark-submit of the apply app on local[2], DSN only in the environment."""
+"""PgLogicalApplyOperator: spark-submit of the apply app on local[2], DSN only in the environment; the batches that
+need no Spark applied in the worker instead."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def test_the_operator_applies_through_spark_submit_without_credentials_on_the_co
     target_connection(monkeypatch, pg_server, dbname)
     op = PgLogicalApplyOperator(task_id="apply", slot="slot_a", staging_uri=str(tmp_path / "staging"),
                                 target_conn_id="pg_target", conn_id="spark_local",
-                                tables={"public.orders": {"target": "orders_copy"}},
+                                tables={"public.orders": {"target": "orders_copy"}}, apply_in_worker=False,
                                 conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
                                       "spark.driver.host": "127.0.0.1", **TEST_SPARK_CONF}, python=sys.executable)
     caplog.set_level("INFO")
@@ -47,6 +48,23 @@ def test_the_operator_applies_through_spark_submit_without_credentials_on_the_co
     command = " ".join(op._hook._build_spark_submit_command(op.application))
     assert "s3cret-pw" not in command and "s3cret-pw" not in caplog.text
     assert "--py-files" in command
+
+
+def test_the_operator_applies_a_batch_that_needs_no_spark_in_the_worker_without_submitting(
+        monkeypatch, pg_server, tmp_path):
+    dbname, dsn = make_target(pg_server)
+    stage_orders(tmp_path / "staging")
+    # A master nothing listens on: a spark-submit would fail the task.
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_NOWHERE", json.dumps({"conn_type": "spark", "host": "spark://127.0.0.1:9"}))
+    target_connection(monkeypatch, pg_server, dbname)
+    op = PgLogicalApplyOperator(task_id="apply", slot="slot_a", staging_uri=str(tmp_path / "staging"),
+                                target_conn_id="pg_target", conn_id="spark_nowhere",
+                                tables={"public.orders": {"target": "orders_copy"}})
+    summary = op.execute(context={})
+    assert rows(dsn, "SELECT id, amount::text FROM orders_copy") == [(2, "20.00")]
+    assert summary["applied"] == summary["batches"] == 1
+    assert op._hook is None  # SparkSubmitOperator makes its hook only to submit
+    assert op.execute(context={}) == {"batches": 1, "applied": 0, "rows": {}}
 
 
 def test_the_package_zip_holds_the_apply_modules(tmp_path):

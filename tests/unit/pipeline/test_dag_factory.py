@@ -91,6 +91,16 @@ def test_decode_and_apply_get_the_specs_slot_staging_connections_and_tables():
     assert apply.tables["public.orders"]["target"] == "public.o"
 
 
+def test_the_postgres_apply_applies_in_the_worker_unless_the_spec_turns_it_off():
+    on = build_pipeline_dag(parse_spec(DOC, env={}), dag_id="d", start_date=datetime(2026, 1, 1))
+    off = build_pipeline_dag(parse_spec({**DOC, "spark": {"apply_in_worker": False}}, env={}), dag_id="d",
+                             start_date=datetime(2026, 1, 1))
+    assert on.get_task("pglogical.apply").apply_in_worker is True
+    assert off.get_task("pglogical.apply").apply_in_worker is False
+    with pytest.raises(SpecError, match="spark.apply_in_worker: expected true or false"):
+        parse_spec({**DOC, "spark": {"apply_in_worker": "no"}}, env={})
+
+
 def test_dag_kwargs_override_the_factory_defaults():
     dag = build_pipeline_dag(parse_spec(DOC, env={}), dag_id="d", start_date=datetime(2026, 1, 1), max_active_runs=2,
                              tags=["mine"])
