@@ -10,6 +10,10 @@ Input is the shared transforms' output (``transforms.compact``) as Arrow: ``_pgl
 * a TRUNCATE before the changes (``truncated``): every target row the batch does not re-insert is
   deleted (``not matched by source``), matched non-inserts are deleted — in the same commit.
 
+When no key of the batch can be at a row of the table (``keys_absent``: no data file yet, or a single integer/date
+key outside every file's statistics), the MERGE could only insert: the ``I``/``R`` rows are appended instead
+(``append_inserts``), in the same one commit with the watermark.
+
 A row that arrived by a key change and needs an unchanged TOAST value takes it from where it was:
 that needs the order of the batch, so the table's un-netted changes are replayed on the driver
 (``replay_net``) from the target rows they reference, and the result merged the same way.

@@ -5,6 +5,8 @@ struct (``delta/mirror.with_from``), exactness notes are unwrapped (a noted valu
 typed error, naming column and LSN), the planned source schema changes reach the table before its data, and the
 batch's ordered changes are offered, shaped alike, for a table that must replay them (a moved row keeping an
 unchanged TOAST value). The target's ``apply_net`` then decides the rows and commits them with the watermark.
+A target that reads the direct path's rows (``lake/direct.py``) gets a covered table-batch's net rows from its
+staged files instead of Spark's frame, through the same steps.
 """
 
 from __future__ import annotations
