@@ -31,10 +31,10 @@ NET_COLUMNS = ("op", "lsn", "old", "new")  # what the per-row rewrite reads
 
 def flat_type(dtype: pa.DataType) -> bool:
     """Whether a staged column of this Arrow type converts for the lake as Spark's read of it does."""
-    return (pa.types.is_integer(dtype) or pa.types.is_floating(dtype) or pa.types.is_boolean(dtype)
-            or pa.types.is_string(dtype) or pa.types.is_large_string(dtype) or pa.types.is_binary(dtype)
-            or pa.types.is_large_binary(dtype) or pa.types.is_decimal128(dtype) or pa.types.is_date32(dtype)
-            or (pa.types.is_timestamp(dtype) and dtype.unit == "us"))
+    return bool(pa.types.is_integer(dtype) or pa.types.is_floating(dtype) or pa.types.is_boolean(dtype)
+                or pa.types.is_string(dtype) or pa.types.is_large_string(dtype) or pa.types.is_binary(dtype)
+                or pa.types.is_large_binary(dtype) or pa.types.is_decimal128(dtype) or pa.types.is_date32(dtype)
+                or (pa.types.is_timestamp(dtype) and dtype.unit == "us"))
 
 
 def readable(net: DirectNet) -> bool:
