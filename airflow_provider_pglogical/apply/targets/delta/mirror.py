@@ -322,6 +322,11 @@ def append_inserts(dt: DeltaTable, net: pa.Table, columns: Sequence[str], *, pro
     """The batch's commit when ``keys_absent``: its ``I``/``R`` rows appended (one commit with the watermark), the
     MERGE's counts of it. Rows keeping a column were resolved before (``resolve_keeps``: dropped or failed)."""
     rows = net.filter(pc.is_in(_kinds(net), pa.array(INSERTED))).select(list(columns))
+    # A column the batch does not write (the source dropped it) is null in the appended rows, as the MERGE's insert
+    # leaves it; the rows take the table's column order.
+    table = pa.schema(dt.schema().to_arrow())
+    rows = pa.table({f.name: rows.column(f.name) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
+                     for f in table})
     before_commit()
     if rows.num_rows:
         write_deltalake(dt, rows, mode="append", commit_properties=props)

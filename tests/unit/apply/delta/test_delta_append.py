@@ -102,3 +102,13 @@ def test_a_batch_of_only_missing_rows_commits_the_watermark_alone(tmp_path, kind
     apply(target, 10, 20, batches_of([5, 6][:len(kinds)], kinds))
     assert rows_of(target.location) == [(1, 1, "v1")]
     assert target.watermark("public.t") == 20
+
+
+def test_an_appended_batch_that_no_longer_writes_a_column_leaves_it_null(tmp_path):
+    """The source dropped ``body``: the batch writes ``id`` and ``n`` only, as the MERGE's insert would."""
+    target = DeltaTarget(DeltaLocation(str(tmp_path / "lake")), "s1")
+    apply(target, 0, 10, batches_of([1], ["I"]))
+    later = net(batches_of([5], ["I"])).drop_columns(["body"])
+    target.apply_net("public.t", 10, 20, later, key=("id",), columns=("id", "n"), type_names=TYPES, truncated=False)
+    assert operations(target.location)[1:] == ["WRITE", "WRITE"]
+    assert rows_of(target.location) == [(1, 1, "v1"), (5, 5, None)]
