@@ -29,7 +29,12 @@ package at ``DIR`` (e.g. ``git worktree``/``git archive`` of the old commit) in 
 interleaved, for an A/B of two versions on the same data under the same load.
 
 ``--targets postgres,delta`` (default both): the Delta apply (Delta Lake on local disk) runs after the
-PostgreSQL one, in the same warm Spark session, and is compared with the native subscriber's rows;
+PostgreSQL one, in the same warm Spark session, and is compared with the native subscriber's rows; beside it, the
+delta-rs floor (``delta_floor_s``): delta-rs alone writing each batch's net rows, computed beforehand and not timed,
+into a table of its own (a plain append into the empty table, else one MERGE of updates, deletes and inserts).
+``--delta-reference`` also runs the Delta apply with the direct path and the append of absent keys switched off
+(``PGLOGICAL_APPLY_DIRECT=0``, ``PGLOGICAL_DELTA_APPEND=0``: every batch through Spark's net frame and a MERGE),
+in the same session, for a before/after of one run.
 ``--targets postgres,delta,iceberg`` adds the Iceberg apply (embedded SQL catalog, local warehouse) the same way.
 """
 
@@ -101,6 +106,42 @@ def filtered_workload(dsn: str, changes: int) -> dict[str, int]:
     execute(dsn, "UPDATE big SET a = a + 1, c = c + 1 WHERE id % 8 = 0")  # no parameters: % as is
     execute(dsn, "DELETE FROM big WHERE id >= %s", params=(inserts - deletes,))
     return {"insert": inserts, "update": updates + (inserts + 7) // 8, "delete": deletes}
+
+
+def delta_floor(staging: str, slot: str, table: str, uri: str) -> tuple[float, list[float]]:
+    """delta-rs alone writing each staged batch's net rows of ``table`` into a Delta table at ``uri``: the rows are
+    netted beforehand by the Arrow kernels (not timed); timed is the append into the empty table, or the one MERGE
+    (update, delete, insert by kind) of a later batch. Returns the total and per-batch seconds."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable, write_deltalake
+
+    from airflow_provider_pglogical.apply import kernels
+    from airflow_provider_pglogical.staging.reader import StagingReader
+
+    reader = StagingReader.from_uri(staging, slot)
+    qualified = f"public.{table}"
+    per_batch: list[float] = []
+    for ref in reader.batches():
+        files = reader.read_table_changes(ref, qualified)
+        if not files:
+            continue
+        staged = pa.concat_tables([f.select(list(kernels.STAGED_COLUMNS)) for f in files])
+        columns = [staged.schema.field("new").type.field(i).name for i in range(staged.schema.field("new").type.num_fields)]
+        net = kernels.compact_changes(staged, ["id"], columns, ["id"]).table(["id"], columns)
+        inserted = pc.is_in(net.column("kind"), pa.array(["I", "R"]))
+        t0 = time.monotonic()
+        if not Path(uri).exists():
+            write_deltalake(uri, net.filter(inserted).select(columns))
+        else:
+            source = net.select(["kind", *columns])
+            (DeltaTable(uri).merge(source, "t.id = s.id", source_alias="s", target_alias="t")
+             .when_matched_delete("s.kind = 'D'")
+             .when_matched_update({c: f"s.{c}" for c in columns if c != "id"})
+             .when_not_matched_insert({c: f"s.{c}" for c in columns}, predicate="s.kind IN ('I', 'R')")
+             .execute())
+        per_batch.append(round(time.monotonic() - t0, 2))
+    return round(sum(per_batch), 2), per_batch
 
 
 SCRATCH: list[str] = []  # staging and lake directories, removed when the run ends
@@ -197,8 +238,11 @@ def main() -> int:
                    "--java-options=-XX:TieredStopAtLevel=1 (C1-only JIT)")
     p.add_argument("--skip-apply", action="store_true", help="drain only: no native subscriber, no Spark")
     p.add_argument("--ab-code", default=None, help="also drain a twin slot with the package found in this directory")
-    p.add_argument("--targets", default="postgres,delta", help="comma-separated; postgres is always measured, delta adds "
-                   "the Delta target, iceberg the Iceberg target (SQL catalog on SQLite, local warehouse)")
+    p.add_argument("--delta-reference", action="store_true", help="also apply to Delta with the direct path and "
+                   "the append of absent keys switched off (every batch through Spark and a MERGE)")
+    p.add_argument("--targets", default="postgres,delta", help="comma-separated; postgres is our PostgreSQL apply "
+                   "(left out: the lake targets alone, against the same native subscriber), delta adds the Delta target, "
+                   "iceberg the Iceberg target (SQL catalog on SQLite, local warehouse)")
     args = p.parse_args()
     filtered = args.workload == "filtered"
     big = args.workload == "big" or filtered
@@ -299,10 +343,13 @@ def main() -> int:
         table_config = TableApplyConfig(row_filter=FILTER) if filtered else TableApplyConfig()
         config = ApplyConfig(slot="ours", staging_root=staging, tables={f"public.{table}": table_config})
         t0 = time.monotonic()
-        reports = apply_slot(spark, config, ours)
+        if "postgres" in targets:
+            reports = apply_slot(spark, config, ours)
+        else:  # the lake targets only: ours stays empty, compared with nothing
+            reports = []
         apply_s = time.monotonic() - t0
         digest = f"SELECT count(*), sum(hashtext({table}::text)) FROM {table}"
-        same = query(ours, digest) == query(native_dsn, digest)
+        same = "postgres" not in targets or query(ours, digest) == query(native_dsn, digest)
         out = {
             "workload": args.workload, "changes": sum(counts.values()), "by_op": counts,
             "generate_s": round(generate_s, 1), "raw_fetch_s": round(fetch_s, 2), "raw_fetch_rows": fetched,
@@ -314,7 +361,7 @@ def main() -> int:
             "ratio_spark_apply_over_native": round(apply_s / native_s, 2),
             "ratio_spark_start_plus_apply_over_native": round((spark_start_s + apply_s) / native_s, 2),
             "ratio_drain_plus_apply_over_native": round((drain_s + apply_s) / native_s, 2),
-            "targets_identical": same, **ab,
+            "targets_identical": same, **ab, "load_average_start": [round(x, 2) for x in os.getloadavg()],
         }
         if "delta" in targets:
             from deltalake import DeltaTable
@@ -322,19 +369,41 @@ def main() -> int:
             from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
             from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
 
-            lake = DeltaLocation(scratch("pglogical-bench-lake-"))
-            t0 = time.monotonic()
-            delta_reports = apply_slot(spark, config, target=DeltaTarget(lake, "ours"))
-            delta_s = time.monotonic() - t0
-            rows = DeltaTable(lake.table_uri(f"public.{table}")).to_pyarrow_table().sort_by("id")
             native_rows = query(native_dsn, f"SELECT * FROM {table} ORDER BY id")
-            delta_same = [tuple(r.values()) for r in rows.to_pylist()] == [tuple(r) for r in native_rows]
-            same = same and delta_same
-            out.update({
-                "delta_apply_s": round(delta_s, 1), "delta_batches_applied": sum(r.applied for r in delta_reports),
-                "ratio_delta_apply_over_native": round(delta_s / native_s, 2),
-                "ratio_drain_plus_delta_over_native": round((drain_s + delta_s) / native_s, 2),
-                "delta_identical_to_native": delta_same})
+            runs = {"": {}}
+            if args.delta_reference:  # the previous path: Spark's net frame and a MERGE for every batch
+                runs["reference_"] = {"PGLOGICAL_APPLY_DIRECT": "0", "PGLOGICAL_DELTA_APPEND": "0"}
+            for prefix, env in runs.items():
+                saved = {k: os.environ.get(k) for k in env}
+                os.environ.update(env)
+                try:
+                    lake = DeltaLocation(scratch("pglogical-bench-lake-"))
+                    t0 = time.monotonic()
+                    delta_reports = apply_slot(spark, config, target=DeltaTarget(lake, "ours"))
+                    delta_s = time.monotonic() - t0
+                finally:
+                    for k, v in saved.items():
+                        if v is None:
+                            os.environ.pop(k, None)
+                        else:
+                            os.environ[k] = v
+                rows = DeltaTable(lake.table_uri(f"public.{table}")).to_pyarrow_table().sort_by("id")
+                delta_same = [tuple(r.values()) for r in rows.to_pylist()] == [tuple(r) for r in native_rows]
+                same = same and delta_same
+                out.update({
+                    f"{prefix}delta_apply_s": round(delta_s, 2),
+                    f"{prefix}delta_batches_applied": sum(r.applied for r in delta_reports),
+                    f"{prefix}delta_per_batch_seconds": [r.seconds for r in delta_reports if r.applied],
+                    f"{prefix}ratio_delta_apply_over_native": round(delta_s / native_s, 2),
+                    f"{prefix}ratio_drain_plus_delta_over_native": round((drain_s + delta_s) / native_s, 2),
+                    f"{prefix}delta_identical_to_native": delta_same})
+            if not filtered:  # the floor writes every net row: no row filter
+                floor_s, floor_batches = delta_floor(staging, "ours", table, scratch("pglogical-bench-floor-") + "/t")
+                out.update({"delta_floor_s": floor_s, "delta_floor_per_batch_s": floor_batches,
+                            "ratio_delta_apply_over_floor": round(float(out["delta_apply_s"]) / floor_s, 2)})
+            if args.delta_reference:
+                out["ratio_delta_apply_over_reference"] = round(
+                    float(out["delta_apply_s"]) / float(out["reference_delta_apply_s"]), 2)
         if "iceberg" in targets:
             from airflow_provider_pglogical.apply.targets.iceberg.catalog import IcebergLocation
             from airflow_provider_pglogical.apply.targets.iceberg.target import IcebergTarget
@@ -359,6 +428,7 @@ def main() -> int:
                 "iceberg_identical_to_native": ice_same})
             if "delta_apply_s" in out:
                 out["ratio_iceberg_apply_over_delta_apply"] = round(ice_s / float(out["delta_apply_s"]), 2)
+        out["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
         spark.stop()
         if args.event_log:
             from benchmarks.spark_events import summarize

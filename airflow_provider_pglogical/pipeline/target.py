@@ -447,6 +447,11 @@ class DeltaSpecTarget(LakeSpecTarget):
     def storage_uri(self) -> str:
         return self.spec.target.uri or ""
 
+    @property
+    def takes_direct_rows(self) -> bool:  # type: ignore[override]
+        # A mirror reads the direct path's net rows itself (``lake/direct.py``); a change feed needs Spark's frames.
+        return self.spec.target.mode == "mirror"
+
     def delta_target(self) -> DeltaTarget:
         from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
         from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget

@@ -117,7 +117,10 @@ def test_may_cover_is_false_with_the_direct_path_switched_off(monkeypatch):
      True),  # a row filter with a cast: Spark evaluates it
     (lambda: {**copy.deepcopy(VALID), "tables": {"public.customers": {}},
               "staging": {"uri": "s3://bucket/staging"}}, True),  # staging on an object store
-    (delta_doc, True),  # a target that takes no direct rows
+    (delta_doc, True),  # a row filter (and a change feed, which takes no direct rows)
+    # a Delta change feed takes no direct rows; a Delta mirror does
+    (lambda: {**delta_doc(partition_by={}), "tables": {"public.customers": {}}}, True),
+    (lambda: {**delta_doc(mode="mirror", partition_by={}), "tables": {"public.customers": {}}}, False),
 ])
 def test_a_run_surely_needs_spark_only_when_target_or_configuration_rule_the_direct_path_out(doc, expected):
     assert spark_expected(parse_spec(doc(), env={})) is expected

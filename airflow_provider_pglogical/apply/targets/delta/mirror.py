@@ -10,6 +10,10 @@ Input is the shared transforms' output (``transforms.compact``) as Arrow: ``_pgl
 * a TRUNCATE before the changes (``truncated``): every target row the batch does not re-insert is
   deleted (``not matched by source``), matched non-inserts are deleted — in the same commit.
 
+When no key of the batch can be at a row of the table (``keys_absent``: no data file yet, or a single integer/date
+key outside every file's statistics), the MERGE could only insert: the ``I``/``R`` rows are appended instead
+(``append_inserts``), in the same one commit with the watermark.
+
 A row that arrived by a key change and needs an unchanged TOAST value takes it from where it was:
 that needs the order of the batch, so the table's un-netted changes are replayed on the driver
 (``replay_net``) from the target rows they reference, and the result merged the same way.
@@ -23,6 +27,7 @@ Parquet files, removed by VACUUM) and a crash after it makes the re-run skip the
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypedDict
@@ -273,6 +278,59 @@ def merge(dt: DeltaTable, source: pa.Table | pa.RecordBatchReader, updates: Mapp
     merger = merger.when_not_matched_insert(inserts, predicate=inserted)
     before_commit()
     return dict(merger.execute())
+
+
+INSERTED = ("I", "R")  # net kinds a MERGE inserts at a key no target row holds
+APPEND_SWITCH = "PGLOGICAL_DELTA_APPEND"  # "0": every keyed batch MERGEs (the reference of ``append_inserts``)
+
+
+def appends() -> bool:
+    """Whether a batch whose keys no row can hold is appended (``keys_absent``) rather than merged."""
+    return os.environ.get(APPEND_SWITCH, "1") != "0"
+
+
+def keys_absent(dt: DeltaTable, net: pa.Table, key: Sequence[str], *, truncated: bool) -> bool:
+    """Whether no key of ``net`` can be at a row of the table, read from its log alone: the table has no data file,
+    or (without a truncate before the changes) its single integer or date key is outside every file's
+    ``[min, max]`` statistics and never null. Then the MERGE could only insert the ``I``/``R`` rows (nothing is
+    matched: an UPDATE or DELETE of a missing row is skipped, as natively), which ``append_inserts`` does without
+    its join. Unknown statistics (a file without them, a partition column, a key past the indexed columns)
+    answer False: the MERGE, as always."""
+    files = pa.table(dt.get_add_actions(flatten=True))
+    if not files.num_rows:
+        return True
+    if truncated or len(key) != 1 or "." in key[0]:
+        return False
+    column = net.column(key[0])
+    if not (pa.types.is_integer(column.type) or pa.types.is_date32(column.type)) or column.null_count:
+        return False
+    low, high = f"min.{key[0]}", f"max.{key[0]}"
+    if low not in files.column_names or high not in files.column_names:
+        return False
+    lows, highs = files.column(low), files.column(high)
+    if lows.null_count or highs.null_count or not net.num_rows:
+        return False
+    bounds = pc.min_max(column)
+    first, last = bounds["min"], bounds["max"]
+    below = pc.less(last, pc.min(lows).cast(column.type)).as_py()
+    above = pc.greater(first, pc.max(highs).cast(column.type)).as_py()
+    return bool(below or above)
+
+
+def append_inserts(dt: DeltaTable, net: pa.Table, columns: Sequence[str], *, props: CommitProperties,
+                   before_commit: Callable[[], None]) -> dict[str, int]:
+    """The batch's commit when ``keys_absent``: its ``I``/``R`` rows appended (one commit with the watermark), the
+    MERGE's counts of it. Rows keeping a column were resolved before (``resolve_keeps``: dropped or failed)."""
+    rows = net.filter(pc.is_in(_kinds(net), pa.array(INSERTED))).select(list(columns))
+    # A column the batch does not write (the source dropped it) is null in the appended rows, as the MERGE's insert
+    # leaves it; the rows take the table's column order.
+    table = pa.schema(dt.schema().to_arrow())
+    rows = pa.table({f.name: rows.column(f.name) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
+                     for f in table})
+    before_commit()
+    if rows.num_rows:
+        write_deltalake(dt, rows, mode="append", commit_properties=props)
+    return {"num_target_rows_inserted": rows.num_rows, "num_target_rows_updated": 0, "num_target_rows_deleted": 0}
 
 
 def commit_watermark_only(dt: DeltaTable, props: CommitProperties) -> None:

@@ -222,13 +222,15 @@ class DeltaTarget:
         """One table's net changes in one MERGE commit: streamed bucket by bucket from Spark (``lake/stream.py``) when
         ``chunk_rows`` is set, the table-batch staged more changes than that (or does not say how many) and no change
         needs the whole table's changes, else collected whole (the reference). With ``max_merge_rows`` set, a
-        table-batch of more net changes than that is merged in one commit per bucket (``apply_net_buckets``)."""
+        table-batch of more net changes than that is merged in one commit per bucket (``apply_net_buckets``). A
+        table-batch the direct path covers and that would be collected whole is read from its staged files instead
+        (``lake/direct.py``: no Spark)."""
         def streamed(frame: DataFrame, summary: stream.NetSummary) -> TableOutcome:
             per_commit = self.max_merge_rows is not None and summary.rows > self.max_merge_rows
             return self._mirror_streamed(table, plan, frame, summary, where, seconds, per_commit=per_commit)
 
         return lake_net.apply_mirror(self, table, plan, changes, seconds, (self.chunk_rows, self.max_merge_rows),
-                                     streamed)
+                                     streamed, direct=True)
 
     def _mirror_streamed(self, table: PlannedTable, plan: PlannedBatch, frame: DataFrame, summary: stream.NetSummary,
                          where: str, seconds: dict[str, float], *, per_commit: bool) -> TableOutcome:
@@ -431,7 +433,10 @@ class DeltaTarget:
                                                       target=target, unchanged_toast=unchanged_toast)
         props = mirror.commit_properties(app, end_lsn, mirror.metadata(self.slot, start_lsn, end_lsn, rejects))
         version = dt.version()
-        if converted.num_rows:
+        if converted.num_rows and mirror.appends() and mirror.keys_absent(dt, converted, key, truncated=truncated):
+            rows = mirror.append_inserts(dt, converted, columns, props=props,
+                                         before_commit=lambda: self.checkpoint("before_commit", target))
+        elif converted.num_rows:
             rows = mirror.merge_net(dt, converted, key, columns, truncated=truncated, props=props,
                                     before_commit=lambda: self.checkpoint("before_commit", target), null_safe=null_safe_key)
         else:

@@ -5,25 +5,37 @@ struct (``delta/mirror.with_from``), exactness notes are unwrapped (a noted valu
 typed error, naming column and LSN), the planned source schema changes reach the table before its data, and the
 batch's ordered changes are offered, shaped alike, for a table that must replay them (a moved row keeping an
 unchanged TOAST value). The target's ``apply_net`` then decides the rows and commits them with the watermark.
+A target that reads the direct path's rows (``lake/direct.py``) gets a covered table-batch's net rows from its
+staged files instead of Spark's frame, through the same steps.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import pyarrow as pa
 
-from airflow_provider_pglogical.apply.targets.base import BatchChanges, PlannedBatch, PlannedTable, StagedRowsSource
+from airflow_provider_pglogical.apply.targets.base import (
+    BatchChanges,
+    DirectNetSource,
+    PlannedBatch,
+    PlannedTable,
+    StagedRowsSource,
+)
 from airflow_provider_pglogical.apply.targets.delta.mirror import with_from
 from airflow_provider_pglogical.apply.targets.delta.types import Lake, unwrap_notes
+from airflow_provider_pglogical.apply.targets.lake import direct as lake_direct
 from airflow_provider_pglogical.apply.targets.lake import stream
 from airflow_provider_pglogical.apply.targets.lake.stream import NetSummary
 from airflow_provider_pglogical.apply.transforms import LSN
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
 
 Outcome = TypeVar("Outcome", covariant=True)
 
@@ -61,9 +73,16 @@ def apply_collected(target: LakeMirror[Outcome], table: PlannedTable, plan: Plan
                     frame: DataFrame, seconds: dict[str, float]) -> Outcome:
     """``table``'s net changes ``frame`` collected whole and applied by ``target`` in its one commit of the batch;
     ``seconds`` gains the time spent collecting ("stage") and applying ("apply")."""
+    return apply_rows(target, table, plan, changes, frame.toArrow, seconds)
+
+
+def apply_rows(target: LakeMirror[Outcome], table: PlannedTable, plan: PlannedBatch, changes: BatchChanges,
+               rows: Callable[[], pa.Table], seconds: dict[str, float]) -> Outcome:
+    """``apply_collected`` of net changes ``rows`` gives as Arrow in the net frame's layout (Spark's frame collected,
+    or the staged files read by ``lake/direct.py``)."""
     where = f"batch {plan.start_lsn:X}-{plan.end_lsn:X}"
     started = time.monotonic()
-    net = collected(table, frame, where, target.lake)
+    net = prepared(table, rows(), where, target.lake)
     seconds["stage"] += time.monotonic() - started
     started = time.monotonic()
     target.follow_schema(table, net, where)
@@ -79,14 +98,27 @@ def apply_collected(target: LakeMirror[Outcome], table: PlannedTable, plan: Plan
 
 def apply_mirror(target: LakeMirror[Outcome], table: PlannedTable, plan: PlannedBatch, changes: BatchChanges,
                  seconds: dict[str, float], bucket_rows: Sequence[int | None],
-                 streamed: Callable[[DataFrame, NetSummary], Outcome]) -> Outcome:
+                 streamed: Callable[[DataFrame, NetSummary], Outcome], *, direct: bool = False) -> Outcome:
     """``table``'s net changes in the batch, by the rule both lake targets follow: ``streamed`` (bucket by bucket
     from Spark, ``lake/stream.py``) when some bound of ``bucket_rows`` is worth streaming for what the table-batch
     staged and no change needs the whole table's changes, else collected whole (``apply_collected``, the
-    reference). The net frame stays cached for the summary and every bucket while ``streamed`` runs."""
-    frame = changes.net(table)
+    reference). The net frame stays cached for the summary and every bucket while ``streamed`` runs.
+
+    ``direct``: the target reads a table-batch the direct path covers from its staged files (``lake/direct.py``)
+    when it would be collected whole anyway; Spark is not asked for it (nor started for it)."""
     staged = changes.staged_rows(table) if isinstance(changes, StagedRowsSource) else None
-    if not table.key or not any(stream.worth_streaming(rows, staged) for rows in bucket_rows):
+    whole = not table.key or not any(stream.worth_streaming(rows, staged) for rows in bucket_rows)
+    if direct and whole and table.key and isinstance(changes, DirectNetSource):
+        found = changes.direct_net(table)
+        started = time.monotonic()
+        rows = lake_direct.net_table(found) if found is not None else None
+        seconds["stage"] += time.monotonic() - started
+        if rows is not None:
+            log.debug("%s: %d net changes read straight from the staged files%s", table.target, rows.num_rows,
+                      " and netted in this process" if found is not None and found.compacted else "")
+            return apply_rows(target, table, plan, changes, lambda: rows, seconds)
+    frame = changes.net(table)
+    if whole:
         return apply_collected(target, table, plan, changes, frame, seconds)
     started = time.monotonic()
     frame = frame.persist()  # read by the summary and by every bucket

@@ -1,0 +1,76 @@
+"""A lake mirror's table-batch read straight from its staged files: the direct path (``apply/direct.py``) for Delta.
+
+When the direct path covers a table-batch (``DirectNetSource.direct_net``: every action published, no row filter,
+no exactness note, one schema version, keys that never repeat — or few enough changes to net in this process),
+its net rows are the per-row rewrite ``direct.net_rows`` (or the Arrow kernels' ``direct.compacted_rows``) of
+the staged Parquet. ``net_table`` gives them in the layout of ``BatchChanges.net`` collected as Arrow (``KIND``,
+``KEEP`` as a list of column names, ``LSN``, the moved-from key columns, ``TOUCHED``, the written columns), so the
+lake's collected apply (``lake/net.py``) merges them exactly as it merges Spark's frame — no JVM, no Parquet scan
+by Spark, no ``toArrow``.
+
+Only for written columns of the flat types whose staged Arrow values are what Spark's read gives after the lake's
+conversion (``types.delta_type``): integers, floats, booleans, text, bytes, ``decimal128``, dates and µs
+timestamps. Anything else (arrays, composites, ``time``, ``interval``, ``numeric`` wider than 38 digits) goes
+through Spark as before. ``PGLOGICAL_APPLY_DIRECT=0`` switches it off with the rest of the direct path (the
+reference); ``tests/integration/test_delta_direct.py`` applies random batches both ways.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from airflow_provider_pglogical.apply import direct, kernels
+from airflow_provider_pglogical.apply.targets.base import DirectNet, from_column
+from airflow_provider_pglogical.apply.transforms import KEEP, KIND, LSN, TOUCHED
+
+NET_COLUMNS = ("op", "lsn", "old", "new")  # what the per-row rewrite reads
+
+
+def flat_type(dtype: pa.DataType) -> bool:
+    """Whether a staged column of this Arrow type converts for the lake as Spark's read of it does."""
+    return bool(pa.types.is_integer(dtype) or pa.types.is_floating(dtype) or pa.types.is_boolean(dtype)
+                or pa.types.is_string(dtype) or pa.types.is_large_string(dtype) or pa.types.is_binary(dtype)
+                or pa.types.is_large_binary(dtype) or pa.types.is_decimal128(dtype) or pa.types.is_date32(dtype)
+                or (pa.types.is_timestamp(dtype) and dtype.unit == "us"))
+
+
+def readable(net: DirectNet) -> bool:
+    """Whether every written column of the table-batch's staged images has a ``flat_type``."""
+    image = pq.read_schema(net.files[0]).field("new").type
+    if not isinstance(image, pa.StructType):
+        return False
+    types = {image.field(i).name: image.field(i).type for i in range(image.num_fields)}
+    return all(c in types and flat_type(types[c]) for c in net.columns)
+
+
+def net_table(net: DirectNet) -> pa.Table | None:
+    """The table-batch's net rows as ``BatchChanges.net`` collected as Arrow, or None when a written column's type
+    is not ``flat_type`` (then Spark's frame is the way)."""
+    if not net.files or not readable(net):
+        return None
+    if net.compacted:  # repeated keys or unchanged TOAST: the Arrow kernels net the whole table-batch at once
+        staged = pa.concat_tables([pq.read_table(p, columns=list(kernels.STAGED_COLUMNS)) for p in net.files])
+        batches = [direct.compacted_rows(staged, net)]
+    else:
+        batches = [b for p in net.files for b in direct.net_rows(pq.read_table(p, columns=list(NET_COLUMNS)),
+                                                                 net.key, net.columns)]
+    return framed(batches, net.key, net.columns)
+
+
+def framed(batches: Sequence[pa.RecordBatch], key: Sequence[str], columns: Sequence[str]) -> pa.Table | None:
+    """``direct.net_rows`` / ``direct.compacted_rows`` batches named as the net frame: the per-row rewrite's ``keep``
+    (an empty array as COPY text) becomes an empty list, as every row of it keeps nothing. None without a batch
+    (files without rows: Spark's frame gives the empty net frame's types)."""
+    names = [KIND, KEEP, LSN, *[from_column(i) for i in range(len(key))], TOUCHED, *columns]
+    out = []
+    for batch in batches:
+        arrays = list(batch.columns)
+        if not pa.types.is_list(arrays[1].type):
+            arrays[1] = pa.array([[]] * batch.num_rows, pa.list_(pa.string()))
+        out.append(pa.table(arrays, names=names))
+    if not out:
+        return None
+    return pa.concat_tables(out, promote_options="default")

@@ -1,0 +1,57 @@
+"""The lake targets' direct path against Spark's net frame: whenever ``direct.batch_files`` hands a table-batch's files
+over, ``lake/direct.net_table`` gives exactly the rows ``SparkBatchChanges.net`` collects with ``toArrow`` (plain
+batches by the per-row rewrite, repeated keys and unchanged TOAST by the Arrow kernels), in the same columns."""
+
+from __future__ import annotations
+
+import tempfile
+
+import pyarrow as pa
+from hypothesis import HealthCheck, event, given, settings
+
+from airflow_provider_pglogical.apply import direct
+from airflow_provider_pglogical.apply.batches import list_batches, read_relations
+from airflow_provider_pglogical.apply.changes import SparkBatchChanges
+from airflow_provider_pglogical.apply.targets.base import PlannedTable
+from airflow_provider_pglogical.apply.targets.lake import direct as lake_direct
+from airflow_provider_pglogical.apply.transforms import KEEP
+from tests.support.stage import BatchSpec, write_batch
+from tests.unit.apply.test_direct import KEYS, batches
+
+
+def _rows(table: pa.Table) -> list[tuple]:
+    """Rows with the keep list sorted (a set of column names) and null as empty."""
+    keep = table.column_names.index(KEEP)
+    out = []
+    for r in table.to_pylist():
+        values = list(r.values())
+        values[keep] = sorted(values[keep] or [])
+        out.append(tuple(values))
+    return sorted(out, key=repr)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches())
+def test_when_the_rule_hands_files_over_the_lake_reads_spark_s_net_rows(spark, drawn) -> None:
+    rel, changes, config = drawn
+    with tempfile.TemporaryDirectory() as root:
+        write_batch(root, "slot", BatchSpec(0x1000, 0x2000, {rel: changes}))
+        (batch,) = list_batches(root, "slot")
+        columns = tuple(c.name for c in rel.columns)
+        table = PlannedTable(rel.name, rel.name, KEYS[rel], columns, read_relations(batch)[rel.name], config)
+        net = direct.batch_files(table, batch, None)
+        rows = lake_direct.net_table(net) if net is not None else None
+        event("compacted in process" if rows is not None and net is not None and net.compacted else
+              "direct" if rows is not None else "Spark path only")
+        if rows is None:
+            return
+        spark_rows = SparkBatchChanges(spark, batch).net(table).toArrow()
+        assert rows.column_names == spark_rows.column_names
+        assert _rows(rows) == _rows(spark_rows)
+
+
+def test_a_column_of_a_type_outside_the_flat_ones_leaves_the_batch_to_spark() -> None:
+    assert lake_direct.flat_type(pa.decimal128(12, 2)) and lake_direct.flat_type(pa.timestamp("us", tz="UTC"))
+    for dtype in (pa.list_(pa.int32()), pa.struct([("a", pa.int32())]), pa.time64("us"), pa.decimal256(50, 2),
+                  pa.timestamp("ns")):
+        assert not lake_direct.flat_type(dtype), dtype
