@@ -5,12 +5,11 @@ their own."""
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import SLOW_MODULES, SPARK_CLUSTER_MODULES
+from tests.conftest import SLOW_MODULES, SPARK_CLUSTER_MODULES, work_unit
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # two modules of SLOW_MODULES outside the group, one ranked before a module of the group and one after
@@ -38,16 +37,14 @@ def test_the_cluster_modules_run_together_in_their_order_where_the_first_of_them
     assert "killed" in in_group[-1]  # the test that kills a worker is the group's last
 
 
-def test_make_test_hands_the_cluster_modules_to_one_worker_and_the_others_apart() -> None:
-    """``--setup-plan`` under `make test`'s xdist options: scheduled and reported, nothing started."""
+def test_make_test_schedules_with_the_cluster_modules_as_one_unit_of_work() -> None:
+    """``--setup-plan`` under `make test`'s xdist options (scheduled, nothing started): xdist uses the suite's
+    scheduler, which makes the group's tests one unit and every other module a unit of its own."""
     lines = pytest_run("-n", "2", "--dist", "loadfile", "--no-loadscope-reorder", "--setup-plan", "-v")
-    workers: dict[str, set[str]] = {}
-    for line in lines:
-        if match := re.match(r"\[(gw\d+)\] .*? (tests/\S+?\.py)::", line):
-            workers.setdefault(match[2], set()).add(match[1])
-    assert set(workers) == set(SPARK_CLUSTER_MODULES) | set(OTHERS), workers
-    assert all(len(gws) == 1 for gws in workers.values()), workers  # each module on one worker
-    assert len(set.union(*(workers[m] for m in SPARK_CLUSTER_MODULES))) == 1, workers
+    assert any(line.startswith("scheduling tests via SparkClusterScheduling") for line in lines), lines[:20]
+    units = {work_unit(f"{module}::test_x[a]") for module in SPARK_CLUSTER_MODULES}
+    assert units == {work_unit(f"{SPARK_CLUSTER_MODULES[0]}::test_y")}
+    assert [work_unit(f"{module}::test_x") for module in OTHERS] == OTHERS
 
 
 def test_a_module_using_the_cluster_outside_the_group_is_refused_with_the_way_out(tmp_path: Path) -> None:
