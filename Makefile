@@ -32,7 +32,9 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 # Two workers, one test module each at a time (module fixtures are not duplicated): 34 min for 1545
 # tests on the 2-core machine, where one process took 33 min for 1040. Modules are handed out in
 # collection order, which tests/conftest.py starts with the longest modules (SLOW_MODULES);
-# --no-loadscope-reorder keeps xdist from re-sorting them by number of tests.
+# --no-loadscope-reorder keeps xdist from re-sorting them by number of tests. The modules on the
+# two-worker Spark cluster go out as one unit, to share its servers (tests/conftest.py,
+# SPARK_CLUSTER_MODULES: loadfile's scheduler with that one change).
 test: bootstrap lint  ## lint, then the whole suite against real PostgreSQL 15/17, Spark and Airflow
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25 $(PYTEST_ARGS) tests
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg2
 import pytest
@@ -88,20 +89,105 @@ SERVICE_FOLDERS = (Path(__file__).resolve().parent / "integration", Path(__file_
 SERVICE_FIXTURES = ("pg_server", "s3")
 
 
+# The modules that use the two-worker Spark cluster and the Spark Connect server on it (tests/support/cluster.py):
+# those servers cost a dozen JVM starts, so one process starts them once for all of these modules. They run
+# together, one after the other in this order, where the first of them would run by SLOW_MODULES (under xdist:
+# one unit of work, ``SparkClusterScheduling``), and the servers stop after the last of them. test_spark_cluster
+# comes last: its last test kills a worker (the cluster is started afresh if a test of the group follows it).
+SPARK_CLUSTER_MODULES = (
+    "tests/integration/test_spark_connect.py",
+    "tests/integration/test_delta_remote.py",
+    "tests/integration/test_spark_standalone.py",
+    "tests/integration/test_spark_cluster.py",
+)
+SPARK_CLUSTER_GROUP = "spark-cluster"
+SPARK_CLUSTER_FIXTURE = "shared_cluster"  # what every test of the cluster's fixtures depends on
+SHARED_CLUSTER = pytest.StashKey[Any]()
+
+
+def module_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to under xdist: its module, or the cluster's group."""
+    module = module_of(nodeid)
+    return SPARK_CLUSTER_GROUP if module in SPARK_CLUSTER_MODULES else module
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # xdist's hook (absent under -p no:xdist)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` with the modules of SPARK_CLUSTER_MODULES as one unit of work (``work_unit``), so one
+    worker runs them all on the servers it started once; every other module stays a unit of its own. (xdist's
+    ``loadgroup`` would do this through ``xdist_group`` marks, but then every test's id carries its group.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SparkClusterScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return SparkClusterScheduling(config, log)
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest's own hook deselects by ``-m``
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests under SERVICE_FOLDERS or using SERVICE_FIXTURES marked ``integration``; modules in SLOW_MODULES first
-    (in its order), then the others by number of tests, most first (what xdist's loadscope reorder does); tests keep
-    their order inside a module."""
+    (in its order), then the others by number of tests, most first (what xdist's loadscope reorder does); the
+    modules of SPARK_CLUSTER_MODULES together, in its order, where the first of them ranks; tests keep their order
+    inside a module. A test using the cluster's fixtures outside SPARK_CLUSTER_MODULES is refused: it would start
+    a second cluster on another worker."""
     rank = {module: i for i, module in enumerate(SLOW_MODULES)}
     modules: dict[str, list[pytest.Item]] = {}
     for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
         if (any(item.path.is_relative_to(folder) for folder in SERVICE_FOLDERS)
-                or set(SERVICE_FIXTURES) & set(getattr(item, "fixturenames", ()))):
+                or set(SERVICE_FIXTURES) & fixtures):
             item.add_marker(pytest.mark.integration)
-        modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
-    ordered = sorted(modules.items(), key=lambda entry: (rank.get(entry[0], len(rank)), -len(entry[1])))
+        module = module_of(item.nodeid)
+        if SPARK_CLUSTER_FIXTURE in fixtures and module not in SPARK_CLUSTER_MODULES:
+            raise pytest.UsageError(f"{item.nodeid} uses the shared Spark cluster: add {module} to "
+                                    "SPARK_CLUSTER_MODULES in tests/conftest.py")
+        modules.setdefault(module, []).append(item)
+    group_rank = min((rank.get(module, len(rank)) for module in SPARK_CLUSTER_MODULES), default=len(rank))
+
+    def key(entry: tuple[str, list[pytest.Item]]) -> tuple[int, int, int]:
+        module, module_items = entry
+        if module in SPARK_CLUSTER_MODULES:
+            return group_rank, 0, SPARK_CLUSTER_MODULES.index(module)
+        return rank.get(module, len(rank)), 1, -len(module_items)
+
+    ordered = sorted(modules.items(), key=key)
     items[:] = [item for _module, module_items in ordered for item in module_items]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After the last test of SPARK_CLUSTER_MODULES in a row, the cluster and its Connect server stop (rather than
+    holding their JVMs' memory while this process runs the rest of its modules)."""
+    try:
+        return (yield)
+    finally:
+        shared = item.session.stash.get(SHARED_CLUSTER, None)
+        if (shared is not None and module_of(item.nodeid) in SPARK_CLUSTER_MODULES
+                and (nextitem is None or module_of(nextitem.nodeid) not in SPARK_CLUSTER_MODULES)):
+            shared.close()
+
+
+@pytest.fixture(scope="session")
+def shared_cluster(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """This process's two-worker cluster and Connect server (tests/support/cluster.py's ``SharedCluster``, each
+    started on first use; its fixtures ``spark_cluster``, ``cluster_connect``, ``spark_connect``), stopped after
+    the last test of SPARK_CLUSTER_MODULES in a row and at the end of the session."""
+    from tests.support.cluster import SharedCluster  # with pyspark: only where a test needs it
+
+    shared = SharedCluster()
+    request.session.stash[SHARED_CLUSTER] = shared
+    try:
+        yield shared
+    finally:
+        shared.close()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -15,8 +15,10 @@ from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocatio
 from airflow_provider_pglogical.hooks import PgLogicalHook
 from scripts.harness.subscriber import run_script
 from scripts.harness.userenv import run_as_user, venv_script
+from tests.support.cluster import spark_connect  # noqa: F401 (fixture)
 from tests.support.remote_specs import BATCH_ONE, BATCH_TWO, SLOT, Databases, assert_delta_equals_native, write_spec
-from tests.support.sparkconnect import DRIVER_KEY, EXECUTOR_KEY, s3_env, spark_connect  # noqa: F401 (fixture)
+from tests.support.spark import TEST_JVM_OPTIONS
+from tests.support.sparkconnect import DRIVER_KEY, EXECUTOR_KEY, s3_env
 
 APP = str(Path(__file__).resolve().parents[2] / "spark_apps" / "apply_spec.py")
 
@@ -27,7 +29,7 @@ def test_the_delta_apply_runs_where_the_spec_says_spark_runs(pg_server, tmp_path
     dbs.subscribe()
     PgLogicalHook.from_dsn(dbs.source).create_slot(SLOT)
     lake = DeltaLocation(str(tmp_path / "lake"))
-    connect = request.getfixturevalue("spark_connect") if where == "connect" else None  # started for this only
+    connect = request.getfixturevalue("spark_connect") if where == "connect" else None  # (the cluster's)
     if connect is not None:
         staging, spark, env = (f"s3://{connect.s3.bucket}/{tmp_path.name}/staging", {"remote": connect.url},
                                s3_env(connect.s3, DRIVER_KEY))
@@ -50,6 +52,7 @@ def test_the_delta_apply_runs_where_the_spec_says_spark_runs(pg_server, tmp_path
                 assert decoded.returncode == 0, decoded.stderr[-3000:]
                 result = run_as_user([venv_script("spark-submit"), "--master", "local[2]", "--conf",
                                       "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
+                                      "--conf", f"spark.driver.extraJavaOptions={TEST_JVM_OPTIONS}",
                                       APP, "--spec", str(spec)], env, timeout=600)
                 assert result.returncode == 0, result.stderr[-3000:]
                 applied = json.loads(result.stdout.strip().splitlines()[-1])

@@ -158,7 +158,8 @@ def test_a_delta_target_on_two_workers_matches_a_native_subscriber(
 @pytest.mark.parametrize("databases", [False], indirect=True, ids=[""])
 def test_a_worker_killed_while_its_executor_reads_a_batch_loses_nothing(
         spark_cluster, databases, tmp_path):  # noqa: F811 (the fixture imported above)
-    """Runs last in this module (the cluster keeps one worker). The S3 server holds the executors' reads of
+    """Runs last of the cluster's modules (tests/conftest.py): the cluster keeps one worker (a test asking for it
+    afterwards gets a new one). The S3 server holds the executors' reads of
     row-change files until both workers' executors are inside such a read; then worker 1's JVM and its executor
     are SIGKILLed. Spark runs the lost task again on worker 2, the run ends, and the target is the native
     subscriber's: nothing lost, nothing applied twice (the progress row is the batch's end)."""

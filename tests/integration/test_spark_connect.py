@@ -12,6 +12,7 @@ from airflow_provider_pglogical.hooks import PgLogicalHook
 from scripts.harness.subscriber import run_script
 from scripts.harness.userenv import run_as_user, venv_script
 from tests.integration.test_native_equivalence import TABLES_SQL
+from tests.support.cluster import spark_connect  # noqa: F401 (fixture)
 from tests.support.remote_specs import (
     BATCH_ONE,
     BATCH_TWO,
@@ -21,7 +22,7 @@ from tests.support.remote_specs import (
     write_spec,
 )
 from tests.support.spark import TEST_SPARK_CONF
-from tests.support.sparkconnect import DRIVER_KEY, EXECUTOR_KEY, s3_env, spark_connect  # noqa: F401 (fixture)
+from tests.support.sparkconnect import DRIVER_KEY, EXECUTOR_KEY, s3_env
 
 # Our target lacks rf_full and rf_key: the apply creates them.
 OURS_SQL = "".join(s + ";" for s in TABLES_SQL.split(";") if s.strip() and "rf_full" not in s and "rf_key" not in s)

@@ -1,35 +1,25 @@
-"""The same operator against a Spark standalone master + worker on 127.0.0.1 (started and stopped here)."""
+"""The same operator against a Spark standalone cluster on 127.0.0.1 (the suite's two-worker one,
+tests/support/cluster.py)."""
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
-
-import pytest
 
 from airflow_provider_pglogical.operators.apply import PgLogicalApplyOperator
 from scripts.harness.pgserver import make_target
 from scripts.harness.pgserver import query as rows
-from scripts.harness.sparkcluster import start_cluster
 from tests.integration.test_apply_operator import stage_orders, target_connection
+from tests.support.cluster import spark_cluster  # noqa: F401 (fixture)
 from tests.support.spark import TEST_JVM_OPTIONS, TEST_SPARK_CONF
 
 
-@pytest.fixture(scope="module")
-def standalone(tmp_path_factory) -> Iterator[str]:
-    """A master and one 1-core, 1 GB worker (``scripts/harness/sparkcluster.py``); its master URL."""
-    cluster = start_cluster(tmp_path_factory.mktemp("spark-standalone"), workers=1, cores=1, memory="1g")
-    try:
-        yield cluster.master_url
-    finally:
-        cluster.stop()
-
-
-def test_the_apply_operator_runs_unchanged_on_a_standalone_cluster(standalone, monkeypatch, pg_server, tmp_path):
+def test_the_apply_operator_runs_unchanged_on_a_standalone_cluster(
+        spark_cluster, monkeypatch, pg_server, tmp_path):  # noqa: F811 (the fixture imported above)
     dbname, dsn = make_target(pg_server)
     stage_orders(tmp_path / "staging")
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_STANDALONE", json.dumps({"conn_type": "spark", "host": standalone}))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_STANDALONE",
+                       json.dumps({"conn_type": "spark", "host": spark_cluster.spark.master_url}))
     target_connection(monkeypatch, pg_server, dbname)
     op = PgLogicalApplyOperator(task_id="apply", slot="slot_a", staging_uri=str(tmp_path / "staging"),
                                 target_conn_id="pg_target", conn_id="spark_standalone", python=sys.executable,

@@ -1,4 +1,6 @@
-"""A two-worker Spark standalone cluster on 127.0.0.1 with staging on S3 only, once per test module.
+"""A two-worker Spark standalone cluster on 127.0.0.1 with staging on S3 only, and a Spark Connect server whose
+application runs on it: one of each per test process, shared by the modules of tests/conftest.py's
+``SPARK_CLUSTER_MODULES``.
 
 The workers (and so their executors) hold the S3 key ``EXECUTOR_KEY`` in their environment; the driver (the
 ``pglogical`` process, or the Connect server's driver) is given ``DRIVER_KEY`` or nothing, and the S3 server's
@@ -7,6 +9,12 @@ reach staged data through S3.
 
 The S3 server sees every request first (``ExecutorReadGate``): a test can hold the executors' reads of row-change
 files until it has done something to the cluster (killed a worker while its task waits).
+
+Starting the cluster and the Connect server costs JVMs (a master, two workers, the server's driver and its two
+executors), so they start on first use and stay up for every test of those modules: tests/conftest.py hands the
+modules to one xdist worker together, back to back, holds this process's ``SharedCluster`` (its session fixture
+``shared_cluster``) and stops the servers after the last of those modules. A test that kills a worker leaves a cluster whose Connect application has moved its
+executor onto the other worker: the next test to ask for the cluster gets a new one.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +33,8 @@ import pytest
 from scripts.harness.sparkcluster import StandaloneCluster, app_conf, start_cluster
 from scripts.harness.sparkconnect import start_server, stop
 from tests.support.s3server import S3Server, s3_server
-from tests.support.sparkconnect import EXECUTOR_KEY, S3Requests, s3_env
+from tests.support.spark import TEST_JVM_OPTIONS
+from tests.support.sparkconnect import EXECUTOR_KEY, S3Requests, SparkConnect, s3_env
 
 
 class ExecutorReadGate:
@@ -62,20 +72,55 @@ class Cluster:
     gate: ExecutorReadGate
 
     def conf(self) -> dict[str, str]:
-        """A spec's ``spark.conf`` for this cluster (no S3 settings: the executors have their own)."""
-        return app_conf(executors=len(self.spark.workers))
+        """A spec's ``spark.conf`` for this cluster (no S3 settings: the executors have their own); its driver and
+        executors with the suite's JVM options (tests/support/spark.py)."""
+        return {**app_conf(executors=len(self.spark.workers)), "spark.driver.extraJavaOptions": TEST_JVM_OPTIONS,
+                "spark.executor.extraJavaOptions": TEST_JVM_OPTIONS}
 
 
-@pytest.fixture(scope="module")
-def spark_cluster() -> Iterator[Cluster]:
+class SharedCluster:
+    """This process's cluster (with its S3 server) and the Connect server on it, each started on first use."""
+
+    def __init__(self) -> None:
+        self._stack: ExitStack | None = None
+        self._cluster: Cluster | None = None
+        self._connect_url: str | None = None
+
+    def cluster(self) -> Cluster:
+        """The running cluster; a new one if a worker of the current one was killed."""
+        if self._cluster is not None and any(w.process.poll() is not None for w in self._cluster.spark.workers):
+            self.close()
+        if self._cluster is None:
+            with ExitStack() as stack:
+                self._cluster = stack.enter_context(_cluster())
+                self._stack = stack.pop_all()
+        return self._cluster
+
+    def connect_url(self) -> str:
+        """The URL of the Connect server whose application runs on the cluster (its driver holds no S3 key)."""
+        cluster = self.cluster()
+        if self._connect_url is None:
+            assert self._stack is not None
+            self._connect_url = self._stack.enter_context(_connect_server(cluster))
+        return self._connect_url
+
+    def close(self) -> None:
+        """Stop the Connect server, the cluster and the S3 server (the next use starts them again)."""
+        stack, self._stack, self._cluster, self._connect_url = self._stack, None, None, None
+        if stack is not None:
+            stack.close()
+
+
+@contextmanager
+def _cluster() -> Iterator[Cluster]:
     """A master and two workers (2 cores, 1.2 GB each; an application gets one 1-core executor on each), and an
-    S3 server whose request log this module's tests read."""
+    S3 server whose request log the tests read."""
     from moto.moto_api import recorder
 
     root = Path(tempfile.mkdtemp(prefix="pglogical-cluster-"))
     recording = root / "s3-requests.jsonl"
     previous = recorder._location
-    recorder._location = str(recording)  # process-wide: given back to whoever had it (tests/support/sparkconnect.py)
+    recorder._location = str(recording)  # process-wide (moto's recorder writes where this says): given back
     gates: list[ExecutorReadGate] = []
 
     def gated(app: Any) -> ExecutorReadGate:
@@ -95,13 +140,34 @@ def spark_cluster() -> Iterator[Cluster]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def cluster_connect(spark_cluster: Cluster) -> Iterator[str]:
-    """A Spark Connect server whose application runs on the cluster (its driver holds no S3 credentials); its URL."""
+@contextmanager
+def _connect_server(cluster: Cluster) -> Iterator[str]:
+    """A Spark Connect server whose application runs on ``cluster``; its URL."""
     log = Path(tempfile.mkdtemp(prefix="pglogical-cluster-connect-")) / "server.log"
-    process, url = start_server({}, log, master=spark_cluster.spark.master_url, conf=spark_cluster.conf())
+    process, url = start_server({}, log, master=cluster.spark.master_url, conf=cluster.conf())
     try:
         yield url
     finally:
         stop(process)
         shutil.rmtree(log.parent, ignore_errors=True)
+
+
+@pytest.fixture
+def spark_cluster(shared_cluster: SharedCluster) -> Cluster:
+    """The cluster and its S3 server."""
+    return shared_cluster.cluster()
+
+
+@pytest.fixture
+def cluster_connect(shared_cluster: SharedCluster) -> str:
+    """The URL of a Spark Connect server whose application runs on the cluster (its driver holds no S3 key)."""
+    return shared_cluster.connect_url()
+
+
+@pytest.fixture
+def spark_connect(shared_cluster: SharedCluster) -> SparkConnect:
+    """The Connect server on the cluster and the cluster's S3 server: the server's executors hold
+    ``EXECUTOR_KEY`` for S3, the client is given ``DRIVER_KEY``."""
+    url = shared_cluster.connect_url()
+    cluster = shared_cluster.cluster()
+    return SparkConnect(url, cluster.s3, cluster.requests)

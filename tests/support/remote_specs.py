@@ -9,6 +9,7 @@ and column lists); ``assert_postgres_equals_native`` / ``assert_delta_equals_nat
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,12 @@ class Databases:
 
     def drop(self) -> None:
         unsubscribe(self.native)
+        # The subscription's walsender on the source outlives DROP SUBSCRIPTION for a moment (seconds on a loaded
+        # machine), and DROP DATABASE refuses a database with an active slot even WITH (FORCE).
+        deadline = time.monotonic() + 120
+        while query(self.source, "SELECT count(*) FROM pg_replication_slots WHERE active AND database = "
+                                 "current_database()")[0][0] and time.monotonic() < deadline:
+            time.sleep(0.2)
         for name in self.names:
             execute(self.server.dsn(), f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 

@@ -1,24 +1,20 @@
-"""A real Spark Connect server for tests: pyspark's own ``SparkConnectServer`` started with ``spark-submit`` on
-127.0.0.1 and a free port (local executors), once per test session, with an S3 server of its own.
+"""The two parties of a test's S3 staging: a Spark server's executors hold S3 credentials (``EXECUTOR_KEY``) that
+the client (the ``pglogical`` process, or a Spark driver) never has (it runs with ``DRIVER_KEY``), and the S3 server
+records every request with the key that signed it, so a test can tell who read which object (``S3Requests``).
 
-The server's environment is the cluster's: its executors get S3 credentials (``EXECUTOR_KEY``) that the
-client never has (it runs with ``DRIVER_KEY``), and the S3 server records every request with the key that
-signed it, so a test can tell who read which object (``S3Requests``).
+The Spark Connect server the tests use is the one on the shared two-worker cluster (tests/support/cluster.py,
+``spark_connect``).
 """
 
 from __future__ import annotations
 
 import json
-import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 import requests
 
-from scripts.harness.sparkconnect import start_server, stop
-from tests.support.s3server import REGION, SECRET_KEY, S3Server, s3_server
+from tests.support.s3server import REGION, SECRET_KEY, S3Server
 
 DRIVER_KEY = "pglogical-driver-key"  # the client's (the pglogical process) credentials
 EXECUTOR_KEY = "pglogical-executor-key"  # the Connect server's executors' credentials
@@ -58,25 +54,8 @@ class S3Requests:
 
 @dataclass(frozen=True)
 class SparkConnect:
+    """A Spark Connect server whose executors hold ``EXECUTOR_KEY``, and the S3 server they read."""
+
     url: str  # sc://127.0.0.1:port
     s3: S3Server
     requests: S3Requests
-    log: Path  # the server's output
-
-
-@pytest.fixture(scope="session")
-def spark_connect() -> Iterator[SparkConnect]:
-    """A Spark Connect server (local executors) and an S3 server, started once for the test session; the
-    server's executors hold ``EXECUTOR_KEY`` for S3."""
-    from moto.moto_api import recorder
-
-    workdir = Path(tempfile.mkdtemp(prefix="pglogical-connect-"))
-    recording = workdir / "s3-requests.jsonl"
-    recorder._location = str(recording)  # moto's recorder writes where this says (in this process: the S3 server's)
-    with s3_server() as s3:
-        log = workdir / "server.log"
-        process, url = start_server(s3_env(s3, EXECUTOR_KEY), log)
-        try:
-            yield SparkConnect(url, s3, S3Requests(s3, recording), log)
-        finally:
-            stop(process)
