@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_pglogical.apply import planning
@@ -153,6 +153,30 @@ def drop_synced_truncates(events: Sequence[TruncateEvent], sync: Mapping[str, in
     return out
 
 
+def _newer_snapshots(config: ApplyConfig, target: SnapshotTarget, layout: SnapshotLayout,
+                     held: Collection[str]) -> Iterator[tuple[str, TableApplyConfig, Any]]:
+    """(source, config, latest snapshot ref) of each source table whose latest snapshot is newer than the sync mark
+    of its target table, but the ``held`` ones (``waiting``): read from the layout and the target's marks only."""
+    marks = target.sync_marks(config.slot, candidate_targets(config))
+    for source in sorted(config.tables or layout.tables()):  # no tables configured: every staged one
+        cfg = config.table_config(source)
+        ref = layout.latest(source)
+        if cfg is None or ref is None or source in held:
+            continue
+        if marks.get(planning.target_name(source, cfg), -1) >= ref.lsn:
+            continue
+        yield source, cfg, ref
+
+
+def has_pending_snapshots(config: ApplyConfig, target: Target, held: Collection[str] = ()) -> bool:
+    """Whether ``pending_snapshots`` would load anything, asked without its side effects (no file verified, no
+    target table created): a check before deciding who applies."""
+    if not isinstance(target, SnapshotTarget):
+        return False
+    layout = SnapshotLayout.from_uri(config.staging_root, config.slot)
+    return next(_newer_snapshots(config, target, layout, held), None) is not None
+
+
 def pending_snapshots(config: ApplyConfig, target: Target,
                       held: Collection[str] = ()) -> list[tuple[PlannedSnapshot, dict[str, Any]]]:
     """Published snapshots newer than what the target holds, grouped by LSN (oldest first), but those of the
@@ -160,16 +184,8 @@ def pending_snapshots(config: ApplyConfig, target: Target,
     if not isinstance(target, SnapshotTarget):
         return []
     layout = SnapshotLayout.from_uri(config.staging_root, config.slot)
-    marks = target.sync_marks(config.slot, candidate_targets(config))
     groups: dict[int, list[tuple[str, Any, SnapshotManifest, dict[str, SnapshotFiles]]]] = {}
-    for source in sorted(config.tables or layout.tables()):  # no tables configured: every staged one
-        cfg = config.table_config(source)
-        ref = layout.latest(source)
-        if cfg is None or ref is None or source in held:
-            continue
-        name = planning.target_name(source, cfg)
-        if marks.get(name, -1) >= ref.lsn:
-            continue
+    for source, cfg, ref in _newer_snapshots(config, target, layout, held):
         manifest = layout.manifest(ref)
         layout.verify(ref, manifest)  # before the target sees any of it (a table created, a row read)
         uri = _uri(layout, ref.path)

@@ -102,7 +102,7 @@ def idle_reports(config: ApplyConfig, dsn: str) -> list[BatchReport] | None:
     target = PostgresTarget(SparkOnDemand(_refuse), config, dsn, target_tables=names)
     with target.session(config.slot):
         held = snapshots.waiting(config, target)
-        if snapshots.pending_snapshots(config, target, held):
+        if snapshots.has_pending_snapshots(config, target, held):  # asked without creating a table
             return None
         flowing = snapshots.without(config, held, known={s for b in batches for s in b.table_files})
         if flowing is None:  # every table waits for its snapshot: the runner hands no batch on

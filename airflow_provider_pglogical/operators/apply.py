@@ -8,7 +8,8 @@ import shutil
 import sys
 import tempfile
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -189,21 +190,24 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
         target = BaseHook.get_connection(self.target_conn_id)
         if not target.host:
             raise ApplyError(f"connection {self.target_conn_id} has no host")
-        master = submit_master(self.spark_conn_id)
         workdir = tempfile.mkdtemp(prefix="pglogical-apply-")
         try:
             report = Path(workdir) / "batches.jsonl"
-            self.application_args = [*(self.application_args or []), *self.application_arguments(),
-                                     "--report-file", str(report)]
-            self.env_vars = prepare_submit(self, master, workdir, self.python, self.staging_uri,
-                                           self.staging_conn_id, {self.dsn_env: connection_dsn(self.target_conn_id)})
             # One record in the slot's run history (docs/staging-format.md#run-history), failed runs included.
             with (staging_connection(self.staging_uri, self.staging_conn_id),
                   recording(self.staging_uri, self.slot, "apply", tool="airflow", log=self.log.warning) as record):
                 watch = Stopwatch()
                 here: list[dict[str, Any]] = []
                 try:
+                    # The spark-submit is prepared only when a batch needs it: a run the worker applies whole
+                    # neither needs a Spark connection nor touches anything of a JVM.
                     if self._apply_here(here):
+                        master = submit_master(self.spark_conn_id)
+                        self.application_args = [*(self.application_args or []), *self.application_arguments(),
+                                                 "--report-file", str(report)]
+                        self.env_vars = prepare_submit(self, master, workdir, self.python, self.staging_uri,
+                                                       self.staging_conn_id,
+                                                       {self.dsn_env: connection_dsn(self.target_conn_id)})
                         super().execute(context)
                 finally:
                     # Batches committed before a failure still count: report them either way, once each.
@@ -229,8 +233,11 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
         from airflow_provider_pglogical.apply.without_spark import apply_without_spark
 
         config = parse_args(self.application_arguments())  # the submitted app's own reading of its arguments
-        result = apply_without_spark(config, connection_dsn(self.target_conn_id),
-                                     on_batch=lambda r: reports.append(json.loads(report_line(r))))
+        # The variables the submitted app would get (``env_vars``: libpq's PGOPTIONS, PGSSLMODE…) hold here too, so
+        # both routes reach the target alike.
+        with _environment(self.env_vars or {}):
+            result = apply_without_spark(config, connection_dsn(self.target_conn_id),
+                                         on_batch=lambda r: reports.append(json.loads(report_line(r))))
         applied = sum(bool(r["applied"]) for r in reports)
         self.log.info("%s", summary_line(self.slot, result.summary))  # the line the submitted app prints
         if result.needs_spark:
@@ -295,6 +302,21 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
             inputs = [postgres_table(authority, source.schema or "", s) for s in sorted(pairs)] + inputs
         outputs = {target_table("postgres", t, info): rows.get(t, 0) for t in sorted(set(pairs.values()))}
         return operator_lineage(inputs, outputs)
+
+
+@contextmanager
+def _environment(variables: Mapping[str, str]) -> Iterator[None]:
+    """``variables`` set in this process's environment for the block, the previous values put back after it."""
+    before = {name: os.environ.get(name) for name in variables}
+    os.environ.update({name: str(value) for name, value in variables.items()})
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _qualified(table: str) -> str:
