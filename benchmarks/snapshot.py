@@ -1,9 +1,8 @@
 """Benchmark: initial sync of the same pre-existing rows by our snapshot + Spark apply, by a native
 subscriber (copy_data = true, until every table is ready), and by raw COPY TO, timed in one run.
 
-Usage: python benchmarks/snapshot.py [--rows 5000000] [--parallelism 2] [--chunk-size 64MB] [--tables three|one] [--created]
-``--tables one``: all the rows in ONE table with the three tables' column mix (``wide``), where a native table
-sync is one COPY out and one COPY in. Prints one JSON object with the timings and the ratios.
+Usage: python benchmarks/snapshot.py [--rows 5000000] [--parallelism 2] [--chunk-size 64MB]
+Prints one JSON object with the timings and the ratios.
 """
 
 from __future__ import annotations
@@ -34,12 +33,6 @@ CREATE TABLE events (id bigint PRIMARY KEY, kind text NOT NULL, payload jsonb, a
 CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL, region text, tags text[]);
 """
 TABLES = ("public.orders", "public.events", "public.customers")
-# ``--tables one``: one table with every column kind of the three (numeric, text, timestamptz, jsonb, text[], NULLs)
-WIDE_SCHEMA = """
-CREATE TABLE wide (id bigint PRIMARY KEY, customer int NOT NULL, amount numeric(12,2), status text,
-                   created_at timestamptz NOT NULL, payload jsonb, tags text[]);
-"""
-WIDE_TABLES = ("public.wide",)
 
 
 def populate(dsn: str, rows: int) -> dict[str, int]:
@@ -60,19 +53,7 @@ def populate(dsn: str, rows: int) -> dict[str, int]:
     return {"orders": n_orders, "events": n_events, "customers": n_customers}
 
 
-def populate_wide(dsn: str, rows: int) -> dict[str, int]:
-    """``rows`` rows in one table; every 10th amount and every 7th payload NULL."""
-    step = 500_000
-    for lo in range(0, rows, step):
-        execute(dsn, "INSERT INTO wide SELECT g, g %% 100000, CASE WHEN g %% 10 = 0 THEN NULL ELSE (g %% 10000) * 0.01 END, "
-                     "(ARRAY['new','paid','shipped'])[1 + g %% 3], '2024-01-01'::timestamptz + g * interval '1 s', "
-                     "CASE WHEN g %% 7 = 0 THEN NULL ELSE jsonb_build_object('g', g, 'v', md5(g::text)) END, "
-                     "ARRAY['a' || (g %% 7), 'b'] FROM generate_series(%s, %s) g", params=(lo, min(lo + step, rows) - 1))
-    execute(dsn, "VACUUM ANALYZE")
-    return {"wide": rows}
-
-
-def raw_copy(dsn: str, tables: tuple[str, ...] = TABLES) -> float:
+def raw_copy(dsn: str) -> float:
     """Every table through ``COPY (SELECT *) TO STDOUT (FORMAT binary)`` into a sink that drops it."""
     import psycopg2
 
@@ -83,7 +64,7 @@ def raw_copy(dsn: str, tables: tuple[str, ...] = TABLES) -> float:
     conn = psycopg2.connect(dsn)
     t0 = time.monotonic()
     with conn.cursor() as cur:
-        for table in tables:
+        for table in TABLES:
             cur.copy_expert(f"COPY (SELECT * FROM ONLY {table}) TO STDOUT (FORMAT binary)", Sink())
     conn.close()
     return time.monotonic() - t0
@@ -107,12 +88,11 @@ def native_sync(src_dsn: str, native_dsn: str) -> float:
     return seconds
 
 
-def snapshot_only(src_dsn: str, uri: str, parallelism: int, chunk_bytes: int, slot: str,
-                  tables: tuple[str, ...] = TABLES) -> tuple[float, int]:
+def snapshot_only(src_dsn: str, uri: str, parallelism: int, chunk_bytes: int, slot: str) -> tuple[float, int]:
     from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings, initial_snapshot
 
     job = SnapshotJob(dsn=src_dsn, slot=slot, publication="pub_all", staging_uri=uri,
-                      tables={t: (None, None) for t in tables},
+                      tables={t: (None, None) for t in TABLES},
                       settings=SnapshotSettings(initial=True, parallelism=parallelism, chunk_bytes=chunk_bytes))
     t0 = time.monotonic()
     result = initial_snapshot(job)
@@ -120,13 +100,11 @@ def snapshot_only(src_dsn: str, uri: str, parallelism: int, chunk_bytes: int, sl
 
 
 def ours(src_dsn: str, target_dsn: str, uri: str, parallelism: int, chunk_bytes: int, master: str,
-         skip_apply: bool = False, tables: tuple[str, ...] = TABLES, one_copy_dsn: str | None = None) -> dict[str, float]:
-    """Snapshot, then apply into ``target_dsn``; with ``one_copy_dsn`` (tables created there beforehand), the same
-    snapshot applied there too with ``write_partitions: 1``: every table in one COPY, the reference load."""
+         skip_apply: bool = False) -> dict[str, float]:
     from airflow_provider_pglogical.apply.config import ApplyConfig
     from airflow_provider_pglogical.apply.runner import apply_slot
 
-    snapshot_s, staged = snapshot_only(src_dsn, uri, parallelism, chunk_bytes, "ours", tables)
+    snapshot_s, staged = snapshot_only(src_dsn, uri, parallelism, chunk_bytes, "ours")
     if skip_apply:
         return {"snapshot_s": round(snapshot_s, 2), "apply_s": 0.0, "staged_bytes": staged}
     from pyspark.sql import SparkSession
@@ -143,16 +121,11 @@ def ours(src_dsn: str, target_dsn: str, uri: str, parallelism: int, chunk_bytes:
         # where the apply's time went: Spark building the COPY text vs the load transactions, summed over the
         # atomic groups (which overlap: up to 2 at once); "wall": the snapshot loads from start to end
         detail = {k: round(sum(r.seconds.get(k, 0.0) for r in reports), 2) for k in ("stage", "apply", "wall")}
-        reference = {}
-        if one_copy_dsn is not None:
-            t3 = time.monotonic()
-            apply_slot(spark, ApplyConfig(slot="ours", staging_root=uri, tables={}, write_partitions=1), one_copy_dsn)
-            reference["apply_one_copy_s"] = round(time.monotonic() - t3, 2)
     finally:
         spark.stop()
     return {"snapshot_s": round(snapshot_s, 2), "apply_s": round(apply_s, 2), "spark_start_s": round(warm_s, 2),
             "apply_stage_s": detail["stage"], "apply_load_s": detail["apply"],
-            "apply_snapshots_wall_s": detail["wall"], "staged_bytes": staged, **reference}
+            "apply_snapshots_wall_s": detail["wall"], "staged_bytes": staged}
 
 
 def main() -> int:
@@ -161,11 +134,6 @@ def main() -> int:
     p.add_argument("--parallelism", type=int, default=2)
     p.add_argument("--chunk-size", type=int, default=64 << 20, help="heap bytes per chunk")
     p.add_argument("--master", default="local[2]")
-    p.add_argument("--tables", choices=("three", "one"), default="three",
-                   help="three tables (60/30/10%% of the rows) or one table of every row with their column mix")
-    p.add_argument("--created", action="store_true",
-                   help="our target starts without the tables (the apply creates and loads them by several COPY "
-                        "streams); the same snapshot is also applied into pre-created tables (one COPY each)")
     p.add_argument("--skip-apply", action="store_true", help="time the snapshot only (no Spark)")
     p.add_argument("--also-parallelism", type=int, nargs="*", default=[],
                    help="also time the snapshot alone with these reader counts (e.g. 1 4)")
@@ -175,44 +143,32 @@ def main() -> int:
     try:
         source, native, target = make_database(server), make_database(server), make_database(server)
         src_dsn, native_dsn, target_dsn = server.dsn(source), server.dsn(native), server.dsn(target)
-        # --created: our target starts without the tables (the apply creates them: a created table loads by several
-        # COPY streams); the same snapshot is then applied into pre-created tables too, in one COPY each
-        one_copy_dsn = server.dsn(make_database(server)) if args.created else None
-        one = args.tables == "one"
-        schema, tables = (WIDE_SCHEMA, WIDE_TABLES) if one else (SCHEMA, TABLES)
-        names = ", ".join(t.split(".", 1)[1] for t in tables)
-        execute(src_dsn, schema + f"CREATE PUBLICATION pub_all FOR TABLE {names};")
-        execute(native_dsn, schema)
-        execute(one_copy_dsn or target_dsn, schema)
+        execute(src_dsn, SCHEMA + "CREATE PUBLICATION pub_all FOR TABLE orders, events, customers;")
+        execute(native_dsn, SCHEMA)
+        execute(target_dsn, SCHEMA)
         t0 = time.monotonic()
-        counts = populate_wide(src_dsn, args.rows) if one else populate(src_dsn, args.rows)
+        counts = populate(src_dsn, args.rows)
         populate_s = time.monotonic() - t0
-        raw_s = raw_copy(src_dsn, tables)
+        raw_s = raw_copy(src_dsn)
         native_s = native_sync(src_dsn, native_dsn)
         with tempfile.TemporaryDirectory() as tmp:
             our = ours(src_dsn, target_dsn, str(Path(tmp) / "staging"), args.parallelism, args.chunk_size,
-                       args.master, args.skip_apply, tables, one_copy_dsn)
+                       args.master, args.skip_apply)
             others = {}
             for n in args.also_parallelism:
-                seconds, _b = snapshot_only(src_dsn, str(Path(tmp) / f"p{n}"), n, args.chunk_size, f"p{n}", tables)
+                seconds, _b = snapshot_only(src_dsn, str(Path(tmp) / f"p{n}"), n, args.chunk_size, f"p{n}")
                 others[str(n)] = round(seconds, 2)
                 execute(src_dsn, f"SELECT pg_drop_replication_slot('p{n}')")
         check = "SELECT count(*), sum(hashtext(t::text)) FROM {} t"
-        same = args.skip_apply or all(query(native_dsn, check.format(t)) == query(dsn, check.format(t))
-                                      for t in tables for dsn in (target_dsn, one_copy_dsn) if dsn)
+        same = args.skip_apply or all(query(native_dsn, check.format(t)) == query(target_dsn, check.format(t)) for t in TABLES)
         total = our["snapshot_s"] + our["apply_s"]
-        one_copy = {}
-        if "apply_one_copy_s" in our:
-            one_copy = {"ours_total_one_copy_s": round(our["snapshot_s"] + our["apply_one_copy_s"], 2),
-                        "ratio_ours_total_one_copy_vs_native": round((our["snapshot_s"] + our["apply_one_copy_s"])
-                                                                     / native_s, 2)}
         print(json.dumps({
-            "tables": args.tables, "rows": counts, "load_avg_1m": [round(load_before, 1), round(os.getloadavg()[0], 1)],
+            "rows": counts, "load_avg_1m": [round(load_before, 1), round(os.getloadavg()[0], 1)],
             "populate_s": round(populate_s, 2), "parallelism": args.parallelism,
             "raw_copy_to_s": round(raw_s, 2), "native_initial_sync_s": round(native_s, 2), "ours": our,
             "snapshot_s_by_parallelism": {str(args.parallelism): our["snapshot_s"], **others},
             "ours_total_s": round(total, 2), "targets_identical": same,
-            "ratio_ours_total_vs_native": round(total / native_s, 2), **one_copy,
+            "ratio_ours_total_vs_native": round(total / native_s, 2),
             "ratio_snapshot_vs_raw_copy": round(our["snapshot_s"] / raw_s, 2),
             "ratio_native_vs_raw_copy": round(native_s / raw_s, 2),
         }, indent=2))

@@ -134,17 +134,3 @@ def sync_marks(conn: connection, slot: str, table: str = SYNC_TABLE) -> dict[str
         cur.execute(sql.SQL("SELECT target_table, (sync_lsn - '0/0'::pg_lsn)::bigint FROM {} WHERE slot = %s")
                     .format(ident(table)), (slot,))
         return dict(cur.fetchall())
-
-
-def mark_synced(cur: cursor, progress: str, sync: str, slot: str, table: str, lsn: int, rows: int) -> None:
-    """A snapshot's ``table`` loaded at ``lsn``: its watermark set *to* ``lsn`` (backwards too: a resync replaces
-    a table applied further) and ``lsn`` recorded as its sync LSN, inside the caller's (the load's) transaction."""
-    cur.execute(sql.SQL(
-        "INSERT INTO {} (slot, target_table, end_lsn) VALUES (%s, %s, '0/0'::pg_lsn + %s::numeric) "
-        "ON CONFLICT (slot, target_table) DO UPDATE SET end_lsn = EXCLUDED.end_lsn, applied_at = now()"
-    ).format(ident(progress)), (slot, table, lsn))
-    cur.execute(sql.SQL(
-        "INSERT INTO {} (slot, target_table, sync_lsn, rows) VALUES (%s, %s, '0/0'::pg_lsn + %s::numeric, %s) "
-        "ON CONFLICT (slot, target_table) DO UPDATE SET sync_lsn = EXCLUDED.sync_lsn, "
-        "rows = EXCLUDED.rows, synced_at = now()"
-    ).format(ident(sync)), (slot, table, lsn, rows))

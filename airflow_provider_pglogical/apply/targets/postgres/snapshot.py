@@ -23,11 +23,6 @@ anyway, so a Spark job and its cache only added a copy); otherwise Spark reads t
 ``arrowtext`` print them into Spark's disk cache before the transaction, and the COPY reads them back in chunks
 of whole lines (``toLocalIterator``: one partition at a time, so memory stays bounded by a partition).
 
-A table the apply created for the snapshot (it did not exist), printed from the staged files in several row groups,
-is loaded by several COPY streams into a table aside and swapped in by one transaction instead (``parallel_load``:
-nobody's objects are on a table this run created, so replacing it loses nothing, and readers still see it empty or
-whole); ``write_partitions`` 1 keeps every table on the one COPY.
-
 Crash windows (``CHECKPOINTS``, where the crash tests stop the process): everything of a group happens inside
 its transaction, which rolls back with the connection — during a COPY, after a table's COPY, before COMMIT;
 after COMMIT the sync marks make the rerun skip the group, and the groups not committed load whole.
@@ -35,7 +30,6 @@ after COMMIT the sync marks make the rerun skip the group, and the groups not co
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import re
@@ -44,30 +38,24 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import psycopg2
 import pyarrow as pa
 from psycopg2 import sql
 
 from airflow_provider_pglogical.apply.targets.base import BatchResult, DirectRowsSource, PlannedSnapshot, PlannedTable
-from airflow_provider_pglogical.apply.targets.postgres import arrownet, arrowtext, parallel_load
+from airflow_provider_pglogical.apply.targets.postgres import arrownet, arrowtext
 from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import qualified
 from airflow_provider_pglogical.apply.targets.postgres.catalog import ident
 from airflow_provider_pglogical.apply.targets.postgres.copytext import copy_columns
-from airflow_provider_pglogical.apply.targets.postgres.progress import (
-    SYNC_TABLE,
-    ensure_sync_table,
-    mark_synced,
-    sync_marks,
-)
+from airflow_provider_pglogical.apply.targets.postgres.progress import SYNC_TABLE, ensure_sync_table, sync_marks
 from airflow_provider_pglogical.apply.targets.postgres.replication_role import set_replication_role
 from airflow_provider_pglogical.apply.targets.postgres.target_types import describe_types
 from airflow_provider_pglogical.exceptions import ApplyError, format_lsn
 from airflow_provider_pglogical.snapshot.links import linked_components
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -129,32 +117,8 @@ class StreamedText:
                 for future in waiting:
                     future.cancel()
 
-    def split(self, n: int) -> list[Callable[[], Iterator[bytes]]]:
-        """At most ``n`` streams of contiguous shares of the row groups (their COPY texts concatenated in order are
-        ``chunks()``'s), the threads shared among them."""
-        shares = contiguous_shares(self._plan.tasks, n)
-        return [StreamedText(dataclasses.replace(self._plan, tasks=share), max(1, self._threads // len(shares))).chunks
-                for share in shares]
-
-    @property
-    def row_groups(self) -> int:
-        return len(self._plan.tasks)
-
     def unpersist(self) -> None:
         pass
-
-
-def contiguous_shares(items: tuple[T, ...], n: int) -> list[tuple[T, ...]]:
-    """``items`` cut into at most ``n`` non-empty runs in order, sizes differing by at most one (one empty run for
-    no items): concatenated they are ``items``, so the streams' rows are the one COPY's rows."""
-    k = max(1, min(n, len(items)))
-    return [items[i * len(items) // k:(i + 1) * len(items) // k] for i in range(k)]
-
-
-def load_streams(target: Any) -> int:
-    """COPY streams loading one table the apply created (``parallel_load``): ``write_partitions``, else this
-    process's cores. 1: the one COPY inside the TRUNCATE transaction, for every table."""
-    return max(1, target.config.write_partitions or os.cpu_count() or 1)
 
 
 def copy_text(frame: DataFrame, types: Any) -> CachedText:
@@ -251,8 +215,6 @@ def apply_snapshot(target: Any, plan: PlannedSnapshot, changes: Any) -> BatchRes
               if any(marks.get(t.target, -1) < plan.lsn for t in g)]
     if not groups:
         return result  # loaded by an earlier run (each group checked again inside its transaction)
-    # load tables a crashed parallel load of these snapshots left (``parallel_load``): their tables load again
-    parallel_load.drop_leftovers(conn, plan, [t.target for g in groups for t in g], target.bookkeeping_schema)
     types = {}
     for t in (t for g in groups for t in g):
         types[t.target] = describe_types(conn, [(c, target._existing(t.target).columns[c]) for c in t.columns])
@@ -265,8 +227,7 @@ def apply_snapshot(target: Any, plan: PlannedSnapshot, changes: Any) -> BatchRes
         texts = {t.target: table_text(target, changes, t, types[t.target]) for t in group}
         try:
             staged_at = time.monotonic()
-            streamed = _load_streams(target, plan, sync_table, group, texts)
-            rows, copy_s = streamed if streamed is not None else _load_group(target, plan, sync_table, group, texts)
+            rows, copy_s = _load_group(target, plan, sync_table, group, texts)
         finally:
             for text in texts.values():
                 text.unpersist()
@@ -302,37 +263,6 @@ def apply_snapshot(target: Any, plan: PlannedSnapshot, changes: Any) -> BatchRes
     return result
 
 
-def _load_streams(target: Any, plan: PlannedSnapshot, sync_table: str, group: Sequence[PlannedTable],
-                  texts: dict[str, CachedText | StreamedText]) -> tuple[dict[str, dict[str, int]], float] | None:
-    """A group of one table this target created, printed straight from the staged files in several row groups:
-    loaded by ``load_streams`` COPY streams and swapped in (``parallel_load``); None for any other group, or when the
-    table changed since it was created (then ``_load_group`` loads it)."""
-    table = group[0]
-    text = texts[table.target]
-    streams = load_streams(target)
-    if len(group) != 1 or table.target not in target.created or not isinstance(text, StreamedText) \
-            or streams < 2 or text.row_groups < 2:
-        return None
-    started = time.monotonic()
-    try:
-        rows = parallel_load.load_created(target, plan, sync_table, table, text.split(streams), copy_into)
-    except psycopg2.Error as exc:
-        raise _load_error(plan, table.target, exc) from None
-    if rows is None:
-        return None
-    target.created.discard(table.target)
-    return rows, time.monotonic() - started
-
-
-def _load_error(plan: PlannedSnapshot, names: str, exc: psycopg2.Error) -> ApplyError:
-    # input-function messages quote the value (``…: "abc"``): never row data in an error
-    primary = _QUOTED_VALUE.sub("", (exc.diag.message_primary if exc.diag else None) or type(exc).__name__)
-    hint = ""
-    if exc.pgcode == "0A000":  # TRUNCATE of a table other target tables reference
-        hint = "; resync the tables referencing it together with it (--table for each)"
-    return ApplyError(f"snapshot at {format_lsn(plan.lsn)} of {names} not applied: [{exc.pgcode}] {primary}{hint}")
-
-
 def _load_group(target: Any, plan: PlannedSnapshot, sync_table: str, group: Sequence[PlannedTable],
                 texts: dict[str, CachedText | StreamedText]) -> tuple[dict[str, dict[str, int]], float]:
     """One group's transaction on its own connection: TRUNCATE, COPY parents first, watermarks + sync LSNs, COMMIT.
@@ -359,14 +289,28 @@ def _load_group(target: Any, plan: PlannedSnapshot, sync_table: str, group: Sequ
                 copy_s += time.monotonic() - copy_started
                 rows[t.target] = {"snapshot_rows": inserted}
                 target.checkpoint("snapshot_loaded")
-                mark_synced(cur, progress, sync_table, plan.slot, t.target, plan.lsn, inserted)
+                cur.execute(sql.SQL(
+                    "INSERT INTO {} (slot, target_table, end_lsn) VALUES (%s, %s, %s::pg_lsn) "
+                    "ON CONFLICT (slot, target_table) DO UPDATE SET end_lsn = EXCLUDED.end_lsn, applied_at = now()"
+                ).format(ident(progress)), (plan.slot, t.target, format_lsn(plan.lsn)))
+                cur.execute(sql.SQL(
+                    "INSERT INTO {} (slot, target_table, sync_lsn, rows) VALUES (%s, %s, %s::pg_lsn, %s) "
+                    "ON CONFLICT (slot, target_table) DO UPDATE SET sync_lsn = EXCLUDED.sync_lsn, "
+                    "rows = EXCLUDED.rows, synced_at = now()"
+                ).format(ident(sync_table)), (plan.slot, t.target, format_lsn(plan.lsn), inserted))
             cur.execute("SET CONSTRAINTS ALL IMMEDIATE")
             target.checkpoint("snapshot_before_commit")
         conn.commit()
         target.checkpoint("snapshot_committed")
     except psycopg2.Error as exc:
         conn.rollback()
-        raise _load_error(plan, names, exc) from None
+        # input-function messages quote the value (``…: "abc"``): never row data in an error
+        primary = _QUOTED_VALUE.sub("", (exc.diag.message_primary if exc.diag else None) or type(exc).__name__)
+        hint = ""
+        if exc.pgcode == "0A000":  # TRUNCATE of a table other target tables reference
+            hint = "; resync the tables referencing it together with it (--table for each)"
+        raise ApplyError(f"snapshot at {format_lsn(plan.lsn)} of {names} "
+                         f"not applied: [{exc.pgcode}] {primary}{hint}") from None
     finally:
         conn.close()
     return rows, copy_s

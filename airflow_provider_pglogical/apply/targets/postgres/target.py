@@ -108,16 +108,12 @@ class PostgresTarget:
         """``target_tables``: the tables the run may write, whose schemas are candidates for the
         bookkeeping schema when ``config.bookkeeping_schema`` is unset (``bookkeeping_schema.py``).
         ``on_checkpoint(name)``: called at the snapshot load's crash windows (``snapshot.CHECKPOINTS``),
-        and ``parallel_load.CHECKPOINTS``,
         where the crash tests stop the process. ``spark``: a running session or one started on demand."""
         self.on_demand = SparkOnDemand.of(spark)
         self.checkpoint: Callable[[str], None] = on_checkpoint or _noop
         self.config = config
         self.dsn = dsn
         self.target_tables = tuple(target_tables)
-        # Tables this target created (``create_table``): a snapshot may load one of them by several COPY streams
-        # and swap it in (``parallel_load``), as nobody else's objects are on it yet.
-        self.created: set[str] = set()
         self._conn: Any = None
 
     @property
@@ -203,7 +199,6 @@ class PostgresTarget:
     def create_table(self, table: str, columns: Sequence[tuple[str, str]], key: Sequence[str]) -> None:
         catalog.create_table(self.conn, table, columns, key)
         self.conn.commit()
-        self.created.add(table)
 
     # -- snapshots (``targets/base.SnapshotTarget``) -----------------------------------------
 
