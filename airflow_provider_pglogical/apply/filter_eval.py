@@ -34,6 +34,7 @@ the publication transform (``apply/published.py``) with the Spark path on random
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -223,7 +224,8 @@ class _Compiler:
                 value = int(text)
                 if not _INT_RANGE[64][0] <= value <= _INT_RANGE[64][1]:
                     raise NotCovered("an integer beyond 64 bits")  # Spark reads it as a decimal
-                kind = ("int", 64)
+                # -2147483648 reaches here (the parser's Integer holds no negative bound): 32 bits to both systems.
+                kind = ("int", 32) if _INT_RANGE[32][0] <= value <= _INT_RANGE[32][1] else ("int", 64)
             elif re.fullmatch(r"-?(\d+\.\d*|\.\d+)", text):
                 value = Decimal(text)
                 digits, exponent = value.as_tuple().digits, int(value.as_tuple().exponent)
@@ -236,8 +238,8 @@ class _Compiler:
                 raise NotCovered("a number with an exponent")  # a double in Spark, numeric in PostgreSQL
         elif isinstance(val, ast.String):
             value, kind = str(val.sval), _TEXT
-            if "\\" in value:
-                raise NotCovered("a backslash in a string")
+            if "\\" in value or "'" in value or "${" in value:
+                raise NotCovered("a quote, a backslash or ${ in a string")  # Spark reads them otherwise
         else:
             raise NotCovered("a constant")
         return kind, lambda r: value
@@ -378,6 +380,12 @@ class _Compiler:
     def in_list(self, negate: bool, lexpr: Any, rexpr: Any) -> tuple[Kind, Eval]:
         lk, left = self.node(lexpr)
         items = [self.node(x) for x in rexpr]
+        # Spark casts the left side and every item to one common type: one family here, decimals within 38 digits.
+        kinds = [k for k in (lk, *(k for k, _ in items)) if k[0] not in ("null", "any")]
+        if len({k[0] for k in kinds}) > 1:
+            raise NotCovered("an IN list over two families")
+        if kinds and kinds[0][0] == "dec":
+            functools.reduce(_common, kinds)
         equals = [(_equality(lk, k), fn) for k, fn in items]
 
         def member(r: Row) -> bool | None:

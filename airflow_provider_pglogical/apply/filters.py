@@ -31,6 +31,7 @@ ALLOWED_FUNCTIONS = frozenset({"lower", "upper", "length", "abs"})
 # and what they hold (names, constants' values).
 _ALLOWED_NODES = (ast.ColumnRef, ast.A_Const, ast.BoolExpr, ast.NullTest, ast.BooleanTest, ast.TypeCast,
                   ast.TypeName, ast.CoalesceExpr, ast.String, ast.Integer, ast.Float, ast.Boolean)
+_MISREAD = re.compile(r"['\\]|\$\{")
 _DOUBLE_QUOTE_OUTSIDE_STRING = re.compile(r"""^(?:[^'"]|'(?:[^']|'')*')*\"""")
 
 
@@ -82,6 +83,10 @@ def _walk(tree: ast.Node) -> set[str]:
                 raise RowFilterError("row filter: qualified column reference or * is not supported")
             columns.add(str(fields[0].sval).lower())
             continue
+        if isinstance(node, ast.A_Const) and isinstance(node.val, ast.String) and _MISREAD.search(str(node.val.sval)):
+            # PostgreSQL's 'it''s' is "its" to Spark's parser, a backslash escapes there, ${…} is substituted.
+            raise RowFilterError("row filter: a string constant holding a quote, a backslash or ${ is not supported "
+                                 "(Spark's SQL reads it otherwise)")
         if isinstance(node, ast.A_Expr):
             name = ".".join(str(p.sval) for p in node.name or () if isinstance(p, ast.String))
             between = node.kind in (A_Expr_Kind.AEXPR_BETWEEN, A_Expr_Kind.AEXPR_NOT_BETWEEN)

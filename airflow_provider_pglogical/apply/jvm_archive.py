@@ -36,7 +36,6 @@ import fcntl
 import hashlib
 import importlib.util
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -132,7 +131,8 @@ def archive_options(path: Path) -> str:
 
 def user_chose(options: str) -> bool:
     """Whether JVM options ``options`` already decide about class sharing (the user's choice wins)."""
-    return any(word.startswith(USER_CHOICES) for word in shlex.split(options))
+    # Split as the shell splits SPARK_SUBMIT_OPTS (on blanks, quotes kept): none of these options holds a blank.
+    return any(word.startswith(USER_CHOICES) for word in options.split())
 
 
 def _fits(master: str | None, environ: Mapping[str, str], user_options: str) -> bool:
@@ -161,8 +161,8 @@ def driver_conf(master: str | None, conf: Mapping[str, str], environ: Mapping[st
     if not _fits(master, environ, user_options):
         return out
     path = archive_path(environ)
-    if path is None:
-        return out
+    if path is None or any(c.isspace() or c in "'\"\\" for c in str(path)):
+        return out  # Spark splits extraJavaOptions on blanks: such a path would become the JVM's main class
     if not path.exists():
         if write:
             start_writer(environ)
@@ -225,8 +225,12 @@ def ensure_archive(*, wait: bool = True, timeout: float = WRITE_TIMEOUT_S,
             return None
         try:
             written = _write(path, environ, timeout)
+        except subprocess.TimeoutExpired:
+            return None  # a busy machine, not a JVM that cannot write: a later run tries again
         except (OSError, subprocess.SubprocessError):
             written = False
+        if written is None:
+            return None
         if not written:
             with contextlib.suppress(OSError):
                 _marker(path).touch()
@@ -234,8 +238,10 @@ def ensure_archive(*, wait: bool = True, timeout: float = WRITE_TIMEOUT_S,
     return path
 
 
-def _write(path: Path, environ: Mapping[str, str], timeout: float) -> bool:
-    """Run the training app with ``-XX:ArchiveClassesAtExit`` into a scratch file, then publish it by rename."""
+def _write(path: Path, environ: Mapping[str, str], timeout: float) -> bool | None:
+    """Run the training app with ``-XX:ArchiveClassesAtExit`` into a scratch file, check that a JVM starts with it
+    and the options its users get, then publish it by rename. False: this JDK and these jars cannot have one;
+    None: the writer was killed, a later run may try again."""
     spark = pyspark_dir()
     if spark is None:
         return False
@@ -252,7 +258,16 @@ def _write(path: Path, environ: Mapping[str, str], timeout: float) -> bool:
                    str(app), str(Path(scratch) / "out")]
         result = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout,
                                 check=False)
+        if result.returncode < 0:
+            return None
         if result.returncode != 0 or not dumped.exists() or dumped.stat().st_size == 0:
+            return False
+        java = java_binary(environ)
+        # Every option a user's JVM gets with the archive must start a JVM of this JDK (an option it does not know
+        # would stop every local driver from starting).
+        if java is None or subprocess.run([str(java), *archive_options(dumped).split(), "-version"], env=env,
+                                          stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout,
+                                          check=False).returncode != 0:
             return False
         # Copied next to its final name (the scratch directory may be another file system), then renamed there:
         # a JVM opening the final name finds the whole file or none.

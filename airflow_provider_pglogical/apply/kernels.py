@@ -1,8 +1,8 @@
 """Net changes per key of a small table-batch in this process, with Arrow and numpy kernels: no JVM.
 
 The same steps as the Spark chain ``published_changes`` → ``to_key_events`` → ``compact`` (``transforms.py``) for
-the table-batches the in-process rule of ``direct.py`` lets through (every action published, no row filter, no
-exactness notes, no truncate, one schema version), and the same rows:
+the table-batches the in-process rule of ``direct.py`` lets through (their row filter and actions applied per change
+first by ``published.py``; no exactness notes, no truncate, one schema version), and the same rows:
 
 * unchanged-TOAST values are filled from the old image where it has them (``resolve_toast_from_old``);
 * every change becomes one key event, a key change two: the DELETE of the old key (sub 0, away) and the INSERT

@@ -4,8 +4,10 @@ session source that refuses to start one, so the apply stops cleanly at the firs
 Every batch before that step committed with its watermarks, as the runner always commits; the step that asked for
 Spark was inside a batch whose transaction had not committed (it rolled back, or was never opened), so that batch
 and every later one are still pending, for an apply with Spark (the spark-submitted app) to take from the
-watermarks on: each batch is applied exactly once, by one route or the other, with the same steps. The Airflow
-apply task runs this in its worker before it spark-submits (``operators/apply.py``).
+watermarks on: each batch is applied exactly once, by one route or the other, with the same steps. What may have
+committed before the refusal is idempotent for the other route: a target table created (``CREATE TABLE``), or a
+snapshot group loaded with its sync marks while another group asked for Spark (the rerun skips groups at their sync
+LSN). The Airflow apply task runs this in its worker before it spark-submits (``operators/apply.py``).
 """
 
 from __future__ import annotations

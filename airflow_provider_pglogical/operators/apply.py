@@ -19,7 +19,7 @@ import airflow_provider_pglogical
 from airflow_provider_pglogical.apply import jvm_archive
 from airflow_provider_pglogical.apply.config import TableApplyConfig
 from airflow_provider_pglogical.apply.sparkenv import LOCAL_DRIVER_CONF, is_local, spark_submit_env
-from airflow_provider_pglogical.exceptions import ApplyError, SpecError
+from airflow_provider_pglogical.exceptions import ApplyError, SpecError, format_lsn
 from airflow_provider_pglogical.history.recorder import Stopwatch, recording
 from airflow_provider_pglogical.hooks.airflow_connection import connection_dsn
 from airflow_provider_pglogical.hooks.storage_connection import connection_credentials, staging_connection
@@ -261,7 +261,6 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
         from airflow.sdk import Asset
 
         from airflow_provider_pglogical.assets.pglogical import parse_asset_uri
-        from airflow_provider_pglogical.exceptions import format_lsn
 
         rows = applied_rows(reports)
         applied = [r for r in reports if r["applied"]]
@@ -342,10 +341,14 @@ def read_batch_reports(path: Path) -> list[dict[str, Any]]:
 def merged_reports(here: list[dict[str, Any]], submitted: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One report per batch over the two routes, in LSN order: the submitted app lists the batches the worker
     applied again, as not applied (below their watermarks), so a batch applied by either route is reported as
-    applied, with that route's numbers."""
+    applied, with that route's numbers. Both routes reporting one batch applied would be a batch applied twice:
+    ``ApplyError``, never a silent pick of one."""
     merged = {(int(r["start_lsn"]), int(r["end_lsn"])): r for r in here}
     for r in submitted:
         key = (int(r["start_lsn"]), int(r["end_lsn"]))
+        if key in merged and merged[key]["applied"] and r["applied"]:
+            raise ApplyError(f"batch {format_lsn(key[0])}-{format_lsn(key[1])} was reported applied both in the "
+                             "worker and by the spark-submitted app")
         if key not in merged or not merged[key]["applied"]:
             merged[key] = r
     return [merged[key] for key in sorted(merged, key=lambda k: (k[1], k[0]))]

@@ -117,7 +117,7 @@ def new_spark_session(master: str | None = None, conf: dict[str, str] | None = N
     builder = SparkSession.builder
     for key, value in options.items():
         builder = builder.config(key, value)
-    log_file = _new_spark_log() if _spark_logs_off else None
+    log_file = _new_spark_log() if _spark_logs_off and not _gateway_running() else None
     try:
         if log_file:
             _launch_jvm_logging_to(log_file, options)
@@ -158,6 +158,12 @@ def _new_spark_log() -> str:
     os.close(fd)
     _spark_log_files.append(path)
     return path
+
+
+def _gateway_running() -> bool:
+    from pyspark import SparkContext
+
+    return SparkContext._gateway is not None
 
 
 def discard_spark_logs() -> None:

@@ -49,10 +49,10 @@ def lake_keys(location: DeltaLocation, table: str) -> list[tuple]:
     return sorted((tuple(r[k] for k in KEYS.get(table, ("id",))) for r in data.to_pylist()), key=repr)
 
 
-def _workload(source_dsn: str, uri: str, slot: str, rng: random.Random, rounds: tuple[bool, ...]) -> None:
+def _workload(source_dsn: str, uri: str, slot: str, rng: random.Random, steps: tuple[bool, ...]) -> None:
     live: dict[str, set] = {t: set() for t in TABLES}
     next_id = [0]
-    for repeat in rounds:
+    for repeat in steps:
         conn = psycopg2.connect(source_dsn)
         with conn, conn.cursor() as cur:
             _round(cur, rng, live, next_id, wild=False, repeat=repeat)

@@ -71,7 +71,7 @@ def test_references_are_read_from_the_parse_tree(spark):
 
 
 @pytest.mark.parametrize("expression", ["id >", "a / 2 = 1", "(SELECT 1) = id", 'id = "x"', "t.id = 1",
-                                        "rand() > 0.5"])
+                                        "rand() > 0.5", "note = 'it''s'", "note = 'a\\b'", "note = '${x}'"])
 def test_unsupported_or_invalid_filters_raise_row_filter_error(spark, expression):
     with pytest.raises(RowFilterError):
         referenced_columns(spark, expression)

@@ -16,7 +16,7 @@ from airflow_provider_pglogical.apply import jvm_archive
 from airflow_provider_pglogical.apply.jvm_archive import DIR_VARIABLE, DRIVER_OPTIONS, SWITCH
 
 # Writes the file named by -XX:ArchiveClassesAtExit, as the JVM does at its exit; counts its calls next to itself;
-# fails when a file ``fail`` is there; notes whether any finished archive was visible while it wrote.
+# fails when a file ``fail`` is there; notes where it dumped.
 FAKE_SUBMIT = r"""#!/bin/sh
 here=$(dirname "$0")
 echo call >> "$here/../calls"
@@ -24,7 +24,7 @@ echo call >> "$here/../calls"
 for arg in "$@"; do
   case "$arg" in *ArchiveClassesAtExit=*) out=${arg#*ArchiveClassesAtExit=}; out=${out%% *};; esac
 done
-ls "$PGLOGICAL_JVM_ARCHIVE_DIR"/*.jsa >> "$here/../seen" 2>/dev/null
+echo "$out" >> "$here/../dumped"
 printf 'archived classes' > "$out"
 """
 
@@ -40,7 +40,10 @@ class Machine:
         submit.chmod(0o755)
         self.jdk = root / "jdk"
         (self.jdk / "bin").mkdir(parents=True)
-        (self.jdk / "bin" / "java").write_text("#!/bin/sh\n")
+        # A JDK whose JVM refuses its options when a file ``refuse`` is beside it (it only ever runs ``-version``).
+        java = self.jdk / "bin" / "java"
+        java.write_text('#!/bin/sh\n[ -e "$(dirname "$0")/../refuse" ] && exit 1\nexit 0\n')
+        java.chmod(0o755)
         self.cache = root / "cache"
         self.env = {"JAVA_HOME": str(self.jdk), DIR_VARIABLE: str(self.cache), "PATH": os.environ["PATH"],
                     "HOME": str(root / "home")}
@@ -86,8 +89,9 @@ def test_the_archive_is_written_once_and_appears_whole_under_its_name(machine):
     path = jvm_archive.ensure_archive(environ=machine.env)
     assert path == jvm_archive.archive_path(machine.env)
     assert path is not None and path.read_bytes() == b"archived classes"
-    assert not (machine.spark / "seen").exists() or not (machine.spark / "seen").read_text().strip(), \
-        "a finished archive was visible while the JVM was still writing it"
+    [dumped] = (machine.spark / "dumped").read_text().split()
+    # The JVM dumps outside the cache directory; the archive only appears there, whole, by a rename.
+    assert Path(dumped).parent != machine.cache and Path(dumped) != path
     assert [p.name for p in machine.cache.iterdir() if p.suffix == ".partial" or ".partial" in p.name] == []
     assert jvm_archive.ensure_archive(environ=machine.env) == path
     assert jvm_archive.start_writer(machine.env) is False
@@ -168,3 +172,25 @@ def test_before_the_archive_is_written_a_driver_starts_as_it_did(machine):
     assert jvm_archive.driver_conf("local[*]", {DRIVER_OPTIONS: "-Dmine=1"}, machine.env, write=False) == \
         {DRIVER_OPTIONS: "-Dmine=1"}
     assert machine.calls() == 0
+
+
+def test_an_archive_whose_options_this_jdk_refuses_is_not_published(machine):
+    (machine.jdk / "refuse").touch()
+    assert jvm_archive.ensure_archive(environ=machine.env) is None
+    path = jvm_archive.archive_path(machine.env)
+    assert path is not None and not path.exists() and path.with_suffix(".failed").exists()
+    assert jvm_archive.driver_conf("local[*]", {}, machine.env, write=False) == {}
+
+
+def test_a_cache_path_spark_would_split_adds_no_options(machine, tmp_path):
+    env = {**machine.env, DIR_VARIABLE: str(tmp_path / "my cache")}
+    path = jvm_archive.ensure_archive(environ=env)
+    assert path is not None and path.exists()
+    assert jvm_archive.driver_conf("local[*]", {DRIVER_OPTIONS: "-Xmx1g"}, env, write=False) == {
+        DRIVER_OPTIONS: "-Xmx1g"}
+
+
+def test_a_quote_in_the_users_options_is_not_an_error(machine):
+    jvm_archive.ensure_archive(environ=machine.env)
+    conf = jvm_archive.driver_conf("local[*]", {}, {**machine.env, "SPARK_SUBMIT_OPTS": "-Dname=O'Brien"}, write=False)
+    assert "-XX:SharedArchiveFile=" in conf[DRIVER_OPTIONS]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from airflow_provider_pglogical.exceptions import ApplyError
 from airflow_provider_pglogical.operators.apply import merged_reports
 
 
@@ -25,6 +27,11 @@ def test_either_route_alone_is_reported_as_it_is():
     only = [report(0, False), report(16, True, 2)]
     assert merged_reports(only, []) == only
     assert merged_reports([], only) == only
+
+
+def test_a_batch_both_routes_report_applied_is_an_error_not_a_pick():
+    with pytest.raises(ApplyError, match="0/0-0/10 was reported applied both in the worker and by the"):
+        merged_reports([report(0, True, 3)], [report(0, True, 3)])
 
 
 @given(st.lists(st.tuples(st.booleans(), st.booleans()), max_size=12), st.integers(0, 12))

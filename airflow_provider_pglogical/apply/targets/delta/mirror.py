@@ -11,7 +11,7 @@ Input is the shared transforms' output (``transforms.compact``) as Arrow: ``_pgl
   deleted (``not matched by source``), matched non-inserts are deleted — in the same commit.
 
 When no key of the batch can be at a row of the table (``keys_absent``: no data file yet, or a single integer/date
-key outside every file's statistics), the MERGE could only insert: the ``I``/``R`` rows are appended instead
+key whose batch values all lie below, or all above, the range the files' statistics span), the MERGE could only insert: the ``I``/``R`` rows are appended instead
 (``append_inserts``), in the same one commit with the watermark.
 
 A row that arrived by a key change and needs an unchanged TOAST value takes it from where it was:
@@ -291,8 +291,8 @@ def appends() -> bool:
 
 def keys_absent(dt: DeltaTable, net: pa.Table, key: Sequence[str], *, truncated: bool) -> bool:
     """Whether no key of ``net`` can be at a row of the table, read from its log alone: the table has no data file,
-    or (without a truncate before the changes) its single integer or date key is outside every file's
-    ``[min, max]`` statistics and never null. Then the MERGE could only insert the ``I``/``R`` rows (nothing is
+    or (without a truncate before the changes) the batch's values of its single integer or date key, never null,
+    all lie below or all above the range the files' ``[min, max]`` statistics span together. Then the MERGE could only insert the ``I``/``R`` rows (nothing is
     matched: an UPDATE or DELETE of a missing row is skipped, as natively), which ``append_inserts`` does without
     its join. Unknown statistics (a file without them, a partition column, a key past the indexed columns)
     answer False: the MERGE, as always."""

@@ -1,6 +1,6 @@
 """A lake mirror's table-batch read straight from its staged files: the direct path (``apply/direct.py``) for Delta.
 
-When the direct path covers a table-batch (``DirectNetSource.direct_net``: every action published, no row filter,
+When the direct path covers a table-batch (``DirectNetSource.direct_net``: a row filter and actions it applies per change,
 no exactness note, one schema version, keys that never repeat — or few enough changes to net in this process),
 its net rows are the per-row rewrite ``direct.net_rows`` (or the Arrow kernels' ``direct.compacted_rows``) of
 the staged Parquet. ``net_table`` gives them in the layout of ``BatchChanges.net`` collected as Arrow (``KIND``,

@@ -19,7 +19,7 @@ import os
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -163,19 +163,31 @@ class PostgresTarget:
                 if dropped:
                     log.info("dropped %d staging table(s) a crashed run of slot %s left in %s", len(dropped), slot,
                              resolved)
-            yield
-            # From the first committed watermark on, a missing one is an error rather than a replay from zero.
-            applied = has_watermarks(self._conn, self.config.progress_table, slot)
-            self._conn.rollback()
-            if applied:
-                target = target_identity(self._conn)
-                self._conn.rollback()
-                remember(self.config.staging_root, slot, target, TargetRecord(resolved, applied=True),
-                         read_record(self.config.staging_root, slot, target))
+            try:
+                yield
+            except BaseException:
+                # Batches committed before the failure (or before a step stopped the apply for Spark) count too;
+                # recording them never hides the failure.
+                with suppress(Exception):
+                    self._conn.rollback()
+                    self._remember_applied(slot, resolved)
+                raise
+            self._remember_applied(slot, resolved)
         finally:
             catalog.unlock_slot(self._conn, slot)
             self._conn.close()
             self._conn = None
+
+    def _remember_applied(self, slot: str, resolved: str) -> None:
+        """From the first committed watermark on, a missing one is an error rather than a replay from zero: the
+        staging area records that this target applied."""
+        applied = has_watermarks(self._conn, self.config.progress_table, slot)
+        self._conn.rollback()
+        if applied:
+            target = target_identity(self._conn)
+            self._conn.rollback()
+            remember(self.config.staging_root, slot, target, TargetRecord(resolved, applied=True),
+                     read_record(self.config.staging_root, slot, target))
 
     @property
     def bookkeeping_schema(self) -> str:
