@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from airflow_provider_pglogical.apply import direct, kernels
+from airflow_provider_pglogical.apply import direct
 from airflow_provider_pglogical.apply.targets.base import DirectNet, from_column
 from airflow_provider_pglogical.apply.transforms import KEEP, KIND, LSN, TOUCHED
 
@@ -52,7 +52,7 @@ def net_table(net: DirectNet) -> pa.Table | None:
     if not net.files or not readable(net):
         return None
     if net.compacted:  # repeated keys or unchanged TOAST: the Arrow kernels net the whole table-batch at once
-        staged = pa.concat_tables([pq.read_table(p, columns=list(kernels.STAGED_COLUMNS)) for p in net.files])
+        staged = direct.staged_changes(net.files)
         batches = [direct.compacted_rows(staged, net)]
     else:
         batches = [b for p in net.files for b in direct.net_rows(pq.read_table(p, columns=list(NET_COLUMNS)),
