@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 import math
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg2
 from deltalake import DeltaTable
@@ -60,15 +62,22 @@ def _workload(source_dsn: str, uri: str, slot: str, rng: random.Random, steps: t
         assert drain_all(source_dsn, uri, slot=slot) == 1
 
 
+@contextmanager
+def _source(pg_server, tmp_path, slot: str) -> Iterator[tuple[str, str]]:
+    """A source database with the module's tables and a slot; yields its DSN and the staging root."""
+    source_dsn = pg_server.dsn(make_database(pg_server))
+    execute(source_dsn, SCHEMA)
+    PgLogicalHook.from_dsn(source_dsn).create_slot(slot)
+    try:
+        yield source_dsn, str(tmp_path / "staging")
+    finally:
+        PgLogicalHook.from_dsn(source_dsn).drop_slot(slot)
+
+
 def test_direct_and_spark_paths_give_the_same_delta_tables(pg_server, spark, tmp_path, monkeypatch, caplog):
     rng = random.Random(7)
-    source = make_database(pg_server)
-    source_dsn = pg_server.dsn(source)
-    execute(source_dsn, SCHEMA)
     slot = "delta_direct"
-    PgLogicalHook.from_dsn(source_dsn).create_slot(slot)
-    uri = str(tmp_path / "staging")
-    try:
+    with _source(pg_server, tmp_path, slot) as (source_dsn, uri):
         # Unique keys (direct), repeated keys (netted in process by the Arrow kernels), unique keys again.
         _workload(source_dsn, uri, slot, rng, (False, True, False))
         locations = {}
@@ -91,19 +100,12 @@ def test_direct_and_spark_paths_give_the_same_delta_tables(pg_server, spark, tmp
         for table in TABLES:
             assert lake_keys(locations[True], table) == source_keys(source_dsn, table), table
             assert lake_rows(locations[True], table) == lake_rows(locations[False], table), table
-    finally:
-        PgLogicalHook.from_dsn(source_dsn).drop_slot(slot)
 
 
 def test_a_delta_mirror_of_batches_the_direct_path_covers_starts_no_spark(pg_server, spark, tmp_path):
     rng = random.Random(11)
-    source = make_database(pg_server)
-    source_dsn = pg_server.dsn(source)
-    execute(source_dsn, SCHEMA)
     slot = "delta_direct_nojvm"
-    PgLogicalHook.from_dsn(source_dsn).create_slot(slot)
-    uri = str(tmp_path / "staging")
-    try:
+    with _source(pg_server, tmp_path, slot) as (source_dsn, uri):
         _workload(source_dsn, uri, slot, rng, (False, False))
         started: list[bool] = []
 
@@ -119,8 +121,6 @@ def test_a_delta_mirror_of_batches_the_direct_path_covers_starts_no_spark(pg_ser
         assert started == []
         for table in ("plain", "full_id", "pk2"):
             assert lake_keys(location, table) == source_keys(source_dsn, table), table
-    finally:
-        PgLogicalHook.from_dsn(source_dsn).drop_slot(slot)
 
 
 def _schema(location: DeltaLocation, table: str) -> list[tuple[str, str]]:
@@ -133,16 +133,11 @@ def test_a_filtered_delta_mirror_takes_the_same_rows_and_types_on_both_paths(pg_
     """Row filters (UPDATEs crossing them become INSERTs and DELETEs) and an unpublished action, applied per change
     in this process before the direct path's netting, give Spark's rows and Delta column types."""
     rng = random.Random(13)
-    source = make_database(pg_server)
-    source_dsn = pg_server.dsn(source)
-    execute(source_dsn, SCHEMA)
     slot = "delta_direct_filtered"
-    PgLogicalHook.from_dsn(source_dsn).create_slot(slot)
-    uri = str(tmp_path / "staging")
     tables = {"public.plain": TableApplyConfig(row_filter="id % 3 <> 0 AND id > 5"),
               "public.full_id": TableApplyConfig(row_filter="id % 2 = 0", actions=("insert", "update")),
               "public.pk2": TableApplyConfig(row_filter="k1 > 3 OR k2 LIKE 'a%'")}
-    try:
+    with _source(pg_server, tmp_path, slot) as (source_dsn, uri):
         _workload(source_dsn, uri, slot, rng, (False, True))
         locations = {}
         for direct in (True, False):
@@ -162,5 +157,3 @@ def test_a_filtered_delta_mirror_takes_the_same_rows_and_types_on_both_paths(pg_
             assert lake_rows(locations[True], table) == lake_rows(locations[False], table), table
             assert _schema(locations[True], table) == _schema(locations[False], table), table
         assert lake_rows(locations[True], "plain"), "the filter must leave rows"
-    finally:
-        PgLogicalHook.from_dsn(source_dsn).drop_slot(slot)
