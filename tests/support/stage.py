@@ -46,6 +46,14 @@ class Rel:
         return pa.struct([pa.field(c.name, c.arrow) for c in self.columns])
 
 
+# The relations of the apply's unit tests: a primary key, the same table under REPLICA IDENTITY FULL, a two-column key.
+ITEMS = Rel("public", "items", (Col("id", pa.int64(), "bigint", True), Col("grp", pa.int64(), "bigint"),
+                                Col("note", pa.string(), "text")))
+ITEMS_FULL = Rel("public", "items", ITEMS.columns, replica_identity="f")
+PAIRS = Rel("public", "pairs", (Col("a", pa.int64(), "bigint", True), Col("b", pa.string(), "text", True),
+                                Col("v", pa.int64(), "bigint")))
+
+
 @dataclass
 class Chg:
     """One row change; ``old_key_only`` marks a 'K' image, ``toast`` lists 'u' columns of new."""

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import pyarrow as pa
 import pytest
 
 from airflow_provider_pglogical.apply.batches import list_batches, read_changes
-from tests.support.stage import BatchSpec, Col, Rel, write_batch
+from tests.support.stage import ITEMS, ITEMS_FULL, PAIRS, BatchSpec, Rel, write_batch
 
-ITEMS = Rel("public", "items", (Col("id", pa.int64(), "bigint", True), Col("grp", pa.int64(), "bigint"),
-                                Col("note", pa.string(), "text")))
-ITEMS_FULL = Rel("public", "items", ITEMS.columns, replica_identity="f")
-PAIRS = Rel("public", "pairs", (Col("a", pa.int64(), "bigint", True), Col("b", pa.string(), "text", True),
-                                Col("v", pa.int64(), "bigint")))
+# The relations live in tests/support/stage.py (shared strategies use them); re-exported for the tests here.
+__all__ = ["ITEMS", "ITEMS_FULL", "PAIRS", "changes_frame"]
 
 
 @pytest.fixture

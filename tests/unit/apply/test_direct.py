@@ -1,9 +1,9 @@
 """The direct path against the Spark transforms: whenever ``direct.batch_files`` hands a table-batch's files over,
 ``direct.net_rows`` over them gives exactly the net frame ``SparkBatchChanges.net`` builds.
 
-Random batches are mostly eligible (every key fresh) and sometimes not — a key repeated, an unchanged-TOAST value,
-a row filter, an action left out of the publication — so a rule that let such a batch through would show as a
-disagreement here (the property of ``decoding/speedups.py``'s tests, for the apply).
+Random batches (``tests/support/direct_batches.py``) are mostly eligible (every key fresh) and sometimes not — a key
+repeated, an unchanged-TOAST value, a row filter, an action left out of the publication — so a rule that let such a
+batch through would show as a disagreement here (the property of ``decoding/speedups.py``'s tests, for the apply).
 """
 
 from __future__ import annotations
@@ -12,69 +12,15 @@ import tempfile
 
 import pyarrow.parquet as pq
 from hypothesis import HealthCheck, event, given, settings
-from hypothesis import strategies as st
 
 from airflow_provider_pglogical.apply import direct
 from airflow_provider_pglogical.apply.batches import list_batches, read_relations
 from airflow_provider_pglogical.apply.changes import SparkBatchChanges
 from airflow_provider_pglogical.apply.config import ACTIONS, TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import PlannedTable
+from tests.support.direct_batches import KEYS, batches
 from tests.support.stage import BatchSpec, Chg, Rel, write_batch
-from tests.unit.apply.conftest import ITEMS, PAIRS
-
-KEYS = {ITEMS: ("id",), PAIRS: ("a", "b")}
-
-
-def _key_value(rel: Rel, n: int) -> dict:
-    return {"id": n} if rel is ITEMS else {"a": n, "b": f"k{n % 3}"}
-
-
-def _row(rel: Rel, n: int, draw: st.DrawFn) -> dict:
-    row = _key_value(rel, n)
-    if rel is ITEMS:
-        row.update(grp=draw(st.one_of(st.none(), st.integers(-5, 5))),
-                   note=draw(st.one_of(st.none(), st.text(max_size=3))))
-    else:
-        row.update(v=draw(st.one_of(st.none(), st.integers(-5, 5))))
-    return row
-
-
-@st.composite
-def batches(draw: st.DrawFn) -> tuple[Rel, list[Chg], TableApplyConfig]:
-    """A table's changes, each naming fresh keys unless a key is drawn again on purpose, and its config."""
-    rel = draw(st.sampled_from([ITEMS, PAIRS]))
-    fresh = iter(range(1, 1000))
-    used: list[int] = []
-
-    def key() -> int:
-        if used and draw(st.integers(0, 15)) == 0:  # now and then a key seen before: not eligible
-            return draw(st.sampled_from(used))
-        used.append(next(fresh))
-        return used[-1]
-
-    changes = []
-    for i in range(draw(st.integers(0, 12))):
-        commit, order = 10 + i // 3, i % 3
-        op = draw(st.sampled_from(["I", "U", "U_moved", "U_key_only", "D"]))
-        if op == "I":
-            changes.append(Chg("I", commit, order, new=_row(rel, key(), draw)))
-        elif op == "U":  # key kept, no old image (pgoutput sends none then)
-            toast = ("note",) if rel is ITEMS and draw(st.integers(0, 10)) == 0 else ()
-            new = _row(rel, key(), draw)
-            changes.append(Chg("U", commit, order, new={k: v for k, v in new.items() if k not in toast}, toast=toast))
-        elif op == "U_moved":  # key changed: the old key image ('K')
-            old = _key_value(rel, key())
-            changes.append(Chg("U", commit, order, old=old, old_key_only=True, new=_row(rel, key(), draw)))
-        elif op == "U_key_only":  # an old key image equal to the new key: the key stayed
-            n = key()
-            changes.append(Chg("U", commit, order, old=_key_value(rel, n), old_key_only=True, new=_row(rel, n, draw)))
-        else:
-            changes.append(Chg("D", commit, order, old=_key_value(rel, key()), old_key_only=True))
-    config = draw(st.sampled_from([
-        TableApplyConfig(), TableApplyConfig(), TableApplyConfig(),
-        TableApplyConfig(row_filter="true"), TableApplyConfig(actions=("insert", "update")),
-    ]))
-    return rel, changes, config
+from tests.unit.apply.conftest import ITEMS
 
 
 def _spark_rows(frame) -> list[tuple]:

@@ -15,8 +15,8 @@ from airflow_provider_pglogical.apply.changes import SparkBatchChanges
 from airflow_provider_pglogical.apply.targets.base import PlannedTable
 from airflow_provider_pglogical.apply.targets.lake import direct as lake_direct
 from airflow_provider_pglogical.apply.transforms import KEEP
+from tests.support.direct_batches import KEYS, batches
 from tests.support.stage import BatchSpec, write_batch
-from tests.unit.apply.test_direct import KEYS, batches
 
 
 def _rows(table: pa.Table) -> list[tuple]:
