@@ -1,7 +1,8 @@
 """Copy one chunk of one table inside an exported snapshot into a Parquet file (runs in worker processes).
 
-Memory stays bounded by one row group: COPY rows are buffered until ``row_group_rows`` rows or
-``row_group_bytes`` bytes, framed and converted with the decoder's codecs, written, dropped.
+Memory stays bounded by two row groups: COPY rows are buffered until ``row_group_rows`` rows or
+``row_group_bytes`` bytes, framed and converted with the decoder's codecs, and written by a thread of the sink
+while the next row group is read; a row group waits for the previous one's write before its own starts.
 The file is written under a ``_tmp-`` name and renamed when complete, so a chunk file that exists
 is whole.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +95,10 @@ class _ParquetSink:
         self.copied_bytes = 0
         self.first = True
         self.writer: pq.ParquetWriter | None = None
+        # Row groups are written by a thread of their own while the next one is read and converted (pyarrow's
+        # writer releases the GIL): the COPY, the conversion and the Parquet encoding overlap.
+        self.background = ThreadPoolExecutor(1, thread_name_prefix="snapshot-write")
+        self.writing: Future[None] | None = None
         self.tmp = task.path.rsplit("/", 1)[0] + "/_tmp-" + task.path.rsplit("/", 1)[1]
 
     def write(self, data: bytes) -> int:
@@ -165,13 +171,22 @@ class _ParquetSink:
             # smaller (docs/performance.md). Readers see no difference.
             self.writer = pq.ParquetWriter(self.tmp, self.schema, filesystem=self.fs, compression="zstd",
                                            use_dictionary=False)
-        self.writer.write_table(table, row_group_size=max(n, 1))
+        self._wait()  # one row group in writing at a time: memory stays within two row groups
+        self.writing = self.background.submit(self.writer.write_table, table, row_group_size=max(n, 1))
         self.total_rows += n
         self.buffered = 0
+
+    def _wait(self) -> None:
+        """Wait for the row group in writing; its error (a full disk, a lost object store) is raised here."""
+        writing, self.writing = self.writing, None
+        if writing is not None:
+            writing.result()
 
     def close(self) -> tuple[int, str]:
         """Close and rename the file; its size and SHA-256 (read back once) for the manifest."""
         self.flush()
+        self._wait()
+        self.background.shutdown()
         if self.writer is None:  # flush() opens it, for an empty chunk too
             raise SnapshotError(f"snapshot chunk {self.task.path} was never opened for writing")
         self.writer.close()
@@ -179,6 +194,11 @@ class _ParquetSink:
         return hash_file(self.fs, self.task.path)
 
     def abort(self) -> None:
+        try:
+            self._wait()
+        except Exception:  # noqa: BLE001 - cleanup must not mask the original error
+            pass
+        self.background.shutdown()
         try:
             if self.writer is not None:
                 self.writer.close()
