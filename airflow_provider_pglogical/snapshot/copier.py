@@ -207,6 +207,15 @@ class _ParquetSink:
             pass
 
 
+def warm() -> None:
+    """Import what ``copy_chunk`` imports on its first call (a reader process does this before its first task)."""
+    import psycopg2  # noqa: F401
+
+    from airflow_provider_pglogical.decoding.values import RowImageConverter  # noqa: F401
+
+    _compiled_reader()
+
+
 def copy_chunk(task: ChunkTask) -> ChunkResult:
     """Import the exported snapshot, COPY the chunk in binary, write it as one Parquet file."""
     import psycopg2
