@@ -1,7 +1,8 @@
 """Copy one chunk of one table inside an exported snapshot into a Parquet file (runs in worker processes).
 
-Memory stays bounded by one row group: COPY rows are buffered until ``row_group_rows`` rows or
-``row_group_bytes`` bytes, framed and converted with the decoder's codecs, written, dropped.
+Memory stays bounded by two row groups: COPY rows are buffered until ``row_group_rows`` rows or
+``row_group_bytes`` bytes, framed and converted with the decoder's codecs, and written by a thread of the sink
+while the next row group is read; a row group waits for the previous one's write before its own starts.
 The file is written under a ``_tmp-`` name and renamed when complete, so a chunk file that exists
 is whole.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_pglogical.decoding.model import ColumnDef, RelationSchema
+from airflow_provider_pglogical.decoding.values.vector import repeated_string, string_array, with_mask
 from airflow_provider_pglogical.exceptions import SnapshotConnectionLostError, SnapshotError
 from airflow_provider_pglogical.hooks.cursor import use_server_encoding
 from airflow_provider_pglogical.snapshot.copyframe import TRAILER, frame_copy_block, header_length, join_rows
@@ -92,6 +95,10 @@ class _ParquetSink:
         self.copied_bytes = 0
         self.first = True
         self.writer: pq.ParquetWriter | None = None
+        # Row groups are written by a thread of their own while the next one is read and converted (pyarrow's
+        # writer releases the GIL): the COPY, the conversion and the Parquet encoding overlap.
+        self.background = ThreadPoolExecutor(1, thread_name_prefix="snapshot-write")
+        self.writing: Future[None] | None = None
         self.tmp = task.path.rsplit("/", 1)[0] + "/_tmp-" + task.path.rsplit("/", 1)[1]
 
     def write(self, data: bytes) -> int:
@@ -145,15 +152,16 @@ class _ParquetSink:
             return
         framed = frame_copy_block(data, sizes, self.ncols)
         images = self.converter.convert_framed(framed, n)
-        lsn = pa.array(np.full(n, self.task.lsn, dtype=np.int64))
-        order = pa.array(np.arange(self.total_rows, self.total_rows + n, dtype=np.int64))
-        arrays = [lsn, lsn, lsn, order, pa.array(np.zeros(n, dtype=np.int64)),
-                  pa.array(np.full(n, self.task.commit_time_us, dtype=np.int64)).cast(S.COMMIT_TIME),
-                  pa.array(["I"] * n, type=pa.string()), pa.array(np.ones(n, dtype=np.int32)),
-                  pa.nulls(n, type=self.converter.arrow_type), pa.array(np.zeros(n, dtype=bool)),
+        # Every column from buffers: the first ``pa.array`` of a process imports pandas (1–4.5 s per reader).
+        lsn = with_mask(np.full(n, self.task.lsn, dtype=np.int64), None, pa.int64())
+        order = with_mask(np.arange(self.total_rows, self.total_rows + n, dtype=np.int64), None, pa.int64())
+        arrays = [lsn, lsn, lsn, order, with_mask(np.zeros(n, dtype=np.int64), None, pa.int64()),
+                  with_mask(np.full(n, self.task.commit_time_us, dtype=np.int64), None, S.COMMIT_TIME),
+                  repeated_string("I", n), with_mask(np.ones(n, dtype=np.int32), None, pa.int32()),
+                  pa.nulls(n, type=self.converter.arrow_type), with_mask(np.zeros(n, dtype=bool), None, pa.bool_()),
                   images.array, images.unchanged,
-                  pa.MapArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], pa.string()),
-                                          pa.array([], pa.string())),
+                  pa.MapArray.from_arrays(with_mask(np.zeros(n + 1, dtype=np.int32), None, pa.int32()),
+                                          string_array([]), string_array([])),
                   images.notes]
         table = pa.Table.from_arrays(arrays, schema=self.schema)
         if self.writer is None:
@@ -163,13 +171,22 @@ class _ParquetSink:
             # smaller (docs/performance.md). Readers see no difference.
             self.writer = pq.ParquetWriter(self.tmp, self.schema, filesystem=self.fs, compression="zstd",
                                            use_dictionary=False)
-        self.writer.write_table(table, row_group_size=max(n, 1))
+        self._wait()  # one row group in writing at a time: memory stays within two row groups
+        self.writing = self.background.submit(self.writer.write_table, table, row_group_size=max(n, 1))
         self.total_rows += n
         self.buffered = 0
+
+    def _wait(self) -> None:
+        """Wait for the row group in writing; its error (a full disk, a lost object store) is raised here."""
+        writing, self.writing = self.writing, None
+        if writing is not None:
+            writing.result()
 
     def close(self) -> tuple[int, str]:
         """Close and rename the file; its size and SHA-256 (read back once) for the manifest."""
         self.flush()
+        self._wait()
+        self.background.shutdown()
         if self.writer is None:  # flush() opens it, for an empty chunk too
             raise SnapshotError(f"snapshot chunk {self.task.path} was never opened for writing")
         self.writer.close()
@@ -178,11 +195,25 @@ class _ParquetSink:
 
     def abort(self) -> None:
         try:
+            self._wait()
+        except Exception:  # noqa: BLE001 - cleanup must not mask the original error
+            pass
+        self.background.shutdown()
+        try:
             if self.writer is not None:
                 self.writer.close()
             self.fs.delete_file(self.tmp)
         except Exception:  # noqa: BLE001 - cleanup must not mask the original error
             pass
+
+
+def warm() -> None:
+    """Import what ``copy_chunk`` imports on its first call (a reader process does this before its first task)."""
+    import psycopg2  # noqa: F401
+
+    from airflow_provider_pglogical.decoding.values import RowImageConverter  # noqa: F401
+
+    _compiled_reader()
 
 
 def copy_chunk(task: ChunkTask) -> ChunkResult:

@@ -15,8 +15,9 @@ from typing import Any
 
 
 def main() -> int:
-    from airflow_provider_pglogical.snapshot.copier import ChunkTask, copy_chunk
+    from airflow_provider_pglogical.snapshot.copier import ChunkTask, copy_chunk, warm
 
+    warm()  # while the parent creates the slot: the first chunk starts reading at once
     out = sys.stdout
     sys.stdout = sys.stderr  # only answers go to the parent's pipe
     for line in sys.stdin:

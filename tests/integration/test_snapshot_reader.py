@@ -5,6 +5,9 @@ the same staged rows, cut into the same row groups — by the row limit and by t
 from __future__ import annotations
 
 import glob
+import json
+import subprocess
+import sys
 
 import pyarrow.parquet as pq
 import pytest
@@ -66,3 +69,25 @@ def test_the_compiled_reader_stages_what_copy_expert_stages(pg_dsn, tmp_path, mo
     assert sum(many[0]) == 70000 and len(many[0]) >= 2  # cut by rows (65536 per group)
     assert sum(big[0]) == 40 and max(big[0]) < 40  # cut by bytes (32 MiB per group)
     assert empty[1] == []
+
+
+def test_a_reader_stages_without_importing_pandas(pg_dsn, tmp_path):
+    """A reader process builds every staged column from buffers: ``pa.array`` on Python values imports pandas on its
+    first call (1–4.5 s per reader process under load), a cost paid before its first row group is written."""
+    execute(pg_dsn, SCHEMA_SQL)
+    code = ("import json, sys\n"
+            "from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings, initial_snapshot\n"
+            "dsn, uri = sys.argv[1:3]\n"
+            "result = initial_snapshot(SnapshotJob(dsn=dsn, slot='no_pandas', publication='pub', staging_uri=uri,\n"
+            "    tables={'public.many': (None, None), 'public.empty': (None, None)},\n"
+            "    settings=SnapshotSettings(initial=True, parallelism=1)))\n"
+            "print(json.dumps([result.tables['public.many']['rows'], 'pandas' in sys.modules]))")
+    try:
+        out = subprocess.run([sys.executable, "-c", code, pg_dsn, str(tmp_path / "staging")], capture_output=True,
+                             text=True, check=True)
+    finally:
+        hook = PgLogicalHook.from_dsn(pg_dsn)
+        if hook.slot_info("no_pandas") is not None:
+            hook.drop_slot("no_pandas")
+        hook.close()
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [70000, False]

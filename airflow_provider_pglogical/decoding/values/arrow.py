@@ -18,7 +18,7 @@ from airflow_provider_pglogical.decoding.values.framing import FramedImages, fra
 from airflow_provider_pglogical.decoding.values.numeric import DecimalCodec
 from airflow_provider_pglogical.decoding.values.registry import codec_for
 from airflow_provider_pglogical.decoding.values.sentinels import UNCHANGED_TOAST
-from airflow_provider_pglogical.decoding.values.vector import KIND_UNCHANGED, Column, with_mask
+from airflow_provider_pglogical.decoding.values.vector import KIND_UNCHANGED, Column, string_array, with_mask
 from airflow_provider_pglogical.decoding.wiretuple import WireTuple, encode_tuple
 from airflow_provider_pglogical.exceptions import DecodeError
 
@@ -152,7 +152,7 @@ class RowImageConverter:
         offsets = np.zeros(n + 1, dtype=np.int32)
         np.cumsum(counts, out=offsets[1:])
         names = np.array(self.names, dtype=object)[np.nonzero(hit)[1]]
-        return pa.ListArray.from_arrays(with_mask(offsets, None, pa.int32()), pa.array(names.tolist(), type=pa.string()))
+        return pa.ListArray.from_arrays(with_mask(offsets, None, pa.int32()), string_array(names.tolist()))
 
     @staticmethod
     def _column(name: str, codec: Codec, col: Column, notes: dict[int, Notes]) -> pa.Array:
@@ -194,5 +194,4 @@ def _notes_array(notes: dict[int, Notes], n: int) -> pa.MapArray:
         items.extend(notes[i].values())
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(counts, out=offsets[1:])
-    return pa.MapArray.from_arrays(with_mask(offsets, None, pa.int32()), pa.array(keys, type=pa.string()),
-                                   pa.array(items, type=pa.string()))
+    return pa.MapArray.from_arrays(with_mask(offsets, None, pa.int32()), string_array(keys), string_array(items))
