@@ -246,6 +246,9 @@ def apply_in_process(config: ApplyConfig, dsn: str, native_dsn: str, table: str,
                        .config("spark.driver.host", "127.0.0.1").config("spark.driver.memory", "2g").getOrCreate())
         return started[-1]
 
+    import resource
+
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
     saved = os.environ.get("PGLOGICAL_APPLY_INPROCESS_ROWS")
     os.environ["PGLOGICAL_APPLY_INPROCESS_ROWS"] = str(rows)
     try:
@@ -262,6 +265,9 @@ def apply_in_process(config: ApplyConfig, dsn: str, native_dsn: str, table: str,
             "inprocess_batches_applied": sum(r.applied for r in reports),
             "inprocess_per_batch_seconds": [r.seconds for r in reports],
             "inprocess_spark_started": bool(started),
+            # this process's peak resident memory (MiB) before the apply (the drain's) and after it
+            "peak_rss_mib_before_inprocess": rss_before,
+            "peak_rss_mib_after_inprocess": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
             "ratio_inprocess_apply_over_native": round(seconds / native_s, 2),
             "inprocess_identical_to_native": query(dsn, digest) == query(native_dsn, digest)}
 

@@ -60,7 +60,7 @@ ENV_SWITCH = "PGLOGICAL_APPLY_DIRECT"
 ROWS_SWITCH = "PGLOGICAL_APPLY_INPROCESS_ROWS"
 # Staged changes up to which a table-batch with repeated keys or unchanged TOAST is netted in this process: its
 # events are sorted in memory in one piece (about 100 MB for 100k changes of a wide table).
-INPROCESS_ROWS = 100_000
+INPROCESS_ROWS = 2_000_000
 
 
 def enabled() -> bool:

@@ -46,8 +46,9 @@ from airflow_provider_pglogical.row_filter import parse_expression
 
 Kind = filter_eval.Kind
 # One subexpression over the referenced columns (by name) of ``n`` rows: an Arrow array of ``n`` values.
-Columns = Mapping[str, pa.Array]
-ColumnEval = Callable[[Columns, int], pa.Array]
+Columns = Mapping[str, Any]  # pa.Array or pa.ChunkedArray: the kernels take either
+ColumnEval = Callable[[Columns, int], Any]
+Image = pa.StructArray | pa.ChunkedArray  # a staged image column, in one piece or in its row groups' chunks
 
 _BOOL = filter_eval._BOOL
 _NULL = filter_eval._NULL
@@ -73,17 +74,18 @@ class Matcher:
         """The image fields the filter reads."""
         return self.reference.columns
 
-    def evaluate(self, image: pa.StructArray) -> pa.BooleanArray:
+    def evaluate(self, image: Image) -> pa.Array | pa.ChunkedArray:
         """The filter over each row of ``image`` (a null image has null fields): true, false or null (NULL)."""
         n = len(image)
         if self.columnar is None or n == 0:
-            return pa.array(self.reference.evaluate(image), pa.bool_())
+            whole = image.combine_chunks() if isinstance(image, pa.ChunkedArray) else image
+            return pa.array(self.reference.evaluate(whole), pa.bool_())
         names = [image.type.field(i).name for i in range(image.type.num_fields)]
         flat = dict(zip(names, image.flatten(), strict=True))  # the image's nulls applied to its fields
         result = self.columnar({c: flat[c] for c in self.columns}, n)
         return result.cast(pa.bool_()) if result.type == pa.null() else result
 
-    def matches(self, image: pa.StructArray) -> np.ndarray:
+    def matches(self, image: Image) -> np.ndarray:
         """Which rows the filter selects: NULL counts as false (pgoutput's rule)."""
         return np.asarray(pc.fill_null(self.evaluate(image), False).to_numpy(zero_copy_only=False), dtype=bool)
 

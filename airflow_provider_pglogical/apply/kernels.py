@@ -39,7 +39,7 @@ def groupable(dtype: pa.DataType) -> bool:
                 or pa.types.is_decimal(dtype) or pa.types.is_temporal(dtype))
 
 
-def fields(image: pa.StructArray, names: Sequence[str]) -> dict[str, pa.Array]:
+def fields(image: pa.StructArray | pa.ChunkedArray, names: Sequence[str]) -> dict[str, pa.Array]:
     """The image's fields with the image's own nulls applied (a null image has null fields), by name."""
     flat = dict(zip([image.type.field(i).name for i in range(image.type.num_fields)], image.flatten(), strict=True))
     return {c: flat[c] for c in names if c in flat}
@@ -106,8 +106,8 @@ def compact_changes(staged: pa.Table, key: Sequence[str], columns: Sequence[str]
     source's replica identity columns, which a key-only old image holds (filling unchanged TOAST from it)."""
     staged = staged.combine_chunks()
     n = staged.num_rows
-    op = np.asarray(staged.column("op").to_numpy(zero_copy_only=False), dtype=object)
-    is_d, is_i, is_u = op == "D", op == "I", op == "U"
+    op = staged.column("op")
+    is_d, is_i, is_u = (mask(pc.equal(op, letter)) for letter in ("D", "I", "U"))
     old_image = staged.column("old").chunk(0) if n else pa.array([], staged.schema.field("old").type)
     new_image = staged.column("new").chunk(0) if n else pa.array([], staged.schema.field("new").type)
     old = fields(old_image, columns)

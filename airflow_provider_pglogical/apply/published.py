@@ -45,8 +45,7 @@ def publish(staged: pa.Table, *, row_filter: str | None, actions: Sequence[str],
     filter cannot be evaluated here."""
     if not transforms(row_filter, actions):
         return staged
-    staged = staged.combine_chunks()
-    n = staged.num_rows
+    n = staged.num_rows  # read chunk by chunk (the staged row groups): nothing is copied but the rows kept
     op = staged.column("op")
     is_i, is_u, is_d = (kernels.mask(pc.equal(op, letter)) for letter in _LETTERS[1:])
     published = {_OP_OF[a] for a in actions if a in _OP_OF}
@@ -55,10 +54,8 @@ def publish(staged: pa.Table, *, row_filter: str | None, actions: Sequence[str],
         if letter in published:
             code[where] = _LETTERS.index(letter)
     if row_filter and n:
-        old = staged.column("old").chunk(0)
-        new = staged.column("new").chunk(0)
-        old_match, new_match = _matches(staged, old, new, row_filter, identity)
-        has_old = kernels.mask(old.is_valid())
+        old_match, new_match = _matches(staged, row_filter, identity)
+        has_old = kernels.mask(staged.column("old").is_valid())
         sent = code != 0
         i, u, d = _LETTERS.index("I"), _LETTERS.index("U"), _LETTERS.index("D")
         code = np.select(
@@ -69,14 +66,14 @@ def publish(staged: pa.Table, *, row_filter: str | None, actions: Sequence[str],
     keep = code != 0
     if keep.all() and not row_filter:
         return staged
-    out = staged.take(pa.array(np.flatnonzero(keep), pa.int64()))
+    out = staged.filter(pa.array(keep))
     letters = pa.array(_LETTERS, out.schema.field("op").type)
     return out.set_column(out.schema.get_field_index("op"), "op", letters.take(pa.array(code[keep])))
 
 
-def _matches(staged: pa.Table, old: pa.StructArray, new: pa.StructArray, row_filter: str,
-             identity: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+def _matches(staged: pa.Table, row_filter: str, identity: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """Which old and which (TOAST-refilled, ``kernels.refill_toast``) new images the filter selects."""
+    old, new = staged.column("old"), staged.column("new")
     if not isinstance(new.type, pa.StructType) or not isinstance(old.type, pa.StructType):
         raise NotCovered("images that are not structs")
     new_types = {new.type.field(i).name: new.type.field(i).type for i in range(new.type.num_fields)}
@@ -91,5 +88,10 @@ def _matches(staged: pa.Table, old: pa.StructArray, new: pa.StructArray, row_fil
     has_full_old = has_old & ~kernels.mask(staged.column("old_key_only"))
     values, _ = kernels.refill_toast(staged, kernels.fields(old, columns), kernels.fields(new, columns), columns,
                                      identity, has_old, has_full_old)
-    refilled = pa.StructArray.from_arrays([values[c] for c in columns], names=list(columns), mask=new.is_null())
+    # The filter's columns only, in one piece each (a null new image, a DELETE's, reads as nulls).
+    refilled = pa.StructArray.from_arrays([_whole(values[c]) for c in columns], names=list(columns))
     return compiled.matches(old), compiled.matches(refilled)
+
+
+def _whole(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values

@@ -80,6 +80,9 @@ def test_the_columnar_evaluation_is_the_per_row_evaluation(rows, text) -> None:
     columnar = _answers(lambda i: matcher.evaluate(i).to_pylist(), image)
     event("NotCovered" if reference == "NotCovered" else "answered")
     assert columnar == reference, expression
+    cut = len(rows) // 2  # the staged row groups: the same image in chunks
+    chunked = pa.chunked_array([image.slice(0, cut), image.slice(cut)], image.type)
+    assert _answers(lambda i: matcher.evaluate(i).to_pylist(), chunked) == reference, expression
     if reference != "NotCovered":
         assert matcher.matches(image).tolist() == [v is True for v in reference]
 
