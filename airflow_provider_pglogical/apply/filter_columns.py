@@ -31,7 +31,7 @@ import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -48,7 +48,7 @@ Kind = filter_eval.Kind
 # One subexpression over the referenced columns (by name) of ``n`` rows: an Arrow array of ``n`` values.
 Columns = Mapping[str, Any]  # pa.Array or pa.ChunkedArray: the kernels take either
 ColumnEval = Callable[[Columns, int], Any]
-Image = pa.StructArray | pa.ChunkedArray  # a staged image column, in one piece or in its row groups' chunks
+Image: TypeAlias = pa.StructArray | pa.ChunkedArray  # a staged image column, in one piece or in its row groups' chunks
 
 _BOOL = filter_eval._BOOL
 _NULL = filter_eval._NULL
@@ -161,7 +161,7 @@ class _Compiler:
         raise _Unexact(type(node).__name__)
 
     def column(self, node: ast.ColumnRef) -> tuple[Kind, ColumnEval]:
-        name = str(node.fields[0].sval)  # the reference checked it: one plain lower-case name
+        name = str((node.fields or ())[0].sval)  # the reference checked it: one plain lower-case name
         (field,) = [f for f in self.fields if f.lower() == name]
         kind = filter_eval.kind_of(self.fields[field])
         if kind is None or kind[0] not in ("int", "float", "bool", "text"):
@@ -201,7 +201,7 @@ class _Compiler:
         return kind, first
 
     def function(self, node: ast.FuncCall) -> tuple[Kind, ColumnEval]:
-        name = str(node.funcname[-1].sval).lower()
+        name = str((node.funcname or ())[-1].sval).lower()
         kind, arg = self.node((node.args or ())[0])
         if name in ("lower", "upper"):
             fold = pc.ascii_lower if name == "lower" else pc.ascii_upper
@@ -315,7 +315,7 @@ def _comparison(name: str, a: Kind, b: Kind) -> Callable[[pa.Array, pa.Array], p
     families = {a[0], b[0]}
     if "null" in families:
         return lambda x, y: pa.nulls(len(x), pa.bool_())
-    plain = {"=": pc.equal, "<>": pc.not_equal, "!=": pc.not_equal, "<": pc.less, "<=": pc.less_equal,
+    plain: Callable[[Any, Any], Any] = {"=": pc.equal, "<>": pc.not_equal, "!=": pc.not_equal, "<": pc.less, "<=": pc.less_equal,
              ">": pc.greater, ">=": pc.greater_equal}[name]
     if "float" not in families:  # integers (any widths), booleans, strings: Arrow's order is the reference's
         if len(families) != 1 and families != {"int"}:

@@ -15,7 +15,7 @@ from airflow_provider_pglogical.apply.batches import list_batches
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
-from scripts.harness.pgserver import execute, make_target, query
+from scripts.harness.pgserver import execute, query
 from scripts.harness.subscriber import drain_all, wait_for_subscriber
 from tests.integration.test_native_parity import native_and_ours
 from tests.support.parity import source_with_slot
