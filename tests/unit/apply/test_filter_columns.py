@@ -63,7 +63,7 @@ SMALL = st.fixed_dictionaries({
 }, optional={c: st.none() for c in ("d", "b", "t", "u", "dt", "ts")})
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.lists(st.tuples(st.one_of(ROW, SMALL), st.booleans()), min_size=1, max_size=24),
        st.one_of(_filters(), NUMERIC))
 def test_the_columnar_evaluation_is_the_per_row_evaluation(rows, text) -> None:
