@@ -88,7 +88,7 @@ class RowFilter:
 def parse_row_filter(text: str) -> RowFilter:
     """Parse and check a spec's row filter; RowFilterError when PostgreSQL's publication rules or the
     pipeline's refuse it, its message the reason alone (callers name the table)."""
-    tree = _parse_expression(text)
+    tree = parse_expression(text)
     columns: set[str] = set()
     for node in _walk(tree):
         _check(node, columns)
@@ -98,7 +98,7 @@ def parse_row_filter(text: str) -> RowFilter:
 def canonical(text: str) -> str:
     """One expression PostgreSQL wrote (a publication's ``pg_get_expr``) deparsed from its parse tree,
     without the spec rules: the server already enforced its own when the publication was created."""
-    return _deparse(_parse_expression(text))
+    return _deparse(parse_expression(text))
 
 
 def conjunction(filters: Sequence[str | None]) -> str | None:
@@ -112,7 +112,9 @@ def disjunction(filters: Sequence[str]) -> str:
     return filters[0] if len(filters) == 1 else " OR ".join(f"({f})" for f in filters)
 
 
-def _parse_expression(text: str) -> ast.Node:
+def parse_expression(text: str) -> ast.Node:
+    """The filter's expression tree as the ``WHERE`` of ``SELECT 1 WHERE <text>`` (the one place filter text is
+    parsed); RowFilterError when it does not parse or is more than one expression."""
     try:
         stmts = parse_sql(_PREFIX + text)
     except ParseError as exc:
@@ -134,7 +136,7 @@ def _parse_expression(text: str) -> ast.Node:
 def _deparse(tree: ast.Node) -> str:
     sql = str(RawStream()(tree))
     # The deparser is PostgreSQL-grammar aware; still, what we send must read back as the same tree.
-    if _parse_expression(sql) != tree:
+    if parse_expression(sql) != tree:
         raise RowFilterError("cannot be written back unambiguously")
     return sql
 

@@ -36,6 +36,10 @@ into a table of its own (a plain append into the empty table, else one MERGE of 
 (``PGLOGICAL_APPLY_DIRECT=0``, ``PGLOGICAL_DELTA_APPEND=0``: every batch through Spark's net frame and a MERGE),
 in the same session, for a before/after of one run.
 ``--targets postgres,delta,iceberg`` adds the Iceberg apply (embedded SQL catalog, local warehouse) the same way.
+``--inprocess-rows N``: the PostgreSQL apply twice in one run, into two targets: first with
+``PGLOGICAL_APPLY_INPROCESS_ROWS=N`` and Spark started only if a batch needs it (``inprocess_*``; before any JVM
+starts), then the Spark run with ``PGLOGICAL_APPLY_INPROCESS_ROWS=0`` (every netted batch through Spark), both
+compared with the native subscriber (``ratio_inprocess_apply_over_spark_apply``).
 """
 
 from __future__ import annotations
@@ -223,6 +227,51 @@ def workload(dsn: str, changes: int, tx_rows: int) -> dict[str, int]:
     return done
 
 
+def apply_in_process(config: ApplyConfig, dsn: str, native_dsn: str, table: str, rows: int,
+                     native_s: float) -> dict[str, object]:
+    """The PostgreSQL apply with ``PGLOGICAL_APPLY_INPROCESS_ROWS=rows`` into ``dsn``, Spark started only if a batch
+    needs it (``inprocess_spark_started``): its seconds, its ratio to the native catch-up, its rows compared."""
+    from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
+
+    started: list[object] = []
+
+    def start() -> object:
+        from pyspark.sql import SparkSession
+
+        from airflow_provider_pglogical.apply.sparkenv import use_package_python
+
+        use_package_python()
+        started.append(SparkSession.builder.master("local[2]").appName("pglogical-bench-inprocess")
+                       .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
+                       .config("spark.driver.host", "127.0.0.1").config("spark.driver.memory", "2g").getOrCreate())
+        return started[-1]
+
+    import resource
+
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    saved = os.environ.get("PGLOGICAL_APPLY_INPROCESS_ROWS")
+    os.environ["PGLOGICAL_APPLY_INPROCESS_ROWS"] = str(rows)
+    try:
+        t0 = time.monotonic()
+        reports = apply_slot(SparkOnDemand(start), config, dsn)  # type: ignore[arg-type]
+        seconds = time.monotonic() - t0
+    finally:
+        if saved is None:
+            os.environ.pop("PGLOGICAL_APPLY_INPROCESS_ROWS", None)
+        else:
+            os.environ["PGLOGICAL_APPLY_INPROCESS_ROWS"] = saved
+    digest = f"SELECT count(*), sum(hashtext({table}::text)) FROM {table}"
+    return {"inprocess_rows": rows, "inprocess_apply_s": round(seconds, 2),
+            "inprocess_batches_applied": sum(r.applied for r in reports),
+            "inprocess_per_batch_seconds": [r.seconds for r in reports],
+            "inprocess_spark_started": bool(started),
+            # this process's peak resident memory (MiB) before the apply (the drain's) and after it
+            "peak_rss_mib_before_inprocess": rss_before,
+            "peak_rss_mib_after_inprocess": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+            "ratio_inprocess_apply_over_native": round(seconds / native_s, 2),
+            "inprocess_identical_to_native": query(dsn, digest) == query(native_dsn, digest)}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workload", choices=("mixed", "big", "filtered"), default="mixed")
@@ -240,6 +289,9 @@ def main() -> int:
     p.add_argument("--ab-code", default=None, help="also drain a twin slot with the package found in this directory")
     p.add_argument("--delta-reference", action="store_true", help="also apply to Delta with the direct path and "
                    "the append of absent keys switched off (every batch through Spark and a MERGE)")
+    p.add_argument("--inprocess-rows", type=int, default=None, help="also apply to PostgreSQL in this process "
+                   "(PGLOGICAL_APPLY_INPROCESS_ROWS=N, Spark only on demand), before the Spark run, which then has "
+                   "PGLOGICAL_APPLY_INPROCESS_ROWS=0")
     p.add_argument("--targets", default="postgres,delta", help="comma-separated; postgres is our PostgreSQL apply "
                    "(left out: the lake targets alone, against the same native subscriber), delta adds the Delta target, "
                    "iceberg the Iceberg target (SQL catalog on SQLite, local warehouse)")
@@ -256,6 +308,7 @@ def main() -> int:
     try:
         source, native = make_database(server), make_database(server)
         _, ours = make_target(server)
+        _, ours_inprocess = make_target(server)
         src_dsn, native_dsn = server.dsn(source), server.dsn(native)
         schema = BIG_SCHEMA if big else SCHEMA
         tables = "big" if big else "bench, bench_small"
@@ -267,6 +320,7 @@ def main() -> int:
             native_pub = "pub_native"
         execute(native_dsn, schema)
         execute(ours, schema)
+        execute(ours_inprocess, schema)
         subscribe(src_dsn, native_dsn, publication=native_pub, name="sub_bench")
         execute(native_dsn, "ALTER SUBSCRIPTION sub_bench DISABLE")  # let the changes pile up first
         PgLogicalHook.from_dsn(src_dsn).create_slot("ours")
@@ -324,6 +378,13 @@ def main() -> int:
             return 0
         assert native_s is not None
 
+        table_config = TableApplyConfig(row_filter=FILTER) if filtered else TableApplyConfig()
+        config = ApplyConfig(slot="ours", staging_root=staging, tables={f"public.{table}": table_config})
+        inprocess: dict[str, object] = {}
+        if args.inprocess_rows is not None:
+            inprocess = apply_in_process(config, ours_inprocess, native_dsn, table, args.inprocess_rows, native_s)
+            os.environ["PGLOGICAL_APPLY_INPROCESS_ROWS"] = "0"  # the Spark run below: every netted batch in Spark
+
         t0 = time.monotonic()
         from pyspark.sql import SparkSession
 
@@ -340,8 +401,6 @@ def main() -> int:
             builder = builder.config("spark.driver.extraJavaOptions", args.java_options)
         spark = builder.getOrCreate()
         spark_start_s = time.monotonic() - t0
-        table_config = TableApplyConfig(row_filter=FILTER) if filtered else TableApplyConfig()
-        config = ApplyConfig(slot="ours", staging_root=staging, tables={f"public.{table}": table_config})
         t0 = time.monotonic()
         if "postgres" in targets:
             reports = apply_slot(spark, config, ours)
@@ -361,7 +420,7 @@ def main() -> int:
             "ratio_spark_apply_over_native": round(apply_s / native_s, 2),
             "ratio_spark_start_plus_apply_over_native": round((spark_start_s + apply_s) / native_s, 2),
             "ratio_drain_plus_apply_over_native": round((drain_s + apply_s) / native_s, 2),
-            "targets_identical": same, **ab, "load_average_start": [round(x, 2) for x in os.getloadavg()],
+            "targets_identical": same, **ab, **inprocess, "load_average_start": [round(x, 2) for x in os.getloadavg()],
         }
         if "delta" in targets:
             from deltalake import DeltaTable
@@ -428,6 +487,9 @@ def main() -> int:
                 "iceberg_identical_to_native": ice_same})
             if "delta_apply_s" in out:
                 out["ratio_iceberg_apply_over_delta_apply"] = round(ice_s / float(out["delta_apply_s"]), 2)
+        if inprocess:
+            same = same and bool(inprocess["inprocess_identical_to_native"])
+            out["ratio_inprocess_apply_over_spark_apply"] = round(float(inprocess["inprocess_apply_s"]) / apply_s, 2)
         out["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
         spark.stop()
         if args.event_log:

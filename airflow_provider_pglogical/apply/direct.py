@@ -15,10 +15,10 @@ changes (``keys_never_repeat``) — that pipeline reduces to a per-row rewrite (
 
 nothing kept from the target, nothing touched (``net_rows`` is that rewrite, in pyarrow).
 
-A small table-batch (at most ``PGLOGICAL_APPLY_INPROCESS_ROWS`` staged changes by its manifest, 100,000 unless
+A table-batch of at most ``PGLOGICAL_APPLY_INPROCESS_ROWS`` staged changes by its manifest (2,000,000 unless
 set; 0 switches it off) whose only obstacles are keys in several changes, unchanged-TOAST values, a row filter
 and/or actions left out of the publication is netted in this process instead (``in_process``): the publication is
-applied per change first (``published.publish``: actions dropped, the filter evaluated by ``filter_eval`` on old
+applied per change first (``published.publish``: actions dropped, the filter evaluated by ``filter_columns`` on old
 and new images, UPDATEs turned into INSERTs or DELETEs; a filter or value outside ``filter_eval``'s subset leaves
 the batch to Spark, judged before anything is written: ``publishable``), then ``kernels.compact_changes`` runs
 the TOAST refill, the key events and ``compact`` with Arrow and numpy kernels and gives the same net rows, kept columns, moved-from keys and touched
@@ -58,9 +58,11 @@ from airflow_provider_pglogical.row_filter import canonical
 
 ENV_SWITCH = "PGLOGICAL_APPLY_DIRECT"
 ROWS_SWITCH = "PGLOGICAL_APPLY_INPROCESS_ROWS"
-# Staged changes up to which a table-batch with repeated keys or unchanged TOAST is netted in this process: its
-# events are sorted in memory in one piece (about 100 MB for 100k changes of a wide table).
-INPROCESS_ROWS = 100_000
+# Staged changes up to which a table-batch with repeated keys, unchanged TOAST, a row filter or unpublished actions
+# is netted in this process: its events are sorted in memory in one piece. Measured faster than Spark at every size
+# tried (375k and 1.875M changes of the filtered workload); the process's peak RSS rose from 396 MiB to 981 MiB
+# netting its 1M-change batch (five narrow columns): a wide table needs proportionally more.
+INPROCESS_ROWS = 2_000_000
 
 
 def enabled() -> bool:

@@ -44,9 +44,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pglast import ast, parse_sql
+from pglast import ast
 from pglast.enums import A_Expr_Kind, BoolExprType, NullTestType
-from pglast.parser import ParseError
+
+from airflow_provider_pglogical.exceptions import RowFilterError
+from airflow_provider_pglogical.row_filter import parse_expression
 
 
 class NotCovered(Exception):
@@ -144,12 +146,9 @@ def _compile(expression: str, fields: tuple[tuple[str, pa.DataType], ...] | None
     if _DOUBLE_QUOTE_OUTSIDE_STRING.match(expression):
         raise NotCovered("a double-quoted name")  # Spark reads "x" as a string
     try:
-        stmts = parse_sql(f"SELECT 1 WHERE {expression}")
-    except ParseError:
-        raise NotCovered("does not parse") from None
-    where = stmts[0].stmt.whereClause if len(stmts) == 1 and isinstance(stmts[0].stmt, ast.SelectStmt) else None
-    if where is None:
-        raise NotCovered("not one expression")
+        where = parse_expression(expression)
+    except RowFilterError:
+        raise NotCovered("does not parse as one expression") from None
     compiler = _Compiler(None if fields is None else dict(fields))
     kind, fn = compiler.node(where)
     if kind[0] not in ("bool", "null", "any"):

@@ -6,14 +6,14 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from pglast import ast, parse_sql
+from pglast import ast
 from pglast.enums import A_Expr_Kind
-from pglast.parser import ParseError
 from pyspark.sql import functions as F
 
 from airflow_provider_pglogical.apply.batches import META
 from airflow_provider_pglogical.apply.filter_eval import covers
 from airflow_provider_pglogical.exceptions import ApplyError, RowFilterError
+from airflow_provider_pglogical.row_filter import parse_expression
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -48,12 +48,9 @@ def referenced_columns(spark: SparkSession | None, expression: str) -> frozenset
         # Spark reads "x" as a string literal, PostgreSQL as an identifier: refuse the ambiguity.
         raise RowFilterError("row filter: double-quoted identifiers are not supported")
     try:
-        stmts = parse_sql(f"SELECT 1 WHERE {expression}")
-    except ParseError:
-        raise RowFilterError("row filter: invalid expression (does not parse)") from None
-    where = stmts[0].stmt.whereClause if len(stmts) == 1 and isinstance(stmts[0].stmt, ast.SelectStmt) else None
-    if where is None:
-        raise RowFilterError("row filter: invalid expression (not a single expression)")
+        where = parse_expression(expression)
+    except RowFilterError as exc:
+        raise RowFilterError(f"row filter: invalid expression ({exc})") from None
     columns = _walk(where)
     if spark is None:
         if not covers(expression):

@@ -39,21 +39,46 @@ def groupable(dtype: pa.DataType) -> bool:
                 or pa.types.is_decimal(dtype) or pa.types.is_temporal(dtype))
 
 
-def _fields(image: pa.StructArray, names: Sequence[str]) -> dict[str, pa.Array]:
+def fields(image: pa.StructArray | pa.ChunkedArray, names: Sequence[str]) -> dict[str, pa.Array]:
     """The image's fields with the image's own nulls applied (a null image has null fields), by name."""
     flat = dict(zip([image.type.field(i).name for i in range(image.type.num_fields)], image.flatten(), strict=True))
     return {c: flat[c] for c in names if c in flat}
 
 
-def _mask(values: pa.Array) -> np.ndarray:
+def mask(values: pa.Array) -> np.ndarray:
     """A boolean array as numpy, null as False."""
     return np.asarray(pc.fill_null(values, False).to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _differs(a: pa.Array, b: pa.Array) -> np.ndarray:
     """Row-wise null-safe inequality (null equals null)."""
-    differs: np.ndarray = _mask(pc.not_equal(a, b)) | (_mask(a.is_null()) != _mask(b.is_null()))
+    differs: np.ndarray = mask(pc.not_equal(a, b)) | (mask(a.is_null()) != mask(b.is_null()))
     return differs
+
+
+def refill_toast(staged: pa.Table, old: dict[str, pa.Array], new: dict[str, pa.Array], columns: Sequence[str],
+                 identity: Sequence[str], has_old: np.ndarray,
+                 has_full_old: np.ndarray) -> tuple[dict[str, pa.Array], dict[str, np.ndarray]]:
+    """``resolve_toast_from_old`` over ``columns`` of the staged changes: a column a change lists as unchanged
+    TOAST takes the old image's value where the old image holds it (every column of a full old image, the
+    ``identity`` columns of a key-only one); elsewhere the target keeps its own. Returns each column's values
+    and where the value stays unknown (kept)."""
+    toast = staged.column("new_unchanged_toast").combine_chunks()
+    listed_rows = np.asarray(pc.list_parent_indices(toast).to_numpy(zero_copy_only=False), dtype=np.int64)
+    listed_names = np.asarray(pc.list_flatten(toast).to_numpy(zero_copy_only=False), dtype=object)
+    n = staged.num_rows
+    ident = set(identity)
+    values_of: dict[str, pa.Array] = {}
+    keep_of: dict[str, np.ndarray] = {}
+    for c in columns:
+        listed = np.zeros(n, dtype=bool)
+        if len(listed_rows):
+            listed[listed_rows[listed_names == c]] = True
+        fillable = has_old if c in ident else has_full_old
+        fill = listed & fillable
+        values_of[c] = pc.if_else(pa.array(fill), old[c], new[c]) if fill.any() and c in old else new[c]
+        keep_of[c] = listed & ~fillable
+    return values_of, keep_of
 
 
 @dataclass(frozen=True)
@@ -81,29 +106,16 @@ def compact_changes(staged: pa.Table, key: Sequence[str], columns: Sequence[str]
     source's replica identity columns, which a key-only old image holds (filling unchanged TOAST from it)."""
     staged = staged.combine_chunks()
     n = staged.num_rows
-    op = np.asarray(staged.column("op").to_numpy(zero_copy_only=False), dtype=object)
-    is_d, is_i, is_u = op == "D", op == "I", op == "U"
+    op = staged.column("op")
+    is_d, is_i, is_u = (mask(pc.equal(op, letter)) for letter in ("D", "I", "U"))
     old_image = staged.column("old").chunk(0) if n else pa.array([], staged.schema.field("old").type)
     new_image = staged.column("new").chunk(0) if n else pa.array([], staged.schema.field("new").type)
-    old = _fields(old_image, columns)
-    new = _fields(new_image, columns)
-    has_old = _mask(old_image.is_valid())
-    has_full_old = has_old & ~_mask(staged.column("old_key_only"))
+    old = fields(old_image, columns)
+    new = fields(new_image, columns)
+    has_old = mask(old_image.is_valid())
+    has_full_old = has_old & ~mask(staged.column("old_key_only"))
 
-    # resolve_toast_from_old: a listed column the old image holds takes its value; the rest the target keeps.
-    toast = staged.column("new_unchanged_toast").combine_chunks() if n else pa.array([], pa.list_(pa.string()))
-    listed_rows = np.asarray(pc.list_parent_indices(toast).to_numpy(zero_copy_only=False), dtype=np.int64)
-    listed_names = np.asarray(pc.list_flatten(toast).to_numpy(zero_copy_only=False), dtype=object)
-    ident = set(identity)
-    values_of: dict[str, pa.Array] = {}
-    keep_of: dict[str, np.ndarray] = {}
-    for c in columns:
-        listed = np.zeros(n, dtype=bool)
-        listed[listed_rows[listed_names == c]] = True
-        fillable = has_old if c in ident else has_full_old
-        fill = listed & fillable
-        values_of[c] = pc.if_else(pa.array(fill), old[c], new[c]) if fill.any() and c in old else new[c]
-        keep_of[c] = listed & ~fillable
+    values_of, keep_of = refill_toast(staged, old, new, columns, identity, has_old, has_full_old)
 
     # to_key_events: a key change is an UPDATE whose old key differs (null-safe) from its new key.
     moved = is_u & has_old

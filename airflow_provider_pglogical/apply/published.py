@@ -11,9 +11,9 @@ old image holds is the new value, which the filter then sees), and ``filters.app
   UPDATE when its new image matches; NULL counts as no match.
 
 ``publish`` is those steps over the staged Arrow columns (``kernels.STAGED_COLUMNS``): the rows that stay, their
-operation rewritten, everything else as staged — ``kernels.compact_changes`` then refills TOAST and nets them as it
+operation rewritten, everything else as staged — ``kernels.compact_changes`` then refills TOAST (``kernels.refill_toast``, which the filter's new images go through too) and nets them as it
 nets unfiltered changes, exactly as ``to_key_events`` and ``compact`` follow ``published_changes`` in Spark. The
-filter is evaluated by ``filter_eval`` (``NotCovered`` when it or a value leaves the covered subset: the caller
+filter is evaluated by ``filter_columns`` (``filter_eval`` per row where it is not exact over columns) (``NotCovered`` when it or a value leaves the covered subset: the caller
 then leaves the batch to Spark). The column list is the target's business (the written columns), as in Spark.
 """
 
@@ -25,10 +25,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_pglogical.apply.filter_eval import NotCovered, compile_filter
+from airflow_provider_pglogical.apply import kernels
+from airflow_provider_pglogical.apply.filter_columns import compile_matcher
+from airflow_provider_pglogical.apply.filter_eval import NotCovered
 
 ACTIONS = ("insert", "update", "delete")
 _OP_OF = {"insert": "I", "update": "U", "delete": "D"}
+_LETTERS = ("", "I", "U", "D")  # a change's operation as a small code: its index here
 
 
 def transforms(row_filter: str | None, actions: Sequence[str]) -> bool:
@@ -42,63 +45,53 @@ def publish(staged: pa.Table, *, row_filter: str | None, actions: Sequence[str],
     filter cannot be evaluated here."""
     if not transforms(row_filter, actions):
         return staged
-    staged = staged.combine_chunks()
-    n = staged.num_rows
-    op = np.asarray(staged.column("op").to_numpy(zero_copy_only=False), dtype=object)
-    keep = np.isin(op, [_OP_OF[a] for a in actions if a in _OP_OF])
+    n = staged.num_rows  # read chunk by chunk (the staged row groups): nothing is copied but the rows kept
+    op = staged.column("op")
+    is_i, is_u, is_d = (kernels.mask(pc.equal(op, letter)) for letter in _LETTERS[1:])
+    published = {_OP_OF[a] for a in actions if a in _OP_OF}
+    code = np.zeros(n, dtype=np.int8)  # an index into _LETTERS; 0: not sent
+    for letter, where in zip(_LETTERS[1:], (is_i, is_u, is_d), strict=True):
+        if letter in published:
+            code[where] = _LETTERS.index(letter)
     if row_filter and n:
-        old = staged.column("old").chunk(0)
-        new = staged.column("new").chunk(0)
-        old_match, new_match = _matches(staged, old, new, row_filter, identity)
-        has_old = np.asarray(old.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-        is_i, is_d, is_u = op == "I", op == "D", op == "U"
-        rewritten = np.select(
+        old_match, new_match = _matches(staged, row_filter, identity)
+        has_old = kernels.mask(staged.column("old").is_valid())
+        sent = code != 0
+        i, u, d = _LETTERS.index("I"), _LETTERS.index("U"), _LETTERS.index("D")
+        code = np.select(
             [is_i, is_d, is_u & ~has_old, is_u & old_match & new_match, is_u & new_match, is_u & old_match],
-            [np.where(new_match, "I", ""), np.where(old_match, "D", ""), np.where(new_match, "U", ""),
-             "U", "I", "D"], default="").astype(object)
-        keep &= rewritten != ""
-        op = rewritten
+            [np.where(new_match, i, 0), np.where(old_match, d, 0), np.where(new_match, u, 0), u, i, d],
+            default=0).astype(np.int8)
+        code[~sent] = 0
+    keep = code != 0
     if keep.all() and not row_filter:
         return staged
-    index = pa.array(np.flatnonzero(keep), pa.int64())
-    out = staged.take(index)
-    return out.set_column(out.schema.get_field_index("op"), "op",
-                          pa.array(op[keep], out.schema.field("op").type))
+    out = staged.filter(pa.array(keep))
+    letters = pa.array(_LETTERS, out.schema.field("op").type)
+    return out.set_column(out.schema.get_field_index("op"), "op", letters.take(pa.array(code[keep])))
 
 
-def _matches(staged: pa.Table, old: pa.StructArray, new: pa.StructArray, row_filter: str,
-             identity: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Which old and which (TOAST-refilled) new images the filter selects."""
+def _matches(staged: pa.Table, row_filter: str, identity: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Which old and which (TOAST-refilled, ``kernels.refill_toast``) new images the filter selects."""
+    old, new = staged.column("old"), staged.column("new")
     if not isinstance(new.type, pa.StructType) or not isinstance(old.type, pa.StructType):
         raise NotCovered("images that are not structs")
     new_types = {new.type.field(i).name: new.type.field(i).type for i in range(new.type.num_fields)}
     old_types = {old.type.field(i).name: old.type.field(i).type for i in range(old.type.num_fields)}
-    compiled = compile_filter(row_filter, new_types)
+    compiled = compile_matcher(row_filter, new_types)
     if any(old_types.get(c) != new_types[c] for c in compiled.columns):
         raise NotCovered("an old image without a filter column of the new image's type")
-    return compiled.matches(old), compiled.matches(_refilled(staged, old, new, compiled.columns, identity))
-
-
-def _refilled(staged: pa.Table, old: pa.StructArray, new: pa.StructArray, columns: Sequence[str],
-              identity: Sequence[str]) -> pa.StructArray:
-    """The new image's ``columns`` with unchanged-TOAST values taken from the old image where it holds them
-    (``resolve_toast_from_old``: every column of a full old image, the identity columns of a key-only one)."""
+    columns = compiled.columns
     if not columns:  # a filter of constants: nothing to refill
-        return new
-    n = len(new)
-    toast = staged.column("new_unchanged_toast").combine_chunks()
-    rows = np.asarray(pc.list_parent_indices(toast).to_numpy(zero_copy_only=False), dtype=np.int64)
-    names = np.asarray(pc.list_flatten(toast).to_numpy(zero_copy_only=False), dtype=object)
-    has_old = np.asarray(old.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-    key_only = np.asarray(pc.fill_null(staged.column("old_key_only").combine_chunks(), False)
-                          .to_numpy(zero_copy_only=False), dtype=bool)
-    has_full_old = has_old & ~key_only
-    old_fields = dict(zip([old.type.field(i).name for i in range(old.type.num_fields)], old.flatten(), strict=True))
-    new_fields = dict(zip([new.type.field(i).name for i in range(new.type.num_fields)], new.flatten(), strict=True))
-    arrays = []
-    for c in columns:
-        listed = np.zeros(n, dtype=bool)
-        listed[rows[names == c]] = True
-        fill = listed & (has_old if c in identity else has_full_old)
-        arrays.append(pc.if_else(pa.array(fill), old_fields[c], new_fields[c]) if fill.any() else new_fields[c])
-    return pa.StructArray.from_arrays(arrays, names=list(columns), mask=new.is_null())
+        return compiled.matches(old), compiled.matches(new)
+    has_old = kernels.mask(old.is_valid())
+    has_full_old = has_old & ~kernels.mask(staged.column("old_key_only"))
+    values, _ = kernels.refill_toast(staged, kernels.fields(old, columns), kernels.fields(new, columns), columns,
+                                     identity, has_old, has_full_old)
+    # The filter's columns only, in one piece each (a null new image, a DELETE's, reads as nulls).
+    refilled = pa.StructArray.from_arrays([_whole(values[c]) for c in columns], names=list(columns))
+    return compiled.matches(old), compiled.matches(refilled)
+
+
+def _whole(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
