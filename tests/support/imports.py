@@ -11,12 +11,19 @@ HEAVY = ("pyspark", "pandas", "deltalake", "pyiceberg")
 
 
 def recording_env(record: Path) -> dict[str, str]:
-    """Variables making a command's Python processes record their modules into ``record`` at exit."""
-    return {"PYTHONPATH": str(RECORDER), "PGLOGICAL_IMPORTED_MODULES": str(record)}
+    """Variables making a command's Python processes record their modules into ``record`` at exit (and the stacks
+    that first imported a :data:`HEAVY` package into ``record.stacks``)."""
+    return {"PYTHONPATH": str(RECORDER), "PGLOGICAL_IMPORTED_MODULES": str(record),
+            "PGLOGICAL_WATCHED_IMPORTS": ",".join(HEAVY)}
 
 
 def heavy_imports(record: Path) -> list[str]:
-    """The :data:`HEAVY` packages among the modules the command recorded (fails when it recorded none)."""
+    """The :data:`HEAVY` packages among the modules the command recorded (fails when it recorded none), each with
+    the stack that imported it first when one was recorded (what to make lazy)."""
     modules = set(record.read_text().split())
     assert modules, f"no modules recorded in {record}"
-    return sorted(m for m in modules if m.split(".")[0] in HEAVY)
+    heavy = sorted({m.split(".")[0] for m in modules if m.split(".")[0] in HEAVY})
+    stacks = record.with_name(record.name + ".stacks")
+    if heavy and stacks.exists():
+        print(stacks.read_text())  # pytest shows it with the failure
+    return heavy
