@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yaml  # noqa: E402
 
+from scripts.harness.airflowenv import airflow_vars, migrate  # noqa: E402
 from scripts.harness.pgserver import PgServer, execute, make_database, start_server, stop_server  # noqa: E402
 from scripts.harness.userenv import run_as_user, venv_script  # noqa: E402
 
@@ -123,13 +124,12 @@ def main() -> None:
     dags = work / "dags"
     dags.mkdir()
     (dags / "bench_dag.py").write_text(DAG_FILE)
-    airflow_env = {"AIRFLOW_HOME": str(work / "airflow"), "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
-                   "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-                   "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-                   **({"PYTHONPATH": str(Path(args.code).resolve())} if args.code else {})}
-    migrated = run_as_user([venv_script("airflow"), "db", "migrate"], airflow_env, home=work / "user", timeout=900)
-    if migrated.returncode != 0:
-        raise SystemExit(migrated.stderr[-3000:])
+    airflow_env = airflow_vars(work / "airflow", dags,
+                               {"PYTHONPATH": str(Path(args.code).resolve())} if args.code else None)
+    try:
+        migrate(airflow_env, user_home=work / "user")
+    except RuntimeError as exc:
+        raise SystemExit(str(exc)) from None
     server = start_server()
     load_before = os.getloadavg()[0]
     try:

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_pglogical.apply import planning
 from airflow_provider_pglogical.apply.batches import NOTES_COLUMNS
-from airflow_provider_pglogical.apply.changes import SnapshotChanges, SnapshotFiles
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import (
     BatchReport,
@@ -39,6 +38,7 @@ from airflow_provider_pglogical.staging.reader import RelationInfo, TruncateEven
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from airflow_provider_pglogical.apply.changes import SnapshotFiles
     from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
 
 log = logging.getLogger(__name__)
@@ -186,6 +186,8 @@ def pending_snapshots(config: ApplyConfig, target: Target,
     layout = SnapshotLayout.from_uri(config.staging_root, config.slot)
     groups: dict[int, list[tuple[str, Any, SnapshotManifest, dict[str, SnapshotFiles]]]] = {}
     for source, cfg, ref in _newer_snapshots(config, target, layout, held):
+        from airflow_provider_pglogical.apply.changes import SnapshotFiles  # imports pyspark: only with a snapshot
+
         manifest = layout.manifest(ref)
         layout.verify(ref, manifest)  # before the target sees any of it (a table created, a row read)
         uri = _uri(layout, ref.path)
@@ -247,6 +249,8 @@ def apply_snapshots(spark: SparkSession | SparkOnDemand, config: ApplyConfig, ta
     if not isinstance(target, SnapshotTarget):  # pending_snapshots() has none for it either
         return reports
     for plan, uris in pending_snapshots(config, target, held):
+        from airflow_provider_pglogical.apply.changes import SnapshotChanges
+
         result = target.apply_snapshot(plan, SnapshotChanges(spark, uris))
         report = BatchReport(plan.lsn, plan.lsn, applied=result.applied, rows=result.rows, seconds=result.seconds)
         log.info("snapshot at %s of %s applied=%s rows=%s", format_lsn(plan.lsn),

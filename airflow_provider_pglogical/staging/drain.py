@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -493,9 +493,9 @@ _warmed = threading.Event()
 
 
 def _warm_up() -> None:
-    """First-use work of the writer, done while the server materialises the first peek (the client
-    has nothing else to do then): importing the value codecs, and pandas, which pyarrow imports on
-    the first ``pa.array`` of a Python sequence (1-3 s when its bytecode is not cached)."""
+    """First-use work of the writer, done while the first rows are decoded (before the writer's first row
+    group): importing the value codecs, and pandas, which pyarrow imports on the first ``pa.array`` of a
+    Python sequence (1-3 s when its bytecode is not cached)."""
     try:
         import pyarrow as pa
 
@@ -504,6 +504,16 @@ def _warm_up() -> None:
         pa.array([], type=pa.string())
     except Exception:  # noqa: BLE001 - only a warm-up: the writer imports whatever it needs itself
         log.debug("drain warm-up failed", exc_info=True)
+
+
+def _warming_up(blocks: Iterable[list[Any]]) -> Iterator[list[Any]]:
+    """The peek's blocks of rows, starting the writer's warm-up with the first one: a read with nothing in it (an
+    empty slot, WAL of other databases only) stages nothing and so imports nothing it would not use."""
+    for block in blocks:
+        if not _warmed.is_set():
+            _warmed.set()
+            threading.Thread(target=_warm_up, name="pglogical-drain-warm-up", daemon=True).start()
+        yield block
 
 
 class _OpenPeek:
@@ -522,9 +532,6 @@ class _OpenPeek:
     @classmethod
     def open(cls, client: SlotClient, config: DrainConfig, cache: RelationCache, start: int, upto: int,
              logger: Logger) -> _OpenPeek:
-        if not _warmed.is_set():
-            _warmed.set()
-            threading.Thread(target=_warm_up, name="pglogical-drain-warm-up", daemon=True).start()
         consume = config.mode == "get"
         read = client.get_changes if consume else client.peek_changes
         logger.info("slot %s: reading %s..%s (%d bytes of WAL)", config.slot, format_lsn(start), format_lsn(upto),
@@ -542,7 +549,7 @@ class _OpenPeek:
             close = getattr(rows, "close", None)
             if close is not None:
                 stack.callback(close)  # ends the peek transaction (or commits a fully read get)
-            events = iter(assembler.feed_blocks(metered_blocks(rows, progress, start)))
+            events = iter(assembler.feed_blocks(_warming_up(metered_blocks(rows, progress, start))))
         except BaseException:
             stack.close()
             raise

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -98,6 +98,22 @@ class BatchRef:
         return batch_label(self.start_lsn, self.end_lsn, self.path)
 
 
+
+def python_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """``table.to_pylist()``, but UTC timestamps (commit times) come out without pyarrow's zone conversion, which
+    imports pandas (a second of a run that only reads a batch's small files): read as naive UTC, then marked UTC."""
+    utc = [i for i, f in enumerate(table.schema) if pa.types.is_timestamp(f.type) and f.type.tz in ("UTC", "+00:00")]
+    for i in utc:
+        field = table.schema.field(i)
+        table = table.set_column(i, field.name, table.column(i).cast(pa.timestamp(field.type.unit)))
+    rows: list[dict[str, Any]] = table.to_pylist()
+    names = [table.schema.field(i).name for i in utc]
+    for row in rows if names else ():
+        for name in names:
+            if row[name] is not None:
+                row[name] = row[name].replace(tzinfo=UTC)
+    return rows
+
 class StagingReader:
     """Lists and reads the batches of one slot; only batches with a manifest exist."""
 
@@ -171,9 +187,13 @@ class StagingReader:
     # -- data ------------------------------------------------------------------------------
 
     def read_file(self, batch: BatchRef, relative: str) -> pa.Table:
-        """One staged file; a read error names the file and the batch (``StagingCorruptError``)."""
-        with naming_file(batch.label, relative):
-            return pq.read_table(f"{batch.path}/{relative}", filesystem=self.layout.fs)
+        """One staged file; a read error names the file and the batch (``StagingCorruptError``).
+
+        Read as one Parquet file, not through ``pq.read_table``: its dataset machinery imports pandas (about a
+        second), which a run that only reads a batch's small files (relations, transactions) never needs."""
+        with naming_file(batch.label, relative), pq.ParquetFile(f"{batch.path}/{relative}",
+                                                                filesystem=self.layout.fs) as parquet:
+            return parquet.read()
 
     def read_schema(self, batch: BatchRef, relative: str) -> pa.Schema:
         """A staged file's Arrow schema (its footer only)."""
@@ -183,8 +203,7 @@ class StagingReader:
         path = f"{batch.path}/{name}"
         if not self.layout.exists(path):
             return None
-        rows: list[dict[str, Any]] = self.read_file(batch, name).to_pylist()
-        return rows
+        return python_rows(self.read_file(batch, name))
 
     def relation_versions(self, batch: BatchRef) -> dict[str, list[tuple[int, RelationInfo]]]:
         """Every schema version per ``schema.table`` seen in the batch, as (first LSN, shape), oldest first."""

@@ -1,8 +1,8 @@
-"""An Airflow home on SQLite, migrated once per run, whose DAGs folder is the repo's ``dags/``."""
+"""An Airflow home on SQLite (a copy of a migrated database: scripts/harness/airflowenv.py), one per run, whose DAGs
+folder is the repo's ``dags/``."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import tempfile
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from scripts.harness.airflowenv import airflow_vars, migrate
 from scripts.harness.userenv import user_env, venv_script
 from tests.support.spark import submit_env
 
@@ -28,13 +29,7 @@ class AirflowCli:
 
     def __init__(self, home: Path) -> None:
         self.home = home
-        self.env = user_env(home / "user", {
-            "AIRFLOW_HOME": str(home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-            **submit_env(),
-        })
+        self.env = user_env(home / "user", airflow_vars(home, REPO_ROOT / "dags", submit_env()))
         (home / "user").mkdir(exist_ok=True)
 
     def run(self, *args: str, env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -48,8 +43,7 @@ class AirflowCli:
 def airflow() -> Iterator[AirflowCli]:
     home = Path(tempfile.mkdtemp(prefix="pglogical-airflow-"))
     cli = AirflowCli(home)
-    result = cli.run("db", "migrate")
-    assert result.returncode == 0, result.stderr[-4000:]
+    migrate(cli.env, user_home=home / "user")  # a copy of the database `airflow db migrate` leaves
     try:
         yield cli
     finally:

@@ -11,6 +11,7 @@ import pytest
 
 from scripts.harness.pgserver import drop_database, execute, make_database
 from scripts.harness.pgserver import query as rows
+from tests.support.imports import heavy_imports, recording_env
 
 DAG_IDS = ("pglogical_example_pipeline", "pglogical_example_replay", "pglogical_example_teardown")
 SCHEMA = """
@@ -87,17 +88,20 @@ def staged_end_lsns(staging: Path) -> list[str]:
     return [json.loads(m.read_text())["end_lsn"] for m in manifests]
 
 
-def test_every_example_dag_file_imports_cleanly(airflow):
+def test_every_example_dag_file_imports_cleanly(airflow, tmp_path):
     # The DagBag the dag-processor uses, in the Airflow home's environment; stdout also carries
     # Airflow's log lines, so the result is the last line.
     script = ("import json; from airflow.dag_processing.dagbag import DagBag; b = DagBag(); "
               "print(json.dumps({'errors': b.import_errors, 'dags': sorted(b.dag_ids)}))")
-    result = subprocess.run([sys.executable, "-c", script], env=airflow.env, capture_output=True, text=True,
-                            timeout=300)
+    record = tmp_path / "modules.txt"
+    result = subprocess.run([sys.executable, "-c", script], env={**airflow.env, **recording_env(record)},
+                            capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     bag = json.loads(result.stdout.strip().splitlines()[-1])
     assert bag["errors"] == {}
     assert set(bag["dags"]) >= set(DAG_IDS)
+    # A DAG file is parsed by the dag-processor and again by every task's process: its imports stay light.
+    assert heavy_imports(record) == []
     files = {p.name for p in (Path(__file__).parents[2] / "dags").glob("*.py")}
     assert files == {f"{d}.py" for d in DAG_IDS}, "every example DAG file must be covered here"
 
@@ -124,10 +128,14 @@ def test_the_pipeline_dag_follows_updates_deletes_and_a_truncate(pipeline):
     assert rows(pipeline["dw"], CUSTOMERS) == rows(pipeline["src"], CUSTOMERS)
 
 
-def test_rerunning_the_pipeline_dag_without_new_wal_stages_and_changes_nothing(airflow, pipeline):
+def test_rerunning_the_pipeline_dag_without_new_wal_stages_and_changes_nothing(airflow, pipeline, tmp_path):
     before = staged_end_lsns(pipeline["staging"])
-    output = dags_test(airflow, pipeline["env"], "pglogical_example_pipeline")
+    record = tmp_path / "modules.txt"
+    output = dags_test(airflow, {**pipeline["env"], **recording_env(record)}, "pglogical_example_pipeline")
     assert staged_end_lsns(pipeline["staging"]) == before
+    # A run with nothing to do imports neither Spark's Python side nor pandas nor a lake library (seconds of every
+    # such run): not the DAG file's parse, not the decode of WAL with nothing published, not the apply of no batch.
+    assert heavy_imports(record) == []
     # Nothing to apply: the apply task starts no JVM (its row filter would need Spark only for a pending batch).
     assert "Spark-Submit cmd" not in output and "0 batch(es) applied in the worker, no spark-submit" in output
     assert rows(pipeline["dw"], ORDERS_TARGET) == rows(pipeline["src"], ORDERS_SOURCE)

@@ -25,6 +25,7 @@ from typing import Any
 import psycopg2
 import pytest
 
+from scripts.harness.airflowenv import airflow_vars
 from scripts.harness.pgserver import drop_database, execute, free_port, make_database
 from scripts.harness.pgserver import query as rows
 from scripts.harness.userenv import user_env, venv_script
@@ -221,11 +222,9 @@ def airflow_services(pg_server, tmp_path_factory) -> Iterator[dict[str, Any]]:
                  password=password)
     # Exported: only AIRFLOW_HOME, the DAG's three connections, the spec's staging root and SPARK_SUBMIT_OPTS with
     # the suite's JVM options (tests/support/spark.py).
-    env = user_env(home / "user", {
-        "AIRFLOW_HOME": str(home),
+    env = user_env(home / "user", airflow_vars(home, extra={
         "AIRFLOW_CONN_PGLOGICAL_SOURCE": pg_server.uri(src), "AIRFLOW_CONN_PGLOGICAL_TARGET": pg_server.uri(dw),
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-        "PGLOGICAL_STAGING_URI": str(staging), **submit_env()})
+        "PGLOGICAL_STAGING_URI": str(staging), **submit_env()}))
     (home / "user").mkdir()
     airflow = RunningAirflow(home, env, port, password)
     try:

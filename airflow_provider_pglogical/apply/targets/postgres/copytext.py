@@ -51,10 +51,7 @@ from airflow_provider_pglogical.apply.targets.postgres.temporal_text import (
 )
 
 NULL = "\\N"
-SESSION_CONF = {
-    "spark.sql.session.timeZone": "UTC",  # timestamp without time zone → micros
-    "spark.sql.timeType.enabled": "true",  # Spark 4 refuses to read time64 Parquet columns without it
-}
+SESSION_CONF = arrowtext.SESSION_CONF
 RANGE_FIELDS = ("lower", "upper", "lower_inclusive", "upper_inclusive", "empty")  # decoding/values/ranges.py
 # Characters for which record_out / range_out quote a field / bound (so do we; an empty text is
 # quoted too). \s is C's isspace. Quoting more than needed is harmless, less is not.

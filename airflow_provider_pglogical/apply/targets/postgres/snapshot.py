@@ -48,7 +48,6 @@ from airflow_provider_pglogical.apply.targets.base import BatchResult, DirectRow
 from airflow_provider_pglogical.apply.targets.postgres import arrownet, arrowtext
 from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import qualified
 from airflow_provider_pglogical.apply.targets.postgres.catalog import ident
-from airflow_provider_pglogical.apply.targets.postgres.copytext import copy_columns
 from airflow_provider_pglogical.apply.targets.postgres.progress import SYNC_TABLE, ensure_sync_table, sync_marks
 from airflow_provider_pglogical.apply.targets.postgres.replication_role import set_replication_role
 from airflow_provider_pglogical.apply.targets.postgres.target_types import describe_types
@@ -124,6 +123,8 @@ class StreamedText:
 def copy_text(frame: DataFrame, types: Any) -> CachedText:
     """The frame's rows as COPY text (``copytext.copy_columns``, ``arrowtext``), cached."""
     from pyspark import StorageLevel
+
+    from airflow_provider_pglogical.apply.targets.postgres.copytext import copy_columns
 
     text_frame, fields = copy_columns(frame, types)
     lines = arrowtext.line_batches(fields)

@@ -22,13 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg2
 import pyarrow as pa
 from psycopg2 import sql
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from airflow_provider_pglogical.apply import planning
 from airflow_provider_pglogical.apply.config import ApplyConfig
@@ -46,6 +44,7 @@ from airflow_provider_pglogical.apply.targets.base import (
 )
 from airflow_provider_pglogical.apply.targets.postgres import (
     arrownet,
+    arrowtext,
     catalog,
     ordered,
     progress,
@@ -68,7 +67,6 @@ from airflow_provider_pglogical.apply.targets.postgres.copy import (
     drop_staging,
     staging_columns,
 )
-from airflow_provider_pglogical.apply.targets.postgres.copytext import SESSION_CONF, copy_columns
 from airflow_provider_pglogical.apply.targets.postgres.plan import (
     KEEP,
     OP,
@@ -80,6 +78,10 @@ from airflow_provider_pglogical.apply.targets.postgres.plan import (
 from airflow_provider_pglogical.apply.targets.postgres.target_types import describe_types
 from airflow_provider_pglogical.exceptions import ApplyError, ConstraintViolationError
 from airflow_provider_pglogical.staging.target_record import TargetRecord, read_record
+
+if TYPE_CHECKING:
+    # pyspark is imported where a frame is made: a run with nothing to apply, or applying without Spark, needs none.
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +131,7 @@ class PostgresTarget:
 
     @contextmanager
     def session(self, slot: str) -> Iterator[None]:
-        self.on_demand.conf(SESSION_CONF)  # what the COPY text relies on (UTC, readable TIME columns)
+        self.on_demand.conf(arrowtext.SESSION_CONF)  # what the COPY text relies on (UTC, readable TIME columns)
         self._conn = catalog.connect(self.dsn)
         try:
             # Like a native subscriber's apply worker (replication_role.py); committed before anything else.
@@ -320,6 +322,8 @@ class PostgresTarget:
         if plan is not None and here:
             written = self._copy_here(plan, staging, copy_cols)
         elif plan is not None:
+            from pyspark.sql import functions as F
+
             parallelism = self.config.write_partitions or task_slots(self.spark)
             slices = 1 if plan.compacted else max(1, min(len(plan.tasks), parallelism))
             # The row-group tasks as a frame (DataFrame API only: classic Spark and Spark Connect alike).
@@ -327,6 +331,10 @@ class PostgresTarget:
             written = (tasks.mapInArrow(_task_rows(arrownet.copy_tasks(self.dsn, staging, copy_cols, plan)),
                                         "rows long").agg(F.sum("rows")).collect()[0][0])
         else:
+            from pyspark.sql import functions as F
+
+            from airflow_provider_pglogical.apply.targets.postgres.copytext import copy_columns
+
             frame = make_frame()
             if self.config.write_partitions:
                 frame = frame.repartition(self.config.write_partitions)
