@@ -95,7 +95,7 @@ class StandaloneCluster:
                     return
             except (OSError, ValueError):  # not listening yet, or its UI still serving the page it starts with
                 pass
-            time.sleep(0.5)
+            time.sleep(0.1)
         raise RuntimeError(f"{count} standalone workers did not register with {self.master_url} in {timeout} s")
 
     def stop(self) -> None:
@@ -110,16 +110,35 @@ class StandaloneCluster:
                 proc.wait()
 
 
+def wait_for_port(port: int, process: subprocess.Popen[bytes], what: str, timeout: float = 120) -> None:
+    """Until something listens on 127.0.0.1:``port`` (polled every 50 ms); an error if ``process`` exits first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode} before listening on {port}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"{what} did not listen on {port} within {timeout} s")
+
+
 def start_cluster(root: Path, *, workers: int = 2, cores: int = 2, memory: str = "1200m",
-                  env: dict[str, str] | None = None) -> StandaloneCluster:
+                  env: dict[str, str] | None = None, wait: bool = True) -> StandaloneCluster:
     """A master and ``workers`` workers (``cores`` and ``memory`` each) under ``root`` (logs, work dirs), every
-    worker with ``env`` in its environment; returns once all workers have registered."""
+    worker with ``env`` in its environment; returns once all workers have registered, or with ``wait`` false as
+    soon as the master listens and the workers are started (``wait_for_workers``: an application may be started
+    meanwhile, its executors come as the workers register).
+
+    The workers start once the master listens: a worker that finds no master retries only seconds later (and an
+    application's driver 20 s later)."""
     root.mkdir(parents=True, exist_ok=True)
     port, ui = free_port(), free_port()
     master = _daemon(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
                       "--webui-port", str(ui)], root / "master.log", {})
     cluster = StandaloneCluster(f"spark://127.0.0.1:{port}", ui, master)
     try:
+        wait_for_port(port, master, "the Spark master")
         for i in range(1, workers + 1):
             work = root / f"worker{i}"
             work.mkdir(parents=True, exist_ok=True)
@@ -127,7 +146,8 @@ def start_cluster(root: Path, *, workers: int = 2, cores: int = 2, memory: str =
                                "--cores", str(cores), "--memory", memory, "--webui-port", str(free_port()),
                                "--work-dir", str(work)], root / f"worker{i}.log", env or {})
             cluster.workers.append(Worker(work, process))
-        cluster.wait_for_workers(workers)
+        if wait:
+            cluster.wait_for_workers(workers)
     except BaseException:
         cluster.stop()
         raise

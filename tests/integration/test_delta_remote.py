@@ -41,22 +41,22 @@ def test_the_delta_apply_runs_where_the_spec_says_spark_runs(pg_server, tmp_path
     try:
         if recorded is not None:
             recorded.start()
-        for script in (BATCH_ONE, BATCH_TWO):
+        for script in (BATCH_ONE, BATCH_TWO):  # one batch (test_native_equivalence applies them as two)
             run_script(dbs.source, script)
-            if connect is not None:
-                result = run_as_user([venv_script("pglogical"), "run", "--spec", str(spec)], env, timeout=600)
-                assert result.returncode == 0, result.stderr[-3000:]
-                applied = json.loads(result.stdout)["apply"]
-            else:
-                decoded = run_as_user([venv_script("pglogical"), "decode", "--spec", str(spec)], env, timeout=600)
-                assert decoded.returncode == 0, decoded.stderr[-3000:]
-                result = run_as_user([venv_script("spark-submit"), "--master", "local[2]", "--conf",
-                                      "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
-                                      "--conf", f"spark.driver.extraJavaOptions={TEST_JVM_OPTIONS}",
-                                      APP, "--spec", str(spec)], env, timeout=600)
-                assert result.returncode == 0, result.stderr[-3000:]
-                applied = json.loads(result.stdout.strip().splitlines()[-1])
-            assert applied["batches_applied"] == 1, applied
+        if connect is not None:
+            result = run_as_user([venv_script("pglogical"), "run", "--spec", str(spec)], env, timeout=600)
+            assert result.returncode == 0, result.stderr[-3000:]
+            applied = json.loads(result.stdout)["apply"]
+        else:
+            decoded = run_as_user([venv_script("pglogical"), "decode", "--spec", str(spec)], env, timeout=600)
+            assert decoded.returncode == 0, decoded.stderr[-3000:]
+            result = run_as_user([venv_script("spark-submit"), "--master", "local[2]", "--conf",
+                                  "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
+                                  "--conf", f"spark.driver.extraJavaOptions={TEST_JVM_OPTIONS}",
+                                  APP, "--spec", str(spec)], env, timeout=600)
+            assert result.returncode == 0, result.stderr[-3000:]
+            applied = json.loads(result.stdout.strip().splitlines()[-1])
+        assert applied["batches_applied"] == 1, applied
         if recorded is not None:
             recorded.stop()
         assert_delta_equals_native(dbs, lake)

@@ -80,7 +80,8 @@ def tasks_per_worker(cluster: Cluster) -> list[int]:
 def test_snapshot_and_changes_on_two_workers_match_a_native_subscriber(
         spark_cluster, request, databases, tmp_path, where):  # noqa: F811 (the fixtures imported above)
     """``spark.master: spark://…`` (the driver in ``pglogical``) and ``spark.remote`` of a Connect server whose
-    application runs on the cluster (its driver without S3 credentials)."""
+    application runs on the cluster (its driver without S3 credentials): a run with the snapshot, then one with the
+    workload's changes (each run of the first is an application of its own, with a JVM and two executors)."""
     spark = ({"remote": request.getfixturevalue("cluster_connect")} if where == "connect"
              else {"master": spark_cluster.spark.master_url, "conf": spark_cluster.conf()})
     spec = cluster_spec(tmp_path / "spec.yaml", databases, spark_cluster, spark, snapshot=True)
@@ -90,9 +91,9 @@ def test_snapshot_and_changes_on_two_workers_match_a_native_subscriber(
         recorded.start()
         snapshot = run(spec, spark_cluster)
         assert snapshot["decode"]["snapshot"]["initial"]["tables"]["public.cols"]["rows"] == 5000, snapshot
-        for script in (BATCH_ONE, BATCH_TWO):
+        for script in (BATCH_ONE, BATCH_TWO):  # one batch (test_native_equivalence applies them as two)
             run_script(databases.source, script)
-            assert run(spec, spark_cluster)["apply"]["batches_applied"] == 1
+        assert run(spec, spark_cluster)["apply"]["batches_applied"] == 1
         recorded.stop()
         assert_postgres_equals_native(databases)
         assert table_rows(databases.ours, "cols")[-1] == (5999, "a5999", None, 5999)  # the snapshot's column list

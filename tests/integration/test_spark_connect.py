@@ -48,12 +48,12 @@ def test_run_matches_a_native_subscriber_reading_s3_on_the_executors_only(
     recorded = spark_connect.requests
     try:
         recorded.start()
-        for script in (BATCH_ONE, BATCH_TWO):
+        for script in (BATCH_ONE, BATCH_TWO):  # one batch (test_native_equivalence applies them as two)
             run_script(dbs.source, script)
-            result = run_as_user([venv_script("pglogical"), "run", "--spec", str(spec)], driver_env, timeout=600)
-            assert result.returncode == 0, result.stderr[-3000:]
-            report = json.loads(result.stdout)
-            assert report["apply"]["batches_applied"] == 1, report
+        result = run_as_user([venv_script("pglogical"), "run", "--spec", str(spec)], driver_env, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        report = json.loads(result.stdout)
+        assert report["apply"]["batches_applied"] == 1, report
         recorded.stop()
         assert_postgres_equals_native(dbs)
         # The executors read every row-change file (and hashed it); the client read none of them.

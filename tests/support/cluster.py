@@ -11,7 +11,8 @@ The S3 server sees every request first (``ExecutorReadGate``): a test can hold t
 files until it has done something to the cluster (killed a worker while its task waits).
 
 Starting the cluster and the Connect server costs JVMs (a master, two workers, the server's driver and its two
-executors), so they start on first use and stay up for every test of those modules: tests/conftest.py hands the
+executors), so they start on first use (the workers and the Connect server together, once the master listens) and
+stay up for every test of those modules: tests/conftest.py hands the
 modules to one xdist worker together, back to back, holds this process's ``SharedCluster`` (its session fixture
 ``shared_cluster``) and stops the servers after the last of those modules. A test that kills a worker leaves a cluster whose Connect application has moved its
 executor onto the other worker: the next test to ask for the cluster gets a new one.
@@ -31,10 +32,15 @@ from typing import Any
 import pytest
 
 from scripts.harness.sparkcluster import StandaloneCluster, app_conf, start_cluster
-from scripts.harness.sparkconnect import start_server, stop
+from scripts.harness.sparkconnect import ConnectServer, launch_server, stop
 from tests.support.s3server import S3Server, s3_server
 from tests.support.spark import TEST_JVM_OPTIONS
 from tests.support.sparkconnect import EXECUTOR_KEY, S3Requests, SparkConnect, s3_env
+
+# Each worker holds the Connect application's executor and a run's (512 MB, app_conf's) side by side, never two of
+# the Connect application's (Cluster.connect_conf).
+WORKER_MEMORY = "1300m"
+CONNECT_EXECUTOR_MEMORY = "700m"
 
 
 class ExecutorReadGate:
@@ -77,6 +83,12 @@ class Cluster:
         return {**app_conf(executors=len(self.spark.workers)), "spark.driver.extraJavaOptions": TEST_JVM_OPTIONS,
                 "spark.executor.extraJavaOptions": TEST_JVM_OPTIONS}
 
+    def connect_conf(self) -> dict[str, str]:
+        """The Connect server application's: ``conf`` with executors of more than half a worker's memory, so that
+        each worker holds one of them (and one of a run's next to it) even when the application registers while a
+        worker is still starting (the master would otherwise give both executors to the first worker)."""
+        return {**self.conf(), "spark.executor.memory": CONNECT_EXECUTOR_MEMORY}
+
 
 class SharedCluster:
     """This process's cluster (with its S3 server) and the Connect server on it, each started on first use."""
@@ -88,21 +100,35 @@ class SharedCluster:
 
     def cluster(self) -> Cluster:
         """The running cluster; a new one if a worker of the current one was killed."""
-        if self._cluster is not None and any(w.process.poll() is not None for w in self._cluster.spark.workers):
-            self.close()
-        if self._cluster is None:
-            with ExitStack() as stack:
-                self._cluster = stack.enter_context(_cluster())
-                self._stack = stack.pop_all()
+        self._start(connect=False)
+        assert self._cluster is not None
         return self._cluster
 
     def connect_url(self) -> str:
         """The URL of the Connect server whose application runs on the cluster (its driver holds no S3 key)."""
-        cluster = self.cluster()
-        if self._connect_url is None:
-            assert self._stack is not None
-            self._connect_url = self._stack.enter_context(_connect_server(cluster))
+        self._start(connect=True)
+        assert self._connect_url is not None
         return self._connect_url
+
+    def _start(self, *, connect: bool) -> None:
+        """Start what is missing: the cluster (anew if a worker of the current one was killed), and with
+        ``connect`` the Connect server on it, launched as soon as the master listens, so that its JVM starts
+        while the workers start and register rather than after."""
+        if self._cluster is not None and any(w.process.poll() is not None for w in self._cluster.spark.workers):
+            self.close()
+        if self._cluster is not None and (self._connect_url is not None or not connect):
+            return
+        with ExitStack() as stack:
+            cluster = self._cluster or stack.enter_context(_cluster())
+            server = stack.enter_context(_connect_server(cluster)) if connect else None
+            if cluster is not self._cluster:
+                cluster.spark.wait_for_workers(len(cluster.spark.workers))
+            url = server.wait() if server is not None else None
+            if self._stack is None:
+                self._stack = stack.pop_all()
+            else:  # the Connect server stops before the cluster it runs on
+                self._stack.enter_context(stack.pop_all())
+        self._cluster, self._connect_url = cluster, url or self._connect_url
 
     def close(self) -> None:
         """Stop the Connect server, the cluster and the S3 server (the next use starts them again)."""
@@ -113,8 +139,9 @@ class SharedCluster:
 
 @contextmanager
 def _cluster() -> Iterator[Cluster]:
-    """A master and two workers (2 cores, 1.2 GB each; an application gets one 1-core executor on each), and an
-    S3 server whose request log the tests read."""
+    """A master and two workers (2 cores, 1.3 GB each; an application gets one 1-core executor on each), and an
+    S3 server whose request log the tests read; yielded once the master listens and the workers are started (they
+    register meanwhile: ``wait_for_workers``)."""
     from moto.moto_api import recorder
 
     root = Path(tempfile.mkdtemp(prefix="pglogical-cluster-"))
@@ -129,7 +156,7 @@ def _cluster() -> Iterator[Cluster]:
 
     try:
         with s3_server(wrap=gated) as s3:
-            spark = start_cluster(root, env=s3_env(s3, EXECUTOR_KEY))
+            spark = start_cluster(root, env=s3_env(s3, EXECUTOR_KEY), memory=WORKER_MEMORY, wait=False)
             try:
                 yield Cluster(spark, s3, S3Requests(s3, recording), gates[0])
             finally:
@@ -141,14 +168,15 @@ def _cluster() -> Iterator[Cluster]:
 
 
 @contextmanager
-def _connect_server(cluster: Cluster) -> Iterator[str]:
-    """A Spark Connect server whose application runs on ``cluster``; its URL."""
+def _connect_server(cluster: Cluster) -> Iterator[ConnectServer]:
+    """A Spark Connect server whose application runs on ``cluster``, launched (``ConnectServer.wait``: its URL once
+    it listens)."""
     log = Path(tempfile.mkdtemp(prefix="pglogical-cluster-connect-")) / "server.log"
-    process, url = start_server({}, log, master=cluster.spark.master_url, conf=cluster.conf())
+    server = launch_server({}, log, master=cluster.spark.master_url, conf=cluster.connect_conf())
     try:
-        yield url
+        yield server
     finally:
-        stop(process)
+        stop(server.process)
         shutil.rmtree(log.parent, ignore_errors=True)
 
 

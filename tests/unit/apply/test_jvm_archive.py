@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import fcntl
 import os
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,10 +18,11 @@ from airflow_provider_pglogical.apply import jvm_archive
 from airflow_provider_pglogical.apply.jvm_archive import DIR_VARIABLE, DRIVER_OPTIONS, SWITCH
 
 # Writes the file named by -XX:ArchiveClassesAtExit, as the JVM does at its exit; counts its calls next to itself;
-# fails when a file ``fail`` is there; notes where it dumped.
+# fails when a file ``fail`` is there; notes where it dumped and the environment it ran with.
 FAKE_SUBMIT = r"""#!/bin/sh
 here=$(dirname "$0")
 echo call >> "$here/../calls"
+env > "$here/../submit-env"
 [ -e "$here/../fail" ] && exit 1
 for arg in "$@"; do
   case "$arg" in *ArchiveClassesAtExit=*) out=${arg#*ArchiveClassesAtExit=}; out=${out%% *};; esac
@@ -194,3 +197,49 @@ def test_a_quote_in_the_users_options_is_not_an_error(machine):
     jvm_archive.ensure_archive(environ=machine.env)
     conf = jvm_archive.driver_conf("local[*]", {}, {**machine.env, "SPARK_SUBMIT_OPTS": "-Dname=O'Brien"}, write=False)
     assert "-XX:SharedArchiveFile=" in conf[DRIVER_OPTIONS]
+
+
+# What a task's environment holds besides what finds the JDK: the source's password, object-store keys, Airflow's
+# connections and secrets. The background writer runs ``java`` only: none of it may reach the writer's process or
+# the spark-submit it runs (which would hand it on to its JVM and Python workers).
+SECRETS = {"PGPASSWORD": "pg-secret", "AWS_ACCESS_KEY_ID": "aws-key", "AWS_SECRET_ACCESS_KEY": "aws-secret",
+           "AWS_SESSION_TOKEN": "aws-token", "AIRFLOW_CONN_PG_SOURCE": "postgresql://u:conn-secret@db/src",
+           "AIRFLOW__CORE__FERNET_KEY": "fernet-secret", "AZURE_STORAGE_ACCOUNT_KEY": "azure-secret",
+           "GOOGLE_APPLICATION_CREDENTIALS": "/keys/gcs-secret.json", "PGLOGICAL_SOURCE_DSN": "dsn-secret"}
+
+
+def environment(path: Path) -> dict[str, str]:
+    """``env``'s output (one NAME=value a line) as a dict."""
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+
+
+def assert_no_secrets(seen: dict[str, str]) -> None:
+    assert sorted(set(SECRETS) & set(seen)) == []
+    assert [name for name, value in seen.items() if any(s in value for s in SECRETS.values())] == []
+
+
+def test_the_writer_process_gets_none_of_the_tasks_secrets(machine, tmp_path, monkeypatch):
+    """``start_writer``'s background process: an interpreter standing in for Python notes its environment."""
+    noted = tmp_path / "writer-env"
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nenv > "{noted}.partial" && mv "{noted}.partial" "{noted}"\n')
+    python.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(python))
+    assert jvm_archive.start_writer({**machine.env, **SECRETS}) is True
+    deadline = time.monotonic() + 60
+    while not noted.exists():
+        assert time.monotonic() < deadline, "the writer process did not start"
+        time.sleep(0.05)
+    seen = environment(noted)
+    assert_no_secrets(seen)
+    # What finds the JDK and the cache directory is there (the writer works with it alone).
+    assert {k: seen.get(k) for k in ("JAVA_HOME", DIR_VARIABLE, "HOME")} == {
+        k: machine.env[k] for k in ("JAVA_HOME", DIR_VARIABLE, "HOME")}
+
+
+def test_the_writers_spark_submit_gets_none_of_the_tasks_secrets(machine):
+    """The spark-submit the writer runs (its JVM and Python workers inherit its environment)."""
+    assert jvm_archive.ensure_archive(environ={**machine.env, **SECRETS}) is not None
+    seen = environment(machine.spark / "submit-env")
+    assert_no_secrets(seen)
+    assert seen["JAVA_HOME"] == machine.env["JAVA_HOME"] and seen["PYSPARK_PYTHON"] == sys.executable
