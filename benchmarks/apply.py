@@ -35,7 +35,9 @@ into a table of its own (a plain append into the empty table, else one MERGE of 
 ``--delta-reference`` also runs the Delta apply with the direct path and the append of absent keys switched off
 (``PGLOGICAL_APPLY_DIRECT=0``, ``PGLOGICAL_DELTA_APPEND=0``: every batch through Spark's net frame and a MERGE),
 in the same session, for a before/after of one run.
-``--targets postgres,delta,iceberg`` adds the Iceberg apply (embedded SQL catalog, local warehouse) the same way.
+``--targets postgres,delta,iceberg`` adds the Iceberg apply (embedded SQL catalog, local warehouse) the same way;
+``--iceberg-reference`` also runs it with the direct path switched off (``PGLOGICAL_APPLY_DIRECT=0``: every batch
+through Spark's net frame, the Iceberg mirror's only path before it read the staged files), in the same session.
 ``--inprocess-rows N``: the PostgreSQL apply twice in one run, into two targets: first with
 ``PGLOGICAL_APPLY_INPROCESS_ROWS=N`` and Spark started only if a batch needs it (``inprocess_*``; before any JVM
 starts), then the Spark run with ``PGLOGICAL_APPLY_INPROCESS_ROWS=0`` (every netted batch through Spark), both
@@ -51,6 +53,8 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -151,6 +155,21 @@ def delta_floor(staging: str, slot: str, table: str, uri: str) -> tuple[float, l
 SCRATCH: list[str] = []  # staging and lake directories, removed when the run ends
 
 
+@contextmanager
+def switched(env: dict[str, str]) -> Iterator[None]:
+    """``env`` set in this process for the block, the previous values restored after it."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def scratch(prefix: str) -> str:
     SCRATCH.append(tempfile.mkdtemp(prefix=prefix))
     return SCRATCH[-1]
@@ -249,17 +268,10 @@ def apply_in_process(config: ApplyConfig, dsn: str, native_dsn: str, table: str,
     import resource
 
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
-    saved = os.environ.get("PGLOGICAL_APPLY_INPROCESS_ROWS")
-    os.environ["PGLOGICAL_APPLY_INPROCESS_ROWS"] = str(rows)
-    try:
+    with switched({"PGLOGICAL_APPLY_INPROCESS_ROWS": str(rows)}):
         t0 = time.monotonic()
         reports = apply_slot(SparkOnDemand(start), config, dsn)  # type: ignore[arg-type]
         seconds = time.monotonic() - t0
-    finally:
-        if saved is None:
-            os.environ.pop("PGLOGICAL_APPLY_INPROCESS_ROWS", None)
-        else:
-            os.environ["PGLOGICAL_APPLY_INPROCESS_ROWS"] = saved
     digest = f"SELECT count(*), sum(hashtext({table}::text)) FROM {table}"
     return {"inprocess_rows": rows, "inprocess_apply_s": round(seconds, 2),
             "inprocess_batches_applied": sum(r.applied for r in reports),
@@ -292,6 +304,8 @@ def main() -> int:
     p.add_argument("--inprocess-rows", type=int, default=None, help="also apply to PostgreSQL in this process "
                    "(PGLOGICAL_APPLY_INPROCESS_ROWS=N, Spark only on demand), before the Spark run, which then has "
                    "PGLOGICAL_APPLY_INPROCESS_ROWS=0")
+    p.add_argument("--iceberg-reference", action="store_true", help="also apply to Iceberg with the direct path "
+                   "switched off (PGLOGICAL_APPLY_DIRECT=0), for a before/after in one run")
     p.add_argument("--targets", default="postgres,delta", help="comma-separated; postgres is our PostgreSQL apply "
                    "(left out: the lake targets alone, against the same native subscriber), delta adds the Delta target, "
                    "iceberg the Iceberg target (SQL catalog on SQLite, local warehouse)")
@@ -433,19 +447,11 @@ def main() -> int:
             if args.delta_reference:  # the previous path: Spark's net frame and a MERGE for every batch
                 runs["reference_"] = {"PGLOGICAL_APPLY_DIRECT": "0", "PGLOGICAL_DELTA_APPEND": "0"}
             for prefix, env in runs.items():
-                saved = {k: os.environ.get(k) for k in env}
-                os.environ.update(env)
-                try:
+                with switched(env):
                     lake = DeltaLocation(scratch("pglogical-bench-lake-"))
                     t0 = time.monotonic()
                     delta_reports = apply_slot(spark, config, target=DeltaTarget(lake, "ours"))
                     delta_s = time.monotonic() - t0
-                finally:
-                    for k, v in saved.items():
-                        if v is None:
-                            os.environ.pop(k, None)
-                        else:
-                            os.environ[k] = v
                 rows = DeltaTable(lake.table_uri(f"public.{table}")).to_pyarrow_table().sort_by("id")
                 delta_same = [tuple(r.values()) for r in rows.to_pylist()] == [tuple(r) for r in native_rows]
                 same = same and delta_same
@@ -467,26 +473,36 @@ def main() -> int:
             from airflow_provider_pglogical.apply.targets.iceberg.catalog import IcebergLocation
             from airflow_provider_pglogical.apply.targets.iceberg.target import IcebergTarget
 
-            warehouse = scratch("pglogical-bench-iceberg-")
-            ice = IcebergTarget(IcebergLocation({"type": "sql", "uri": f"sqlite:///{warehouse}/catalog.db",
-                                                 "warehouse": warehouse}), "ours")
-            t0 = time.monotonic()
-            ice_reports = apply_slot(spark, config, target=ice)
-            ice_s = time.monotonic() - t0
-            ice_table = ice.open(f"public.{table}")
-            assert ice_table is not None
-            rows = ice_table.scan().to_arrow().sort_by("id")
             native_rows = query(native_dsn, f"SELECT * FROM {table} ORDER BY id")
-            ice_same = [tuple(r.values()) for r in rows.to_pylist()] == [tuple(r) for r in native_rows]
-            same = same and ice_same
-            out.update({
-                "iceberg_apply_s": round(ice_s, 1), "iceberg_batches_applied": sum(r.applied for r in ice_reports),
-                "iceberg_per_batch_seconds": [r.seconds for r in ice_reports],
-                "ratio_iceberg_apply_over_native": round(ice_s / native_s, 2),
-                "ratio_drain_plus_iceberg_over_native": round((drain_s + ice_s) / native_s, 2),
-                "iceberg_identical_to_native": ice_same})
+            ice_runs: dict[str, dict[str, str]] = {"": {}}
+            if args.iceberg_reference:  # the previous path: Spark's net frame for every batch
+                ice_runs["reference_"] = {"PGLOGICAL_APPLY_DIRECT": "0"}
+            for prefix, env in ice_runs.items():
+                warehouse = scratch("pglogical-bench-iceberg-")
+                ice = IcebergTarget(IcebergLocation({"type": "sql", "uri": f"sqlite:///{warehouse}/catalog.db",
+                                                     "warehouse": warehouse}), "ours")
+                with switched(env):
+                    t0 = time.monotonic()
+                    ice_reports = apply_slot(spark, config, target=ice)
+                    ice_s = time.monotonic() - t0
+                ice_table = ice.open(f"public.{table}")
+                assert ice_table is not None
+                rows = ice_table.scan().to_arrow().sort_by("id")
+                ice_same = [tuple(r.values()) for r in rows.to_pylist()] == [tuple(r) for r in native_rows]
+                same = same and ice_same
+                out.update({
+                    f"{prefix}iceberg_apply_s": round(ice_s, 2),
+                    f"{prefix}iceberg_batches_applied": sum(r.applied for r in ice_reports),
+                    f"{prefix}iceberg_per_batch_seconds": [r.seconds for r in ice_reports],
+                    f"{prefix}ratio_iceberg_apply_over_native": round(ice_s / native_s, 2),
+                    f"{prefix}ratio_drain_plus_iceberg_over_native": round((drain_s + ice_s) / native_s, 2),
+                    f"{prefix}iceberg_identical_to_native": ice_same})
             if "delta_apply_s" in out:
-                out["ratio_iceberg_apply_over_delta_apply"] = round(ice_s / float(out["delta_apply_s"]), 2)
+                out["ratio_iceberg_apply_over_delta_apply"] = round(float(out["iceberg_apply_s"])
+                                                                    / float(out["delta_apply_s"]), 2)
+            if args.iceberg_reference:
+                out["ratio_iceberg_apply_over_reference"] = round(
+                    float(out["iceberg_apply_s"]) / float(out["reference_iceberg_apply_s"]), 2)
         if inprocess:
             same = same and bool(inprocess["inprocess_identical_to_native"])
             out["ratio_inprocess_apply_over_spark_apply"] = round(float(inprocess["inprocess_apply_s"]) / apply_s, 2)

@@ -27,8 +27,12 @@ With ``--row-filter EXPR`` the table is applied with that spec filter (on ``id``
 and DELETEs pass it): ``"id % 2 = 0"`` is evaluated in the ``pglogical`` process (``apply/filter_eval.py``), a filter
 outside that subset (``"id::bigint % 2 = 0"``: a cast) by Spark, which the run then starts while it drains.
 
+With ``--target iceberg`` (and ``--no-split``) the spec's target is an Iceberg mirror (embedded SQL catalog, local
+warehouse) instead of a PostgreSQL database: the same CLI runs, the Iceberg mirror's table-batches read straight
+from the staged files (``apply/targets/lake/direct.py``) or, with ``--code`` of an older checkout, through Spark.
+
 Usage: python benchmarks/small_run.py [--changes 100] [--repeat 3] [--json FILE] [--code DIR] [--no-split] [--connect]
-                                     [--inprocess-rows N] [--jvm-archive] [--row-filter EXPR]
+                                     [--inprocess-rows N] [--jvm-archive] [--row-filter EXPR] [--target iceberg]
 ``--inprocess-rows N`` sets ``PGLOGICAL_APPLY_INPROCESS_ROWS`` for the runs (0: repeated keys netted by Spark).
 ``--code DIR`` runs the CLI from another checkout's package (``PYTHONPATH=DIR``, e.g. an exported older
 commit with its compiled helpers copied in) for A/B runs; ``--no-split`` skips the in-process split.
@@ -294,7 +298,12 @@ def main() -> int:
     p.add_argument("--inprocess-rows", type=int, default=None,
                    help="PGLOGICAL_APPLY_INPROCESS_ROWS for the runs (0: repeated keys netted by Spark)")
     p.add_argument("--row-filter", default=None, help="the table's spec row filter (on id), e.g. 'id %% 2 = 0'")
+    p.add_argument("--target", choices=("postgres", "iceberg"), default="postgres",
+                   help="the spec's target: a PostgreSQL database, or an Iceberg mirror (SQL catalog on SQLite, "
+                        "local warehouse; with --no-split)")
     args = p.parse_args()
+    if args.target != "postgres" and not (args.no_split and not args.connect and not args.jvm_archive):
+        p.error("--target iceberg runs the CLI only: add --no-split (no --connect, --jvm-archive)")
     if args.inprocess_rows is not None:  # the in-process split reads it here, the CLI runs from ``env``
         os.environ["PGLOGICAL_APPLY_INPROCESS_ROWS"] = str(args.inprocess_rows)
     load_before = load_average()
@@ -308,7 +317,9 @@ def main() -> int:
         spec_path.write_text(yaml.safe_dump({
             "source": {"dsn": server.uri(source), "publication": "small_pub", "slot": "small_slot", "create": True},
             "staging": {"uri": str(work / "staging")},
-            "target": {"kind": "postgres", "dsn": server.uri(target)},
+            "target": {"kind": "postgres", "dsn": server.uri(target)} if args.target == "postgres" else {
+                "kind": "iceberg", "catalog": {"type": "sql", "uri": f"sqlite:///{work}/catalog.db",
+                                               "warehouse": str(work / "warehouse")}},
             "tables": {"public.t": {"row_filter": args.row_filter} if args.row_filter else {}},
             "spark": {"master": "local[2]"}}))
         env: dict[str, str] = {"PYTHONPATH": str(args.code.resolve())} if args.code else {}
@@ -354,6 +365,7 @@ def main() -> int:
             "code": str(args.code) if args.code else "this checkout",
             "inprocess_rows": args.inprocess_rows,
             "row_filter": args.row_filter,
+            "target": args.target,
             "load_average_1m": [load_before, load_average()],
             "cli_help_s": round(statistics.median(help_s), 2),
             "cli_first_run_creating_slot_s": round(first_s, 2),

@@ -72,7 +72,7 @@ SLOW_MODULES = (
     "tests/unit/apply/test_arrowtext.py",
     "tests/integration/test_spark_standalone.py",
     "tests/integration/test_cli_delta.py",
-    "tests/integration/test_delta_direct.py",
+    "tests/integration/test_lake_direct_apply.py",
     "tests/unit/apply/lake/test_lake_direct.py",
     "tests/integration/test_apply_operator.py",
     "tests/integration/test_report.py",

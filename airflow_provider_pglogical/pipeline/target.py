@@ -79,16 +79,14 @@ class SpecTarget(ABC):
 
     Besides the methods, a kind sets ``applies_in_worker`` (the DAG's apply runs the spec's steps with the driver in
     the Airflow worker — or in the spec app's spark-submit when the spec names ``spark.conn_id`` — rather than as
-    the PostgreSQL apply app), ``maintainable`` (``maintain`` compacts its tables), ``needs_conn_id`` (a
-    task in another process finds the target only through an Airflow connection) and ``takes_direct_rows`` (its
-    ``Target`` prints the direct path's rows itself, ``targets/base.DirectNetSource``: a run the direct path covers
-    needs no Spark), and may override ``early_spark_start``.
+    the PostgreSQL apply app), ``maintainable`` (``maintain`` compacts its tables) and ``needs_conn_id`` (a
+    task in another process finds the target only through an Airflow connection), and may override
+    ``early_spark_start`` and ``takes_direct_rows``.
     """
 
     kind: ClassVar[str] = ""
     applies_in_worker: ClassVar[bool] = False
     needs_conn_id: ClassVar[bool] = True
-    takes_direct_rows: ClassVar[bool] = False
     maintainable: ClassVar[bool] = False  # ``maintain`` compacts its tables (lake targets)
 
     def __init__(self, spec: PipelineSpec) -> None:
@@ -99,6 +97,12 @@ class SpecTarget(ABC):
         """Whether Spark may start while the drain runs (not when the target's credentials reach this
         process, and so the JVM, only around the apply)."""
         return True
+
+    @property
+    def takes_direct_rows(self) -> bool:
+        """Whether the spec's ``Target`` reads the direct path's rows itself (``targets/base.DirectNetSource``): a
+        run the direct path covers then needs no Spark (``runs.spark_expected``)."""
+        return False
 
     @property
     def tables(self) -> list[str]:
@@ -235,7 +239,9 @@ class PostgresSpecTarget(SpecTarget):
     """A PostgreSQL target (``dsn`` or ``conn_id``); its bookkeeping tables live in the pipeline's own schema
     (``bookkeeping_schema.locate``), asked once per handle."""
 
-    takes_direct_rows = True
+    @property
+    def takes_direct_rows(self) -> bool:
+        return True  # the target prints and COPYs them (``targets/postgres/arrownet.py``)
 
     def __init__(self, spec: PipelineSpec) -> None:
         super().__init__(spec)
@@ -412,6 +418,11 @@ class LakeSpecTarget(SpecTarget):
         return not self.spec.target.conn_id
 
     @property
+    def takes_direct_rows(self) -> bool:
+        # A mirror reads the direct path's net rows itself (``lake/direct.py``); a change feed needs Spark's frames.
+        return self.spec.target.mode == "mirror"
+
+    @property
     def env(self) -> dict[str, str]:
         if self._env is None:
             conn_id = self.spec.target.conn_id
@@ -446,11 +457,6 @@ class DeltaSpecTarget(LakeSpecTarget):
     @property
     def storage_uri(self) -> str:
         return self.spec.target.uri or ""
-
-    @property
-    def takes_direct_rows(self) -> bool:  # type: ignore[override]
-        # A mirror reads the direct path's net rows itself (``lake/direct.py``); a change feed needs Spark's frames.
-        return self.spec.target.mode == "mirror"
 
     def delta_target(self) -> DeltaTarget:
         from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation

@@ -3,8 +3,10 @@
 ``IcebergTarget`` implements ``targets.base.Target`` like the Delta target (``delta/target.py``): the shared runner
 plans each batch and hands it the plan with the batch's Spark frames; the target collects each table's net changes
 (mirror) or published changes (changelog) as Arrow on the driver and commits them with pyiceberg — Spark does the
-reading, filtering, projection and compaction. Below ``apply_batch`` everything is Arrow (``apply_net``,
-``truncate``, ``append_changes``), so it runs (and is tested) without Spark.
+reading, filtering, projection and compaction, except for a mirror's table-batch the direct path covers, whose net
+rows are read from its staged files in this process (``lake/direct.py``; a run of only such batches starts no
+JVM). Below ``apply_batch`` everything is Arrow (``apply_net``, ``truncate``, ``append_changes``), so it runs (and
+is tested) without Spark.
 
 One commit per table and batch is one pyiceberg ``Transaction``: its snapshots (the data files a batch removes,
 the files it adds), its schema changes and the table property ``pglogical.watermark.<slot>`` = the batch's end
@@ -229,7 +231,9 @@ class IcebergTarget:
                 seconds: dict[str, float]) -> TableOutcome:
         """One table's net changes in one commit: streamed bucket by bucket from Spark (``lake/stream.py``) when
         ``chunk_rows`` is set, the table-batch staged more changes than that (or does not say how many) and no change
-        needs the whole table's changes (``apply_net_stream``), else collected whole (the reference)."""
+        needs the whole table's changes (``apply_net_stream``), else collected whole (the reference). A table-batch
+        the direct path covers and that would be collected whole is read from its staged files instead
+        (``lake/direct.py``: no Spark)."""
         def streamed(frame: DataFrame, summary: stream.NetSummary) -> TableOutcome:
             where = f"batch {plan.start_lsn:X}-{plan.end_lsn:X}"
             count = stream.buckets(summary.rows, self.chunk_rows or summary.rows)
@@ -250,7 +254,7 @@ class IcebergTarget:
             finally:
                 chunks.close()
 
-        return lake_net.apply_mirror(self, table, plan, changes, seconds, (self.chunk_rows,), streamed)
+        return lake_net.apply_mirror(self, table, plan, changes, seconds, (self.chunk_rows,), streamed, direct=True)
 
     # -- snapshots (``targets/base.SnapshotTarget``) -----------------------------------------
 

@@ -1,4 +1,5 @@
-"""A lake mirror's table-batch read straight from its staged files: the direct path (``apply/direct.py``) for Delta.
+"""A lake mirror's table-batch read straight from its staged files: the direct path (``apply/direct.py``) for the
+lake targets (Delta, Iceberg).
 
 When the direct path covers a table-batch (``DirectNetSource.direct_net``: a row filter and actions it applies per change,
 no exactness note, one schema version, keys that never repeat — or few enough changes to net in this process),
@@ -9,10 +10,14 @@ lake's collected apply (``lake/net.py``) merges them exactly as it merges Spark'
 by Spark, no ``toArrow``.
 
 Only for written columns of the flat types whose staged Arrow values are what Spark's read gives after the lake's
-conversion (``types.delta_type``): integers, floats, booleans, text, bytes, ``decimal128``, dates and µs
-timestamps. Anything else (arrays, composites, ``time``, ``interval``, ``numeric`` wider than 38 digits) goes
-through Spark as before. ``PGLOGICAL_APPLY_DIRECT=0`` switches it off with the rest of the direct path (the
-reference); ``tests/integration/test_delta_direct.py`` applies random batches both ways.
+conversion: integers, floats, booleans, text, bytes, ``decimal128``, dates and µs timestamps. Both lakes convert
+with one mapping (``delta/types.delta_type``; Iceberg's ``iceberg/types.iceberg_type`` only widens 8- and 16-bit
+integers to ``int``, which it does to Spark's ``short`` alike), so the set is the same for both: ``pg_lsn``'s
+``uint64`` becomes the ``decimal(20,0)`` Spark reads, ``money``'s minor units the same ``decimal(19,2)``.
+Anything else (arrays, composites, ranges, ``time``/``timetz``, ``interval``, ``numeric`` wider than 38 digits)
+goes through Spark as before. ``PGLOGICAL_APPLY_DIRECT=0`` switches it off with the rest of the direct path (the
+reference); ``tests/integration/test_lake_direct_apply.py`` applies random batches, filtered tables and one table
+per source type both ways into each lake.
 """
 
 from __future__ import annotations

@@ -1,0 +1,287 @@
+"""The lake mirrors' direct path (``apply/targets/lake/direct.py``) and Spark's net frame give the same Delta and
+Iceberg tables: random workloads drained in batches, applied once with the direct path allowed and once with
+``PGLOGICAL_APPLY_DIRECT=0`` (the reference), both read back with the lake's own reader (deltalake, pyiceberg) and
+compared with each other — rows bit for bit, column types — and with the source. One loop (``both_ways``) serves
+both lakes; each test runs for each."""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg2
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
+from airflow_provider_pglogical.apply.direct import ENV_SWITCH
+from airflow_provider_pglogical.apply.runner import apply_slot
+from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
+from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
+from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
+from airflow_provider_pglogical.apply.targets.iceberg.catalog import IcebergLocation
+from airflow_provider_pglogical.apply.targets.iceberg.target import IcebergTarget
+from airflow_provider_pglogical.hooks import PgLogicalHook
+from scripts.harness.pgserver import execute, make_database, query
+from scripts.harness.subscriber import drain_all
+from tests.integration.test_apply_direct import SCHEMA, _round
+
+TABLES = ("plain", "full_id", "arr", "pk2")
+KEYS = {"pk2": ("k1", "k2")}
+LOGGER = "airflow_provider_pglogical.apply.targets.lake.net"
+STRAIGHT = "straight from the staged files"
+
+
+def _exact(value: object) -> object:
+    """Floats bit for bit (-0.0 is not 0.0, NaN equals NaN)."""
+    if isinstance(value, float):
+        return ("nan",) if math.isnan(value) else (value, math.copysign(1.0, value))
+    return value
+
+
+@dataclass(frozen=True)
+class Lake:
+    """One lake target as these tests make and read it."""
+
+    name: str
+    make: Callable[[Path, str], Any]  # (root, slot) → the target
+    read: Callable[[Any, str], pa.Table]  # (target, "public.<table>") → its rows
+    types: Callable[[Any, str], list[tuple[str, str]]]  # (target, "public.<table>") → (column, type) in order
+
+
+def _delta(root: Path, slot: str) -> DeltaTarget:
+    return DeltaTarget(DeltaLocation(str(root)), slot)
+
+
+def _delta_table(target: DeltaTarget, table: str) -> DeltaTable:
+    return DeltaTable(target.location.table_uri(table))
+
+
+def _iceberg(root: Path, slot: str) -> IcebergTarget:
+    root.mkdir(parents=True, exist_ok=True)
+    return IcebergTarget(IcebergLocation({"type": "sql", "uri": f"sqlite:///{root}/catalog.db",
+                                          "warehouse": str(root / "warehouse")}), slot)
+
+
+def _iceberg_table(target: IcebergTarget, table: str) -> Any:
+    found = target.open(table)
+    assert found is not None, table
+    return found
+
+
+LAKES = {
+    "delta": Lake("delta", _delta, lambda t, n: _delta_table(t, n).to_pyarrow_table(),
+                  lambda t, n: [(f.name, str(f.type)) for f in _delta_table(t, n).schema().to_arrow()]),
+    "iceberg": Lake("iceberg", _iceberg, lambda t, n: _iceberg_table(t, n).scan().to_arrow(),
+                    lambda t, n: [(f.name, f"{f.field_type} {f.doc}") for f in _iceberg_table(t, n).schema().fields]),
+}
+
+
+@pytest.fixture(params=sorted(LAKES))
+def lake(request) -> Lake:
+    return LAKES[request.param]
+
+
+def lake_rows(lake: Lake, target: Any, table: str) -> list[tuple]:
+    return sorted((tuple(_exact(v) for v in r.values()) for r in lake.read(target, f"public.{table}").to_pylist()),
+                  key=repr)
+
+
+def lake_keys(lake: Lake, target: Any, table: str) -> list[tuple]:
+    data = lake.read(target, f"public.{table}")
+    return sorted((tuple(r[k] for k in KEYS.get(table, ("id",))) for r in data.to_pylist()), key=repr)
+
+
+def source_keys(dsn: str, table: str) -> list[tuple]:
+    key = ", ".join(KEYS.get(table, ("id",)))
+    return sorted(query(dsn, f"SELECT {key} FROM {table}"), key=repr)  # noqa: S608 - the module's own names
+
+
+def _workload(source_dsn: str, uri: str, slot: str, rng: random.Random, steps: tuple[bool, ...]) -> None:
+    live: dict[str, set] = {t: set() for t in TABLES}
+    next_id = [0]
+    for repeat in steps:
+        conn = psycopg2.connect(source_dsn)
+        with conn, conn.cursor() as cur:
+            _round(cur, rng, live, next_id, wild=False, repeat=repeat)
+        conn.close()
+        assert drain_all(source_dsn, uri, slot=slot) == 1
+
+
+@contextmanager
+def _source(pg_server, tmp_path, slot: str, schema: str = SCHEMA,
+            publication: str = "pub_all") -> Iterator[tuple[str, str]]:
+    """A source database with ``schema`` and a slot; yields its DSN and the staging root."""
+    source_dsn = pg_server.dsn(make_database(pg_server))
+    execute(source_dsn, schema)
+    PgLogicalHook.from_dsn(source_dsn).create_slot(slot)
+    try:
+        yield source_dsn, str(tmp_path / "staging")
+    finally:
+        PgLogicalHook.from_dsn(source_dsn).drop_slot(slot)
+
+
+@dataclass
+class BothWays:
+    """The two applies of one staged workload: the targets and the tables whose net rows came straight from the
+    staged files, by whether the direct path was allowed."""
+
+    targets: dict[bool, Any]
+    straight: dict[bool, set[str]]
+
+
+def both_ways(lake: Lake, spark, tmp_path: Path, monkeypatch, caplog, config: ApplyConfig, batches: int) -> BothWays:
+    """``config``'s staged batches applied into two new ``lake`` targets: with the direct path allowed, then with
+    ``PGLOGICAL_APPLY_DIRECT=0`` (Spark's net frame for every table-batch)."""
+    out = BothWays({}, {})
+    for direct in (True, False):
+        monkeypatch.setenv(ENV_SWITCH, "1" if direct else "0")
+        target = lake.make(tmp_path / f"{lake.name}-{direct}", config.slot)
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger=LOGGER):
+            reports = apply_slot(spark, config, target=target)
+        assert [r.applied for r in reports] == [True] * batches
+        messages = [r.getMessage() for r in caplog.records if STRAIGHT in r.getMessage()]
+        out.straight[direct] = {m.split(":", 1)[0].removeprefix("public.") for m in messages}
+        if direct and any("netted in this process" in m for m in messages):
+            out.straight[direct].add("(netted in this process)")
+        out.targets[direct] = target
+    assert out.straight[False] == set()  # the reference never reads the staged files itself
+    return out
+
+
+def test_direct_and_spark_paths_give_the_same_lake_tables(lake, pg_server, spark, tmp_path, monkeypatch, caplog):
+    rng = random.Random(7)
+    slot = f"{lake.name}_direct"
+    with _source(pg_server, tmp_path, slot) as (source_dsn, uri):
+        # Unique keys (direct), repeated keys (netted in process by the Arrow kernels), unique keys again.
+        _workload(source_dsn, uri, slot, rng, (False, True, False))
+        got = both_ways(lake, spark, tmp_path, monkeypatch, caplog, ApplyConfig(slot=slot, staging_root=uri), 3)
+        # Not vacuous: the direct path ran, netting in process too, and not for the array table.
+        assert got.straight[True] == {"plain", "full_id", "pk2", "(netted in this process)"}
+        for table in TABLES:
+            assert lake_keys(lake, got.targets[True], table) == source_keys(source_dsn, table), table
+            assert lake_rows(lake, got.targets[True], table) == lake_rows(lake, got.targets[False], table), table
+            assert lake.types(got.targets[True], f"public.{table}") == lake.types(got.targets[False],
+                                                                                  f"public.{table}"), table
+
+
+def test_a_lake_mirror_of_batches_the_direct_path_covers_starts_no_spark(lake, pg_server, spark, tmp_path):
+    rng = random.Random(11)
+    slot = f"{lake.name}_direct_nojvm"
+    with _source(pg_server, tmp_path, slot) as (source_dsn, uri):
+        _workload(source_dsn, uri, slot, rng, (False, True))
+        started: list[bool] = []
+
+        def start():
+            started.append(True)
+            return spark
+
+        config = ApplyConfig(slot=slot, staging_root=uri,
+                             tables={f"public.{t}": TableApplyConfig() for t in ("plain", "full_id", "pk2")})
+        target = lake.make(tmp_path / "lake", slot)
+        reports = apply_slot(SparkOnDemand(start), config, target=target)
+        assert [r.applied for r in reports] == [True, True]
+        assert started == []
+        for table in ("plain", "full_id", "pk2"):
+            assert lake_keys(lake, target, table) == source_keys(source_dsn, table), table
+
+
+def test_a_filtered_lake_mirror_takes_the_same_rows_and_types_on_both_paths(lake, pg_server, spark, tmp_path,
+                                                                            monkeypatch, caplog):
+    """Row filters (UPDATEs crossing them become INSERTs and DELETEs) and an unpublished action, applied per change
+    in this process before the direct path's netting, give Spark's rows and the lake's column types."""
+    rng = random.Random(13)
+    slot = f"{lake.name}_direct_filtered"
+    tables = {"public.plain": TableApplyConfig(row_filter="id % 3 <> 0 AND id > 5"),
+              "public.full_id": TableApplyConfig(row_filter="id % 2 = 0", actions=("insert", "update")),
+              "public.pk2": TableApplyConfig(row_filter="k1 > 3 OR k2 LIKE 'a%'")}
+    with _source(pg_server, tmp_path, slot) as (source_dsn, uri):
+        _workload(source_dsn, uri, slot, rng, (False, True))
+        got = both_ways(lake, spark, tmp_path, monkeypatch, caplog,
+                        ApplyConfig(slot=slot, staging_root=uri, tables=tables), 2)
+        assert {"plain", "full_id", "pk2"} <= got.straight[True]  # not vacuous: every filtered table went direct
+        for table in ("plain", "full_id", "pk2"):
+            assert lake_rows(lake, got.targets[True], table) == lake_rows(lake, got.targets[False], table), table
+            assert lake.types(got.targets[True], f"public.{table}") == lake.types(got.targets[False],
+                                                                                  f"public.{table}"), table
+        assert lake_rows(lake, got.targets[True], "plain"), "the filter must leave rows"
+
+
+# One table per source type: (SQL type, three values as SQL literals). The first group's staged Arrow types are
+# ``lake/direct.flat_type`` (read straight from the staged files); the second's go through Spark.
+DIRECT_TYPES: Mapping[str, tuple[str, tuple[str, str, str]]] = {
+    "t_int2": ("smallint", ("-32768", "32767", "NULL")),
+    "t_int4": ("integer", ("-2147483648", "7", "NULL")),
+    "t_int8": ("bigint", ("-9223372036854775808", "9223372036854775807", "NULL")),
+    "t_oid": ("oid", ("'4294967295'", "'0'", "NULL")),
+    "t_float4": ("real", ("'NaN'", "'-0'", "'-Infinity'")),
+    "t_float8": ("double precision", ("5e-324", "'-0'", "'Infinity'")),
+    "t_bool": ("boolean", ("true", "false", "NULL")),
+    "t_text": ("text", ("'ünïcødé €'", "''", "NULL")),
+    "t_varchar": ("varchar(5)", ("'abcde'", "'tab\t'", "NULL")),
+    "t_char": ('"char"', ("'a'", "' '", "NULL")),
+    "t_bytea": ("bytea", ("'\\x00ff'::bytea", "''::bytea", "NULL")),
+    "t_numeric": ("numeric(12,2)", ("-9999999999.99", "0.01", "NULL")),
+    "t_numeric38": ("numeric(38,10)", ("1234567890123456789012345678.0123456789", "-1e-10", "NULL")),
+    "t_numeric_free": ("numeric", ("123456789012345678901234567890.123456789", "-0.5", "NULL")),
+    "t_date": ("date", ("'0001-01-01'", "'9999-12-31'", "NULL")),
+    "t_timestamp": ("timestamp", ("'1900-01-01 00:00:00.000001'", "'2026-11-27 05:25:00'", "NULL")),
+    "t_timestamptz": ("timestamptz", ("'1970-01-01 00:00:00+00'", "'2026-11-27 05:25:00.5+05:30'", "NULL")),
+    "t_pg_lsn": ("pg_lsn", ("'FFFFFFFF/FFFFFFFF'", "'16/B374D848'", "NULL")),
+    "t_money": ("money", ("'-92233720368547758.08'", "'12.34'", "NULL")),
+    "t_uuid": ("uuid", ("'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'", "'00000000-0000-0000-0000-000000000000'", "NULL")),
+    "t_jsonb": ("jsonb", ("'{\"a\": [1, null]}'", "'null'", "NULL")),
+    "t_inet": ("inet", ("'10.0.0.1/8'", "'::1'", "NULL")),
+}
+SPARK_TYPES: Mapping[str, tuple[str, tuple[str, str, str]]] = {
+    "t_time": ("time", ("'24:00:00'", "'12:34:56.789'", "NULL")),
+    "t_timetz": ("timetz", ("'12:00:00+05:30'", "'00:00:00-12'", "NULL")),
+    "t_interval": ("interval", ("'1 day 2 hours'", "'-1 month'", "NULL")),
+    "t_numeric50": ("numeric(50,2)", ("123456789012345678901234567890123456789012345678.99", "0", "NULL")),
+    "t_int_array": ("int[]", ("'{1,2,NULL}'", "'{}'", "NULL")),
+    "t_text_array": ("text[]", ("'{a,\"b c\"}'", "'{NULL}'", "NULL")),
+}
+TYPE_TABLES = {**DIRECT_TYPES, **SPARK_TYPES}
+TYPES_SCHEMA = "".join(f"CREATE TABLE {name} (id int PRIMARY KEY, v {sql});\n"
+                       for name, (sql, _) in TYPE_TABLES.items()) + \
+    f"CREATE PUBLICATION pub_all FOR TABLE {', '.join(TYPE_TABLES)};\n"
+
+
+def test_each_type_the_direct_path_reads_gives_spark_s_values_and_lake_type(lake, pg_server, spark, tmp_path,
+                                                                            monkeypatch, caplog):
+    """Per source type: inserts, an update, a key change and a delete applied both ways give the same rows and the
+    same lake column type; exactly the types whose staged Arrow values are what Spark's read gives after the lake's
+    conversion (``lake/direct.flat_type``) are read straight from the staged files."""
+    slot = f"{lake.name}_direct_types"
+    with _source(pg_server, tmp_path, slot, TYPES_SCHEMA) as (source_dsn, uri):
+        conn = psycopg2.connect(source_dsn)
+        with conn, conn.cursor() as cur:
+            for name, (_, values) in TYPE_TABLES.items():
+                cur.execute(f"INSERT INTO {name} VALUES (1, {values[0]}), (2, {values[1]}), (3, {values[2]}), "
+                            f"(4, {values[0]})")
+        conn.close()
+        assert drain_all(source_dsn, uri, slot=slot) == 1
+        conn = psycopg2.connect(source_dsn)
+        with conn, conn.cursor() as cur:
+            for name, (_, values) in TYPE_TABLES.items():
+                cur.execute(f"UPDATE {name} SET v = {values[1]} WHERE id = 1")
+                cur.execute(f"UPDATE {name} SET id = 30 WHERE id = 3")
+                cur.execute(f"DELETE FROM {name} WHERE id = 2")
+                cur.execute(f"INSERT INTO {name} VALUES (5, {values[2]})")
+        conn.close()
+        assert drain_all(source_dsn, uri, slot=slot) == 1
+        got = both_ways(lake, spark, tmp_path, monkeypatch, caplog, ApplyConfig(slot=slot, staging_root=uri), 2)
+        assert got.straight[True] == set(DIRECT_TYPES)
+        for name in TYPE_TABLES:
+            assert lake_rows(lake, got.targets[True], name) == lake_rows(lake, got.targets[False], name), name
+            assert lake.types(got.targets[True], f"public.{name}") == lake.types(got.targets[False],
+                                                                                 f"public.{name}"), name
+            assert sorted(r[0] for r in lake_rows(lake, got.targets[True], name)) == [1, 4, 5, 30], name
