@@ -34,7 +34,14 @@ from airflow_provider_pglogical.apply.config import ACTIONS, TableApplyConfig
 from airflow_provider_pglogical.apply.filters import apply_row_filter
 from airflow_provider_pglogical.apply.notes import fold_notes, inherit_toast_notes
 from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
-from airflow_provider_pglogical.apply.targets.base import COMMIT, ORDER, DirectNet, DirectRows, PlannedTable, from_column
+from airflow_provider_pglogical.apply.targets.base import (
+    COMMIT,
+    ORDER,
+    DirectNet,
+    DirectRows,
+    PlannedTable,
+    from_column,
+)
 from airflow_provider_pglogical.apply.transforms import (
     FROM,
     KEEP,

@@ -251,7 +251,7 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
     def _known_master(self) -> str | None:
         """The Spark connection's master when the connection exists (a local one lets the worker read staging on an
         object store itself, as that driver would on this machine), else None: the worker reads only local staging."""
-        from airflow.exceptions import AirflowNotFoundException
+        from airflow.sdk.exceptions import AirflowNotFoundException
 
         try:
             return submit_master(self.spark_conn_id) or None
