@@ -27,8 +27,13 @@ With ``--row-filter EXPR`` the table is applied with that spec filter (on ``id``
 and DELETEs pass it): ``"id % 2 = 0"`` is evaluated in the ``pglogical`` process (``apply/filter_eval.py``), a filter
 outside that subset (``"id::bigint % 2 = 0"``: a cast) by Spark, which the run then starts while it drains.
 
+With ``--staging s3`` the slot stages to an S3 bucket (moto's server on 127.0.0.1, its credentials in the CLI's
+environment as a deployment gives them) instead of a local directory: with the spec's ``local[2]`` master the
+``pglogical`` process reads the staged files itself (``batches.readable_here``), so a small batch starts no JVM;
+``--code`` of an older tree shows what it cost before.
+
 Usage: python benchmarks/small_run.py [--changes 100] [--repeat 3] [--json FILE] [--code DIR] [--no-split] [--connect]
-                                     [--inprocess-rows N] [--jvm-archive] [--row-filter EXPR]
+                                     [--inprocess-rows N] [--jvm-archive] [--row-filter EXPR] [--staging local|s3]
 ``--inprocess-rows N`` sets ``PGLOGICAL_APPLY_INPROCESS_ROWS`` for the runs (0: repeated keys netted by Spark).
 ``--code DIR`` runs the CLI from another checkout's package (``PYTHONPATH=DIR``, e.g. an exported older
 commit with its compiled helpers copied in) for A/B runs; ``--no-split`` skips the in-process split.
@@ -47,6 +52,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -281,6 +288,31 @@ def connect_runs(spec_path: Path, dsn: str, args: argparse.Namespace, env: dict[
             "connect_run_small_batch_median_s": round(statistics.median(runs_s), 2)}
 
 
+@contextmanager
+def staging_root(kind: str, work: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """The staging URI of ``kind`` and the environment the CLI reaches it with: a local directory, or a bucket of a
+    moto S3 server on 127.0.0.1 (its credentials set in this process too, for the in-process split)."""
+    if kind == "local":
+        yield str(work / "staging"), {}
+        return
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # the S3 server's line per request
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    moto.start()
+    try:
+        host, port = moto.get_host_and_port()
+        env = {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "bench-key",
+               "AWS_SECRET_ACCESS_KEY": "bench-secret", "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
+               "AWS_ALLOW_HTTP": "true"}
+        os.environ.update(env)
+        boto3.client("s3").create_bucket(Bucket="bench")
+        yield "s3://bench/staging", env
+    finally:
+        moto.stop()
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--changes", type=int, default=100)
@@ -294,24 +326,28 @@ def main() -> int:
     p.add_argument("--inprocess-rows", type=int, default=None,
                    help="PGLOGICAL_APPLY_INPROCESS_ROWS for the runs (0: repeated keys netted by Spark)")
     p.add_argument("--row-filter", default=None, help="the table's spec row filter (on id), e.g. 'id %% 2 = 0'")
+    p.add_argument("--staging", choices=("local", "s3"), default="local",
+                   help="stage to a local directory or to an S3 bucket (moto's server on 127.0.0.1)")
     args = p.parse_args()
     if args.inprocess_rows is not None:  # the in-process split reads it here, the CLI runs from ``env``
         os.environ["PGLOGICAL_APPLY_INPROCESS_ROWS"] = str(args.inprocess_rows)
     load_before = load_average()
     server = start_server()
     work = Path(tempfile.mkdtemp(prefix="pglogical-small-"))
+    store = ExitStack()
     try:
+        staging, staging_env = store.enter_context(staging_root(args.staging, work))
         source, target = make_database(server), make_database(server)
         dsn = server.dsn(source)
         execute(dsn, SCHEMA)
         spec_path = work / "spec.yaml"
         spec_path.write_text(yaml.safe_dump({
             "source": {"dsn": server.uri(source), "publication": "small_pub", "slot": "small_slot", "create": True},
-            "staging": {"uri": str(work / "staging")},
+            "staging": {"uri": staging},
             "target": {"kind": "postgres", "dsn": server.uri(target)},
             "tables": {"public.t": {"row_filter": args.row_filter} if args.row_filter else {}},
             "spark": {"master": "local[2]"}}))
-        env: dict[str, str] = {"PYTHONPATH": str(args.code.resolve())} if args.code else {}
+        env: dict[str, str] = {**staging_env, **({"PYTHONPATH": str(args.code.resolve())} if args.code else {})}
         if args.inprocess_rows is not None:
             env["PGLOGICAL_APPLY_INPROCESS_ROWS"] = str(args.inprocess_rows)
         spec = ["--spec", str(spec_path)]
@@ -354,6 +390,7 @@ def main() -> int:
             "code": str(args.code) if args.code else "this checkout",
             "inprocess_rows": args.inprocess_rows,
             "row_filter": args.row_filter,
+            "staging": args.staging,
             "load_average_1m": [load_before, load_average()],
             "cli_help_s": round(statistics.median(help_s), 2),
             "cli_first_run_creating_slot_s": round(first_s, 2),
@@ -376,6 +413,7 @@ def main() -> int:
             args.json.write_text(result + "\n")
         return 0
     finally:
+        store.close()
         stop_server(server)
 
 

@@ -5,7 +5,7 @@ a table-batch (or snapshot table) the direct path covers (``direct.py``) is prin
 the staged files themselves (PostgreSQL: ``targets/postgres/arrownet.py``). A run in which every table-batch is such
 a one asks Spark for nothing, so the runner does not create the session up front: ``SparkOnDemand.session()``
 starts it where a step builds a Spark frame (a row filter, a repeated key or an unchanged-TOAST value in a batch
-too large to net in process, staging on an object store, a target that takes no direct rows…) and from then on the run uses it as it always did. The steps
+too large to net in process, staging on an object store with a master that is not local, a target that takes no direct rows…) and from then on the run uses it as it always did. The steps
 and their semantics are the same either way; only when the JVM starts differs.
 """
 

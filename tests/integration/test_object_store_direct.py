@@ -1,7 +1,8 @@
 """`pglogical run` staging on S3 with a local Spark master: this process reads the staged files through the staging
 area's own pyarrow filesystem (``batches.readable_here``), so plain, repeated-key and row-filtered table-batches are
-applied with no Java installed, and the target ends equal to a native subscriber. A batch the direct path does not
-cover (a TRUNCATE) still starts Spark, whose executors read the store as before, and ends equal too."""
+applied with no Java installed, and the target — PostgreSQL, or a Delta mirror (``lake/direct.py``) — ends equal
+to a native subscriber. A batch the direct path does not cover (a TRUNCATE) still starts Spark, whose executors read
+the store as before, and ends equal too."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from deltalake import DeltaTable
 
 from scripts.harness.pgserver import execute, make_database, query
 from scripts.harness.subscriber import subscribe, unsubscribe, wait_for_subscriber
@@ -105,4 +107,53 @@ def test_batches_staged_on_s3_apply_without_java_and_end_as_a_native_subscriber(
     finally:
         unsubscribe(native_dsn)
         for name in (native, source, target):
+            _drop(pg_server, name)
+
+
+def _lake_rows(lake: Path, table: str, columns: tuple[str, ...]) -> list[tuple[Any, ...]]:
+    data = DeltaTable(str(lake / "public" / table)).to_pyarrow_table()
+    return sorted(tuple(r[c] for c in columns) for r in data.to_pylist())
+
+
+def test_a_delta_mirror_applies_batches_staged_on_s3_without_java_as_a_native_subscriber(pg_server, s3: S3Server,
+                                                                                        tmp_path: Path):
+    source, native = make_database(pg_server), make_database(pg_server)
+    source_dsn, native_dsn = pg_server.dsn(source), pg_server.dsn(native)
+    execute(source_dsn, TABLES + f"CREATE PUBLICATION pub_native FOR TABLE items, orders WHERE ({FILTER});")
+    execute(native_dsn, TABLES)
+    subscribe(source_dsn, native_dsn)
+    lake = tmp_path / "lake"
+    doc = {
+        "source": {"dsn": pg_server.uri(source), "publication": "s3_lake_pub", "slot": "s3_lake_slot", "create": True},
+        "staging": {"uri": f"s3://{s3.bucket}/lake-staging"},
+        "target": {"kind": "delta", "uri": str(lake)},
+        "tables": {"public.items": {}, "public.orders": {"row_filter": FILTER}},
+        "spark": {"master": "local[2]", "conf": dict(TEST_SPARK_CONF)},
+    }
+    spec = tmp_path / "s3-delta.yaml"
+    spec.write_text(yaml.safe_dump(json.loads(json.dumps(doc))))
+    env = s3.env()
+    try:
+        run(str(spec), tmp_path, java=False, env=env)  # creates publication and slot: nothing to apply
+        execute(source_dsn, """BEGIN;
+            INSERT INTO items SELECT g, g, md5(g::text), g * 0.01, NULL FROM generate_series(1, 60) g;
+            INSERT INTO orders SELECT g, g, CASE WHEN g % 7 = 0 THEN 'hidden' END FROM generate_series(1, 40) g;
+            COMMIT;""")
+        _no_spark(*run(str(spec), tmp_path, java=False, env=env), changes=100)
+        # Keys repeating (netted in process), a key change, UPDATEs crossing the filter both ways: 100 changes.
+        execute(source_dsn, """
+            UPDATE items SET qty = qty + 1 WHERE id <= 30;
+            UPDATE items SET label = NULL WHERE id <= 20;
+            UPDATE items SET id = 1000 WHERE id = 40;
+            DELETE FROM items WHERE id BETWEEN 51 AND 60;
+            UPDATE orders SET qty = qty + 20 WHERE id <= 15;
+            UPDATE orders SET qty = 0 WHERE id BETWEEN 21 AND 34;""")
+        _no_spark(*run(str(spec), tmp_path, java=False, env=env), changes=100)
+        wait_for_subscriber(source_dsn, native_dsn)
+        items = ("id", "qty", "label", "price")
+        assert _lake_rows(lake, "items", items) == sorted(query(native_dsn, "SELECT id, qty, label, price FROM items"))
+        assert _lake_rows(lake, "orders", ("id", "qty", "note")) == sorted(query(native_dsn, ORDERS))
+    finally:
+        unsubscribe(native_dsn)
+        for name in (native, source):
             _drop(pg_server, name)
