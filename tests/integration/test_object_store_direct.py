@@ -92,6 +92,12 @@ def test_batches_staged_on_s3_apply_without_java_and_end_as_a_native_subscriber(
         ids = {r[0] for r in query(target_dsn, ORDERS)}  # not vacuous: rows entered and left by UPDATEs
         assert {1, 2, 15} <= ids and not {31, 45, 46, 7, 51} & ids
 
+        # ``PGLOGICAL_APPLY_DIRECT=0`` (the reference): Spark's transforms, started while the drain runs.
+        execute(source_dsn, "UPDATE items SET qty = qty * 2 WHERE id <= 25; UPDATE orders SET qty = 99 WHERE id <= 5")
+        summary, logs = run(str(spec), tmp_path, java=True, env={**env, "PGLOGICAL_APPLY_DIRECT": "0"})
+        assert summary["apply"]["batches_applied"] == 1 and summary["apply"]["spark_started"] is True
+        assert summary["spark"]["started"] == "during the drain" and logs == []
+
         # A TRUNCATE inside the batch: the direct path leaves it to Spark, whose executors read the store.
         execute(source_dsn, """BEGIN;
             UPDATE items SET qty = 7 WHERE id <= 10;
@@ -142,12 +148,12 @@ def test_a_delta_mirror_applies_batches_staged_on_s3_without_java_as_a_native_su
         _no_spark(*run(str(spec), tmp_path, java=False, env=env), changes=100)
         # Keys repeating (netted in process), a key change, UPDATEs crossing the filter both ways: 100 changes.
         execute(source_dsn, """
-            UPDATE items SET qty = qty + 1 WHERE id <= 30;
+            UPDATE items SET qty = qty + 1 WHERE id <= 35;
             UPDATE items SET label = NULL WHERE id <= 20;
             UPDATE items SET id = 1000 WHERE id = 40;
             DELETE FROM items WHERE id BETWEEN 51 AND 60;
             UPDATE orders SET qty = qty + 20 WHERE id <= 15;
-            UPDATE orders SET qty = 0 WHERE id BETWEEN 21 AND 34;""")
+            UPDATE orders SET qty = 0 WHERE id BETWEEN 21 AND 39;""")
         _no_spark(*run(str(spec), tmp_path, java=False, env=env), changes=100)
         wait_for_subscriber(source_dsn, native_dsn)
         items = ("id", "qty", "label", "price")
