@@ -31,11 +31,17 @@ With ``--target iceberg`` (and ``--no-split``) the spec's target is an Iceberg m
 warehouse) instead of a PostgreSQL database: the same CLI runs, the Iceberg mirror's table-batches read straight
 from the staged files (``apply/targets/lake/direct.py``) or, with ``--code`` of an older checkout, through Spark.
 
+With ``--staging s3`` the slot stages to an S3 bucket (moto's server on 127.0.0.1, its credentials in the CLI's
+environment as a deployment gives them) instead of a local directory: with the spec's ``local[2]`` master the
+``pglogical`` process reads the staged files itself (``batches.readable_here``), so a small batch starts no JVM;
+``--code`` of an older tree shows what it cost before.
+
 Usage: python benchmarks/small_run.py [--changes 100] [--repeat 3] [--json FILE] [--code DIR] [--no-split] [--connect]
                                      [--inprocess-rows N] [--jvm-archive] [--row-filter EXPR] [--target iceberg]
+                                     [--staging local|s3]
 ``--inprocess-rows N`` sets ``PGLOGICAL_APPLY_INPROCESS_ROWS`` for the runs (0: repeated keys netted by Spark).
 ``--code DIR`` runs the CLI from another checkout's package (``PYTHONPATH=DIR``, e.g. an exported older
-commit with its compiled helpers copied in) for A/B runs; ``--no-split`` skips the in-process split.
+commit with its compiled decoder copied in) for A/B runs; ``--no-split`` skips the in-process split.
 Prints one JSON object as the last lines of stdout (the package's log lines come before it) and,
 with ``--json``, writes it to FILE. The 1-minute load average is recorded before and after.
 """
@@ -51,6 +57,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -285,6 +293,31 @@ def connect_runs(spec_path: Path, dsn: str, args: argparse.Namespace, env: dict[
             "connect_run_small_batch_median_s": round(statistics.median(runs_s), 2)}
 
 
+@contextmanager
+def staging_root(kind: str, work: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """The staging URI of ``kind`` and the environment the CLI reaches it with: a local directory, or a bucket of a
+    moto S3 server on 127.0.0.1 (its credentials set in this process too, for the in-process split)."""
+    if kind == "local":
+        yield str(work / "staging"), {}
+        return
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # the S3 server's line per request
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    moto.start()
+    try:
+        host, port = moto.get_host_and_port()
+        env = {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "bench-key",
+               "AWS_SECRET_ACCESS_KEY": "bench-secret", "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
+               "AWS_ALLOW_HTTP": "true"}
+        os.environ.update(env)
+        boto3.client("s3").create_bucket(Bucket="bench")
+        yield "s3://bench/staging", env
+    finally:
+        moto.stop()
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--changes", type=int, default=100)
@@ -301,6 +334,8 @@ def main() -> int:
     p.add_argument("--target", choices=("postgres", "iceberg"), default="postgres",
                    help="the spec's target: a PostgreSQL database, or an Iceberg mirror (SQL catalog on SQLite, "
                         "local warehouse; with --no-split)")
+    p.add_argument("--staging", choices=("local", "s3"), default="local",
+                   help="stage to a local directory or to an S3 bucket (moto's server on 127.0.0.1)")
     args = p.parse_args()
     if args.target != "postgres" and not (args.no_split and not args.connect and not args.jvm_archive):
         p.error("--target iceberg runs the CLI only: add --no-split (no --connect, --jvm-archive)")
@@ -309,20 +344,22 @@ def main() -> int:
     load_before = load_average()
     server = start_server()
     work = Path(tempfile.mkdtemp(prefix="pglogical-small-"))
+    store = ExitStack()
     try:
+        staging, staging_env = store.enter_context(staging_root(args.staging, work))
         source, target = make_database(server), make_database(server)
         dsn = server.dsn(source)
         execute(dsn, SCHEMA)
         spec_path = work / "spec.yaml"
         spec_path.write_text(yaml.safe_dump({
             "source": {"dsn": server.uri(source), "publication": "small_pub", "slot": "small_slot", "create": True},
-            "staging": {"uri": str(work / "staging")},
+            "staging": {"uri": staging},
             "target": {"kind": "postgres", "dsn": server.uri(target)} if args.target == "postgres" else {
                 "kind": "iceberg", "catalog": {"type": "sql", "uri": f"sqlite:///{work}/catalog.db",
                                                "warehouse": str(work / "warehouse")}},
             "tables": {"public.t": {"row_filter": args.row_filter} if args.row_filter else {}},
             "spark": {"master": "local[2]"}}))
-        env: dict[str, str] = {"PYTHONPATH": str(args.code.resolve())} if args.code else {}
+        env: dict[str, str] = {**staging_env, **({"PYTHONPATH": str(args.code.resolve())} if args.code else {})}
         if args.inprocess_rows is not None:
             env["PGLOGICAL_APPLY_INPROCESS_ROWS"] = str(args.inprocess_rows)
         spec = ["--spec", str(spec_path)]
@@ -366,6 +403,7 @@ def main() -> int:
             "inprocess_rows": args.inprocess_rows,
             "row_filter": args.row_filter,
             "target": args.target,
+            "staging": args.staging,
             "load_average_1m": [load_before, load_average()],
             "cli_help_s": round(statistics.median(help_s), 2),
             "cli_first_run_creating_slot_s": round(first_s, 2),
@@ -388,6 +426,7 @@ def main() -> int:
             args.json.write_text(result + "\n")
         return 0
     finally:
+        store.close()
         stop_server(server)
 
 

@@ -79,6 +79,7 @@ SLOW_MODULES = (
     "tests/system/test_ui_plugin.py",
     "tests/integration/test_foreign_keys_replica.py",
     "tests/integration/test_copy_fetch_psycopg2_source.py",
+    "tests/integration/test_object_store_direct.py",
 )
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import reduce
 from typing import TYPE_CHECKING
 
-from airflow_provider_pglogical.apply import executor_reads
+from airflow_provider_pglogical.apply import executor_reads, sparkenv
 from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand, session_of
 from airflow_provider_pglogical.apply.staged_arrow import spark_readable, to_spark_arrow
 from airflow_provider_pglogical.exceptions import StagingError
@@ -45,7 +45,8 @@ CHANGE_META_COLUMNS = ("commit_lsn", "end_lsn", "lsn", "tx_order", "xid", "commi
 ABSENT = META + "absent"
 
 __all__ = ["ABSENT", "CHANGE_META_COLUMNS", "META", "NOTES_COLUMNS", "READ_CONF", "Batch", "RelationColumn", "RelationInfo",
-           "TruncateEvent", "has_value_notes", "read_by_executors", "verify", "image_type", "is_local", "keys_never_repeat", "list_batches",
+           "TruncateEvent", "has_value_notes", "read_by_executors", "readable_here", "verify", "image_type", "is_local",
+           "keys_never_repeat", "list_batches",
            "read_changes",
            "read_relation_versions", "read_relations",
            "read_truncates"]
@@ -60,6 +61,8 @@ class Batch:
     manifest: Manifest
     # Row-change files as the executors found them (``executor_reads.survey``), for staging the driver does not read.
     surveyed: dict[str, executor_reads.SurveyedFile] = field(default_factory=dict, compare=False, repr=False)
+    # The Spark master the apply runs with (None: not known, so not this machine): ``readable_here`` decides with it.
+    master: str | None = None
 
     @property
     def start_lsn(self) -> int:
@@ -75,6 +78,11 @@ class Batch:
         return self.reader.uri(self.ref)
 
     @property
+    def here(self) -> bool:
+        """Whether this process reads the batch's staged files itself (``readable_here``)."""
+        return readable_here(self.uri, self.master)
+
+    @property
     def table_files(self) -> dict[str, tuple[str, ...]]:
         """``schema.table`` → its parquet files relative to the batch directory."""
         return {name: tuple(t.get("files", ())) for name, t in self.manifest.tables.items()}
@@ -84,10 +92,11 @@ class Batch:
         return self.manifest.truncates
 
 
-def list_batches(staging_root: str, slot: str) -> list[Batch]:
-    """Visible batches of ``slot`` in LSN order; StagingError on a gap or an overlap between them."""
+def list_batches(staging_root: str, slot: str, master: str | None = None) -> list[Batch]:
+    """Visible batches of ``slot`` in LSN order; StagingError on a gap or an overlap between them. ``master``:
+    the Spark master of the apply (``readable_here``)."""
     reader = StagingReader.from_uri(staging_root, slot)
-    return [Batch(reader, ref, reader.manifest(ref)) for ref in reader.batches()]
+    return [Batch(reader, ref, reader.manifest(ref), master=master) for ref in reader.batches()]
 
 
 def read_relation_versions(batch: Batch) -> dict[str, list[tuple[int, RelationInfo]]]:
@@ -104,10 +113,20 @@ def read_truncates(batch: Batch) -> list[TruncateEvent]:
     return batch.reader.truncates(batch.ref, batch.manifest)
 
 
+def readable_here(uri: str, master: str | None) -> bool:
+    """Whether this process may read the staged files under ``uri`` itself (with the staging area's pyarrow
+    filesystem): local staging, or staging on an object store when Spark's ``master`` is local — the driver would be
+    this machine anyway, so its reads funnel nothing through one host that the executors would have spread. On
+    any other master (standalone, yarn, k8s, a Spark Connect server) object-store files are opened by the executors
+    only (``executor_reads``), and the driver reads no row-change file. ``master`` None: not known, not local."""
+    return is_local(uri) or sparkenv.is_local(master)
+
+
 def read_by_executors(batch: Batch) -> bool:
     """Whether the batch's row-change files are opened by the executors only (``executor_reads``): staging
-    on an object store. Local staging is read by Spark's Parquet reader, and planned from local footers."""
-    return not is_local(batch.uri)
+    on an object store with a master that is not local (``readable_here``). Otherwise this process reads them
+    (verification, planning, the direct path); Spark reads local staging with its own Parquet reader."""
+    return not batch.here
 
 
 def verify(spark: SparkSession | SparkOnDemand, batch: Batch) -> None:
@@ -204,19 +223,31 @@ def _read_file(spark: SparkSession, batch: Batch, relative: str) -> DataFrame:
     ``timestamp_ntz``)."""
     from airflow_provider_pglogical.apply.sparktypes import require_time_type
 
-    if read_by_executors(batch):
-        (found,) = _surveyed(spark, batch, [relative])
-        if found.schema is None:  # verified above: an unreadable file never gets here
-            raise StagingError(f"{batch.ref.label}: {relative} has no schema")
-        require_time_type(found.schema, f"{batch.ref.label}: {relative}")
-        if executor_reads.readable(found.schema):
-            return executor_reads.read_files(spark, batch.uri, [(relative, found.schema, found.row_groups)])
+    if not is_local(batch.uri):  # Spark has no reader of its own for the store: its executors read with pyarrow
+        schema, row_groups = _footer(spark, batch, relative)
+        require_time_type(schema, f"{batch.ref.label}: {relative}")
+        if executor_reads.readable(schema):
+            return executor_reads.read_files(spark, batch.uri, [(relative, schema, row_groups)])
         return _from_arrow(spark, batch.reader.read_file(batch.ref, relative))
     schema = batch.reader.read_schema(batch.ref, relative)
     require_time_type(schema, f"{batch.ref.label}: {relative}")
     if spark_readable(schema):
         return spark.read.parquet(f"{batch.uri}/{relative}")
     return _from_arrow(spark, batch.reader.read_file(batch.ref, relative))
+
+
+def _footer(spark: SparkSession, batch: Batch, relative: str) -> tuple[pa.Schema, int]:
+    """A staged file's Arrow schema and row-group count: from the executors' survey when the driver reads no
+    row-change file (``read_by_executors``), else from its footer read here."""
+    if read_by_executors(batch):
+        (found,) = _surveyed(spark, batch, [relative])
+        if found.schema is None:  # verified above: an unreadable file never gets here
+            raise StagingError(f"{batch.ref.label}: {relative} has no schema")
+        return found.schema, found.row_groups
+    import pyarrow.parquet as pq
+
+    footer = pq.ParquetFile(f"{batch.ref.path}/{relative}", filesystem=batch.reader.layout.fs)
+    return footer.schema_arrow, footer.metadata.num_row_groups
 
 
 def read_local_parquet(spark: SparkSession, uri: str, files: Sequence[str]) -> DataFrame:

@@ -34,7 +34,14 @@ from airflow_provider_pglogical.apply.config import ACTIONS, TableApplyConfig
 from airflow_provider_pglogical.apply.filters import apply_row_filter
 from airflow_provider_pglogical.apply.notes import fold_notes, inherit_toast_notes
 from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
-from airflow_provider_pglogical.apply.targets.base import COMMIT, ORDER, DirectNet, PlannedTable, from_column
+from airflow_provider_pglogical.apply.targets.base import (
+    COMMIT,
+    ORDER,
+    DirectNet,
+    DirectRows,
+    PlannedTable,
+    from_column,
+)
 from airflow_provider_pglogical.apply.transforms import (
     FROM,
     KEEP,
@@ -286,13 +293,14 @@ class SnapshotChanges:
         """Whether the table's snapshot rows are its ``new`` images as they are (``direct.plain_snapshot``)."""
         return direct.plain_snapshot(table, has_notes=snap.has_notes, row_filter=snap.row_filter)
 
-    def direct_rows(self, table: PlannedTable) -> tuple[str, ...] | None:
-        """Local paths of the table's snapshot files when ``rows`` would be their ``new`` images as they are, so a
-        target may print them itself (``direct.snapshot_files``); None means ``rows``."""
+    def direct_rows(self, table: PlannedTable) -> DirectRows | None:
+        """The table's snapshot files when ``rows`` would be their ``new`` images as they are and this process reads
+        them, so a target may print them itself (``direct.snapshot_files``); None means ``rows``."""
         if table.parts:
             return None
         snap = self.uris[table.source]
-        return direct.snapshot_files(table, snap.uri, snap.files, has_notes=snap.has_notes, row_filter=snap.row_filter)
+        return direct.snapshot_files(table, snap.uri, snap.files, has_notes=snap.has_notes, row_filter=snap.row_filter,
+                                     master=self.on_demand.master)
 
     def net(self, table: PlannedTable) -> DataFrame:
         uri, files = self.uris[table.source].uri, self.uris[table.source].files

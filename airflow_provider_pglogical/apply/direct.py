@@ -25,7 +25,13 @@ the TOAST refill, the key events and ``compact`` with Arrow and numpy kernels an
 flags (``compacted_rows``; ``DirectNet.compacted``), which the target loads as it loads Spark's net frame. Its
 keys must group by Arrow equality as Spark groups them (``kernels.groupable``: no floating-point key). A row
 filter outside that subset, exactness notes, a truncate or snapshot cut-off inside the batch, routed parts,
-several schema versions, staging on an object store or a larger batch still go to Spark. A snapshot table's
+several schema versions or a larger batch still go to Spark.
+
+Staged files on an object store (``s3://``, ``gs://``, ``abfs://``) are read by this process, through the staging
+area's own pyarrow filesystem and credentials, when Spark's master is local (``batches.readable_here``: the driver
+would be this machine anyway); on any other master the executors read them and the driver does not, so such a
+table-batch (or snapshot table) goes to Spark. Every read here goes through ``DirectNet.filesystem`` /
+``DirectRows.filesystem``, never a local path. A snapshot table's
 rows are its ``new`` images as they are when no value carries a note, the source evaluated the configured row
 filter and the key cannot repeat (``plain_snapshot``).
 
@@ -47,14 +53,16 @@ from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from airflow_provider_pglogical.apply import filter_eval, kernels, published
-from airflow_provider_pglogical.apply.batches import Batch, has_value_notes, is_local, keys_never_repeat
+from airflow_provider_pglogical.apply.batches import Batch, has_value_notes, keys_never_repeat, readable_here
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
-from airflow_provider_pglogical.apply.targets.base import DirectNet, PlannedTable
+from airflow_provider_pglogical.apply.targets.base import DirectNet, DirectRows, PlannedTable
 from airflow_provider_pglogical.exceptions import ApplyError, RowFilterError
 from airflow_provider_pglogical.row_filter import canonical
+from airflow_provider_pglogical.staging.layout import resolve_filesystem
 
 ENV_SWITCH = "PGLOGICAL_APPLY_DIRECT"
 ROWS_SWITCH = "PGLOGICAL_APPLY_INPROCESS_ROWS"
@@ -105,11 +113,12 @@ def plain_table(table: PlannedTable) -> bool:
             and table.update_delete_problem is None and plain_config(table.config))
 
 
-def may_cover(config: ApplyConfig) -> bool:
-    """Whether the direct path may cover a whole run of ``config``, judged before anything is staged: local staging
-    and every configured table (selections too) plain by its configuration, none routing leaf partitions to its
-    root. False means Spark will surely be needed; True only that it may not be (a batch's files decide)."""
-    return (enabled() and is_local(config.staging_root)
+def may_cover(config: ApplyConfig, master: str | None = None) -> bool:
+    """Whether the direct path may cover a whole run of ``config`` on Spark ``master``, judged before anything is
+    staged: staging this process reads (``batches.readable_here``: local, or any with a local master) and every
+    configured table (selections too) plain by its configuration, none routing leaf partitions to its root. False
+    means Spark will surely be needed; True only that it may not be (a batch's files decide)."""
+    return (enabled() and readable_here(config.staging_root, master)
             and all(plain_config(cfg) and cfg.leaves == "own" for cfg in config.tables.values()))
 
 
@@ -118,19 +127,20 @@ def batch_files(table: PlannedTable, batch: Batch, sync_lsn: int | None) -> Dire
     None. ``sync_lsn``: the sync LSN of the snapshot the table's target holds (a batch starting before it drops
     the changes the snapshot has: a cut-off the files do not show)."""
     files = batch.table_files.get(table.source, ())
-    if (not files or not plain_table(table) or not is_local(batch.uri)
+    if (not files or not plain_table(table) or not batch.here
             or (sync_lsn is not None and batch.start_lsn < sync_lsn)
             or has_value_notes(batch, table.source)):
         return None
+    fs = batch.reader.layout.fs  # the staging area's own (local, or the object store's with its credentials)
     paths = tuple(f"{batch.ref.path}/{rel}" for rel in files)
-    if not same_schema(paths, table.columns):
+    if not same_schema(paths, table.columns, fs):
         return None
-    net = DirectNet(table.source, table.target, paths, tuple(table.key), tuple(table.columns))
+    net = DirectNet(table.source, table.target, paths, tuple(table.key), tuple(table.columns), filesystem=fs)
     plain = publishes_all(table.config)
-    if plain and no_unchanged_toast(paths) and keys_never_repeat(
+    if plain and no_unchanged_toast(paths, fs) and keys_never_repeat(
             batch, table.source, table.key, full_identity=table.relation.replica_identity == "f"):
         return net
-    if not in_process(table, batch, paths):
+    if not in_process(table, batch, paths, fs):
         return None
     net = replace(net, compacted=True, identity=tuple(table.relation.identity_columns),
                   row_filter=table.config.row_filter, actions=tuple(table.config.actions))
@@ -144,25 +154,28 @@ def publishable(net: DirectNet) -> bool:
     (``filter_eval``: its columns' types, and values such as an integer result out of range, may leave the batch to
     Spark). Judged here, before a target writes anything; ``compacted_rows`` evaluates it again as it nets."""
     try:
-        published.publish(staged_changes(net.files), row_filter=net.row_filter, actions=net.actions,
+        published.publish(staged_changes(net.files, net.filesystem), row_filter=net.row_filter, actions=net.actions,
                           identity=net.identity)
     except filter_eval.NotCovered:
         return False
     return True
 
 
-def staged_changes(paths: Sequence[str]) -> pa.Table:
-    """The staged columns the in-process netting reads (``kernels.STAGED_COLUMNS``) of a table-batch's files."""
-    return pa.concat_tables([pq.read_table(p, columns=list(kernels.STAGED_COLUMNS)) for p in paths])
+def staged_changes(paths: Sequence[str], filesystem: pafs.FileSystem | None = None) -> pa.Table:
+    """The staged columns the in-process netting reads (``kernels.STAGED_COLUMNS``) of a table-batch's files
+    (paths of ``filesystem``; None: local)."""
+    return pa.concat_tables([pq.read_table(p, columns=list(kernels.STAGED_COLUMNS), filesystem=filesystem)
+                             for p in paths])
 
 
-def in_process(table: PlannedTable, batch: Batch, paths: Sequence[str]) -> bool:
+def in_process(table: PlannedTable, batch: Batch, paths: Sequence[str], filesystem: pafs.FileSystem | None = None
+               ) -> bool:
     """Whether ``kernels.compact_changes`` may net the table-batch here: at most ``inprocess_rows()`` staged
     changes by the manifest, keys that group as Spark groups them, and old images of the new images' types for
     every written column they hold (an unchanged-TOAST value is taken from the old image as it is)."""
     if int(batch.manifest.tables.get(table.source, {}).get("rows", 0)) > inprocess_rows():
         return False
-    schema = pq.read_schema(paths[0])
+    schema = pq.read_schema(paths[0], filesystem=filesystem)
     old, new = schema.field("old").type, schema.field("new").type
     if not isinstance(old, pa.StructType) or not isinstance(new, pa.StructType):
         return False
@@ -192,15 +205,19 @@ def plain_snapshot(table: PlannedTable, *, has_notes: bool, row_filter: str | No
 
 
 def snapshot_files(table: PlannedTable, uri: str, files: Sequence[str], *, has_notes: bool,
-                   row_filter: str | None) -> tuple[str, ...] | None:
-    """Local paths of a snapshot table's files when its rows are their ``new`` images as they are
-    (``plain_snapshot``), so a target may print them itself; None otherwise."""
-    if table.parts or not enabled() or not files or not is_local(uri):
+                   row_filter: str | None, master: str | None = None) -> DirectRows | None:
+    """A snapshot table's files (under ``uri``) when its rows are their ``new`` images as they are
+    (``plain_snapshot``) and this process reads them on Spark ``master`` (``batches.readable_here``), so a target
+    may print them itself: local paths, or paths of the staging area's filesystem; None otherwise."""
+    if table.parts or not enabled() or not files or not readable_here(uri, master):
         return None
     if not plain_snapshot(table, has_notes=has_notes, row_filter=row_filter):
         return None
+    if "://" in uri and not uri.startswith("file://"):
+        fs, root = resolve_filesystem(uri)  # the staging area's credentials (registered, or the environment's)
+        return DirectRows(tuple(f"{root}/{f}" for f in files), fs)
     root = urlparse(uri).path if uri.startswith("file://") else uri
-    return tuple(f"{root}/{f}" for f in files)
+    return DirectRows(tuple(f"{root}/{f}" for f in files))
 
 
 def unique_in_snapshot(table: PlannedTable) -> bool:
@@ -233,20 +250,20 @@ def filtered_on_source(source_filter: str | None, configured: str | None) -> boo
     return source_filter == f"({configured})" or source_filter.endswith(f") AND ({configured})")
 
 
-def no_unchanged_toast(paths: Sequence[str]) -> bool:
+def no_unchanged_toast(paths: Sequence[str], filesystem: pafs.FileSystem | None = None) -> bool:
     """Whether no staged change in ``paths`` lists an unchanged-TOAST column (read from that list column only)."""
     for path in paths:
-        column = pq.read_table(path, columns=["new_unchanged_toast"]).column(0)
+        column = pq.read_table(path, columns=["new_unchanged_toast"], filesystem=filesystem).column(0)
         if len(column) and (pc.max(pc.list_value_length(column)).as_py() or 0) > 0:
             return False
     return True
 
 
-def same_schema(paths: Sequence[str], columns: Sequence[str]) -> bool:
+def same_schema(paths: Sequence[str], columns: Sequence[str], filesystem: pafs.FileSystem | None = None) -> bool:
     """Whether every file has one Arrow schema whose images hold every written column (one schema version with
     all the batch's columns: nothing to union, no defaults to fill, no column a change's version lacks, which
     a change must leave alone — ``batches.ABSENT``)."""
-    schemas = [pq.read_schema(p) for p in paths]
+    schemas = [pq.read_schema(p, filesystem=filesystem) for p in paths]
     if not all(s.equals(schemas[0]) for s in schemas[1:]):
         return False
     image = schemas[0].field("new").type

@@ -5,7 +5,7 @@ a table-batch (or snapshot table) the direct path covers (``direct.py``) is prin
 the staged files themselves (PostgreSQL: ``targets/postgres/arrownet.py``). A run in which every table-batch is such
 a one asks Spark for nothing, so the runner does not create the session up front: ``SparkOnDemand.session()``
 starts it where a step builds a Spark frame (a row filter, a repeated key or an unchanged-TOAST value in a batch
-too large to net in process, staging on an object store, a target that takes no direct rows…) and from then on the run uses it as it always did. The steps
+too large to net in process, staging on an object store with a master that is not local, a target that takes no direct rows…) and from then on the run uses it as it always did. The steps
 and their semantics are the same either way; only when the JVM starts differs.
 """
 
@@ -26,12 +26,16 @@ class SparkOnDemand:
 
     ``running``: whether a start is already under way elsewhere (a session started during the drain), which
     ``started`` reports as started: a step that may either use Spark or not then uses the running session as it
-    did before. ``conf`` settings are set on the session when it starts, or at once when it runs.
+    did before. ``conf`` settings are set on the session when it starts, or at once when it runs. ``master``: the
+    master the session runs (or would run) on, None when not known — whether this process may read staged files
+    on an object store itself (``batches.readable_here``).
     """
 
-    def __init__(self, start: Callable[[], SparkSession], *, running: Callable[[], bool] | None = None) -> None:
+    def __init__(self, start: Callable[[], SparkSession], *, running: Callable[[], bool] | None = None,
+                 master: str | None = None) -> None:
         self._start = start
         self._running = running
+        self.master = master
         self._session: SparkSession | None = None
         self._settings: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -42,7 +46,8 @@ class SparkOnDemand:
         """``spark`` itself, or a session already started as a ``SparkOnDemand`` that has it."""
         if isinstance(spark, SparkOnDemand):
             return spark
-        found = cls(lambda: spark)
+        # A Connect client's driver is its server, wherever that runs: not known to be this machine.
+        found = cls(lambda: spark, master=None if is_connect(spark) else spark.sparkContext.master)
         found._session = spark
         found._activated.add(threading.get_ident())
         return found

@@ -49,11 +49,13 @@ class WithoutSparkResult:
     summary: list[BatchReport] = field(default_factory=list)
 
 
-def apply_without_spark(config: ApplyConfig, dsn: str, *,
+def apply_without_spark(config: ApplyConfig, dsn: str, *, master: str | None = None,
                         on_batch: Callable[[BatchReport], None] | None = None) -> WithoutSparkResult:
     """Apply the slot's staged batches past the target's watermarks into PostgreSQL at ``dsn`` as far as no step
     needs Spark. A run with nothing to apply does not open the runner at all (its validation of row filters
-    would ask for Spark): it reports every listed batch as not applied, as the runner does."""
+    would ask for Spark): it reports every listed batch as not applied, as the runner does. ``master``: the master
+    the rest would be submitted to (a local one lets this process read staging on an object store itself,
+    ``batches.readable_here``; None: not known)."""
     result = WithoutSparkResult()
 
     def seen(report: BatchReport) -> None:
@@ -70,7 +72,7 @@ def apply_without_spark(config: ApplyConfig, dsn: str, *,
     from airflow_provider_pglogical.apply.runner import apply_slot
 
     try:
-        result.summary = apply_slot(SparkOnDemand(_refuse), config, dsn, on_batch=seen)
+        result.summary = apply_slot(SparkOnDemand(_refuse, master=master), config, dsn, on_batch=seen)
     except Exception as exc:
         if not _needed_spark(exc):
             raise

@@ -236,7 +236,7 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
         # The variables the submitted app would get (``env_vars``: libpq's PGOPTIONS, PGSSLMODE…) hold here too, so
         # both routes reach the target alike.
         with _environment(self.env_vars or {}):
-            result = apply_without_spark(config, connection_dsn(self.target_conn_id),
+            result = apply_without_spark(config, connection_dsn(self.target_conn_id), master=self._known_master(),
                                          on_batch=lambda r: reports.append(json.loads(report_line(r))))
         applied = sum(bool(r["applied"]) for r in reports)
         self.log.info("%s", summary_line(self.slot, result.summary))  # the line the submitted app prints
@@ -247,6 +247,16 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
             self.log.info("slot %s: %d batch(es) applied in the worker, no spark-submit: no step needed Spark",
                           self.slot, applied)
         return result.needs_spark
+
+    def _known_master(self) -> str | None:
+        """The Spark connection's master when the connection exists (a local one lets the worker read staging on an
+        object store itself, as that driver would on this machine), else None: the worker reads only local staging."""
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        try:
+            return submit_master(self.spark_conn_id) or None
+        except AirflowNotFoundException:
+            return None
 
     def _report_batches(self, reports: list[dict[str, Any]]) -> None:
         from airflow_provider_pglogical.metrics.batches import apply_metrics_from_report, emit_apply_batch

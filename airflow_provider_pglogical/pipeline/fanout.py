@@ -86,7 +86,7 @@ def run_targets(spec: PipelineSpec, names: Sequence[str] | None = None, *, maste
     starter = SparkStarter(master or spec.spark.where, spec.spark.conf, log=log)
     # Started during the drain only when some target surely needs it (``runs.spark_expected``), as for one target.
     early = (all(spec_target(view).early_spark_start for view in views.values())
-             and any(spark_expected(view) for view in views.values()))
+             and any(spark_expected(view, starter.master) for view in views.values()))
 
     def on_changes() -> None:
         if early:

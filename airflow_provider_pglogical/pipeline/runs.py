@@ -301,7 +301,7 @@ def run_pending(spec: PipelineSpec, *, master: str | None = None, max_batches: i
     (docs/staging-format.md#run-history).
     """
     starter = SparkStarter(master or spec.spark.where, spec.spark.conf, log=log)
-    early = spec_target(spec).early_spark_start and spark_expected(spec)
+    early = spec_target(spec).early_spark_start and spark_expected(spec, starter.master)
 
     def on_changes() -> None:
         if early:
@@ -317,13 +317,15 @@ def run_pending(spec: PipelineSpec, *, master: str | None = None, max_batches: i
     return {"decode": decoded, "apply": applied, "spark": starter.summary()}
 
 
-def spark_expected(spec: PipelineSpec) -> bool:
+def spark_expected(spec: PipelineSpec, master: str | None = None) -> bool:
     """Whether a run of ``spec`` with changes to apply surely starts Spark: its target takes no direct rows, or
     its configuration rules the direct path out (``direct.may_cover``: a row filter outside what this process
-    evaluates, leaf partitions routed to their root, staging on an object store). Otherwise only the staged files tell."""
+    evaluates, leaf partitions routed to their root, staging on an object store with a master that is not local).
+    Otherwise only the staged files tell. ``master``: the run's (default: the spec's, else ``local[*]``)."""
     from airflow_provider_pglogical.apply import direct
 
-    return not (spec_target(spec).takes_direct_rows and direct.may_cover(apply_config(spec)))
+    master = master or spec.spark.where or DEFAULT_MASTER
+    return not (spec_target(spec).takes_direct_rows and direct.may_cover(apply_config(spec), master))
 
 
 def apply_pending(spec: PipelineSpec, *, master: str | None = None, max_batches: int | None = None,
@@ -397,7 +399,7 @@ def _apply_session(starter: SparkStarter | None, master: str | None, conf: dict[
         return used.session()
 
     try:
-        yield SparkOnDemand(start, running=lambda: used.started)
+        yield SparkOnDemand(start, running=lambda: used.started, master=used.master)
     finally:
         if starter is None:
             used.stop()

@@ -51,6 +51,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+import pyarrow.fs as pafs
+
 from airflow_provider_pglogical.apply.config import TableApplyConfig
 from airflow_provider_pglogical.apply.schema_changes import ADD, RELAX, WIDEN, ColumnChange
 from airflow_provider_pglogical.staging.reader import RelationInfo
@@ -291,6 +293,17 @@ class DirectNet:
     # A compacted table-batch's publication, applied per change before netting (``apply/published.py``).
     row_filter: str | None = None
     actions: tuple[str, ...] = ("insert", "update", "delete")
+    # The staging area's filesystem ``files`` are paths of (an object store's, with its credentials); None: local.
+    filesystem: pafs.FileSystem | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class DirectRows:
+    """A snapshot table's staged files whose rows are their ``new`` images as they are (``DirectRowsSource``):
+    ``files`` are paths of ``filesystem`` (the staging area's; None: local paths)."""
+
+    files: tuple[str, ...]
+    filesystem: pafs.FileSystem | None = field(default=None, compare=False, repr=False)
 
 
 @runtime_checkable
@@ -313,4 +326,4 @@ class DirectRowsSource(Protocol):
     """Snapshot changes that can hand a table's staged snapshot files to a target (``direct_rows``): their
     rows are the ``new`` images as they are (``SnapshotChanges.rows``' plain case)."""
 
-    def direct_rows(self, table: PlannedTable) -> tuple[str, ...] | None: ...
+    def direct_rows(self, table: PlannedTable) -> DirectRows | None: ...

@@ -34,8 +34,9 @@ class _Session:
 
     _jvm = None
 
-    def __init__(self) -> None:
+    def __init__(self, master: str = "local[2]") -> None:
         self.conf = _Conf()
+        self.sparkContext = type("Context", (), {"master": master})()
 
 
 def test_the_session_starts_on_the_first_ask_once_with_the_settings_given_before_and_after():
@@ -83,21 +84,26 @@ def test_a_start_under_way_elsewhere_counts_as_started_and_a_given_session_is_us
     given_session: Any = _Session()
     wrapped = SparkOnDemand.of(given_session)
     assert wrapped.started and wrapped.session() is given_session and SparkOnDemand.of(wrapped) is wrapped
+    # the master a given session runs on decides whether this process reads staging on an object store
+    assert wrapped.master == "local[2]" and SparkOnDemand.of(_Session("spark://host:7077")).master == "spark://host:7077"
 
 
 @given(row_filter=st.sampled_from([None, "", "a > 1", "a::bigint > 1"]),
        actions=st.lists(st.sampled_from(ACTIONS), unique=True, min_size=1),
        leaves=st.sampled_from(["own", "route_to_root"]),
-       staging=st.sampled_from(["/staging", "file:///staging", "s3://bucket/staging"]),
+       staging=st.sampled_from(["/staging", "file:///staging", "s3://bucket/staging", "gs://bucket/staging"]),
+       master=st.sampled_from([None, "local", "local[2]", "spark://host:7077", "yarn", "sc://host:15002"]),
        plain_others=st.integers(0, 2))
-def test_may_cover_is_the_configuration_part_of_the_per_table_rule(row_filter, actions, leaves, staging,
+def test_may_cover_is_the_configuration_part_of_the_per_table_rule(row_filter, actions, leaves, staging, master,
                                                                     plain_others):
     cfg = TableApplyConfig(row_filter=row_filter, actions=tuple(actions), leaves=leaves)
     tables = {"public.t": cfg, **{f"public.p{i}": TableApplyConfig() for i in range(plain_others)}}
-    covered = direct.may_cover(ApplyConfig(slot="s", staging_root=staging, tables=tables))
+    covered = direct.may_cover(ApplyConfig(slot="s", staging_root=staging, tables=tables), master)
     # a filter this process evaluates (not a cast) and any published actions: applied per change in process
     in_process = not row_filter or "::" not in row_filter
-    expected = in_process and leaves == "own" and not staging.startswith("s3://")
+    # staging on an object store is read here only when the driver would be this machine (a local master)
+    readable = not staging.startswith(("s3://", "gs://")) or (master or "").startswith("local")
+    expected = in_process and leaves == "own" and readable
     assert covered is expected
     # a table the rule takes is one this judgement did not rule out (the per-table rule's configuration part)
     assert direct.plain_config(cfg) is in_process
@@ -116,7 +122,9 @@ def test_may_cover_is_false_with_the_direct_path_switched_off(monkeypatch):
     (lambda: {**copy.deepcopy(VALID), "tables": {"public.orders": {"row_filter": "amount::bigint > 100"}}},
      True),  # a row filter with a cast: Spark evaluates it
     (lambda: {**copy.deepcopy(VALID), "tables": {"public.customers": {}},
-              "staging": {"uri": "s3://bucket/staging"}}, True),  # staging on an object store
+              "staging": {"uri": "s3://bucket/staging"}}, False),  # an object store, read here: no master is local
+    (lambda: {**copy.deepcopy(VALID), "tables": {"public.customers": {}}, "staging": {"uri": "s3://bucket/staging"},
+              "spark": {"master": "spark://host:7077"}}, True),  # an object store read by a cluster's executors
     (delta_doc, True),  # a row filter (and a change feed, which takes no direct rows)
     # a Delta change feed takes no direct rows; a Delta mirror does
     (lambda: {**delta_doc(partition_by={}), "tables": {"public.customers": {}}}, True),

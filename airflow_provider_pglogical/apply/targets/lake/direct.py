@@ -44,7 +44,7 @@ def flat_type(dtype: pa.DataType) -> bool:
 
 def readable(net: DirectNet) -> bool:
     """Whether every written column of the table-batch's staged images has a ``flat_type``."""
-    image = pq.read_schema(net.files[0]).field("new").type
+    image = pq.read_schema(net.files[0], filesystem=net.filesystem).field("new").type
     if not isinstance(image, pa.StructType):
         return False
     types = {image.field(i).name: image.field(i).type for i in range(image.num_fields)}
@@ -57,11 +57,12 @@ def net_table(net: DirectNet) -> pa.Table | None:
     if not net.files or not readable(net):
         return None
     if net.compacted:  # repeated keys or unchanged TOAST: the Arrow kernels net the whole table-batch at once
-        staged = direct.staged_changes(net.files)
+        staged = direct.staged_changes(net.files, net.filesystem)
         batches = [direct.compacted_rows(staged, net)]
     else:
-        batches = [b for p in net.files for b in direct.net_rows(pq.read_table(p, columns=list(NET_COLUMNS)),
-                                                                 net.key, net.columns)]
+        batches = [b for p in net.files
+                   for b in direct.net_rows(pq.read_table(p, columns=list(NET_COLUMNS), filesystem=net.filesystem),
+                                            net.key, net.columns)]
     return framed(batches, net.key, net.columns)
 
 

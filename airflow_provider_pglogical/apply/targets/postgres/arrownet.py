@@ -16,9 +16,10 @@ keep lists are printed as text arrays; the rows are those of Spark's net frame, 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from airflow_provider_pglogical.apply import direct, kernels
@@ -43,6 +44,13 @@ class DirectPlan:
     identity: tuple[str, ...] = ()  # the source's replica identity columns (the TOAST refill of compacted rows)
     row_filter: str | None = None  # the publication of compacted rows (``DirectNet``), applied before netting
     actions: tuple[str, ...] = ("insert", "update", "delete")
+    # The staging area's filesystem the task files are paths of (``DirectNet.filesystem``); None: local.
+    filesystem: pafs.FileSystem | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def local(self) -> bool:
+        """Whether the files are local paths (an executor's task may be handed them as they are)."""
+        return self.filesystem is None or isinstance(self.filesystem, pafs.LocalFileSystem)
 
 
 def _in_printable_range(parquet: pq.ParquetFile, column_paths: Iterable[str]) -> bool:
@@ -103,7 +111,7 @@ def plan_direct(net: DirectNet, types: Mapping[str, PgType]) -> DirectPlan | Non
     key_kinds: list[str] = []
     tasks: list[tuple[str, int]] = []
     for n, path in enumerate(net.files):
-        parquet = pq.ParquetFile(path)
+        parquet = pq.ParquetFile(path, filesystem=net.filesystem)
         temporal: list[str] = []
         new_kinds = _image_kinds(parquet, "new", net.columns, temporal)
         old_kinds = _image_kinds(parquet, "old", net.key, temporal)
@@ -113,7 +121,7 @@ def plan_direct(net: DirectNet, types: Mapping[str, PgType]) -> DirectPlan | Non
             kinds, key_kinds = new_kinds, old_kinds
         tasks.extend((path, rg) for rg in range(parquet.metadata.num_row_groups))
     return DirectPlan(net.key, net.columns, tuple(kinds), tuple(key_kinds), tuple(tasks), net.compacted, net.identity,
-                      net.row_filter, net.actions)
+                      net.row_filter, net.actions, net.filesystem)
 
 
 @dataclass(frozen=True)
@@ -123,9 +131,11 @@ class RowsPlan:
     columns: tuple[str, ...]
     kinds: tuple[str, ...]
     tasks: tuple[tuple[str, int], ...]  # (file, row group)
+    filesystem: pafs.FileSystem | None = field(default=None, compare=False, repr=False)  # of the files; None: local
 
 
-def plan_rows(files: Sequence[str], columns: Sequence[str], types: Mapping[str, PgType]) -> RowsPlan | None:
+def plan_rows(files: Sequence[str], columns: Sequence[str], types: Mapping[str, PgType],
+              filesystem: pafs.FileSystem | None = None) -> RowsPlan | None:
     """The plan for printing a snapshot's rows (``SnapshotChanges.direct_rows``), or None when a column needs the
     JVM's text — as ``plan_direct`` decides, on the ``new`` image only, and with arrays of text or plain scalars
     too (a snapshot with a shape or element note never gets here: its rows are not plain)."""
@@ -134,14 +144,14 @@ def plan_rows(files: Sequence[str], columns: Sequence[str], types: Mapping[str, 
     kinds: list[str] | None = None
     tasks: list[tuple[str, int]] = []
     for path in files:
-        parquet = pq.ParquetFile(path)
+        parquet = pq.ParquetFile(path, filesystem=filesystem)
         temporal: list[str] = []
         file_kinds = _image_kinds(parquet, "new", columns, temporal, arrays=True)
         if file_kinds is None or (kinds is not None and file_kinds != kinds) or not _in_printable_range(parquet, temporal):
             return None
         kinds = file_kinds
         tasks.extend((path, rg) for rg in range(parquet.metadata.num_row_groups))
-    return RowsPlan(tuple(columns), tuple(kinds or ()), tuple(tasks))
+    return RowsPlan(tuple(columns), tuple(kinds or ()), tuple(tasks), filesystem)
 
 
 def _scalar_array(tree: PgType) -> bool:
@@ -158,7 +168,8 @@ def row_text(plan: RowsPlan, chunk_bytes: int) -> Callable[[Iterable[tuple[str, 
         parts: list[bytes] = []
         size = 0
         for path, rg in tasks:
-            new = pq.ParquetFile(path).read_row_group(rg, columns=["new"]).column("new").combine_chunks()
+            new = (pq.ParquetFile(path, filesystem=plan.filesystem).read_row_group(rg, columns=["new"]).column("new")
+                   .combine_chunks())
             if not len(new):
                 continue
             batch = pa.RecordBatch.from_arrays([new.field(c) for c in plan.columns], names=list(plan.columns))
@@ -194,13 +205,13 @@ def copy_tasks(dsn: str, staging: str, columns: Sequence[str], plan: DirectPlan
         if plan.compacted:  # every row group of the table-batch, netted together
             net = DirectNet("", "", (), plan.key, plan.columns, compacted=True, identity=plan.identity,
                             row_filter=plan.row_filter, actions=plan.actions)
-            groups = [pq.ParquetFile(path).read_row_group(rg, columns=list(kernels.STAGED_COLUMNS))
+            groups = [pq.ParquetFile(path, filesystem=plan.filesystem).read_row_group(rg, columns=list(kernels.STAGED_COLUMNS))
                       for path, rg in tasks]
             if groups:
                 yield direct.compacted_rows(pa.concat_tables(groups), net)
             return
         for path, rg in tasks:
-            table = pq.ParquetFile(path).read_row_group(rg, columns=["op", "lsn", "old", "new"])
+            table = pq.ParquetFile(path, filesystem=plan.filesystem).read_row_group(rg, columns=["op", "lsn", "old", "new"])
             yield from direct.net_rows(table, plan.key, plan.columns)
 
     def chunks(tasks: Iterable[tuple[str, int]]) -> Iterator[tuple[bytes, int]]:

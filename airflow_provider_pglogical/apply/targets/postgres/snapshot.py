@@ -153,8 +153,8 @@ def table_text(target: Any, changes: Any, table: PlannedTable, types: Any) -> Ca
     staged files' row groups are read with pyarrow and printed while the COPY runs (``StreamedText``): no Spark
     Parquet read, no struct handling, no Arrow conversion of typed columns. Otherwise Spark's path, cached
     before the load transaction."""
-    files = changes.direct_rows(table) if isinstance(changes, DirectRowsSource) else None
-    plan = arrownet.plan_rows(files, table.columns, types) if files else None
+    found = changes.direct_rows(table) if isinstance(changes, DirectRowsSource) else None
+    plan = arrownet.plan_rows(found.files, table.columns, types, found.filesystem) if found else None
     if plan is None:
         return copy_text(changes.rows(table), types)
     threads = target.config.write_partitions or os.cpu_count() or 1  # this process prints: its cores

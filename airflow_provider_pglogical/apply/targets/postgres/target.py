@@ -318,7 +318,8 @@ class PostgresTarget:
         copy_cols = [c for c, _ in columns]
         plan = arrownet.plan_direct(direct, types) if direct is not None else None
         written: int | None
-        here = plan is not None and not self.on_demand.started
+        # Files on an object store are read by this process only (``batches.readable_here``), never handed to tasks.
+        here = plan is not None and (not self.on_demand.started or not plan.local)
         if plan is not None and here:
             written = self._copy_here(plan, staging, copy_cols)
         elif plan is not None:
@@ -369,7 +370,8 @@ class PostgresTarget:
         return ops, keep_rows
 
     def _copy_here(self, plan: arrownet.DirectPlan, staging: str, columns: Sequence[str]) -> int:
-        """The direct plan's row-group tasks run by threads of this process (no Spark session runs): the same
+        """The direct plan's row-group tasks run by threads of this process (no Spark session runs, or the files are
+        on an object store, ``DirectPlan.local``): the same
         ``arrownet.copy_tasks`` the executors run, one COPY per slice of tasks, ``write_partitions`` or this
         machine's cores at a time. Each slice COPYs on its own connection into the unlogged staging table, as
         the executors' partitions do."""
