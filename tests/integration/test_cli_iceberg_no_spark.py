@@ -1,7 +1,7 @@
 """`pglogical run` into an Iceberg mirror without a JVM: every table-batch the direct path covers is read from its
 staged files in the pglogical process (``lake/direct.py``) and committed with pyiceberg — plain batches, keys changed
-twice and unchanged TOAST values netted in process, a row filter evaluated in process — with no Java installed, and
-the Iceberg tables end equal to a native subscriber of publications with the same filter."""
+twice and unchanged TOAST values netted in process, a row filter evaluated in process — with ``JAVA_HOME`` pointing
+nowhere (a JVM start fails the run), and the Iceberg tables end equal to a native subscriber of publications with the same filter."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from airflow_provider_pglogical.apply.targets.iceberg.target import IcebergTarge
 from scripts.harness.pgserver import execute, make_database, query
 from scripts.harness.subscriber import subscribe, unsubscribe, wait_for_subscriber
 from tests.integration.test_cli_no_spark import run
-from tests.integration.test_cli_row_filter_no_spark import BODY, _drop
+from tests.integration.test_cli_row_filter_no_spark import BODY, FILTER, _drop
+from tests.integration.test_cli_row_filter_no_spark import ROWS as ORDERS
 from tests.support.spark import TEST_SPARK_CONF
 
 TABLES = """
@@ -25,9 +26,7 @@ CREATE TABLE items (id int PRIMARY KEY, qty smallint NOT NULL, label text, price
 CREATE TABLE orders (id int PRIMARY KEY, qty int NOT NULL, note text, body text);
 ALTER TABLE orders REPLICA IDENTITY FULL;
 """
-FILTER = "qty > 10 AND note IS DISTINCT FROM 'hidden'"
 ITEMS = "SELECT id, qty, label, price, seen, day, ratio, ok, lsn::text FROM items ORDER BY id"
-ORDERS = "SELECT id, qty, note, md5(body) FROM orders ORDER BY id"
 
 
 def _iceberg(target: IcebergTarget, table: str) -> list[tuple]:
