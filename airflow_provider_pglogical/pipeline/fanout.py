@@ -85,18 +85,24 @@ def run_targets(spec: PipelineSpec, names: Sequence[str] | None = None, *, maste
     views = select_views(spec, names)
     starter = SparkStarter(master or spec.spark.where, spec.spark.conf, log=log)
     # Started during the drain only when some target surely needs it (``runs.spark_expected``), as for one target.
-    early = (all(spec_target(view).early_spark_start for view in views.values())
-             and any(spark_expected(view, starter.master) for view in views.values()))
+    may_start = all(spec_target(view).early_spark_start for view in views.values())
+    early = may_start and any(spark_expected(view, starter.master) for view in views.values())
+    early_for_snapshot = may_start and any(spark_expected(view, starter.master, snapshot=True)
+                                           for view in views.values())
 
     def on_changes() -> None:
         if early:
             starter.start("the drain has changes to stage")
 
+    def on_snapshot() -> None:
+        if early_for_snapshot:
+            starter.start("a snapshot was staged")
+
     applied = FanoutResult()
     with recording(spec.staging.uri, spec.source.slot, "run", log=log) as recorder:
         try:
             decoded = decode_pending(spec, max_batches=max_batches, log=log, on_changes=on_changes,
-                                     allow_gap=allow_gap, recorder=recorder)
+                                     on_snapshot=on_snapshot, allow_gap=allow_gap, recorder=recorder)
             applied = apply_targets(spec, list(views), master=master, log=log, spark=starter, recorder=recorder)
         finally:
             starter.stop()

@@ -295,37 +295,49 @@ def run_pending(spec: PipelineSpec, *, master: str | None = None, max_batches: i
     """``pglogical run``: decode (at most ``max_batches`` batches), then apply everything pending.
 
     When the run will surely need Spark (``spark_expected``), it starts in the background once the drain has read
-    a transaction (or a snapshot was staged), overlapping the JVM start with the rest of the drain; otherwise the
+    a transaction, or once a snapshot was staged for a target that loads snapshots through Spark (a lake),
+    overlapping the JVM start with the rest of the drain; otherwise the
     apply starts it only if a step needs it (``apply/spark_on_demand.py``): a run the direct path covers whole and
     an empty slot start no JVM. Recorded in the slot's run history as one ``run``
     (docs/staging-format.md#run-history).
     """
     starter = SparkStarter(master or spec.spark.where, spec.spark.conf, log=log)
-    early = spec_target(spec).early_spark_start and spark_expected(spec, starter.master)
+    may_start = spec_target(spec).early_spark_start
+    early = may_start and spark_expected(spec, starter.master)
+    early_for_snapshot = may_start and spark_expected(spec, starter.master, snapshot=True)
 
     def on_changes() -> None:
         if early:
             starter.start("the drain has changes to stage")
 
+    def on_snapshot() -> None:
+        if early_for_snapshot:
+            starter.start("a snapshot was staged")
+
     with recording(spec.staging.uri, spec.source.slot, "run", log=log) as recorder:
         try:
             decoded = decode_pending(spec, max_batches=max_batches, log=log, on_changes=on_changes,
-                                     allow_gap=allow_gap, recorder=recorder)
+                                     on_snapshot=on_snapshot, allow_gap=allow_gap, recorder=recorder)
             applied = apply_pending(spec, master=master, log=log, spark=starter, recorder=recorder)
         finally:
             starter.stop()
     return {"decode": decoded, "apply": applied, "spark": starter.summary()}
 
 
-def spark_expected(spec: PipelineSpec, master: str | None = None) -> bool:
+def spark_expected(spec: PipelineSpec, master: str | None = None, *, snapshot: bool = False) -> bool:
     """Whether a run of ``spec`` with changes to apply surely starts Spark: its target takes no direct rows, or
     its configuration rules the direct path out (``direct.may_cover``: a row filter outside what this process
     evaluates, leaf partitions routed to their root, staging on an object store with a master that is not local).
-    Otherwise only the staged files tell. ``master``: the run's (default: the spec's, else ``local[*]``)."""
+    Otherwise only the staged files tell. ``master``: the run's (default: the spec's, else ``local[*]``).
+    ``snapshot``: the run loads a staged snapshot, which a target reading no snapshot rows itself (a lake: only
+    PostgreSQL COPYs them from the staged files) surely loads through Spark."""
     from airflow_provider_pglogical.apply import direct
 
+    handle = spec_target(spec)
+    if snapshot and not handle.takes_direct_snapshot_rows:
+        return True
     master = master or spec.spark.where or DEFAULT_MASTER
-    return not (spec_target(spec).takes_direct_rows and direct.may_cover(apply_config(spec), master))
+    return not (handle.takes_direct_rows and direct.may_cover(apply_config(spec), master))
 
 
 def apply_pending(spec: PipelineSpec, *, master: str | None = None, max_batches: int | None = None,
@@ -434,13 +446,15 @@ def pending_batches(spec: PipelineSpec, *, max_batches: int | None = None,
 
 def decode_pending(spec: PipelineSpec, *, max_batches: int | None = None, log: Log = _quiet,
                    resync: list[str] | None = None, on_changes: Callable[[], None] | None = None,
-                   allow_gap: bool = False, recorder: RunRecorder | None = None) -> dict[str, Any]:
+                   on_snapshot: Callable[[], None] | None = None, allow_gap: bool = False,
+                   recorder: RunRecorder | None = None) -> dict[str, Any]:
     """Ensure publication and slot, check WAL retention, then drain the slot batch by batch.
 
     Idempotent per slot position: each cycle stages ``(confirmed_flush_lsn, end]`` and advances
     the slot only after the batch's manifest exists, so a crash in between re-stages the same
     range, which the drain replaces rather than duplicates. ``on_changes`` is called (possibly more
-    than once) when there is something for an apply: a snapshot was staged or the drain read a transaction.
+    than once) when there is something for an apply: the drain read a transaction, or a snapshot was staged
+    (``on_snapshot`` instead, when given).
     Column lists are checked against the source catalog first, before anything is created, staged or advanced.
     ``allow_gap``: a slot past the staged log's end (recreated) drains on, losing the changes in between.
     Recorded in the slot's run history as a ``decode``, or into ``recorder`` (the enclosing run's).
@@ -458,8 +472,9 @@ def decode_pending(spec: PipelineSpec, *, max_batches: int | None = None, log: L
             retention = check_retention(spec, client)
             log(f"slot lag {retention['lag_bytes']} bytes, wal_status {retention['wal_status']}")
         synced = sync_tables(spec, resync=resync, log=log)
-        if on_changes is not None and (initial or synced.get("tables")):
-            on_changes()
+        staged = on_snapshot or on_changes
+        if staged is not None and (initial or synced.get("tables")):
+            staged()
         watch = Stopwatch()
         batches = drain(spec, max_batches=max_batches, log=log, on_changes=on_changes, allow_gap=allow_gap)
         record.decoded(batches, watch.seconds)

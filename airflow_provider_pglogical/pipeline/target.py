@@ -81,7 +81,7 @@ class SpecTarget(ABC):
     the Airflow worker — or in the spec app's spark-submit when the spec names ``spark.conn_id`` — rather than as
     the PostgreSQL apply app), ``maintainable`` (``maintain`` compacts its tables) and ``needs_conn_id`` (a
     task in another process finds the target only through an Airflow connection), and may override
-    ``early_spark_start`` and ``takes_direct_rows``.
+    ``early_spark_start``, ``takes_direct_rows`` and ``takes_direct_snapshot_rows``.
     """
 
     kind: ClassVar[str] = ""
@@ -102,6 +102,12 @@ class SpecTarget(ABC):
     def takes_direct_rows(self) -> bool:
         """Whether the spec's ``Target`` reads the direct path's rows itself (``targets/base.DirectNetSource``): a
         run the direct path covers then needs no Spark (``runs.spark_expected``)."""
+        return False
+
+    @property
+    def takes_direct_snapshot_rows(self) -> bool:
+        """Whether the spec's ``Target`` reads a snapshot table's staged rows itself (``targets/base.DirectRowsSource``):
+        otherwise loading a snapshot surely needs Spark (``runs.spark_expected``)."""
         return False
 
     @property
@@ -242,6 +248,10 @@ class PostgresSpecTarget(SpecTarget):
     @property
     def takes_direct_rows(self) -> bool:
         return True  # the target prints and COPYs them (``targets/postgres/arrownet.py``)
+
+    @property
+    def takes_direct_snapshot_rows(self) -> bool:
+        return True  # COPYed from the staged files (``targets/postgres/snapshot.py``)
 
     def __init__(self, spec: PipelineSpec) -> None:
         super().__init__(spec)

@@ -1,7 +1,8 @@
 """`pglogical run` into an Iceberg mirror without a JVM: every table-batch the direct path covers is read from its
 staged files in the pglogical process (``lake/direct.py``) and committed with pyiceberg — plain batches, keys changed
-twice and unchanged TOAST values netted in process, a row filter evaluated in process — with no Java installed, and
-the Iceberg tables end equal to a native subscriber of publications with the same filter."""
+twice and unchanged TOAST values netted in process, a row filter evaluated in process — with ``JAVA_HOME`` pointing
+nowhere (a JVM start fails the run), and the Iceberg tables end equal to a native subscriber of publications with
+the same filter. An initial snapshot, which a lake loads through Spark, starts Spark while the drain runs."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from airflow_provider_pglogical.apply.targets.iceberg.target import IcebergTarge
 from scripts.harness.pgserver import execute, make_database, query
 from scripts.harness.subscriber import subscribe, unsubscribe, wait_for_subscriber
 from tests.integration.test_cli_no_spark import run
-from tests.integration.test_cli_row_filter_no_spark import BODY, _drop
+from tests.integration.test_cli_row_filter_no_spark import BODY, FILTER, _drop
+from tests.integration.test_cli_row_filter_no_spark import ROWS as ORDERS
 from tests.support.spark import TEST_SPARK_CONF
 
 TABLES = """
@@ -25,9 +27,7 @@ CREATE TABLE items (id int PRIMARY KEY, qty smallint NOT NULL, label text, price
 CREATE TABLE orders (id int PRIMARY KEY, qty int NOT NULL, note text, body text);
 ALTER TABLE orders REPLICA IDENTITY FULL;
 """
-FILTER = "qty > 10 AND note IS DISTINCT FROM 'hidden'"
 ITEMS = "SELECT id, qty, label, price, seen, day, ratio, ok, lsn::text FROM items ORDER BY id"
-ORDERS = "SELECT id, qty, note, md5(body) FROM orders ORDER BY id"
 
 
 def _iceberg(target: IcebergTarget, table: str) -> list[tuple]:
@@ -106,3 +106,36 @@ def test_an_iceberg_mirror_applies_without_java_as_a_native_subscriber_holds_it(
         unsubscribe(native_dsn)
         for name in (native, source):
             _drop(pg_server, name)
+
+
+def test_an_initial_snapshot_into_an_iceberg_mirror_starts_spark_during_the_drain(pg_server, tmp_path: Path):
+    """Only PostgreSQL loads a snapshot's staged rows itself: a run staging one for an Iceberg mirror starts Spark
+    in the background while the drain runs (``runs.spark_expected``), and the next run of plain changes needs none."""
+    source = make_database(pg_server)
+    source_dsn = pg_server.dsn(source)
+    execute(source_dsn, TABLES + """INSERT INTO items SELECT g, g, md5(g::text), g * 0.01, NULL, NULL, g / 7.0,
+        g % 2 = 0, NULL FROM generate_series(1, 30) g;""")
+    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": str(tmp_path / "warehouse")}
+    doc = {
+        "source": {"dsn": pg_server.uri(source), "publication": "ice_snap_pub", "slot": "ice_snap_slot",
+                   "create": True},
+        "staging": {"uri": str(tmp_path / "staging")},
+        "target": {"kind": "iceberg", "catalog": catalog, "namespace": "lake"},
+        "tables": {"public.items": {}},
+        "snapshot": {"initial": True},
+        "spark": {"master": "local[2]", "conf": dict(TEST_SPARK_CONF)},
+    }
+    spec = tmp_path / "iceberg.yaml"
+    spec.write_text(yaml.safe_dump(json.loads(json.dumps(doc))))
+    target = IcebergTarget(IcebergLocation(catalog, "lake"), "ice_snap_slot")
+    try:
+        first, _ = run(str(spec), tmp_path, java=True)  # the initial snapshot: loaded through Spark
+        assert first["decode"]["snapshot"]["initial"] is not None
+        assert first["spark"]["started"] == "during the drain", first["stderr"][-2000:]
+        assert _iceberg(target, "items") == query(source_dsn, ITEMS)
+        execute(source_dsn, "UPDATE items SET qty = qty + 1 WHERE id <= 10; INSERT INTO items (id, qty) VALUES (31, 1)")
+        second, logs = run(str(spec), tmp_path, java=False)  # changes only: the direct path covers them
+        assert second["apply"]["batches_applied"] == 1 and second["spark"]["started"] is None and logs == []
+        assert _iceberg(target, "items") == query(source_dsn, ITEMS)
+    finally:
+        _drop(pg_server, source)

@@ -1,7 +1,7 @@
 """`pglogical run` of a row-filtered table without a JVM: the filter is evaluated in the pglogical process
 (``apply/filter_eval.py``, ``apply/published.py``), UPDATEs crossing it become INSERTs and DELETEs, keys repeat and
-unchanged TOAST values are refilled — with no Java installed, and the target ends equal to a native subscriber of a
-publication with the same filter."""
+unchanged TOAST values are refilled — with ``JAVA_HOME`` pointing nowhere (a JVM start fails the run), and the
+target ends equal to a native subscriber of a publication with the same filter."""
 
 from __future__ import annotations
 

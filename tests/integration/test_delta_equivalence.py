@@ -3,7 +3,6 @@ Delta (local disk and a real S3 server), read back with deltalake and compared w
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from decimal import Decimal
 
@@ -31,6 +30,7 @@ from tests.integration.test_native_equivalence import (
     TABLES_SQL,
     table_rows,
 )
+from tests.support.exact import exact
 
 NATIVE_COLUMNS = {"cols": ("id", "a", "b")}  # the column list: the subscriber's table has every column
 
@@ -183,13 +183,6 @@ EXTREMES_COLUMNS = ("id", "b", "i2", "i4", "i8", "o", "f4", "f8", "n38", "n76", 
                     "tstz", "iv", "tx", "bp", "bt", "u", "ai", "an")
 
 
-def _exact(value: object) -> object:
-    """A float compared bit for bit (-0.0 is not 0.0, NaN equals NaN); everything else as it is."""
-    if isinstance(value, float):
-        return ("nan",) if math.isnan(value) else (value, math.copysign(1.0, value))
-    return value
-
-
 def _delta_extremes(location: DeltaLocation) -> list[tuple]:
     """The Delta table's rows in the oracle's shape (structs as PostgreSQL prints a row, float4 as stored)."""
     data = DeltaTable(location.table_uri("public.extremes"), storage_options=location.options).to_pyarrow_table()
@@ -212,7 +205,7 @@ def _as_stored(rows: list[tuple]) -> list[tuple]:
             values[6] = float(np.float32(values[6]))
         if isinstance(values[21], memoryview):
             values[21] = bytes(values[21])
-        out.append(tuple(_exact(v) for v in values))
+        out.append(tuple(exact(v) for v in values))
     return out
 
 
@@ -265,9 +258,9 @@ def test_every_builtin_type_extreme_reads_back_from_delta_as_postgres_holds_it(p
         feed = DeltaLocation(lake + "/feed")
         assert [r.applied for r in apply_slot(spark, config, target=DeltaTarget(feed, "ours", mode="changelog"))] \
             == [True, True]
-        exact = [[tuple(_exact(v) for v in r) for r in rows]
-                 for rows in (replay_changelog(feed, "extremes"), delta_rows(location, "extremes"))]
-        assert exact[0] == exact[1] and len(exact[0]) == 6
+        compared = [[tuple(exact(v) for v in r) for r in rows]
+                    for rows in (replay_changelog(feed, "extremes"), delta_rows(location, "extremes"))]
+        assert compared[0] == compared[1] and len(compared[0]) == 6
     finally:
         execute(pg_server.dsn(), f'DROP DATABASE IF EXISTS "{source}" WITH (FORCE)')
 

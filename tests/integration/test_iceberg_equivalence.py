@@ -22,7 +22,6 @@ from tests.integration.test_delta_equivalence import (
     EXTREMES_SQL,
     EXTREMES_TWO,
     NATIVE_COLUMNS,
-    _exact,
 )
 from tests.integration.test_native_equivalence import (
     APPLY_TABLES,
@@ -35,6 +34,7 @@ from tests.integration.test_native_equivalence import (
     TABLES_SQL,
     table_rows,
 )
+from tests.support.exact import exact
 
 
 def location(root: str, catalog_dir: str, namespace: str) -> IcebergLocation:
@@ -178,8 +178,8 @@ def test_every_builtin_type_extreme_reads_back_from_iceberg_as_from_delta(pg_ser
         assert drain_all(source_dsn, staging) == 1
         assert [r.applied for r in apply_slot(spark, config, target=ice)] == [True, True]
         assert [r.applied for r in apply_slot(spark, config, target=DeltaTarget(delta, "ours"))] == [True, True]
-        got = [tuple(_exact(v) for v in r) for r in iceberg_rows(ice, "extremes")]
-        want = [tuple(_exact(v) for v in r) for r in delta_rows(delta, "extremes", _columns(ice))]
+        got = [tuple(exact(v) for v in r) for r in iceberg_rows(ice, "extremes")]
+        want = [tuple(exact(v) for v in r) for r in delta_rows(delta, "extremes", _columns(ice))]
         assert got == want and len(got) == 6
         tbl = ice.open("public.extremes")
         assert tbl is not None

@@ -7,7 +7,6 @@ both lakes; each test runs for each."""
 from __future__ import annotations
 
 import logging
-import math
 import random
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -32,18 +31,12 @@ from airflow_provider_pglogical.hooks import PgLogicalHook
 from scripts.harness.pgserver import execute, make_database, query
 from scripts.harness.subscriber import drain_all
 from tests.integration.test_apply_direct import SCHEMA, _round
+from tests.support.exact import exact
 
 TABLES = ("plain", "full_id", "arr", "pk2")
 KEYS = {"pk2": ("k1", "k2")}
 LOGGER = "airflow_provider_pglogical.apply.targets.lake.net"
 STRAIGHT = "straight from the staged files"
-
-
-def _exact(value: object) -> object:
-    """Floats bit for bit (-0.0 is not 0.0, NaN equals NaN)."""
-    if isinstance(value, float):
-        return ("nan",) if math.isnan(value) else (value, math.copysign(1.0, value))
-    return value
 
 
 @dataclass(frozen=True)
@@ -90,7 +83,7 @@ def lake(request) -> Lake:
 
 
 def lake_rows(lake: Lake, target: Any, table: str) -> list[tuple]:
-    return sorted((tuple(_exact(v) for v in r.values()) for r in lake.read(target, f"public.{table}").to_pylist()),
+    return sorted((tuple(exact(v) for v in r.values()) for r in lake.read(target, f"public.{table}").to_pylist()),
                   key=repr)
 
 
@@ -194,6 +187,37 @@ def test_a_lake_mirror_of_batches_the_direct_path_covers_starts_no_spark(lake, p
             assert lake_keys(lake, target, table) == source_keys(source_dsn, table), table
 
 
+def test_a_lake_mirror_starts_spark_mid_run_for_a_batch_the_direct_path_does_not_cover(lake, pg_server, spark,
+                                                                                       tmp_path):
+    """Two batches the direct path covers, then one of an array table (a type only Spark reads): Spark starts once,
+    for the third batch, after the first two were applied without it, and every table matches the source."""
+    slot = f"{lake.name}_direct_then_spark"
+    with _source(pg_server, tmp_path, slot) as (source_dsn, uri):
+        for statements in ("INSERT INTO plain (id, a, b) VALUES (1, 1, 'a'), (2, 2, 'b'); "
+                           "INSERT INTO full_id VALUES (1, 'x', 1.5); INSERT INTO pk2 VALUES (1, 'a', 1)",
+                           "UPDATE plain SET a = 3 WHERE id = 1; DELETE FROM full_id WHERE id = 1; "
+                           "INSERT INTO full_id VALUES (2, 'y', 2.5); UPDATE pk2 SET k2 = 'b' WHERE k1 = 1",
+                           "INSERT INTO arr VALUES (1, '{1,NULL}', 't'), (2, '{}', NULL)"):
+            execute(source_dsn, statements)
+            assert drain_all(source_dsn, uri, slot=slot) == 1
+        target = lake.make(tmp_path / "lake", slot)
+        started: list[bool] = []
+        plain_when_started: list[list[tuple]] = []
+
+        def start():
+            started.append(True)
+            plain_when_started.append(lake_keys(lake, target, "plain"))
+            return spark
+
+        config = ApplyConfig(slot=slot, staging_root=uri, tables={f"public.{t}": TableApplyConfig() for t in TABLES})
+        reports = apply_slot(SparkOnDemand(start), config, target=target)
+        assert [r.applied for r in reports] == [True, True, True]
+        assert started == [True]
+        assert plain_when_started == [[(1,), (2,)]]  # the direct batches were applied before Spark started
+        for table in TABLES:
+            assert lake_keys(lake, target, table) == source_keys(source_dsn, table), table
+
+
 def test_a_filtered_lake_mirror_takes_the_same_rows_and_types_on_both_paths(lake, pg_server, spark, tmp_path,
                                                                             monkeypatch, caplog):
     """Row filters (UPDATEs crossing them become INSERTs and DELETEs) and an unpublished action, applied per change
@@ -257,8 +281,8 @@ TYPES_SCHEMA = "".join(f"CREATE TABLE {name} (id int PRIMARY KEY, v {sql});\n"
 
 def test_each_type_the_direct_path_reads_gives_spark_s_values_and_lake_type(lake, pg_server, spark, tmp_path,
                                                                             monkeypatch, caplog):
-    """Per source type: inserts, an update, a key change and a delete applied both ways give the same rows and the
-    same lake column type; exactly the types whose staged Arrow values are what Spark's read gives after the lake's
+    """Per source type: inserts, an update, a key change and a delete, then repeated changes of one key ending in a
+    key change (netted in this process), applied both ways give the same rows and the same lake column type; exactly the types whose staged Arrow values are what Spark's read gives after the lake's
     conversion (``lake/direct.flat_type``) are read straight from the staged files."""
     slot = f"{lake.name}_direct_types"
     with _source(pg_server, tmp_path, slot, TYPES_SCHEMA) as (source_dsn, uri):
@@ -278,10 +302,18 @@ def test_each_type_the_direct_path_reads_gives_spark_s_values_and_lake_type(lake
                 cur.execute(f"INSERT INTO {name} VALUES (5, {values[2]})")
         conn.close()
         assert drain_all(source_dsn, uri, slot=slot) == 1
-        got = both_ways(lake, spark, tmp_path, monkeypatch, caplog, ApplyConfig(slot=slot, staging_root=uri), 2)
-        assert got.straight[True] == set(DIRECT_TYPES)
+        conn = psycopg2.connect(source_dsn)
+        with conn, conn.cursor() as cur:  # repeated keys: netted in this process; the key change carries a value
+            for name, (_, values) in TYPE_TABLES.items():
+                cur.execute(f"UPDATE {name} SET v = {values[1]} WHERE id = 4")
+                cur.execute(f"UPDATE {name} SET v = {values[0]} WHERE id = 4")
+                cur.execute(f"UPDATE {name} SET id = 40 WHERE id = 4")
+        conn.close()
+        assert drain_all(source_dsn, uri, slot=slot) == 1
+        got = both_ways(lake, spark, tmp_path, monkeypatch, caplog, ApplyConfig(slot=slot, staging_root=uri), 3)
+        assert got.straight[True] == {*DIRECT_TYPES, "(netted in this process)"}
         for name in TYPE_TABLES:
             assert lake_rows(lake, got.targets[True], name) == lake_rows(lake, got.targets[False], name), name
             assert lake.types(got.targets[True], f"public.{name}") == lake.types(got.targets[False],
                                                                                  f"public.{name}"), name
-            assert sorted(r[0] for r in lake_rows(lake, got.targets[True], name)) == [1, 4, 5, 30], name
+            assert sorted(r[0] for r in lake_rows(lake, got.targets[True], name)) == [1, 5, 30, 40], name

@@ -1,8 +1,8 @@
 """`pglogical run` staging on S3 with a local Spark master: this process reads the staged files through the staging
 area's own pyarrow filesystem (``batches.readable_here``), so plain, repeated-key and row-filtered table-batches are
-applied with no Java installed, and the target — PostgreSQL, or a Delta mirror (``lake/direct.py``) — ends equal
-to a native subscriber. A batch the direct path does not cover (a TRUNCATE) still starts Spark, whose executors read
-the store as before, and ends equal too."""
+applied with ``JAVA_HOME`` pointing nowhere (a JVM start fails the run), and the target — PostgreSQL, or a Delta mirror (``lake/direct.py``) — ends equal
+to a native subscriber. A batch the direct path does not cover (a TRUNCATE) starts Spark, whose executors read
+the store, and ends equal too."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from airflow_provider_pglogical.pipeline.runs import spark_expected
 from airflow_provider_pglogical.pipeline.spec import parse_spec
 from tests.unit.pipeline.test_spec import VALID
 from tests.unit.pipeline.test_spec_delta import delta_doc
+from tests.unit.pipeline.test_spec_iceberg import iceberg_doc
 
 
 class _Conf:
@@ -129,6 +130,22 @@ def test_may_cover_is_false_with_the_direct_path_switched_off(monkeypatch):
     # a Delta change feed takes no direct rows; a Delta mirror does
     (lambda: {**delta_doc(partition_by={}), "tables": {"public.customers": {}}}, True),
     (lambda: {**delta_doc(mode="mirror", partition_by={}), "tables": {"public.customers": {}}}, False),
+    # an Iceberg mirror reads the direct path's rows itself (``lake/direct.py``); a change feed needs Spark's frames
+    (lambda: {**iceberg_doc(mode="mirror", partition_by={}), "tables": {"public.customers": {}}}, False),
+    (lambda: {**iceberg_doc(partition_by={}), "tables": {"public.customers": {}}}, True),
 ])
 def test_a_run_surely_needs_spark_only_when_target_or_configuration_rule_the_direct_path_out(doc, expected):
-    assert spark_expected(parse_spec(doc(), env={})) is expected
+    assert spark_expected(parse_spec(doc(), env={"LAKE": "/lake"})) is expected
+
+
+@pytest.mark.parametrize(("doc", "expected"), [
+    (lambda: {**copy.deepcopy(VALID), "tables": {"public.customers": {}}}, False),  # PostgreSQL COPYs snapshot rows
+    (lambda: {**delta_doc(mode="mirror", partition_by={}), "tables": {"public.customers": {}}}, True),
+    (lambda: {**iceberg_doc(mode="mirror", partition_by={}), "tables": {"public.customers": {}}}, True),
+])
+def test_a_staged_snapshot_surely_needs_spark_for_a_target_that_loads_snapshots_through_it(doc, expected):
+    """Only PostgreSQL reads a snapshot's staged rows itself: an initial load or resync into a lake mirror starts
+    Spark while the drain runs, though its change batches may not need it."""
+    spec = parse_spec(doc(), env={"LAKE": "/lake"})
+    assert spark_expected(spec, snapshot=True) is expected
+    assert not spark_expected(spec)  # the change batches alone: the direct path may cover them

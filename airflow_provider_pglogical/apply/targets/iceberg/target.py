@@ -130,7 +130,8 @@ class IcebergTarget:
         if mode not in MODES:
             raise ApplyError(f"Iceberg target mode must be one of {', '.join(MODES)}, got {mode!r}")
         # Mirror net changes are streamed from Spark in key-hash buckets of about this many (``lake/stream.py``);
-        # None: collected whole (the reference path).
+        # None: collected whole. Either way a table-batch the direct path covers is read from the staged files
+        # instead (``lake/direct.py``); the reference is Spark's collected frame (``PGLOGICAL_APPLY_DIRECT=0``).
         self.chunk_rows = chunk_rows
         self.location, self.slot, self.mode = location, slot, mode
         self.partition_by = {t: tuple(c) for t, c in (partition_by or {}).items()}
