@@ -98,7 +98,6 @@ class BatchRef:
         return batch_label(self.start_lsn, self.end_lsn, self.path)
 
 
-
 def python_rows(table: pa.Table) -> list[dict[str, Any]]:
     """``table.to_pylist()``, but UTC timestamps (commit times) come out without pyarrow's zone conversion, which
     imports pandas (a second of a run that only reads a batch's small files): read as naive UTC, then marked UTC."""
@@ -113,6 +112,7 @@ def python_rows(table: pa.Table) -> list[dict[str, Any]]:
             if row[name] is not None:
                 row[name] = row[name].replace(tzinfo=UTC)
     return rows
+
 
 class StagingReader:
     """Lists and reads the batches of one slot; only batches with a manifest exist."""
@@ -190,9 +190,11 @@ class StagingReader:
         """One staged file; a read error names the file and the batch (``StagingCorruptError``).
 
         Read as one Parquet file, not through ``pq.read_table``: its dataset machinery imports pandas (about a
-        second), which a run that only reads a batch's small files (relations, transactions) never needs."""
-        with naming_file(batch.label, relative), pq.ParquetFile(f"{batch.path}/{relative}",
-                                                                filesystem=self.layout.fs) as parquet:
+        second), which a run reading any staged file (small files, a table's row changes) never needs otherwise.
+        ``pre_buffer`` as ``pq.read_table`` has it (``ParquetFile``'s default before pyarrow 26 is off): on an object
+        store the column chunks come in coalesced ranged reads, not one request per chunk."""
+        with naming_file(batch.label, relative), pq.ParquetFile(f"{batch.path}/{relative}", filesystem=self.layout.fs,
+                                                                pre_buffer=True) as parquet:
             return parquet.read()
 
     def read_schema(self, batch: BatchRef, relative: str) -> pa.Schema:

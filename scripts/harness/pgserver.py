@@ -11,13 +11,14 @@ import hashlib
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from scripts.harness.ports import free_port
 
 DEFAULT_BIN_DIR = "/usr/lib/postgresql/15/bin"
 SERVER_SETTINGS = {
@@ -36,13 +37,6 @@ SERVER_SETTINGS = {
     "wal_sender_timeout": "0",
     "log_min_messages": "warning",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ from pathlib import Path
 
 import pyspark
 
+from scripts.harness.ports import free_port, wait_for_port
+
 SPARK_HOME = Path(pyspark.__file__).parent
 VENV_BIN = Path(sys.executable).parent
 # JVM options of the cluster's daemons and executors: C1 only and the serial collector (tests/support/spark.py
@@ -29,12 +30,6 @@ VENV_BIN = Path(sys.executable).parent
 JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 RUNNING_TASK = re.compile(r"Running task (\d+)\.(\d+) in stage (\d+)\.(\d+)")
 FINISHED_TASK = re.compile(r"Finished task (\d+)\.(\d+) in stage (\d+)\.(\d+)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _daemon(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -108,19 +103,6 @@ class StandaloneCluster:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-
-
-def wait_for_port(port: int, process: subprocess.Popen[bytes], what: str, timeout: float = 120) -> None:
-    """Until something listens on 127.0.0.1:``port`` (polled every 50 ms); an error if ``process`` exits first."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{what} exited with {process.returncode} before listening on {port}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"{what} did not listen on {port} within {timeout} s")
 
 
 def start_cluster(root: Path, *, workers: int = 2, cores: int = 2, memory: str = "1200m",

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.harness.sparkcluster import free_port, wait_for_port
+from scripts.harness.ports import free_port, wait_for_port
 
 VENV_BIN = Path(sys.executable).parent
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"

@@ -11,10 +11,8 @@ ones staging uses.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +23,8 @@ from typing import Any
 import pyarrow.fs as pafs
 import pytest
 
+from scripts.harness.ports import free_port, wait_for_port
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 AZURITE = REPO_ROOT / ".cache" / "azurite" / "node_modules" / ".bin" / "azurite-blob"
 # Azurite's fixed development account (public, documented by Microsoft; not a secret)
@@ -33,25 +33,6 @@ AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1
 GCS_PROJECT = "pglogical-test"
 # Prefixes of the variables that reach a store: a connection-only test's environment holds none of them.
 STORAGE_VARIABLES = ("AWS_", "AZURE_", "GOOGLE_", "STORAGE_EMULATOR_HOST")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_for_port(port: int, process: subprocess.Popen[bytes], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{what} exited with {process.returncode} before listening on {port}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise RuntimeError(f"{what} did not listen on {port} within {timeout:.0f} s")
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
@@ -100,7 +81,7 @@ def _emulator(command: list[str], port: int, what: str) -> Iterator[None]:
     """``command`` running until the block ends, once it listens on ``port``."""
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_for_port(port, process, what)
+        wait_for_port(port, process, what, timeout=60)
         yield
     finally:
         _stop(process)
@@ -111,7 +92,7 @@ def azurite_server(workdir: Path) -> Iterator[AzuriteServer]:
     """Azurite's blob service with one empty container, its data under ``workdir``."""
     if not AZURITE.exists():
         pytest.fail("Azurite missing: run `make azurite`")
-    port = _free_port()
+    port = free_port()
     workdir.mkdir(parents=True, exist_ok=True)
     with _emulator([str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(workdir),
                     "--skipApiVersionCheck", "--silent"], port, "azurite"):
@@ -139,7 +120,7 @@ class GcsServer:
 @contextmanager
 def gcs_server() -> Iterator[GcsServer]:
     """gcp-storage-emulator, in memory, with one empty bucket."""
-    port = _free_port()
+    port = free_port()
     with _emulator([sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1", "--port", str(port),
                     "--in-memory"], port, "gcp-storage-emulator"):
         server = GcsServer(f"http://127.0.0.1:{port}", f"stage-{uuid.uuid4().hex[:12]}")

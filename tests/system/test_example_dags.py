@@ -94,7 +94,7 @@ def test_every_example_dag_file_imports_cleanly(airflow, tmp_path):
     script = ("import json; from airflow.dag_processing.dagbag import DagBag; b = DagBag(); "
               "print(json.dumps({'errors': b.import_errors, 'dags': sorted(b.dag_ids)}))")
     record = tmp_path / "modules.txt"
-    result = subprocess.run([sys.executable, "-c", script], env={**airflow.env, **recording_env(record)},
+    result = subprocess.run([sys.executable, "-c", script], env=recording_env(record, airflow.env),
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     bag = json.loads(result.stdout.strip().splitlines()[-1])
@@ -131,7 +131,8 @@ def test_the_pipeline_dag_follows_updates_deletes_and_a_truncate(pipeline):
 def test_rerunning_the_pipeline_dag_without_new_wal_stages_and_changes_nothing(airflow, pipeline, tmp_path):
     before = staged_end_lsns(pipeline["staging"])
     record = tmp_path / "modules.txt"
-    output = dags_test(airflow, {**pipeline["env"], **recording_env(record)}, "pglogical_example_pipeline")
+    output = dags_test(airflow, recording_env(record, {**airflow.env, **pipeline["env"]}),
+                       "pglogical_example_pipeline")
     assert staged_end_lsns(pipeline["staging"]) == before
     # A run with nothing to do imports neither Spark's Python side nor pandas nor a lake library (seconds of every
     # such run): not the DAG file's parse, not the decode of WAL with nothing published, not the apply of no batch.

@@ -26,8 +26,9 @@ import psycopg2
 import pytest
 
 from scripts.harness.airflowenv import airflow_vars
-from scripts.harness.pgserver import drop_database, execute, free_port, make_database
+from scripts.harness.pgserver import drop_database, execute, make_database
 from scripts.harness.pgserver import query as rows
+from scripts.harness.ports import free_port
 from scripts.harness.userenv import user_env, venv_script
 from tests.support.spark import submit_env
 

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
-from scripts.harness.pgserver import execute, free_port
+from scripts.harness.pgserver import execute
+from scripts.harness.ports import free_port
 from scripts.harness.userenv import run_as_user, venv_script
 
 START_TIMEOUT = 180
