@@ -16,7 +16,8 @@ changes (``keys_never_repeat``) — that pipeline reduces to a per-row rewrite (
 nothing kept from the target, nothing touched (``net_rows`` is that rewrite, in pyarrow).
 
 A table-batch of at most ``PGLOGICAL_APPLY_INPROCESS_ROWS`` staged changes by its manifest (2,000,000 unless
-set; 0 switches it off) whose only obstacles are keys in several changes, unchanged-TOAST values, a row filter
+set; 0 switches it off) and ``PGLOGICAL_APPLY_INPROCESS_BYTES`` uncompressed staged bytes by its files' Parquet
+metadata (80 MiB unless set; 0 lifts it), no string or binary column of 1 GiB (``staged_bytes_fit``), whose only obstacles are keys in several changes, unchanged-TOAST values, a row filter
 and/or actions left out of the publication is netted in this process instead (``in_process``): the publication is
 applied per change first (``published.publish``: actions dropped, the filter evaluated by ``filter_columns`` on old
 and new images, UPDATEs turned into INSERTs or DELETEs; a filter or value outside ``filter_eval``'s subset leaves
@@ -47,6 +48,7 @@ from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from airflow_provider_pglogical.apply import filter_eval, kernels, published
@@ -63,6 +65,16 @@ ROWS_SWITCH = "PGLOGICAL_APPLY_INPROCESS_ROWS"
 # tried (375k and 1.875M changes of the filtered workload); the process's peak RSS rose from 396 MiB to 981 MiB
 # netting its 1M-change batch (five narrow columns): a wide table needs proportionally more.
 INPROCESS_ROWS = 2_000_000
+BYTES_SWITCH = "PGLOGICAL_APPLY_INPROCESS_BYTES"
+# Uncompressed staged bytes (Parquet metadata) up to which a table-batch is netted in this process: the row bound
+# says nothing of width. The filtered workload's 1M-change batch stages ~62 MiB uncompressed (five narrow columns,
+# old and new images) and raised the peak RSS by 585 MiB (396 → 981 MiB): ~9.5 bytes of memory per staged byte.
+# 80 MiB covers that batch with a margin and keeps the peak near 1.1 GiB.
+INPROCESS_BYTES = 80 * 2**20
+# Arrow's string and binary arrays address at most 2 GiB with 32-bit offsets, and the kernels concatenate each
+# column into one array; Parquet's uncompressed size of a dictionary-encoded column can understate its Arrow size,
+# so a column of half that stays with Spark.
+COLUMN_BYTES = 2**30
 
 
 def enabled() -> bool:
@@ -83,6 +95,50 @@ def inprocess_rows() -> int:
     if rows < 0:
         raise ApplyError(f"{ROWS_SWITCH}={rows} is negative (0 switches the in-process netting off)")
     return rows
+
+
+def inprocess_bytes() -> int:
+    """Most uncompressed staged bytes of a table-batch netted in this process (``PGLOGICAL_APPLY_INPROCESS_BYTES``)."""
+    text = os.environ.get(BYTES_SWITCH, "").strip()
+    if not text:
+        return INPROCESS_BYTES
+    try:
+        size = int(text)
+    except ValueError:
+        raise ApplyError(f"{BYTES_SWITCH}={text!r} is not a whole number of bytes "
+                         f"(0 switches the byte bound off; unset means {INPROCESS_BYTES})") from None
+    if size < 0:
+        raise ApplyError(f"{BYTES_SWITCH}={size} is negative (0 switches the byte bound off)")
+    return size
+
+
+def staged_bytes_fit(paths: Sequence[str], fs: pafs.FileSystem | None = None) -> bool:
+    """Whether the staged files are small enough to net in this process, from their Parquet metadata only (no
+    data read): at most ``inprocess_bytes()`` uncompressed bytes in all (0: no such bound), and no string or
+    binary column of ``COLUMN_BYTES`` or more (Arrow's 32-bit offsets). ``fs``: the files' filesystem (local
+    paths without it)."""
+    limit = inprocess_bytes()
+    total = 0
+    per_column: dict[str, int] = {}
+    for path in paths:
+        if fs is None:
+            metadata = pq.ParquetFile(path).metadata
+        else:
+            with fs.open_input_file(path) as f:
+                metadata = pq.ParquetFile(f).metadata
+        wide = {i for i in range(metadata.num_columns)
+                if metadata.schema.column(i).physical_type in ("BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY")}
+        for r in range(metadata.num_row_groups):
+            group = metadata.row_group(r)
+            for i in range(group.num_columns):
+                size = group.column(i).total_uncompressed_size
+                total += size
+                if i in wide:
+                    name = group.column(i).path_in_schema
+                    per_column[name] = per_column.get(name, 0) + size
+    if limit and total > limit:
+        return False
+    return all(size < COLUMN_BYTES for size in per_column.values())
 
 
 def plain_config(cfg: TableApplyConfig) -> bool:
@@ -148,6 +204,8 @@ def publishable(net: DirectNet) -> bool:
                           identity=net.identity)
     except filter_eval.NotCovered:
         return False
+    except pa.ArrowInvalid:  # a column beyond Arrow's 2 GiB offsets as it is concatenated: Spark reads it in parts
+        return False
     return True
 
 
@@ -158,9 +216,11 @@ def staged_changes(paths: Sequence[str]) -> pa.Table:
 
 def in_process(table: PlannedTable, batch: Batch, paths: Sequence[str]) -> bool:
     """Whether ``kernels.compact_changes`` may net the table-batch here: at most ``inprocess_rows()`` staged
-    changes by the manifest, keys that group as Spark groups them, and old images of the new images' types for
+    changes by the manifest and bytes by the files' metadata (``staged_bytes_fit``), keys that group as Spark groups them, and old images of the new images' types for
     every written column they hold (an unchanged-TOAST value is taken from the old image as it is)."""
     if int(batch.manifest.tables.get(table.source, {}).get("rows", 0)) > inprocess_rows():
+        return False
+    if not staged_bytes_fit(paths):
         return False
     schema = pq.read_schema(paths[0])
     old, new = schema.field("old").type, schema.field("new").type
