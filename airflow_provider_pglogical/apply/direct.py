@@ -16,19 +16,20 @@ changes (``keys_never_repeat``) — that pipeline reduces to a per-row rewrite (
 nothing kept from the target, nothing touched (``net_rows`` is that rewrite, in pyarrow).
 
 A table-batch of at most ``PGLOGICAL_APPLY_INPROCESS_ROWS`` staged changes by its manifest (2,000,000 unless
-set; 0 switches it off) and ``PGLOGICAL_APPLY_INPROCESS_BYTES`` uncompressed staged bytes by its files' Parquet
-metadata (80 MiB unless set; 0 lifts it), no string or binary column of 1 GiB (``staged_bytes_fit``), whose only obstacles are keys in several changes, unchanged-TOAST values, a row filter
+set; 0 switches it off) and at most ``PGLOGICAL_APPLY_INPROCESS_BYTES`` uncompressed staged bytes by its files'
+Parquet metadata, with no string or binary column of 1 GiB (80 MiB unless set; 0 lifts the byte bound:
+``staged_bytes_fit``), whose only obstacles are keys in several changes, unchanged-TOAST values, a row filter
 and/or actions left out of the publication is netted in this process instead (``in_process``): the publication is
 applied per change first (``published.publish``: actions dropped, the filter evaluated by ``filter_columns`` on old
 and new images, UPDATEs turned into INSERTs or DELETEs; a filter or value outside ``filter_eval``'s subset leaves
 the batch to Spark, judged before anything is written: ``publishable``), then ``kernels.compact_changes`` runs
-the TOAST refill, the key events and ``compact`` with Arrow and numpy kernels and gives the same net rows, kept columns, moved-from keys and touched
-flags (``compacted_rows``; ``DirectNet.compacted``), which the target loads as it loads Spark's net frame. Its
-keys must group by Arrow equality as Spark groups them (``kernels.groupable``: no floating-point key). A row
-filter outside that subset, exactness notes, a truncate or snapshot cut-off inside the batch, routed parts,
-several schema versions, staging on an object store or a larger batch still go to Spark. A snapshot table's
-rows are its ``new`` images as they are when no value carries a note, the source evaluated the configured row
-filter and the key cannot repeat (``plain_snapshot``).
+the TOAST refill, the key events and ``compact`` with Arrow and numpy kernels and gives the same net rows, kept
+columns, moved-from keys and touched flags (``compacted_rows``; ``DirectNet.compacted``), which the target loads
+as it loads Spark's net frame. Its keys must group by Arrow equality as Spark groups them (``kernels.groupable``:
+no floating-point key). A row filter outside that subset, exactness notes, a truncate or snapshot cut-off inside
+the batch, routed parts, several schema versions, staging on an object store or a larger batch still go to Spark.
+A snapshot table's rows are its ``new`` images as they are when no value carries a note, the source
+evaluated the configured row filter and the key cannot repeat (``plain_snapshot``).
 
 Everything that decides eligibility is here: ``batch_files`` (a table-batch → ``DirectNet`` or None) and
 ``snapshot_files`` (a snapshot table → its files or None); ``apply/changes.py`` only asks. A target that can print
@@ -216,8 +217,9 @@ def staged_changes(paths: Sequence[str]) -> pa.Table:
 
 def in_process(table: PlannedTable, batch: Batch, paths: Sequence[str]) -> bool:
     """Whether ``kernels.compact_changes`` may net the table-batch here: at most ``inprocess_rows()`` staged
-    changes by the manifest and bytes by the files' metadata (``staged_bytes_fit``), keys that group as Spark groups them, and old images of the new images' types for
-    every written column they hold (an unchanged-TOAST value is taken from the old image as it is)."""
+    changes by the manifest and of bytes by the files' metadata (``staged_bytes_fit``), keys that group as Spark
+    groups them, and old images of the new images' types for every written column they hold (an unchanged-TOAST
+    value is taken from the old image as it is)."""
     if int(batch.manifest.tables.get(table.source, {}).get("rows", 0)) > inprocess_rows():
         return False
     if not staged_bytes_fit(paths):
