@@ -17,7 +17,7 @@ nothing kept from the target, nothing touched (``net_rows`` is that rewrite, in 
 
 A table-batch of at most ``PGLOGICAL_APPLY_INPROCESS_ROWS`` staged changes by its manifest (2,000,000 unless
 set; 0 switches it off) and at most ``PGLOGICAL_APPLY_INPROCESS_BYTES`` uncompressed staged bytes by its files'
-Parquet metadata, with no string or binary column of 1 GiB (80 MiB unless set; 0 lifts the byte bound:
+Parquet metadata, with no string or binary column of 1 GiB (128 MiB unless set; 0 lifts the byte bound:
 ``staged_bytes_fit``), whose only obstacles are keys in several changes, unchanged-TOAST values, a row filter
 and/or actions left out of the publication is netted in this process instead (``in_process``): the publication is
 applied per change first (``published.publish``: actions dropped, the filter evaluated by ``filter_columns`` on old
@@ -67,11 +67,12 @@ ROWS_SWITCH = "PGLOGICAL_APPLY_INPROCESS_ROWS"
 # netting its 1M-change batch (five narrow columns): a wide table needs proportionally more.
 INPROCESS_ROWS = 2_000_000
 BYTES_SWITCH = "PGLOGICAL_APPLY_INPROCESS_BYTES"
-# Uncompressed staged bytes (Parquet metadata) up to which a table-batch is netted in this process: the row bound
-# says nothing of width. The filtered workload's 1M-change batch stages ~62 MiB uncompressed (five narrow columns,
-# old and new images) and raised the peak RSS by 585 MiB (396 → 981 MiB): ~9.5 bytes of memory per staged byte.
-# 80 MiB covers that batch with a margin and keeps the peak near 1.1 GiB.
-INPROCESS_BYTES = 80 * 2**20
+# Uncompressed staged bytes (Parquet metadata, the columns the netting reads) up to which a table-batch is netted
+# in this process: the row bound says nothing of width. At 1.875M changes the filtered workload stages two
+# table-batches of five narrow columns (written as the drain writes: no dictionary): 1M inserts, ~83 MiB, whose
+# netting raised the peak RSS by 585 MiB (396 → 981 MiB), ~7 bytes of memory per staged byte; and 875k UPDATEs
+# (full old images) and DELETEs, ~107 MiB. 128 MiB covers both and bounds the peak near 1.3 GiB whatever the width.
+INPROCESS_BYTES = 128 * 2**20
 # Arrow's string and binary arrays address at most 2 GiB with 32-bit offsets, and the kernels concatenate each
 # column into one array; Parquet's uncompressed size of a dictionary-encoded column can understate its Arrow size,
 # so a column of half that stays with Spark.
@@ -115,10 +116,17 @@ def inprocess_bytes() -> int:
 
 def staged_bytes_fit(paths: Sequence[str], fs: pafs.FileSystem | None = None) -> bool:
     """Whether the staged files are small enough to net in this process, from their Parquet metadata only (no
-    data read): at most ``inprocess_bytes()`` uncompressed bytes in all (0: no such bound), and no string or
-    binary column of ``COLUMN_BYTES`` or more (Arrow's 32-bit offsets). ``fs``: the files' filesystem (local
-    paths without it)."""
+    data read): at most ``inprocess_bytes()`` uncompressed bytes in the columns the netting reads (0: no such
+    bound), and no string or binary column of ``COLUMN_BYTES`` or more (Arrow's 32-bit offsets). ``fs``: the
+    files' filesystem (local paths without it)."""
     limit = inprocess_bytes()
+    total, widest = staged_bytes(paths, fs)
+    return (not limit or total <= limit) and widest < COLUMN_BYTES
+
+
+def staged_bytes(paths: Sequence[str], fs: pafs.FileSystem | None = None) -> tuple[int, int]:
+    """The uncompressed bytes, by the files' Parquet metadata, of the columns the in-process netting reads
+    (``kernels.STAGED_COLUMNS``), in all and of the largest string or binary leaf column."""
     total = 0
     per_column: dict[str, int] = {}
     for path in paths:
@@ -127,19 +135,16 @@ def staged_bytes_fit(paths: Sequence[str], fs: pafs.FileSystem | None = None) ->
         else:
             with fs.open_input_file(path) as f:
                 metadata = pq.ParquetFile(f).metadata
-        wide = {i for i in range(metadata.num_columns)
-                if metadata.schema.column(i).physical_type in ("BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY")}
+        read = {i: metadata.schema.column(i) for i in range(metadata.num_columns)
+                if metadata.schema.column(i).path.split(".")[0] in kernels.STAGED_COLUMNS}
         for r in range(metadata.num_row_groups):
             group = metadata.row_group(r)
-            for i in range(group.num_columns):
+            for i, leaf in read.items():
                 size = group.column(i).total_uncompressed_size
                 total += size
-                if i in wide:
-                    name = group.column(i).path_in_schema
-                    per_column[name] = per_column.get(name, 0) + size
-    if limit and total > limit:
-        return False
-    return all(size < COLUMN_BYTES for size in per_column.values())
+                if leaf.physical_type in ("BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY"):
+                    per_column[leaf.path] = per_column.get(leaf.path, 0) + size
+    return total, max(per_column.values(), default=0)
 
 
 def plain_config(cfg: TableApplyConfig) -> bool:
