@@ -70,9 +70,9 @@ BYTES_SWITCH = "PGLOGICAL_APPLY_INPROCESS_BYTES"
 # Uncompressed staged bytes (Parquet metadata, the columns the netting reads) up to which a table-batch is netted
 # in this process: the row bound says nothing of width. At 1.875M changes the filtered workload stages two
 # table-batches of five narrow columns (``benchmarks/apply.py --workload filtered --skip-apply`` prints
-# ``staged_per_batch``): 1M inserts, 83 MiB, whose netting raised the peak RSS by 585 MiB (396 → 981 MiB), ~7 bytes
-# of memory per staged byte; and 875k UPDATEs (full old images) and DELETEs, 107 MiB. 128 MiB covers both and
-# bounds the peak near 1.3 GiB whatever the width.
+# ``staged_per_batch``): 1M inserts, 83 MiB, and 875k UPDATEs (full old images) and DELETEs, 107 MiB. Netting
+# both in process raised the peak RSS from 392 to 1,030 MiB (``--inprocess-rows``): ~6 bytes of memory per staged
+# byte of the larger. 128 MiB covers both and bounds the peak near 1.2 GiB whatever the rows' width.
 INPROCESS_BYTES = 128 * 2**20
 # Arrow's string and binary arrays address at most 2 GiB with 32-bit offsets, and the kernels concatenate each
 # column into one array; Parquet's uncompressed size of a dictionary-encoded column can understate its Arrow size,
