@@ -64,7 +64,7 @@ ROWS_SWITCH = "PGLOGICAL_APPLY_INPROCESS_ROWS"
 # Staged changes up to which a table-batch with repeated keys, unchanged TOAST, a row filter or unpublished actions
 # is netted in this process: its events are sorted in memory in one piece. Measured faster than Spark at every size
 # tried (375k and 1.875M changes of the filtered workload); the process's peak RSS rose from 396 MiB to 981 MiB
-# netting its 1M-change batch (five narrow columns): a wide table needs proportionally more.
+# netting its 1M-change batch (five narrow columns): a wide table needs more, which the byte bound below limits.
 INPROCESS_ROWS = 2_000_000
 BYTES_SWITCH = "PGLOGICAL_APPLY_INPROCESS_BYTES"
 # Uncompressed staged bytes (Parquet metadata, the columns the netting reads) up to which a table-batch is netted
