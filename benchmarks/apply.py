@@ -40,8 +40,8 @@ in the same session, for a before/after of one run.
 through Spark's net frame, the Iceberg mirror's only path before it read the staged files), in the same session.
 ``--inprocess-rows N``: the PostgreSQL apply twice in one run, into two targets: first with
 ``PGLOGICAL_APPLY_INPROCESS_ROWS=N`` and Spark started only if a batch needs it (``inprocess_*``; before any JVM
-starts), then the Spark run with ``PGLOGICAL_APPLY_INPROCESS_ROWS=0`` (every netted batch through Spark), both
-compared with the native subscriber (``ratio_inprocess_apply_over_spark_apply``).
+starts), then the Spark run of the PostgreSQL target with ``PGLOGICAL_APPLY_INPROCESS_ROWS=0`` (every netted batch
+through Spark; the lake targets run with the environment as set), both compared with the native subscriber (``ratio_inprocess_apply_over_spark_apply``).
 """
 
 from __future__ import annotations
@@ -114,6 +114,22 @@ def filtered_workload(dsn: str, changes: int) -> dict[str, int]:
     execute(dsn, "UPDATE big SET a = a + 1, c = c + 1 WHERE id % 8 = 0")  # no parameters: % as is
     execute(dsn, "DELETE FROM big WHERE id >= %s", params=(inserts - deletes,))
     return {"insert": inserts, "update": updates + (inserts + 7) // 8, "delete": deletes}
+
+
+def staged_sizes(staging: str, slot: str, source: str) -> list[dict[str, float]]:
+    """Per staged batch of ``source``: its changes by the manifest and the uncompressed MiB of the columns the
+    in-process netting reads (``direct.staged_bytes``: what ``PGLOGICAL_APPLY_INPROCESS_BYTES`` bounds)."""
+    from airflow_provider_pglogical.apply import direct
+    from airflow_provider_pglogical.apply.batches import list_batches
+
+    sizes = []
+    for batch in list_batches(staging, slot):
+        files = batch.table_files.get(source, ())
+        if files:
+            total, _ = direct.staged_bytes([f"{batch.ref.path}/{f}" for f in files])
+            sizes.append({"changes": int(batch.manifest.tables.get(source, {}).get("rows", 0)),
+                          "staged_mib": round(total / 2**20, 1)})
+    return sizes
 
 
 def delta_floor(staging: str, slot: str, table: str, uri: str) -> tuple[float, list[float]]:
@@ -372,6 +388,7 @@ def main() -> int:
         t0, c0 = time.monotonic(), time.process_time()
         batches = drain_all(src_dsn, staging, **drain_kw)
         drain_s, drain_cpu = time.monotonic() - t0, time.process_time() - c0
+        staged = staged_sizes(staging, "ours", f"public.{table}")
         PgLogicalClient.peek_changes = peeks.real  # type: ignore[method-assign]
         if profiler is not None:
             profiler.disable()
@@ -380,7 +397,7 @@ def main() -> int:
             out_drain = {"workload": args.workload, "changes": sum(counts.values()), "by_op": counts,
                          "generate_s": round(generate_s, 1), "raw_fetch_s": round(fetch_s, 2),
                          "raw_fetch_rows": fetched, "drain_s": round(drain_s, 2), "batches": batches,
-                         "drain_peeks": peeks.calls,
+                         "staged_per_batch": staged, "drain_peeks": peeks.calls,
                          "ratio_drain_over_raw_fetch": round(drain_s / fetch_s, 2), **ab,
                          "client_cpu_s": {"raw_fetch": RAW_FETCH_CPU, "drain": round(drain_cpu, 2),
                                           "ab_drain": AB_DRAIN_CPU},
@@ -395,9 +412,10 @@ def main() -> int:
         table_config = TableApplyConfig(row_filter=FILTER) if filtered else TableApplyConfig()
         config = ApplyConfig(slot="ours", staging_root=staging, tables={f"public.{table}": table_config})
         inprocess: dict[str, object] = {}
+        spark_env: dict[str, str] = {}  # the Spark run of the PostgreSQL target below
         if args.inprocess_rows is not None:
             inprocess = apply_in_process(config, ours_inprocess, native_dsn, table, args.inprocess_rows, native_s)
-            os.environ["PGLOGICAL_APPLY_INPROCESS_ROWS"] = "0"  # the Spark run below: every netted batch in Spark
+            spark_env = {"PGLOGICAL_APPLY_INPROCESS_ROWS": "0"}  # every netted batch in Spark; the lakes as set
 
         t0 = time.monotonic()
         from pyspark.sql import SparkSession
@@ -417,7 +435,8 @@ def main() -> int:
         spark_start_s = time.monotonic() - t0
         t0 = time.monotonic()
         if "postgres" in targets:
-            reports = apply_slot(spark, config, ours)
+            with switched(spark_env):
+                reports = apply_slot(spark, config, ours)
         else:  # the lake targets only: ours stays empty, compared with nothing
             reports = []
         apply_s = time.monotonic() - t0
@@ -434,7 +453,7 @@ def main() -> int:
             "ratio_spark_apply_over_native": round(apply_s / native_s, 2),
             "ratio_spark_start_plus_apply_over_native": round((spark_start_s + apply_s) / native_s, 2),
             "ratio_drain_plus_apply_over_native": round((drain_s + apply_s) / native_s, 2),
-            "targets_identical": same, **ab, **inprocess, "load_average_start": [round(x, 2) for x in os.getloadavg()],
+            "targets_identical": same, "staged_per_batch": staged, **ab, **inprocess, "load_average_start": [round(x, 2) for x in os.getloadavg()],
         }
         if "delta" in targets:
             from deltalake import DeltaTable

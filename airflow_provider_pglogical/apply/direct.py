@@ -16,16 +16,18 @@ changes (``keys_never_repeat``) — that pipeline reduces to a per-row rewrite (
 nothing kept from the target, nothing touched (``net_rows`` is that rewrite, in pyarrow).
 
 A table-batch of at most ``PGLOGICAL_APPLY_INPROCESS_ROWS`` staged changes by its manifest (2,000,000 unless
-set; 0 switches it off) whose only obstacles are keys in several changes, unchanged-TOAST values, a row filter
+set; 0 switches it off) and at most ``PGLOGICAL_APPLY_INPROCESS_BYTES`` uncompressed staged bytes by its files'
+Parquet metadata, with no string or binary column of 1 GiB (128 MiB unless set; 0 lifts the byte bound:
+``staged_bytes_fit``), whose only obstacles are keys in several changes, unchanged-TOAST values, a row filter
 and/or actions left out of the publication is netted in this process instead (``in_process``): the publication is
 applied per change first (``published.publish``: actions dropped, the filter evaluated by ``filter_columns`` on old
 and new images, UPDATEs turned into INSERTs or DELETEs; a filter or value outside ``filter_eval``'s subset leaves
 the batch to Spark, judged before anything is written: ``publishable``), then ``kernels.compact_changes`` runs
-the TOAST refill, the key events and ``compact`` with Arrow and numpy kernels and gives the same net rows, kept columns, moved-from keys and touched
-flags (``compacted_rows``; ``DirectNet.compacted``), which the target loads as it loads Spark's net frame. Its
-keys must group by Arrow equality as Spark groups them (``kernels.groupable``: no floating-point key). A row
-filter outside that subset, exactness notes, a truncate or snapshot cut-off inside the batch, routed parts,
-several schema versions or a larger batch still go to Spark.
+the TOAST refill, the key events and ``compact`` with Arrow and numpy kernels and gives the same net rows, kept
+columns, moved-from keys and touched flags (``compacted_rows``; ``DirectNet.compacted``), which the target loads
+as it loads Spark's net frame. Its keys must group by Arrow equality as Spark groups them (``kernels.groupable``:
+no floating-point key). A row filter outside that subset, exactness notes, a truncate or snapshot cut-off inside
+the batch, routed parts, several schema versions or a larger batch still go to Spark.
 
 Staged files on an object store (``s3://``, ``gs://``, ``abfs://``) are read by this process, through the staging
 area's own pyarrow filesystem and credentials, when Spark's master is local (``batches.readable_here``: the driver
@@ -69,8 +71,20 @@ ROWS_SWITCH = "PGLOGICAL_APPLY_INPROCESS_ROWS"
 # Staged changes up to which a table-batch with repeated keys, unchanged TOAST, a row filter or unpublished actions
 # is netted in this process: its events are sorted in memory in one piece. Measured faster than Spark at every size
 # tried (375k and 1.875M changes of the filtered workload); the process's peak RSS rose from 396 MiB to 981 MiB
-# netting its 1M-change batch (five narrow columns): a wide table needs proportionally more.
+# netting its 1M-change batch (five narrow columns): a wide table needs more, which the byte bound below limits.
 INPROCESS_ROWS = 2_000_000
+BYTES_SWITCH = "PGLOGICAL_APPLY_INPROCESS_BYTES"
+# Uncompressed staged bytes (Parquet metadata, the columns the netting reads) up to which a table-batch is netted
+# in this process: the row bound says nothing of width. At 1.875M changes the filtered workload stages two
+# table-batches of five narrow columns (``benchmarks/apply.py --workload filtered --skip-apply`` prints
+# ``staged_per_batch``): 1M inserts, 83 MiB, and 875k UPDATEs (full old images) and DELETEs, 107 MiB. Netting
+# both in process raised the peak RSS from 392 to 1,030 MiB (``--inprocess-rows``): ~6 bytes of memory per staged
+# byte of the larger. 128 MiB covers both and bounds the peak near 1.2 GiB whatever the rows' width.
+INPROCESS_BYTES = 128 * 2**20
+# Arrow's string and binary arrays address at most 2 GiB with 32-bit offsets, and the kernels concatenate each
+# column into one array; Parquet's uncompressed size of a dictionary-encoded column can understate its Arrow size,
+# so a column of half that stays with Spark.
+COLUMN_BYTES = 2**30
 
 
 def enabled() -> bool:
@@ -91,6 +105,54 @@ def inprocess_rows() -> int:
     if rows < 0:
         raise ApplyError(f"{ROWS_SWITCH}={rows} is negative (0 switches the in-process netting off)")
     return rows
+
+
+def inprocess_bytes() -> int:
+    """Most uncompressed staged bytes of a table-batch netted in this process (``PGLOGICAL_APPLY_INPROCESS_BYTES``)."""
+    text = os.environ.get(BYTES_SWITCH, "").strip()
+    if not text:
+        return INPROCESS_BYTES
+    try:
+        size = int(text)
+    except ValueError:
+        raise ApplyError(f"{BYTES_SWITCH}={text!r} is not a whole number of bytes "
+                         f"(0 switches the byte bound off; unset means {INPROCESS_BYTES})") from None
+    if size < 0:
+        raise ApplyError(f"{BYTES_SWITCH}={size} is negative (0 switches the byte bound off)")
+    return size
+
+
+def staged_bytes_fit(paths: Sequence[str], fs: pafs.FileSystem | None = None) -> bool:
+    """Whether the staged files are small enough to net in this process, from their Parquet metadata only (no
+    data read): at most ``inprocess_bytes()`` uncompressed bytes in the columns the netting reads (0: no such
+    bound), and no string or binary column of ``COLUMN_BYTES`` or more (Arrow's 32-bit offsets). ``fs``: the
+    files' filesystem (local paths without it)."""
+    limit = inprocess_bytes()
+    total, widest = staged_bytes(paths, fs)
+    return (not limit or total <= limit) and widest < COLUMN_BYTES
+
+
+def staged_bytes(paths: Sequence[str], fs: pafs.FileSystem | None = None) -> tuple[int, int]:
+    """The uncompressed bytes, by the files' Parquet metadata, of the columns the in-process netting reads
+    (``kernels.STAGED_COLUMNS``), in all and of the largest string or binary leaf column."""
+    total = 0
+    per_column: dict[str, int] = {}
+    for path in paths:
+        if fs is None:
+            metadata = pq.ParquetFile(path).metadata
+        else:
+            with fs.open_input_file(path) as f:
+                metadata = pq.ParquetFile(f).metadata
+        read = {i: metadata.schema.column(i) for i in range(metadata.num_columns)
+                if metadata.schema.column(i).path.split(".")[0] in kernels.STAGED_COLUMNS}
+        for r in range(metadata.num_row_groups):
+            group = metadata.row_group(r)
+            for i, leaf in read.items():
+                size = group.column(i).total_uncompressed_size
+                total += size
+                if leaf.physical_type in ("BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY"):
+                    per_column[leaf.path] = per_column.get(leaf.path, 0) + size
+    return total, max(per_column.values(), default=0)
 
 
 def plain_config(cfg: TableApplyConfig) -> bool:
@@ -158,6 +220,8 @@ def publishable(net: DirectNet) -> bool:
                           identity=net.identity)
     except filter_eval.NotCovered:
         return False
+    except pa.ArrowInvalid:  # a column beyond Arrow's 2 GiB offsets as it is concatenated: Spark reads it in parts
+        return False
     return True
 
 
@@ -171,9 +235,12 @@ def staged_changes(paths: Sequence[str], filesystem: pafs.FileSystem | None = No
 def in_process(table: PlannedTable, batch: Batch, paths: Sequence[str], filesystem: pafs.FileSystem | None = None
                ) -> bool:
     """Whether ``kernels.compact_changes`` may net the table-batch here: at most ``inprocess_rows()`` staged
-    changes by the manifest, keys that group as Spark groups them, and old images of the new images' types for
-    every written column they hold (an unchanged-TOAST value is taken from the old image as it is)."""
+    changes by the manifest and of bytes by the files' metadata (``staged_bytes_fit``), keys that group as Spark
+    groups them, and old images of the new images' types for every written column they hold (an unchanged-TOAST
+    value is taken from the old image as it is)."""
     if int(batch.manifest.tables.get(table.source, {}).get("rows", 0)) > inprocess_rows():
+        return False
+    if not staged_bytes_fit(paths, filesystem):
         return False
     schema = pq.read_schema(paths[0], filesystem=filesystem)
     old, new = schema.field("old").type, schema.field("new").type

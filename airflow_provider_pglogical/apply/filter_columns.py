@@ -39,8 +39,8 @@ import pyarrow.compute as pc
 from pglast import ast
 from pglast.enums import A_Expr_Kind, BoolExprType, NullTestType
 
-from airflow_provider_pglogical.apply import filter_eval
-from airflow_provider_pglogical.apply.filter_eval import NotCovered
+from airflow_provider_pglogical.apply import filter_eval, kernels
+from airflow_provider_pglogical.apply.filter_eval import BOOL, NULL, TEXT, NotCovered
 from airflow_provider_pglogical.exceptions import RowFilterError
 from airflow_provider_pglogical.row_filter import parse_expression
 
@@ -50,9 +50,6 @@ Columns = Mapping[str, Any]  # pa.Array or pa.ChunkedArray: the kernels take eit
 ColumnEval = Callable[[Columns, int], Any]
 Image: TypeAlias = pa.StructArray | pa.ChunkedArray  # a staged image column, in one piece or in its row groups' chunks
 
-_BOOL = filter_eval._BOOL
-_NULL = filter_eval._NULL
-_TEXT = filter_eval._TEXT
 _INT_TYPES = {16: pa.int16(), 32: pa.int32(), 64: pa.int64()}
 _CHECKED = {"+": pc.add_checked, "-": pc.subtract_checked, "*": pc.multiply_checked}
 _BEYOND_BMP = "[\\x{10000}-\\x{10FFFF}]"
@@ -80,14 +77,12 @@ class Matcher:
         if self.columnar is None or n == 0:
             whole = image.combine_chunks() if isinstance(image, pa.ChunkedArray) else image
             return pa.array(self.reference.evaluate(whole), pa.bool_())
-        names = [image.type.field(i).name for i in range(image.type.num_fields)]
-        flat = dict(zip(names, image.flatten(), strict=True))  # the image's nulls applied to its fields
-        result = self.columnar({c: flat[c] for c in self.columns}, n)
+        result = self.columnar(kernels.fields(image, self.columns), n)  # the image's nulls applied to its fields
         return result.cast(pa.bool_()) if result.type == pa.null() else result
 
     def matches(self, image: Image) -> np.ndarray:
         """Which rows the filter selects: NULL counts as false (pgoutput's rule)."""
-        return np.asarray(pc.fill_null(self.evaluate(image), False).to_numpy(zero_copy_only=False), dtype=bool)
+        return kernels.mask(self.evaluate(image))
 
 
 def compile_matcher(expression: str, fields: Mapping[str, pa.DataType]) -> Matcher:
@@ -151,7 +146,7 @@ class _Compiler:
         if isinstance(node, ast.NullTest):
             _, arg = self.node(node.arg)
             test = pc.is_null if node.nulltesttype == NullTestType.IS_NULL else pc.is_valid
-            return _BOOL, lambda cols, n: test(arg(cols, n))
+            return BOOL, lambda cols, n: test(arg(cols, n))
         if isinstance(node, ast.CoalesceExpr):
             return self.coalesce(node)
         if isinstance(node, ast.FuncCall):
@@ -171,7 +166,7 @@ class _Compiler:
 
     @staticmethod
     def constant(node: ast.A_Const) -> tuple[Kind, ColumnEval]:
-        kind, value_of = filter_eval._Compiler.constant(node)
+        kind, value_of = filter_eval.constant(node)
         if kind[0] not in ("int", "bool", "text", "null"):
             raise _Unexact("a decimal constant")
         value, dtype = value_of(()), _arrow_type(kind)
@@ -183,21 +178,21 @@ class _Compiler:
         fns = [fn for _, fn in (self.node(a) for a in node.args or ())]
         if node.boolop == BoolExprType.NOT_EXPR:
             (arg,) = fns
-            return _BOOL, lambda cols, n: pc.invert(_bools(arg(cols, n)))
+            return BOOL, lambda cols, n: pc.invert(_bools(arg(cols, n)))
         combine = pc.and_kleene if node.boolop == BoolExprType.AND_EXPR else pc.or_kleene
 
         def fold(cols: Columns, n: int) -> pa.Array:
             return functools.reduce(combine, [_bools(fn(cols, n)) for fn in fns])
-        return _BOOL, fold
+        return BOOL, fold
 
     def coalesce(self, node: ast.CoalesceExpr) -> tuple[Kind, ColumnEval]:
         args = [self.node(a) for a in node.args or ()]
-        kind = functools.reduce(filter_eval._common, [k for k, _ in args], _NULL)
+        kind = functools.reduce(filter_eval.common, [k for k, _ in args], NULL)
         dtype = _arrow_type(kind)
 
         def first(cols: Columns, n: int) -> pa.Array:
             values = [_as(fn(cols, n), dtype) for _, fn in args]
-            return values[0] if kind == _NULL else pc.coalesce(*values)
+            return values[0] if kind == NULL else pc.coalesce(*values)
         return kind, first
 
     def function(self, node: ast.FuncCall) -> tuple[Kind, ColumnEval]:
@@ -211,11 +206,11 @@ class _Compiler:
                 if _any(pc.invert(pc.string_is_ascii(values))):
                     raise NotCovered("a non-ASCII value under a case mapping")
                 return fold(values)
-            return _TEXT, case
+            return TEXT, case
         if name == "length":
             return ("int", 32), lambda cols, n: _as(pc.utf8_length(_as(arg(cols, n), pa.string())), pa.int32())
         # abs: integers checked in their type, floats as they are (-0.0 and NaN compare as the reference's)
-        if kind == _NULL:
+        if kind == NULL:
             return kind, arg
         dtype = _arrow_type(kind)
         absolute = pc.abs_checked if kind[0] == "int" else pc.abs
@@ -229,12 +224,12 @@ class _Compiler:
                 kind, arg = self.node(node.rexpr)
                 dtype = _arrow_type(kind) if kind[0] == "int" else pa.int64()
                 return kind, lambda cols, n: _checked(pc.negate_checked, _as(arg(cols, n), dtype))
-            if name in filter_eval._COMPARISONS:
+            if name in filter_eval.COMPARISONS:
                 return self.compare(name, node.lexpr, node.rexpr)
-            if name in filter_eval._ARITHMETIC:
+            if name in filter_eval.ARITHMETIC:
                 return self.arithmetic(name, node.lexpr, node.rexpr)
             (_, left), (_, right) = self.node(node.lexpr), self.node(node.rexpr)  # ||
-            return _TEXT, lambda cols, n: pc.binary_join_element_wise(
+            return TEXT, lambda cols, n: pc.binary_join_element_wise(
                 _as(left(cols, n), pa.string()), _as(right(cols, n), pa.string()), "")
         if k in (A_Expr_Kind.AEXPR_DISTINCT, A_Expr_Kind.AEXPR_NOT_DISTINCT):
             (lk, left), (rk, right) = self.node(node.lexpr), self.node(node.rexpr)
@@ -245,7 +240,7 @@ class _Compiler:
                 a, b = left(cols, n), right(cols, n)
                 same = pc.or_(pc.fill_null(equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
                 return pc.invert(same) if distinct else same
-            return _BOOL, is_distinct
+            return BOOL, is_distinct
         if k == A_Expr_Kind.AEXPR_IN:
             return self.in_list(name == "<>", node.lexpr, node.rexpr)
         if k in (A_Expr_Kind.AEXPR_BETWEEN, A_Expr_Kind.AEXPR_NOT_BETWEEN):
@@ -257,13 +252,13 @@ class _Compiler:
             def between(cols: Columns, n: int) -> pa.Array:
                 inside = pc.and_kleene(ge(cols, n), le(cols, n))
                 return pc.invert(inside) if negate else inside
-            return _BOOL, between
+            return BOOL, between
         return self.like(k == A_Expr_Kind.AEXPR_ILIKE, name.startswith("!"), node.lexpr, node.rexpr)
 
     def compare(self, name: str, lexpr: Any, rexpr: Any) -> tuple[Kind, ColumnEval]:
         (lk, left), (rk, right) = self.node(lexpr), self.node(rexpr)
         test = _comparison(name, lk, rk)
-        return _BOOL, lambda cols, n: test(left(cols, n), right(cols, n))
+        return BOOL, lambda cols, n: test(left(cols, n), right(cols, n))
 
     def arithmetic(self, name: str, lexpr: Any, rexpr: Any) -> tuple[Kind, ColumnEval]:
         (lk, left), (rk, right) = self.node(lexpr), self.node(rexpr)
@@ -284,11 +279,11 @@ class _Compiler:
             unknown = np.zeros(n, dtype=bool)
             for equal, fn in items:
                 b = fn(cols, n)
-                hit |= _numpy(pc.fill_null(equal(a, b), False))
-                unknown |= _numpy(pc.is_null(b))
-            null = _numpy(pc.is_null(a)) | (~hit & unknown)
+                hit |= kernels.mask(equal(a, b))
+                unknown |= kernels.mask(pc.is_null(b))
+            null = kernels.mask(pc.is_null(a)) | (~hit & unknown)
             return pa.array(hit != negate, pa.bool_(), mask=null)
-        return _BOOL, member
+        return BOOL, member
 
     def like(self, insensitive: bool, negate: bool, lexpr: Any, rexpr: Any) -> tuple[Kind, ColumnEval]:
         _, value = self.node(lexpr)
@@ -307,7 +302,7 @@ class _Compiler:
                 raise NotCovered("a value beyond the Basic Multilingual Plane under LIKE")
             found = pc.match_substring_regex(values, regex)
             return pc.invert(found) if negate else found
-        return _BOOL, matches
+        return BOOL, matches
 
 
 def _comparison(name: str, a: Kind, b: Kind) -> Callable[[pa.Array, pa.Array], pa.Array]:
@@ -315,8 +310,8 @@ def _comparison(name: str, a: Kind, b: Kind) -> Callable[[pa.Array, pa.Array], p
     families = {a[0], b[0]}
     if "null" in families:
         return lambda x, y: pa.nulls(len(x), pa.bool_())
-    plain: Callable[[Any, Any], Any] = {"=": pc.equal, "<>": pc.not_equal, "!=": pc.not_equal, "<": pc.less, "<=": pc.less_equal,
-             ">": pc.greater, ">=": pc.greater_equal}[name]
+    plain: Callable[[Any, Any], Any] = {"=": pc.equal, "<>": pc.not_equal, "!=": pc.not_equal, "<": pc.less,
+                                        "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal}[name]
     if "float" not in families:  # integers (any widths), booleans, strings: Arrow's order is the reference's
         if len(families) != 1 and families != {"int"}:
             raise _Unexact("a comparison of two families")
@@ -343,14 +338,10 @@ def _checked(op: Callable[..., pa.Array], *args: pa.Array) -> pa.Array:
 
 def _remainder(a: pa.Array, b: pa.Array) -> pa.Array:
     """Truncated remainder (the dividend's sign); a zero divisor of a non-null dividend is ``NotCovered``."""
-    null = _numpy(pc.is_null(a)) | _numpy(pc.is_null(b))
+    null = kernels.mask(pc.is_null(a)) | kernels.mask(pc.is_null(b))
     x = np.asarray(pc.fill_null(a, 0).to_numpy(zero_copy_only=False))
     y = np.asarray(pc.fill_null(b, 1).to_numpy(zero_copy_only=False))
     if np.any((y == 0) & ~null):
         raise NotCovered("a zero divisor")
     y = np.where((y == 0) | (y == -1), 1, y)  # x % -1 is 0, and the minimum % -1 would trap in C
     return pa.array(np.fmod(x, y), a.type, mask=null)
-
-
-def _numpy(mask: pa.Array) -> np.ndarray:
-    return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)

@@ -62,14 +62,14 @@ Kind = tuple[str, Any]
 Row = Sequence[Any]
 Eval = Callable[[Row], Any]
 
-_NULL: Kind = ("null", None)
+NULL: Kind = ("null", None)
 _ANY: Kind = ("any", None)
-_BOOL: Kind = ("bool", None)
-_TEXT: Kind = ("text", None)
+BOOL: Kind = ("bool", None)
+TEXT: Kind = ("text", None)
 _INT_RANGE = {16: (-(2**15), 2**15 - 1), 32: (-(2**31), 2**31 - 1), 64: (-(2**63), 2**63 - 1)}
 _DECIMAL_DIGITS = {16: 5, 32: 10, 64: 20}  # Spark's DecimalType.forType of each integer width
-_COMPARISONS = frozenset({"=", "<>", "!=", "<", "<=", ">", ">="})
-_ARITHMETIC = frozenset({"+", "-", "*", "%"})
+COMPARISONS = frozenset({"=", "<>", "!=", "<", "<=", ">", ">="})
+ARITHMETIC = frozenset({"+", "-", "*", "%"})
 _NAME = re.compile(r"[a-z_][a-z0-9_]*")
 # Words Spark's expression parser reads as something else than a column, or refuses, when bare.
 _KEYWORDS = frozenset({
@@ -90,9 +90,9 @@ def kind_of(dtype: pa.DataType) -> Kind | None:
     if pa.types.is_decimal128(dtype):
         return ("dec", (dtype.precision, dtype.scale))
     if pa.types.is_boolean(dtype):
-        return _BOOL
+        return BOOL
     if pa.types.is_string(dtype) or pa.types.is_large_string(dtype):
-        return _TEXT
+        return TEXT
     if pa.types.is_date32(dtype):
         return ("date", None)
     if pa.types.is_timestamp(dtype) and dtype.unit in ("s", "ms", "us"):
@@ -173,8 +173,8 @@ class _Compiler:
         if isinstance(node, ast.NullTest):
             kind, arg = self.node(node.arg)
             if node.nulltesttype == NullTestType.IS_NULL:
-                return _BOOL, lambda r: arg(r) is None
-            return _BOOL, lambda r: arg(r) is not None
+                return BOOL, lambda r: arg(r) is None
+            return BOOL, lambda r: arg(r) is not None
         if isinstance(node, ast.CoalesceExpr):
             return self.coalesce(node)
         if isinstance(node, ast.FuncCall):
@@ -210,11 +210,11 @@ class _Compiler:
     @staticmethod
     def constant(node: ast.A_Const) -> tuple[Kind, Eval]:
         if node.isnull:
-            return _NULL, lambda r: None
+            return NULL, lambda r: None
         val = node.val
         value: Any
         if isinstance(val, ast.Boolean):
-            value, kind = bool(val.boolval), _BOOL
+            value, kind = bool(val.boolval), BOOL
         elif isinstance(val, ast.Integer):
             value, kind = int(val.ival or 0), ("int", 32)
         elif isinstance(val, ast.Float):
@@ -236,7 +236,7 @@ class _Compiler:
             else:
                 raise NotCovered("a number with an exponent")  # a double in Spark, numeric in PostgreSQL
         elif isinstance(val, ast.String):
-            value, kind = str(val.sval), _TEXT
+            value, kind = str(val.sval), TEXT
             if "\\" in value or "'" in value or "${" in value:
                 raise NotCovered("a quote, a backslash or ${ in a string")  # Spark reads them otherwise
         else:
@@ -250,23 +250,23 @@ class _Compiler:
         fns = [fn for _, fn in args]
         if node.boolop == BoolExprType.NOT_EXPR:
             (arg,) = fns
-            return _BOOL, lambda r: None if (v := arg(r)) is None else not v
+            return BOOL, lambda r: None if (v := arg(r)) is None else not v
         if node.boolop == BoolExprType.AND_EXPR:
             def and_(r: Row) -> bool | None:
                 values = [fn(r) for fn in fns]
                 return False if False in values else (None if None in values else True)
-            return _BOOL, and_
+            return BOOL, and_
 
         def or_(r: Row) -> bool | None:
             values = [fn(r) for fn in fns]
             return True if True in values else (None if None in values else False)
-        return _BOOL, or_
+        return BOOL, or_
 
     def coalesce(self, node: ast.CoalesceExpr) -> tuple[Kind, Eval]:
         args = [self.node(a) for a in node.args or ()]
-        kind = _NULL
+        kind = NULL
         for k, _ in args:
-            kind = _common(kind, k)
+            kind = common(kind, k)
         fns = [fn for _, fn in args]
 
         def first(r: Row) -> Any:
@@ -283,7 +283,7 @@ class _Compiler:
         if name in ("lower", "upper"):
             _expect(kind, "text")
             method = str.lower if name == "lower" else str.upper
-            return _TEXT, lambda r: None if (v := arg(r)) is None else method(_ascii(v))
+            return TEXT, lambda r: None if (v := arg(r)) is None else method(_ascii(v))
         if name == "length":
             _expect(kind, "text")
             return ("int", 32), lambda r: None if (v := arg(r)) is None else len(v)
@@ -301,15 +301,15 @@ class _Compiler:
         if k == A_Expr_Kind.AEXPR_OP:
             if node.lexpr is None:
                 return self.negate(name, node.rexpr)
-            if name in _COMPARISONS:
+            if name in COMPARISONS:
                 return self.compare(name, node.lexpr, node.rexpr)
-            if name in _ARITHMETIC:
+            if name in ARITHMETIC:
                 return self.arithmetic(name, node.lexpr, node.rexpr)
             if name == "||":
                 (lk, left), (rk, right) = self.node(node.lexpr), self.node(node.rexpr)
                 _expect(lk, "text")
                 _expect(rk, "text")
-                return _TEXT, lambda r: _concat(left(r), right(r))
+                return TEXT, lambda r: _concat(left(r), right(r))
             raise NotCovered("an operator")
         if k in (A_Expr_Kind.AEXPR_DISTINCT, A_Expr_Kind.AEXPR_NOT_DISTINCT) and name == "=":
             (lk, left), (rk, right) = self.node(node.lexpr), self.node(node.rexpr)
@@ -320,7 +320,7 @@ class _Compiler:
                 a, b = left(r), right(r)
                 same = (a is None and b is None) or (a is not None and b is not None and equal(a, b))
                 return not same if distinct else same
-            return _BOOL, is_distinct
+            return BOOL, is_distinct
         if k == A_Expr_Kind.AEXPR_IN and name in ("=", "<>"):
             return self.in_list(name == "<>", node.lexpr, node.rexpr)
         if k in (A_Expr_Kind.AEXPR_BETWEEN, A_Expr_Kind.AEXPR_NOT_BETWEEN):
@@ -336,7 +336,7 @@ class _Compiler:
                 a, b = ge(r), le(r)
                 inside = False if False in (a, b) else (None if None in (a, b) else True)
                 return None if inside is None else (not inside if negate else inside)
-            return _BOOL, between
+            return BOOL, between
         if k in (A_Expr_Kind.AEXPR_LIKE, A_Expr_Kind.AEXPR_ILIKE) and name in ("~~", "!~~", "~~*", "!~~*"):
             return self.like(k == A_Expr_Kind.AEXPR_ILIKE, name.startswith("!"), node.lexpr, node.rexpr)
         raise NotCovered("an expression kind")
@@ -359,7 +359,7 @@ class _Compiler:
         def comparison(r: Row) -> bool | None:
             a, b = left(r), right(r)
             return None if a is None or b is None else test(order(a, b))
-        return _BOOL, comparison
+        return BOOL, comparison
 
     def arithmetic(self, name: str, lexpr: Any, rexpr: Any) -> tuple[Kind, Eval]:
         (lk, left), (rk, right) = self.node(lexpr), self.node(rexpr)
@@ -384,7 +384,7 @@ class _Compiler:
         if len({k[0] for k in kinds}) > 1:
             raise NotCovered("an IN list over two families")
         if kinds and kinds[0][0] == "dec":
-            functools.reduce(_common, kinds)
+            functools.reduce(common, kinds)
         equals = [(_equality(lk, k), fn) for k, fn in items]
 
         def member(r: Row) -> bool | None:
@@ -394,7 +394,7 @@ class _Compiler:
             if any(b is not None and equal(a, b) for equal, b in values):
                 return not negate
             return None if any(b is None for _, b in values) else negate
-        return _BOOL, member
+        return BOOL, member
 
     def like(self, insensitive: bool, negate: bool, lexpr: Any, rexpr: Any) -> tuple[Kind, Eval]:
         kind, value = self.node(lexpr)
@@ -421,7 +421,7 @@ class _Compiler:
             elif not _bmp(v):
                 raise NotCovered("a value beyond the Basic Multilingual Plane under LIKE")
             return (regex.fullmatch(v) is None) if negate else (regex.fullmatch(v) is not None)
-        return _BOOL, matches
+        return BOOL, matches
 
 
 def _expect(kind: Kind, *families: str) -> None:
@@ -429,11 +429,16 @@ def _expect(kind: Kind, *families: str) -> None:
         raise NotCovered(f"a {kind[0]} operand where {'/'.join(families)} is needed")
 
 
+def constant(node: ast.A_Const) -> tuple[Kind, Eval]:
+    """A literal's type and per-row function (its value, whatever the row): shared with ``filter_columns``."""
+    return _Compiler.constant(node)
+
+
 def _expect_bool(kind: Kind) -> None:
     _expect(kind, "bool")
 
 
-def _common(a: Kind, b: Kind) -> Kind:
+def common(a: Kind, b: Kind) -> Kind:
     """The type COALESCE gives two operands (one family only; integers and floats widen exactly)."""
     if a[0] in ("null", "any"):
         return b if a[0] == "null" else a

@@ -39,13 +39,14 @@ def groupable(dtype: pa.DataType) -> bool:
                 or pa.types.is_decimal(dtype) or pa.types.is_temporal(dtype))
 
 
-def fields(image: pa.StructArray | pa.ChunkedArray, names: Sequence[str]) -> dict[str, pa.Array]:
-    """The image's fields with the image's own nulls applied (a null image has null fields), by name."""
+def fields(image: pa.StructArray | pa.ChunkedArray, names: Sequence[str]) -> dict[str, pa.Array | pa.ChunkedArray]:
+    """The image's fields with the image's own nulls applied (a null image has null fields), by name: arrays of a
+    ``StructArray``, chunked arrays of a ``ChunkedArray`` (its chunks as they are)."""
     flat = dict(zip([image.type.field(i).name for i in range(image.type.num_fields)], image.flatten(), strict=True))
     return {c: flat[c] for c in names if c in flat}
 
 
-def mask(values: pa.Array) -> np.ndarray:
+def mask(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """A boolean array as numpy, null as False."""
     return np.asarray(pc.fill_null(values, False).to_numpy(zero_copy_only=False), dtype=bool)
 
@@ -56,9 +57,10 @@ def _differs(a: pa.Array, b: pa.Array) -> np.ndarray:
     return differs
 
 
-def refill_toast(staged: pa.Table, old: dict[str, pa.Array], new: dict[str, pa.Array], columns: Sequence[str],
-                 identity: Sequence[str], has_old: np.ndarray,
-                 has_full_old: np.ndarray) -> tuple[dict[str, pa.Array], dict[str, np.ndarray]]:
+def refill_toast(staged: pa.Table, old: dict[str, pa.Array | pa.ChunkedArray],
+                 new: dict[str, pa.Array | pa.ChunkedArray], columns: Sequence[str], identity: Sequence[str],
+                 has_old: np.ndarray, has_full_old: np.ndarray,
+                 ) -> tuple[dict[str, pa.Array | pa.ChunkedArray], dict[str, np.ndarray]]:
     """``resolve_toast_from_old`` over ``columns`` of the staged changes: a column a change lists as unchanged
     TOAST takes the old image's value where the old image holds it (every column of a full old image, the
     ``identity`` columns of a key-only one); elsewhere the target keeps its own. Returns each column's values
@@ -68,7 +70,7 @@ def refill_toast(staged: pa.Table, old: dict[str, pa.Array], new: dict[str, pa.A
     listed_names = np.asarray(pc.list_flatten(toast).to_numpy(zero_copy_only=False), dtype=object)
     n = staged.num_rows
     ident = set(identity)
-    values_of: dict[str, pa.Array] = {}
+    values_of: dict[str, pa.Array | pa.ChunkedArray] = {}
     keep_of: dict[str, np.ndarray] = {}
     for c in columns:
         listed = np.zeros(n, dtype=bool)

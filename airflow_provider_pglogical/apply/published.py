@@ -11,10 +11,12 @@ old image holds is the new value, which the filter then sees), and ``filters.app
   UPDATE when its new image matches; NULL counts as no match.
 
 ``publish`` is those steps over the staged Arrow columns (``kernels.STAGED_COLUMNS``): the rows that stay, their
-operation rewritten, everything else as staged — ``kernels.compact_changes`` then refills TOAST (``kernels.refill_toast``, which the filter's new images go through too) and nets them as it
-nets unfiltered changes, exactly as ``to_key_events`` and ``compact`` follow ``published_changes`` in Spark. The
-filter is evaluated by ``filter_columns`` (``filter_eval`` per row where it is not exact over columns) (``NotCovered`` when it or a value leaves the covered subset: the caller
-then leaves the batch to Spark). The column list is the target's business (the written columns), as in Spark.
+operation rewritten, everything else as staged. ``kernels.compact_changes`` then refills TOAST
+(``kernels.refill_toast``, which the filter's new images go through too) and nets them as it nets unfiltered
+changes, exactly as ``to_key_events`` and ``compact`` follow ``published_changes`` in Spark. The filter is
+evaluated by ``filter_columns``, over whole columns where that is exact and per row by ``filter_eval`` elsewhere;
+``NotCovered`` when it or a value leaves the covered subset leaves the batch to Spark. The column list is the
+target's business (the written columns), as in Spark.
 """
 
 from __future__ import annotations

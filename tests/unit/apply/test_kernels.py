@@ -170,3 +170,49 @@ def test_a_floating_point_key_keeps_spark_which_normalises_it(tmp_path) -> None:
     (batch,) = list_batches(str(tmp_path), "slot")
     assert not kernels.groupable(pa.float64()) and kernels.groupable(pa.string())
     assert direct.batch_files(_planned(FLOATS, ("x",), batch), batch, None) is None
+
+
+def test_a_batch_over_the_byte_bound_is_netted_by_spark(spark, tmp_path, monkeypatch) -> None:
+    batch = _two_updates(tmp_path)
+    table = _planned(ITEMS, ("id",), batch)
+    paths = [f"{batch.ref.path}/{f}" for f in batch.table_files[ITEMS.name]]
+    assert direct.staged_bytes_fit(paths) and direct.batch_files(table, batch, None) is not None
+    monkeypatch.setenv(direct.BYTES_SWITCH, "100")  # three changes stage more than 100 bytes: Spark nets them
+    assert not direct.staged_bytes_fit(paths)
+    assert direct.batch_files(table, batch, None) is None
+    rows = _spark_rows(SparkBatchChanges(spark, batch).net(table))
+    assert [r[0] for r in sorted(rows)] == ["D", "I"]  # id 1 moved to id 2, as the in-process netting gives
+    monkeypatch.setenv(direct.BYTES_SWITCH, "0")  # no byte bound
+    assert direct.batch_files(table, batch, None) is not None
+
+
+def test_a_string_column_near_arrows_offsets_is_not_netted_in_process(tmp_path, monkeypatch) -> None:
+    batch = _two_updates(tmp_path)
+    table = _planned(ITEMS, ("id",), batch)
+    monkeypatch.setattr(direct, "COLUMN_BYTES", 4)  # every text column "too wide" for 32-bit offsets
+    monkeypatch.setenv(direct.BYTES_SWITCH, "0")
+    assert direct.batch_files(table, batch, None) is None
+
+
+def test_a_bad_byte_bound_is_a_clear_error(monkeypatch) -> None:
+    monkeypatch.setenv(direct.BYTES_SWITCH, "1GB")
+    with pytest.raises(ApplyError, match="PGLOGICAL_APPLY_INPROCESS_BYTES='1GB' is not a whole number of bytes"):
+        direct.inprocess_bytes()
+    monkeypatch.setenv(direct.BYTES_SWITCH, "-5")
+    with pytest.raises(ApplyError, match="negative"):
+        direct.inprocess_bytes()
+    monkeypatch.delenv(direct.BYTES_SWITCH)
+    assert direct.inprocess_bytes() == direct.INPROCESS_BYTES
+
+
+def test_an_offset_overflow_while_planning_leaves_the_batch_to_spark(tmp_path, monkeypatch) -> None:
+    batch = _two_updates(tmp_path, ITEMS_FULL)
+    table = _planned(ITEMS_FULL, ("id",), batch)
+    table = PlannedTable(table.source, table.target, table.key, table.columns, table.relation,
+                         TableApplyConfig(row_filter="grp > 0"))
+    assert direct.batch_files(table, batch, None) is not None
+
+    def overflow(*args: object, **kwargs: object) -> pa.Table:  # what a >2 GiB text column raises when combined
+        raise pa.ArrowInvalid("offset overflow while concatenating arrays")
+    monkeypatch.setattr(direct.published, "publish", overflow)
+    assert direct.batch_files(table, batch, None) is None
