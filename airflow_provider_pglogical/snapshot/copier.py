@@ -160,11 +160,12 @@ class _ParquetSink:
         order = with_mask(np.arange(self.total_rows, self.total_rows + n, dtype=np.int64), None, pa.int64())
         arrays = [lsn, lsn, lsn, order, with_mask(np.zeros(n, dtype=np.int64), None, pa.int64()),
                   with_mask(np.full(n, self.task.commit_time_us, dtype=np.int64), None, S.COMMIT_TIME),
-                  repeated_string("I", n), with_mask(np.ones(n, dtype=np.int32), None, pa.int32()),
+                  repeated_string("I", n, f"{self.task.what}: op"), with_mask(np.ones(n, dtype=np.int32), None, pa.int32()),
                   pa.nulls(n, type=self.converter.arrow_type), with_mask(np.zeros(n, dtype=bool), None, pa.bool_()),
                   images.array, images.unchanged,
                   pa.MapArray.from_arrays(with_mask(np.zeros(n + 1, dtype=np.int32), None, pa.int32()),
-                                          string_array([]), string_array([])),
+                                          string_array([], "old_value_notes"),
+                                          string_array([], "old_value_notes")),
                   images.notes]
         table = pa.Table.from_arrays(arrays, schema=self.schema)
         if self.writer is None:

@@ -119,26 +119,32 @@ def with_mask(values: np.ndarray, mask: np.ndarray | None, arrow_type: pa.DataTy
                                  null_count=nulls)
 
 
-def string_array(values: Sequence[str]) -> pa.Array:
+def string_array(values: Sequence[str], what: str) -> pa.Array:
     """A string array of ``values`` (no nulls), built from buffers: ``pa.array(list)`` would import pandas
-    on its first call in a process (1–4.5 s in a snapshot reader under load)."""
+    on its first call in a process (1–4.5 s in a snapshot reader under load). ``what``: the array, for errors."""
     encoded = [v.encode() for v in values]
     offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=offsets[1:])
-    if offsets[-1] > _INT32_MAX:
-        raise DecodeError("strings over 2 GiB in one array")
+    _check_fits(int(offsets[-1]), len(encoded), what)
     return pa.Array.from_buffers(pa.string(), len(encoded), [None, pa.py_buffer(offsets.astype(np.int32)),
                                                              pa.py_buffer(b"".join(encoded))], null_count=0)
 
 
-def repeated_string(value: str, n: int) -> pa.Array:
+def repeated_string(value: str, n: int, what: str) -> pa.Array:
     """``value`` n times as a string array (no nulls), from buffers (see ``string_array``)."""
     raw = value.encode()
     offsets = np.arange(n + 1, dtype=np.int64) * len(raw)
-    if offsets[-1] > _INT32_MAX:
-        raise DecodeError("strings over 2 GiB in one array")
+    _check_fits(int(offsets[-1]), n, what)
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets.astype(np.int32)),
                                                   pa.py_buffer(raw * n)], null_count=0)
+
+
+def _check_fits(total: int, n: int, what: str) -> None:
+    """An Arrow string array's 32-bit offsets hold 2 GiB; its entries' count bounds its size, and the decode's
+    ``row_group_rows`` bounds that count (a snapshot's row groups are bounded by their COPY bytes as well)."""
+    if total > _INT32_MAX:
+        raise DecodeError(f"{what}: {total} bytes in {n} entries, over the 2 GiB one Arrow string array holds; "
+                          "stage fewer rows per row group (the decode's row_group_rows)")
 
 
 def validity_buffer(valid: np.ndarray) -> pa.Buffer | None:
