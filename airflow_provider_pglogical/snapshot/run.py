@@ -397,11 +397,12 @@ def _publish(job: SnapshotJob, layout: SnapshotLayout, read: TableRead, exported
 class WorkerPool:
     """``n`` reader processes (``snapshot.worker``) fed chunk tasks over pipes by one thread each; ``env``: their
     environment (the staging root's registered credentials included, ``staging/credentials.py``); ``command``:
-    what each runs (tests start other programs in its place)."""
+    what each runs, ``COMMAND`` by default (tests start other programs in its place)."""
 
     COMMAND = (sys.executable, "-m", "airflow_provider_pglogical.snapshot.worker")
 
-    def __init__(self, n: int, env: dict[str, str] | None = None, command: Sequence[str] = COMMAND) -> None:
+    def __init__(self, n: int, env: dict[str, str] | None = None, command: Sequence[str] | None = None) -> None:
+        command = command or self.COMMAND
         self.procs: list[subprocess.Popen[str]] = []
         try:
             for _ in range(n):

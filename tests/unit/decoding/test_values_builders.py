@@ -1,4 +1,4 @@
-"""Arrays built from buffers (``vector.string_array``, ``repeated_string``, ``with_mask``) equal what ``pa.array``
+"""Arrays built from buffers (``vector.string_array``, ``repeated_string``, ``with_mask``, ``uuid_strings``) equal what ``pa.array``
 builds from the same Python values (the reference), and never import pandas (``pa.array`` does on first use)."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+import uuid
 
 import numpy as np
 import pyarrow as pa
@@ -14,7 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_pglogical.decoding.values import vector
-from airflow_provider_pglogical.decoding.values.vector import repeated_string, string_array, with_mask
+from airflow_provider_pglogical.decoding.values.text import UuidCodec
+from airflow_provider_pglogical.decoding.values.vector import Column, repeated_string, string_array, with_mask
 from airflow_provider_pglogical.exceptions import DecodeError
 from airflow_provider_pglogical.staging.drain import DrainConfig
 
@@ -83,3 +85,22 @@ def test_builders_do_not_import_pandas():
             "print('pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.just("u"), st.binary(min_size=16, max_size=16)), max_size=30))
+def test_uuid_strings_equal_pa_array_of_the_per_value_codec(values):
+    """The uuid column built from buffers equals ``pa.array`` of the codec's per-value strings (``str(uuid.UUID)``);
+    'n' and 'u' rows are nulls."""
+    kinds = "".join("n" if v is None else "u" if v == "u" else "b" for v in values)
+    col = Column.from_raws(kinds, [v if isinstance(v, bytes) else None for v in values])
+    built = UuidCodec().arrow_column(col)
+    assert built is not None
+    built.validate(full=True)
+    expected = pa.array([str(uuid.UUID(bytes=v)) if isinstance(v, bytes) else None for v in values], type=pa.string())
+    assert built.equals(expected)
+
+
+def test_uuid_strings_leave_text_values_and_wrong_sizes_to_the_per_value_path():
+    assert UuidCodec().arrow_column(Column.from_raws("bt", [bytes(16), b"0" * 36])) is None
+    assert UuidCodec().arrow_column(Column.from_raws("b", [bytes(15)])) is None
