@@ -155,7 +155,7 @@ class _ParquetSink:
             return
         framed = frame_copy_block(data, sizes, self.ncols)
         images = self.converter.convert_framed(framed, n)
-        # Every column from buffers: the first ``pa.array`` of a process imports pandas (1–4.5 s per reader).
+        # The row-change columns from buffers: the first ``pa.array`` of a process imports pandas (1–4.5 s per reader).
         lsn = with_mask(np.full(n, self.task.lsn, dtype=np.int64), None, pa.int64())
         order = with_mask(np.arange(self.total_rows, self.total_rows + n, dtype=np.int64), None, pa.int64())
         arrays = [lsn, lsn, lsn, order, with_mask(np.zeros(n, dtype=np.int64), None, pa.int64()),
