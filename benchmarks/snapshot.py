@@ -5,7 +5,7 @@ Usage: python benchmarks/snapshot.py [--rows 5000000] [--parallelism 2] [--chunk
     [--code DIR]
 Prints one JSON object with the timings and the ratios. ``--one-table``: all rows in the one ``orders`` table.
 ``--code DIR``: also time our snapshot + apply with another checkout's package (e.g. a ``git worktree`` of an older
-commit, its compiled helpers built), in a child process against the same source rows, right after ours.
+commit, its compiled reader built), in a child process against the same source rows, right after ours.
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ def main() -> int:
                    help="also time the snapshot alone with these reader counts (e.g. 1 4)")
     p.add_argument("--one-table", action="store_true", help="every row in the one orders table")
     p.add_argument("--code", type=Path, default=None,
-                   help="also time our snapshot + apply with this checkout's package (its helpers built)")
+                   help="also time our snapshot + apply with this checkout's package (its compiled reader built)")
     args = p.parse_args()
     if args.one_table:
         TABLES = ("public.orders",)

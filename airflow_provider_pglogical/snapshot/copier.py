@@ -1,6 +1,6 @@
 """Copy one chunk of one table inside an exported snapshot into a Parquet file (runs in worker processes).
 
-Memory stays bounded by two row groups: COPY rows are buffered until ``row_group_rows`` rows or
+Memory stays bounded by two converted row groups plus one row group of raw COPY bytes: COPY rows are buffered until ``row_group_rows`` rows or
 ``row_group_bytes`` bytes, framed and converted with the decoder's codecs, and written by a thread of the sink
 while the next row group is read; a row group waits for the previous one's write before its own starts.
 The file is written under a ``_tmp-`` name and renamed when complete, so a chunk file that exists
@@ -13,7 +13,7 @@ import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -27,6 +27,9 @@ from airflow_provider_pglogical.snapshot.copyframe import TRAILER, frame_copy_bl
 from airflow_provider_pglogical.staging import schema as S
 from airflow_provider_pglogical.staging.layout import move_file, resolve_filesystem
 from airflow_provider_pglogical.staging.manifest import hash_file
+
+if TYPE_CHECKING:
+    from airflow_provider_pglogical.decoding.values import RowImageConverter, TypeCatalog
 
 log = logging.getLogger(__name__)
 
@@ -152,16 +155,17 @@ class _ParquetSink:
             return
         framed = frame_copy_block(data, sizes, self.ncols)
         images = self.converter.convert_framed(framed, n)
-        # Every column from buffers: the first ``pa.array`` of a process imports pandas (1–4.5 s per reader).
+        # The row-change columns from buffers: the first ``pa.array`` of a process imports pandas (1–4.5 s per reader).
         lsn = with_mask(np.full(n, self.task.lsn, dtype=np.int64), None, pa.int64())
         order = with_mask(np.arange(self.total_rows, self.total_rows + n, dtype=np.int64), None, pa.int64())
         arrays = [lsn, lsn, lsn, order, with_mask(np.zeros(n, dtype=np.int64), None, pa.int64()),
                   with_mask(np.full(n, self.task.commit_time_us, dtype=np.int64), None, S.COMMIT_TIME),
-                  repeated_string("I", n), with_mask(np.ones(n, dtype=np.int32), None, pa.int32()),
+                  repeated_string("I", n, f"{self.task.what}: op"), with_mask(np.ones(n, dtype=np.int32), None, pa.int32()),
                   pa.nulls(n, type=self.converter.arrow_type), with_mask(np.zeros(n, dtype=bool), None, pa.bool_()),
                   images.array, images.unchanged,
                   pa.MapArray.from_arrays(with_mask(np.zeros(n + 1, dtype=np.int32), None, pa.int32()),
-                                          string_array([]), string_array([])),
+                                          string_array([], "old_value_notes"),
+                                          string_array([], "old_value_notes")),
                   images.notes]
         table = pa.Table.from_arrays(arrays, schema=self.schema)
         if self.writer is None:
@@ -171,7 +175,7 @@ class _ParquetSink:
             # smaller (docs/performance.md). Readers see no difference.
             self.writer = pq.ParquetWriter(self.tmp, self.schema, filesystem=self.fs, compression="zstd",
                                            use_dictionary=False)
-        self._wait()  # one row group in writing at a time: memory stays within two row groups
+        self._wait()  # one row group in writing at a time: two converted row groups plus one of raw COPY bytes
         self.writing = self.background.submit(self.writer.write_table, table, row_group_size=max(n, 1))
         self.total_rows += n
         self.buffered = 0
@@ -185,6 +189,8 @@ class _ParquetSink:
     def close(self) -> tuple[int, str]:
         """Close and rename the file; its size and SHA-256 (read back once) for the manifest."""
         self.flush()
+        # The last row group's write error is raised here, and only here: pyarrow's ``ParquetWriter.close()``
+        # returns normally after a failed write, and the truncated file would be renamed into place.
         self._wait()
         self.background.shutdown()
         if self.writer is None:  # flush() opens it, for an empty chunk too
@@ -194,34 +200,47 @@ class _ParquetSink:
         return hash_file(self.fs, self.task.path)
 
     def abort(self) -> None:
+        """Stop writing and delete the temporary file. Every step runs whatever the one before raised (a second
+        interrupt during the wait, a failing close): cleanup never masks the original error, nor skips the delete."""
         try:
-            self._wait()
-        except Exception:  # noqa: BLE001 - cleanup must not mask the original error
-            pass
-        self.background.shutdown()
-        try:
-            if self.writer is not None:
-                self.writer.close()
-            self.fs.delete_file(self.tmp)
-        except Exception:  # noqa: BLE001 - cleanup must not mask the original error
-            pass
+            try:
+                self._wait()
+            except Exception:  # noqa: BLE001 - the chunk already failed; its own error is the one raised
+                pass
+            finally:
+                self.background.shutdown()  # the write in flight ends before the writer is closed
+        finally:
+            try:
+                if self.writer is not None:
+                    self.writer.close()
+            except Exception:  # noqa: BLE001 - as above
+                pass
+            finally:
+                try:
+                    self.fs.delete_file(self.tmp)
+                except Exception:  # noqa: BLE001 - as above (no file: nothing was opened)
+                    pass
+
+
+def _reader_imports() -> tuple[Any, type[RowImageConverter], type[TypeCatalog]]:
+    """What ``copy_chunk`` imports on its first call (psycopg2, the decoder's codecs), imported once per process;
+    ``warm`` calls it before the first task."""
+    import psycopg2
+
+    from airflow_provider_pglogical.decoding.values import RowImageConverter, TypeCatalog
+
+    return psycopg2, RowImageConverter, TypeCatalog
 
 
 def warm() -> None:
     """Import what ``copy_chunk`` imports on its first call (a reader process does this before its first task)."""
-    import psycopg2  # noqa: F401
-
-    from airflow_provider_pglogical.decoding.values import RowImageConverter  # noqa: F401
-
+    _reader_imports()
     _compiled_reader()
 
 
 def copy_chunk(task: ChunkTask) -> ChunkResult:
     """Import the exported snapshot, COPY the chunk in binary, write it as one Parquet file."""
-    import psycopg2
-
-    from airflow_provider_pglogical.decoding.values import RowImageConverter, TypeCatalog
-
+    psycopg2, RowImageConverter, TypeCatalog = _reader_imports()  # noqa: N806 - the classes, under their names
     started = time.monotonic()
     fs, _root = resolve_filesystem(task.staging_uri)
     relation = relation_schema(task.relation)

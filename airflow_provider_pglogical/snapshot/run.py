@@ -49,7 +49,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -169,11 +169,12 @@ def initial_snapshot(job: SnapshotJob, *, on_checkpoint: Checkpoint | None = Non
     for table in job.tables:
         layout.request(table, "initial")
     checkpoint("requested")
-    with _readers(job, reads) as pool, ExportedSnapshot(job.dsn, job.slot) as exported:
+    plans = plan_tables(reads, job.settings.chunk_bytes)
+    with _readers(job, plans) as pool, ExportedSnapshot(job.dsn, job.slot) as exported:
         logger.info("slot %s created at consistent point %s with exported snapshot %s", job.slot,
                     format_lsn(exported.lsn), exported.name)
         checkpoint("slot_created")
-        result = _copy_tables(job, layout, reads, exported, checkpoint, logger, pool)
+        result = _copy_tables(job, layout, reads, plans, exported, checkpoint, logger, pool)
     result.seconds = time.monotonic() - started
     return result
 
@@ -214,12 +215,13 @@ def sync_pending(job: SnapshotJob, *, on_checkpoint: Checkpoint | None = None,
         reads = describe_tables(conn, job.all_publications, pending, job.routing, named=job.tables)
     finally:
         conn.close()
-    with _readers(job, reads) as pool, ExportedSnapshot(
+    plans = plan_tables(reads, job.settings.chunk_bytes)
+    with _readers(job, plans) as pool, ExportedSnapshot(
             job.dsn, temporary_slot_name(job.slot, ",".join(sorted(pending))), temporary=True) as exported:
         logger.info("tables %s: temporary slot %s, sync LSN %s", ", ".join(sorted(pending)), exported.slot,
                     format_lsn(exported.lsn))
         checkpoint("slot_created")
-        result = _copy_tables(job, layout, reads, exported, checkpoint, logger, pool)
+        result = _copy_tables(job, layout, reads, plans, exported, checkpoint, logger, pool)
     result.seconds = time.monotonic() - started
     return result
 
@@ -256,19 +258,30 @@ def plan_chunks(read: TableRead, chunk_bytes: int) -> list[tuple[int, int | None
     return [(lo, bounds[i + 1] if i + 1 < len(bounds) else None) for i, lo in enumerate(bounds)]
 
 
-def _readers(job: SnapshotJob, reads: dict[str, TableRead]) -> contextlib.AbstractContextManager[WorkerPool | None]:
+# per table: (part number, part read, page range) per chunk
+ChunkPlan = dict[str, list[tuple[int, TableRead, tuple[int, int | None] | None]]]
+
+
+def plan_tables(reads: dict[str, TableRead], chunk_bytes: int) -> ChunkPlan:
+    """Per table, its chunks in file order: the part read (the table, or a routed table's leaf: its number and
+    read) and its page range. Planned once: the reader count and the chunk tasks both come from it."""
+    return {table: [(p, part, rng) for p, part in enumerate(read.leaves or (read,))
+                    for rng in plan_chunks(part, chunk_bytes)] for table, read in reads.items()}
+
+
+def _readers(job: SnapshotJob, plans: ChunkPlan) -> contextlib.AbstractContextManager[WorkerPool | None]:
     """The reader processes, started before the slot is created so that their interpreter start and imports
-    (0.75 s each, more under load) overlap the slot's creation and the chunk planning; none (the chunks are read
-    in this process) for one reader or one chunk."""
-    chunks = sum(len(plan_chunks(part, job.settings.chunk_bytes)) for read in reads.values()
-                 for part in (read.leaves or (read,)))
+    (0.75 s each, more under load) overlap the slot's creation; none (the chunks are read in this process) for
+    one reader or one chunk."""
+    chunks = sum(map(len, plans.values()))
     if job.settings.parallelism <= 1 or chunks <= 1:
         return contextlib.nullcontext()
     return WorkerPool(min(job.settings.parallelism, chunks), process_environment(job.staging_uri))
 
 
-def _copy_tables(job: SnapshotJob, layout: SnapshotLayout, reads: dict[str, TableRead], exported: ExportedSnapshot,
-                 checkpoint: Checkpoint, logger: logging.Logger, pool: WorkerPool | None) -> SnapshotResult:
+def _copy_tables(job: SnapshotJob, layout: SnapshotLayout, reads: dict[str, TableRead], plans: ChunkPlan,
+                 exported: ExportedSnapshot, checkpoint: Checkpoint, logger: logging.Logger,
+                 pool: WorkerPool | None) -> SnapshotResult:
     requests = layout.requests()
     result = SnapshotResult(lsn=exported.lsn)
     commit_time_us = int(time.time() * 1_000_000)
@@ -286,14 +299,12 @@ def _copy_tables(job: SnapshotJob, layout: SnapshotLayout, reads: dict[str, Tabl
         tasks[table] = []
         # A routed partitioned table: every leaf read on its own, in the same exported snapshot, its files
         # ``chunks/p<leaf>-c<chunk>`` (one part per leaf in the manifest); otherwise the table itself.
-        for p, part in enumerate(read.leaves or (read,)):
+        for i, (p, part, rng) in enumerate(plans[table]):
             prefix = f"p{p:04d}-" if read.routed else ""
-            for rng in plan_chunks(part, job.settings.chunk_bytes):
-                i = len(tasks[table])
-                tasks[table].append(ChunkTask(job.dsn, exported.name, exported.lsn, table, part.relation,
-                                              part.select_sql(rng).as_string(render), job.staging_uri,
-                                              f"{partial}/chunks/{prefix}c{i:05d}.parquet", i, commit_time_us,
-                                              part=part.table if read.routed else ""))
+            tasks[table].append(ChunkTask(job.dsn, exported.name, exported.lsn, table, part.relation,
+                                          part.select_sql(rng).as_string(render), job.staging_uri,
+                                          f"{partial}/chunks/{prefix}c{i:05d}.parquet", i, commit_time_us,
+                                          part=part.table if read.routed else ""))
         logger.info("%s: %d chunk(s)%s over %d heap bytes, sync LSN %s", table, len(tasks[table]),
                     f" of {len(read.leaves)} leaf partition(s)" if read.routed else "", read.heap_bytes,
                     format_lsn(exported.lsn))
@@ -385,12 +396,21 @@ def _publish(job: SnapshotJob, layout: SnapshotLayout, read: TableRead, exported
 
 class WorkerPool:
     """``n`` reader processes (``snapshot.worker``) fed chunk tasks over pipes by one thread each; ``env``: their
-    environment (the staging root's registered credentials included, ``staging/credentials.py``)."""
+    environment (the staging root's registered credentials included, ``staging/credentials.py``); ``command``:
+    what each runs, ``COMMAND`` by default (tests start other programs in its place)."""
 
-    def __init__(self, n: int, env: dict[str, str] | None = None) -> None:
-        self.procs = [subprocess.Popen([sys.executable, "-m", "airflow_provider_pglogical.snapshot.worker"],
-                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-                      for _ in range(n)]
+    COMMAND = (sys.executable, "-m", "airflow_provider_pglogical.snapshot.worker")
+
+    def __init__(self, n: int, env: dict[str, str] | None = None, command: Sequence[str] | None = None) -> None:
+        command = command or self.COMMAND
+        self.procs: list[subprocess.Popen[str]] = []
+        try:
+            for _ in range(n):
+                self.procs.append(subprocess.Popen(list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                   text=True, env=env))
+        except BaseException:
+            self.close()  # the ones started: none outlives a failed start
+            raise
 
     def run(self, tasks: list[ChunkTask], *, alive: Callable[[], None], poll_s: float) -> Iterator[ChunkResult]:
         todo: queue.Queue[ChunkTask] = queue.Queue()
@@ -418,14 +438,22 @@ class WorkerPool:
                     results.put(SnapshotError(f"snapshot reader process exited with {proc.wait()} while "
                                               f"reading {task.table} chunk {task.index}"))
                     return
-                answer = json.loads(line)
-                if "ok" in answer:
-                    results.put(ChunkResult(**answer["ok"]))
-                else:
+                try:
+                    answer = json.loads(line)
+                    if "ok" in answer:
+                        results.put(ChunkResult(**answer["ok"]))
+                        continue
                     cls = getattr(exceptions, answer["error"], None)
-                    err = cls if isinstance(cls, type) and issubclass(cls, SnapshotError) else SnapshotError
-                    results.put(err(answer["message"]))
+                    message = str(answer["message"])
+                except (ValueError, TypeError, KeyError):  # not JSON, or not an answer (something printed it)
+                    proc.kill()
+                    results.put(SnapshotError(f"snapshot reader process {proc.pid} wrote {len(line)} bytes that are "
+                                              f"not an answer while reading {task.table} chunk {task.index}; "
+                                              "nothing of that chunk was published"))
                     return
+                err = cls if isinstance(cls, type) and issubclass(cls, SnapshotError) else SnapshotError
+                results.put(err(message))
+                return
 
         threads = [threading.Thread(target=feed, args=(p,), daemon=True) for p in self.procs]
         for t in threads:

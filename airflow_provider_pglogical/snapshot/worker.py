@@ -15,14 +15,24 @@ from typing import Any
 
 
 def main() -> int:
-    from airflow_provider_pglogical.snapshot.copier import ChunkTask, copy_chunk, warm
-
-    warm()  # while the parent creates the slot: the first chunk starts reading at once
     out = sys.stdout
-    sys.stdout = sys.stderr  # only answers go to the parent's pipe
+    sys.stdout = sys.stderr  # only answers go to the parent's pipe: what the imports print must not reach it
+    try:
+        from airflow_provider_pglogical.snapshot.copier import ChunkTask, copy_chunk, warm
+
+        warm()  # while the parent creates the slot: the first chunk starts reading at once
+        failed: dict[str, Any] | None = None
+    except Exception as exc:  # noqa: BLE001 - the first task's answer: the parent raises it typed
+        failed = {"error": "SnapshotError",
+                  "message": f"a snapshot reader process could not import what it reads with "
+                             f"({type(exc).__name__}: {exc}); nothing was read"}
     for line in sys.stdin:
         if not line.strip():
             continue
+        if failed is not None:
+            out.write(json.dumps(failed) + "\n")
+            out.flush()
+            return 1
         try:
             result = copy_chunk(ChunkTask(**json.loads(line)))
             answer: dict[str, Any] = {"ok": dataclasses.asdict(result)}

@@ -20,10 +20,11 @@ from scripts.harness.pgserver import execute
 pytestmark = pytest.mark.skipif(speedups.compiled is None, reason="compiled helpers not built")
 
 SCHEMA_SQL = """
-CREATE TABLE many (id int PRIMARY KEY, n numeric(12,2), t text, at timestamptz, tags text[], j jsonb);
+CREATE TABLE many (id int PRIMARY KEY, n numeric(12,2), t text, at timestamptz, tags text[], j jsonb, u uuid);
 INSERT INTO many SELECT g, CASE WHEN g % 11 = 0 THEN 'NaN' ELSE g / 7.0 END, CASE WHEN g % 5 = 0 THEN NULL
   ELSE 'row ' || g END, '2024-01-01'::timestamptz + g * interval '1 s', ARRAY['a' || g % 3, NULL],
-  jsonb_build_object('g', g) FROM generate_series(1, 70000) g;
+  jsonb_build_object('g', g), CASE WHEN g % 7 = 0 THEN NULL ELSE md5(g::text)::uuid END
+  FROM generate_series(1, 70000) g;
 CREATE TABLE big (id int PRIMARY KEY, body text);
 INSERT INTO big SELECT g, repeat(md5(g::text), 32768) FROM generate_series(1, 40) g;
 CREATE TABLE empty (id int PRIMARY KEY);
@@ -72,22 +73,46 @@ def test_the_compiled_reader_stages_what_copy_expert_stages(pg_dsn, tmp_path, mo
 
 
 def test_a_reader_stages_without_importing_pandas(pg_dsn, tmp_path):
-    """A reader process builds every staged column from buffers: ``pa.array`` on Python values imports pandas on its
-    first call (1–4.5 s per reader process under load), a cost paid before its first row group is written."""
+    """Reader processes build every staged column from buffers (uuid included): ``pa.array`` on Python values imports
+    pandas on its first call (1–4.5 s per reader process under load), a cost paid before its first row group is
+    written. Two chunks, two reader processes: each records, after every chunk it copied, whether pandas is loaded."""
     execute(pg_dsn, SCHEMA_SQL)
+    seen = tmp_path / "readers"
+    seen.mkdir()
+    reader = ("import os, sys\n"
+              "import airflow_provider_pglogical.snapshot.copier as copier\n"
+              "copy_chunk = copier.copy_chunk\n"
+              "def recording(task):\n"
+              "    result = copy_chunk(task)\n"
+              "    with open(os.path.join(sys.argv[1], f'{os.getpid()}-{task.table}'), 'w') as f:\n"
+              "        f.write(str('pandas' in sys.modules))\n"
+              "    return result\n"
+              "copier.copy_chunk = recording\n"
+              "from airflow_provider_pglogical.snapshot import worker\n"
+              "sys.exit(worker.main())\n")
     code = ("import json, sys\n"
-            "from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings, initial_snapshot\n"
-            "dsn, uri = sys.argv[1:3]\n"
+            "from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings, WorkerPool, "
+            "initial_snapshot\n"
+            "dsn, uri, seen, reader = sys.argv[1:5]\n"
+            "WorkerPool.COMMAND = (sys.executable, '-c', reader, seen)\n"
             "result = initial_snapshot(SnapshotJob(dsn=dsn, slot='no_pandas', publication='pub', staging_uri=uri,\n"
             "    tables={'public.many': (None, None), 'public.empty': (None, None)},\n"
-            "    settings=SnapshotSettings(initial=True, parallelism=1)))\n"
-            "print(json.dumps([result.tables['public.many']['rows'], 'pandas' in sys.modules]))")
+            "    settings=SnapshotSettings(initial=True, parallelism=2)))\n"
+            "import os\n"
+            "print(json.dumps([result.tables['public.many']['rows'], 'pandas' in sys.modules, os.getpid()]))")
     try:
-        out = subprocess.run([sys.executable, "-c", code, pg_dsn, str(tmp_path / "staging")], capture_output=True,
-                             text=True, check=True)
+        out = subprocess.run([sys.executable, "-c", code, pg_dsn, str(tmp_path / "staging"), str(seen), reader],
+                             capture_output=True, text=True, check=True)
     finally:
         hook = PgLogicalHook.from_dsn(pg_dsn)
         if hook.slot_info("no_pandas") is not None:
             hook.drop_slot("no_pandas")
         hook.close()
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == [70000, False]
+    rows, caller_pandas, caller = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (rows, caller_pandas) == (70000, False)
+    records = {p.name.split("-", 1)[1]: p.read_text() for p in seen.iterdir()}
+    assert records == {"public.many": "False", "public.empty": "False"}
+    assert str(caller) not in {p.name.split("-", 1)[0] for p in seen.iterdir()}  # read by reader processes
+    staged_uuids = pq.read_table(glob.glob(f"{tmp_path}/staging/**/public.many/**/*.parquet", recursive=True)[0],
+                                 columns=["new"]).column("new").combine_chunks().field("u")
+    assert staged_uuids[0].as_py() == "c4ca4238-a0b9-2382-0dcc-509a6f75849b"  # md5('1')

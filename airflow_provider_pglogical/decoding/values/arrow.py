@@ -120,7 +120,7 @@ class RowImageConverter:
                   for j, (name, codec) in enumerate(zip(self.names, self.codecs, strict=True))]
         mask = with_mask(absent, None, pa.bool_()) if absent.any() else None
         array = pa.StructArray.from_arrays(arrays, fields=list(self.arrow_type), mask=mask)
-        return ConvertedImages(array, _notes_array(notes, n), self._unchanged(framed, n), notes)
+        return ConvertedImages(array, _notes_array(notes, n, self.relation.qualified_name), self._unchanged(framed, n), notes)
 
     def convert_framed(self, framed: FramedImages, n: int) -> ConvertedImages:
         """Convert n row images that are already framed (e.g. binary COPY rows, whose per-field
@@ -129,7 +129,7 @@ class RowImageConverter:
         arrays = [self._column(name, codec, framed.column(j), notes)
                   for j, (name, codec) in enumerate(zip(self.names, self.codecs, strict=True))]
         array = pa.StructArray.from_arrays(arrays, fields=list(self.arrow_type))
-        return ConvertedImages(array, _notes_array(notes, n), self._unchanged(framed, n), notes)
+        return ConvertedImages(array, _notes_array(notes, n, self.relation.qualified_name), self._unchanged(framed, n), notes)
 
     def to_arrow(self, images: Sequence[RowImage | None]) -> pa.StructArray:
         return self.convert(images).array
@@ -152,7 +152,8 @@ class RowImageConverter:
         offsets = np.zeros(n + 1, dtype=np.int32)
         np.cumsum(counts, out=offsets[1:])
         names = np.array(self.names, dtype=object)[np.nonzero(hit)[1]]
-        return pa.ListArray.from_arrays(with_mask(offsets, None, pa.int32()), string_array(names.tolist()))
+        return pa.ListArray.from_arrays(with_mask(offsets, None, pa.int32()), string_array(
+            names.tolist(), f"the unchanged-TOAST column names of {self.relation.qualified_name}"))
 
     @staticmethod
     def _column(name: str, codec: Codec, col: Column, notes: dict[int, Notes]) -> pa.Array:
@@ -183,7 +184,7 @@ class RowImageConverter:
             for codec, k, raw in zip(self.codecs, image.kinds, image.values, strict=True))
 
 
-def _notes_array(notes: dict[int, Notes], n: int) -> pa.MapArray:
+def _notes_array(notes: dict[int, Notes], n: int, what: str) -> pa.MapArray:
     """map<string,string> per row from the sparse notes, without a Python object per empty row."""
     counts = np.zeros(n, dtype=np.int32)
     keys: list[str] = []
@@ -194,4 +195,5 @@ def _notes_array(notes: dict[int, Notes], n: int) -> pa.MapArray:
         items.extend(notes[i].values())
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(counts, out=offsets[1:])
-    return pa.MapArray.from_arrays(with_mask(offsets, None, pa.int32()), string_array(keys), string_array(items))
+    return pa.MapArray.from_arrays(with_mask(offsets, None, pa.int32()), string_array(keys, f"{what}: value-note paths"),
+                                   string_array(items, f"{what}: value-note texts"))

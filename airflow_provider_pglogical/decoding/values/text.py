@@ -9,7 +9,7 @@ import uuid
 import pyarrow as pa
 
 from airflow_provider_pglogical.decoding.values.codec import Codec, Notes, decode_text, expect_len
-from airflow_provider_pglogical.decoding.values.vector import KIND_BINARY, KIND_TEXT, Column, varlena
+from airflow_provider_pglogical.decoding.values.vector import KIND_BINARY, KIND_TEXT, Column, uuid_strings, varlena
 from airflow_provider_pglogical.exceptions import DecodeError
 
 
@@ -107,6 +107,9 @@ class UuidCodec(Codec):
 
     def arrow_from_text(self, text: str, notes: Notes, path: str) -> str:
         return str(self.from_text(text))
+
+    def arrow_column(self, col: Column) -> pa.Array | None:
+        return uuid_strings(col, "a uuid column")
 
 
 _BITLEN = struct.Struct("!i")  # bit length, then ceil(len/8) bytes MSB-first

@@ -119,26 +119,32 @@ def with_mask(values: np.ndarray, mask: np.ndarray | None, arrow_type: pa.DataTy
                                  null_count=nulls)
 
 
-def string_array(values: Sequence[str]) -> pa.Array:
+def string_array(values: Sequence[str], what: str) -> pa.Array:
     """A string array of ``values`` (no nulls), built from buffers: ``pa.array(list)`` would import pandas
-    on its first call in a process (1–4.5 s in a snapshot reader under load)."""
+    on its first call in a process (1–4.5 s in a snapshot reader under load). ``what``: the array, for errors."""
     encoded = [v.encode() for v in values]
     offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=offsets[1:])
-    if offsets[-1] > _INT32_MAX:
-        raise DecodeError("strings over 2 GiB in one array")
+    check_string_bytes(int(offsets[-1]), len(encoded), what)
     return pa.Array.from_buffers(pa.string(), len(encoded), [None, pa.py_buffer(offsets.astype(np.int32)),
                                                              pa.py_buffer(b"".join(encoded))], null_count=0)
 
 
-def repeated_string(value: str, n: int) -> pa.Array:
+def repeated_string(value: str, n: int, what: str) -> pa.Array:
     """``value`` n times as a string array (no nulls), from buffers (see ``string_array``)."""
     raw = value.encode()
     offsets = np.arange(n + 1, dtype=np.int64) * len(raw)
-    if offsets[-1] > _INT32_MAX:
-        raise DecodeError("strings over 2 GiB in one array")
+    check_string_bytes(int(offsets[-1]), n, what)
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets.astype(np.int32)),
                                                   pa.py_buffer(raw * n)], null_count=0)
+
+
+def check_string_bytes(total: int, n: int, what: str) -> None:
+    """An Arrow string array's 32-bit offsets hold 2 GiB; its entries' count bounds its size, and the decode's
+    ``row_group_rows`` bounds that count (a snapshot's row groups are bounded by their COPY bytes as well)."""
+    if total > _INT32_MAX:
+        raise DecodeError(f"{what}: {total} bytes in {n} entries, over the 2 GiB one Arrow string array holds; "
+                          "stage fewer rows per row group (the decode's row_group_rows)")
 
 
 def validity_buffer(valid: np.ndarray) -> pa.Buffer | None:
@@ -173,3 +179,30 @@ def varlena(col: Column, arrow_type: pa.DataType, skip: int = 0) -> pa.Array:
         except pa.ArrowInvalid:
             raise DecodeError("text value is not valid utf-8") from None
     return arr
+
+
+_HEX = np.frombuffer(b"".join(b"%02x" % i for i in range(256)), dtype=np.uint8).reshape(256, 2)
+# where the 32 hex digits of a uuid go in its 36-character form (hyphens at 8, 13, 18, 23)
+_UUID_DIGITS = np.array([i for i in range(36) if i not in (8, 13, 18, 23)])
+_UUID_TEMPLATE = np.frombuffer(b"00000000-0000-0000-0000-000000000000", dtype=np.uint8)
+
+
+def uuid_strings(col: Column, what: str) -> pa.Array | None:
+    """16-byte binary uuids as their canonical lower-case 36-character strings (``str(uuid.UUID)``), from buffers.
+
+    None when the column has text values or a value of another size: the per-value path raises the precise error.
+    """
+    if col.has(KIND_TEXT):
+        return None
+    valid = col.kinds == KIND_BINARY
+    if (col.lengths[valid] != 16).any():
+        return None
+    n, m = len(col), int(valid.sum())
+    check_string_bytes(36 * m, m, what)
+    digits = _HEX[col.buf[col.starts[valid][:, None] + np.arange(16)]].reshape(m, 32)  # 2 hex digits per byte
+    text = np.tile(_UUID_TEMPLATE, (m, 1))
+    text[:, _UUID_DIGITS] = digits
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(np.where(valid, 36, 0), out=offsets[1:])
+    return pa.Array.from_buffers(pa.string(), n, [validity_buffer(valid), pa.py_buffer(offsets),
+                                                  pa.py_buffer(text.tobytes())], null_count=n - m)

@@ -1,17 +1,24 @@
-"""Arrays built from buffers (``vector.string_array``, ``repeated_string``, ``with_mask``) equal what ``pa.array``
+"""Arrays built from buffers (``vector.string_array``, ``repeated_string``, ``with_mask``, ``uuid_strings``) equal what ``pa.array``
 builds from the same Python values (the reference), and never import pandas (``pa.array`` does on first use)."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
+import uuid
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_pglogical.decoding.values.vector import repeated_string, string_array, with_mask
+from airflow_provider_pglogical.decoding.values import vector
+from airflow_provider_pglogical.decoding.values.text import UuidCodec
+from airflow_provider_pglogical.decoding.values.vector import Column, repeated_string, string_array, with_mask
+from airflow_provider_pglogical.exceptions import DecodeError
+from airflow_provider_pglogical.staging.drain import DrainConfig
 
 text = st.text(st.characters(codec="utf-8"), max_size=12)
 
@@ -19,7 +26,7 @@ text = st.text(st.characters(codec="utf-8"), max_size=12)
 @settings(max_examples=300, deadline=None)
 @given(st.lists(text, max_size=30))
 def test_string_array_equals_pa_array(values):
-    built = string_array(values)
+    built = string_array(values, "values")
     built.validate(full=True)
     assert built.equals(pa.array(values, type=pa.string()))
 
@@ -27,24 +34,73 @@ def test_string_array_equals_pa_array(values):
 @settings(max_examples=200, deadline=None)
 @given(text, st.integers(0, 50))
 def test_repeated_string_equals_pa_array(value, n):
-    built = repeated_string(value, n)
+    built = repeated_string(value, n, "values")
     built.validate(full=True)
     assert built.equals(pa.array([value] * n, type=pa.string()))
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(-2**63, 2**63 - 1), max_size=30),
-       st.sampled_from([pa.int64(), pa.timestamp("us", tz="UTC")]))
-def test_with_mask_equals_pa_array(values, arrow_type):
-    built = with_mask(np.array(values, dtype=np.int64), None, arrow_type)
-    assert built.equals(pa.array(np.array(values, dtype=np.int64)).cast(arrow_type))
+# The types the snapshot sink and the converter build with ``with_mask``, and the numpy arrays they pass.
+WITH_MASK_TYPES = {pa.int64(): (st.integers(-2**63, 2**63 - 1), np.int64),
+                   pa.timestamp("us", tz="UTC"): (st.integers(-2**63, 2**63 - 1), np.int64),
+                   pa.int32(): (st.integers(-2**31, 2**31 - 1), np.int32),
+                   pa.bool_(): (st.booleans(), np.bool_)}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_with_mask_equals_pa_array(data):
+    arrow_type = data.draw(st.sampled_from(list(WITH_MASK_TYPES)))
+    strategy, dtype = WITH_MASK_TYPES[arrow_type]
+    values = data.draw(st.lists(strategy, max_size=30))
+    mask = data.draw(st.none() | st.lists(st.booleans(), min_size=len(values), max_size=len(values)))
+    built = with_mask(np.array(values, dtype=dtype), None if mask is None else np.array(mask, dtype=bool), arrow_type)
+    built.validate(full=True)
+    expected = pa.array(values if mask is None else [None if m else v for v, m in zip(values, mask, strict=True)],
+                        type=arrow_type)
+    assert built.equals(expected)
+    def plain(array: pa.Array) -> list:  # the values (timestamps as their µs: not all fit a datetime)
+        return (array.cast(pa.int64()) if pa.types.is_timestamp(array.type) else array).to_pylist()
+
+    assert plain(built) == plain(expected) == [None if mask and mask[i] else v for i, v in enumerate(values)]
+
+
+def test_an_array_over_2_gib_names_itself_and_the_setting_that_bounds_it(monkeypatch):
+    """The error names the array and a setting that exists: the decode's ``row_group_rows`` (``DrainConfig``, the
+    decode operator's argument), which bounds how many entries one array holds."""
+    monkeypatch.setattr(vector, "_INT32_MAX", 4)
+    with pytest.raises(DecodeError, match=r"^public\.t: value-note paths: 5 bytes in 2 entries, over the 2 GiB one "
+                                          r"Arrow string array holds; .*\(the decode's row_group_rows\)$"):
+        string_array(["abc", "de"], "public.t: value-note paths")
+    with pytest.raises(DecodeError, match=r"^public\.t: op: 5 bytes in 5 entries.*row_group_rows"):
+        repeated_string("I", 5, "public.t: op")
+    assert "row_group_rows" in {f.name for f in dataclasses.fields(DrainConfig)}
 
 
 def test_builders_do_not_import_pandas():
     code = ("import sys, numpy as np, pyarrow as pa\n"
             "from airflow_provider_pglogical.decoding.values.vector import repeated_string, string_array, with_mask\n"
-            "string_array(['a', 'é']); string_array([]); repeated_string('I', 3)\n"
-            "with_mask(np.ones(3, dtype=bool), None, pa.bool_())\n"
+            "string_array(['a', 'é'], 'a'); string_array([], 'b'); repeated_string('I', 3, 'c')\n"
+            "with_mask(np.ones(3, dtype=bool), np.array([True, False, False]), pa.bool_())\n"
+            "with_mask(np.ones(3, dtype=np.int32), None, pa.int32())\n"
             "print('pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.just("u"), st.binary(min_size=16, max_size=16)), max_size=30))
+def test_uuid_strings_equal_pa_array_of_the_per_value_codec(values):
+    """The uuid column built from buffers equals ``pa.array`` of the codec's per-value strings (``str(uuid.UUID)``);
+    'n' and 'u' rows are nulls."""
+    kinds = "".join("n" if v is None else "u" if v == "u" else "b" for v in values)
+    col = Column.from_raws(kinds, [v if isinstance(v, bytes) else None for v in values])
+    built = UuidCodec().arrow_column(col)
+    assert built is not None
+    built.validate(full=True)
+    expected = pa.array([str(uuid.UUID(bytes=v)) if isinstance(v, bytes) else None for v in values], type=pa.string())
+    assert built.equals(expected)
+
+
+def test_uuid_strings_leave_text_values_and_wrong_sizes_to_the_per_value_path():
+    assert UuidCodec().arrow_column(Column.from_raws("bt", [bytes(16), b"0" * 36])) is None
+    assert UuidCodec().arrow_column(Column.from_raws("b", [bytes(15)])) is None
