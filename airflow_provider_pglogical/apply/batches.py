@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import reduce
 from typing import TYPE_CHECKING
 
-from airflow_provider_pglogical.apply import executor_reads, sparkenv
+from airflow_provider_pglogical.apply import executor_reads
 from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand, session_of
 from airflow_provider_pglogical.apply.staged_arrow import spark_readable, to_spark_arrow
 from airflow_provider_pglogical.exceptions import StagingError
@@ -61,8 +61,9 @@ class Batch:
     manifest: Manifest
     # Row-change files as the executors found them (``executor_reads.survey``), for staging the driver does not read.
     surveyed: dict[str, executor_reads.SurveyedFile] = field(default_factory=dict, compare=False, repr=False)
-    # The Spark master the apply runs with (None: not known, so not this machine): ``readable_here`` decides with it.
-    master: str | None = None
+    # Whether the apply's Spark runs on this machine (``sparkenv.session_is_local``, decided once by the caller; the
+    # master's URL is not kept: a Spark Connect URL may carry a token). ``readable_here`` decides with it.
+    local_master: bool = False
 
     @property
     def start_lsn(self) -> int:
@@ -80,7 +81,7 @@ class Batch:
     @property
     def here(self) -> bool:
         """Whether this process reads the batch's staged files itself (``readable_here``)."""
-        return readable_here(self.uri, self.master)
+        return readable_here(self.uri, self.local_master)
 
     @property
     def table_files(self) -> dict[str, tuple[str, ...]]:
@@ -92,11 +93,11 @@ class Batch:
         return self.manifest.truncates
 
 
-def list_batches(staging_root: str, slot: str, master: str | None = None) -> list[Batch]:
-    """Visible batches of ``slot`` in LSN order; StagingError on a gap or an overlap between them. ``master``:
-    the Spark master of the apply (``readable_here``)."""
+def list_batches(staging_root: str, slot: str, local_master: bool = False) -> list[Batch]:
+    """Visible batches of ``slot`` in LSN order; StagingError on a gap or an overlap between them. ``local_master``:
+    whether the apply's Spark runs on this machine (``readable_here``)."""
     reader = StagingReader.from_uri(staging_root, slot)
-    return [Batch(reader, ref, reader.manifest(ref), master=master) for ref in reader.batches()]
+    return [Batch(reader, ref, reader.manifest(ref), local_master=local_master) for ref in reader.batches()]
 
 
 def read_relation_versions(batch: Batch) -> dict[str, list[tuple[int, RelationInfo]]]:
@@ -113,13 +114,14 @@ def read_truncates(batch: Batch) -> list[TruncateEvent]:
     return batch.reader.truncates(batch.ref, batch.manifest)
 
 
-def readable_here(uri: str, master: str | None) -> bool:
+def readable_here(uri: str, local_master: bool) -> bool:
     """Whether this process may read the staged files under ``uri`` itself (with the staging area's pyarrow
     filesystem): local staging, or staging on an object store when Spark's ``master`` is local — the driver would be
     this machine anyway, so its reads funnel nothing through one host that the executors would have spread. On
     any other master (standalone, yarn, k8s, a Spark Connect server) object-store files are opened by the executors
-    only (``executor_reads``), and the driver reads no row-change file. ``master`` None: not known, not local."""
-    return is_local(uri) or sparkenv.is_local(master)
+    only (``executor_reads``), and the driver reads no row-change file. ``local_master``: whether the master is
+    local (``sparkenv.session_is_local``); a master not known is not."""
+    return is_local(uri) or local_master
 
 
 def read_by_executors(batch: Batch) -> bool:

@@ -300,7 +300,7 @@ class SnapshotChanges:
             return None
         snap = self.uris[table.source]
         return direct.snapshot_files(table, snap.uri, snap.files, has_notes=snap.has_notes, row_filter=snap.row_filter,
-                                     master=self.on_demand.master)
+                                     local_master=self.on_demand.local_master)
 
     def net(self, table: PlannedTable) -> DataFrame:
         uri, files = self.uris[table.source].uri, self.uris[table.source].files
