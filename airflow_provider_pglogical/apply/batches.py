@@ -134,8 +134,9 @@ def read_by_executors(batch: Batch) -> bool:
 def verify(spark: SparkSession | SparkOnDemand, batch: Batch) -> None:
     """Refuse a batch whose files are not what its manifest records (``StagingReader.verify``), before a target
     sees any of it. Staging read by the executors has its row-change files hashed there (``executor_reads.survey``,
-    kept on the batch for the reads); the driver reads only the small metadata files. Local staging is hashed
-    here, so a session on demand is not started for it."""
+    kept on the batch for the reads); the driver reads only the small metadata files. Staging this process reads
+    (``readable_here``: local, or on an object store with a local master) is hashed here, so a session on demand
+    is not started for it."""
     if read_by_executors(batch):
         files = sorted({f for fs in batch.table_files.values() for f in fs})
         batch.surveyed.update(executor_reads.survey(session_of(spark), batch.uri, [f for f in files if f not in batch.surveyed]))
@@ -195,10 +196,10 @@ def read_changes(spark: SparkSession, batch: Batch, table: str) -> DataFrame:
     except a column the source added with a ``DEFAULT``: rows staged before its ``ADD COLUMN``
     read that default on the source, so their new image gets it (``_with_source_defaults``).
     The exactness notes come along (``apply/notes.py``).
-    A staging root on an object store (``s3://``) is read with pyarrow on the driver (the staging
-    layout's filesystem, credentials from the environment) and handed to Spark as Arrow, because
-    Spark's own s3a reader needs hadoop-aws jars that are not installed (docs/delta.md). Both routes give
-    the same Spark types and values (``_read_file``).
+    A staging root on an object store (``s3://``) is read with pyarrow by Spark's executors
+    (``executor_reads``; a file with a TIME column by pyarrow on the driver), because Spark's own s3a reader
+    needs hadoop-aws jars that are not installed (docs/delta.md); with a local master the footers they need
+    are read here. Both routes give the same Spark types and values (``_read_file``).
     """
     files = batch.table_files.get(table, ())
     if not files:
