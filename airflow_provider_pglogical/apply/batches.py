@@ -247,10 +247,7 @@ def _footer(spark: SparkSession, batch: Batch, relative: str) -> tuple[pa.Schema
         if found.schema is None:  # verified above: an unreadable file never gets here
             raise StagingError(f"{batch.ref.label}: {relative} has no schema")
         return found.schema, found.row_groups
-    import pyarrow.parquet as pq
-
-    footer = pq.ParquetFile(f"{batch.ref.path}/{relative}", filesystem=batch.reader.layout.fs)
-    return footer.schema_arrow, footer.metadata.num_row_groups
+    return batch.reader.footer(batch.ref, relative)
 
 
 def read_local_parquet(spark: SparkSession, uri: str, files: Sequence[str]) -> DataFrame:
