@@ -29,6 +29,7 @@ from airflow_provider_pglogical.apply.targets.postgres import arrowtext
 from airflow_provider_pglogical.apply.targets.postgres.copy import copy_chunks
 from airflow_provider_pglogical.apply.targets.postgres.target_types import ARRAY, SCALAR, PgType
 from airflow_provider_pglogical.exceptions import ApplyError
+from airflow_provider_pglogical.staging.layout import is_local_filesystem
 
 CHUNK_ROWS = 65_536
 
@@ -52,7 +53,7 @@ class DirectPlan:
     @property
     def local(self) -> bool:
         """Whether the files are local paths (an executor's task may be handed them as they are)."""
-        return self.filesystem is None or isinstance(self.filesystem, pafs.LocalFileSystem)
+        return is_local_filesystem(self.filesystem)
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled only to be handed to Spark's tasks, which only local files may be: a plan on an object store holds
