@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import reduce
 from typing import TYPE_CHECKING
 
-from airflow_provider_pglogical.apply import executor_reads, sparkenv
+from airflow_provider_pglogical.apply import executor_reads
 from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand, session_of
 from airflow_provider_pglogical.apply.staged_arrow import spark_readable, to_spark_arrow
 from airflow_provider_pglogical.exceptions import StagingError
@@ -61,8 +61,9 @@ class Batch:
     manifest: Manifest
     # Row-change files as the executors found them (``executor_reads.survey``), for staging the driver does not read.
     surveyed: dict[str, executor_reads.SurveyedFile] = field(default_factory=dict, compare=False, repr=False)
-    # The Spark master the apply runs with (None: not known, so not this machine): ``readable_here`` decides with it.
-    master: str | None = None
+    # Whether the apply's Spark runs on this machine (``sparkenv.session_is_local``, decided once by the caller; the
+    # master's URL is not kept: a Spark Connect URL may carry a token). ``readable_here`` decides with it.
+    local_master: bool = False
 
     @property
     def start_lsn(self) -> int:
@@ -80,7 +81,7 @@ class Batch:
     @property
     def here(self) -> bool:
         """Whether this process reads the batch's staged files itself (``readable_here``)."""
-        return readable_here(self.uri, self.master)
+        return readable_here(self.uri, self.local_master)
 
     @property
     def table_files(self) -> dict[str, tuple[str, ...]]:
@@ -92,11 +93,11 @@ class Batch:
         return self.manifest.truncates
 
 
-def list_batches(staging_root: str, slot: str, master: str | None = None) -> list[Batch]:
-    """Visible batches of ``slot`` in LSN order; StagingError on a gap or an overlap between them. ``master``:
-    the Spark master of the apply (``readable_here``)."""
+def list_batches(staging_root: str, slot: str, local_master: bool = False) -> list[Batch]:
+    """Visible batches of ``slot`` in LSN order; StagingError on a gap or an overlap between them. ``local_master``:
+    whether the apply's Spark runs on this machine (``readable_here``)."""
     reader = StagingReader.from_uri(staging_root, slot)
-    return [Batch(reader, ref, reader.manifest(ref), master=master) for ref in reader.batches()]
+    return [Batch(reader, ref, reader.manifest(ref), local_master=local_master) for ref in reader.batches()]
 
 
 def read_relation_versions(batch: Batch) -> dict[str, list[tuple[int, RelationInfo]]]:
@@ -113,13 +114,14 @@ def read_truncates(batch: Batch) -> list[TruncateEvent]:
     return batch.reader.truncates(batch.ref, batch.manifest)
 
 
-def readable_here(uri: str, master: str | None) -> bool:
+def readable_here(uri: str, local_master: bool) -> bool:
     """Whether this process may read the staged files under ``uri`` itself (with the staging area's pyarrow
     filesystem): local staging, or staging on an object store when Spark's ``master`` is local — the driver would be
     this machine anyway, so its reads funnel nothing through one host that the executors would have spread. On
     any other master (standalone, yarn, k8s, a Spark Connect server) object-store files are opened by the executors
-    only (``executor_reads``), and the driver reads no row-change file. ``master`` None: not known, not local."""
-    return is_local(uri) or sparkenv.is_local(master)
+    only (``executor_reads``), and the driver reads no row-change file. ``local_master``: whether the master is
+    local (``sparkenv.session_is_local``); a master not known is not."""
+    return is_local(uri) or local_master
 
 
 def read_by_executors(batch: Batch) -> bool:
@@ -132,8 +134,9 @@ def read_by_executors(batch: Batch) -> bool:
 def verify(spark: SparkSession | SparkOnDemand, batch: Batch) -> None:
     """Refuse a batch whose files are not what its manifest records (``StagingReader.verify``), before a target
     sees any of it. Staging read by the executors has its row-change files hashed there (``executor_reads.survey``,
-    kept on the batch for the reads); the driver reads only the small metadata files. Local staging is hashed
-    here, so a session on demand is not started for it."""
+    kept on the batch for the reads); the driver reads only the small metadata files. Staging this process reads
+    (``readable_here``: local, or on an object store with a local master) is hashed here, so a session on demand
+    is not started for it."""
     if read_by_executors(batch):
         files = sorted({f for fs in batch.table_files.values() for f in fs})
         batch.surveyed.update(executor_reads.survey(session_of(spark), batch.uri, [f for f in files if f not in batch.surveyed]))
@@ -193,10 +196,10 @@ def read_changes(spark: SparkSession, batch: Batch, table: str) -> DataFrame:
     except a column the source added with a ``DEFAULT``: rows staged before its ``ADD COLUMN``
     read that default on the source, so their new image gets it (``_with_source_defaults``).
     The exactness notes come along (``apply/notes.py``).
-    A staging root on an object store (``s3://``) is read with pyarrow on the driver (the staging
-    layout's filesystem, credentials from the environment) and handed to Spark as Arrow, because
-    Spark's own s3a reader needs hadoop-aws jars that are not installed (docs/delta.md). Both routes give
-    the same Spark types and values (``_read_file``).
+    A staging root on an object store (``s3://``) is read with pyarrow by Spark's executors
+    (``executor_reads``; a file with a TIME column by pyarrow on the driver), because Spark's own s3a reader
+    needs hadoop-aws jars that are not installed (docs/delta.md); with a local master the footers they need
+    are read here. Both routes give the same Spark types and values (``_read_file``).
     """
     files = batch.table_files.get(table, ())
     if not files:
@@ -244,10 +247,7 @@ def _footer(spark: SparkSession, batch: Batch, relative: str) -> tuple[pa.Schema
         if found.schema is None:  # verified above: an unreadable file never gets here
             raise StagingError(f"{batch.ref.label}: {relative} has no schema")
         return found.schema, found.row_groups
-    import pyarrow.parquet as pq
-
-    footer = pq.ParquetFile(f"{batch.ref.path}/{relative}", filesystem=batch.reader.layout.fs)
-    return footer.schema_arrow, footer.metadata.num_row_groups
+    return batch.reader.footer(batch.ref, relative)
 
 
 def read_local_parquet(spark: SparkSession, uri: str, files: Sequence[str]) -> DataFrame:

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import reduce
 
+import pyarrow.fs as pafs
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -252,6 +253,10 @@ class SnapshotFiles:
     files: tuple[str, ...]  # chunk files, relative to ``uri``
     row_filter: str | None = None  # the filter the source evaluated (manifest ``row_filter``)
     has_notes: bool = True  # whether any value carries an exactness note (then values are folded)
+    # The staging area's filesystem and the directory's path in it (``SnapshotLayout``: the credentials resolved
+    # once), for this process's own reads (``direct.snapshot_files``); None: the URI's own.
+    filesystem: pafs.FileSystem | None = dataclasses.field(default=None, compare=False, repr=False)
+    path: str | None = None
 
 
 class SnapshotChanges:
@@ -300,7 +305,8 @@ class SnapshotChanges:
             return None
         snap = self.uris[table.source]
         return direct.snapshot_files(table, snap.uri, snap.files, has_notes=snap.has_notes, row_filter=snap.row_filter,
-                                     master=self.on_demand.master)
+                                     local_master=self.on_demand.local_master,
+                                     staged_in=(snap.filesystem, snap.path) if snap.filesystem and snap.path else None)
 
     def net(self, table: PlannedTable) -> DataFrame:
         uri, files = self.uris[table.source].uri, self.uris[table.source].files

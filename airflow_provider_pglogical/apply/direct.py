@@ -59,7 +59,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from airflow_provider_pglogical.apply import filter_eval, kernels, published
-from airflow_provider_pglogical.apply.batches import Batch, has_value_notes, keys_never_repeat, readable_here
+from airflow_provider_pglogical.apply.batches import Batch, has_value_notes, is_local, keys_never_repeat, readable_here
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import DirectNet, DirectRows, PlannedTable
 from airflow_provider_pglogical.exceptions import ApplyError, RowFilterError
@@ -175,12 +175,13 @@ def plain_table(table: PlannedTable) -> bool:
             and table.update_delete_problem is None and plain_config(table.config))
 
 
-def may_cover(config: ApplyConfig, master: str | None = None) -> bool:
-    """Whether the direct path may cover a whole run of ``config`` on Spark ``master``, judged before anything is
+def may_cover(config: ApplyConfig, local_master: bool = False) -> bool:
+    """Whether the direct path may cover a whole run of ``config`` (``local_master``: whether Spark's master is on
+    this machine, ``sparkenv.session_is_local``), judged before anything is
     staged: staging this process reads (``batches.readable_here``: local, or any with a local master) and every
     configured table (selections too) plain by its configuration, none routing leaf partitions to its root. False
     means Spark will surely be needed; True only that it may not be (a batch's files decide)."""
-    return (enabled() and readable_here(config.staging_root, master)
+    return (enabled() and readable_here(config.staging_root, local_master)
             and all(plain_config(cfg) and cfg.leaves == "own" for cfg in config.tables.values()))
 
 
@@ -272,16 +273,20 @@ def plain_snapshot(table: PlannedTable, *, has_notes: bool, row_filter: str | No
 
 
 def snapshot_files(table: PlannedTable, uri: str, files: Sequence[str], *, has_notes: bool,
-                   row_filter: str | None, master: str | None = None) -> DirectRows | None:
+                   row_filter: str | None, local_master: bool = False,
+                   staged_in: tuple[pafs.FileSystem, str] | None = None) -> DirectRows | None:
     """A snapshot table's files (under ``uri``) when its rows are their ``new`` images as they are
-    (``plain_snapshot``) and this process reads them on Spark ``master`` (``batches.readable_here``), so a target
-    may print them itself: local paths, or paths of the staging area's filesystem; None otherwise."""
-    if table.parts or not enabled() or not files or not readable_here(uri, master):
+    (``plain_snapshot``) and this process reads them (``batches.readable_here``: ``local_master`` tells whether
+    Spark's master is on this machine), so a target
+    may print them itself: local paths, or paths of the staging area's filesystem; None otherwise. ``staged_in``:
+    that filesystem and the directory's path in it, as the snapshot's layout resolved them (else from ``uri``)."""
+    if table.parts or not enabled() or not files or not readable_here(uri, local_master):
         return None
     if not plain_snapshot(table, has_notes=has_notes, row_filter=row_filter):
         return None
-    if "://" in uri and not uri.startswith("file://"):
-        fs, root = resolve_filesystem(uri)  # the staging area's credentials (registered, or the environment's)
+    if not is_local(uri):
+        # the staging area's credentials (registered, or the environment's)
+        fs, root = staged_in if staged_in is not None else resolve_filesystem(uri)
         return DirectRows(tuple(f"{root}/{f}" for f in files), fs)
     root = urlparse(uri).path if uri.startswith("file://") else uri
     return DirectRows(tuple(f"{root}/{f}" for f in files))

@@ -1,6 +1,8 @@
 """Staged files read by the executors themselves: the driver plans, the executors open, hash and read the files.
 
-Staging on an object store (``s3://``, ``gs://``, ``abfs://``…) is read where Spark runs, not on the driver: on a cluster, or over
+Staging on an object store (``s3://``, ``gs://``, ``abfs://``…) with a master that is not local
+(``batches.readable_here``; with a local master this process reads it itself) is read where Spark runs, not on the
+driver: on a cluster, or over
 Spark Connect, the driver is one machine (or a thin client) and must not be the funnel every staged byte goes
 through. The driver reads only what planning needs: manifests and the small metadata files beside them
 (relations, truncates, transactions). Every row-change file is opened by an executor, with the filesystem

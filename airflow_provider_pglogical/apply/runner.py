@@ -83,7 +83,7 @@ def apply_slot(spark: SparkSession | SparkOnDemand, config: ApplyConfig, dsn: st
     """
     spark = SparkOnDemand.of(spark)
     spark.conf(READ_CONF)
-    batches = list_batches(config.staging_root, config.slot, spark.master)
+    batches = list_batches(config.staging_root, config.slot, spark.local_master)
     if config.max_batches is not None:
         batches = batches[: config.max_batches]
     if target is None:

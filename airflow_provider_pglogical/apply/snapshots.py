@@ -193,10 +193,10 @@ def pending_snapshots(config: ApplyConfig, target: Target,
         uri = _uri(layout, ref.path)
         # A routed partitioned table's snapshot has one part per leaf: files keyed by the leaf.
         snaps = {p["table"]: SnapshotFiles(uri, tuple(p["files"]), p.get("row_filter"),
-                                           snapshot_has_notes(layout, ref.path, p["files"]))
+                                           snapshot_has_notes(layout, ref.path, p["files"]), layout.fs, ref.path)
                  for p in manifest.parts} or \
             {source: SnapshotFiles(uri, tuple(manifest.files), manifest.row_filter,
-                                   snapshot_has_notes(layout, ref.path, manifest.files))}
+                                   snapshot_has_notes(layout, ref.path, manifest.files), layout.fs, ref.path)}
         groups.setdefault(ref.lsn, []).append((source, cfg, manifest, snaps))
     out = []
     fks = target.foreign_keys()

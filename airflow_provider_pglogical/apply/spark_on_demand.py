@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from airflow_provider_pglogical.apply.sparkenv import is_connect
+from airflow_provider_pglogical.apply.sparkenv import is_connect, is_local
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -26,16 +26,17 @@ class SparkOnDemand:
 
     ``running``: whether a start is already under way elsewhere (a session started during the drain), which
     ``started`` reports as started: a step that may either use Spark or not then uses the running session as it
-    did before. ``conf`` settings are set on the session when it starts, or at once when it runs. ``master``: the
-    master the session runs (or would run) on, None when not known — whether this process may read staged files
-    on an object store itself (``batches.readable_here``).
+    did before. ``conf`` settings are set on the session when it starts, or at once when it runs. ``local_master``:
+    whether the session runs (or would run) on this machine (``sparkenv.session_is_local``), so this process may
+    read staged files on an object store itself (``batches.readable_here``). Only that bool is kept, never the
+    master's URL (a Spark Connect URL may carry a token).
     """
 
     def __init__(self, start: Callable[[], SparkSession], *, running: Callable[[], bool] | None = None,
-                 master: str | None = None) -> None:
+                 local_master: bool = False) -> None:
         self._start = start
         self._running = running
-        self.master = master
+        self.local_master = local_master
         self._session: SparkSession | None = None
         self._settings: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -47,7 +48,7 @@ class SparkOnDemand:
         if isinstance(spark, SparkOnDemand):
             return spark
         # A Connect client's driver is its server, wherever that runs: not known to be this machine.
-        found = cls(lambda: spark, master=None if is_connect(spark) else spark.sparkContext.master)
+        found = cls(lambda: spark, local_master=not is_connect(spark) and is_local(spark.sparkContext.master))
         found._session = spark
         found._activated.add(threading.get_ident())
         return found

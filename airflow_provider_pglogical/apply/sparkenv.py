@@ -10,6 +10,7 @@ that starts Spark goes through this module. A user's own ``PYSPARK_PYTHON`` alwa
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from collections.abc import Mapping
@@ -26,15 +27,31 @@ SPARK_CONNECT_SCHEME = "sc://"  # a Spark Connect server's URL (``sc://host:port
 # Local Spark talks to itself only: bind to loopback instead of whatever the hostname resolves to
 # (an unresolvable container hostname would otherwise stop the driver from starting).
 LOCAL_DRIVER_CONF = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+_CONNECT_TOKEN = re.compile(r"(;\s*token\s*=)[^;]*", re.IGNORECASE)  # a Connect URL's parameters: /;key=value;…
 
 
 def is_local(master: str | None) -> bool:
-    return (master or "").startswith("local")
+    """Whether ``master`` runs Spark on this machine: ``local``, ``local[N]``, ``local[*]`` and ``local-cluster[…]``
+    (executors in JVMs of their own, still on this machine). Host names that merely start with "local"
+    (``localhost``, ``local-spark.corp``, a standalone ``local:7077``) are not."""
+    return master == "local" or (master or "").startswith(("local[", "local-cluster["))
+
+
+def session_is_local(master: str | None, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether a session asked for with ``master`` runs on this machine: a local master, and no ``SPARK_REMOTE`` in
+    the environment (pyspark then builds a Spark Connect client whatever the master says)."""
+    environ = os.environ if environ is None else environ
+    return is_local(master) and "SPARK_REMOTE" not in environ
 
 
 def is_remote(master: str | None) -> bool:
     """Whether ``master`` is a Spark Connect URL (the session is a client; no JVM in this process)."""
     return (master or "").startswith(SPARK_CONNECT_SCHEME)
+
+
+def redacted(master: str | None) -> str:
+    """``master`` fit for a log line: a Spark Connect URL's ``token`` parameter (``sc://h:p/;token=…``) masked."""
+    return _CONNECT_TOKEN.sub(r"\1***", master or "")
 
 
 def package_python_env(environ: Mapping[str, str] | None = None, python: str | None = None) -> dict[str, str]:

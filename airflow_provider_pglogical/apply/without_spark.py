@@ -21,6 +21,7 @@ from airflow_provider_pglogical.apply import planning, snapshots
 from airflow_provider_pglogical.apply.batches import list_batches, read_relations, read_truncates
 from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
+from airflow_provider_pglogical.apply.sparkenv import session_is_local
 from airflow_provider_pglogical.apply.targets.base import BatchReport
 from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget
 
@@ -55,7 +56,7 @@ def apply_without_spark(config: ApplyConfig, dsn: str, *, master: str | None = N
     needs Spark. A run with nothing to apply does not open the runner at all (its validation of row filters
     would ask for Spark): it reports every listed batch as not applied, as the runner does. ``master``: the master
     the rest would be submitted to (a local one lets this process read staging on an object store itself,
-    ``batches.readable_here``; None: not known)."""
+    ``batches.readable_here``; None: not known, not local)."""
     result = WithoutSparkResult()
 
     def seen(report: BatchReport) -> None:
@@ -72,7 +73,7 @@ def apply_without_spark(config: ApplyConfig, dsn: str, *, master: str | None = N
     from airflow_provider_pglogical.apply.runner import apply_slot
 
     try:
-        result.summary = apply_slot(SparkOnDemand(_refuse, master=master), config, dsn, on_batch=seen)
+        result.summary = apply_slot(SparkOnDemand(_refuse, local_master=session_is_local(master)), config, dsn, on_batch=seen)
     except Exception as exc:
         if not _needed_spark(exc):
             raise

@@ -235,8 +235,12 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
         config = parse_args(self.application_arguments())  # the submitted app's own reading of its arguments
         # The variables the submitted app would get (``env_vars``: libpq's PGOPTIONS, PGSSLMODE…) hold here too, so
         # both routes reach the target alike.
+        from airflow_provider_pglogical.apply.batches import is_local as local_staging
+
+        # Local staging is read here whatever the master: no connection to look up for it.
+        master = None if local_staging(config.staging_root) else self._known_master()
         with _environment(self.env_vars or {}):
-            result = apply_without_spark(config, connection_dsn(self.target_conn_id), master=self._known_master(),
+            result = apply_without_spark(config, connection_dsn(self.target_conn_id), master=master,
                                          on_batch=lambda r: reports.append(json.loads(report_line(r))))
         applied = sum(bool(r["applied"]) for r in reports)
         self.log.info("%s", summary_line(self.slot, result.summary))  # the line the submitted app prints
@@ -249,14 +253,24 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
         return result.needs_spark
 
     def _known_master(self) -> str | None:
-        """The Spark connection's master when the connection exists (a local one lets the worker read staging on an
-        object store itself, as that driver would on this machine), else None: the worker reads only local staging."""
+        """The Spark connection's master when it names one on this machine (a local one lets the worker read staging
+        on an object store itself, as that driver would on this machine), else None: not known to be local.
+
+        Airflow's SparkSubmitHook builds its master from the connection: the host alone only for a ``spark``
+        connection without a port; else ``type://host`` and ``:port`` appended (``spark://localhost:7077`` given as
+        a URI has host ``localhost`` and port 7077), never a local master."""
+        from airflow.sdk import BaseHook
         from airflow.sdk.exceptions import AirflowNotFoundException
 
+        if not self.spark_conn_id:
+            return None
         try:
-            return submit_master(self.spark_conn_id) or None
+            conn = BaseHook.get_connection(self.spark_conn_id)
         except AirflowNotFoundException:
             return None
+        if conn.port or conn.conn_type != "spark":
+            return None
+        return conn.host or None
 
     def _report_batches(self, reports: list[dict[str, Any]]) -> None:
         from airflow_provider_pglogical.metrics.batches import apply_metrics_from_report, emit_apply_batch

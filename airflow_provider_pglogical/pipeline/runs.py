@@ -20,6 +20,8 @@ from airflow_provider_pglogical.apply.sparkenv import (
     is_connect,
     is_local,
     is_remote,
+    redacted,
+    session_is_local,
     use_package_python,
 )
 from airflow_provider_pglogical.apply.targets.postgres.progress import PROGRESS_TABLE
@@ -125,7 +127,7 @@ def new_spark_session(master: str | None = None, conf: dict[str, str] | None = N
     except Exception as exc:
         cause = " ".join(str(exc).split()) or type(exc).__name__
         where = f" (Spark's own output: {log_file})" if log_file else ""
-        raise SparkStartError(f"Spark ({master}) did not start: {type(exc).__name__}: {cause}{where}") from exc
+        raise SparkStartError(f"Spark ({redacted(master)}) did not start: {type(exc).__name__}: {cause}{where}") from exc
 
 
 def _connect_session(remote: str, conf: dict[str, str]) -> SparkSession:
@@ -141,7 +143,7 @@ def _connect_session(remote: str, conf: dict[str, str]) -> SparkSession:
         session.range(1).collect()  # the client connects lazily: ask the server once, here
     except Exception as exc:
         cause = " ".join(str(exc).split())[:300] or type(exc).__name__
-        raise SparkStartError(f"Spark Connect server {remote} did not answer: {type(exc).__name__}: {cause}") from exc
+        raise SparkStartError(f"Spark Connect server {redacted(remote)} did not answer: {type(exc).__name__}: {cause}") from exc
     return session
 
 
@@ -242,7 +244,7 @@ class SparkStarter:
             pass
 
         if reason:
-            self.log(f"starting Spark ({self.master}) in the background: {reason}")
+            self.log(f"starting Spark ({redacted(self.master)}) in the background: {reason}")
         self._thread = threading.Thread(target=self._run, name="pglogical-spark-start", daemon=True)
         self._thread.start()
 
@@ -337,7 +339,7 @@ def spark_expected(spec: PipelineSpec, master: str | None = None, *, snapshot: b
     if snapshot and not handle.takes_direct_snapshot_rows:
         return True
     master = master or spec.spark.where or DEFAULT_MASTER
-    return not (handle.takes_direct_rows and direct.may_cover(apply_config(spec), master))
+    return not (handle.takes_direct_rows and direct.may_cover(apply_config(spec), session_is_local(master)))
 
 
 def apply_pending(spec: PipelineSpec, *, master: str | None = None, max_batches: int | None = None,
@@ -407,11 +409,11 @@ def _apply_session(starter: SparkStarter | None, master: str | None, conf: dict[
 
     def start() -> SparkSession:
         if not used.started:  # else it started during the drain
-            log(f"starting Spark ({used.master}) for the apply: a staged batch needs Spark's transforms")
+            log(f"starting Spark ({redacted(used.master)}) for the apply: a staged batch needs Spark's transforms")
         return used.session()
 
     try:
-        yield SparkOnDemand(start, running=lambda: used.started, master=used.master)
+        yield SparkOnDemand(start, running=lambda: used.started, local_master=session_is_local(used.master))
     finally:
         if starter is None:
             used.stop()

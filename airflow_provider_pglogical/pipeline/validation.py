@@ -620,6 +620,11 @@ class SpecValidator:
         if not isinstance(conf, dict):
             self.err(_join(path, "conf"), f"expected a mapping of Spark settings, got {_kind(conf)}")
             conf = {}
+        for key in sorted(k for k in map(str, conf) if k in _WHERE_SETTINGS):
+            # Set after the master, they would give the run another session than the one it decides on (whether
+            # this process reads staged files itself): where Spark runs has its own keys.
+            self.err(_join(_join(path, "conf"), key), f"where Spark runs is not a conf setting: give it as "
+                     f"{_join(path, _WHERE_SETTINGS[key])}: instead")
         return SparkSpec(
             conn_id=self.string(raw.get("conn_id"), _join(path, "conn_id")),
             master=self.string(raw.get("master"), _join(path, "master")),
@@ -666,6 +671,9 @@ def check_row_filters(spec: PipelineSpec, spark: Any) -> None:
 def _qualified_ok(name: str) -> bool:
     schema, dot, table = name.partition(".")
     return bool(dot and schema.strip() and table.strip() and "." not in table)
+
+
+_WHERE_SETTINGS = {"spark.master": "master", "spark.remote": "remote"}  # conf keys → their own spec keys
 
 
 def _join(path: str, key: str) -> str:

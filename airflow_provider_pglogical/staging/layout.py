@@ -34,6 +34,11 @@ def unquote_name(segment: str) -> str:
     return unquote(segment)
 
 
+def is_local_filesystem(fs: pafs.FileSystem | None) -> bool:
+    """Whether paths of ``fs`` are local paths (None: a path given without a filesystem is local)."""
+    return fs is None or isinstance(fs, pafs.LocalFileSystem)
+
+
 def resolve_filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     """A pyarrow filesystem and root path for a URI (``s3://``, ``gs://``, ``abfs://``, ``file://``…) or a local
     path; credentials registered for the URI's root (``staging/credentials.py``) come first, then GCS and Azure
@@ -91,7 +96,7 @@ class StagingLayout:
 
     @property
     def is_local(self) -> bool:
-        return isinstance(self.fs, pafs.LocalFileSystem)
+        return is_local_filesystem(self.fs)
 
     @property
     def slot_dir(self) -> str:

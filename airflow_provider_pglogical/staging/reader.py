@@ -201,6 +201,11 @@ class StagingReader:
         """A staged file's Arrow schema (its footer only)."""
         return pq.read_schema(f"{batch.path}/{relative}", filesystem=self.layout.fs)
 
+    def footer(self, batch: BatchRef, relative: str) -> tuple[pa.Schema, int]:
+        """A staged file's Arrow schema and row-group count (its footer only)."""
+        found = pq.ParquetFile(f"{batch.path}/{relative}", filesystem=self.layout.fs)
+        return found.schema_arrow, found.metadata.num_row_groups
+
     def _read_small(self, batch: BatchRef, name: str) -> list[dict[str, Any]] | None:
         path = f"{batch.path}/{name}"
         if not self.layout.exists(path):

@@ -1,8 +1,10 @@
 """`pglogical run` staging on S3 with a local Spark master: this process reads the staged files through the staging
 area's own pyarrow filesystem (``batches.readable_here``), so plain, repeated-key and row-filtered table-batches are
-applied with ``JAVA_HOME`` pointing nowhere (a JVM start fails the run), and the target — PostgreSQL, or a Delta mirror (``lake/direct.py``) — ends equal
-to a native subscriber. A batch the direct path does not cover (a TRUNCATE) starts Spark, whose executors read
-the store, and ends equal too."""
+applied with ``JAVA_HOME`` pointing nowhere (a JVM start fails the run), and the target — PostgreSQL, or a Delta
+mirror (``lake/direct.py``) — ends equal to a native subscriber; so is the initial snapshot of rows there before the
+slot. A batch the direct path does not cover (a TRUNCATE) starts Spark for that table; another table of the batch
+is still copied by this process (a plan on the store is never handed to Spark's tasks: ``DirectPlan`` refuses to be
+pickled), and both end equal too."""
 
 from __future__ import annotations
 
@@ -23,10 +25,12 @@ TABLES = """
 CREATE TABLE items (id int PRIMARY KEY, qty int NOT NULL, label text, price numeric(12,2), seen timestamptz);
 CREATE TABLE orders (id int PRIMARY KEY, qty int NOT NULL, note text);
 ALTER TABLE orders REPLICA IDENTITY FULL;
+CREATE TABLE zeta (id int PRIMARY KEY, v int NOT NULL);
 """
 FILTER = "qty > 10 AND note IS DISTINCT FROM 'hidden'"
 ITEMS = "SELECT id, qty, label, price, seen FROM items ORDER BY id"
 ORDERS = "SELECT id, qty, note FROM orders ORDER BY id"
+ZETA = "SELECT id, v FROM zeta ORDER BY id"
 
 
 def _drop(server: Any, name: str) -> None:
@@ -45,14 +49,14 @@ def test_batches_staged_on_s3_apply_without_java_and_end_as_a_native_subscriber(
                                                                                  tmp_path: Path):
     source, native, target = make_database(pg_server), make_database(pg_server), make_database(pg_server)
     source_dsn, native_dsn, target_dsn = pg_server.dsn(source), pg_server.dsn(native), pg_server.dsn(target)
-    execute(source_dsn, TABLES + f"CREATE PUBLICATION pub_native FOR TABLE items, orders WHERE ({FILTER});")
+    execute(source_dsn, TABLES + f"CREATE PUBLICATION pub_native FOR TABLE items, zeta, orders WHERE ({FILTER});")
     execute(native_dsn, TABLES)
     subscribe(source_dsn, native_dsn)
     doc = {
         "source": {"dsn": pg_server.uri(source), "publication": "s3_pub", "slot": "s3_slot", "create": True},
         "staging": {"uri": f"s3://{s3.bucket}/staging"},
         "target": {"kind": "postgres", "dsn": pg_server.uri(target)},
-        "tables": {"public.items": {}, "public.orders": {"row_filter": FILTER}},
+        "tables": {"public.items": {}, "public.orders": {"row_filter": FILTER}, "public.zeta": {}},
         "spark": {"master": "local[2]", "conf": dict(TEST_SPARK_CONF)},
     }
     spec = tmp_path / "s3.yaml"
@@ -93,16 +97,20 @@ def test_batches_staged_on_s3_apply_without_java_and_end_as_a_native_subscriber(
         assert {1, 2, 15} <= ids and not {31, 45, 46, 7, 51} & ids
 
         # ``PGLOGICAL_APPLY_DIRECT=0`` (the reference): Spark's transforms, started while the drain runs.
-        execute(source_dsn, "UPDATE items SET qty = qty * 2 WHERE id <= 25; UPDATE orders SET qty = 99 WHERE id <= 5")
+        execute(source_dsn, "UPDATE items SET qty = qty * 2 WHERE id <= 25; UPDATE orders SET qty = 99 WHERE id <= 5;"
+                            "INSERT INTO zeta SELECT g, g FROM generate_series(1, 30) g")
         summary, logs = run(str(spec), tmp_path, java=True, env={**env, "PGLOGICAL_APPLY_DIRECT": "0"})
         assert summary["apply"]["batches_applied"] == 1 and summary["apply"]["spark_started"] is True
         assert summary["spark"]["started"] == "during the drain" and logs == []
 
-        # A TRUNCATE inside the batch: the direct path leaves it to Spark, whose executors read the store.
+        # A TRUNCATE inside the batch: the direct path leaves it to Spark, whose executors read the store. Table zeta,
+        # after items, is still a direct plan on the store once Spark runs: this process copies it.
         execute(source_dsn, """BEGIN;
             UPDATE items SET qty = 7 WHERE id <= 10;
             TRUNCATE items;
             INSERT INTO items SELECT g, g, 'after', NULL, NULL FROM generate_series(1, 20) g;
+            UPDATE zeta SET v = v * 3 WHERE id <= 12;
+            INSERT INTO zeta VALUES (31, 31);
             COMMIT;""")
         summary, logs = run(str(spec), tmp_path, java=True, env=env)
         assert summary["apply"]["batches_applied"] == 1 and summary["apply"]["spark_started"] is True
@@ -110,9 +118,46 @@ def test_batches_staged_on_s3_apply_without_java_and_end_as_a_native_subscriber(
         wait_for_subscriber(source_dsn, native_dsn)
         assert query(target_dsn, ITEMS) == query(native_dsn, ITEMS)
         assert query(target_dsn, ORDERS) == query(native_dsn, ORDERS)
+        assert query(target_dsn, ZETA) == query(native_dsn, ZETA) and (12, 36) in query(target_dsn, ZETA)
     finally:
         unsubscribe(native_dsn)
         for name in (native, source, target):
+            _drop(pg_server, name)
+
+
+def test_an_initial_snapshot_staged_on_s3_loads_without_java_and_changes_follow(pg_server, s3: S3Server,
+                                                                                tmp_path: Path):
+    """The snapshot's files on the store are printed by this process (``direct.snapshot_files``) with a local
+    master: no JVM (none is installed for the run)."""
+    source, target = make_database(pg_server), make_database(pg_server)
+    source_dsn, target_dsn = pg_server.dsn(source), pg_server.dsn(target)
+    execute(source_dsn, TABLES + """
+        INSERT INTO zeta SELECT g, g FROM generate_series(1, 300) g;
+        INSERT INTO items SELECT g, g, md5(g::text), g * 0.01, now() FROM generate_series(1, 200) g;""")
+    doc = {
+        "source": {"dsn": pg_server.uri(source), "publication": "s3_snap_pub", "slot": "s3_snap_slot", "create": True},
+        "staging": {"uri": f"s3://{s3.bucket}/snap-staging"},
+        "target": {"kind": "postgres", "dsn": pg_server.uri(target)},
+        "tables": {"public.items": {}, "public.zeta": {}},
+        "snapshot": {"initial": True},
+        "spark": {"master": "local[2]", "conf": dict(TEST_SPARK_CONF)},
+    }
+    spec = tmp_path / "s3-snapshot.yaml"
+    spec.write_text(yaml.safe_dump(json.loads(json.dumps(doc))))
+    env = s3.env()
+    try:
+        summary, logs = run(str(spec), tmp_path, java=False, env=env)  # slot created with the snapshot, loaded
+        tables = summary["decode"]["snapshot"]["initial"]["tables"]
+        assert (tables["public.zeta"]["rows"], tables["public.items"]["rows"]) == (300, 200)
+        assert summary["spark"]["started"] is None and summary["apply"]["spark_started"] is False and logs == []
+        assert query(target_dsn, ZETA) == query(source_dsn, ZETA)
+        assert query(target_dsn, ITEMS) == query(source_dsn, ITEMS)
+        execute(source_dsn, "UPDATE zeta SET v = 0 WHERE id <= 50; DELETE FROM items WHERE id > 150;")
+        _no_spark(*run(str(spec), tmp_path, java=False, env=env), changes=100)
+        assert query(target_dsn, ZETA) == query(source_dsn, ZETA)
+        assert query(target_dsn, ITEMS) == query(source_dsn, ITEMS)
+    finally:
+        for name in (source, target):
             _drop(pg_server, name)
 
 

@@ -4,8 +4,9 @@ Each store is reached both ways a user has: the environment's variables (``STORA
 ``AZURE_STORAGE_*``: the CLI's route) and an Airflow connection named by ``staging.conn_id`` (a
 ``google_cloud_platform`` connection, a ``wasb`` one; an ``adls`` one's fields are read the same way:
 ``tests/unit/staging/test_object_store_credentials.py``), with no storage variable at all. The decoder
-writes through pyarrow's GCS / Azure filesystems, the driver plans from the manifests, and the Spark executors
-(a local session: separate Python workers) read the row-change files themselves (``apply/executor_reads.py``).
+writes through pyarrow's GCS / Azure filesystems and the apply reads them with a local master: this process reads
+the files of a batch the direct path covers through the staging area's filesystem (``batches.readable_here``), and
+Spark reads those of a batch that needs it.
 The servers are real (``tests/support/objstores.py``): Azurite and gcp-storage-emulator. Nothing here runs
 without the emulator's variables or connection: pyarrow would then look for the real services (Google's
 metadata server, ``<account>.blob.core.windows.net``), which this machine must not reach.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import types as T
@@ -91,3 +92,25 @@ def test_kinds_are_the_spark_path_s() -> None:
         assert arrowtext.arrow_kind(arrow_type) == copytext._arrow_kind(spark_type), arrow_type
     assert arrowtext.arrow_kind(pa.uint32()) is None  # Spark widens it: not the same printing decision
     assert arrowtext.arrow_kind(pa.time64("us")) is None
+
+
+def test_a_plan_on_an_object_store_refuses_to_be_pickled_for_spark_s_tasks():
+    import pickle
+
+    import pyarrow.fs as pafs
+    from pyspark import cloudpickle
+
+    from airflow_provider_pglogical.exceptions import ApplyError
+
+    plan = arrownet.DirectPlan(("id",), ("id",), ("int",), ("int",), (("bucket/a.parquet", 0),))
+    assert pickle.loads(pickle.dumps(plan)) == plan  # local files: Spark's tasks may be handed them
+    local = arrownet.DirectPlan(("id",), ("id",), ("int",), ("int",), (("/a.parquet", 0),), filesystem=pafs.LocalFileSystem())
+    assert pickle.loads(pickle.dumps(local)).local
+    store = arrownet.DirectPlan(("id",), ("id",), ("int",), ("int",), (("bucket/a.parquet", 0),),
+                                filesystem=pafs.S3FileSystem(access_key="AKIA-ID", secret_key="not-to-be-shipped",
+                                                             region="us-east-1"))
+    for dumps in (pickle.dumps, cloudpickle.dumps):  # cloudpickle: what mapInArrow ships a function's closure with
+        with pytest.raises(ApplyError, match=r"^a direct plan of 1 task\(s\) on a s3 filesystem is copied by this "
+                                             r"process only") as info:
+            dumps(store)
+        assert "not-to-be-shipped" not in str(info.value)

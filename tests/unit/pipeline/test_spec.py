@@ -445,3 +445,14 @@ def test_spark_remote_is_a_spark_connect_url_and_excludes_master():
     assert "spark.remote: give either master" in error_of(
         with_change("spark", {"remote": "sc://spark:15002", "master": "local[2]"}))
     assert parse_spec(with_change("spark", {"master": "local[2]"}), env={}).spark.where == "local[2]"
+
+
+@pytest.mark.parametrize(("key", "value", "way_out"), [("spark.master", "spark://h:7077", "master"),
+                                                        ("spark.remote", "sc://h:15002", "remote")])
+def test_where_spark_runs_is_refused_in_spark_conf_and_its_own_key_holds(key, value, way_out):
+    # Applied after the master, such a setting would give the run another session than the one it decides with.
+    message = error_of(with_change("spark", {"conf": {key: value, "spark.sql.ansi.enabled": "true"}}))
+    assert f"spark.conf.{key}: where Spark runs is not a conf setting: give it as spark.{way_out}: instead" in message
+    assert "\n" not in message and value not in message
+    spec = parse_spec(with_change("spark", {way_out: value, "conf": {"spark.sql.ansi.enabled": "true"}}), env={})
+    assert spec.spark.where == value and spec.spark.conf == {"spark.sql.ansi.enabled": "true"}

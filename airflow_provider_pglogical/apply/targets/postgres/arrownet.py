@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -27,6 +28,8 @@ from airflow_provider_pglogical.apply.targets.base import DirectNet
 from airflow_provider_pglogical.apply.targets.postgres import arrowtext
 from airflow_provider_pglogical.apply.targets.postgres.copy import copy_chunks
 from airflow_provider_pglogical.apply.targets.postgres.target_types import ARRAY, SCALAR, PgType
+from airflow_provider_pglogical.exceptions import ApplyError
+from airflow_provider_pglogical.staging.layout import is_local_filesystem
 
 CHUNK_ROWS = 65_536
 
@@ -50,7 +53,15 @@ class DirectPlan:
     @property
     def local(self) -> bool:
         """Whether the files are local paths (an executor's task may be handed them as they are)."""
-        return self.filesystem is None or isinstance(self.filesystem, pafs.LocalFileSystem)
+        return is_local_filesystem(self.filesystem)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled only to be handed to Spark's tasks, which only local files may be: a plan on an object store holds
+        the staging area's filesystem with its credentials, so this process copies it itself (``_copy_here``)."""
+        if not self.local:
+            raise ApplyError(f"a direct plan of {len(self.tasks)} task(s) on a {self.filesystem.type_name} "  # type: ignore[union-attr]
+                             "filesystem is copied by this process only, never handed to Spark's tasks")
+        return dict(self.__dict__)
 
 
 def _in_printable_range(parquet: pq.ParquetFile, column_paths: Iterable[str]) -> bool:
