@@ -53,8 +53,6 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -62,6 +60,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig  # noqa: E402
 from airflow_provider_pglogical.apply.runner import apply_slot  # noqa: E402
+from airflow_provider_pglogical.environ import scoped  # noqa: E402
 from airflow_provider_pglogical.hooks import PgLogicalHook  # noqa: E402
 from airflow_provider_pglogical.hooks.slot_client import PgLogicalClient  # noqa: E402
 from scripts.harness.pgserver import (  # noqa: E402
@@ -171,21 +170,6 @@ def delta_floor(staging: str, slot: str, table: str, uri: str) -> tuple[float, l
 SCRATCH: list[str] = []  # staging and lake directories, removed when the run ends
 
 
-@contextmanager
-def switched(env: dict[str, str]) -> Iterator[None]:
-    """``env`` set in this process for the block, the previous values restored after it."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def scratch(prefix: str) -> str:
     SCRATCH.append(tempfile.mkdtemp(prefix=prefix))
     return SCRATCH[-1]
@@ -284,7 +268,7 @@ def apply_in_process(config: ApplyConfig, dsn: str, native_dsn: str, table: str,
     import resource
 
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
-    with switched({"PGLOGICAL_APPLY_INPROCESS_ROWS": str(rows)}):
+    with scoped({"PGLOGICAL_APPLY_INPROCESS_ROWS": str(rows)}):
         t0 = time.monotonic()
         reports = apply_slot(SparkOnDemand(start), config, dsn)  # type: ignore[arg-type]
         seconds = time.monotonic() - t0
@@ -435,7 +419,7 @@ def main() -> int:
         spark_start_s = time.monotonic() - t0
         t0 = time.monotonic()
         if "postgres" in targets:
-            with switched(spark_env):
+            with scoped(spark_env):
                 reports = apply_slot(spark, config, ours)
         else:  # the lake targets only: ours stays empty, compared with nothing
             reports = []
@@ -466,7 +450,7 @@ def main() -> int:
             if args.delta_reference:  # the previous path: Spark's net frame and a MERGE for every batch
                 runs["reference_"] = {"PGLOGICAL_APPLY_DIRECT": "0", "PGLOGICAL_DELTA_APPEND": "0"}
             for prefix, env in runs.items():
-                with switched(env):
+                with scoped(env):
                     lake = DeltaLocation(scratch("pglogical-bench-lake-"))
                     t0 = time.monotonic()
                     delta_reports = apply_slot(spark, config, target=DeltaTarget(lake, "ours"))
@@ -500,7 +484,7 @@ def main() -> int:
                 warehouse = scratch("pglogical-bench-iceberg-")
                 ice = IcebergTarget(IcebergLocation({"type": "sql", "uri": f"sqlite:///{warehouse}/catalog.db",
                                                      "warehouse": warehouse}), "ours")
-                with switched(env):
+                with scoped(env):
                     t0 = time.monotonic()
                     ice_reports = apply_slot(spark, config, target=ice)
                     ice_s = time.monotonic() - t0

@@ -8,8 +8,7 @@ import shutil
 import sys
 import tempfile
 import zipfile
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +18,7 @@ import airflow_provider_pglogical
 from airflow_provider_pglogical.apply import jvm_archive
 from airflow_provider_pglogical.apply.config import TableApplyConfig
 from airflow_provider_pglogical.apply.sparkenv import LOCAL_DRIVER_CONF, is_local, spark_submit_env
+from airflow_provider_pglogical.environ import scoped
 from airflow_provider_pglogical.exceptions import ApplyError, SpecError, format_lsn
 from airflow_provider_pglogical.history.recorder import Stopwatch, recording
 from airflow_provider_pglogical.hooks.airflow_connection import connection_dsn
@@ -239,7 +239,7 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
 
         # Local staging is read here whatever the master: no connection to look up for it.
         master = None if local_staging(config.staging_root) else self._known_master()
-        with _environment(self.env_vars or {}):
+        with scoped(self.env_vars or {}):
             result = apply_without_spark(config, connection_dsn(self.target_conn_id), master=master,
                                          on_batch=lambda r: reports.append(json.loads(report_line(r))))
         applied = sum(bool(r["applied"]) for r in reports)
@@ -325,21 +325,6 @@ class PgLogicalApplyOperator(SparkSubmitOperator):
             inputs = [postgres_table(authority, source.schema or "", s) for s in sorted(pairs)] + inputs
         outputs = {target_table("postgres", t, info): rows.get(t, 0) for t in sorted(set(pairs.values()))}
         return operator_lineage(inputs, outputs)
-
-
-@contextmanager
-def _environment(variables: Mapping[str, str]) -> Iterator[None]:
-    """``variables`` set in this process's environment for the block, the previous values put back after it."""
-    before = {name: os.environ.get(name) for name in variables}
-    os.environ.update({name: str(value) for name, value in variables.items()})
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def _qualified(table: str) -> str:

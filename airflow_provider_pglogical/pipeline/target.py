@@ -31,7 +31,7 @@ import psycopg2
 from psycopg2 import sql
 
 from airflow_provider_pglogical.apply import planning
-from airflow_provider_pglogical.apply.targets.delta.settings import connection_env, environment
+from airflow_provider_pglogical.apply.targets.delta.settings import connection_env
 from airflow_provider_pglogical.apply.targets.postgres import catalog
 from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import (
     locate,
@@ -52,6 +52,7 @@ from airflow_provider_pglogical.apply.targets.postgres.progress import (
     slot_targets,
     sync_marks,
 )
+from airflow_provider_pglogical.environ import scoped
 from airflow_provider_pglogical.exceptions import PipelineBusyError, SpecError
 from airflow_provider_pglogical.hooks.airflow_connection import connection_dsn
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec
@@ -446,7 +447,7 @@ class LakeSpecTarget(SpecTarget):
 
     @contextmanager
     def _environment(self) -> Iterator[None]:
-        with environment(self.env):
+        with scoped(self.env):
             yield
 
     def environment(self) -> AbstractContextManager[None]:

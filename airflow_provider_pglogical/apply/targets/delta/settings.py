@@ -9,9 +9,6 @@ the process that applies — the standard ``AWS_*`` ones pyarrow and deltalake b
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from urllib.parse import urlsplit
 
 from airflow_provider_pglogical.hooks.aws_connection import storage_credentials
@@ -24,18 +21,3 @@ def connection_env(uri: str, conn_id: str) -> dict[str, str]:
     if urlsplit(uri).scheme in OBJECT_STORE_SCHEMES:
         return connection_credentials(uri, conn_id).environment()
     return storage_credentials(conn_id).environment()
-
-
-@contextmanager
-def environment(env: Mapping[str, str]) -> Iterator[None]:
-    """``env`` set in this process for the block (the in-process apply of the CLI), restored afterwards."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
