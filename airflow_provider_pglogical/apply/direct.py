@@ -94,32 +94,26 @@ def enabled() -> bool:
 
 def inprocess_rows() -> int:
     """Most staged changes of a table-batch netted in this process (``PGLOGICAL_APPLY_INPROCESS_ROWS``)."""
-    text = os.environ.get(ROWS_SWITCH, "").strip()
-    if not text:
-        return INPROCESS_ROWS
-    try:
-        rows = int(text)
-    except ValueError:
-        raise ApplyError(f"{ROWS_SWITCH}={text!r} is not a whole number of staged changes "
-                         f"(0 switches the in-process netting off; unset means {INPROCESS_ROWS})") from None
-    if rows < 0:
-        raise ApplyError(f"{ROWS_SWITCH}={rows} is negative (0 switches the in-process netting off)")
-    return rows
+    return _whole_number(ROWS_SWITCH, INPROCESS_ROWS, "staged changes", "0 switches the in-process netting off")
 
 
 def inprocess_bytes() -> int:
     """Most uncompressed staged bytes of a table-batch netted in this process (``PGLOGICAL_APPLY_INPROCESS_BYTES``)."""
-    text = os.environ.get(BYTES_SWITCH, "").strip()
+    return _whole_number(BYTES_SWITCH, INPROCESS_BYTES, "bytes", "0 switches the byte bound off")
+
+
+def _whole_number(switch: str, default: int, unit: str, zero: str) -> int:
+    """Variable ``switch`` as a count of ``unit`` (``default`` when unset; ``zero``: what 0 means)."""
+    text = os.environ.get(switch, "").strip()
     if not text:
-        return INPROCESS_BYTES
+        return default
     try:
-        size = int(text)
+        value = int(text)
     except ValueError:
-        raise ApplyError(f"{BYTES_SWITCH}={text!r} is not a whole number of bytes "
-                         f"(0 switches the byte bound off; unset means {INPROCESS_BYTES})") from None
-    if size < 0:
-        raise ApplyError(f"{BYTES_SWITCH}={size} is negative (0 switches the byte bound off)")
-    return size
+        raise ApplyError(f"{switch}={text!r} is not a whole number of {unit} ({zero}; unset means {default})") from None
+    if value < 0:
+        raise ApplyError(f"{switch}={value} is negative ({zero})")
+    return value
 
 
 def staged_bytes_fit(paths: Sequence[str], fs: pafs.FileSystem | None = None) -> bool:

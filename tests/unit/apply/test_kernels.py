@@ -8,6 +8,7 @@ small enough.
 
 from __future__ import annotations
 
+import re
 import tempfile
 
 import pyarrow as pa
@@ -152,15 +153,6 @@ def test_a_small_batch_with_repeated_keys_is_compacted_in_process_up_to_the_thre
     assert direct.batch_files(table, batch, None) is None
 
 
-def test_a_bad_threshold_is_a_clear_error(monkeypatch) -> None:
-    monkeypatch.setenv(direct.ROWS_SWITCH, "lots")
-    with pytest.raises(ApplyError, match="PGLOGICAL_APPLY_INPROCESS_ROWS='lots' is not a whole number"):
-        direct.inprocess_rows()
-    monkeypatch.setenv(direct.ROWS_SWITCH, "-1")
-    with pytest.raises(ApplyError, match="negative"):
-        direct.inprocess_rows()
-
-
 FLOATS = Rel("public", "floats", (Col("x", pa.float64(), "double precision", True), Col("v", pa.int64(), "bigint")))
 
 
@@ -194,25 +186,20 @@ def test_a_string_column_near_arrows_offsets_is_not_netted_in_process(tmp_path, 
     assert direct.batch_files(table, batch, None) is None
 
 
-def test_a_bad_byte_bound_is_a_clear_error(monkeypatch) -> None:
-    monkeypatch.setenv(direct.BYTES_SWITCH, "1GB")
-    with pytest.raises(ApplyError, match="PGLOGICAL_APPLY_INPROCESS_BYTES='1GB' is not a whole number of bytes"):
-        direct.inprocess_bytes()
-    monkeypatch.setenv(direct.BYTES_SWITCH, "-5")
+@pytest.mark.parametrize(("switch", "read", "bad", "message"), [
+    (direct.ROWS_SWITCH, direct.inprocess_rows, "lots",
+     "PGLOGICAL_APPLY_INPROCESS_ROWS='lots' is not a whole number of staged changes "
+     "(0 switches the in-process netting off; unset means 2000000)"),
+    (direct.BYTES_SWITCH, direct.inprocess_bytes, "1GB",
+     "PGLOGICAL_APPLY_INPROCESS_BYTES='1GB' is not a whole number of bytes "
+     "(0 switches the byte bound off; unset means 134217728)"),
+])
+def test_a_bad_in_process_bound_is_a_clear_error(monkeypatch, switch, read, bad, message) -> None:
+    monkeypatch.setenv(switch, bad)
+    with pytest.raises(ApplyError, match=re.escape(message) + "$"):
+        read()
+    monkeypatch.setenv(switch, "-5")
     with pytest.raises(ApplyError, match="negative"):
-        direct.inprocess_bytes()
-    monkeypatch.delenv(direct.BYTES_SWITCH)
-    assert direct.inprocess_bytes() == direct.INPROCESS_BYTES
-
-
-def test_an_offset_overflow_while_planning_leaves_the_batch_to_spark(tmp_path, monkeypatch) -> None:
-    batch = _two_updates(tmp_path, ITEMS_FULL)
-    table = _planned(ITEMS_FULL, ("id",), batch)
-    table = PlannedTable(table.source, table.target, table.key, table.columns, table.relation,
-                         TableApplyConfig(row_filter="grp > 0"))
-    assert direct.batch_files(table, batch, None) is not None
-
-    def overflow(*args: object, **kwargs: object) -> pa.Table:  # what a >2 GiB text column raises when combined
-        raise pa.ArrowInvalid("offset overflow while concatenating arrays")
-    monkeypatch.setattr(direct.published, "publish", overflow)
-    assert direct.batch_files(table, batch, None) is None
+        read()
+    monkeypatch.delenv(switch)
+    assert read() == {direct.ROWS_SWITCH: direct.INPROCESS_ROWS, direct.BYTES_SWITCH: direct.INPROCESS_BYTES}[switch]
