@@ -49,7 +49,7 @@ batches.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from urllib.parse import urlparse
 
@@ -58,7 +58,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from airflow_provider_pglogical.apply import filter_eval, kernels, published
+from airflow_provider_pglogical.apply import filter_eval, kernels, partitioned, published
 from airflow_provider_pglogical.apply.batches import Batch, has_value_notes, is_local, keys_never_repeat, readable_here
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import DirectNet, DirectRows, PlannedTable
@@ -197,10 +197,11 @@ def batch_files(table: PlannedTable, batch: Batch, sync_lsn: int | None) -> Dire
     if plain and no_unchanged_toast(paths, fs) and keys_never_repeat(
             batch, table.source, table.key, full_identity=table.relation.replica_identity == "f"):
         return net
-    if not in_process(table, batch, paths, fs):
+    partitions = in_process(table, batch, paths, fs)
+    if not partitions:
         return None
     net = replace(net, compacted=True, identity=tuple(table.relation.identity_columns),
-                  row_filter=table.config.row_filter, actions=tuple(table.config.actions))
+                  row_filter=table.config.row_filter, actions=tuple(table.config.actions), partitions=partitions)
     if not plain and not publishable(net):
         return None
     return net
@@ -211,8 +212,8 @@ def publishable(net: DirectNet) -> bool:
     (``filter_eval``: its columns' types, and values such as an integer result out of range, may leave the batch to
     Spark). Judged here, before a target writes anything; ``compacted_rows`` evaluates it again as it nets."""
     try:
-        published.publish(staged_changes(net.files, net.filesystem), row_filter=net.row_filter, actions=net.actions,
-                          identity=net.identity)
+        for chunk in staged_chunks(net.files, net.filesystem):  # per change: a row group at a time
+            published.publish(chunk, row_filter=net.row_filter, actions=net.actions, identity=net.identity)
     except filter_eval.NotCovered:
         return False
     except pa.ArrowInvalid:  # a column beyond Arrow's 2 GiB offsets as it is concatenated: Spark reads it in parts
@@ -227,25 +228,40 @@ def staged_changes(paths: Sequence[str], filesystem: pafs.FileSystem | None = No
                              for p in paths])
 
 
+def staged_chunks(paths: Sequence[str], filesystem: pafs.FileSystem | None = None) -> Iterator[pa.Table]:
+    """``staged_changes`` a row group at a time (a table-batch larger than memory is read once, in pieces)."""
+    for path in paths:
+        parquet = pq.ParquetFile(path, filesystem=filesystem)
+        for group in range(parquet.metadata.num_row_groups):
+            yield parquet.read_row_group(group, columns=list(kernels.STAGED_COLUMNS))
+
+
 def in_process(table: PlannedTable, batch: Batch, paths: Sequence[str], filesystem: pafs.FileSystem | None = None
-               ) -> bool:
-    """Whether ``kernels.compact_changes`` may net the table-batch here: at most ``inprocess_rows()`` staged
-    changes by the manifest and of bytes by the files' metadata (``staged_bytes_fit``), keys that group as Spark
-    groups them, and old images of the new images' types for every written column they hold (an unchanged-TOAST
-    value is taken from the old image as it is)."""
-    if int(batch.manifest.tables.get(table.source, {}).get("rows", 0)) > inprocess_rows():
-        return False
-    if not staged_bytes_fit(paths, filesystem):
-        return False
+               ) -> int:
+    """In how many key partitions ``kernels.compact_changes`` nets the table-batch here (0: not here, Spark does):
+    enough that each holds at most ``inprocess_rows()`` staged changes by the manifest and ``inprocess_bytes()``
+    by the files' metadata (``partitioned.partition_count``; 1: whole, in memory), with no string or binary column
+    of ``COLUMN_BYTES`` or more per partition; keys that group as Spark groups them, and old images of the new
+    images' types for every written column they hold (an unchanged-TOAST value is taken from the old image as it
+    is). ``PGLOGICAL_APPLY_INPROCESS_ROWS=0`` leaves every such table-batch to Spark."""
+    rows_bound = inprocess_rows()
+    if not rows_bound:
+        return 0
+    rows = int(batch.manifest.tables.get(table.source, {}).get("rows", 0))
+    total, widest = staged_bytes(paths, filesystem)
+    partitions = partitioned.partition_count(rows, total, rows_bound, inprocess_bytes())
+    if widest // partitions >= COLUMN_BYTES:
+        return 0
     schema = pq.read_schema(paths[0], filesystem=filesystem)
     old, new = schema.field("old").type, schema.field("new").type
     if not isinstance(old, pa.StructType) or not isinstance(new, pa.StructType):
-        return False
+        return 0
     new_types = {new.field(i).name: new.field(i).type for i in range(new.num_fields)}
     old_types = {old.field(i).name: old.field(i).type for i in range(old.num_fields)}
-    return (all(k in old_types and kernels.groupable(new_types[k]) for k in table.key)
+    fits = (all(k in old_types and kernels.groupable(new_types[k]) for k in table.key)
             and all(old_types.get(c, new_types[c]) == new_types[c] for c in table.columns)
             and all(c in schema.names for c in kernels.STAGED_COLUMNS))
+    return partitions if fits else 0
 
 
 def compacted_rows(staged: pa.Table, net: DirectNet) -> pa.RecordBatch:
@@ -253,7 +269,25 @@ def compacted_rows(staged: pa.Table, net: DirectNet) -> pa.RecordBatch:
     batch of net rows in ``net_rows``' layout, the keep column a list of column names: the publication's actions
     and row filter applied per change first (``published.publish``), as Spark applies them before netting."""
     staged = published.publish(staged, row_filter=net.row_filter, actions=net.actions, identity=net.identity)
-    rows = kernels.compact_changes(staged, net.key, net.columns, net.identity)
+    return _net_batch(kernels.compact_changes(staged, net.key, net.columns, net.identity), net)
+
+
+def compacted_batches(chunks: Iterable[pa.Table], net: DirectNet) -> Iterator[pa.RecordBatch]:
+    """A compacted ``DirectNet``'s net rows from its staged row groups (``chunks``, ``kernels.STAGED_COLUMNS``):
+    ``compacted_rows`` of them all when ``net.partitions`` is 1, else one batch per key partition
+    (``partitioned.netted``: spilled to disk, netted one partition at a time), the same rows in all."""
+    if net.partitions <= 1:
+        groups = list(chunks)
+        if groups:
+            yield compacted_rows(pa.concat_tables(groups), net)
+        return
+    for rows in partitioned.netted(chunks, source=net.source or net.target, key=net.key, columns=net.columns,
+                                   identity=net.identity, row_filter=net.row_filter, actions=net.actions,
+                                   partitions=net.partitions):
+        yield _net_batch(rows, net)
+
+
+def _net_batch(rows: kernels.Net, net: DirectNet) -> pa.RecordBatch:
     names = [*net_row_names(net.key), *[f"c{i}" for i in range(len(net.columns))]]
     return pa.RecordBatch.from_arrays([rows.kind, rows.keep, rows.lsn, *rows.from_key, rows.touched, *rows.columns],
                                       names=names)
