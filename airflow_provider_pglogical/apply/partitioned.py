@@ -32,7 +32,6 @@ import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -66,32 +65,82 @@ def partition_count(rows: int, staged_bytes: int, rows_bound: int, bytes_bound: 
 
 def key_hash(keys: Sequence[pa.Array | pa.ChunkedArray]) -> np.ndarray:
     """A 64-bit hash per row of key columns: equal keys by Arrow equality (nulls equal to nulls, values of one type)
-    hash equally, whatever their chunks or their neighbours' nulls."""
+    hash equally, whatever their chunks or their neighbours' nulls (a function of each value's bytes only)."""
     n = len(keys[0]) if keys else 0
     out = np.zeros(n, dtype=np.uint64)
     for values in keys:
         whole = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
-        out = out * _MIX ^ _column_hash(whole)
+        out = _mix(out * _MIX ^ _column_hash(whole))
+    return out
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser: every input bit moves every output bit (wrapping uint64 arithmetic)."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * np.uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> np.uint64(27))
+    x = x * np.uint64(0x94D049BB133111EB)
+    out: np.ndarray = x ^ (x >> np.uint64(31))
     return out
 
 
 def _column_hash(values: pa.Array) -> np.ndarray:
     dtype = values.type
-    data: np.ndarray
-    if pa.types.is_boolean(dtype) or pa.types.is_integer(dtype):
-        data = np.asarray(pc.fill_null(values.cast(pa.int64(), safe=False), 0).to_numpy(), dtype=np.int64)
+    if pa.types.is_boolean(dtype):
+        values = values.cast(pa.int8())
     elif pa.types.is_temporal(dtype) and dtype.bit_width in (32, 64):  # dates, times, timestamps, durations
-        as_int = values.view(pa.int32() if dtype.bit_width == 32 else pa.int64())
-        data = np.asarray(pc.fill_null(as_int, 0).to_numpy(), dtype=np.int64)
-    elif pa.types.is_string(dtype) or pa.types.is_large_string(dtype):
-        data = np.asarray(pc.fill_null(values, "").to_numpy(zero_copy_only=False), dtype=object)
-    elif pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype):
-        data = np.asarray(pc.fill_null(values, b"").to_numpy(zero_copy_only=False), dtype=object)
-    else:  # decimals (one scale per type: equal values print equally) and anything else grouped by equality
-        data = np.asarray(["" if v is None else repr(v) for v in values.to_pylist()], dtype=object)
-    hashed = np.asarray(pd.util.hash_array(data, categorize=False), dtype=np.uint64)
+        values = values.view(pa.int32() if dtype.bit_width == 32 else pa.int64())
+    if pa.types.is_integer(values.type):
+        words = np.asarray(pc.fill_null(values.cast(pa.int64(), safe=False), 0).to_numpy()).view(np.uint64)
+        hashed = _mix(words)
+    elif (pa.types.is_string(dtype) or pa.types.is_large_string(dtype) or pa.types.is_binary(dtype)
+          or pa.types.is_large_binary(dtype)):
+        hashed = _bytes_hash(values)
+    elif dtype.bit_width and dtype.bit_width % 8 == 0:  # decimals, fixed-size binaries: their fixed-width bytes
+        hashed = _fixed_hash(values, dtype.bit_width // 8)
+    else:
+        raise ApplyError(f"a key of type {dtype} cannot be partitioned")  # not groupable: never netted here
     hashed[~kernels.mask(values.is_valid())] = _NULL_HASH
     return hashed
+
+
+def _fixed_hash(values: pa.Array, width: int) -> np.ndarray:
+    n = len(values)
+    data = np.frombuffer(values.buffers()[1], dtype=np.uint8)[values.offset * width:(values.offset + n) * width]
+    padded = np.zeros((n, -(-width // 8) * 8), dtype=np.uint8)
+    padded[:, :width] = data.reshape(n, width)
+    words = padded.view(np.uint64)
+    out = np.zeros(n, dtype=np.uint64)
+    for i in range(words.shape[1]):
+        out = _mix(out * _MIX ^ words[:, i])
+    return out
+
+
+_P = 0x100000001B3  # odd, so invertible modulo 2**64
+_P_INVERSE = pow(_P, -1, 2**64)
+_HASH_SLICE = 16_384  # rows hashed at a time: the byte-wise arrays below stay small
+
+
+def _bytes_hash(values: pa.Array) -> np.ndarray:
+    """Per value, its bytes as a polynomial in ``_P`` modulo 2**64 (prefix sums over the data buffer, rescaled to
+    each value's start by the inverse powers), mixed with its length."""
+    n = len(values)
+    large = pa.types.is_large_string(values.type) or pa.types.is_large_binary(values.type)
+    buffers = values.buffers()
+    offsets = np.frombuffer(buffers[1], dtype=np.int64 if large else np.int32)[values.offset:values.offset + n + 1]
+    data = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None else np.zeros(0, dtype=np.uint8)
+    out = np.empty(n, dtype=np.uint64)
+    for first in range(0, n, _HASH_SLICE):
+        bounds = offsets[first:first + _HASH_SLICE + 1].astype(np.int64)
+        lo = int(bounds[0])
+        segment = data[lo:int(bounds[-1])].astype(np.uint64)
+        powers = np.cumprod(np.full(len(segment), _P, dtype=np.uint64)) * np.uint64(_P_INVERSE)  # P**i
+        inverse = np.cumprod(np.full(len(segment) + 1, _P_INVERSE, dtype=np.uint64)) * np.uint64(_P)  # P**-i
+        sums = np.concatenate([np.zeros(1, dtype=np.uint64), np.cumsum(segment * powers, dtype=np.uint64)])
+        start, end = bounds[:-1] - lo, bounds[1:] - lo
+        out[first:first + len(start)] = _mix((sums[end] - sums[start]) * inverse[start]
+                                             ^ (end - start).astype(np.uint64))
+    return out
 
 
 def route(staged: pa.Table, key: Sequence[str], identity: Sequence[str], partitions: int) -> list[np.ndarray]:

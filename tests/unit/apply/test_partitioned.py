@@ -71,6 +71,21 @@ def test_netting_in_key_partitions_is_the_whole_batch_netting(drawn, data) -> No
             c.old.get(k) != c.new.get(k, c.old.get(k)) for k in key) for c in changes) else "no key change")
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.text(max_size=6), st.binary(max_size=3).map(repr)), max_size=30),
+       st.integers(1, 5), st.integers(0, 30))
+def test_equal_strings_hash_equally_wherever_they_sit(values, slice_rows, skip) -> None:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(partitioned, "_HASH_SLICE", slice_rows)  # values hashed across several slices
+        whole = partitioned.key_hash([pa.array(values, pa.string())])
+        sliced = partitioned.key_hash([pa.array(values, pa.large_string()).slice(skip)])
+    assert list(sliced) == list(whole[skip:])
+    seen: dict[object, int] = {}
+    for value, hashed in zip(values, whole, strict=True):
+        assert seen.setdefault(value, hashed) == hashed
+    assert len(set(seen.values())) == len(seen)  # no collision among a few values
+
+
 def test_equal_keys_hash_equally_whatever_their_chunks_and_nulls() -> None:
     ints = pa.chunked_array([pa.array([1, 2, 3], pa.int64()), pa.array([None, 3, 1], pa.int64())])
     texts = pa.chunked_array([pa.array(["a", None, "b"]), pa.array(["b", "a", None])])
