@@ -15,11 +15,13 @@ changes (``keys_never_repeat``) — that pipeline reduces to a per-row rewrite (
 
 nothing kept from the target, nothing touched (``net_rows`` is that rewrite, in pyarrow).
 
-A table-batch of at most ``PGLOGICAL_APPLY_INPROCESS_ROWS`` staged changes by its manifest (2,000,000 unless
-set; 0 switches it off) and at most ``PGLOGICAL_APPLY_INPROCESS_BYTES`` uncompressed staged bytes by its files'
-Parquet metadata, with no string or binary column of 1 GiB (128 MiB unless set; 0 lifts the byte bound:
-``staged_bytes_fit``), whose only obstacles are keys in several changes, unchanged-TOAST values, a row filter
-and/or actions left out of the publication is netted in this process instead (``in_process``): the publication is
+A table-batch whose only obstacles are keys in several changes, unchanged-TOAST values, a row filter and/or actions
+left out of the publication is netted in this process instead (``in_process``; ``PGLOGICAL_APPLY_INPROCESS_ROWS=0``
+switches it off): in one piece when it holds at most ``PGLOGICAL_APPLY_INPROCESS_ROWS`` staged changes by its
+manifest (2,000,000 unless set) and at most ``PGLOGICAL_APPLY_INPROCESS_BYTES`` uncompressed staged bytes by its
+files' Parquet metadata (128 MiB unless set; 0 lifts the byte bound: ``staged_bytes_fit``), else in key partitions
+that each fit them, spilled to disk (``apply/partitioned.py``, ``compacted_batches``), with no string or binary
+column of 1 GiB per partition: the publication is
 applied per change first (``published.publish``: actions dropped, the filter evaluated by ``filter_columns`` on old
 and new images, UPDATEs turned into INSERTs or DELETEs; a filter or value outside ``filter_eval``'s subset leaves
 the batch to Spark, judged before anything is written: ``publishable``), then ``kernels.compact_changes`` runs
@@ -27,7 +29,7 @@ the TOAST refill, the key events and ``compact`` with Arrow and numpy kernels an
 columns, moved-from keys and touched flags (``compacted_rows``; ``DirectNet.compacted``), which the target loads
 as it loads Spark's net frame. Its keys must group by Arrow equality as Spark groups them (``kernels.groupable``:
 no floating-point key). A row filter outside that subset, exactness notes, a truncate or snapshot cut-off inside
-the batch, routed parts, several schema versions or a larger batch still go to Spark.
+the batch, routed parts or several schema versions still go to Spark.
 
 Staged files on an object store (``s3://``, ``gs://``, ``abfs://``) are read by this process, through the staging
 area's own pyarrow filesystem and credentials, when Spark's master is local (``batches.readable_here``: the driver
@@ -69,13 +71,14 @@ from airflow_provider_pglogical.staging.layout import resolve_filesystem
 ENV_SWITCH = "PGLOGICAL_APPLY_DIRECT"
 ROWS_SWITCH = "PGLOGICAL_APPLY_INPROCESS_ROWS"
 # Staged changes up to which a table-batch with repeated keys, unchanged TOAST, a row filter or unpublished actions
-# is netted in this process: its events are sorted in memory in one piece. Measured faster than Spark at every size
+# is netted in this process in one piece (its events sorted in memory); a larger one in key partitions of at most
+# this many (``partitioned.partition_count``). Measured faster than Spark at every size
 # tried (375k and 1.875M changes of the filtered workload); the process's peak RSS rose from 396 MiB to 981 MiB
 # netting its 1M-change batch (five narrow columns): a wide table needs more, which the byte bound below limits.
 INPROCESS_ROWS = 2_000_000
 BYTES_SWITCH = "PGLOGICAL_APPLY_INPROCESS_BYTES"
 # Uncompressed staged bytes (Parquet metadata, the columns the netting reads) up to which a table-batch is netted
-# in this process: the row bound says nothing of width. At 1.875M changes the filtered workload stages two
+# in one piece, and of a key partition above it: the row bound says nothing of width. At 1.875M changes the filtered workload stages two
 # table-batches of five narrow columns (``benchmarks/apply.py --workload filtered --skip-apply`` prints
 # ``staged_per_batch``): 1M inserts, 83 MiB, and 875k UPDATEs (full old images) and DELETEs, 107 MiB. Netting
 # both in process raised the peak RSS from 392 to 1,030 MiB (``--inprocess-rows``): ~6 bytes of memory per staged
