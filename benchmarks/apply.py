@@ -39,8 +39,9 @@ in the same session, for a before/after of one run.
 ``--iceberg-reference`` also runs it with the direct path switched off (``PGLOGICAL_APPLY_DIRECT=0``: every batch
 through Spark's net frame, the Iceberg mirror's only path before it read the staged files), in the same session.
 ``--inprocess-rows N``: the PostgreSQL apply twice in one run, into two targets: first with
-``PGLOGICAL_APPLY_INPROCESS_ROWS=N`` and Spark started only if a batch needs it (``inprocess_*``; before any JVM
-starts), then the Spark run of the PostgreSQL target with ``PGLOGICAL_APPLY_INPROCESS_ROWS=0`` (every netted batch
+``PGLOGICAL_APPLY_INPROCESS_ROWS=N`` (and ``PGLOGICAL_APPLY_INPROCESS_BYTES`` of ``--inprocess-bytes``; a batch
+above them is netted in key partitions, ``staged_per_batch`` prints how many) and Spark started only if a batch
+needs it (``inprocess_*``; before any JVM starts), then the Spark run of the PostgreSQL target with ``PGLOGICAL_APPLY_INPROCESS_ROWS=0`` (every netted batch
 through Spark; the lake targets run with the environment as set), both compared with the native subscriber (``ratio_inprocess_apply_over_spark_apply``).
 """
 
@@ -115,10 +116,11 @@ def filtered_workload(dsn: str, changes: int) -> dict[str, int]:
     return {"insert": inserts, "update": updates + (inserts + 7) // 8, "delete": deletes}
 
 
-def staged_sizes(staging: str, slot: str, source: str) -> list[dict[str, float]]:
-    """Per staged batch of ``source``: its changes by the manifest and the uncompressed MiB of the columns the
-    in-process netting reads (``direct.staged_bytes``: what ``PGLOGICAL_APPLY_INPROCESS_BYTES`` bounds)."""
-    from airflow_provider_pglogical.apply import direct
+def staged_sizes(staging: str, slot: str, source: str, bounds: dict[str, str]) -> list[dict[str, float]]:
+    """Per staged batch of ``source``: its changes by the manifest, the uncompressed MiB of the columns the
+    in-process netting reads (``direct.staged_bytes``: what ``PGLOGICAL_APPLY_INPROCESS_BYTES`` bounds) and the key
+    partitions the in-process netting uses with the bounds of ``bounds`` (``partitioned.partition_count``)."""
+    from airflow_provider_pglogical.apply import direct, partitioned
     from airflow_provider_pglogical.apply.batches import list_batches
 
     sizes = []
@@ -126,8 +128,10 @@ def staged_sizes(staging: str, slot: str, source: str) -> list[dict[str, float]]
         files = batch.table_files.get(source, ())
         if files:
             total, _ = direct.staged_bytes([f"{batch.ref.path}/{f}" for f in files])
-            sizes.append({"changes": int(batch.manifest.tables.get(source, {}).get("rows", 0)),
-                          "staged_mib": round(total / 2**20, 1)})
+            rows = int(batch.manifest.tables.get(source, {}).get("rows", 0))
+            with scoped(bounds):
+                parts = partitioned.partition_count(rows, total, direct.inprocess_rows(), direct.inprocess_bytes())
+            sizes.append({"changes": rows, "staged_mib": round(total / 2**20, 1), "inprocess_partitions": parts})
     return sizes
 
 
@@ -246,9 +250,15 @@ def workload(dsn: str, changes: int, tx_rows: int) -> dict[str, int]:
     return done
 
 
-def apply_in_process(config: ApplyConfig, dsn: str, native_dsn: str, table: str, rows: int,
+def inprocess_bounds(args: argparse.Namespace) -> dict[str, str]:
+    """The in-process bounds ``--inprocess-rows`` / ``--inprocess-bytes`` set (unset: the environment's)."""
+    bounds = {"PGLOGICAL_APPLY_INPROCESS_ROWS": args.inprocess_rows, "PGLOGICAL_APPLY_INPROCESS_BYTES": args.inprocess_bytes}
+    return {k: str(v) for k, v in bounds.items() if v is not None}
+
+
+def apply_in_process(config: ApplyConfig, dsn: str, native_dsn: str, table: str, bounds: dict[str, str],
                      native_s: float) -> dict[str, object]:
-    """The PostgreSQL apply with ``PGLOGICAL_APPLY_INPROCESS_ROWS=rows`` into ``dsn``, Spark started only if a batch
+    """The PostgreSQL apply with the in-process bounds ``bounds`` into ``dsn``, Spark started only if a batch
     needs it (``inprocess_spark_started``): its seconds, its ratio to the native catch-up, its rows compared."""
     from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
 
@@ -268,12 +278,12 @@ def apply_in_process(config: ApplyConfig, dsn: str, native_dsn: str, table: str,
     import resource
 
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
-    with scoped({"PGLOGICAL_APPLY_INPROCESS_ROWS": str(rows)}):
+    with scoped(bounds):
         t0 = time.monotonic()
         reports = apply_slot(SparkOnDemand(start), config, dsn)  # type: ignore[arg-type]
         seconds = time.monotonic() - t0
     digest = f"SELECT count(*), sum(hashtext({table}::text)) FROM {table}"
-    return {"inprocess_rows": rows, "inprocess_apply_s": round(seconds, 2),
+    return {"inprocess_bounds": bounds, "inprocess_apply_s": round(seconds, 2),
             "inprocess_batches_applied": sum(r.applied for r in reports),
             "inprocess_per_batch_seconds": [r.seconds for r in reports],
             "inprocess_spark_started": bool(started),
@@ -304,6 +314,9 @@ def main() -> int:
     p.add_argument("--inprocess-rows", type=int, default=None, help="also apply to PostgreSQL in this process "
                    "(PGLOGICAL_APPLY_INPROCESS_ROWS=N, Spark only on demand), before the Spark run, which then has "
                    "PGLOGICAL_APPLY_INPROCESS_ROWS=0")
+    p.add_argument("--inprocess-bytes", type=int, default=None, help="with --inprocess-rows: "
+                   "PGLOGICAL_APPLY_INPROCESS_BYTES=N for the in-process run (a batch above the bounds is netted in "
+                   "key partitions of at most these sizes)")
     p.add_argument("--iceberg-reference", action="store_true", help="also apply to Iceberg with the direct path "
                    "switched off (PGLOGICAL_APPLY_DIRECT=0), for a before/after in one run")
     p.add_argument("--targets", default="postgres,delta", help="comma-separated; postgres is our PostgreSQL apply "
@@ -372,7 +385,7 @@ def main() -> int:
         t0, c0 = time.monotonic(), time.process_time()
         batches = drain_all(src_dsn, staging, **drain_kw)
         drain_s, drain_cpu = time.monotonic() - t0, time.process_time() - c0
-        staged = staged_sizes(staging, "ours", f"public.{table}")
+        staged = staged_sizes(staging, "ours", f"public.{table}", inprocess_bounds(args))
         PgLogicalClient.peek_changes = peeks.real  # type: ignore[method-assign]
         if profiler is not None:
             profiler.disable()
@@ -398,7 +411,7 @@ def main() -> int:
         inprocess: dict[str, object] = {}
         spark_env: dict[str, str] = {}  # the Spark run of the PostgreSQL target below
         if args.inprocess_rows is not None:
-            inprocess = apply_in_process(config, ours_inprocess, native_dsn, table, args.inprocess_rows, native_s)
+            inprocess = apply_in_process(config, ours_inprocess, native_dsn, table, inprocess_bounds(args), native_s)
             spark_env = {"PGLOGICAL_APPLY_INPROCESS_ROWS": "0"}  # every netted batch in Spark; the lakes as set
 
         t0 = time.monotonic()

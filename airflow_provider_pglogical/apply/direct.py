@@ -15,11 +15,13 @@ changes (``keys_never_repeat``) — that pipeline reduces to a per-row rewrite (
 
 nothing kept from the target, nothing touched (``net_rows`` is that rewrite, in pyarrow).
 
-A table-batch of at most ``PGLOGICAL_APPLY_INPROCESS_ROWS`` staged changes by its manifest (2,000,000 unless
-set; 0 switches it off) and at most ``PGLOGICAL_APPLY_INPROCESS_BYTES`` uncompressed staged bytes by its files'
-Parquet metadata, with no string or binary column of 1 GiB (128 MiB unless set; 0 lifts the byte bound:
-``staged_bytes_fit``), whose only obstacles are keys in several changes, unchanged-TOAST values, a row filter
-and/or actions left out of the publication is netted in this process instead (``in_process``): the publication is
+A table-batch whose only obstacles are keys in several changes, unchanged-TOAST values, a row filter and/or actions
+left out of the publication is netted in this process instead (``in_process``; ``PGLOGICAL_APPLY_INPROCESS_ROWS=0``
+switches it off): in one piece when it holds at most ``PGLOGICAL_APPLY_INPROCESS_ROWS`` staged changes by its
+manifest (2,000,000 unless set) and at most ``PGLOGICAL_APPLY_INPROCESS_BYTES`` uncompressed staged bytes by its
+files' Parquet metadata (128 MiB unless set; 0 lifts the byte bound: ``staged_bytes_fit``), else in key partitions
+that each fit them, spilled to disk (``apply/partitioned.py``, ``compacted_batches``), with no string or binary
+column of 1 GiB per partition: the publication is
 applied per change first (``published.publish``: actions dropped, the filter evaluated by ``filter_columns`` on old
 and new images, UPDATEs turned into INSERTs or DELETEs; a filter or value outside ``filter_eval``'s subset leaves
 the batch to Spark, judged before anything is written: ``publishable``), then ``kernels.compact_changes`` runs
@@ -27,7 +29,7 @@ the TOAST refill, the key events and ``compact`` with Arrow and numpy kernels an
 columns, moved-from keys and touched flags (``compacted_rows``; ``DirectNet.compacted``), which the target loads
 as it loads Spark's net frame. Its keys must group by Arrow equality as Spark groups them (``kernels.groupable``:
 no floating-point key). A row filter outside that subset, exactness notes, a truncate or snapshot cut-off inside
-the batch, routed parts, several schema versions or a larger batch still go to Spark.
+the batch, routed parts or several schema versions still go to Spark.
 
 Staged files on an object store (``s3://``, ``gs://``, ``abfs://``) are read by this process, through the staging
 area's own pyarrow filesystem and credentials, when Spark's master is local (``batches.readable_here``: the driver
@@ -49,7 +51,7 @@ batches.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from urllib.parse import urlparse
 
@@ -58,7 +60,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from airflow_provider_pglogical.apply import filter_eval, kernels, published
+from airflow_provider_pglogical.apply import filter_eval, kernels, partitioned, published
 from airflow_provider_pglogical.apply.batches import Batch, has_value_notes, is_local, keys_never_repeat, readable_here
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import DirectNet, DirectRows, PlannedTable
@@ -69,13 +71,14 @@ from airflow_provider_pglogical.staging.layout import resolve_filesystem
 ENV_SWITCH = "PGLOGICAL_APPLY_DIRECT"
 ROWS_SWITCH = "PGLOGICAL_APPLY_INPROCESS_ROWS"
 # Staged changes up to which a table-batch with repeated keys, unchanged TOAST, a row filter or unpublished actions
-# is netted in this process: its events are sorted in memory in one piece. Measured faster than Spark at every size
+# is netted in this process in one piece (its events sorted in memory); a larger one in key partitions of at most
+# this many (``partitioned.partition_count``). Measured faster than Spark at every size
 # tried (375k and 1.875M changes of the filtered workload); the process's peak RSS rose from 396 MiB to 981 MiB
 # netting its 1M-change batch (five narrow columns): a wide table needs more, which the byte bound below limits.
 INPROCESS_ROWS = 2_000_000
 BYTES_SWITCH = "PGLOGICAL_APPLY_INPROCESS_BYTES"
 # Uncompressed staged bytes (Parquet metadata, the columns the netting reads) up to which a table-batch is netted
-# in this process: the row bound says nothing of width. At 1.875M changes the filtered workload stages two
+# in one piece, and of a key partition above it: the row bound says nothing of width. At 1.875M changes the filtered workload stages two
 # table-batches of five narrow columns (``benchmarks/apply.py --workload filtered --skip-apply`` prints
 # ``staged_per_batch``): 1M inserts, 83 MiB, and 875k UPDATEs (full old images) and DELETEs, 107 MiB. Netting
 # both in process raised the peak RSS from 392 to 1,030 MiB (``--inprocess-rows``): ~6 bytes of memory per staged
@@ -197,10 +200,11 @@ def batch_files(table: PlannedTable, batch: Batch, sync_lsn: int | None) -> Dire
     if plain and no_unchanged_toast(paths, fs) and keys_never_repeat(
             batch, table.source, table.key, full_identity=table.relation.replica_identity == "f"):
         return net
-    if not in_process(table, batch, paths, fs):
+    partitions = in_process(table, batch, paths, fs)
+    if not partitions:
         return None
     net = replace(net, compacted=True, identity=tuple(table.relation.identity_columns),
-                  row_filter=table.config.row_filter, actions=tuple(table.config.actions))
+                  row_filter=table.config.row_filter, actions=tuple(table.config.actions), partitions=partitions)
     if not plain and not publishable(net):
         return None
     return net
@@ -211,8 +215,8 @@ def publishable(net: DirectNet) -> bool:
     (``filter_eval``: its columns' types, and values such as an integer result out of range, may leave the batch to
     Spark). Judged here, before a target writes anything; ``compacted_rows`` evaluates it again as it nets."""
     try:
-        published.publish(staged_changes(net.files, net.filesystem), row_filter=net.row_filter, actions=net.actions,
-                          identity=net.identity)
+        for chunk in staged_chunks(net.files, net.filesystem):  # per change: a row group at a time
+            published.publish(chunk, row_filter=net.row_filter, actions=net.actions, identity=net.identity)
     except filter_eval.NotCovered:
         return False
     except pa.ArrowInvalid:  # a column beyond Arrow's 2 GiB offsets as it is concatenated: Spark reads it in parts
@@ -227,25 +231,40 @@ def staged_changes(paths: Sequence[str], filesystem: pafs.FileSystem | None = No
                              for p in paths])
 
 
+def staged_chunks(paths: Sequence[str], filesystem: pafs.FileSystem | None = None) -> Iterator[pa.Table]:
+    """``staged_changes`` a row group at a time (a table-batch larger than memory is read once, in pieces)."""
+    for path in paths:
+        parquet = pq.ParquetFile(path, filesystem=filesystem)
+        for group in range(parquet.metadata.num_row_groups):
+            yield parquet.read_row_group(group, columns=list(kernels.STAGED_COLUMNS))
+
+
 def in_process(table: PlannedTable, batch: Batch, paths: Sequence[str], filesystem: pafs.FileSystem | None = None
-               ) -> bool:
-    """Whether ``kernels.compact_changes`` may net the table-batch here: at most ``inprocess_rows()`` staged
-    changes by the manifest and of bytes by the files' metadata (``staged_bytes_fit``), keys that group as Spark
-    groups them, and old images of the new images' types for every written column they hold (an unchanged-TOAST
-    value is taken from the old image as it is)."""
-    if int(batch.manifest.tables.get(table.source, {}).get("rows", 0)) > inprocess_rows():
-        return False
-    if not staged_bytes_fit(paths, filesystem):
-        return False
+               ) -> int:
+    """In how many key partitions ``kernels.compact_changes`` nets the table-batch here (0: not here, Spark does):
+    enough that each holds at most ``inprocess_rows()`` staged changes by the manifest and ``inprocess_bytes()``
+    by the files' metadata (``partitioned.partition_count``; 1: whole, in memory), with no string or binary column
+    of ``COLUMN_BYTES`` or more per partition; keys that group as Spark groups them, and old images of the new
+    images' types for every written column they hold (an unchanged-TOAST value is taken from the old image as it
+    is). ``PGLOGICAL_APPLY_INPROCESS_ROWS=0`` leaves every such table-batch to Spark."""
+    rows_bound = inprocess_rows()
+    if not rows_bound:
+        return 0
+    rows = int(batch.manifest.tables.get(table.source, {}).get("rows", 0))
+    total, widest = staged_bytes(paths, filesystem)
+    partitions = partitioned.partition_count(rows, total, rows_bound, inprocess_bytes())
+    if widest // partitions >= COLUMN_BYTES:
+        return 0
     schema = pq.read_schema(paths[0], filesystem=filesystem)
     old, new = schema.field("old").type, schema.field("new").type
     if not isinstance(old, pa.StructType) or not isinstance(new, pa.StructType):
-        return False
+        return 0
     new_types = {new.field(i).name: new.field(i).type for i in range(new.num_fields)}
     old_types = {old.field(i).name: old.field(i).type for i in range(old.num_fields)}
-    return (all(k in old_types and kernels.groupable(new_types[k]) for k in table.key)
+    fits = (all(k in old_types and kernels.groupable(new_types[k]) for k in table.key)
             and all(old_types.get(c, new_types[c]) == new_types[c] for c in table.columns)
             and all(c in schema.names for c in kernels.STAGED_COLUMNS))
+    return partitions if fits else 0
 
 
 def compacted_rows(staged: pa.Table, net: DirectNet) -> pa.RecordBatch:
@@ -253,7 +272,25 @@ def compacted_rows(staged: pa.Table, net: DirectNet) -> pa.RecordBatch:
     batch of net rows in ``net_rows``' layout, the keep column a list of column names: the publication's actions
     and row filter applied per change first (``published.publish``), as Spark applies them before netting."""
     staged = published.publish(staged, row_filter=net.row_filter, actions=net.actions, identity=net.identity)
-    rows = kernels.compact_changes(staged, net.key, net.columns, net.identity)
+    return _net_batch(kernels.compact_changes(staged, net.key, net.columns, net.identity), net)
+
+
+def compacted_batches(chunks: Iterable[pa.Table], net: DirectNet) -> Iterator[pa.RecordBatch]:
+    """A compacted ``DirectNet``'s net rows from its staged row groups (``chunks``, ``kernels.STAGED_COLUMNS``):
+    ``compacted_rows`` of them all when ``net.partitions`` is 1, else one batch per key partition
+    (``partitioned.netted``: spilled to disk, netted one partition at a time), the same rows in all."""
+    if net.partitions <= 1:
+        groups = list(chunks)
+        if groups:
+            yield compacted_rows(pa.concat_tables(groups), net)
+        return
+    for rows in partitioned.netted(chunks, source=net.source or net.target, key=net.key, columns=net.columns,
+                                   identity=net.identity, row_filter=net.row_filter, actions=net.actions,
+                                   partitions=net.partitions):
+        yield _net_batch(rows, net)
+
+
+def _net_batch(rows: kernels.Net, net: DirectNet) -> pa.RecordBatch:
     names = [*net_row_names(net.key), *[f"c{i}" for i in range(len(net.columns))]]
     return pa.RecordBatch.from_arrays([rows.kind, rows.keep, rows.lsn, *rows.from_key, rows.touched, *rows.columns],
                                       names=names)

@@ -20,7 +20,7 @@ Spark normalises, are left to Spark by the rule (``groupable``). ``tests/unit/ap
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -93,20 +93,41 @@ class Net:
     from_key: list[pa.Array]  # the old key of a row that arrived by a key change (I/R only)
     touched: pa.Array  # the key's row changed in the batch before a key change moved it away
     columns: list[pa.Array]  # the written columns, in their order (key values from the key's events)
+    keys: list[pa.Array] = field(default_factory=list)  # each key column's value per row (the group's key)
 
     def table(self, key: Sequence[str], columns: Sequence[str]) -> pa.Table:
         """As a table named like ``SparkBatchChanges.net``'s frame: kind, keep, lsn, from0…, touched, columns."""
         names = ["kind", "keep", "lsn", *[f"from{i}" for i in range(len(key))], "touched", *columns]
         return pa.table([self.kind, self.keep, self.lsn, *self.from_key, self.touched, *self.columns], names=names)
 
+    def take(self, rows: np.ndarray) -> Net:
+        """These rows (indices) only."""
+        idx = pa.array(rows, pa.int64())
+        return Net(kind=self.kind.take(idx), keep=self.keep.take(idx), lsn=self.lsn.take(idx),
+                   from_key=[a.take(idx) for a in self.from_key], touched=self.touched.take(idx),
+                   columns=[a.take(idx) for a in self.columns], keys=[a.take(idx) for a in self.keys])
 
-def compact_changes(staged: pa.Table, key: Sequence[str], columns: Sequence[str],
-                    identity: Sequence[str]) -> Net:
-    """Staged changes of one table-batch (``STAGED_COLUMNS``, one schema version) → its net change per key.
 
-    ``key``: the apply key; ``columns``: the written columns (every one in the images); ``identity``: the
-    source's replica identity columns, which a key-only old image holds (filling unchanged TOAST from it)."""
-    staged = staged.combine_chunks()
+@dataclass(frozen=True)
+class Events:
+    """The key events of staged changes (``to_key_events``): one per change, a second (the DELETE of the old key,
+    ``away``) per key change, the changes' events first; ``source`` is each event's staged row."""
+
+    key: list[pa.Array]  # each key column's value per event, in the new image's type
+    source: np.ndarray
+    away: np.ndarray
+    kind: np.ndarray  # D, I, U per event
+    sub: np.ndarray  # 0 for a DELETE and the old half of a key change, 1 otherwise
+    moved: np.ndarray  # per staged row: an UPDATE that changes its key
+    old: dict[str, pa.Array | pa.ChunkedArray]
+    values_of: dict[str, pa.Array | pa.ChunkedArray]  # each written column, unchanged TOAST refilled
+    keep_of: dict[str, np.ndarray]  # per written column, where its value stays unknown (kept)
+
+
+def key_events(staged: pa.Table, key: Sequence[str], columns: Sequence[str], identity: Sequence[str]) -> Events:
+    """The TOAST refill and the key events of staged changes (``STAGED_COLUMNS``, in one chunk): each event's key
+    is its change's old key (a DELETE, an UPDATE that keeps its key) or its refilled new key (an INSERT, the new
+    half of a key change), the away event's the old key. Per change: a change's events do not depend on others."""
     n = staged.num_rows
     op = staged.column("op")
     is_d, is_i, is_u = (mask(pc.equal(op, letter)) for letter in ("D", "I", "U"))
@@ -131,14 +152,30 @@ def compact_changes(staged: pa.Table, key: Sequence[str], columns: Sequence[str]
     key_from_old = is_d | (is_u & has_old & ~moved)
     away_rows = np.flatnonzero(moved)
     m = len(away_rows)
-    source = np.concatenate([np.arange(n), away_rows])  # event → its staged row
-    away = np.concatenate([np.zeros(n, dtype=bool), np.ones(m, dtype=bool)])
-    ev_kind = np.concatenate([np.where(is_d, "D", np.where(is_i | moved, "I", "U")), np.full(m, "D")])
-    ev_d = ev_kind == "D"
-    sub = np.concatenate([np.where(is_d, 0, 1), np.zeros(m, dtype=np.int64)]).astype(np.int64)
     away_idx = pa.array(away_rows, pa.int64())
-    ev_key = [pa.concat_arrays([pc.if_else(pa.array(key_from_old), old[k], values_of[k]).cast(new[k].type),
-                                pc.take(old[k], away_idx).cast(new[k].type)]) for k in key]
+    return Events(
+        key=[pa.concat_arrays([pc.if_else(pa.array(key_from_old), old[k], values_of[k]).cast(new[k].type),
+                               pc.take(old[k], away_idx).cast(new[k].type)]) for k in key],
+        source=np.concatenate([np.arange(n), away_rows]),
+        away=np.concatenate([np.zeros(n, dtype=bool), np.ones(m, dtype=bool)]),
+        kind=np.concatenate([np.where(is_d, "D", np.where(is_i | moved, "I", "U")), np.full(m, "D")]),
+        sub=np.concatenate([np.where(is_d, 0, 1), np.zeros(m, dtype=np.int64)]).astype(np.int64),
+        moved=moved, old=old, values_of=values_of, keep_of=keep_of)
+
+
+def compact_changes(staged: pa.Table, key: Sequence[str], columns: Sequence[str],
+                    identity: Sequence[str]) -> Net:
+    """Staged changes of one table-batch (``STAGED_COLUMNS``, one schema version) → its net change per key.
+
+    ``key``: the apply key; ``columns``: the written columns (every one in the images); ``identity``: the
+    source's replica identity columns, which a key-only old image holds (filling unchanged TOAST from it)."""
+    staged = staged.combine_chunks()
+    events = key_events(staged, key, columns, identity)
+    old, values_of, keep_of, moved = events.old, events.values_of, events.keep_of, events.moved
+    source, away, ev_kind, sub, ev_key = events.source, events.away, events.kind, events.sub, events.key
+    ev_d = ev_kind == "D"
+    n = staged.num_rows
+    m = len(source) - n
     commit = staged.column("commit_lsn").to_numpy()[source]
     order = staged.column("tx_order").to_numpy()[source]
     lsn = staged.column("lsn").to_numpy()[source]
@@ -203,7 +240,8 @@ def compact_changes(staged: pa.Table, key: Sequence[str], columns: Sequence[str]
     return Net(kind=pa.array(kind, pa.string()), keep=_keep_lists(kind == "D", value_columns, unknown),
                lsn=pa.array(lsn[perm][ends - 1] if e else [], pa.int64()),
                from_key=[pc.take(old[k], from_rows) for k in key],
-               touched=pa.array(touched, pa.bool_()), columns=out)
+               touched=pa.array(touched, pa.bool_()), columns=out,
+               keys=[pc.take(k, pa.array(starts, pa.int64())) for k in sorted_keys])
 
 
 def _keep_lists(deleted: np.ndarray, value_columns: Sequence[str], unknown: dict[str, np.ndarray]) -> pa.Array:

@@ -1,7 +1,8 @@
 """`pglogical run` without a JVM: a run whose every table-batch the direct path covers applies in the pglogical
 process and starts no Spark — keys changed once, and small batches whose keys change twice or keep unchanged-TOAST
 values (netted in process by ``apply/kernels.py``); a batch that needs Spark's transforms (a row filter outside the
-subset evaluated in process, a batch above ``PGLOGICAL_APPLY_INPROCESS_ROWS`` whose keys repeat) still starts it.
+subset evaluated in process, keys that repeat with ``PGLOGICAL_APPLY_INPROCESS_ROWS=0``) still starts it; a batch
+above the in-process bounds is netted in key partitions (``test_partitioned_inprocess_native.py``).
 Filters the process evaluates: ``test_cli_row_filter_no_spark.py``. Either way the target ends equal to the
 source."""
 
@@ -152,9 +153,9 @@ def test_keys_changed_twice_a_key_change_and_unchanged_toast_are_netted_without_
 
 # What a batch holds that only Spark's transforms apply, with the run's Spark start it leads to.
 NEEDS_SPARK = {
-    # keys changed twice in a batch above the in-process threshold: Spark's compaction nets it
+    # keys changed twice with the in-process netting switched off: Spark's compaction nets them
     "repeated key": (None, "UPDATE items SET qty = qty + 1 WHERE id <= 5; UPDATE items SET label = 'x' WHERE id <= 3;",
-                     "for the apply", {"PGLOGICAL_APPLY_INPROCESS_ROWS": "4"}),
+                     "for the apply", {"PGLOGICAL_APPLY_INPROCESS_ROWS": "0"}),
     # a row filter with a cast: the spec rules the direct path out, so Spark starts while the drain runs
     "row filter": (FILTER, "UPDATE items SET qty = qty + 1 WHERE id <= 10; DELETE FROM items WHERE id = 20;",
                    "during the drain", {}),

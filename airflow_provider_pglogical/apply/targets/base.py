@@ -281,7 +281,8 @@ class DirectNet:
     (``apply/direct.py``); ``columns`` are the written columns (``PlannedTable.columns``), ``key`` its key.
     ``compacted``: the rows are netted together in one piece instead (``direct.compacted_rows``: repeated keys,
     unchanged TOAST, a row filter or an action left out), ``identity`` the source's replica identity columns that
-    refill needs, ``row_filter`` and ``actions`` the publication's (evaluated in process, ``apply/published.py``)."""
+    refill needs, ``row_filter`` and ``actions`` the publication's (evaluated in process, ``apply/published.py``),
+    ``partitions`` how many key partitions it is netted in (``direct.compacted_batches``)."""
 
     source: str
     target: str
@@ -295,6 +296,9 @@ class DirectNet:
     actions: tuple[str, ...] = ("insert", "update", "delete")
     # The staging area's filesystem ``files`` are paths of (an object store's, with its credentials); None: local.
     filesystem: pafs.FileSystem | None = field(default=None, compare=False, repr=False)
+    # A compacted table-batch above the in-memory bounds is netted in this many key partitions spilled to disk
+    # (``apply/partitioned.py``); 1: in one piece.
+    partitions: int = 1
 
 
 @dataclass(frozen=True)

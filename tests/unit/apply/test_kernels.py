@@ -2,8 +2,8 @@
 repeat — updated twice, moved by key changes and back, deleted and inserted again, exact duplicates of a change,
 unchanged-TOAST values under key-only and full old images — ``kernels.compact_changes`` gives exactly the frame
 ``SparkBatchChanges.net`` builds with ``transforms.compact`` (kinds, keep lists, moved-from keys, touched flags,
-values), and the direct rule hands such a batch over as a compacted one (``direct.compacted_rows``) when it is
-small enough.
+values), and the direct rule hands such a batch over as a compacted one (``direct.compacted_rows``), netted in
+key partitions above the in-memory bounds (``direct.compacted_batches``; ``test_partitioned.py`` compares those).
 """
 
 from __future__ import annotations
@@ -143,12 +143,17 @@ def test_a_small_batch_with_repeated_keys_is_compacted_in_process_up_to_the_thre
     assert sorted(rows, key=lambda r: r["op"]) == [
         {"op": "D", "keep": [], "lsn": -88, "from0": None, "touched": True, "c0": 1, "c1": None, "c2": None},
         {"op": "I", "keep": [], "lsn": -88, "from0": 1, "touched": False, "c0": 2, "c1": 3, "c2": "b"}]
-    monkeypatch.setenv(direct.ROWS_SWITCH, "2")  # three staged changes: above it, Spark nets them
-    assert direct.batch_files(table, batch, None) is None
+    monkeypatch.setenv(direct.ROWS_SWITCH, "2")  # three staged changes: above it, netted in two key partitions
+    parted = direct.batch_files(table, batch, None)
+    assert parted is not None and parted.compacted and parted.partitions == 2
+    chunks = direct.staged_chunks(parted.files)
+    assert sorted((r for b in direct.compacted_batches(chunks, parted) for r in b.to_pylist()),
+                  key=lambda r: r["op"]) == sorted(rows, key=lambda r: r["op"])
     monkeypatch.setenv(direct.ROWS_SWITCH, "0")
     assert direct.batch_files(table, batch, None) is None
     monkeypatch.setenv(direct.ROWS_SWITCH, "3")
-    assert direct.batch_files(table, batch, None) is not None
+    found = direct.batch_files(table, batch, None)
+    assert found is not None and found.partitions == 1
     monkeypatch.setenv(direct.ENV_SWITCH, "0")  # the reference path: Spark's transforms
     assert direct.batch_files(table, batch, None) is None
 
@@ -164,18 +169,20 @@ def test_a_floating_point_key_keeps_spark_which_normalises_it(tmp_path) -> None:
     assert direct.batch_files(_planned(FLOATS, ("x",), batch), batch, None) is None
 
 
-def test_a_batch_over_the_byte_bound_is_netted_by_spark(spark, tmp_path, monkeypatch) -> None:
+def test_a_batch_over_the_byte_bound_is_netted_in_key_partitions(tmp_path, monkeypatch) -> None:
     batch = _two_updates(tmp_path)
     table = _planned(ITEMS, ("id",), batch)
     paths = [f"{batch.ref.path}/{f}" for f in batch.table_files[ITEMS.name]]
-    assert direct.staged_bytes_fit(paths) and direct.batch_files(table, batch, None) is not None
-    monkeypatch.setenv(direct.BYTES_SWITCH, "100")  # three changes stage more than 100 bytes: Spark nets them
+    whole = direct.batch_files(table, batch, None)
+    assert direct.staged_bytes_fit(paths) and whole is not None and whole.partitions == 1
+    total, _ = direct.staged_bytes(paths)
+    monkeypatch.setenv(direct.BYTES_SWITCH, "100")  # three changes stage more than 100 bytes: several partitions
     assert not direct.staged_bytes_fit(paths)
-    assert direct.batch_files(table, batch, None) is None
-    rows = _spark_rows(SparkBatchChanges(spark, batch).net(table))
-    assert [r[0] for r in sorted(rows)] == ["D", "I"]  # id 1 moved to id 2, as the in-process netting gives
+    parted = direct.batch_files(table, batch, None)
+    assert parted is not None and parted.compacted and parted.partitions == -(-total // 100) > 1
     monkeypatch.setenv(direct.BYTES_SWITCH, "0")  # no byte bound
-    assert direct.batch_files(table, batch, None) is not None
+    found = direct.batch_files(table, batch, None)
+    assert found is not None and found.partitions == 1
 
 
 def test_a_string_column_near_arrows_offsets_is_not_netted_in_process(tmp_path, monkeypatch) -> None:
@@ -183,6 +190,8 @@ def test_a_string_column_near_arrows_offsets_is_not_netted_in_process(tmp_path, 
     table = _planned(ITEMS, ("id",), batch)
     monkeypatch.setattr(direct, "COLUMN_BYTES", 4)  # every text column "too wide" for 32-bit offsets
     monkeypatch.setenv(direct.BYTES_SWITCH, "0")
+    assert direct.batch_files(table, batch, None) is None
+    monkeypatch.setenv(direct.ROWS_SWITCH, "1")  # three partitions: a column's share is still too wide
     assert direct.batch_files(table, batch, None) is None
 
 

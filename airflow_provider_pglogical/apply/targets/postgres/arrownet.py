@@ -9,8 +9,10 @@ row groups' statistics keep them within Arrow's printable range (``arrowtext.ARR
 anything else keeps the Spark path.
 
 A compacted plan (``DirectNet.compacted``: keys repeat, or unchanged-TOAST values) runs its tasks in one slice: its
-row groups are read together and netted in one piece by ``direct.compacted_rows`` (Arrow kernels, ``apply/kernels.py``), whose
-keep lists are printed as text arrays; the rows are those of Spark's net frame, staged and applied the same way.
+row groups are read together and netted in one piece by ``direct.compacted_rows`` (Arrow kernels, ``apply/kernels.py``), or
+above the in-memory bounds in key partitions spilled to disk (``direct.compacted_batches``, ``apply/partitioned.py``),
+whose net rows are COPYed one partition after another into the one staging table; keep lists are printed as text
+arrays; the rows are those of Spark's net frame, staged and applied the same way.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ class DirectPlan:
     actions: tuple[str, ...] = ("insert", "update", "delete")
     # The staging area's filesystem the task files are paths of (``DirectNet.filesystem``); None: local.
     filesystem: pafs.FileSystem | None = field(default=None, compare=False, repr=False)
+    partitions: int = 1  # key partitions a compacted plan is netted in (``DirectNet.partitions``)
+    source: str = ""  # the source table (named in a spill's errors)
 
     @property
     def local(self) -> bool:
@@ -132,7 +136,7 @@ def plan_direct(net: DirectNet, types: Mapping[str, PgType]) -> DirectPlan | Non
             kinds, key_kinds = new_kinds, old_kinds
         tasks.extend((path, rg) for rg in range(parquet.metadata.num_row_groups))
     return DirectPlan(net.key, net.columns, tuple(kinds), tuple(key_kinds), tuple(tasks), net.compacted, net.identity,
-                      net.row_filter, net.actions, net.filesystem)
+                      net.row_filter, net.actions, net.filesystem, net.partitions, net.source)
 
 
 @dataclass(frozen=True)
@@ -213,13 +217,12 @@ def copy_tasks(dsn: str, staging: str, columns: Sequence[str], plan: DirectPlan
     fields = _fields(plan)
 
     def net_batches(tasks: Iterable[tuple[str, int]]) -> Iterator[pa.RecordBatch]:
-        if plan.compacted:  # every row group of the table-batch, netted together
-            net = DirectNet("", "", (), plan.key, plan.columns, compacted=True, identity=plan.identity,
-                            row_filter=plan.row_filter, actions=plan.actions)
-            groups = [pq.ParquetFile(path, filesystem=plan.filesystem).read_row_group(rg, columns=list(kernels.STAGED_COLUMNS))
-                      for path, rg in tasks]
-            if groups:
-                yield direct.compacted_rows(pa.concat_tables(groups), net)
+        if plan.compacted:  # every row group of the table-batch, netted together (in key partitions above the bounds)
+            net = DirectNet(plan.source, "", (), plan.key, plan.columns, compacted=True, identity=plan.identity,
+                            row_filter=plan.row_filter, actions=plan.actions, partitions=plan.partitions)
+            groups = (pq.ParquetFile(path, filesystem=plan.filesystem).read_row_group(rg, columns=list(kernels.STAGED_COLUMNS))
+                      for path, rg in tasks)
+            yield from direct.compacted_batches(groups, net)
             return
         for path, rg in tasks:
             table = pq.ParquetFile(path, filesystem=plan.filesystem).read_row_group(rg, columns=["op", "lsn", "old", "new"])

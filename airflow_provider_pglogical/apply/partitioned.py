@@ -1,0 +1,241 @@
+"""In-process netting of a table-batch larger than the in-memory bounds, by key partitions.
+
+``kernels.compact_changes`` nets a table-batch in one piece: its memory grows with the batch (about 6 bytes per
+staged byte), so ``direct.py`` bounds it (``PGLOGICAL_APPLY_INPROCESS_ROWS`` / ``_BYTES``). Netting is per key —
+a key's net row depends on its own events only — so a larger table-batch is netted here in ``partitions`` pieces
+that each fit those bounds (``partition_count``):
+
+1. the staged row groups are read once, a few at a time; the publication is applied per change
+   (``published.publish``: actions, row filter);
+2. each change is routed by a hash of its key events' keys (``kernels.key_events``: the old key of a DELETE or of
+   an UPDATE that keeps its key, the refilled new key of an INSERT or of the new half of a key change) to one
+   partition; a key change touches two keys, so it goes to both keys' partitions when they differ (``route``);
+3. each partition is spilled to an Arrow IPC file in a temporary directory under ``spill_directory()``;
+4. each partition is read back (memory-mapped) and netted by ``kernels.compact_changes``, the code the whole
+   batch would go through; of its net rows, those whose key belongs to the partition (``key_hash``) are kept: a
+   key change routed to the partition of its other key also makes a partial group of a key netted elsewhere.
+
+Every event of a key lands in that key's partition, so each key's net row is the one the whole-batch netting gives
+(``tests/unit/apply/test_partitioned.py`` compares them on random batches). The union of the partitions' rows is
+the whole batch's net rows, which a target receives as a stream of batches (the PostgreSQL target COPYs them into
+its staging table and applies them together, as it does a single batch). Spill files are removed as each partition
+is netted, and the directory when the netting ends, whether it succeeded or failed; a failure raises ``ApplyError``
+before the target commits, so nothing is lost. A single key's changes are never split: a key changed more often
+than a partition's share holds its partition above the bounds.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_provider_pglogical.apply import kernels, published
+from airflow_provider_pglogical.exceptions import ApplyError
+
+SPILL_SWITCH = "PGLOGICAL_APPLY_SPILL_DIR"
+# Staged rows routed at a time: row groups (32k rows by default) are gathered to this many, so the per-chunk cost
+# of the routing and of the spill writes stays small beside the rows' own.
+ROUTE_ROWS = 262_144
+_NULL_HASH = np.uint64(0x9E3779B97F4A7C15)  # a null key value's hash (nulls group together)
+_MIX = np.uint64(1_000_003)
+
+
+def spill_directory() -> str:
+    """Where partitions are spilled: ``PGLOGICAL_APPLY_SPILL_DIR``, else the system's temporary directory."""
+    return os.environ.get(SPILL_SWITCH, "").strip() or tempfile.gettempdir()
+
+
+def partition_count(rows: int, staged_bytes: int, rows_bound: int, bytes_bound: int) -> int:
+    """Partitions of a table-batch of ``rows`` staged changes and ``staged_bytes`` uncompressed staged bytes so that
+    each holds at most ``rows_bound`` changes and ``bytes_bound`` bytes on average (0: no such bound); 1 when it fits
+    whole."""
+    count = 1
+    if rows_bound:
+        count = max(count, -(-rows // rows_bound))
+    if bytes_bound:
+        count = max(count, -(-staged_bytes // bytes_bound))
+    return count
+
+
+def key_hash(keys: Sequence[pa.Array | pa.ChunkedArray]) -> np.ndarray:
+    """A 64-bit hash per row of key columns: equal keys by Arrow equality (nulls equal to nulls, values of one type)
+    hash equally, whatever their chunks or their neighbours' nulls (a function of each value's bytes only)."""
+    n = len(keys[0]) if keys else 0
+    out = np.zeros(n, dtype=np.uint64)
+    for values in keys:
+        whole = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+        out = _mix(out * _MIX ^ _column_hash(whole))
+    return out
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser: every input bit moves every output bit (wrapping uint64 arithmetic)."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * np.uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> np.uint64(27))
+    x = x * np.uint64(0x94D049BB133111EB)
+    out: np.ndarray = x ^ (x >> np.uint64(31))
+    return out
+
+
+def _column_hash(values: pa.Array) -> np.ndarray:
+    dtype = values.type
+    if pa.types.is_boolean(dtype):
+        values = values.cast(pa.int8())
+    elif pa.types.is_temporal(dtype) and dtype.bit_width in (32, 64):  # dates, times, timestamps, durations
+        values = values.view(pa.int32() if dtype.bit_width == 32 else pa.int64())
+    if pa.types.is_integer(values.type):
+        words = np.asarray(pc.fill_null(values.cast(pa.int64(), safe=False), 0).to_numpy()).view(np.uint64)
+        hashed = _mix(words)
+    elif (pa.types.is_string(dtype) or pa.types.is_large_string(dtype) or pa.types.is_binary(dtype)
+          or pa.types.is_large_binary(dtype)):
+        hashed = _bytes_hash(values)
+    elif dtype.bit_width and dtype.bit_width % 8 == 0:  # decimals, fixed-size binaries: their fixed-width bytes
+        hashed = _fixed_hash(values, dtype.bit_width // 8)
+    else:
+        raise ApplyError(f"a key of type {dtype} cannot be partitioned")  # not groupable: never netted here
+    hashed[~kernels.mask(values.is_valid())] = _NULL_HASH
+    return hashed
+
+
+def _fixed_hash(values: pa.Array, width: int) -> np.ndarray:
+    n = len(values)
+    data = np.frombuffer(values.buffers()[1], dtype=np.uint8)[values.offset * width:(values.offset + n) * width]
+    padded = np.zeros((n, -(-width // 8) * 8), dtype=np.uint8)
+    padded[:, :width] = data.reshape(n, width)
+    words = padded.view(np.uint64)
+    out = np.zeros(n, dtype=np.uint64)
+    for i in range(words.shape[1]):
+        out = _mix(out * _MIX ^ words[:, i])
+    return out
+
+
+_P = 0x100000001B3  # odd, so invertible modulo 2**64
+_P_INVERSE = pow(_P, -1, 2**64)
+_HASH_SLICE = 16_384  # rows hashed at a time: the byte-wise arrays below stay small
+
+
+def _bytes_hash(values: pa.Array) -> np.ndarray:
+    """Per value, its bytes as a polynomial in ``_P`` modulo 2**64 (prefix sums over the data buffer, rescaled to
+    each value's start by the inverse powers), mixed with its length."""
+    n = len(values)
+    large = pa.types.is_large_string(values.type) or pa.types.is_large_binary(values.type)
+    buffers = values.buffers()
+    offsets = np.frombuffer(buffers[1], dtype=np.int64 if large else np.int32)[values.offset:values.offset + n + 1]
+    data = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None else np.zeros(0, dtype=np.uint8)
+    out = np.empty(n, dtype=np.uint64)
+    for first in range(0, n, _HASH_SLICE):
+        bounds = offsets[first:first + _HASH_SLICE + 1].astype(np.int64)
+        lo = int(bounds[0])
+        segment = data[lo:int(bounds[-1])].astype(np.uint64)
+        powers = np.cumprod(np.full(len(segment), _P, dtype=np.uint64)) * np.uint64(_P_INVERSE)  # P**i
+        inverse = np.cumprod(np.full(len(segment) + 1, _P_INVERSE, dtype=np.uint64)) * np.uint64(_P)  # P**-i
+        sums = np.concatenate([np.zeros(1, dtype=np.uint64), np.cumsum(segment * powers, dtype=np.uint64)])
+        start, end = bounds[:-1] - lo, bounds[1:] - lo
+        out[first:first + len(start)] = _mix((sums[end] - sums[start]) * inverse[start]
+                                             ^ (end - start).astype(np.uint64))
+    return out
+
+
+def route(staged: pa.Table, key: Sequence[str], identity: Sequence[str], partitions: int) -> list[np.ndarray]:
+    """Per partition, the staged rows (ascending) it needs: each change goes where its key event's key hashes, a key
+    change also where its old key's (its away event) hashes when that differs. ``staged``: in one chunk."""
+    events = kernels.key_events(staged, key, key, identity)  # the key columns are all the routing needs
+    where = (key_hash(events.key) % np.uint64(partitions)).astype(np.int64)
+    n = staged.num_rows
+    away_rows, away_where = events.source[n:], where[n:]
+    second = away_where != where[away_rows]
+    rows = np.concatenate([np.arange(n), away_rows[second]])
+    part = np.concatenate([where[:n], away_where[second]])
+    order = np.lexsort((rows, part))
+    rows, part = rows[order], part[order]
+    bounds = np.searchsorted(part, np.arange(partitions + 1))
+    return [rows[bounds[j]:bounds[j + 1]] for j in range(partitions)]
+
+
+def _gathered(chunks: Iterable[pa.Table]) -> Iterator[pa.Table]:
+    """The staged row groups gathered to about ``ROUTE_ROWS`` rows, each in one chunk."""
+    held: list[pa.Table] = []
+    rows = 0
+    for chunk in chunks:
+        held.append(chunk)
+        rows += chunk.num_rows
+        if rows >= ROUTE_ROWS:
+            yield pa.concat_tables(held).combine_chunks()
+            held, rows = [], 0
+    if held:
+        yield pa.concat_tables(held).combine_chunks()
+
+
+def netted(chunks: Iterable[pa.Table], *, source: str, key: Sequence[str], columns: Sequence[str],
+           identity: Sequence[str], row_filter: str | None, actions: Sequence[str], partitions: int
+           ) -> Iterator[kernels.Net]:
+    """The net rows of a table-batch's staged changes (``chunks``: its row groups, ``kernels.STAGED_COLUMNS``),
+    published then netted in ``partitions`` key partitions spilled to disk (module docstring): one ``kernels.Net``
+    per partition, whose union is ``kernels.compact_changes`` of the whole published batch. ``source`` names the
+    table in errors."""
+    base = spill_directory()
+    try:
+        directory = tempfile.mkdtemp(prefix="pglogical-net-", dir=base)
+    except OSError as e:
+        raise ApplyError(f"{source}: cannot spill {partitions} key partitions of the table-batch to {base} "
+                         f"({e.strerror or e}); set {SPILL_SWITCH} to a writable directory") from None
+    try:
+        paths = [os.path.join(directory, f"part-{j}.arrow") for j in range(partitions)]
+        spilled = _spill(chunks, paths, key=key, identity=identity, row_filter=row_filter, actions=actions,
+                         source=source, directory=directory)
+        for j, path in enumerate(paths):
+            if not spilled[j]:
+                continue
+            mapped = pa.memory_map(path)  # the partition's pages are the file's, not this process's heap
+            try:
+                rows = kernels.compact_changes(pa.ipc.open_file(mapped).read_all(), key, columns, identity)
+            finally:
+                mapped.close()
+            os.remove(path)
+            owned = (key_hash(rows.keys) % np.uint64(partitions)) == j
+            yield rows if owned.all() else rows.take(np.flatnonzero(owned))
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _spill(chunks: Iterable[pa.Table], paths: Sequence[str], *, key: Sequence[str], identity: Sequence[str],
+           row_filter: str | None, actions: Sequence[str], source: str, directory: str) -> list[int]:
+    """Publish, route and write every change to its partitions' files; the rows written to each."""
+    writers: list[pa.ipc.RecordBatchFileWriter] = []
+    written = [0] * len(paths)
+    schema: pa.Schema | None = None
+    try:
+        for chunk in _gathered(chunks):
+            chunk = published.publish(chunk, row_filter=row_filter, actions=actions, identity=identity)
+            if not chunk.num_rows:
+                continue
+            chunk = chunk.combine_chunks()
+            if schema is None:
+                schema = chunk.schema
+                writers = [pa.ipc.new_file(p, schema) for p in paths]
+            elif not chunk.schema.equals(schema):
+                chunk = chunk.cast(schema)
+            for j, rows in enumerate(route(chunk, key, identity, len(paths))):
+                if len(rows):
+                    writers[j].write_table(chunk.take(pa.array(rows, pa.int64())))
+                    written[j] += len(rows)
+        while writers:
+            writers.pop().close()
+    except OSError as e:
+        raise ApplyError(f"{source}: spilling key partitions of the table-batch to {directory} failed after "
+                         f"{sum(written)} staged changes ({e.strerror or e}); set {SPILL_SWITCH} to a directory "
+                         "with room") from None
+    finally:
+        for writer in writers:  # left open by a failure: their files go with the directory
+            try:
+                writer.close()
+            except OSError:
+                pass
+    return written

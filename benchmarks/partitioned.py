@@ -1,0 +1,117 @@
+"""Benchmark: one large table-batch netted in process whole and in key partitions, side by side, with peak memory.
+
+Stages the filtered workload of ``benchmarks/apply.py`` (REPLICA IDENTITY FULL, row filter ``a % 2 = 0`` crossed by
+every UPDATE, keys repeating) at ``--changes`` changes from a throwaway server, takes its largest table-batch by
+staged bytes, and nets it (published, then netted: what the PostgreSQL target's COPY receives, nothing written to
+a target) in two fresh processes, one after the other: ``direct.compacted_batches`` in one piece (the reference,
+the bound-limited path) and in key partitions spilled to disk (``apply/partitioned.py``; ``--partitions``, else as
+many as the default bounds give). Each child prints its seconds, its peak RSS (``ru_maxrss``: the netting's own,
+the child reads nothing else) and its rows by kind with a digest of their LSNs (equal in both). Prints one JSON
+object with both and the ratios.
+
+Usage: python benchmarks/partitioned.py [--changes 3750000] [--partitions N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import pyarrow.parquet as pq  # noqa: E402
+
+from airflow_provider_pglogical.apply import direct, partitioned  # noqa: E402
+from airflow_provider_pglogical.apply.targets.base import DirectNet  # noqa: E402
+
+KEY, COLUMNS, FILTER = ("id",), ("id", "a", "b", "c", "d"), "a % 2 = 0"
+
+
+def net(paths: list[str], partitions: int) -> dict[str, object]:
+    """Net the staged files in this process: seconds, peak RSS, rows by kind, LSN digest."""
+    spec = DirectNet("public.big", "public.big", tuple(paths), KEY, COLUMNS, compacted=True, identity=COLUMNS,
+                     row_filter=FILTER, partitions=partitions)
+    t0 = time.monotonic()
+    kinds: dict[str, int] = {}
+    digest = 0
+    for batch in direct.compacted_batches(direct.staged_chunks(paths), spec):
+        for kind in ("D", "R", "I", "U"):
+            mask = batch.column("op").to_numpy(zero_copy_only=False) == kind
+            kinds[kind] = kinds.get(kind, 0) + int(mask.sum())
+        digest = (digest + int(batch.column("lsn").to_numpy().sum())) % 2**61
+    return {"partitions": partitions, "seconds": round(time.monotonic() - t0, 2),
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+            "rows_by_kind": kinds, "lsn_digest": digest}
+
+
+def stage(changes: int, root: str) -> list[str]:
+    """The filtered workload staged under ``root``: the largest table-batch's files."""
+    from airflow_provider_pglogical.apply.batches import list_batches
+    from airflow_provider_pglogical.hooks import PgLogicalHook
+    from benchmarks.apply import BIG_SCHEMA, filtered_workload
+    from scripts.harness.pgserver import execute, make_database, start_server, stop_server
+    from scripts.harness.subscriber import drain_all
+
+    server = start_server()
+    try:
+        dsn = server.dsn(make_database(server))
+        execute(dsn, BIG_SCHEMA + "ALTER TABLE big REPLICA IDENTITY FULL; CREATE PUBLICATION pub_all FOR TABLE big;")
+        PgLogicalHook.from_dsn(dsn).create_slot("ours")
+        filtered_workload(dsn, changes)
+        drain_all(dsn, root, slot="ours")
+    finally:
+        stop_server(server)
+    best: list[str] = []
+    best_bytes = -1
+    for batch in list_batches(root, "ours"):
+        files = [f"{batch.ref.path}/{f}" for f in batch.table_files.get("public.big", ())]
+        if files and (size := direct.staged_bytes(files)[0]) > best_bytes:
+            best, best_bytes = files, size
+    return best
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--changes", type=int, default=3_750_000)
+    p.add_argument("--partitions", type=int, default=None, help="default: as many as the default bounds give")
+    p.add_argument("--net", nargs="*", help=argparse.SUPPRESS)  # child: net these files
+    args = p.parse_args()
+    if args.net is not None:
+        print(json.dumps(net(args.net, args.partitions or 1)))
+        return 0
+    root = tempfile.mkdtemp(prefix="pglogical-bench-partitioned-")
+    try:
+        files = stage(args.changes, root)
+        total, _ = direct.staged_bytes(files)
+        rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+        parts = args.partitions or partitioned.partition_count(rows, total, direct.INPROCESS_ROWS,
+                                                               direct.INPROCESS_BYTES)
+        out: dict[str, object] = {"changes": args.changes, "batch_changes": rows,
+                                  "batch_staged_mib": round(total / 2**20, 1),
+                                  "load_average_start": [round(x, 2) for x in os.getloadavg()]}
+        for name, count in (("whole", 1), ("partitioned", parts)):
+            child = subprocess.run([sys.executable, __file__, "--partitions", str(count), "--net", *files],
+                                   check=True, capture_output=True, text=True)
+            out[name] = json.loads(child.stdout.strip().splitlines()[-1])
+        whole, parted = out["whole"], out["partitioned"]
+        assert isinstance(whole, dict) and isinstance(parted, dict)
+        out["same_rows"] = (whole["rows_by_kind"], whole["lsn_digest"]) == (parted["rows_by_kind"], parted["lsn_digest"])
+        out["ratio_partitioned_over_whole_seconds"] = round(parted["seconds"] / whole["seconds"], 2)
+        out["ratio_partitioned_over_whole_peak_rss"] = round(parted["peak_rss_mib"] / whole["peak_rss_mib"], 2)
+        out["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+        print(json.dumps(out, indent=2))
+        return 0 if out["same_rows"] else 1
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""Netting in key partitions spilled to disk (``apply/partitioned.py``) against the whole-batch netting: on random
+table-batches whose keys repeat — key changes (whose two keys may hash to two partitions), deletes, unchanged-TOAST
+refills under key-only and full old images, a row filter that UPDATEs cross and actions left out — split into
+random row groups and netted in 2–7 partitions, the union of the partitions' net rows is exactly
+``kernels.compact_changes`` of the whole published batch (the reference, itself compared with Spark in
+``test_kernels.py``); the key hash groups as Arrow equality does; spill files are gone after success and after a
+failure, which is a typed error.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from airflow_provider_pglogical.apply import direct, kernels, partitioned, published
+from airflow_provider_pglogical.apply.batches import list_batches
+from airflow_provider_pglogical.exceptions import ApplyError
+from tests.support.stage import BatchSpec, write_batch
+from tests.unit.apply.conftest import ITEMS, PAIRS
+from tests.unit.apply.test_kernels import _planned, _rows, _staged, _two_updates, batches
+
+# Filters each relation's UPDATEs cross (they draw new values), and one of constants only.
+FILTERS = {"items": [None, "grp = 1", "id % 2 = 0", "note IS NOT NULL AND grp IS DISTINCT FROM 0", "1 = 1"],
+           "pairs": [None, "v > 0", "a % 2 = 1 OR v IS NULL"]}
+ACTIONS = st.sampled_from([("insert", "update", "delete"), ("insert", "update"), ("update", "delete"), ("insert",)])
+
+
+def _pieces(staged: pa.Table, cuts: list[int]) -> list[pa.Table]:
+    """``staged`` in row groups cut at these positions (as the staged files' row groups would be)."""
+    bounds = sorted({0, staged.num_rows, *(c % (staged.num_rows + 1) for c in cuts)})
+    return [staged.slice(a, b - a) for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches(), st.data())
+def test_netting_in_key_partitions_is_the_whole_batch_netting(drawn, data) -> None:
+    rel, key, changes = drawn
+    row_filter = data.draw(st.sampled_from(FILTERS["pairs" if rel is PAIRS else "items"]))
+    actions = data.draw(ACTIONS)
+    partitions = data.draw(st.integers(2, 7))
+    cuts = data.draw(st.lists(st.integers(0, 40), max_size=4))
+    with tempfile.TemporaryDirectory() as root:
+        write_batch(root, "slot", BatchSpec(0x1000, 0x2000, {rel: changes}))
+        (batch,) = list_batches(root, "slot")
+        table = _planned(rel, key, batch)
+        identity = tuple(table.relation.identity_columns)
+        staged = _staged(batch, rel)
+        whole = kernels.compact_changes(
+            published.publish(staged, row_filter=row_filter, actions=actions, identity=identity),
+            key, table.columns, identity)
+        spill = Path(root) / "spill"
+        spill.mkdir()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv(partitioned.SPILL_SWITCH, str(spill))
+            mp.setattr(partitioned, "ROUTE_ROWS", data.draw(st.integers(1, 8)))  # several routed chunks
+            parts = list(partitioned.netted(_pieces(staged, cuts), source=rel.name, key=key, columns=table.columns,
+                                            identity=identity, row_filter=row_filter, actions=actions,
+                                            partitions=partitions))
+        union = [r for p in parts for r in _rows(p.table(key, table.columns))]
+        assert sorted(union, key=repr) == _rows(whole.table(key, table.columns))
+        assert list(spill.iterdir()) == []  # every spill file and the directory removed
+        event(f"{sum(1 for p in parts if len(p.kind))} non-empty partitions")
+        event("a key change" if any(c.op == "U" and c.old is not None and any(
+            c.old.get(k) != c.new.get(k, c.old.get(k)) for k in key) for c in changes) else "no key change")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.text(max_size=6), st.binary(max_size=3).map(repr)), max_size=30),
+       st.integers(1, 5), st.integers(0, 30))
+def test_equal_strings_hash_equally_wherever_they_sit(values, slice_rows, skip) -> None:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(partitioned, "_HASH_SLICE", slice_rows)  # values hashed across several slices
+        whole = partitioned.key_hash([pa.array(values, pa.string())])
+        sliced = partitioned.key_hash([pa.array(values, pa.large_string()).slice(skip)])
+    assert list(sliced) == list(whole[skip:])
+    seen: dict[object, int] = {}
+    for value, hashed in zip(values, whole, strict=True):
+        assert seen.setdefault(value, hashed) == hashed
+    assert len(set(seen.values())) == len(seen)  # no collision among a few values
+
+
+def test_equal_keys_hash_equally_whatever_their_chunks_and_nulls() -> None:
+    ints = pa.chunked_array([pa.array([1, 2, 3], pa.int64()), pa.array([None, 3, 1], pa.int64())])
+    texts = pa.chunked_array([pa.array(["a", None, "b"]), pa.array(["b", "a", None])])
+    stamps = pa.array([0, None, 5, 5, 0, None], pa.timestamp("us", "UTC"))
+    decimals = pa.array([1, 2, None, 2, 1, None], pa.decimal128(12, 2))
+    hashed = partitioned.key_hash([ints, texts, stamps, decimals])
+    rows = list(zip(ints.to_pylist(), texts.to_pylist(), stamps.to_pylist(), decimals.to_pylist(), strict=True))
+    for i, a in enumerate(rows):
+        for j, b in enumerate(rows):
+            if a == b:
+                assert hashed[i] == hashed[j]
+    alone = partitioned.key_hash([pa.array([3, 1], pa.int64())])  # no null in its chunk: the same hashes
+    assert list(alone) == list(partitioned.key_hash([pa.array([3, None, 1], pa.int64())])[[0, 2]])
+    assert len(set(partitioned.key_hash([pa.array(np.arange(1000))]) % np.uint64(4))) == 4  # spread
+
+
+def test_the_partition_count_keeps_each_partition_within_both_bounds() -> None:
+    assert partitioned.partition_count(10, 100, 10, 100) == 1
+    assert partitioned.partition_count(10_000_000, 10, 2_000_000, 0) == 5
+    assert partitioned.partition_count(3, 1_000, 0, 128) == 8
+    assert partitioned.partition_count(0, 0, 2, 2) == 1
+
+
+def test_a_failure_while_spilling_is_a_typed_error_and_leaves_no_file(tmp_path, monkeypatch) -> None:
+    batch = _two_updates(tmp_path / "stage")
+    table = _planned(ITEMS, ("id",), batch)
+    monkeypatch.setenv(direct.ROWS_SWITCH, "1")
+    net = direct.batch_files(table, batch, None)
+    assert net is not None and net.partitions == 3
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("")
+    monkeypatch.setenv(partitioned.SPILL_SWITCH, str(blocked))
+    with pytest.raises(ApplyError, match=r"^public\.items: cannot spill 3 key partitions of the table-batch to .*"
+                                         r"not-a-directory .*; set PGLOGICAL_APPLY_SPILL_DIR to a writable directory$"):
+        list(direct.compacted_batches(direct.staged_chunks(net.files), net))
+
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    monkeypatch.setenv(partitioned.SPILL_SWITCH, str(spill))
+    real = pa.ipc.new_file
+    opened: list[str] = []
+
+    def full_disk(path: str, schema: pa.Schema) -> pa.ipc.RecordBatchFileWriter:
+        if opened:
+            raise OSError(28, "No space left on device")
+        opened.append(path)
+        return real(path, schema)
+
+    monkeypatch.setattr(pa.ipc, "new_file", full_disk)
+    with pytest.raises(ApplyError, match=r"^public\.items: spilling key partitions of the table-batch to .* failed "
+                                         r"after 0 staged changes \(No space left on device\); set "
+                                         "PGLOGICAL_APPLY_SPILL_DIR to a directory with room$"):
+        list(direct.compacted_batches(direct.staged_chunks(net.files), net))
+    assert opened and os.listdir(spill) == []  # the partial file and its directory removed
+    monkeypatch.setattr(pa.ipc, "new_file", real)
+    rows = [r for b in direct.compacted_batches(direct.staged_chunks(net.files), net) for r in b.to_pylist()]
+    assert sorted(rows, key=repr) == sorted(direct.compacted_rows(_staged(batch, ITEMS), net).to_pylist(), key=repr)
+    assert os.listdir(spill) == []
