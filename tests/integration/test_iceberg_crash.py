@@ -31,8 +31,8 @@ from tests.integration.test_native_equivalence import (
 )
 from tests.support.iceberg_apply_child import KILLED
 
-# Each child run is killed at its stop, starting from what the previous kill left (a child process is a JVM: the
-# kills are the test's cost). A kill leaves one of two durable states, whatever the table: ``before_commit`` —
+# Each child run is killed at its stop, starting from what the previous kill left (a child starts a JVM only for a
+# table-batch the direct path does not cover, as ``pglogical run`` does: the change feed's, not the mirror's). A kill leaves one of two durable states, whatever the table: ``before_commit`` —
 # the table's data files written, no snapshot references them, its watermark where it was (the rerun writes and
 # commits the batch again); ``committed`` — the table's snapshot and watermark committed, the batch's later tables
 # not (the rerun skips it by its watermark and goes on). mirror: both states in the first batch (the orphaned

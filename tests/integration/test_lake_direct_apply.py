@@ -239,8 +239,11 @@ def test_a_filtered_lake_mirror_takes_the_same_rows_and_types_on_both_paths(lake
         assert lake_rows(lake, got.targets[True], "plain"), "the filter must leave rows"
 
 
-# One table per source type: (SQL type, three values as SQL literals). The first group's staged Arrow types are
-# ``lake/direct.flat_type`` (read straight from the staged files); the second's go through Spark.
+# Per source type: (SQL type, three values as SQL literals). The first group's staged Arrow types are
+# ``lake/direct.flat_type`` (read straight from the staged files): they share one table, a column per type
+# (``v_<type>``), so the direct path reading that table shows it reads every one of them, and one Spark table-batch
+# per batch gives the reference values of all of them (each column is compared on its own). The second group's go
+# through Spark: a table per type, each showing that its type alone sends its table to Spark.
 DIRECT_TYPES: Mapping[str, tuple[str, tuple[str, str, str]]] = {
     "t_int2": ("smallint", ("-32768", "32767", "NULL")),
     "t_int4": ("integer", ("-2147483648", "7", "NULL")),
@@ -273,47 +276,87 @@ SPARK_TYPES: Mapping[str, tuple[str, tuple[str, str, str]]] = {
     "t_int_array": ("int[]", ("'{1,2,NULL}'", "'{}'", "NULL")),
     "t_text_array": ("text[]", ("'{a,\"b c\"}'", "'{NULL}'", "NULL")),
 }
-TYPE_TABLES = {**DIRECT_TYPES, **SPARK_TYPES}
-TYPES_SCHEMA = "".join(f"CREATE TABLE {name} (id int PRIMARY KEY, v {sql});\n"
-                       for name, (sql, _) in TYPE_TABLES.items()) + \
-    f"CREATE PUBLICATION pub_all FOR TABLE {', '.join(TYPE_TABLES)};\n"
+DIRECT_TABLE = "t_direct"
+
+
+def _column(name: str) -> str:
+    return f"v_{name.removeprefix('t_')}"
+
+
+TYPE_TABLES = (DIRECT_TABLE, *SPARK_TYPES)
+TYPES_SCHEMA = (f"CREATE TABLE {DIRECT_TABLE} (id int PRIMARY KEY, "
+                + ", ".join(f"{_column(name)} {sql}" for name, (sql, _) in DIRECT_TYPES.items()) + ");\n"
+                + "".join(f"CREATE TABLE {name} (id int PRIMARY KEY, v {sql});\n"
+                          for name, (sql, _) in SPARK_TYPES.items())
+                + f"CREATE PUBLICATION pub_all FOR TABLE {', '.join(TYPE_TABLES)};\n")
+
+
+def _per_table(which: int) -> dict[str, str]:
+    """Each type table's ``which``-th value of each of its columns, as ``col = value, ...`` (or a VALUES list)."""
+    out = {DIRECT_TABLE: ", ".join(f"{_column(n)} = {values[which]}" for n, (_, values) in DIRECT_TYPES.items())}
+    out.update({name: f"v = {values[which]}" for name, (_, values) in SPARK_TYPES.items()})
+    return out
+
+
+def _values(which: int) -> dict[str, str]:
+    """Each type table's ``which``-th values in column order, for an INSERT."""
+    out = {DIRECT_TABLE: ", ".join(values[which] for _, values in DIRECT_TYPES.values())}
+    out.update({name: values[which] for name, (_, values) in SPARK_TYPES.items()})
+    return out
+
+
+def type_columns(lake: Lake, target: Any) -> dict[str, tuple[list[tuple], str]]:
+    """Per source type: its column's (id, value) pairs, bit for bit, and the column's lake type."""
+    out = {}
+    for table in TYPE_TABLES:
+        data = lake.read(target, f"public.{table}").to_pylist()
+        types = dict(lake.types(target, f"public.{table}"))
+        names = {_column(n): n for n in DIRECT_TYPES} if table == DIRECT_TABLE else {"v": table}
+        for column, name in names.items():
+            out[name] = (sorted(((r["id"], exact(r[column])) for r in data), key=lambda pair: pair[0]), types[column])
+    return out
 
 
 def test_each_type_the_direct_path_reads_gives_spark_s_values_and_lake_type(lake, pg_server, spark, tmp_path,
                                                                             monkeypatch, caplog):
     """Per source type: inserts, an update, a key change and a delete, then repeated changes of one key ending in a
-    key change (netted in this process), applied both ways give the same rows and the same lake column type; exactly the types whose staged Arrow values are what Spark's read gives after the lake's
-    conversion (``lake/direct.flat_type``) are read straight from the staged files."""
+    key change (netted in this process), applied both ways give the same values and the same lake column type;
+    exactly the types whose staged Arrow values are what Spark's read gives after the lake's conversion
+    (``lake/direct.flat_type``) are read straight from the staged files."""
     slot = f"{lake.name}_direct_types"
+    first, second, third = _values(0), _values(1), _values(2)
     with _source(pg_server, tmp_path, slot, TYPES_SCHEMA) as (source_dsn, uri):
         conn = psycopg2.connect(source_dsn)
         with conn, conn.cursor() as cur:
-            for name, (_, values) in TYPE_TABLES.items():
-                cur.execute(f"INSERT INTO {name} VALUES (1, {values[0]}), (2, {values[1]}), (3, {values[2]}), "
-                            f"(4, {values[0]})")
+            for name in TYPE_TABLES:
+                cur.execute(f"INSERT INTO {name} VALUES (1, {first[name]}), (2, {second[name]}), "
+                            f"(3, {third[name]}), (4, {first[name]})")
         conn.close()
         assert drain_all(source_dsn, uri, slot=slot) == 1
         conn = psycopg2.connect(source_dsn)
         with conn, conn.cursor() as cur:
-            for name, (_, values) in TYPE_TABLES.items():
-                cur.execute(f"UPDATE {name} SET v = {values[1]} WHERE id = 1")
+            for name in TYPE_TABLES:
+                cur.execute(f"UPDATE {name} SET {_per_table(1)[name]} WHERE id = 1")
                 cur.execute(f"UPDATE {name} SET id = 30 WHERE id = 3")
                 cur.execute(f"DELETE FROM {name} WHERE id = 2")
-                cur.execute(f"INSERT INTO {name} VALUES (5, {values[2]})")
+                cur.execute(f"INSERT INTO {name} VALUES (5, {third[name]})")
         conn.close()
         assert drain_all(source_dsn, uri, slot=slot) == 1
         conn = psycopg2.connect(source_dsn)
         with conn, conn.cursor() as cur:  # repeated keys: netted in this process; the key change carries a value
-            for name, (_, values) in TYPE_TABLES.items():
-                cur.execute(f"UPDATE {name} SET v = {values[1]} WHERE id = 4")
-                cur.execute(f"UPDATE {name} SET v = {values[0]} WHERE id = 4")
+            for name in TYPE_TABLES:
+                cur.execute(f"UPDATE {name} SET {_per_table(1)[name]} WHERE id = 4")
+                cur.execute(f"UPDATE {name} SET {_per_table(0)[name]} WHERE id = 4")
                 cur.execute(f"UPDATE {name} SET id = 40 WHERE id = 4")
         conn.close()
         assert drain_all(source_dsn, uri, slot=slot) == 1
         got = both_ways(lake, spark, tmp_path, monkeypatch, caplog, ApplyConfig(slot=slot, staging_root=uri), 3)
-        assert got.straight[True] == {*DIRECT_TYPES, "(netted in this process)"}
-        for name in TYPE_TABLES:
-            assert lake_rows(lake, got.targets[True], name) == lake_rows(lake, got.targets[False], name), name
-            assert lake.types(got.targets[True], f"public.{name}") == lake.types(got.targets[False],
-                                                                                 f"public.{name}"), name
-            assert sorted(r[0] for r in lake_rows(lake, got.targets[True], name)) == [1, 5, 30, 40], name
+        assert got.straight[True] == {DIRECT_TABLE, "(netted in this process)"}
+        direct, reference = type_columns(lake, got.targets[True]), type_columns(lake, got.targets[False])
+        assert sorted(direct) == sorted(reference) == sorted({**DIRECT_TYPES, **SPARK_TYPES})
+        for table in TYPE_TABLES:  # every column's lake type, in order, the key's too
+            assert lake.types(got.targets[True], f"public.{table}") == lake.types(got.targets[False],
+                                                                                  f"public.{table}"), table
+        for name in direct:
+            assert direct[name] == reference[name], name
+            assert [i for i, _ in direct[name][0]] == [1, 5, 30, 40], name

@@ -6,6 +6,9 @@ one, a ``google_cloud_platform`` one), resolved as staging's are. The staging ar
 the lake. Delta goes through delta-rs (``object_store``), Iceberg's files through staging's own filesystems
 (``apply/targets/iceberg/fileio.py``); both are read back here with deltalake and pyiceberg.
 
+One Azurite and one GCS emulator serve the whole module (started when a test first needs them); each test gets a
+container or bucket of its own, so what it finds on the store is its own.
+
 Delta on GCS has no end-to-end case: ``object_store`` speaks GCS's XML API (``PUT``/``GET /<bucket>/<object>``,
 ``GET /<bucket>?list-type=2``), which gcp-storage-emulator does not serve (501). What can be tested is that its
 options send delta-rs to the emulator rather than to Google (the last test), and the options themselves
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -44,15 +47,30 @@ from tests.support.spark import TEST_SPARK_CONF
 
 DDL = "CREATE TABLE items (id int PRIMARY KEY, name text, price numeric(12,2))"
 
-Server = AzuriteServer | GcsServer
-STORES: dict[str, tuple[Callable[[Path], AbstractContextManager[Any]], Callable[[Any], str]]] = {
-    "azure-abfss": (lambda tmp: azurite_server(tmp / "azurite"),
-                    lambda s: f"abfss://{s.container}@{AZURITE_ACCOUNT}.dfs.core.windows.net/lake"),
-    "azure-az": (lambda tmp: azurite_server(tmp / "azurite"), lambda s: f"az://{s.container}/lake"),
-    "gcs": (lambda _: gcs_server(), lambda s: f"gs://{s.bucket}/lake"),
+SERVERS: dict[str, Callable[[Path], AbstractContextManager[Any]]] = {
+    "azure": lambda tmp: azurite_server(tmp / "azurite"), "gcs": lambda _: gcs_server()}
+STORES: dict[str, tuple[str, Callable[[Any], str]]] = {  # store → (its server, the lake's root on it)
+    "azure-abfss": ("azure", lambda s: f"abfss://{s.container}@{AZURITE_ACCOUNT}.dfs.core.windows.net/lake"),
+    "azure-az": ("azure", lambda s: f"az://{s.container}/lake"),
+    "gcs": ("gcs", lambda s: f"gs://{s.bucket}/lake"),
 }
 CONNECTIONS: dict[str, Callable[[Any], dict[str, Any]]] = {
     "azure-abfss": wasb_connection, "azure-az": wasb_connection, "gcs": gcs_connection}
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory) -> Iterator[Callable[[str], Any]]:
+    """``store`` → a running server of that store with a new container or bucket: each emulator starts once, on
+    its first use in this module."""
+    started: dict[str, AzuriteServer | GcsServer] = {}
+    with ExitStack() as stack:
+        def fresh(store: str) -> Any:
+            kind = STORES[store][0]
+            if kind not in started:
+                started[kind] = stack.enter_context(SERVERS[kind](tmp_path_factory.mktemp(kind)))
+            return started[kind].fresh()
+
+        yield fresh
 
 
 @contextmanager
@@ -111,35 +129,33 @@ def run_and_compare(kind: str, target: dict[str, Any], env: dict[str, str], read
 
 
 @pytest.mark.parametrize(("kind", "store"), [("delta", "azure-abfss"), ("iceberg", "gcs"), ("iceberg", "azure-abfss")])
-def test_run_applies_into_a_lake_on_the_store_from_environment_variables(kind, store, pg_server, pg_dsn, pg_dbname,
-                                                                         tmp_path, monkeypatch):
-    start, root = STORES[store]
-    with start(tmp_path) as server:
-        target = target_section(kind, root(server), tmp_path)
-        run_and_compare(kind, target, server.env(), server.env(), pg_server, pg_dsn, pg_dbname, tmp_path,
-                        monkeypatch)
-        assert any("items" in k for k in server.keys("lake/")), server.keys("")  # the tables are on the store
+def test_run_applies_into_a_lake_on_the_store_from_environment_variables(kind, store, stores, pg_server, pg_dsn,
+                                                                         pg_dbname, tmp_path, monkeypatch):
+    server = stores(store)
+    target = target_section(kind, STORES[store][1](server), tmp_path)
+    run_and_compare(kind, target, server.env(), server.env(), pg_server, pg_dsn, pg_dbname, tmp_path, monkeypatch)
+    assert any("items" in k for k in server.keys("lake/")), server.keys("")  # the tables are on the store
 
 
 @pytest.mark.parametrize(("kind", "store"), [("delta", "azure-az"), ("iceberg", "gcs"), ("iceberg", "azure-az")])
 def test_run_applies_into_a_lake_on_the_store_through_the_targets_airflow_connection_alone(
-        kind, store, pg_server, pg_dsn, pg_dbname, tmp_path, monkeypatch):
-    start, root = STORES[store]
-    with start(tmp_path) as server:
-        target = {**target_section(kind, root(server), tmp_path), "conn_id": "lake_store"}
-        env = {"AIRFLOW_CONN_LAKE_STORE": json.dumps(CONNECTIONS[store](server))}
-        assert not any(name.startswith(STORAGE_VARIABLES) for name in user_env(default_home(), env))
-        read_back = {k: v for k, v in target.items() if k != "conn_id"}
-        run_and_compare(kind, target, env, server.env(), pg_server, pg_dsn, pg_dbname, tmp_path, monkeypatch)
-        with variables(monkeypatch, server.env()):
-            assert len(lake_rows(kind, read_back)) == 29
+        kind, store, stores, pg_server, pg_dsn, pg_dbname, tmp_path, monkeypatch):
+    server = stores(store)
+    target = {**target_section(kind, STORES[store][1](server), tmp_path), "conn_id": "lake_store"}
+    env = {"AIRFLOW_CONN_LAKE_STORE": json.dumps(CONNECTIONS[store](server))}
+    assert not any(name.startswith(STORAGE_VARIABLES) for name in user_env(default_home(), env))
+    read_back = {k: v for k, v in target.items() if k != "conn_id"}
+    run_and_compare(kind, target, env, server.env(), pg_server, pg_dsn, pg_dbname, tmp_path, monkeypatch)
+    with variables(monkeypatch, server.env()):
+        assert len(lake_rows(kind, read_back)) == 29
 
 
-def test_delta_options_on_gcs_send_delta_rs_to_the_emulator_not_to_google(tmp_path, monkeypatch):
+def test_delta_options_on_gcs_send_delta_rs_to_the_emulator_not_to_google(stores, monkeypatch):
     """gcp-storage-emulator answers object_store's XML API with 501: the error names the emulator's URL, so the
     request went there (without the options it would go to storage.googleapis.com, which this machine cannot
     reach, and to Google's OAuth endpoint first)."""
-    with gcs_server() as server, variables(monkeypatch, {**server.env(), "GOOGLE_CLOUD_PROJECT": "p"}):
+    server = stores("gcs")
+    with variables(monkeypatch, {**server.env(), "GOOGLE_CLOUD_PROJECT": "p"}):
         location = DeltaLocation(f"gs://{server.bucket}/lake")
         options = dict(location.options or {}, max_retries="0")
         with pytest.raises(Exception) as raised:  # noqa: PT011 (delta-rs raises its own OSError / DeltaError)

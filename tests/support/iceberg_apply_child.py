@@ -12,6 +12,7 @@ import sys
 
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
+from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
 from airflow_provider_pglogical.apply.targets.iceberg.catalog import IcebergLocation
 from airflow_provider_pglogical.apply.targets.iceberg.target import IcebergTarget
 from tests.support.kill_points import KILLED, die
@@ -29,13 +30,16 @@ def main() -> None:
         if (name, target) == (point, table):
             die()
 
-    spark = local_session("iceberg-apply-child")  # the suite's session settings and JVM options
+    # Started only for a table-batch the direct path does not cover, as ``pglogical run`` does: the kill points are
+    # the Iceberg target's own (its files and catalog commit), whichever path netted the batch.
+    spark = SparkOnDemand(lambda: local_session("iceberg-apply-child"), local_master=True)
     tables = {name: TableApplyConfig(**cfg) for name, cfg in args["tables"].items()}
     config = ApplyConfig(slot=args["slot"], staging_root=args["staging_uri"], tables=tables)
     target = IcebergTarget(IcebergLocation(args["catalog"], args["namespace"]), args["slot"], mode=args["mode"],
                            on_checkpoint=checkpoint)
     apply_slot(spark, config, target=target)
-    spark.stop()
+    if spark.started:
+        spark.session().stop()
     sys.exit(0)
 
 

@@ -11,6 +11,7 @@ ones staging uses.
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import uuid
@@ -75,6 +76,12 @@ class AzuriteServer:
     def keys(self, prefix: str) -> list[str]:
         return keys(self.filesystem(), self.container, prefix)
 
+    def fresh(self) -> AzuriteServer:
+        """This server with a new empty container of its own (tests sharing one server each get one)."""
+        server = dataclasses.replace(self, container=f"stage{uuid.uuid4().hex[:12]}")
+        server.filesystem().create_dir(server.container)
+        return server
+
 
 @contextmanager
 def _emulator(command: list[str], port: int, what: str) -> Iterator[None]:
@@ -96,9 +103,7 @@ def azurite_server(workdir: Path) -> Iterator[AzuriteServer]:
     workdir.mkdir(parents=True, exist_ok=True)
     with _emulator([str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(workdir),
                     "--skipApiVersionCheck", "--silent"], port, "azurite"):
-        server = AzuriteServer(f"http://127.0.0.1:{port}", f"stage{uuid.uuid4().hex[:12]}")
-        server.filesystem().create_dir(server.container)
-        yield server
+        yield AzuriteServer(f"http://127.0.0.1:{port}", "").fresh()
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,12 @@ class GcsServer:
     def keys(self, prefix: str) -> list[str]:
         return keys(self.filesystem(), self.bucket, prefix)
 
+    def fresh(self) -> GcsServer:
+        """This server with a new empty bucket of its own (tests sharing one server each get one)."""
+        server = dataclasses.replace(self, bucket=f"stage-{uuid.uuid4().hex[:12]}")
+        server.filesystem().create_dir(server.bucket)
+        return server
+
 
 @contextmanager
 def gcs_server() -> Iterator[GcsServer]:
@@ -123,9 +134,7 @@ def gcs_server() -> Iterator[GcsServer]:
     port = free_port()
     with _emulator([sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1", "--port", str(port),
                     "--in-memory"], port, "gcp-storage-emulator"):
-        server = GcsServer(f"http://127.0.0.1:{port}", f"stage-{uuid.uuid4().hex[:12]}")
-        server.filesystem().create_dir(server.bucket)
-        yield server
+        yield GcsServer(f"http://127.0.0.1:{port}", "").fresh()
 
 
 def gcs_connection(server: GcsServer) -> dict[str, Any]:

@@ -16,8 +16,8 @@ integers to ``int``, which it does to Spark's ``short`` alike), so the set is th
 ``uint64`` becomes the ``decimal(20,0)`` Spark reads, ``money``'s minor units the same ``decimal(19,2)``.
 Anything else (arrays, composites, ranges, ``time``/``timetz``, ``interval``, ``numeric`` wider than 38 digits)
 goes through Spark. ``PGLOGICAL_APPLY_DIRECT=0`` switches it off with the rest of the direct path (the
-reference); ``tests/integration/test_lake_direct_apply.py`` applies random batches, filtered tables and one table
-per source type both ways into each lake.
+reference); ``tests/integration/test_lake_direct_apply.py`` applies random batches, filtered tables and every
+source type (the direct path's types as one table, a column each) both ways into each lake.
 """
 
 from __future__ import annotations
