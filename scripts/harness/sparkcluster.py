@@ -32,10 +32,10 @@ RUNNING_TASK = re.compile(r"Running task (\d+)\.(\d+) in stage (\d+)\.(\d+)")
 FINISHED_TASK = re.compile(r"Finished task (\d+)\.(\d+) in stage (\d+)\.(\d+)")
 
 
-def _daemon(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def _daemon(args: list[str], log: Path, env: dict[str, str], jvm_options: str) -> subprocess.Popen[bytes]:
     full = {**{k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SPARK_", "PYSPARK_"))},
             "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
-            "SPARK_NO_DAEMONIZE": "1", "SPARK_DAEMON_JAVA_OPTS": JVM_OPTIONS,
+            "SPARK_NO_DAEMONIZE": "1", "SPARK_DAEMON_JAVA_OPTS": jvm_options,
             "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", **env}
     with log.open("wb") as out:
         return subprocess.Popen([str(SPARK_HOME / "bin" / "spark-class"), *args], env=full, stdout=out,
@@ -106,9 +106,10 @@ class StandaloneCluster:
 
 
 def start_cluster(root: Path, *, workers: int = 2, cores: int = 2, memory: str = "1200m",
-                  env: dict[str, str] | None = None, wait: bool = True) -> StandaloneCluster:
+                  env: dict[str, str] | None = None, wait: bool = True,
+                  jvm_options: str = JVM_OPTIONS) -> StandaloneCluster:
     """A master and ``workers`` workers (``cores`` and ``memory`` each) under ``root`` (logs, work dirs), every
-    worker with ``env`` in its environment; returns once all workers have registered, or with ``wait`` false as
+    worker with ``env`` in its environment, the master's and workers' JVMs with ``jvm_options``; returns once all workers have registered, or with ``wait`` false as
     soon as the master listens and the workers are started (``wait_for_workers``: an application may be started
     meanwhile, its executors come as the workers register).
 
@@ -117,7 +118,7 @@ def start_cluster(root: Path, *, workers: int = 2, cores: int = 2, memory: str =
     root.mkdir(parents=True, exist_ok=True)
     port, ui = free_port(), free_port()
     master = _daemon(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-                      "--webui-port", str(ui)], root / "master.log", {})
+                      "--webui-port", str(ui)], root / "master.log", {}, jvm_options)
     cluster = StandaloneCluster(f"spark://127.0.0.1:{port}", ui, master)
     try:
         wait_for_port(port, master, "the Spark master")
@@ -126,7 +127,7 @@ def start_cluster(root: Path, *, workers: int = 2, cores: int = 2, memory: str =
             work.mkdir(parents=True, exist_ok=True)
             process = _daemon(["org.apache.spark.deploy.worker.Worker", cluster.master_url, "--host", "127.0.0.1",
                                "--cores", str(cores), "--memory", memory, "--webui-port", str(free_port()),
-                               "--work-dir", str(work)], root / f"worker{i}.log", env or {})
+                               "--work-dir", str(work)], root / f"worker{i}.log", env or {}, jvm_options)
             cluster.workers.append(Worker(work, process))
         if wait:
             cluster.wait_for_workers(workers)

@@ -12,8 +12,9 @@ archive of its own in the background).
 
 The archive only serves a JVM whose class path starts with the one it was written with (pyspark's ``jars/``, no
 ``SPARK_CONF_DIR`` on it: the launcher puts that directory first, and the JVM refuses non-empty directories) and
-whose jars are unchanged; any other JVM (a standalone worker, a Spark Connect server) silently loads its classes
-as before.
+whose jars are unchanged; any other JVM silently loads its classes as before. The suite's standalone cluster
+(its master, workers and executors) and Spark Connect server run from pyspark's own ``jars/`` too, so they are
+given the same options (tests/support/cluster.py).
 """
 
 from __future__ import annotations

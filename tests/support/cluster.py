@@ -156,7 +156,10 @@ def _cluster() -> Iterator[Cluster]:
 
     try:
         with s3_server(wrap=gated) as s3:
-            spark = start_cluster(root, env=s3_env(s3, EXECUTOR_KEY), memory=WORKER_MEMORY, wait=False)
+            # The daemons map Spark's classes from the suite's class archive too (their class path is the one it
+            # was written with): a master's or worker's start then loads and verifies fewer of them.
+            spark = start_cluster(root, env=s3_env(s3, EXECUTOR_KEY), memory=WORKER_MEMORY, wait=False,
+                                  jvm_options=TEST_JVM_OPTIONS)
             try:
                 yield Cluster(spark, s3, S3Requests(s3, recording), gates[0])
             finally:
