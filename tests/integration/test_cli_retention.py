@@ -11,6 +11,7 @@ import yaml
 from airflow_provider_pglogical.exceptions import StagingPrunedError
 from airflow_provider_pglogical.pipeline.operators import WalRetentionCheckOperator
 from airflow_provider_pglogical.pipeline.retention import check_window, prune
+from airflow_provider_pglogical.pipeline.runs import decode_pending
 from airflow_provider_pglogical.pipeline.spec import load_spec
 from airflow_provider_pglogical.staging.layout import MANIFEST, StagingLayout
 from airflow_provider_pglogical.staging.reader import StagingReader
@@ -47,11 +48,14 @@ def pipeline(pg_server, pg_dsn, pg_dbname, tmp_path):
             drop_database(pg_server, name)
 
 
-def stage(p, spec: str, *ids: int, extra: dict[str, str] | None = None) -> None:
-    """One staged batch per id: a row inserted on the source, then a drain."""
+def stage(p, spec: str, *ids: int) -> None:
+    """One staged batch per id: a row inserted on the source, then a drain in this process (``decode_pending``, what
+    `pglogical decode` runs: each test runs that command itself first; a process per batch would only add its
+    start-up to the setup of the retention under test). An S3 staging's credentials are in this process's
+    environment (the ``s3`` fixture)."""
     for i in ids:
         execute(p["source"], f"INSERT INTO public.items VALUES ({i}, 'n{i}')")
-        assert run_ok("decode", "--spec", spec, extra=extra)["changes"] == 1
+        assert decode_pending(load_spec(spec))["changes"] == 1
 
 
 def rows(dsn: str) -> list[tuple]:
@@ -186,7 +190,7 @@ def test_retention_prunes_s3_staging_and_status_summarises_it(pipeline, s3):
     env = s3.env()
     spec = p["spec"]("s3", retention={"keep_batches": 2}, staging=f"s3://{s3.bucket}/staging")
     run_ok("decode", "--spec", spec, extra=env)
-    stage(p, spec, 1, 2, 3, 4, extra=env)
+    stage(p, spec, 1, 2, 3, 4)
     names = [f"{s:016X}-{e:016X}" for s, e in staged(spec)]
     run = run_ok("run", "--spec", spec, extra=env)
     assert run["retention"]["pruned_batches"] == 2

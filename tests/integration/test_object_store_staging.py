@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +49,26 @@ def azure_root(server: AzuriteServer) -> str:
     return f"abfs://{server.container}@{AZURITE_ACCOUNT}.dfs.core.windows.net/staging"
 
 
-STORES: dict[str, tuple[Callable[[Path], AbstractContextManager[Any]], Callable[[Any], str],
-                        Callable[[Any], dict[str, Any]]]] = {
-    "gcs": (lambda _: gcs_server(), gcs_root, gcs_connection),
-    "azure-wasb": (lambda tmp: azurite_server(tmp / "azurite"), azure_root, wasb_connection),
+# Each store's server (its module-scoped fixture, below), staging root and Airflow connection.
+STORES: dict[str, tuple[str, Callable[[Any], str], Callable[[Any], dict[str, Any]]]] = {
+    "gcs": ("gcs", gcs_root, gcs_connection),
+    "azure-wasb": ("azurite", azure_root, wasb_connection),
 }
+
+
+# One server of each store for the module (Azurite takes seconds of CPU to start): every test stages under its own
+# slot's prefix (``staging/<slot>/``) and reads back only that prefix, so the tests sharing it see none of each
+# other's objects.
+@pytest.fixture(scope="module")
+def gcs() -> Iterator[GcsServer]:
+    with gcs_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteServer]:
+    with azurite_server(tmp_path_factory.mktemp("azurite")) as server:
+        yield server
 
 
 @pytest.fixture
@@ -101,24 +115,24 @@ def run_twice_and_compare(spec: str, env: dict[str, str], pg_server, pg_dsn: str
 
 @pytest.mark.parametrize("store", ["gcs", "azure-wasb"])
 def test_run_stages_to_the_store_from_environment_variables_and_applies_equal_to_the_source(
-        store, pg_server, pg_dsn, pg_dbname, databases, tmp_path):
-    start, root, _ = STORES[store]
-    with start(tmp_path) as server:
-        slot = f"env_{store.replace('-', '_')}"
-        spec = write_spec(tmp_path / "spec.yaml", pg_server, pg_dbname, databases, root(server), None, slot)
-        run_twice_and_compare(spec, server.env(), pg_server, pg_dsn, databases, server, slot)
+        store, request, pg_server, pg_dsn, pg_dbname, databases, tmp_path):
+    fixture, root, _ = STORES[store]
+    server = request.getfixturevalue(fixture)
+    slot = f"env_{store.replace('-', '_')}"
+    spec = write_spec(tmp_path / "spec.yaml", pg_server, pg_dbname, databases, root(server), None, slot)
+    run_twice_and_compare(spec, server.env(), pg_server, pg_dsn, databases, server, slot)
 
 
 @pytest.mark.parametrize("store", ["gcs", "azure-wasb"])
-def test_run_stages_to_the_store_through_an_airflow_connection_alone(store, pg_server, pg_dsn, pg_dbname,
+def test_run_stages_to_the_store_through_an_airflow_connection_alone(store, request, pg_server, pg_dsn, pg_dbname,
                                                                      databases, tmp_path):
-    start, root, connection = STORES[store]
-    with start(tmp_path) as server:
-        slot = f"conn_{store.replace('-', '_')}"
-        spec = write_spec(tmp_path / "spec.yaml", pg_server, pg_dbname, databases, root(server), "staging_store", slot)
-        env = {"AIRFLOW_CONN_STAGING_STORE": json.dumps(connection(server))}
-        assert not any(name.startswith(STORAGE_VARIABLES) for name in user_env(default_home(), env))
-        run_twice_and_compare(spec, env, pg_server, pg_dsn, databases, server, slot)
+    fixture, root, connection = STORES[store]
+    server = request.getfixturevalue(fixture)
+    slot = f"conn_{store.replace('-', '_')}"
+    spec = write_spec(tmp_path / "spec.yaml", pg_server, pg_dbname, databases, root(server), "staging_store", slot)
+    env = {"AIRFLOW_CONN_STAGING_STORE": json.dumps(connection(server))}
+    assert not any(name.startswith(STORAGE_VARIABLES) for name in user_env(default_home(), env))
+    run_twice_and_compare(spec, env, pg_server, pg_dsn, databases, server, slot)
 
 
 def test_a_connection_of_another_store_is_a_one_line_error_naming_it(pg_server, pg_dbname, tmp_path):
@@ -132,16 +146,16 @@ def test_a_connection_of_another_store_is_a_one_line_error_naming_it(pg_server, 
     assert "Traceback" not in result.stderr
 
 
-def test_a_staged_file_moves_on_an_azure_account_without_a_hierarchical_namespace(tmp_path, monkeypatch):
+def test_a_staged_file_moves_on_an_azure_account_without_a_hierarchical_namespace(azurite, monkeypatch):
     """Azurite, like a flat Azure account, has no rename: a finished batch still reaches its final name."""
-    with azurite_server(tmp_path / "azurite") as server:
-        for name, value in server.env().items():
-            monkeypatch.setenv(name, value)
-        layout = StagingLayout.from_uri(azure_root(server), "slot")
-        fs = layout.fs
-        src, dst = layout.partial_dir(0), layout.batch_dir(0, 1)
-        pq.write_table(pa.table({"a": [1, 2]}), f"{src}/tables/x.parquet", filesystem=fs)
-        layout.move_tree(src, dst)
-        assert server.keys("staging/slot/batches/") == [f"{dst}/tables/x.parquet".split("/", 1)[1]]
-        move_file(fs, f"{dst}/tables/x.parquet", f"{dst}/tables/y.parquet")
-        assert pq.read_table(f"{dst}/tables/y.parquet", filesystem=fs).column("a").to_pylist() == [1, 2]
+    server = azurite
+    for name, value in server.env().items():
+        monkeypatch.setenv(name, value)
+    layout = StagingLayout.from_uri(azure_root(server), "slot")
+    fs = layout.fs
+    src, dst = layout.partial_dir(0), layout.batch_dir(0, 1)
+    pq.write_table(pa.table({"a": [1, 2]}), f"{src}/tables/x.parquet", filesystem=fs)
+    layout.move_tree(src, dst)
+    assert server.keys("staging/slot/batches/") == [f"{dst}/tables/x.parquet".split("/", 1)[1]]
+    move_file(fs, f"{dst}/tables/x.parquet", f"{dst}/tables/y.parquet")
+    assert pq.read_table(f"{dst}/tables/y.parquet", filesystem=fs).column("a").to_pylist() == [1, 2]

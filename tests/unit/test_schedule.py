@@ -59,3 +59,18 @@ def test_a_module_using_the_cluster_outside_the_group_is_refused_with_the_way_ou
     assert out.returncode == 4, out.stdout[-2000:] + out.stderr[-2000:]  # a usage error
     assert ("test_elsewhere.py::test_on_the_cluster uses the shared Spark cluster: add test_elsewhere.py to "
             "SPARK_CLUSTER_MODULES in tests/conftest.py") in out.stderr
+
+
+def test_the_modules_outside_the_slow_list_run_service_folders_first_then_unit_modules_by_number_of_tests() -> None:
+    """A one-test module starting services (an Airflow run, a Spark job) goes before a unit module of many tests,
+    so the run ends on unit modules of few tests: short units that even out both workers' ends."""
+    service, many, one = ("tests/integration/test_native_equivalence.py", "tests/unit/test_row_filter.py",
+                          "tests/unit/test_environ.py")
+    assert not {service, many, one} & set(SLOW_MODULES)
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", one, many,
+                          service], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    ids = [line for line in out.stdout.splitlines() if "::" in line]
+    counts = {module: sum(i.startswith(f"{module}::") for i in ids) for module in (service, many, one)}
+    assert counts[service] < counts[many] and counts[one] < counts[many]  # not vacuous: by count, many would lead
+    assert list(dict.fromkeys(i.split("::")[0] for i in ids)) == [service, many, one]
