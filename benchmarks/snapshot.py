@@ -151,6 +151,7 @@ def ours(src_dsn: str, target_dsn: str, uri: str, parallelism: int, chunk_bytes:
         t1 = time.monotonic()
         loader.close()
         overlap = {"overlap": True, "loaded_while_reading": sorted(loader.rows), "left": loader.left,
+                   "timeline": loader.timeline,
                    "load_wait_after_snapshot_s": round(time.monotonic() - t1, 2)}
     if skip_apply:
         return {"snapshot_s": round(snapshot_s, 2), "snapshot_cpu_s": SNAPSHOT_CPU[slot], "apply_s": 0.0,

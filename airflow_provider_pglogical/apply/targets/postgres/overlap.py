@@ -64,15 +64,19 @@ class OverlappedLoad:
                  log: Log | None = None) -> None:
         self._make, self._workers = make, max(1, workers)
         self._log: Log = log or log_info
-        self._queue: queue.Queue[tuple[str, ...] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[Any, ...] | None] = queue.Queue()  # (published at, *tables) or the end
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.rows: dict[str, dict[str, int]] = {}
         self.left: dict[str, str] = {}  # source table → why the apply after the snapshot loads it
         self.seconds = 0.0
+        # per set, seconds from the first publication: when it was published, and when its load ended
+        self.timeline: list[dict[str, Any]] = []
+        self._first: float | None = None
 
     def published(self, tables: Sequence[str]) -> None:
-        self._queue.put(tuple(tables))
+        self._first = self._first if self._first is not None else time.monotonic()
+        self._queue.put((self._since_first(), *tables))
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="snapshot-overlap", daemon=True)
             self._thread.start()
@@ -92,7 +96,11 @@ class OverlappedLoad:
         self.close()
 
     def summary(self) -> dict[str, Any]:
-        return {"rows": self.rows, "left_to_apply": self.left, "seconds": round(self.seconds, 3)}
+        return {"rows": self.rows, "left_to_apply": self.left, "seconds": round(self.seconds, 3),
+                "timeline": self.timeline}
+
+    def _since_first(self) -> float:
+        return round(time.monotonic() - (self._first or time.monotonic()), 3)
 
     def _run(self) -> None:
         started = time.monotonic()
@@ -117,13 +125,17 @@ class OverlappedLoad:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 return tables
-            tables.extend(item or ())
+            tables.extend(item[1:] if item else ())
 
     def _work(self, session: PostgresTarget, config: ApplyConfig) -> None:
         with session.sibling() as mine:
-            while (group := self._queue.get()) is not None:
+            while (item := self._queue.get()) is not None:
+                published_s, group = item[0], tuple(item[1:])
                 try:
                     self._load(mine, config, group)
+                    with self._lock:
+                        self.timeline.append({"tables": list(group), "published_s": published_s,
+                                              "loaded_s": self._since_first()})
                 except NeedsSpark:
                     self._leave(group, "its rows need Spark's transforms")
                 except Exception as exc:  # noqa: BLE001 - left whole to the apply (each group is atomic)
