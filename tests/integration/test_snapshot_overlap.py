@@ -165,3 +165,17 @@ def test_pglogical_run_loads_each_table_as_its_snapshot_is_published(pipeline): 
     again, _ = pglogical_run(spec, pipeline["tmp"], java=False)
     assert "snapshot_loaded_while_reading" not in again and again["apply"]["batches_applied"] == 0
 
+
+
+def test_a_target_the_loaders_cannot_reach_fails_nothing_of_the_snapshot(pg_server, pg_dsn, tmp_path):
+    """The loaders' target session does not open (here: a database that does not exist): the snapshot is staged
+    and published whole all the same, every set is left to the apply with the reason, and nothing was loaded."""
+    source = pg_dsn
+    execute(source, SNAP_SCHEMA_SQL)
+    uri = str(tmp_path / "stage")
+    with loader_of(pg_server.dsn("no_such_database"), uri) as loader:
+        result = initial_snapshot(job(source, uri), on_published=loader.published)
+    assert set(result.tables) == {f"public.{t}" for t in TABLES}
+    assert SnapshotLayout.from_uri(uri, "s1").requests() == {}
+    assert loader.rows == {} and set(loader.left) == {f"public.{t}" for t in TABLES}
+    assert all(why.startswith("OperationalError") and "no_such_database" in why for why in loader.left.values())

@@ -73,6 +73,7 @@ class OverlappedLoad:
         # per set, seconds from the first publication: when it was published, and when its load ended
         self.timeline: list[dict[str, Any]] = []
         self._first: float | None = None
+        self._failed: str | None = None  # why the session did not open
 
     def published(self, tables: Sequence[str]) -> None:
         self._first = self._first if self._first is not None else time.monotonic()
@@ -88,6 +89,8 @@ class OverlappedLoad:
         for _ in range(self._workers):
             self._queue.put(None)
         self._thread.join()
+        # Sets published after the session failed to open: nobody took them
+        self._leave(self._drain(), self._failed or "not loaded")
 
     def __enter__(self) -> OverlappedLoad:
         return self
@@ -114,7 +117,8 @@ class OverlappedLoad:
                 for thread in threads:
                     thread.join()
         except Exception as exc:  # noqa: BLE001 - the apply after the snapshot loads every set, or reports it
-            self._leave(self._drain(), f"{type(exc).__name__}: {exc}")
+            self._failed = f"{type(exc).__name__}: {exc}"
+            self._leave(self._drain(), self._failed)
         self.seconds = time.monotonic() - started
 
     def _drain(self) -> list[str]:
@@ -128,18 +132,21 @@ class OverlappedLoad:
             tables.extend(item[1:] if item else ())
 
     def _work(self, session: PostgresTarget, config: ApplyConfig) -> None:
-        with session.sibling() as mine:
-            while (item := self._queue.get()) is not None:
-                published_s, group = item[0], tuple(item[1:])
-                try:
-                    self._load(mine, config, group)
-                    with self._lock:
-                        self.timeline.append({"tables": list(group), "published_s": published_s,
-                                              "loaded_s": self._since_first()})
-                except NeedsSpark:
-                    self._leave(group, "its rows need Spark's transforms")
-                except Exception as exc:  # noqa: BLE001 - left whole to the apply (each group is atomic)
-                    self._leave(group, f"{type(exc).__name__}: {exc}")
+        try:
+            with session.sibling() as mine:
+                while (item := self._queue.get()) is not None:
+                    published_s, group = item[0], tuple(item[1:])
+                    try:
+                        self._load(mine, config, group)
+                        with self._lock:
+                            self.timeline.append({"tables": list(group), "published_s": published_s,
+                                                  "loaded_s": self._since_first()})
+                    except NeedsSpark:
+                        self._leave(group, "its rows need Spark's transforms")
+                    except Exception as exc:  # noqa: BLE001 - left whole to the apply (each group is atomic)
+                        self._leave(group, f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - its connection did not open: the other loader, or ``close``, goes on
+            self._failed = self._failed or f"{type(exc).__name__}: {exc}"
 
     def _load(self, target: PostgresTarget, config: ApplyConfig, group: tuple[str, ...]) -> None:
         layout = SnapshotLayout.from_uri(config.staging_root, config.slot)
