@@ -333,7 +333,8 @@ def run_pending(spec: PipelineSpec, *, master: str | None = None, max_batches: i
             applied = apply_pending(spec, master=master, log=log, spark=starter, recorder=recorder)
         finally:
             starter.stop()
-    overlapped = {"snapshot_loaded_while_reading": loader.summary()} if loader is not None and loader.rows else {}
+    overlapped = {"snapshot_loaded_while_reading": loader.summary()} \
+        if loader is not None and (loader.rows or loader.left) else {}
     return {"decode": decoded, **overlapped, "apply": applied, "spark": starter.summary()}
 
 

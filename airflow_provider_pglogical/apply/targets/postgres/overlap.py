@@ -67,7 +67,7 @@ class OverlappedLoad:
         self._queue: queue.Queue[tuple[Any, ...] | None] = queue.Queue()  # (published at, *tables) or the end
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self.rows: dict[str, dict[str, int]] = {}
+        self.rows: dict[str, dict[str, int]] = {}  # target table → its load's counts (``snapshot_rows``)
         self.left: dict[str, str] = {}  # source table → why the apply after the snapshot loads it
         self.seconds = 0.0
         # per set, seconds from the first publication: when it was published, and when its load ended
