@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_pglogical.apply import snapshots
 from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
+from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import qualified
+from airflow_provider_pglogical.apply.targets.postgres.progress import SYNC_TABLE, ensure_sync_table
 from airflow_provider_pglogical.apply.targets.postgres.snapshot import PARALLEL_GROUPS
 from airflow_provider_pglogical.exceptions import format_lsn
 from airflow_provider_pglogical.snapshot.layout import SnapshotLayout
@@ -110,6 +112,8 @@ class OverlappedLoad:
         try:
             target, config = self._make()
             with target.session(config.slot):
+                # Once, before the loaders: two CREATE TABLE IF NOT EXISTS at once can both try to create it
+                ensure_sync_table(target.conn, qualified(target.bookkeeping_schema, SYNC_TABLE))
                 threads = [threading.Thread(target=self._work, args=(target, config), name=f"snapshot-overlap-{i}",
                                             daemon=True) for i in range(self._workers)]
                 for thread in threads:
