@@ -2,10 +2,12 @@
 subscriber (copy_data = true, until every table is ready), and by raw COPY TO, timed in one run.
 
 Usage: python benchmarks/snapshot.py [--rows 5000000] [--parallelism 2] [--chunk-size 64MB] [--one-table]
-    [--code DIR]
+    [--code DIR] [--no-overlap]
 Prints one JSON object with the timings and the ratios. ``--one-table``: all rows in the one ``orders`` table.
 ``--code DIR``: also time our snapshot + apply with another checkout's package (e.g. a ``git worktree`` of an older
 commit, its compiled reader built), in a child process against the same source rows, right after ours.
+Ours loads each table as the snapshot publishes it, while the others are read (``pglogical run``'s overlapped
+load), unless ``--no-overlap``; a ``--code`` checkout without that loader applies after the snapshot.
 """
 
 from __future__ import annotations
@@ -99,16 +101,31 @@ def native_sync(src_dsn: str, native_dsn: str) -> float:
     return seconds
 
 
-def snapshot_only(src_dsn: str, uri: str, parallelism: int, chunk_bytes: int, slot: str) -> tuple[float, int]:
+def snapshot_only(src_dsn: str, uri: str, parallelism: int, chunk_bytes: int, slot: str,
+                  on_published: Any = None) -> tuple[float, int]:
     from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings, initial_snapshot
 
     job = SnapshotJob(dsn=src_dsn, slot=slot, publication="pub_all", staging_uri=uri,
                       tables={t: (None, None) for t in TABLES},
                       settings=SnapshotSettings(initial=True, parallelism=parallelism, chunk_bytes=chunk_bytes))
     t0, cpu0 = time.monotonic(), _cpu_s()
-    result = initial_snapshot(job)
+    result = initial_snapshot(job, **({"on_published": on_published} if on_published else {}))
     SNAPSHOT_CPU[slot] = round(_cpu_s() - cpu0, 2)
     return time.monotonic() - t0, sum(t["bytes"] for t in result.tables.values())
+
+
+def overlapped_loader(target_dsn: str, uri: str, slot: str) -> Any:
+    """The loader ``pglogical run`` uses to load each published table while the snapshot reads on, or None in a
+    checkout without it (``--code DIR`` of an older one: its apply starts after the snapshot)."""
+    try:
+        from airflow_provider_pglogical.apply.targets.postgres.overlap import OverlappedLoad, without_spark
+    except ImportError:
+        return None
+    from airflow_provider_pglogical.apply.config import ApplyConfig
+    from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget
+
+    config = ApplyConfig(slot=slot, staging_root=uri, tables={})
+    return OverlappedLoad(lambda: (PostgresTarget(without_spark(True), config, target_dsn), config))
 
 
 SNAPSHOT_CPU: dict[str, float] = {}  # per slot: CPU seconds of this process and its reader processes
@@ -122,11 +139,20 @@ def _cpu_s() -> float:
 
 
 def ours(src_dsn: str, target_dsn: str, uri: str, parallelism: int, chunk_bytes: int, master: str,
-         skip_apply: bool = False, slot: str = "ours") -> dict[str, float]:
+         skip_apply: bool = False, slot: str = "ours", no_overlap: bool = False) -> dict[str, Any]:
     from airflow_provider_pglogical.apply.config import ApplyConfig
     from airflow_provider_pglogical.apply.runner import apply_slot
 
-    snapshot_s, staged = snapshot_only(src_dsn, uri, parallelism, chunk_bytes, slot)
+    loader = None if skip_apply or no_overlap else overlapped_loader(target_dsn, uri, slot)
+    snapshot_s, staged = snapshot_only(src_dsn, uri, parallelism, chunk_bytes, slot,
+                                       loader.published if loader is not None else None)
+    overlap: dict[str, Any] = {}
+    if loader is not None:  # the loads still running when the snapshot ended count as the apply's
+        t1 = time.monotonic()
+        loader.close()
+        overlap = {"overlap": True, "loaded_while_reading": sorted(loader.rows), "left": loader.left,
+                   "timeline": loader.timeline,
+                   "load_wait_after_snapshot_s": round(time.monotonic() - t1, 2)}
     if skip_apply:
         return {"snapshot_s": round(snapshot_s, 2), "snapshot_cpu_s": SNAPSHOT_CPU[slot], "apply_s": 0.0,
                 "staged_bytes": staged}
@@ -140,7 +166,7 @@ def ours(src_dsn: str, target_dsn: str, uri: str, parallelism: int, chunk_bytes:
         warm_s = time.monotonic() - t1
         t2 = time.monotonic()
         reports = apply_slot(spark, ApplyConfig(slot=slot, staging_root=uri, tables={}), target_dsn)
-        apply_s = time.monotonic() - t2
+        apply_s = time.monotonic() - t2 + overlap.get("load_wait_after_snapshot_s", 0.0)
         # where the apply's time went: Spark building the COPY text vs the load transactions, summed over the
         # atomic groups (which overlap: up to 2 at once); "wall": the snapshot loads from start to end
         detail = {k: round(sum(r.seconds.get(k, 0.0) for r in reports), 2) for k in ("stage", "apply", "wall")}
@@ -149,7 +175,7 @@ def ours(src_dsn: str, target_dsn: str, uri: str, parallelism: int, chunk_bytes:
     return {"snapshot_s": round(snapshot_s, 2), "snapshot_cpu_s": SNAPSHOT_CPU[slot], "apply_s": round(apply_s, 2),
             "spark_start_s": round(warm_s, 2),
             "apply_stage_s": detail["stage"], "apply_load_s": detail["apply"],
-            "apply_snapshots_wall_s": detail["wall"], "staged_bytes": staged}
+            "apply_snapshots_wall_s": detail["wall"], "staged_bytes": staged, **overlap}
 
 
 def ours_with_code(code: Path, src_dsn: str, target_dsn: str, uri: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -182,6 +208,9 @@ def main() -> int:
     p.add_argument("--also-parallelism", type=int, nargs="*", default=[],
                    help="also time the snapshot alone with these reader counts (e.g. 1 4)")
     p.add_argument("--one-table", action="store_true", help="every row in the one orders table")
+    p.add_argument("--no-overlap", action="store_true",
+                   help="load after the whole snapshot is staged (the apply's own path) instead of each table as the "
+                        "snapshot publishes it")
     p.add_argument("--code", type=Path, default=None,
                    help="also time our snapshot + apply with this checkout's package (its compiled reader built)")
     args = p.parse_args()
@@ -203,7 +232,7 @@ def main() -> int:
         native_s = native_sync(src_dsn, native_dsn)
         with tempfile.TemporaryDirectory() as tmp:
             our = ours(src_dsn, target_dsn, str(Path(tmp) / "staging"), args.parallelism, args.chunk_size,
-                       args.master, args.skip_apply)
+                       args.master, args.skip_apply, no_overlap=args.no_overlap)
             previous = (ours_with_code(args.code, src_dsn, prev_dsn, str(Path(tmp) / "prev"), args)
                         if args.code else None)
             others = {}

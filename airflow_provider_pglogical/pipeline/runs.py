@@ -27,7 +27,12 @@ from airflow_provider_pglogical.apply.sparkenv import (
 from airflow_provider_pglogical.apply.targets.postgres.progress import PROGRESS_TABLE
 from airflow_provider_pglogical.exceptions import SparkStartError, StagingError, format_lsn
 from airflow_provider_pglogical.history.recorder import RunRecorder, Stopwatch, recording, slot_figures
-from airflow_provider_pglogical.pipeline.snapshots import initial_snapshot_if_new, sync_tables, unapplied_snapshots
+from airflow_provider_pglogical.pipeline.snapshots import (
+    initial_snapshot_if_new,
+    overlapped_load,
+    sync_tables,
+    unapplied_snapshots,
+)
 from airflow_provider_pglogical.pipeline.source import (
     check_column_lists,
     check_retention,
@@ -318,12 +323,19 @@ def run_pending(spec: PipelineSpec, *, master: str | None = None, max_batches: i
 
     with recording(spec.staging.uri, spec.source.slot, "run", log=log) as recorder:
         try:
-            decoded = decode_pending(spec, max_batches=max_batches, log=log, on_changes=on_changes,
-                                     on_snapshot=on_snapshot, allow_gap=allow_gap, recorder=recorder)
+            # A snapshot this run takes loads table by table as it is published, while the rest is read; the
+            # apply below loads what that left (``pipeline/snapshots.overlapped_load``).
+            with overlapped_load(spec, lambda: apply_config(resolved(spec)), local_master=session_is_local(
+                    starter.master), log=log) as loader:
+                decoded = decode_pending(spec, max_batches=max_batches, log=log, on_changes=on_changes,
+                                         on_snapshot=on_snapshot, allow_gap=allow_gap, recorder=recorder,
+                                         on_published=loader.published if loader is not None else None)
             applied = apply_pending(spec, master=master, log=log, spark=starter, recorder=recorder)
         finally:
             starter.stop()
-    return {"decode": decoded, "apply": applied, "spark": starter.summary()}
+    overlapped = {"snapshot_loaded_while_reading": loader.summary()} \
+        if loader is not None and (loader.rows or loader.left) else {}
+    return {"decode": decoded, **overlapped, "apply": applied, "spark": starter.summary()}
 
 
 def spark_expected(spec: PipelineSpec, master: str | None = None, *, snapshot: bool = False) -> bool:
@@ -449,7 +461,8 @@ def pending_batches(spec: PipelineSpec, *, max_batches: int | None = None,
 def decode_pending(spec: PipelineSpec, *, max_batches: int | None = None, log: Log = _quiet,
                    resync: list[str] | None = None, on_changes: Callable[[], None] | None = None,
                    on_snapshot: Callable[[], None] | None = None, allow_gap: bool = False,
-                   recorder: RunRecorder | None = None) -> dict[str, Any]:
+                   recorder: RunRecorder | None = None,
+                   on_published: Callable[[list[str]], None] | None = None) -> dict[str, Any]:
     """Ensure publication and slot, check WAL retention, then drain the slot batch by batch.
 
     Idempotent per slot position: each cycle stages ``(confirmed_flush_lsn, end]`` and advances
@@ -460,6 +473,7 @@ def decode_pending(spec: PipelineSpec, *, max_batches: int | None = None, log: L
     Column lists are checked against the source catalog first, before anything is created, staged or advanced.
     ``allow_gap``: a slot past the staged log's end (recreated) drains on, losing the changes in between.
     Recorded in the slot's run history as a ``decode``, or into ``recorder`` (the enclosing run's).
+    ``on_published``: called with each set of tables a snapshot publishes (``snapshot.run.Published``).
     """
     with recording(spec.staging.uri, spec.source.slot, "decode", log=log, given=recorder) as record:
         with source_client(spec) as client:
@@ -467,13 +481,13 @@ def decode_pending(spec: PipelineSpec, *, max_batches: int | None = None, log: L
             record.saw_slot(slot_figures(client.slot_info(spec.source.slot)))
             check_column_lists(spec, client)
             # snapshot.initial: a new slot is created with an exported snapshot (before ensure_replication)
-            initial = initial_snapshot_if_new(spec, client, log=log)
+            initial = initial_snapshot_if_new(spec, client, log=log, on_published=on_published)
             ensured = ensure_replication(spec, client)
             log(f"slot {spec.source.slot} at {ensured['confirmed_flush_lsn']} (publication {', '.join(spec.source.all_publications)})")
             record.saw_slot(slot_figures(client.slot_info(spec.source.slot)))  # kept when the check below fails
             retention = check_retention(spec, client)
             log(f"slot lag {retention['lag_bytes']} bytes, wal_status {retention['wal_status']}")
-        synced = sync_tables(spec, resync=resync, log=log)
+        synced = sync_tables(spec, resync=resync, log=log, on_published=on_published)
         staged = on_snapshot or on_changes
         if staged is not None and (initial or synced.get("tables")):
             staged()

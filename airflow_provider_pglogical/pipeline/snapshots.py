@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_pglogical.exceptions import SnapshotOnExistingSlotError, SpecError, format_lsn
 from airflow_provider_pglogical.hooks.airflow_connection import hook_params
@@ -14,6 +15,7 @@ from airflow_provider_pglogical.pipeline.spec import PipelineSpec, split_qualifi
 from airflow_provider_pglogical.pipeline.target import spec_target
 from airflow_provider_pglogical.snapshot.layout import SnapshotLayout
 from airflow_provider_pglogical.snapshot.run import (
+    Published,
     SnapshotJob,
     SnapshotSettings,
     initial_snapshot,
@@ -21,6 +23,10 @@ from airflow_provider_pglogical.snapshot.run import (
     request_resync,
     sync_pending,
 )
+
+if TYPE_CHECKING:
+    from airflow_provider_pglogical.apply.config import ApplyConfig
+    from airflow_provider_pglogical.apply.targets.postgres.overlap import OverlappedLoad
 
 Log = Callable[[str], None]
 
@@ -50,7 +56,8 @@ def snapshot_job(spec: PipelineSpec) -> Any:
 
 
 def initial_snapshot_if_new(spec: PipelineSpec, client: PgLogicalClient, *, log: Log = _quiet,
-                            on_checkpoint: Callable[[str], None] | None = None) -> dict[str, Any] | None:
+                            on_checkpoint: Callable[[str], None] | None = None,
+                            on_published: Published | None = None) -> dict[str, Any] | None:
     """With ``snapshot.initial``: when the slot does not exist yet, create the publication (with
     ``source.create``), then the slot with an exported snapshot, and stage every table at its
     consistent point. A slot that exists without any snapshot state is an error (no exported
@@ -76,14 +83,15 @@ def initial_snapshot_if_new(spec: PipelineSpec, client: PgLogicalClient, *, log:
         if missing:
             raise SpecError(f"publication {missing[0]!r} does not exist; create it or set source.create")
     log(f"creating slot {slot} with an exported snapshot and copying {len(spec.tables)} table(s)")
-    result = initial_snapshot(snapshot_job(spec), on_checkpoint=on_checkpoint)
+    result = initial_snapshot(snapshot_job(spec), on_checkpoint=on_checkpoint, on_published=on_published)
     log(f"initial snapshot at {result.to_summary()['lsn']}: "
         + ", ".join(f"{t} {s['rows']} rows" for t, s in sorted(result.tables.items())))
     return result.to_summary()
 
 
 def sync_tables(spec: PipelineSpec, *, resync: list[str] | None = None, log: Log = _quiet,
-                on_checkpoint: Callable[[str], None] | None = None) -> dict[str, Any]:
+                on_checkpoint: Callable[[str], None] | None = None,
+                on_published: Published | None = None) -> dict[str, Any]:
     """Snapshot tables waiting for one: ``resync`` ones, tables added to a snapshotting pipeline,
     and tables a crashed snapshot left unfinished — each at a later sync LSN (temporary slot)."""
     if resync:
@@ -98,7 +106,7 @@ def sync_tables(spec: PipelineSpec, *, resync: list[str] | None = None, log: Log
     added = request_added_tables(job) if spec.snapshot.initial else []
     if added:
         log(f"tables added to the spec: {', '.join(added)}; snapshotting them")
-    result = sync_pending(job, on_checkpoint=on_checkpoint)
+    result = sync_pending(job, on_checkpoint=on_checkpoint, on_published=on_published)
     if result.tables:
         log(f"snapshots at {result.to_summary()['lsn']}: "
             + ", ".join(f"{t} {s['rows']} rows" for t, s in sorted(result.tables.items())))
@@ -130,3 +138,18 @@ def unapplied_snapshots(spec: PipelineSpec, marks: dict[str, int] | None = None)
         if ref is not None and marks.get(table.target_name, -1) < ref.lsn:
             out.append(name)
     return out
+
+
+@contextmanager
+def overlapped_load(spec: PipelineSpec, config: Callable[[], ApplyConfig], *, local_master: bool,
+                    log: Log = _quiet) -> Iterator[OverlappedLoad | None]:
+    """For a process that takes the spec's snapshots and then applies them (``pglogical run``): the target's loader
+    of each set of tables the snapshot publishes while it reads the others (``SpecTarget.overlapped_snapshot_load``),
+    or None; after the block, every load it began has ended (committed, or left whole to the apply)."""
+    loader = None if len(spec.targets) > 1 else spec_target(spec).overlapped_snapshot_load(
+        config, local_master=local_master, log=log)
+    try:
+        yield loader
+    finally:
+        if loader is not None:
+            loader.close()

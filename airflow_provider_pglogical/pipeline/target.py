@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from airflow_provider_pglogical.apply.targets.base import Target
     from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
     from airflow_provider_pglogical.apply.targets.iceberg.target import IcebergTarget
+    from airflow_provider_pglogical.apply.targets.postgres.overlap import OverlappedLoad
 
 Log = Callable[[str], None]
 
@@ -110,6 +111,13 @@ class SpecTarget(ABC):
         """Whether the spec's ``Target`` reads a snapshot table's staged rows itself (``targets/base.DirectRowsSource``):
         otherwise loading a snapshot surely needs Spark (``runs.spark_expected``)."""
         return False
+
+    def overlapped_snapshot_load(self, config: Callable[[], ApplyConfig], *, local_master: bool,
+                                 log: Callable[[str], None]) -> OverlappedLoad | None:
+        """The loader of a process that takes a snapshot and applies it (``pglogical run``): it loads each published
+        set of tables while the snapshot reads on (``targets/postgres/overlap.py``); None: the apply after the
+        snapshot loads every table. ``config``: the apply's config, asked at the first publication."""
+        return None
 
     @property
     def tables(self) -> list[str]:
@@ -392,6 +400,18 @@ class PostgresSpecTarget(SpecTarget):
         # staged batch again (bookkeeping_schema.locate); reset clears the mark.
         write_record(self.spec.staging.uri, self.spec.source.slot, self.identity(),
                      TargetRecord(str(bookkeeping["bookkeeping_schema"]), applied=True, retired=True))
+
+    def overlapped_snapshot_load(self, config: Callable[[], ApplyConfig], *, local_master: bool,
+                                 log: Callable[[str], None]) -> OverlappedLoad | None:
+        from airflow_provider_pglogical.apply.targets.postgres.overlap import OverlappedLoad, without_spark
+        from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget
+
+        def make() -> tuple[PostgresTarget, ApplyConfig]:
+            cfg = config()
+            names = [planning.target_name(s, c) for s, c in cfg.tables.items()]
+            return PostgresTarget(without_spark(local_master), cfg, self.dsn, target_tables=names), cfg
+
+        return OverlappedLoad(make, log=log)
 
     def for_apply(self, spark: SparkSession | SparkOnDemand, config: ApplyConfig) -> Target:
         from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget

@@ -10,7 +10,8 @@ Exactly once, by the order of durable steps (like the drain):
 3. ``chunk_written``: each chunk file appears whole (written under a temp name, renamed).
 4. ``files_moved`` then ``manifest_written``: the table's directory gets its final name, then
    its manifest, last and atomically — only now does the snapshot exist for readers.
-5. ``done``: the request is removed — the apply loads the snapshot from now on.
+5. ``done``: the request is removed — the apply loads the snapshot from now on; ``on_published`` hears of it
+   then, so a process that applies too may load the set while the other tables are still read.
 
 Tables linked by the source's foreign keys (either way, transitively) are one unit: each is
 published once all of them are copied, and their requests are removed only after the last
@@ -76,6 +77,9 @@ DEFAULT_PARALLELISM = 1
 POSTGRES_EPOCH_OFFSET_US = 946_684_800_000_000
 
 Checkpoint = Callable[[str], None]
+# Called with the tables of a linked set once their manifests are written and requests removed: from then on the
+# apply may load them, while the snapshot still reads the other tables (``pipeline/snapshots.py``).
+Published = Callable[[list[str]], None]
 
 
 def _noop(_name: str) -> None:
@@ -144,7 +148,7 @@ def slot_exists(dsn: str, slot: str) -> bool:
 
 
 def initial_snapshot(job: SnapshotJob, *, on_checkpoint: Checkpoint | None = None,
-                     logger: logging.Logger | None = None) -> SnapshotResult:
+                     logger: logging.Logger | None = None, on_published: Published | None = None) -> SnapshotResult:
     """Create the pipeline's slot with an exported snapshot and stage every table at its consistent point.
 
     The slot must not exist (``SnapshotOnExistingSlotError`` otherwise: its exported snapshot is
@@ -174,13 +178,13 @@ def initial_snapshot(job: SnapshotJob, *, on_checkpoint: Checkpoint | None = Non
         logger.info("slot %s created at consistent point %s with exported snapshot %s", job.slot,
                     format_lsn(exported.lsn), exported.name)
         checkpoint("slot_created")
-        result = _copy_tables(job, layout, reads, plans, exported, checkpoint, logger, pool)
+        result = _copy_tables(job, layout, reads, plans, exported, checkpoint, logger, pool, on_published)
     result.seconds = time.monotonic() - started
     return result
 
 
 def sync_pending(job: SnapshotJob, *, on_checkpoint: Checkpoint | None = None,
-                 logger: logging.Logger | None = None) -> SnapshotResult:
+                 logger: logging.Logger | None = None, on_published: Published | None = None) -> SnapshotResult:
     """Snapshot every requested table (added, resynced, or left over by a crashed snapshot) at a
     later LSN through a temporary slot with an exported snapshot; the main slot is not touched."""
     from airflow_provider_pglogical.snapshot.source import temporary_slot_name
@@ -221,7 +225,7 @@ def sync_pending(job: SnapshotJob, *, on_checkpoint: Checkpoint | None = None,
         logger.info("tables %s: temporary slot %s, sync LSN %s", ", ".join(sorted(pending)), exported.slot,
                     format_lsn(exported.lsn))
         checkpoint("slot_created")
-        result = _copy_tables(job, layout, reads, plans, exported, checkpoint, logger, pool)
+        result = _copy_tables(job, layout, reads, plans, exported, checkpoint, logger, pool, on_published)
     result.seconds = time.monotonic() - started
     return result
 
@@ -281,7 +285,7 @@ def _readers(job: SnapshotJob, plans: ChunkPlan) -> contextlib.AbstractContextMa
 
 def _copy_tables(job: SnapshotJob, layout: SnapshotLayout, reads: dict[str, TableRead], plans: ChunkPlan,
                  exported: ExportedSnapshot, checkpoint: Checkpoint, logger: logging.Logger,
-                 pool: WorkerPool | None) -> SnapshotResult:
+                 pool: WorkerPool | None, on_published: Published | None = None) -> SnapshotResult:
     requests = layout.requests()
     result = SnapshotResult(lsn=exported.lsn)
     commit_time_us = int(time.time() * 1_000_000)
@@ -344,6 +348,8 @@ def _copy_tables(job: SnapshotJob, layout: SnapshotLayout, reads: dict[str, Tabl
             for t in group:
                 layout.close_request(t)
                 checkpoint("done")
+            if on_published is not None:
+                on_published(list(group))
 
     all_tasks = [t for ts in tasks.values() for t in ts]
     if pool is None:

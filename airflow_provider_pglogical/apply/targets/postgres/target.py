@@ -180,6 +180,19 @@ class PostgresTarget:
             self._conn.close()
             self._conn = None
 
+    @contextmanager
+    def sibling(self) -> Iterator[PostgresTarget]:
+        """This target on a connection of its own, with this session's resolved bookkeeping, for a thread that
+        works under this session's slot lock (``overlap.OverlappedLoad``'s loaders); closed after the block."""
+        twin = PostgresTarget(self.on_demand, self.config, self.dsn, self.target_tables, on_checkpoint=self.checkpoint)
+        twin._conn = catalog.connect(self.dsn)
+        try:
+            replication_role.set_replication_role(twin._conn, self.config.session_replication_role)
+            yield twin
+        finally:
+            twin._conn.close()
+            twin._conn = None
+
     def _remember_applied(self, slot: str, resolved: str) -> None:
         """From the first committed watermark on, a missing one is an error rather than a replay from zero: the
         staging area records that this target applied."""

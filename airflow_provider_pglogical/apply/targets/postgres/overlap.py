@@ -1,0 +1,175 @@
+"""Snapshot loads overlapped with the snapshot's read: a process that both takes a snapshot and applies it loads
+each set of linked tables into the target as soon as the snapshot publishes it, while its readers still copy the
+other tables — as a native subscriber's table sync workers each load their table while the others copy theirs.
+
+Nothing of the load's guarantees changes, because nothing of its code does: a set is loaded only once its
+manifests are written and its requests removed (``snapshot/run.py`` calls ``published`` then), by
+``snapshots.apply_snapshots`` — the same planning, verification of the staged files, and one transaction per
+atomic group that TRUNCATEs, COPYs and sets the sync marks (``snapshot.py``). Every other table is held, so a
+loader plans only its own set. A crash at any point leaves what a crash of the apply after the snapshot leaves:
+groups committed with their sync marks (the rerun skips them) or rolled back (the rerun loads them whole).
+
+The loaders run without Spark: a table whose rows need Spark's transforms (``direct_rows`` is None) fails its
+group before the group's transaction begins, and the group is left to the apply that follows the snapshot, as
+is a group whose load failed for any other reason (the apply then loads it, or reports the error itself).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_pglogical.apply import snapshots
+from airflow_provider_pglogical.apply.config import ApplyConfig
+from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
+from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import qualified
+from airflow_provider_pglogical.apply.targets.postgres.progress import SYNC_TABLE, ensure_sync_table
+from airflow_provider_pglogical.apply.targets.postgres.snapshot import PARALLEL_GROUPS
+from airflow_provider_pglogical.exceptions import format_lsn
+from airflow_provider_pglogical.snapshot.layout import SnapshotLayout
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget
+
+log = logging.getLogger(__name__)
+
+Log = Callable[[str], None]
+
+
+class NeedsSpark(Exception):
+    """A table of the set needs Spark's transforms: the apply after the snapshot loads its set."""
+
+
+def _no_spark() -> SparkSession:
+    raise NeedsSpark
+
+
+def without_spark(local_master: bool) -> SparkOnDemand:
+    """A session on demand that never starts: the loaders' (``local_master``: the run's, for ``direct_rows``)."""
+    return SparkOnDemand(_no_spark, local_master=local_master)
+
+
+class OverlappedLoad:
+    """Loads published snapshot sets (``published``) on ``workers`` threads, each on a connection of its own, under
+    one target session (the slot's apply lock) opened at the first publication; ``close`` waits for the loads.
+
+    ``make``: the target (built with ``without_spark``) and the apply config, made at the first publication.
+    ``published`` never raises and never waits for a load: the snapshot's reading goes on."""
+
+    def __init__(self, make: Callable[[], tuple[PostgresTarget, ApplyConfig]], *, workers: int = PARALLEL_GROUPS,
+                 log: Log | None = None) -> None:
+        self._make, self._workers = make, max(1, workers)
+        self._log: Log = log or log_info
+        self._queue: queue.Queue[tuple[Any, ...] | None] = queue.Queue()  # (published at, *tables) or the end
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.rows: dict[str, dict[str, int]] = {}  # target table → its load's counts (``snapshot_rows``)
+        self.left: dict[str, str] = {}  # source table → why the apply after the snapshot loads it
+        self.seconds = 0.0
+        # per set, seconds from the first publication: when it was published, and when its load ended
+        self.timeline: list[dict[str, Any]] = []
+        self._first: float | None = None
+        self._failed: str | None = None  # why the session did not open
+
+    def published(self, tables: Sequence[str]) -> None:
+        self._first = self._first if self._first is not None else time.monotonic()
+        self._queue.put((self._since_first(), *tables))
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="snapshot-overlap", daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        """Wait for every published set's load (the run's apply must not start while these hold the slot's lock)."""
+        if self._thread is None:
+            return
+        for _ in range(self._workers):
+            self._queue.put(None)
+        self._thread.join()
+        # Sets published after the session failed to open: nobody took them
+        self._leave(self._drain(), self._failed or "not loaded")
+
+    def __enter__(self) -> OverlappedLoad:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def summary(self) -> dict[str, Any]:
+        return {"rows": self.rows, "left_to_apply": self.left, "seconds": round(self.seconds, 3),
+                "timeline": self.timeline}
+
+    def _since_first(self) -> float:
+        return round(time.monotonic() - (self._first or time.monotonic()), 3)
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        try:
+            target, config = self._make()
+            with target.session(config.slot):
+                # Once, before the loaders: two CREATE TABLE IF NOT EXISTS at once can both try to create it
+                ensure_sync_table(target.conn, qualified(target.bookkeeping_schema, SYNC_TABLE))
+                threads = [threading.Thread(target=self._work, args=(target, config), name=f"snapshot-overlap-{i}",
+                                            daemon=True) for i in range(self._workers)]
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+        except Exception as exc:  # noqa: BLE001 - the apply after the snapshot loads every set, or reports it
+            self._failed = f"{type(exc).__name__}: {exc}"
+            self._leave(self._drain(), self._failed)
+        self.seconds = time.monotonic() - started
+
+    def _drain(self) -> list[str]:
+        """The sets published but not taken by a loader (their session never opened)."""
+        tables: list[str] = []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return tables
+            tables.extend(item[1:] if item else ())
+
+    def _work(self, session: PostgresTarget, config: ApplyConfig) -> None:
+        try:
+            with session.sibling() as mine:
+                while (item := self._queue.get()) is not None:
+                    published_s, group = item[0], tuple(item[1:])
+                    try:
+                        self._load(mine, config, group)
+                        with self._lock:
+                            self.timeline.append({"tables": list(group), "published_s": published_s,
+                                                  "loaded_s": self._since_first()})
+                    except NeedsSpark:
+                        self._leave(group, "its rows need Spark's transforms")
+                    except Exception as exc:  # noqa: BLE001 - left whole to the apply (each group is atomic)
+                        self._leave(group, f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - its connection did not open: the other loader, or ``close``, goes on
+            self._failed = self._failed or f"{type(exc).__name__}: {exc}"
+
+    def _load(self, target: PostgresTarget, config: ApplyConfig, group: tuple[str, ...]) -> None:
+        layout = SnapshotLayout.from_uri(config.staging_root, config.slot)
+        others = set(config.tables or layout.tables()) - set(group)
+        held = snapshots.waiting(config, target) | others
+        for report in snapshots.apply_snapshots(target.on_demand, config, target, held):
+            if report.rows:  # else loaded before (the sync marks said so)
+                with self._lock:
+                    self.rows.update(report.rows)
+                self._log(f"snapshot of {', '.join(report.rows)} at {format_lsn(report.start_lsn)} loaded while "
+                          "the snapshot reads on")
+
+    def _leave(self, tables: Sequence[str], why: str) -> None:
+        if not tables:
+            return
+        with self._lock:
+            self.left.update(dict.fromkeys(tables, why))
+        self._log(f"snapshot of {', '.join(tables)} left to the apply after the snapshot: {why}")
+
+
+def log_info(message: str) -> None:
+    log.info("%s", message)

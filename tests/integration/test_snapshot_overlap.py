@@ -1,0 +1,182 @@
+"""Snapshot loads overlapped with the snapshot's read (``apply/targets/postgres/overlap.py``): a set of tables loads
+into the target as soon as the snapshot publishes it, while the other tables are still read; a kill inside that
+window leaves a state the next run completes exactly once; tables whose rows need Spark are left to the apply
+after the snapshot; ``pglogical run`` loads this way."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from airflow_provider_pglogical.apply.config import ApplyConfig
+from airflow_provider_pglogical.apply.direct import ENV_SWITCH
+from airflow_provider_pglogical.apply.runner import apply_slot
+from airflow_provider_pglogical.apply.targets.postgres.overlap import OverlappedLoad, without_spark
+from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget
+from airflow_provider_pglogical.exceptions import format_lsn
+from airflow_provider_pglogical.snapshot.layout import SnapshotLayout
+from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings, initial_snapshot, sync_pending
+from scripts.harness.pgserver import execute, make_target, query
+from tests.conftest import REPO_ROOT
+from tests.integration.test_cli_no_spark import DOCS, ITEMS, pipeline, spec_file  # noqa: F401 (fixture)
+from tests.integration.test_cli_no_spark import run as pglogical_run
+from tests.support.kill_points import KILLED
+from tests.support.snapshot import SNAP_SCHEMA_SQL
+
+TARGET_SQL = """
+CREATE TABLE parents (id int PRIMARY KEY, name text NOT NULL, region text, amount numeric(12,2));
+CREATE TABLE children (id int PRIMARY KEY, parent_id int REFERENCES parents(id) ON DELETE CASCADE,
+                       body text, big text, secret text);
+CREATE TABLE wide (id bigint PRIMARY KEY, payload text, flags int[], at timestamptz);
+"""
+TABLES = ("parents", "children", "wide")
+CHUNK_BYTES = 256 << 10  # wide (30,000 rows) in several chunks: read after parents and children (name order)
+
+
+def job(source: str, uri: str) -> SnapshotJob:
+    return SnapshotJob(dsn=source, slot="s1", publication="pub", staging_uri=uri,
+                       tables={f"public.{t}": (None, None) for t in TABLES},
+                       settings=SnapshotSettings(initial=True, parallelism=1, chunk_bytes=CHUNK_BYTES))
+
+
+def loader_of(target: str, uri: str) -> OverlappedLoad:
+    config = ApplyConfig(slot="s1", staging_root=uri, tables={})
+    return OverlappedLoad(lambda: (PostgresTarget(without_spark(True), config, target), config))
+
+
+def synced(target: str) -> dict[str, str]:
+    if query(target, "SELECT to_regclass('pglogical_sync')") == [(None,)]:
+        return {}
+    return dict(query(target, "SELECT target_table, sync_lsn::text FROM pglogical_sync"))
+
+
+def assert_equal(source: str, target: str) -> None:
+    for table in TABLES:
+        expected = query(source, f"SELECT t::text FROM {table} t ORDER BY id")  # noqa: S608 - the module's names
+        assert query(target, f"SELECT t::text FROM {table} t ORDER BY id") == expected, table  # noqa: S608
+
+
+def test_a_published_set_is_loaded_while_the_snapshot_still_reads_another_table(pg_server, pg_dsn, tmp_path):
+    """Observed in the target itself: when the first chunk of ``wide`` is written, the snapshot holds its reading
+    until parents and children (published together) show in the target's sync table with every row — and ``wide``
+    has chunks still to read then. Without the overlap the wait runs out (nothing loads before the snapshot ends)."""
+    source = pg_dsn
+    _, target = make_target(pg_server)
+    execute(source, SNAP_SCHEMA_SQL)
+    execute(target, TARGET_SQL)
+    uri = str(tmp_path / "stage")
+    seen: dict[str, object] = {}
+
+    def hold(point: str) -> None:
+        if point == "done":
+            seen["published"] = seen.get("published", 0) + 1  # type: ignore[operator]
+        elif point == "chunk_written" and seen.get("published") == 2 and "loaded" not in seen:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and len(synced(target)) < 2:
+                time.sleep(0.05)
+            seen["loaded"] = synced(target)
+            seen["rows"] = query(target, "SELECT (SELECT count(*) FROM parents), (SELECT count(*) FROM children)")
+            seen["wide_chunks_written"] = len(list((tmp_path / "stage").rglob("c*.parquet")))
+
+    with loader_of(target, uri) as loader:
+        result = initial_snapshot(job(source, uri), on_checkpoint=hold, on_published=loader.published)
+    lsn = format_lsn(result.lsn)
+    assert seen["loaded"] == {"public.parents": lsn, "public.children": lsn}, "not loaded while wide was read"
+    assert seen["rows"] == query(source, "SELECT (SELECT count(*) FROM parents), (SELECT count(*) FROM children)")
+    layout = SnapshotLayout.from_uri(uri, "s1")
+    wide = layout.manifest(layout.latest("public.wide"))
+    assert wide.chunks >= 3  # the hold came at its first chunk: the others were read after the load
+    assert loader.left == {} and set(loader.rows) == {f"public.{t}" for t in TABLES}
+    assert synced(target) == {f"public.{t}": lsn for t in TABLES}
+    assert_equal(source, target)
+
+
+@pytest.mark.parametrize("kill_at", ["snapshot_copying:1", "snapshot_committed:1"])
+def test_a_kill_inside_the_overlapped_window_reruns_to_an_exact_copy(pg_server, pg_dsn, tmp_path, kill_at):
+    """The process dies inside the first set's load (mid-COPY) or right after its COMMIT, while ``wide`` is still
+    being read: the target shows nothing of an uncommitted load, and the next run (the snapshot of what was not
+    published, then the apply) ends with every row once."""
+    source = pg_dsn
+    _, target = make_target(pg_server)
+    execute(source, SNAP_SCHEMA_SQL)
+    execute(target, TARGET_SQL)
+    uri = str(tmp_path / "stage")
+    args = {"source": source, "target": target, "slot": "s1", "publication": "pub", "staging_uri": uri,
+            "tables": [f"public.{t}" for t in TABLES], "chunk_bytes": CHUNK_BYTES, "kill_at": kill_at}
+    proc = subprocess.run([sys.executable, "-m", "tests.support.snapshot_overlap_child", json.dumps(args)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == KILLED, proc.stderr[-3000:]
+    layout = SnapshotLayout.from_uri(uri, "s1")
+    assert layout.latest("public.wide") is None and set(layout.requests()) == {"public.wide"}  # killed mid-read
+    deadline = time.monotonic() + 60  # the killed process's backends end when they see the socket close
+    while query(target, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND pid <> pg_backend_pid()") != [(0,)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if kill_at.startswith("snapshot_committed"):
+        assert set(synced(target)) == {"public.parents", "public.children"}
+    else:
+        assert synced(target) == {} and query(target, "SELECT count(*) FROM parents") == [(0,)]
+
+    with loader_of(target, uri) as loader:  # the next run: its snapshot of wide loads as it is published
+        again = sync_pending(job(source, uri), on_published=loader.published)
+    assert set(again.tables) == {"public.wide"} and loader.left == {}
+    config = ApplyConfig(slot="s1", staging_root=uri, tables={})
+    apply_slot(without_spark(True), config, target)  # what the overlap left (after a mid-COPY kill: parents, children)
+    assert_equal(source, target)
+    assert synced(target)["public.wide"] == format_lsn(again.lsn)
+    assert not any(r.applied for r in apply_slot(without_spark(True), config, target))
+
+
+def test_sets_whose_rows_need_spark_are_left_to_the_apply(pg_server, pg_dsn, tmp_path, spark, monkeypatch):
+    """With the direct path switched off every table's rows go through Spark: the loaders start no JVM, load
+    nothing, and leave every set to the apply after the snapshot, which loads them."""
+    source = pg_dsn
+    _, target = make_target(pg_server)
+    execute(source, SNAP_SCHEMA_SQL)
+    execute(target, TARGET_SQL)
+    uri = str(tmp_path / "stage")
+    monkeypatch.setenv(ENV_SWITCH, "0")
+    with loader_of(target, uri) as loader:
+        initial_snapshot(job(source, uri), on_published=loader.published)
+    assert loader.rows == {} and set(loader.left) == {f"public.{t}" for t in TABLES}
+    assert all("Spark" in why for why in loader.left.values()) and synced(target) == {}
+    apply_slot(spark, ApplyConfig(slot="s1", staging_root=uri, tables={}), target)
+    assert_equal(source, target)
+
+
+def test_pglogical_run_loads_each_table_as_its_snapshot_is_published(pipeline):  # noqa: F811
+    """``pglogical run`` with ``snapshot.initial``: the tables load while the snapshot reads (its JSON says so),
+    no JVM starts, the target equals the source; the next run has nothing to load."""
+    execute(pipeline["source"], "INSERT INTO items SELECT g, g, md5(g::text), g * 0.01, now() "
+                                "FROM generate_series(1, 3000) g; "
+                                "INSERT INTO docs SELECT g, 't' || g, repeat('b', g % 300) FROM generate_series(1, 500) g")
+    spec = spec_file(pipeline, "initial.yaml", snapshot=True)
+    summary, logs = pglogical_run(spec, pipeline["tmp"], java=False)
+    loaded = summary["snapshot_loaded_while_reading"]
+    assert loaded["left_to_apply"] == {}, loaded  # the two sets' loaders start at once on an empty target
+    assert loaded["rows"] == {"public.items": {"snapshot_rows": 3000}, "public.docs": {"snapshot_rows": 500}}
+    assert loaded["left_to_apply"] == {} and "loaded while the snapshot reads on" in summary["stderr"]
+    assert summary["spark"]["started"] is None and summary["apply"]["spark_started"] is False and logs == []
+    assert query(pipeline["target"], ITEMS) == query(pipeline["source"], ITEMS)
+    assert query(pipeline["target"], DOCS) == query(pipeline["source"], DOCS)
+    again, _ = pglogical_run(spec, pipeline["tmp"], java=False)
+    assert "snapshot_loaded_while_reading" not in again and again["apply"]["batches_applied"] == 0
+
+
+
+def test_a_target_the_loaders_cannot_reach_fails_nothing_of_the_snapshot(pg_server, pg_dsn, tmp_path):
+    """The loaders' target session does not open (here: a database that does not exist): the snapshot is staged
+    and published whole all the same, every set is left to the apply with the reason, and nothing was loaded."""
+    source = pg_dsn
+    execute(source, SNAP_SCHEMA_SQL)
+    uri = str(tmp_path / "stage")
+    with loader_of(pg_server.dsn("no_such_database"), uri) as loader:
+        result = initial_snapshot(job(source, uri), on_published=loader.published)
+    assert set(result.tables) == {f"public.{t}" for t in TABLES}
+    assert SnapshotLayout.from_uri(uri, "s1").requests() == {}
+    assert loader.rows == {} and set(loader.left) == {f"public.{t}" for t in TABLES}
+    assert all(why.startswith("OperationalError") and "no_such_database" in why for why in loader.left.values())
