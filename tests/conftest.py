@@ -49,7 +49,6 @@ SLOW_MODULES = (
     "tests/integration/test_staging_verify.py",
     "tests/integration/test_least_privilege.py",
     "tests/integration/test_snapshot_native.py",
-    "tests/system/test_teardown_dag.py",
     "tests/integration/test_cli_drop.py",
     "tests/integration/test_delta_equivalence.py",
     "tests/integration/test_iceberg_equivalence.py",
