@@ -54,7 +54,6 @@ SLOW_MODULES = (
     "tests/integration/test_least_privilege.py",
     "tests/integration/test_snapshot_native.py",
     "tests/integration/test_snapshot_overlap.py",
-    "tests/system/test_teardown_dag.py",
     "tests/integration/test_cli_drop.py",
     "tests/integration/test_delta_equivalence.py",
     "tests/integration/test_iceberg_equivalence.py",

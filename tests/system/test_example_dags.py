@@ -222,3 +222,26 @@ def test_the_apply_task_emits_an_asset_event_per_target_table_with_the_rows_appl
     assert uris == {"pglogical://app_slot/target/public.orders_eu", "pglogical://app_slot/target/public.customers"}
     extras = [json.loads(extra) for uri, extra in rows if uri.endswith("public.customers")]
     assert any(e.get("rows", 0) >= 20 and e.get("end_lsn") for e in extras), extras
+
+
+# Last in this module (pytest keeps a module's order): it drops the pipeline every test above shares.
+def test_the_teardown_dag_drops_the_pipeline_only_when_confirmed_with_the_slot_name(airflow, pipeline):
+    source, target, staging = pipeline["src"], pipeline["dw"], pipeline["staging"]
+    assert "prune_staging" in pipeline["run_1"]  # every pipeline run records how far its target applied
+    kept = (rows(target, ORDERS_TARGET), rows(target, CUSTOMERS))
+    assert kept == (rows(source, ORDERS_SOURCE), rows(source, CUSTOMERS)) and all(kept)
+    assert rows(source, "SELECT slot_name FROM pg_replication_slots") == [("app_slot",)]
+    assert (staging / "app_slot").is_dir()
+
+    refused = airflow.run("dags", "test", "pglogical_example_teardown", "--conf", '{"confirm": "other"}',
+                          env=pipeline["env"], timeout=600)
+    text = refused.stdout + refused.stderr
+    assert "ConfirmationRequiredError" in text and "confirm set to 'app_slot'" in text
+    assert rows(source, "SELECT slot_name FROM pg_replication_slots") == [("app_slot",)]
+
+    dags_test(airflow, pipeline["env"], "pglogical_example_teardown", {"confirm": "app_slot", "staging": True})
+    assert rows(source, "SELECT slot_name FROM pg_replication_slots") == []
+    assert rows(source, "SELECT pubname FROM pg_publication") == []
+    assert rows(target, "SELECT count(*) FROM public.pglogical_progress WHERE slot = 'app_slot'") == [(0,)]
+    assert not (staging / "app_slot").exists()
+    assert (rows(target, ORDERS_TARGET), rows(target, CUSTOMERS)) == kept  # the target tables stay

@@ -20,7 +20,7 @@ from scripts.harness.pgserver import drop_database, execute, make_database
 from scripts.harness.pgserver import query as rows
 from tests.integration.test_object_store_staging import STORES
 from tests.support.objstores import AZURITE_ACCOUNT, STORAGE_VARIABLES, azurite_server, wasb_connection
-from tests.support.staging_dags import ITEMS, dag_env, run_dag_twice, source_items
+from tests.support.staging_dags import ITEMS, dag_env, run_dag_after_workload, source_items
 
 TEST_DAGS = Path(__file__).parent / "dags"
 DAG_ID = "pglogical_test_object_store_staging"
@@ -43,7 +43,7 @@ def test_a_pipeline_dag_stages_to_the_store_and_applies_from_it_with_only_an_air
             env = dag_env(pg_server, src, dw, spec, "staging_store", connection(server), TEST_DAGS)
             assert not any(k.startswith(STORAGE_VARIABLES) for k in {**airflow.env, **env})
             execute(pg_server.dsn(dw), ITEMS)
-            run_dag_twice(airflow, DAG_ID, env, pg_server.dsn(src))
+            run_dag_after_workload(airflow, DAG_ID, env, pg_server.dsn(src), spec)
             staged = server.keys(f"staging/{slot}/batches/")
             assert any(k.endswith("/_manifest.json") for k in staged), staged
             assert rows(pg_server.dsn(dw), "SELECT * FROM items ORDER BY id") == source_items(pg_server.dsn(src))
@@ -66,7 +66,7 @@ def test_a_pipeline_dag_applies_into_delta_on_azure_with_only_the_targets_airflo
                 "tables": {"public.items": {}}}))
             env = dag_env(pg_server, src, None, spec, "lake_store", wasb_connection(server), TEST_DAGS)
             assert not any(k.startswith(STORAGE_VARIABLES) for k in {**airflow.env, **env})
-            output = run_dag_twice(airflow, DAG_ID, env, pg_server.dsn(src))
+            output = run_dag_after_workload(airflow, DAG_ID, env, pg_server.dsn(src), spec)
             assert wasb_connection(server)["password"] not in output
             for name, value in server.env().items():
                 monkeypatch.setenv(name, value)

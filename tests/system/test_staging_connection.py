@@ -14,7 +14,7 @@ import yaml
 from scripts.harness.pgserver import drop_database, execute, make_database
 from scripts.harness.pgserver import query as rows
 from tests.support.s3server import ACCESS_KEY, REGION, SECRET_KEY, s3_server
-from tests.support.staging_dags import ITEMS, dag_env, run_dag_twice, source_items
+from tests.support.staging_dags import ITEMS, dag_env, run_dag_after_workload, source_items
 
 TEST_DAGS = Path(__file__).parent / "dags"
 DAG_ID = "pglogical_test_s3_staging"
@@ -36,7 +36,7 @@ def test_a_pipeline_dag_stages_to_s3_and_applies_from_it_with_only_an_airflow_aw
                 "extra": {"region_name": REGION, "endpoint_url": s3.endpoint}}, TEST_DAGS)
             assert not any(k.startswith("AWS_") for k in {**airflow.env, **env})
             execute(pg_server.dsn(dw), ITEMS)
-            output = run_dag_twice(airflow, DAG_ID, env, pg_server.dsn(src))
+            output = run_dag_after_workload(airflow, DAG_ID, env, pg_server.dsn(src), spec)
             assert SECRET_KEY not in output
             staged = s3.keys("staging/s3_slot/batches/")
             assert any(k.endswith("/_manifest.json") for k in staged), staged
