@@ -35,7 +35,7 @@ import errno
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -199,7 +199,7 @@ def _gathered(chunks: Iterable[pa.Table]) -> Iterator[pa.Table]:
 
 def netted(chunks: Iterable[pa.Table], *, source: str, key: Sequence[str], columns: Sequence[str],
            identity: Sequence[str], row_filter: str | None, actions: Sequence[str], partitions: int
-           ) -> Iterator[kernels.Net]:
+           ) -> Generator[kernels.Net, None, None]:
     """The net rows of a table-batch's staged changes (``chunks``: its row groups, ``kernels.STAGED_COLUMNS``),
     published then netted in ``partitions`` key partitions spilled to disk (module docstring): one ``kernels.Net``
     per partition, whose union is ``kernels.compact_changes`` of the whole published batch. ``source`` names the

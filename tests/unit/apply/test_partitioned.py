@@ -25,9 +25,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_pglogical.apply import direct, kernels, partitioned, published
-from airflow_provider_pglogical.apply.targets.postgres import arrownet, arrowtext
 from airflow_provider_pglogical.apply.batches import list_batches
 from airflow_provider_pglogical.apply.targets.base import DirectNet
+from airflow_provider_pglogical.apply.targets.postgres import arrownet, arrowtext
 from airflow_provider_pglogical.exceptions import ApplyError
 from tests.support.stage import BatchSpec, write_batch
 from tests.unit.apply.conftest import ITEMS, PAIRS

@@ -18,7 +18,7 @@ arrays; the rows are those of Spark's net frame, staged and applied the same way
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -217,7 +217,7 @@ def copy_tasks(dsn: str, staging: str, columns: Sequence[str], plan: DirectPlan
     COPYed as one statement into ``staging`` (``columns``: ``staging_columns``' names); yields the row count."""
     fields = _fields(plan)
 
-    def net_batches(tasks: Iterable[tuple[str, int]]) -> Iterator[pa.RecordBatch]:
+    def net_batches(tasks: Iterable[tuple[str, int]]) -> Generator[pa.RecordBatch, None, None]:
         if plan.compacted:  # every row group of the table-batch, netted together (in key partitions above the bounds)
             net = DirectNet(plan.source, "", (), plan.key, plan.columns, compacted=True, identity=plan.identity,
                             row_filter=plan.row_filter, actions=plan.actions, partitions=plan.partitions)
@@ -228,7 +228,7 @@ def copy_tasks(dsn: str, staging: str, columns: Sequence[str], plan: DirectPlan
             table = pq.ParquetFile(path, filesystem=plan.filesystem).read_row_group(rg, columns=["op", "lsn", "old", "new"])
             yield from direct.net_rows(table, plan.key, plan.columns)
 
-    def chunks(tasks: Iterable[tuple[str, int]]) -> Iterator[tuple[bytes, int]]:
+    def chunks(tasks: Iterable[tuple[str, int]]) -> Generator[tuple[bytes, int], None, None]:
         with contextlib.closing(net_batches(tasks)) as batches:  # its close reaches the netting's
             for batch in batches:
                 for start in range(0, batch.num_rows, CHUNK_ROWS):
