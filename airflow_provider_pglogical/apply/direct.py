@@ -249,8 +249,9 @@ def staged_group(parquet: pq.ParquetFile, group: int) -> pa.Table:
 def in_process(table: PlannedTable, batch: Batch, paths: Sequence[str], filesystem: pafs.FileSystem | None = None
                ) -> int:
     """In how many key partitions ``kernels.compact_changes`` nets the table-batch here (0: not here, Spark does):
-    enough that each holds at most ``inprocess_rows()`` staged changes by the manifest and ``inprocess_bytes()``
-    by the files' metadata (``partitioned.partition_count``; 1: whole, in memory), with no string or binary column
+    enough that each holds on average at most ``inprocess_rows()`` staged changes by the manifest and
+    ``inprocess_bytes()`` by the files' metadata (``partitioned.partition_count``; 1: whole, in memory; hash
+    partitions are as even as the keys' hashes, a key change counts in two), with no string or binary column
     of ``COLUMN_BYTES`` or more per partition; keys that group as Spark groups them, and old images of the new
     images' types for every written column they hold (an unchanged-TOAST value is taken from the old image as it
     is). ``PGLOGICAL_APPLY_INPROCESS_ROWS=0`` leaves every such table-batch to Spark."""
