@@ -66,7 +66,8 @@ def test_netting_in_key_partitions_is_the_whole_batch_netting(drawn, data) -> No
         spill.mkdir()
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv(partitioned.SPILL_SWITCH, str(spill))
-            mp.setattr(partitioned, "ROUTE_ROWS", data.draw(st.integers(1, 8)))  # several routed chunks
+            mp.setattr(partitioned, "ROUTE_ROWS", data.draw(st.integers(1, 8)))  # several routed chunks,
+            mp.setattr(partitioned, "ROUTE_BYTES", data.draw(st.sampled_from([1, 2_000, 2**25])))  # by rows or bytes
             parts = list(partitioned.netted(_pieces(staged, cuts), source=rel.name, key=key, columns=table.columns,
                                             identity=identity, row_filter=row_filter, actions=actions,
                                             partitions=partitions))
