@@ -19,9 +19,10 @@ A table-batch whose only obstacles are keys in several changes, unchanged-TOAST 
 left out of the publication is netted in this process instead (``in_process``; ``PGLOGICAL_APPLY_INPROCESS_ROWS=0``
 switches it off): in one piece when it holds at most ``PGLOGICAL_APPLY_INPROCESS_ROWS`` staged changes by its
 manifest (2,000,000 unless set) and at most ``PGLOGICAL_APPLY_INPROCESS_BYTES`` uncompressed staged bytes by its
-files' Parquet metadata (128 MiB unless set; 0 lifts the byte bound: ``staged_bytes_fit``), else in key partitions
-that each fit them, spilled to disk (``apply/partitioned.py``, ``compacted_batches``), with no string or binary
-column of 1 GiB per partition: the publication is
+files' Parquet metadata (128 MiB unless set; 0 lifts the byte bound), else in key partitions that fit them on
+average (hash partitions; a key change counts in two), spilled to disk (``apply/partitioned.py``,
+``compacted_batches``), with no string or binary column of 1 GiB per partition (``in_process``,
+``partitioned.partition_count``): the publication is
 applied per change first (``published.publish``: actions dropped, the filter evaluated by ``filter_columns`` on old
 and new images, UPDATEs turned into INSERTs or DELETEs; a filter or value outside ``filter_eval``'s subset leaves
 the batch to Spark, judged before anything is written: ``publishable``), then ``kernels.compact_changes`` runs
@@ -50,6 +51,7 @@ batches.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
@@ -72,7 +74,7 @@ ENV_SWITCH = "PGLOGICAL_APPLY_DIRECT"
 ROWS_SWITCH = "PGLOGICAL_APPLY_INPROCESS_ROWS"
 # Staged changes up to which a table-batch with repeated keys, unchanged TOAST, a row filter or unpublished actions
 # is netted in this process in one piece (its events sorted in memory); a larger one in key partitions of at most
-# this many (``partitioned.partition_count``). Measured faster than Spark at every size
+# this many on average (``partitioned.partition_count``). Measured faster than Spark at every size
 # tried (375k and 1.875M changes of the filtered workload); the process's peak RSS rose from 396 MiB to 981 MiB
 # netting its 1M-change batch (five narrow columns): a wide table needs more, which the byte bound below limits.
 INPROCESS_ROWS = 2_000_000
@@ -82,7 +84,8 @@ BYTES_SWITCH = "PGLOGICAL_APPLY_INPROCESS_BYTES"
 # table-batches of five narrow columns (``benchmarks/apply.py --workload filtered --skip-apply`` prints
 # ``staged_per_batch``): 1M inserts, 83 MiB, and 875k UPDATEs (full old images) and DELETEs, 107 MiB. Netting
 # both in process raised the peak RSS from 392 to 1,030 MiB (``--inprocess-rows``): ~6 bytes of memory per staged
-# byte of the larger. 128 MiB covers both and bounds the peak near 1.2 GiB whatever the rows' width.
+# byte of the larger. 128 MiB covers both and bounds the peak near 1.2 GiB whatever the rows' width (per piece:
+# a partition's share is an average, and ``partitioned.ROUTE_BYTES`` bounds the chunks routed on the way).
 INPROCESS_BYTES = 128 * 2**20
 # Arrow's string and binary arrays address at most 2 GiB with 32-bit offsets, and the kernels concatenate each
 # column into one array; Parquet's uncompressed size of a dictionary-encoded column can understate its Arrow size,
@@ -96,12 +99,14 @@ def enabled() -> bool:
 
 
 def inprocess_rows() -> int:
-    """Most staged changes of a table-batch netted in this process (``PGLOGICAL_APPLY_INPROCESS_ROWS``)."""
+    """Most staged changes netted in this process in one piece (``PGLOGICAL_APPLY_INPROCESS_ROWS``): a whole
+    table-batch, or on average a key partition of a larger one; 0: none netted here."""
     return _whole_number(ROWS_SWITCH, INPROCESS_ROWS, "staged changes", "0 switches the in-process netting off")
 
 
 def inprocess_bytes() -> int:
-    """Most uncompressed staged bytes of a table-batch netted in this process (``PGLOGICAL_APPLY_INPROCESS_BYTES``)."""
+    """Most uncompressed staged bytes netted in this process in one piece (``PGLOGICAL_APPLY_INPROCESS_BYTES``): a
+    whole table-batch, or on average a key partition of a larger one; 0: no byte bound."""
     return _whole_number(BYTES_SWITCH, INPROCESS_BYTES, "bytes", "0 switches the byte bound off")
 
 
@@ -117,16 +122,6 @@ def _whole_number(switch: str, default: int, unit: str, zero: str) -> int:
     if value < 0:
         raise ApplyError(f"{switch}={value} is negative ({zero})")
     return value
-
-
-def staged_bytes_fit(paths: Sequence[str], fs: pafs.FileSystem | None = None) -> bool:
-    """Whether the staged files are small enough to net in this process, from their Parquet metadata only (no
-    data read): at most ``inprocess_bytes()`` uncompressed bytes in the columns the netting reads (0: no such
-    bound), and no string or binary column of ``COLUMN_BYTES`` or more (Arrow's 32-bit offsets). ``fs``: the
-    files' filesystem (local paths without it)."""
-    limit = inprocess_bytes()
-    total, widest = staged_bytes(paths, fs)
-    return (not limit or total <= limit) and widest < COLUMN_BYTES
 
 
 def staged_bytes(paths: Sequence[str], fs: pafs.FileSystem | None = None) -> tuple[int, int]:
@@ -213,10 +208,17 @@ def batch_files(table: PlannedTable, batch: Batch, sync_lsn: int | None) -> Dire
 def publishable(net: DirectNet) -> bool:
     """Whether this process evaluates the compacted table-batch's row filter over every one of its staged changes
     (``filter_eval``: its columns' types, and values such as an integer result out of range, may leave the batch to
-    Spark). Judged here, before a target writes anything; ``compacted_rows`` evaluates it again as it nets."""
+    Spark). Judged here, before a target writes anything; ``compacted_batches`` evaluates it again as it nets. A
+    batch netted in one piece is published here concatenated, as it will be: a column beyond Arrow's 2 GiB offsets
+    leaves it to Spark, which reads it in parts. One netted in key partitions is published a row group at a time,
+    as ``partitioned.netted`` routes it (an overflow there is its ``ApplyError``)."""
     try:
-        for chunk in staged_chunks(net.files, net.filesystem):  # per change: a row group at a time
-            published.publish(chunk, row_filter=net.row_filter, actions=net.actions, identity=net.identity)
+        if net.partitions <= 1:
+            published.publish(staged_changes(net.files, net.filesystem), row_filter=net.row_filter,
+                              actions=net.actions, identity=net.identity)
+        else:
+            for chunk in staged_chunks(net.files, net.filesystem):
+                published.publish(chunk, row_filter=net.row_filter, actions=net.actions, identity=net.identity)
     except filter_eval.NotCovered:
         return False
     except pa.ArrowInvalid:  # a column beyond Arrow's 2 GiB offsets as it is concatenated: Spark reads it in parts
@@ -236,14 +238,20 @@ def staged_chunks(paths: Sequence[str], filesystem: pafs.FileSystem | None = Non
     for path in paths:
         parquet = pq.ParquetFile(path, filesystem=filesystem)
         for group in range(parquet.metadata.num_row_groups):
-            yield parquet.read_row_group(group, columns=list(kernels.STAGED_COLUMNS))
+            yield staged_group(parquet, group)
+
+
+def staged_group(parquet: pq.ParquetFile, group: int) -> pa.Table:
+    """One row group of a staged file, the columns the in-process netting reads (``kernels.STAGED_COLUMNS``)."""
+    return parquet.read_row_group(group, columns=list(kernels.STAGED_COLUMNS))
 
 
 def in_process(table: PlannedTable, batch: Batch, paths: Sequence[str], filesystem: pafs.FileSystem | None = None
                ) -> int:
     """In how many key partitions ``kernels.compact_changes`` nets the table-batch here (0: not here, Spark does):
-    enough that each holds at most ``inprocess_rows()`` staged changes by the manifest and ``inprocess_bytes()``
-    by the files' metadata (``partitioned.partition_count``; 1: whole, in memory), with no string or binary column
+    enough that each holds on average at most ``inprocess_rows()`` staged changes by the manifest and
+    ``inprocess_bytes()`` by the files' metadata (``partitioned.partition_count``; 1: whole, in memory; hash
+    partitions are as even as the keys' hashes, a key change counts in two), with no string or binary column
     of ``COLUMN_BYTES`` or more per partition; keys that group as Spark groups them, and old images of the new
     images' types for every written column they hold (an unchanged-TOAST value is taken from the old image as it
     is). ``PGLOGICAL_APPLY_INPROCESS_ROWS=0`` leaves every such table-batch to Spark."""
@@ -282,12 +290,19 @@ def compacted_batches(chunks: Iterable[pa.Table], net: DirectNet) -> Iterator[pa
     if net.partitions <= 1:
         groups = list(chunks)
         if groups:
-            yield compacted_rows(pa.concat_tables(groups), net)
+            try:
+                rows = compacted_rows(pa.concat_tables(groups), net)
+            except pa.ArrowInvalid:  # past ``publishable``'s judgement: a typed error, the way out named
+                raise partitioned.overflow_error(net.source or net.target, "netting it in one piece "
+                                                 f"({sum(g.num_rows for g in groups)} staged changes)") from None
+            yield rows
         return
-    for rows in partitioned.netted(chunks, source=net.source or net.target, key=net.key, columns=net.columns,
-                                   identity=net.identity, row_filter=net.row_filter, actions=net.actions,
-                                   partitions=net.partitions):
-        yield _net_batch(rows, net)
+    parts = partitioned.netted(chunks, source=net.source or net.target, key=net.key, columns=net.columns,
+                               identity=net.identity, row_filter=net.row_filter, actions=net.actions,
+                               partitions=net.partitions)
+    with contextlib.closing(parts):  # closing these batches removes the spill files now
+        for rows in parts:
+            yield _net_batch(rows, net)
 
 
 def _net_batch(rows: kernels.Net, net: DirectNet) -> pa.RecordBatch:

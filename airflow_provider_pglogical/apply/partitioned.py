@@ -3,15 +3,17 @@
 ``kernels.compact_changes`` nets a table-batch in one piece: its memory grows with the batch (about 6 bytes per
 staged byte), so ``direct.py`` bounds it (``PGLOGICAL_APPLY_INPROCESS_ROWS`` / ``_BYTES``). Netting is per key —
 a key's net row depends on its own events only — so a larger table-batch is netted here in ``partitions`` pieces
-that each fit those bounds (``partition_count``):
+that fit those bounds on average (``partition_count``: hash partitions are only as even as the keys' hashes, and
+a key change counts in two of them):
 
-1. the staged row groups are read once, a few at a time; the publication is applied per change
+1. the staged row groups are read once, a few at a time (``_gathered``: at most ``ROUTE_ROWS`` rows and about
+   ``ROUTE_BYTES`` bytes, whatever the rows' width); the publication is applied per change
    (``published.publish``: actions, row filter);
 2. each change is routed by a hash of its key events' keys (``kernels.key_events``: the old key of a DELETE or of
    an UPDATE that keeps its key, the refilled new key of an INSERT or of the new half of a key change) to one
    partition; a key change touches two keys, so it goes to both keys' partitions when they differ (``route``);
 3. each partition is spilled to an Arrow IPC file in a temporary directory under ``spill_directory()``;
-4. each partition is read back (memory-mapped) and netted by ``kernels.compact_changes``, the code the whole
+4. each partition is read back into memory and netted by ``kernels.compact_changes``, the code the whole
    batch would go through; of its net rows, those whose key belongs to the partition (``key_hash``) are kept: a
    key change routed to the partition of its other key also makes a partial group of a key netted elsewhere.
 
@@ -19,17 +21,21 @@ Every event of a key lands in that key's partition, so each key's net row is the
 (``tests/unit/apply/test_partitioned.py`` compares them on random batches). The union of the partitions' rows is
 the whole batch's net rows, which a target receives as a stream of batches (the PostgreSQL target COPYs them into
 its staging table and applies them together, as it does a single batch). Spill files are removed as each partition
-is netted, and the directory when the netting ends, whether it succeeded or failed; a failure raises ``ApplyError``
-before the target commits, so nothing is lost. A single key's changes are never split: a key changed more often
-than a partition's share holds its partition above the bounds.
+is netted, and the directory when the netting ends, whether it succeeded or failed, or when its consumer closes
+it (``arrownet.copy_tasks`` closes it when the COPY fails); a failure raises ``ApplyError`` before the target
+commits, so nothing is lost. Only a killed process leaves its ``pglogical-net-*`` directory behind. A single key's
+changes are never split: a key changed more often than a partition's share holds its partition above the bounds.
+A partition whose string or binary column reaches Arrow's 2 GiB offsets fails with an ``ApplyError`` that names
+``PGLOGICAL_APPLY_INPROCESS_ROWS=0`` (``overflow_error``), which leaves such table-batches to Spark.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -39,9 +45,12 @@ from airflow_provider_pglogical.apply import kernels, published
 from airflow_provider_pglogical.exceptions import ApplyError
 
 SPILL_SWITCH = "PGLOGICAL_APPLY_SPILL_DIR"
-# Staged rows routed at a time: row groups (32k rows by default) are gathered to this many, so the per-chunk cost
-# of the routing and of the spill writes stays small beside the rows' own.
+# Staged rows routed at a time: row groups (32k rows by default) are gathered to this many, or to this many bytes
+# of Arrow buffers, whichever comes first, so the per-chunk cost of the routing and of the spill writes stays small
+# beside the rows' own while a chunk of wide rows (and its published and per-partition copies) stays small beside
+# the bounds and far below Arrow's 2 GiB offsets.
 ROUTE_ROWS = 262_144
+ROUTE_BYTES = 32 * 2**20
 _NULL_HASH = np.uint64(0x9E3779B97F4A7C15)  # a null key value's hash (nulls group together)
 _MIX = np.uint64(1_000_003)
 
@@ -118,7 +127,21 @@ def _fixed_hash(values: pa.Array, width: int) -> np.ndarray:
 
 _P = 0x100000001B3  # odd, so invertible modulo 2**64
 _P_INVERSE = pow(_P, -1, 2**64)
-_HASH_SLICE = 16_384  # rows hashed at a time: the byte-wise arrays below stay small
+# Values hashed at a time, at most this many rows and about this many bytes of them (a single longer value alone):
+# the byte-wise uint64 arrays below take 8 bytes per value byte each.
+_HASH_SLICE = 16_384
+_HASH_BYTES = 2**20
+
+
+def _hash_slices(offsets: np.ndarray) -> Iterator[tuple[int, int]]:
+    """The ``[first, last)`` row ranges ``_bytes_hash`` hashes at a time, from the values' offsets."""
+    n = len(offsets) - 1
+    first = 0
+    while first < n:
+        within = int(np.searchsorted(offsets, offsets[first] + _HASH_BYTES, side="right")) - 1
+        last = min(n, first + _HASH_SLICE, max(within, first + 1))
+        yield first, last
+        first = last
 
 
 def _bytes_hash(values: pa.Array) -> np.ndarray:
@@ -130,8 +153,8 @@ def _bytes_hash(values: pa.Array) -> np.ndarray:
     offsets = np.frombuffer(buffers[1], dtype=np.int64 if large else np.int32)[values.offset:values.offset + n + 1]
     data = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None else np.zeros(0, dtype=np.uint8)
     out = np.empty(n, dtype=np.uint64)
-    for first in range(0, n, _HASH_SLICE):
-        bounds = offsets[first:first + _HASH_SLICE + 1].astype(np.int64)
+    for first, last in _hash_slices(offsets):
+        bounds = offsets[first:last + 1].astype(np.int64)
         lo = int(bounds[0])
         segment = data[lo:int(bounds[-1])].astype(np.uint64)
         powers = np.cumprod(np.full(len(segment), _P, dtype=np.uint64)) * np.uint64(_P_INVERSE)  # P**i
@@ -160,22 +183,23 @@ def route(staged: pa.Table, key: Sequence[str], identity: Sequence[str], partiti
 
 
 def _gathered(chunks: Iterable[pa.Table]) -> Iterator[pa.Table]:
-    """The staged row groups gathered to about ``ROUTE_ROWS`` rows, each in one chunk."""
+    """The staged row groups gathered to about ``ROUTE_ROWS`` rows or ``ROUTE_BYTES`` bytes, each in one chunk."""
     held: list[pa.Table] = []
-    rows = 0
+    rows = size = 0
     for chunk in chunks:
         held.append(chunk)
         rows += chunk.num_rows
-        if rows >= ROUTE_ROWS:
+        size += chunk.nbytes
+        if rows >= ROUTE_ROWS or size >= ROUTE_BYTES:
             yield pa.concat_tables(held).combine_chunks()
-            held, rows = [], 0
+            held, rows, size = [], 0, 0
     if held:
         yield pa.concat_tables(held).combine_chunks()
 
 
 def netted(chunks: Iterable[pa.Table], *, source: str, key: Sequence[str], columns: Sequence[str],
            identity: Sequence[str], row_filter: str | None, actions: Sequence[str], partitions: int
-           ) -> Iterator[kernels.Net]:
+           ) -> Generator[kernels.Net, None, None]:
     """The net rows of a table-batch's staged changes (``chunks``: its row groups, ``kernels.STAGED_COLUMNS``),
     published then netted in ``partitions`` key partitions spilled to disk (module docstring): one ``kernels.Net``
     per partition, whose union is ``kernels.compact_changes`` of the whole published batch. ``source`` names the
@@ -185,7 +209,7 @@ def netted(chunks: Iterable[pa.Table], *, source: str, key: Sequence[str], colum
         directory = tempfile.mkdtemp(prefix="pglogical-net-", dir=base)
     except OSError as e:
         raise ApplyError(f"{source}: cannot spill {partitions} key partitions of the table-batch to {base} "
-                         f"({e.strerror or e}); set {SPILL_SWITCH} to a writable directory") from None
+                         f"({_reason(e)}); {way_out(e, 'a writable directory')}") from None
     try:
         paths = [os.path.join(directory, f"part-{j}.arrow") for j in range(partitions)]
         spilled = _spill(chunks, paths, key=key, identity=identity, row_filter=row_filter, actions=actions,
@@ -193,16 +217,49 @@ def netted(chunks: Iterable[pa.Table], *, source: str, key: Sequence[str], colum
         for j, path in enumerate(paths):
             if not spilled[j]:
                 continue
-            mapped = pa.memory_map(path)  # the partition's pages are the file's, not this process's heap
             try:
-                rows = kernels.compact_changes(pa.ipc.open_file(mapped).read_all(), key, columns, identity)
-            finally:
-                mapped.close()
+                with pa.OSFile(path) as f:  # read into memory: the netting copies its columns anyway
+                    staged = pa.ipc.open_file(f).read_all()
+            except OSError as e:
+                raise ApplyError(f"{source}: reading key partition {j + 1} of {partitions} of the table-batch back "
+                                 f"from {directory} failed ({_reason(e)}); {way_out(e, 'a directory nothing else cleans')}"
+                                 ) from None
+            try:
+                rows = kernels.compact_changes(staged, key, columns, identity)
+            except pa.ArrowInvalid:
+                raise overflow_error(source, f"netting key partition {j + 1} of {partitions} "
+                                             f"({spilled[j]} staged changes)") from None
+            del staged
             os.remove(path)
             owned = (key_hash(rows.keys) % np.uint64(partitions)) == j
             yield rows if owned.all() else rows.take(np.flatnonzero(owned))
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def overflow_error(source: str, where: str) -> ApplyError:
+    """Arrow refused to build a piece of a table-batch in memory: a string or binary column of 2 GiB or more in one
+    array (32-bit offsets), which the staged files' Parquet sizes did not foretell. Its message (which may quote a
+    value) is left out; the way out is Spark, which reads the files in parts."""
+    return ApplyError(f"{source}: {where}, a string or binary column of the table-batch reached Arrow's 2 GiB "
+                      "array limit; set PGLOGICAL_APPLY_INPROCESS_ROWS=0 to net such table-batches with Spark")
+
+
+def _reason(e: OSError) -> str:
+    """An ``OSError``'s reason alone (pyarrow's messages also quote the path, which the error names already)."""
+    return os.strerror(e.errno) if e.errno else str(e)
+
+
+def way_out(e: OSError, directory: str) -> str:
+    """What to change after a spill's ``OSError``, by its errno."""
+    if e.errno in (errno.EMFILE, errno.ENFILE):  # one open file per partition while spilling
+        return ("raise PGLOGICAL_APPLY_INPROCESS_BYTES / PGLOGICAL_APPLY_INPROCESS_ROWS for fewer partitions, or the "
+                "open-file limit (ulimit -n)")
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"give this user write access to it, or set {SPILL_SWITCH} to a writable directory"
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"set {SPILL_SWITCH} to a directory with room"
+    return f"set {SPILL_SWITCH} to {directory}"
 
 
 def _spill(chunks: Iterable[pa.Table], paths: Sequence[str], *, key: Sequence[str], identity: Sequence[str],
@@ -230,8 +287,11 @@ def _spill(chunks: Iterable[pa.Table], paths: Sequence[str], *, key: Sequence[st
             writers.pop().close()
     except OSError as e:
         raise ApplyError(f"{source}: spilling key partitions of the table-batch to {directory} failed after "
-                         f"{sum(written)} staged changes ({e.strerror or e}); set {SPILL_SWITCH} to a directory "
-                         "with room") from None
+                         f"{sum(written)} staged changes ({_reason(e)}); {way_out(e, 'a directory with room')}"
+                         ) from None
+    except pa.ArrowInvalid:
+        raise overflow_error(source, f"spilling {len(paths)} key partitions (after {sum(written)} staged "
+                                     "changes)") from None
     finally:
         for writer in writers:  # left open by a failure: their files go with the directory
             try:

@@ -1,6 +1,7 @@
 """A filtered REPLICA IDENTITY FULL table-batch above the in-process bounds is netted in this process in key
 partitions spilled to disk (``apply/partitioned.py``), with no JVM, and equals a native subscriber of the same
-filter; a failure while spilling applies nothing, and the apply run again succeeds.
+filter; a failure while spilling, and one while reading a partition back after another partition was already
+COPYed, apply nothing, advance nothing and leave no spill file, and the apply run again succeeds.
 
 The workload of ``test_filtered_inprocess_native.py`` (every UPDATE crosses ``a % 2 = 0``, every 8th row updated
 twice, a quarter deleted) plus key changes (whose old and new keys land in different partitions) and rows deleted
@@ -11,6 +12,7 @@ partitions.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -85,12 +87,37 @@ def test_a_batch_above_the_bounds_nets_in_key_partitions_like_a_native_subscribe
         assert query(ours, "SELECT count(*) FROM big") == [(0,)]
         assert [b.ref for b in list_batches(uri, slot)] == [batch.ref]
 
+        # A partition's spill file lost after the first partition was COPYed into the staging table: a typed error,
+        # the target not committed, the batch (and so the slot's confirmed position) not advanced, no spill left.
         spill = tmp_path / "spill"
         spill.mkdir()
         monkeypatch.setenv(partitioned.SPILL_SWITCH, str(spill))
+        copied: list[int] = []
+
+        def losing_spill(*args: Any, **kwargs: Any) -> Any:
+            parts = counting(*args, **kwargs)
+            first = next(parts)
+            copied.append(len(first.kind))
+            yield first  # its rows go to the COPY; the other partitions' files vanish before they are read
+            for directory in spill.iterdir():
+                for f in directory.iterdir():
+                    os.remove(f)
+            yield from parts
+
+        monkeypatch.setattr(partitioned, "netted", losing_spill)
+        with pytest.raises(ApplyError, match=r"public\.big: reading key partition \d+ of \d+ of the table-batch back "
+                                             r"from .* failed \(No such file or directory\)"):
+            apply_slot(SparkOnDemand(_no_spark), config, ours)
+        assert copied and copied[0] > 0
+        assert query(ours, "SELECT count(*) FROM big") == [(0,)]
+        assert query(ours, "SELECT count(*) FROM pglogical_progress") == [(0,)]  # no watermark committed
+        assert [b.ref for b in list_batches(uri, slot)] == [batch.ref]
+        assert list(spill.iterdir()) == []
+
+        monkeypatch.setattr(partitioned, "netted", counting)
         (report,) = apply_slot(SparkOnDemand(_no_spark), config, ours)
         assert report.applied
-        assert len(used) == 2 and used[-1] >= 6  # netted in partitions (failed once, then whole)
+        assert len(used) == 3 and used[-1] >= 6  # netted in partitions each time (spill failed, read failed, then done)
         assert list(spill.iterdir()) == []
         wait_for_subscriber(src, native_db, name=f"n_{slot}")
         sql = "SELECT id, a, b, c, d, u FROM big ORDER BY id"

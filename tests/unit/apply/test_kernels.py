@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_pglogical.apply import direct, kernels
+from airflow_provider_pglogical.apply import direct, kernels, partitioned
 from airflow_provider_pglogical.apply.batches import Batch, list_batches, read_relations
 from airflow_provider_pglogical.apply.changes import SparkBatchChanges
 from airflow_provider_pglogical.apply.config import TableApplyConfig
@@ -174,10 +174,11 @@ def test_a_batch_over_the_byte_bound_is_netted_in_key_partitions(tmp_path, monke
     table = _planned(ITEMS, ("id",), batch)
     paths = [f"{batch.ref.path}/{f}" for f in batch.table_files[ITEMS.name]]
     whole = direct.batch_files(table, batch, None)
-    assert direct.staged_bytes_fit(paths) and whole is not None and whole.partitions == 1
+    assert direct.in_process(table, batch, paths) == 1 and whole is not None and whole.partitions == 1
     total, _ = direct.staged_bytes(paths)
     monkeypatch.setenv(direct.BYTES_SWITCH, "100")  # three changes stage more than 100 bytes: several partitions
-    assert not direct.staged_bytes_fit(paths)
+    assert direct.in_process(table, batch, paths) == partitioned.partition_count(3, total, direct.inprocess_rows(),
+                                                                                  100) > 1
     parted = direct.batch_files(table, batch, None)
     assert parted is not None and parted.compacted and parted.partitions == -(-total // 100) > 1
     monkeypatch.setenv(direct.BYTES_SWITCH, "0")  # no byte bound

@@ -3,14 +3,19 @@ table-batches whose keys repeat — key changes (whose two keys may hash to two 
 refills under key-only and full old images, a row filter that UPDATEs cross and actions left out — split into
 random row groups and netted in 2–7 partitions, the union of the partitions' net rows is exactly
 ``kernels.compact_changes`` of the whole published batch (the reference, itself compared with Spark in
-``test_kernels.py``); the key hash groups as Arrow equality does; spill files are gone after success and after a
-failure, which is a typed error.
+``test_kernels.py``); the key hash groups as Arrow equality does; routed chunks and hashed slices stay within
+their byte budgets whatever the rows' width; spill files are gone after success, after a failure, which is a typed
+error naming a way out that fits its cause, and after a COPY that fails while a partition is being sent; an Arrow
+overflow is a typed error whose way out (Spark) is followed; a batch netted whole is judged whole.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +26,8 @@ from hypothesis import strategies as st
 
 from airflow_provider_pglogical.apply import direct, kernels, partitioned, published
 from airflow_provider_pglogical.apply.batches import list_batches
+from airflow_provider_pglogical.apply.targets.base import DirectNet
+from airflow_provider_pglogical.apply.targets.postgres import arrownet, arrowtext
 from airflow_provider_pglogical.exceptions import ApplyError
 from tests.support.stage import BatchSpec, write_batch
 from tests.unit.apply.conftest import ITEMS, PAIRS
@@ -59,7 +66,8 @@ def test_netting_in_key_partitions_is_the_whole_batch_netting(drawn, data) -> No
         spill.mkdir()
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv(partitioned.SPILL_SWITCH, str(spill))
-            mp.setattr(partitioned, "ROUTE_ROWS", data.draw(st.integers(1, 8)))  # several routed chunks
+            mp.setattr(partitioned, "ROUTE_ROWS", data.draw(st.integers(1, 8)))  # several routed chunks,
+            mp.setattr(partitioned, "ROUTE_BYTES", data.draw(st.sampled_from([1, 2_000, 2**25])))  # by rows or bytes
             parts = list(partitioned.netted(_pieces(staged, cuts), source=rel.name, key=key, columns=table.columns,
                                             identity=identity, row_filter=row_filter, actions=actions,
                                             partitions=partitions))
@@ -73,10 +81,11 @@ def test_netting_in_key_partitions_is_the_whole_batch_netting(drawn, data) -> No
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.one_of(st.none(), st.text(max_size=6), st.binary(max_size=3).map(repr)), max_size=30),
-       st.integers(1, 5), st.integers(0, 30))
-def test_equal_strings_hash_equally_wherever_they_sit(values, slice_rows, skip) -> None:
+       st.integers(1, 5), st.integers(0, 30), st.integers(1, 20))
+def test_equal_strings_hash_equally_wherever_they_sit(values, slice_rows, skip, slice_bytes) -> None:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(partitioned, "_HASH_SLICE", slice_rows)  # values hashed across several slices
+        mp.setattr(partitioned, "_HASH_BYTES", slice_bytes)
         whole = partitioned.key_hash([pa.array(values, pa.string())])
         sliced = partitioned.key_hash([pa.array(values, pa.large_string()).slice(skip)])
     assert list(sliced) == list(whole[skip:])
@@ -144,3 +153,122 @@ def test_a_failure_while_spilling_is_a_typed_error_and_leaves_no_file(tmp_path, 
     rows = [r for b in direct.compacted_batches(direct.staged_chunks(net.files), net) for r in b.to_pylist()]
     assert sorted(rows, key=repr) == sorted(direct.compacted_rows(_staged(batch, ITEMS), net).to_pylist(), key=repr)
     assert os.listdir(spill) == []
+
+
+def test_values_are_hashed_in_slices_of_a_bounded_size_whatever_their_width(monkeypatch) -> None:
+    monkeypatch.setattr(partitioned, "_HASH_BYTES", 100)
+    values = pa.array(["a" * 30] * 10 + ["b" * 500] + ["c"] * 300)
+    offsets = np.frombuffer(values.buffers()[1], dtype=np.int32)
+    slices = list(partitioned._hash_slices(offsets))
+    assert [a for a, _ in slices] == [0, *(b for _, b in slices[:-1])] and slices[-1][1] == len(values)
+    for first, last in slices:  # a value longer than the budget alone; at most _HASH_SLICE values
+        assert last - first == 1 or (offsets[last] - offsets[first] <= 100 and last - first <= partitioned._HASH_SLICE)
+    assert slices[:6] == [(0, 3), (3, 6), (6, 9), (9, 10), (10, 11), (11, 111)] and len(slices) == 8  # 100 bytes each
+
+
+def test_routed_chunks_stop_on_bytes_as_well_as_rows(monkeypatch) -> None:
+    monkeypatch.setattr(partitioned, "ROUTE_ROWS", 1_000_000)
+    monkeypatch.setattr(partitioned, "ROUTE_BYTES", 4_000)
+    groups = [pa.table({"v": pa.array(["x" * 1000] * 2)}) for _ in range(5)]  # ~2 kB a row group
+    gathered = list(partitioned._gathered(groups))
+    assert [c.num_rows for c in gathered] == [4, 4, 2]
+    assert all(c.column(0).num_chunks == 1 for c in gathered)
+
+
+def _compacted(tmp_path, monkeypatch, rows_bound: str):
+    """The two-update batch of ``test_kernels.py`` as a compacted ``DirectNet`` under ``rows_bound``, spilling to a
+    fresh directory."""
+    batch = _two_updates(tmp_path / "stage")
+    table = _planned(ITEMS, ("id",), batch)
+    spill = tmp_path / "spill"
+    spill.mkdir(exist_ok=True)
+    monkeypatch.setenv(partitioned.SPILL_SWITCH, str(spill))
+    monkeypatch.setenv(direct.ROWS_SWITCH, rows_bound)
+    net = direct.batch_files(table, batch, None)
+    assert net is not None and net.compacted
+    return batch, table, net, spill
+
+
+def test_an_arrow_overflow_is_a_typed_error_whose_way_out_is_spark(tmp_path, monkeypatch) -> None:
+    batch, table, net, spill = _compacted(tmp_path, monkeypatch, "1")
+    assert net.partitions == 3
+
+    def overflowing(*_: object) -> kernels.Net:  # what a column of 2 GiB or more in one array raises
+        raise pa.ArrowInvalid("offset overflow while concatenating arrays")
+
+    monkeypatch.setattr(kernels, "compact_changes", overflowing)
+    with pytest.raises(ApplyError, match=r"^public\.items: netting key partition \d of 3 \(\d staged changes\), a "
+                                         r"string or binary column .* 2 GiB array limit; set "
+                                         r"PGLOGICAL_APPLY_INPROCESS_ROWS=0 to net such table-batches with Spark$"):
+        list(direct.compacted_batches(direct.staged_chunks(net.files), net))
+    assert os.listdir(spill) == []
+    monkeypatch.setenv(direct.ROWS_SWITCH, "3")
+    whole = direct.batch_files(table, batch, None)
+    assert whole is not None and whole.partitions == 1
+    with pytest.raises(ApplyError, match=r"^public\.items: netting it in one piece \(3 staged changes\), .*"
+                                         "PGLOGICAL_APPLY_INPROCESS_ROWS=0"):
+        list(direct.compacted_batches(direct.staged_chunks(whole.files), whole))
+    monkeypatch.setenv(direct.ROWS_SWITCH, "0")  # the way out: the table-batch goes to Spark's transforms
+    assert direct.batch_files(table, batch, None) is None
+
+
+def test_a_batch_netted_whole_is_judged_whole_so_an_overflow_leaves_it_to_spark(tmp_path, monkeypatch) -> None:
+    batch = _two_updates(tmp_path)
+    (path,) = (f"{batch.ref.path}/{f}" for f in batch.table_files[ITEMS.name])
+    real = published.publish
+
+    def overflowing(staged: pa.Table, **kwargs: object) -> pa.Table:
+        if staged.num_rows > 3:  # both files at once: stands for a column beyond 2 GiB once concatenated
+            raise pa.ArrowInvalid("offset overflow while concatenating arrays")
+        return real(staged, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(published, "publish", overflowing)
+    twice = DirectNet(ITEMS.name, ITEMS.name, (path, path), ("id",), ("id", "grp", "note"), compacted=True,
+                      identity=("id",), row_filter="grp > 0")
+    assert not direct.publishable(twice)  # netted whole (compacted_rows concatenates): Spark's
+    assert direct.publishable(replace(twice, partitions=2))  # routed a row group at a time: judged per group
+
+
+def test_a_failed_copy_closes_the_netting_and_removes_its_spill_files(tmp_path, monkeypatch) -> None:
+    _, table, net, spill = _compacted(tmp_path, monkeypatch, "1")
+    plan = arrownet.DirectPlan(net.key, net.columns, (arrowtext.PLAIN, arrowtext.PLAIN, arrowtext.TEXT),
+                               (arrowtext.PLAIN,), tuple((p, 0) for p in net.files), compacted=True,
+                               identity=net.identity, partitions=net.partitions, source=net.source)
+    sent: list[int] = []
+
+    def connection_lost(_dsn: str, _staging: str, _columns: object, chunks: Iterator[tuple[bytes, int]]) -> int:
+        sent.append(next(chunks)[1])  # the first partition's lines went out, then the server went away
+        raise ApplyError("COPY into staging failed: [08006] server closed the connection unexpectedly")
+
+    monkeypatch.setattr(arrownet, "copy_chunks", connection_lost)
+    with pytest.raises(ApplyError, match="08006") as failed:
+        list(arrownet.copy_tasks("dbname=none", "staging", ["id", "grp", "note"], plan)(plan.tasks))
+    assert sent and failed.traceback  # the traceback (holding the consumer's frame) still referenced
+    assert os.listdir(spill) == []
+
+
+@pytest.mark.parametrize(("code", "advice"), [
+    (errno.EMFILE, "raise PGLOGICAL_APPLY_INPROCESS_BYTES / PGLOGICAL_APPLY_INPROCESS_ROWS for fewer partitions, "
+                   r"or the open-file limit \(ulimit -n\)"),
+    (errno.EACCES, "give this user write access to it, or set PGLOGICAL_APPLY_SPILL_DIR to a writable directory"),
+    (errno.EDQUOT, "set PGLOGICAL_APPLY_SPILL_DIR to a directory with room"),
+])
+def test_a_spill_error_names_the_way_out_its_cause_needs(tmp_path, monkeypatch, code, advice) -> None:
+    _, _, net, spill = _compacted(tmp_path, monkeypatch, "1")
+    real = pa.ipc.new_file
+    opened: list[str] = []
+
+    def failing(path: str, schema: pa.Schema) -> pa.ipc.RecordBatchFileWriter:
+        if opened:  # the second partition's writer: one open file per partition
+            raise OSError(code, os.strerror(code))
+        opened.append(path)
+        return real(path, schema)
+
+    monkeypatch.setattr(pa.ipc, "new_file", failing)
+    with pytest.raises(ApplyError, match=rf"^public\.items: spilling key partitions .* failed after 0 staged changes "
+                                         rf"\({os.strerror(code)}\); {advice}$"):
+        list(direct.compacted_batches(direct.staged_chunks(net.files), net))
+    assert os.listdir(spill) == []
+    monkeypatch.setattr(pa.ipc, "new_file", real)  # the way out: fewer partitions open at once
+    monkeypatch.setenv(direct.ROWS_SWITCH, "3")
+    assert list(direct.compacted_batches(direct.staged_chunks(net.files), replace(net, partitions=1)))

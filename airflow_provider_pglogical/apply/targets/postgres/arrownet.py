@@ -17,7 +17,8 @@ arrays; the rows are those of Spark's net frame, staged and applied the same way
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +26,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from airflow_provider_pglogical.apply import direct, kernels
+from airflow_provider_pglogical.apply import direct
 from airflow_provider_pglogical.apply.targets.base import DirectNet
 from airflow_provider_pglogical.apply.targets.postgres import arrowtext
 from airflow_provider_pglogical.apply.targets.postgres.copy import copy_chunks
@@ -216,25 +217,28 @@ def copy_tasks(dsn: str, staging: str, columns: Sequence[str], plan: DirectPlan
     COPYed as one statement into ``staging`` (``columns``: ``staging_columns``' names); yields the row count."""
     fields = _fields(plan)
 
-    def net_batches(tasks: Iterable[tuple[str, int]]) -> Iterator[pa.RecordBatch]:
+    def net_batches(tasks: Iterable[tuple[str, int]]) -> Generator[pa.RecordBatch, None, None]:
         if plan.compacted:  # every row group of the table-batch, netted together (in key partitions above the bounds)
             net = DirectNet(plan.source, "", (), plan.key, plan.columns, compacted=True, identity=plan.identity,
                             row_filter=plan.row_filter, actions=plan.actions, partitions=plan.partitions)
-            groups = (pq.ParquetFile(path, filesystem=plan.filesystem).read_row_group(rg, columns=list(kernels.STAGED_COLUMNS))
-                      for path, rg in tasks)
+            groups = (direct.staged_group(pq.ParquetFile(path, filesystem=plan.filesystem), rg) for path, rg in tasks)
             yield from direct.compacted_batches(groups, net)
             return
         for path, rg in tasks:
             table = pq.ParquetFile(path, filesystem=plan.filesystem).read_row_group(rg, columns=["op", "lsn", "old", "new"])
             yield from direct.net_rows(table, plan.key, plan.columns)
 
-    def chunks(tasks: Iterable[tuple[str, int]]) -> Iterator[tuple[bytes, int]]:
-        for batch in net_batches(tasks):
-            for start in range(0, batch.num_rows, CHUNK_ROWS):
-                part = batch.slice(start, CHUNK_ROWS)
-                yield arrowtext.line_bytes(part, fields), part.num_rows
+    def chunks(tasks: Iterable[tuple[str, int]]) -> Generator[tuple[bytes, int], None, None]:
+        with contextlib.closing(net_batches(tasks)) as batches:  # its close reaches the netting's
+            for batch in batches:
+                for start in range(0, batch.num_rows, CHUNK_ROWS):
+                    part = batch.slice(start, CHUNK_ROWS)
+                    yield arrowtext.line_bytes(part, fields), part.num_rows
 
     def run(tasks: Iterable[tuple[str, int]]) -> Iterable[int]:
-        yield copy_chunks(dsn, staging, columns, chunks(tasks))
+        # Closed however the COPY ends: a failed COPY's traceback holds the generator, whose netting would keep
+        # its spill files (``partitioned.netted``) until garbage collection.
+        with contextlib.closing(chunks(tasks)) as lines:
+            yield copy_chunks(dsn, staging, columns, lines)
 
     return run

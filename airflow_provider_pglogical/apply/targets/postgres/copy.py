@@ -91,12 +91,17 @@ class _ChunkReader:
 
     def __init__(self, chunks: Iterator[tuple[bytes, int]]) -> None:
         self._chunks, self.rows = chunks, 0
+        self.failure: Exception | None = None  # what producing the chunks raised (psycopg2 reports it as a COPY error)
 
     def read(self, _size: int = -1) -> bytes:
-        for data, rows in self._chunks:
-            if data:
-                self.rows += rows
-                return data
+        try:
+            for data, rows in self._chunks:
+                if data:
+                    self.rows += rows
+                    return data
+        except Exception as e:
+            self.failure = e
+            raise
         return b""
 
     def readline(self, _size: int = -1) -> bytes:
@@ -119,6 +124,8 @@ def copy_chunks(dsn: str, staging: str, columns: Sequence[str], chunks: Iterator
             cur.copy_expert(target.as_string(conn), reader, size=1 << 20)
         conn.commit()
     except psycopg2.Error as exc:
+        if reader.failure is not None:  # the rows' producer failed, not the target: its own error
+            raise reader.failure from None
         raise copy_error(staging, exc, 0) from None
     finally:
         conn.close()
