@@ -7,9 +7,10 @@ import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# a service-free unit module, one whose tests use PostgreSQL (through a fixture), an integration and a system module
-MODULES = ["tests/unit/apply/test_planning.py", "tests/unit/apply/test_arrowtext.py", "tests/integration/test_apply.py",
-           "tests/system/test_demo.py"]
+# a service-free unit module, one whose tests use PostgreSQL (through a fixture), an integration module whose test
+# uses none of SERVICE_FIXTURES (marked for its folder alone) and a system module
+MODULES = ["tests/unit/apply/test_planning.py", "tests/unit/apply/test_arrowtext.py",
+           "tests/integration/test_spark_harness.py", "tests/system/test_demo.py"]
 
 
 def collected(*args: str) -> list[str]:

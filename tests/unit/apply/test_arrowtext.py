@@ -26,6 +26,7 @@ from airflow_provider_pglogical.apply.targets.postgres import arrowtext
 from airflow_provider_pglogical.apply.targets.postgres.copytext import SESSION_CONF, copy_columns, copy_lines
 from airflow_provider_pglogical.exceptions import ApplyError
 from scripts.harness.pgserver import make_database
+from tests.support.sparkconf import session_conf
 
 I16, I32, I64 = 2**15, 2**31, 2**63
 DAY_US = 86_400_000_000
@@ -89,6 +90,14 @@ EDGES = [
 
 
 @pytest.fixture(scope="module")
+def spark(spark):
+    """The apply tests' session with SESSION_CONF for this module, put back as found after it (later modules on the
+    worker share the session)."""
+    with session_conf(spark, SESSION_CONF):
+        yield spark
+
+
+@pytest.fixture(scope="module")
 def target(pg_server) -> Iterator[psycopg2.extensions.connection]:
     conn = psycopg2.connect(pg_server.dsn(make_database(pg_server)))
     with conn.cursor() as cur:
@@ -99,8 +108,6 @@ def target(pg_server) -> Iterator[psycopg2.extensions.connection]:
 
 def _frame(spark, tmp_path, rows: list[dict]):
     """The rows staged as Parquet by pyarrow, read by Spark; ``n`` folded with its note like ``fold_notes`` does."""
-    for key, value in SESSION_CONF.items():
-        spark.conf.set(key, value)
     rows = [{"id": i, **r} for i, r in enumerate(rows)]
     columns = {"id": pa.array([r["id"] for r in rows], pa.int32())}
     for name, (atype, _pg) in COLUMNS.items():
@@ -209,8 +216,6 @@ ARRAY_ROW = st.fixed_dictionaries({
 def test_arrays_printed_from_arrow_equal_the_jvm_text(spark, target, tmp_path, rows):
     """``arrowtext.ARRAY_TEXT`` / ``ARRAY_PLAIN`` (the snapshot direct path's arrays) against ``copy_lines``:
     byte-identical lines, and array_in stores what the rows hold."""
-    for key, value in SESSION_CONF.items():
-        spark.conf.set(key, value)
     table = pa.table({"id": pa.array(range(len(rows)), pa.int32()),
                       **{c: pa.array([r[c] for r in rows], t) for c, (t, _pg) in ARRAYS.items()}})
     path = str(tmp_path / f"a{len(list(tmp_path.iterdir()))}.parquet")
@@ -237,3 +242,14 @@ def test_arrays_of_other_element_types_are_not_printed_from_arrow():
               pa.list_(pa.struct([("a", pa.int32())]))):
         assert arrowtext.arrow_kind(t, arrays=True) is None
     assert arrowtext.arrow_kind(pa.list_(pa.string())) is None  # only where a caller asks for arrays
+
+
+def test_session_conf_is_set_inside_and_put_back_as_found_after(spark):
+    """What the module's ``spark`` does with SESSION_CONF: a key the session had gets its value back, one it did not
+    have is unset again."""
+    had, absent = "spark.sql.shuffle.partitions", "spark.pglogical.tests.absent"
+    before = spark.conf.get(had)
+    assert spark.conf.get(absent, None) is None
+    with session_conf(spark, {had: str(int(before) + 1), absent: "x"}):
+        assert (spark.conf.get(had), spark.conf.get(absent)) == (str(int(before) + 1), "x")
+    assert (spark.conf.get(had), spark.conf.get(absent, None)) == (before, None)
