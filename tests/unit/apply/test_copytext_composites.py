@@ -31,6 +31,7 @@ from airflow_provider_pglogical.decoding.values.composite import CompositeCodec
 from airflow_provider_pglogical.decoding.values.ranges import RangeCodec
 from airflow_provider_pglogical.decoding.values.registry import codec_for
 from airflow_provider_pglogical.decoding.values.text import TextCodec
+from tests.support.sparkconf import session_conf
 
 INT4RANGE = codec_for(oids.INT4RANGE, -1, None)
 NUMRANGE = codec_for(oids.NUMRANGE, -1, None)
@@ -61,9 +62,6 @@ def _unescape_copy(cell: str) -> str | None:
 @pytest.fixture
 def staged(spark, tmp_path):
     """``{column: (codec, [PostgreSQL text or None])}`` staged like the decoder does → the value texts per column."""
-    for key, value in SESSION_CONF.items():
-        spark.conf.set(key, value)
-
     def read(columns: dict, types: dict | None = None, raw: bool = False) -> dict[str, list[str | None]]:
         arrays = {name: pa.array([None if t is None else codec.arrow_from_text(t, {}, name) for t in texts],
                                  codec.arrow_type) for name, (codec, texts) in columns.items()}
@@ -73,7 +71,8 @@ def staged(spark, tmp_path):
         return {name: [cell if raw else _unescape_copy(cell) for cell in column]
                 for name, column in zip(columns, zip(*rows, strict=True), strict=True)}
 
-    return read
+    with session_conf(spark, SESSION_CONF):  # put back after the test: the session is the worker's
+        yield read
 
 
 def test_ranges_empty_unbounded_inclusive_and_infinite_bounds(staged):

@@ -14,6 +14,7 @@ from airflow_provider_pglogical.apply.notes import fold_notes, inherit_toast_not
 from airflow_provider_pglogical.apply.targets.postgres.copytext import SESSION_CONF, copy_lines
 from airflow_provider_pglogical.decoding.values.interval import ARROW_TYPE as INTERVAL
 from airflow_provider_pglogical.decoding.values.temporal import TimetzCodec
+from tests.support.sparkconf import session_conf
 
 TIMETZ = TimetzCodec.arrow_type
 I32_MAX, I32_MIN, I64_MAX, I64_MIN = 2**31 - 1, -(2**31), 2**63 - 1, -(2**63)
@@ -23,15 +24,13 @@ DAY_US = 86_400_000_000
 @pytest.fixture
 def staged(spark, tmp_path):
     """Write columns with pyarrow exactly as staging does, read them back with Spark, return the COPY cells."""
-    for key, value in SESSION_CONF.items():
-        spark.conf.set(key, value)
-
     def read(columns: dict[str, pa.Array]) -> list[list[str]]:
         path = str(tmp_path / f"t{len(list(tmp_path.iterdir()))}.parquet")
         pq.write_table(pa.table(columns), path)
         return [r.line.split("\t") for r in copy_lines(spark.read.parquet(path)).collect()]
 
-    return read
+    with session_conf(spark, SESSION_CONF):  # put back after the test: the session is the worker's
+        yield read
 
 
 def column(got: list[list[str]], i: int = 0) -> list[str]:
