@@ -95,6 +95,30 @@ def test_a_published_set_is_loaded_while_the_snapshot_still_reads_another_table(
     assert_equal(source, target)
 
 
+def test_a_set_a_foreign_key_of_the_target_links_to_a_later_set_is_loaded_with_it_by_the_apply(pg_server, pg_dsn,
+                                                                                                tmp_path):
+    """Only the target links them: ``wide`` references ``parents`` there (a column the source lacks). The source's
+    sets (parents with children, then wide) cannot load one by one — parents could then never be emptied without
+    wide — so the loaders leave both sets, saying why, and the apply loads the three tables in one transaction."""
+    source = pg_dsn
+    _, target = make_target(pg_server)
+    execute(source, SNAP_SCHEMA_SQL)
+    execute(target, TARGET_SQL + "ALTER TABLE wide ADD COLUMN parent_id int REFERENCES parents(id);")
+    uri = str(tmp_path / "stage")
+    with loader_of(target, uri) as loader:
+        result = initial_snapshot(job(source, uri), on_published=loader.published)
+    assert loader.rows == {} and loader.timeline == [], loader.summary()
+    assert set(loader.left) == {f"public.{t}" for t in TABLES}, loader.summary()
+    assert all("foreign key of the target" in why for why in loader.left.values()), loader.left
+    assert "public.wide" in loader.left["public.parents"] and "public.parents" in loader.left["public.wide"]
+    apply_slot(without_spark(True), ApplyConfig(slot="s1", staging_root=uri, tables={}), target)
+    lsn = format_lsn(result.lsn)
+    assert synced(target) == {f"public.{t}": lsn for t in TABLES}
+    for table, columns in (("parents", "t::text"), ("children", "t::text"), ("wide", "id, payload, flags, at")):
+        expected = query(source, f"SELECT {columns} FROM {table} t ORDER BY id")  # noqa: S608 - the module's names
+        assert query(target, f"SELECT {columns} FROM {table} t ORDER BY id") == expected, table  # noqa: S608
+
+
 @pytest.mark.parametrize("kill_at", ["snapshot_copying:1", "snapshot_committed:1"])
 def test_a_kill_inside_the_overlapped_window_reruns_to_an_exact_copy(pg_server, pg_dsn, tmp_path, kill_at):
     """The process dies inside the first set's load (mid-COPY) or right after its COMMIT, while ``wide`` is still

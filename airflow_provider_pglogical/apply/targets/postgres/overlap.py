@@ -141,27 +141,41 @@ class OverlappedLoad:
                 while (item := self._queue.get()) is not None:
                     published_s, group = item[0], tuple(item[1:])
                     try:
-                        self._load(mine, config, group)
-                        with self._lock:
-                            self.timeline.append({"tables": list(group), "published_s": published_s,
-                                                  "loaded_s": self._since_first()})
+                        if self._load(mine, config, group):
+                            with self._lock:
+                                self.timeline.append({"tables": list(group), "published_s": published_s,
+                                                      "loaded_s": self._since_first()})
                     except NeedsSpark:
                         self._leave(group, "its rows need Spark's transforms")
-                    except Exception as exc:  # noqa: BLE001 - left whole to the apply (each group is atomic)
+                    except Exception as exc:  # noqa: BLE001 - the apply loads what did not commit (or reports it)
                         self._leave(group, f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # noqa: BLE001 - its connection did not open: the other loader, or ``close``, goes on
             self._failed = self._failed or f"{type(exc).__name__}: {exc}"
 
-    def _load(self, target: PostgresTarget, config: ApplyConfig, group: tuple[str, ...]) -> None:
+    def _load(self, target: PostgresTarget, config: ApplyConfig, group: tuple[str, ...]) -> bool:
+        """Load ``group``'s snapshot; whether any of it loaded now. A group the apply must load (with tables
+        outside it, or held by ``snapshots.waiting``) is left to it, named with the reason."""
+        linked = snapshots.linked_outside(config, target, group)
+        if linked:
+            self._leave(group, f"linked by a foreign key of the target to {', '.join(linked)}: loaded with it by "
+                               "the apply")
+            return False
         layout = SnapshotLayout.from_uri(config.staging_root, config.slot)
         others = set(config.tables or layout.tables()) - set(group)
-        held = snapshots.waiting(config, target) | others
-        for report in snapshots.apply_snapshots(target.on_demand, config, target, held):
+        waiting = snapshots.waiting(config, target)
+        reports = snapshots.apply_snapshots(target.on_demand, config, target, waiting | others)
+        if not reports:
+            if held := sorted(set(group) & waiting):
+                self._leave(group, f"held: {', '.join(held)} waits for a snapshot still requested; loaded by the "
+                                   "apply")
+            return False  # else loaded before (its sync marks are at the snapshot)
+        for report in reports:
             if report.rows:  # else loaded before (the sync marks said so)
                 with self._lock:
                     self.rows.update(report.rows)
                 self._log(f"snapshot of {', '.join(report.rows)} at {format_lsn(report.start_lsn)} loaded while "
                           "the snapshot reads on")
+        return any(report.rows for report in reports)
 
     def _leave(self, tables: Sequence[str], why: str) -> None:
         if not tables:
