@@ -76,6 +76,7 @@ class OverlappedLoad:
         self.timeline: list[dict[str, Any]] = []
         self._first: float | None = None
         self._failed: str | None = None  # why the session did not open
+        self._closed = False
 
     def published(self, tables: Sequence[str]) -> None:
         self._first = self._first if self._first is not None else time.monotonic()
@@ -85,9 +86,11 @@ class OverlappedLoad:
             self._thread.start()
 
     def close(self) -> None:
-        """Wait for every published set's load (the run's apply must not start while these hold the slot's lock)."""
-        if self._thread is None:
+        """Wait for every published set's load and end the session (the slot's apply lock, the connections): the
+        run's apply must not start while they hold the lock. Called again, it does nothing."""
+        if self._thread is None or self._closed:
             return
+        self._closed = True
         for _ in range(self._workers):
             self._queue.put(None)
         self._thread.join()
