@@ -123,6 +123,18 @@ def linked_outside(config: ApplyConfig, target: Target, group: Collection[str]) 
     return sorted(s for s in unloaded if names[s] in reached)
 
 
+def unloaded(config: ApplyConfig, target: Target, tables: Sequence[str]) -> list[str]:
+    """Those of ``tables`` whose latest published snapshot the target's sync marks do not reach (all of them for a
+    target without snapshots): after a load that failed part way, the atomic groups that did not commit."""
+    if not isinstance(target, SnapshotTarget):
+        return list(tables)
+    layout = SnapshotLayout.from_uri(config.staging_root, config.slot)
+    marks = target.sync_marks(config.slot, candidate_targets(config) | {
+        planning.target_name(s, cfg) for s in tables if (cfg := config.table_config(s)) is not None})
+    return [s for s in tables if (cfg := config.table_config(s)) is None or (ref := layout.latest(s)) is None
+            or marks.get(planning.target_name(s, cfg), -1) < ref.lsn]
+
+
 def without(config: ApplyConfig, held: set[str], known: Iterable[str] = ()) -> ApplyConfig | None:
     """The config minus the held tables (their batches are left for a later run); None when every table is held.
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -116,6 +117,40 @@ def test_a_set_a_foreign_key_of_the_target_links_to_a_later_set_is_loaded_with_i
     for table, columns in (("parents", "t::text"), ("children", "t::text"), ("wide", "id, payload, flags, at")):
         expected = query(source, f"SELECT {columns} FROM {table} t ORDER BY id")  # noqa: S608 - the module's names
         assert query(target, f"SELECT {columns} FROM {table} t ORDER BY id") == expected, table  # noqa: S608
+
+
+def test_of_a_set_whose_load_failed_only_the_groups_not_committed_are_left(pg_server, pg_dsn, tmp_path):
+    """The target does not link parents and children (two atomic groups of one published set, loaded side by side);
+    the second group to reach its COMMIT fails: the first committed, so only the other's table is left to the
+    apply, which loads it."""
+    source = pg_dsn
+    _, target = make_target(pg_server)
+    execute(source, SNAP_SCHEMA_SQL)
+    execute(target, TARGET_SQL.replace(" REFERENCES parents(id) ON DELETE CASCADE", ""))
+    uri = str(tmp_path / "stage")
+    commits: list[str] = []
+    lock = threading.Lock()
+
+    def second_commit_fails(point: str) -> None:
+        if point == "snapshot_before_commit":
+            with lock:
+                commits.append(point)
+                if len(commits) == 2:
+                    raise RuntimeError("the second group stopped before its COMMIT")
+
+    config = ApplyConfig(slot="s1", staging_root=uri, tables={})
+    loader = OverlappedLoad(lambda: (PostgresTarget(without_spark(True), config, target,
+                                                    on_checkpoint=second_commit_fails), config))
+    with loader:
+        result = initial_snapshot(job(source, uri), on_published=loader.published)
+    lsn = format_lsn(result.lsn)
+    committed = set(synced(target))
+    assert len(committed & {"public.parents", "public.children"}) == 1, committed
+    assert set(loader.left) == {"public.parents", "public.children"} - committed, loader.summary()
+    assert all(why.startswith("RuntimeError") for why in loader.left.values())
+    apply_slot(without_spark(True), config, target)
+    assert synced(target) == {f"public.{t}": lsn for t in TABLES}
+    assert_equal(source, target)
 
 
 @pytest.mark.parametrize("kill_at", ["snapshot_copying:1", "snapshot_committed:1"])

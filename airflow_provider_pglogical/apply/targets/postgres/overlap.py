@@ -10,8 +10,10 @@ loader plans only its own set. A crash at any point leaves what a crash of the a
 groups committed with their sync marks (the rerun skips them) or rolled back (the rerun loads them whole).
 
 The loaders run without Spark: a table whose rows need Spark's transforms (``direct_rows`` is None) fails its
-group before the group's transaction begins, and the group is left to the apply that follows the snapshot, as
-is a group whose load failed for any other reason (the apply then loads it, or reports the error itself).
+group before the group's transaction begins, and the set is left to the apply that follows the snapshot; of a
+set whose load failed for any other reason, the atomic groups that did not commit are left (the apply loads
+them, or reports the error itself). A set a foreign key of the target links to a table not loaded yet is left
+too (``snapshots.linked_outside``): the apply loads them together, as it does without the overlap.
 """
 
 from __future__ import annotations
@@ -149,9 +151,9 @@ class OverlappedLoad:
                                 self.timeline.append({"tables": list(group), "published_s": published_s,
                                                       "loaded_s": self._since_first()})
                     except NeedsSpark:
-                        self._leave(group, "its rows need Spark's transforms")
+                        self._leave(self._not_committed(mine, config, group), "its rows need Spark's transforms")
                     except Exception as exc:  # noqa: BLE001 - the apply loads what did not commit (or reports it)
-                        self._leave(group, f"{type(exc).__name__}: {exc}")
+                        self._leave(self._not_committed(mine, config, group), f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # noqa: BLE001 - its connection did not open: the other loader, or ``close``, goes on
             self._failed = self._failed or f"{type(exc).__name__}: {exc}"
 
@@ -179,6 +181,15 @@ class OverlappedLoad:
                 self._log(f"snapshot of {', '.join(report.rows)} at {format_lsn(report.start_lsn)} loaded while "
                           "the snapshot reads on")
         return any(report.rows for report in reports)
+
+    def _not_committed(self, target: PostgresTarget, config: ApplyConfig, group: tuple[str, ...]) -> list[str]:
+        """The tables of a set whose load failed that the apply must load: each atomic group committed on its own,
+        so those the sync marks show loaded are not left (all of them when the marks cannot be read)."""
+        try:
+            target.conn.rollback()
+            return snapshots.unloaded(config, target, group)
+        except Exception:  # noqa: BLE001 - the apply finds the committed ones by their marks all the same
+            return list(group)
 
     def _leave(self, tables: Sequence[str], why: str) -> None:
         if not tables:
