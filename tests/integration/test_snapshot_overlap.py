@@ -153,6 +153,35 @@ def test_of_a_set_whose_load_failed_only_the_groups_not_committed_are_left(pg_se
     assert_equal(source, target)
 
 
+BOOKKEEPING = ("SELECT slot, target_table, sync_lsn::text, rows FROM pglogical_sync ORDER BY 1, 2",
+               "SELECT slot, target_table, end_lsn::text FROM pglogical_progress ORDER BY 1, 2")
+
+
+@pytest.mark.parametrize("target_sql", [TARGET_SQL, TARGET_SQL + "ALTER TABLE wide ADD COLUMN parent_id int "
+                                                                  "REFERENCES parents(id);"], ids=["plain", "target_fk"])
+def test_the_overlapped_load_ends_as_the_load_after_the_snapshot(pg_server, pg_dsn, tmp_path, target_sql):
+    """The same staged snapshot into two targets: one loaded while the snapshot reads, then the apply; the other by
+    the apply after the snapshot only (the reference path). Rows, sync marks and watermarks are the same."""
+    source = pg_dsn
+    (_, overlapped), (_, reference) = make_target(pg_server), make_target(pg_server)
+    execute(source, SNAP_SCHEMA_SQL)
+    for target in (overlapped, reference):
+        execute(target, target_sql)
+    uri = str(tmp_path / "stage")
+    config = ApplyConfig(slot="s1", staging_root=uri, tables={})
+    with loader_of(overlapped, uri) as loader:
+        initial_snapshot(job(source, uri), on_published=loader.published)
+    # plain: every set loaded while reading; target_fk: every set left to the apply (one transaction for the three)
+    assert set(loader.rows) == ({f"public.{t}" for t in TABLES} if target_sql == TARGET_SQL else set())
+    for target in (overlapped, reference):
+        apply_slot(without_spark(True), config, target)
+    for table in TABLES:
+        rows = f"SELECT t::text FROM {table} t ORDER BY id"  # noqa: S608 - the module's names
+        assert query(overlapped, rows) == query(reference, rows) != [], table
+    for bookkeeping in BOOKKEEPING:
+        assert query(overlapped, bookkeeping) == query(reference, bookkeeping) != [], bookkeeping
+
+
 @pytest.mark.parametrize("kill_at", ["snapshot_copying:1", "snapshot_committed:1"])
 def test_a_kill_inside_the_overlapped_window_reruns_to_an_exact_copy(pg_server, pg_dsn, tmp_path, kill_at):
     """The process dies inside the first set's load (mid-COPY) or right after its COMMIT, while ``wide`` is still
