@@ -182,6 +182,52 @@ def test_the_overlapped_load_ends_as_the_load_after_the_snapshot(pg_server, pg_d
         assert query(overlapped, bookkeeping) == query(reference, bookkeeping) != [], bookkeeping
 
 
+TWO_SETS_SQL = """
+CREATE TABLE a1 (id int PRIMARY KEY); CREATE TABLE a2 (id int PRIMARY KEY, a1_id int {a});
+CREATE TABLE b1 (id int PRIMARY KEY); CREATE TABLE b2 (id int PRIMARY KEY, b1_id int {b});
+"""
+
+
+def test_the_loaders_load_at_most_parallel_groups_groups_at_once(pg_server, pg_dsn, tmp_path):
+    """Two sets published close together (linked by the source's foreign keys, not by the target's: two atomic
+    groups each), each load held inside its COPY until a third starts or 3 s pass: never more than
+    ``PARALLEL_GROUPS`` group transactions at once, though two loaders could run two groups each."""
+    from airflow_provider_pglogical.apply.targets.postgres.snapshot import PARALLEL_GROUPS
+
+    source = pg_dsn
+    _, target = make_target(pg_server)
+    execute(source, TWO_SETS_SQL.format(a="REFERENCES a1(id)", b="REFERENCES b1(id)")
+            + "".join(f"INSERT INTO {t} SELECT g FROM generate_series(1, 1000) g; " for t in ("a1", "b1"))
+            + "INSERT INTO a2 SELECT g, g FROM generate_series(1, 1000) g; "
+            + "INSERT INTO b2 SELECT g, g FROM generate_series(1, 1000) g; "
+            + "CREATE PUBLICATION pub FOR TABLE a1, a2, b1, b2;")
+    execute(target, TWO_SETS_SQL.format(a="", b=""))
+    uri = str(tmp_path / "stage")
+    active: set[int] = set()
+    most = [0]
+    changed = threading.Condition()
+
+    def count(point: str) -> None:
+        with changed:
+            if point == "snapshot_copying":
+                active.add(threading.get_ident())
+                most[0] = max(most[0], len(active))
+                changed.notify_all()
+                changed.wait_for(lambda: len(active) > PARALLEL_GROUPS, timeout=3)
+            elif point == "snapshot_committed":
+                active.discard(threading.get_ident())
+
+    config = ApplyConfig(slot="s1", staging_root=uri, tables={})
+    snapshot = SnapshotJob(dsn=source, slot="s1", publication="pub", staging_uri=uri,
+                           tables={f"public.{t}": (None, None) for t in ("a1", "a2", "b1", "b2")},
+                           settings=SnapshotSettings(initial=True, parallelism=1))
+    with OverlappedLoad(lambda: (PostgresTarget(without_spark(True), config, target, on_checkpoint=count),
+                                 config)) as loader:
+        initial_snapshot(snapshot, on_published=loader.published)
+    assert loader.left == {} and len(loader.rows) == 4, loader.summary()
+    assert most[0] == PARALLEL_GROUPS
+
+
 @pytest.mark.parametrize("kill_at", ["snapshot_copying:1", "snapshot_committed:1"])
 def test_a_kill_inside_the_overlapped_window_reruns_to_an_exact_copy(pg_server, pg_dsn, tmp_path, kill_at):
     """The process dies inside the first set's load (mid-COPY) or right after its COMMIT, while ``wide`` is still

@@ -10,9 +10,9 @@ loader plans only its own set. A crash at any point leaves what a crash of the a
 groups committed with their sync marks (the rerun skips them) or rolled back (the rerun loads them whole).
 
 The loaders run without Spark: a table whose rows need Spark's transforms (``direct_rows`` is None) fails its
-group before the group's transaction begins, and the set is left to the apply that follows the snapshot; of a
-set whose load failed for any other reason, the atomic groups that did not commit are left (the apply loads
-them, or reports the error itself). A set a foreign key of the target links to a table not loaded yet is left
+group before the group's transaction begins. Of a set whose load failed, for that or any other reason, the
+atomic groups that did not commit are left to the apply that follows the snapshot (the apply loads them, or
+reports the error itself); those that committed it skips by their sync marks. A set a foreign key of the target links to a table not loaded yet is left
 too (``snapshots.linked_outside``): the apply loads them together, as it does without the overlap.
 """
 
