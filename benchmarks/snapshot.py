@@ -2,12 +2,15 @@
 subscriber (copy_data = true, until every table is ready), and by raw COPY TO, timed in one run.
 
 Usage: python benchmarks/snapshot.py [--rows 5000000] [--parallelism 2] [--chunk-size 64MB] [--one-table]
-    [--code DIR] [--no-overlap]
+    [--code DIR] [--no-overlap] [--code-no-overlap]
 Prints one JSON object with the timings and the ratios. ``--one-table``: all rows in the one ``orders`` table.
 ``--code DIR``: also time our snapshot + apply with another checkout's package (e.g. a ``git worktree`` of an older
 commit, its compiled reader built), in a child process against the same source rows, right after ours.
 Ours loads each table as the snapshot publishes it, while the others are read (``pglogical run``'s overlapped
-load), unless ``--no-overlap``; a ``--code`` checkout without that loader applies after the snapshot.
+load), unless ``--no-overlap``; the ``--code`` run likewise unless ``--code-no-overlap`` (a package without that
+loader applies after the snapshot). ``snapshot_cpu_s`` is this process's and its readers' CPU during the snapshot:
+with the overlap it includes the loaders' threads (``snapshot_cpu_includes_loads``), so the CPU ratio of two runs
+is printed only when both loaded the same way.
 """
 
 from __future__ import annotations
@@ -115,8 +118,8 @@ def snapshot_only(src_dsn: str, uri: str, parallelism: int, chunk_bytes: int, sl
 
 
 def overlapped_loader(target_dsn: str, uri: str, slot: str) -> Any:
-    """The loader ``pglogical run`` uses to load each published table while the snapshot reads on, or None in a
-    checkout without it (``--code DIR`` of an older one: its apply starts after the snapshot)."""
+    """The loader ``pglogical run`` uses to load each published table while the snapshot reads on, or None for a
+    package without it (its apply starts after the snapshot)."""
     try:
         from airflow_provider_pglogical.apply.targets.postgres.overlap import OverlappedLoad, without_spark
     except ImportError:
@@ -154,8 +157,8 @@ def ours(src_dsn: str, target_dsn: str, uri: str, parallelism: int, chunk_bytes:
                    "timeline": loader.timeline,
                    "load_wait_after_snapshot_s": round(time.monotonic() - t1, 2)}
     if skip_apply:
-        return {"snapshot_s": round(snapshot_s, 2), "snapshot_cpu_s": SNAPSHOT_CPU[slot], "apply_s": 0.0,
-                "staged_bytes": staged}
+        return {"snapshot_s": round(snapshot_s, 2), "snapshot_cpu_s": SNAPSHOT_CPU[slot],
+                "snapshot_cpu_includes_loads": False, "apply_s": 0.0, "staged_bytes": staged}
     from pyspark.sql import SparkSession
     spark = (SparkSession.builder.master(master).appName("bench-snapshot").config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", "4").config("spark.pyspark.python", sys.executable)
@@ -172,7 +175,8 @@ def ours(src_dsn: str, target_dsn: str, uri: str, parallelism: int, chunk_bytes:
         detail = {k: round(sum(r.seconds.get(k, 0.0) for r in reports), 2) for k in ("stage", "apply", "wall")}
     finally:
         spark.stop()
-    return {"snapshot_s": round(snapshot_s, 2), "snapshot_cpu_s": SNAPSHOT_CPU[slot], "apply_s": round(apply_s, 2),
+    return {"snapshot_s": round(snapshot_s, 2), "snapshot_cpu_s": SNAPSHOT_CPU[slot],
+            "snapshot_cpu_includes_loads": loader is not None, "apply_s": round(apply_s, 2),
             "spark_start_s": round(warm_s, 2),
             "apply_stage_s": detail["stage"], "apply_load_s": detail["apply"],
             "apply_snapshots_wall_s": detail["wall"], "staged_bytes": staged, **overlap}
@@ -182,7 +186,7 @@ def ours_with_code(code: Path, src_dsn: str, target_dsn: str, uri: str, args: ar
     """``ours`` run by a child process importing ``code``'s package (its snapshot readers start there too)."""
     child = {"src_dsn": src_dsn, "target_dsn": target_dsn, "uri": uri, "parallelism": args.parallelism,
              "chunk_bytes": args.chunk_size, "master": args.master, "skip_apply": args.skip_apply, "slot": "prev",
-             "tables": TABLES}
+             "tables": TABLES, **({"no_overlap": True} if args.code_no_overlap else {})}
     env = {**os.environ, CODE_ENV: str(code.resolve()), "PYTHONPATH": str(code.resolve())}
     done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(child)], env=env,
                           cwd=code, capture_output=True, text=True)
@@ -211,6 +215,8 @@ def main() -> int:
     p.add_argument("--no-overlap", action="store_true",
                    help="load after the whole snapshot is staged (the apply's own path) instead of each table as the "
                         "snapshot publishes it")
+    p.add_argument("--code-no-overlap", action="store_true",
+                   help="the --code run loads after the whole snapshot is staged (default: as that package does)")
     p.add_argument("--code", type=Path, default=None,
                    help="also time our snapshot + apply with this checkout's package (its compiled reader built)")
     args = p.parse_args()
@@ -251,8 +257,9 @@ def main() -> int:
                         query(native_dsn, check.format(t)) == query(prev_dsn, check.format(t)) for t in TABLES),
                     "ratio_code_total_vs_native": round(prev_total / native_s, 2),
                     "ratio_ours_vs_code_total": round(total / prev_total, 2),
-                    "ratio_ours_vs_code_snapshot": round(our["snapshot_s"] / previous["snapshot_s"], 2),
-                    "ratio_ours_vs_code_snapshot_cpu": round(our["snapshot_cpu_s"] / previous["snapshot_cpu_s"], 2)}
+                    "ratio_ours_vs_code_snapshot": round(our["snapshot_s"] / previous["snapshot_s"], 2)}
+            if our.get("snapshot_cpu_includes_loads") == previous.get("snapshot_cpu_includes_loads", False):
+                code["ratio_ours_vs_code_snapshot_cpu"] = round(our["snapshot_cpu_s"] / previous["snapshot_cpu_s"], 2)
         print(json.dumps({
             "rows": counts, "load_avg_1m": [round(load_before, 1), round(os.getloadavg()[0], 1)],
             "populate_s": round(populate_s, 2), "parallelism": args.parallelism,

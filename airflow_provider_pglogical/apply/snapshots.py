@@ -99,6 +99,42 @@ def waiting(config: ApplyConfig, target: Target) -> set[str]:
     return held | {s for s, n in unloaded.items() if waiting_targets & set(linked[n])}
 
 
+def linked_outside(config: ApplyConfig, target: Target, group: Collection[str]) -> list[str]:
+    """Source tables outside ``group`` whose snapshot is still requested or unloaded and that a foreign key of the
+    target links (transitively) to one of ``group``'s tables: ``group`` cannot load on its own (``overlap.py``).
+
+    Why: the snapshot sets its sets by the *source's* foreign keys, while the apply loads, in one transaction,
+    the tables the *target's* link (``atomic_groups``). A set loaded alone would leave a table the target links
+    to it to be loaded later, alone, where TRUNCATE refuses a referenced table (or pairs rows of two LSNs)."""
+    if not isinstance(target, SnapshotTarget):
+        return []
+    layout = SnapshotLayout.from_uri(config.staging_root, config.slot)
+    requested = open_requests(config)
+    names = {s: planning.target_name(s, cfg) for s in set(config.tables or layout.tables()) | requested | set(group)
+             if (cfg := config.table_config(s)) is not None}
+    marks = target.sync_marks(config.slot, set(names.values()))
+    unloaded = {s for s in names if s not in group and (
+        s in requested or ((ref := layout.latest(s)) is not None and marks.get(names[s], -1) < ref.lsn))}
+    if not unloaded:
+        return []
+    mine = {names[s] for s in group if s in names}
+    components = linked_components(sorted(mine | {names[s] for s in unloaded}), target.foreign_keys())
+    reached = {t for component in components if mine & set(component) for t in component}
+    return sorted(s for s in unloaded if names[s] in reached)
+
+
+def unloaded(config: ApplyConfig, target: Target, tables: Sequence[str]) -> list[str]:
+    """Those of ``tables`` whose latest published snapshot the target's sync marks do not reach (all of them for a
+    target without snapshots): after a load that failed part way, the atomic groups that did not commit."""
+    if not isinstance(target, SnapshotTarget):
+        return list(tables)
+    layout = SnapshotLayout.from_uri(config.staging_root, config.slot)
+    marks = target.sync_marks(config.slot, candidate_targets(config) | {
+        planning.target_name(s, cfg) for s in tables if (cfg := config.table_config(s)) is not None})
+    return [s for s in tables if (cfg := config.table_config(s)) is None or (ref := layout.latest(s)) is None
+            or marks.get(planning.target_name(s, cfg), -1) < ref.lsn]
+
+
 def without(config: ApplyConfig, held: set[str], known: Iterable[str] = ()) -> ApplyConfig | None:
     """The config minus the held tables (their batches are left for a later run); None when every table is held.
 

@@ -324,12 +324,14 @@ def run_pending(spec: PipelineSpec, *, master: str | None = None, max_batches: i
     with recording(spec.staging.uri, spec.source.slot, "run", log=log) as recorder:
         try:
             # A snapshot this run takes loads table by table as it is published, while the rest is read; the
-            # apply below loads what that left (``pipeline/snapshots.overlapped_load``).
+            # apply below loads what that left (``pipeline/snapshots.overlapped_load``). The loaders end (and
+            # release the slot's apply lock and their connections) once the snapshot steps return, before the drain.
             with overlapped_load(spec, lambda: apply_config(resolved(spec)), local_master=session_is_local(
                     starter.master), log=log) as loader:
                 decoded = decode_pending(spec, max_batches=max_batches, log=log, on_changes=on_changes,
                                          on_snapshot=on_snapshot, allow_gap=allow_gap, recorder=recorder,
-                                         on_published=loader.published if loader is not None else None)
+                                         on_published=loader.published if loader is not None else None,
+                                         on_snapshots_done=loader.close if loader is not None else None)
             applied = apply_pending(spec, master=master, log=log, spark=starter, recorder=recorder)
         finally:
             starter.stop()
@@ -462,7 +464,8 @@ def decode_pending(spec: PipelineSpec, *, max_batches: int | None = None, log: L
                    resync: list[str] | None = None, on_changes: Callable[[], None] | None = None,
                    on_snapshot: Callable[[], None] | None = None, allow_gap: bool = False,
                    recorder: RunRecorder | None = None,
-                   on_published: Callable[[list[str]], None] | None = None) -> dict[str, Any]:
+                   on_published: Callable[[list[str]], None] | None = None,
+                   on_snapshots_done: Callable[[], None] | None = None) -> dict[str, Any]:
     """Ensure publication and slot, check WAL retention, then drain the slot batch by batch.
 
     Idempotent per slot position: each cycle stages ``(confirmed_flush_lsn, end]`` and advances
@@ -473,7 +476,8 @@ def decode_pending(spec: PipelineSpec, *, max_batches: int | None = None, log: L
     Column lists are checked against the source catalog first, before anything is created, staged or advanced.
     ``allow_gap``: a slot past the staged log's end (recreated) drains on, losing the changes in between.
     Recorded in the slot's run history as a ``decode``, or into ``recorder`` (the enclosing run's).
-    ``on_published``: called with each set of tables a snapshot publishes (``snapshot.run.Published``).
+    ``on_published``: called with each set of tables a snapshot publishes (``snapshot.run.Published``);
+    ``on_snapshots_done``: once the snapshot steps have returned, before the drain (no set is published after it).
     """
     with recording(spec.staging.uri, spec.source.slot, "decode", log=log, given=recorder) as record:
         with source_client(spec) as client:
@@ -488,6 +492,8 @@ def decode_pending(spec: PipelineSpec, *, max_batches: int | None = None, log: L
             retention = check_retention(spec, client)
             log(f"slot lag {retention['lag_bytes']} bytes, wal_status {retention['wal_status']}")
         synced = sync_tables(spec, resync=resync, log=log, on_published=on_published)
+        if on_snapshots_done is not None:
+            on_snapshots_done()
         staged = on_snapshot or on_changes
         if staged is not None and (initial or synced.get("tables")):
             staged()

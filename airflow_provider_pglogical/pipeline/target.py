@@ -24,7 +24,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg2
@@ -408,8 +408,7 @@ class PostgresSpecTarget(SpecTarget):
 
         def make() -> tuple[PostgresTarget, ApplyConfig]:
             cfg = config()
-            names = [planning.target_name(s, c) for s, c in cfg.tables.items()]
-            return PostgresTarget(without_spark(local_master), cfg, self.dsn, target_tables=names), cfg
+            return cast(PostgresTarget, self.for_apply(without_spark(local_master), cfg)), cfg
 
         return OverlappedLoad(make, log=log)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -80,7 +81,6 @@ def test_a_published_set_is_loaded_while_the_snapshot_still_reads_another_table(
                 time.sleep(0.05)
             seen["loaded"] = synced(target)
             seen["rows"] = query(target, "SELECT (SELECT count(*) FROM parents), (SELECT count(*) FROM children)")
-            seen["wide_chunks_written"] = len(list((tmp_path / "stage").rglob("c*.parquet")))
 
     with loader_of(target, uri) as loader:
         result = initial_snapshot(job(source, uri), on_checkpoint=hold, on_published=loader.published)
@@ -93,6 +93,139 @@ def test_a_published_set_is_loaded_while_the_snapshot_still_reads_another_table(
     assert loader.left == {} and set(loader.rows) == {f"public.{t}" for t in TABLES}
     assert synced(target) == {f"public.{t}": lsn for t in TABLES}
     assert_equal(source, target)
+
+
+def test_a_set_a_foreign_key_of_the_target_links_to_a_later_set_is_loaded_with_it_by_the_apply(pg_server, pg_dsn,
+                                                                                                tmp_path):
+    """Only the target links them: ``wide`` references ``parents`` there (a column the source lacks). The source's
+    sets (parents with children, then wide) cannot load one by one — parents could then never be emptied without
+    wide — so the loaders leave both sets, saying why, and the apply loads the three tables in one transaction."""
+    source = pg_dsn
+    _, target = make_target(pg_server)
+    execute(source, SNAP_SCHEMA_SQL)
+    execute(target, TARGET_SQL + "ALTER TABLE wide ADD COLUMN parent_id int REFERENCES parents(id);")
+    uri = str(tmp_path / "stage")
+    with loader_of(target, uri) as loader:
+        result = initial_snapshot(job(source, uri), on_published=loader.published)
+    assert loader.rows == {} and loader.timeline == [], loader.summary()
+    assert set(loader.left) == {f"public.{t}" for t in TABLES}, loader.summary()
+    assert all("foreign key of the target" in why for why in loader.left.values()), loader.left
+    assert "public.wide" in loader.left["public.parents"] and "public.parents" in loader.left["public.wide"]
+    apply_slot(without_spark(True), ApplyConfig(slot="s1", staging_root=uri, tables={}), target)
+    lsn = format_lsn(result.lsn)
+    assert synced(target) == {f"public.{t}": lsn for t in TABLES}
+    for table, columns in (("parents", "t::text"), ("children", "t::text"), ("wide", "id, payload, flags, at")):
+        expected = query(source, f"SELECT {columns} FROM {table} t ORDER BY id")  # noqa: S608 - the module's names
+        assert query(target, f"SELECT {columns} FROM {table} t ORDER BY id") == expected, table  # noqa: S608
+
+
+def test_of_a_set_whose_load_failed_only_the_groups_not_committed_are_left(pg_server, pg_dsn, tmp_path):
+    """The target does not link parents and children (two atomic groups of one published set, loaded side by side);
+    the second group to reach its COMMIT fails: the first committed, so only the other's table is left to the
+    apply, which loads it."""
+    source = pg_dsn
+    _, target = make_target(pg_server)
+    execute(source, SNAP_SCHEMA_SQL)
+    execute(target, TARGET_SQL.replace(" REFERENCES parents(id) ON DELETE CASCADE", ""))
+    uri = str(tmp_path / "stage")
+    commits: list[str] = []
+    lock = threading.Lock()
+
+    def second_commit_fails(point: str) -> None:
+        if point == "snapshot_before_commit":
+            with lock:
+                commits.append(point)
+                if len(commits) == 2:
+                    raise RuntimeError("the second group stopped before its COMMIT")
+
+    config = ApplyConfig(slot="s1", staging_root=uri, tables={})
+    loader = OverlappedLoad(lambda: (PostgresTarget(without_spark(True), config, target,
+                                                    on_checkpoint=second_commit_fails), config))
+    with loader:
+        result = initial_snapshot(job(source, uri), on_published=loader.published)
+    lsn = format_lsn(result.lsn)
+    committed = set(synced(target))
+    assert len(committed & {"public.parents", "public.children"}) == 1, committed
+    assert set(loader.left) == {"public.parents", "public.children"} - committed, loader.summary()
+    assert all(why.startswith("RuntimeError") for why in loader.left.values())
+    apply_slot(without_spark(True), config, target)
+    assert synced(target) == {f"public.{t}": lsn for t in TABLES}
+    assert_equal(source, target)
+
+
+BOOKKEEPING = ("SELECT slot, target_table, sync_lsn::text, rows FROM pglogical_sync ORDER BY 1, 2",
+               "SELECT slot, target_table, end_lsn::text FROM pglogical_progress ORDER BY 1, 2")
+
+
+@pytest.mark.parametrize("target_sql", [TARGET_SQL, TARGET_SQL + "ALTER TABLE wide ADD COLUMN parent_id int "
+                                                                  "REFERENCES parents(id);"], ids=["plain", "target_fk"])
+def test_the_overlapped_load_ends_as_the_load_after_the_snapshot(pg_server, pg_dsn, tmp_path, target_sql):
+    """The same staged snapshot into two targets: one loaded while the snapshot reads, then the apply; the other by
+    the apply after the snapshot only (the reference path). Rows, sync marks and watermarks are the same."""
+    source = pg_dsn
+    (_, overlapped), (_, reference) = make_target(pg_server), make_target(pg_server)
+    execute(source, SNAP_SCHEMA_SQL)
+    for target in (overlapped, reference):
+        execute(target, target_sql)
+    uri = str(tmp_path / "stage")
+    config = ApplyConfig(slot="s1", staging_root=uri, tables={})
+    with loader_of(overlapped, uri) as loader:
+        initial_snapshot(job(source, uri), on_published=loader.published)
+    # plain: every set loaded while reading; target_fk: every set left to the apply (one transaction for the three)
+    assert set(loader.rows) == ({f"public.{t}" for t in TABLES} if target_sql == TARGET_SQL else set())
+    for target in (overlapped, reference):
+        apply_slot(without_spark(True), config, target)
+    for table in TABLES:
+        rows = f"SELECT t::text FROM {table} t ORDER BY id"  # noqa: S608 - the module's names
+        assert query(overlapped, rows) == query(reference, rows) != [], table
+    for bookkeeping in BOOKKEEPING:
+        assert query(overlapped, bookkeeping) == query(reference, bookkeeping) != [], bookkeeping
+
+
+TWO_SETS_SQL = """
+CREATE TABLE a1 (id int PRIMARY KEY); CREATE TABLE a2 (id int PRIMARY KEY, a1_id int {a});
+CREATE TABLE b1 (id int PRIMARY KEY); CREATE TABLE b2 (id int PRIMARY KEY, b1_id int {b});
+"""
+
+
+def test_the_loaders_load_at_most_parallel_groups_groups_at_once(pg_server, pg_dsn, tmp_path):
+    """Two sets published close together (linked by the source's foreign keys, not by the target's: two atomic
+    groups each), each load held inside its COPY until a third starts or 3 s pass: never more than
+    ``PARALLEL_GROUPS`` group transactions at once, though two loaders could run two groups each."""
+    from airflow_provider_pglogical.apply.targets.postgres.snapshot import PARALLEL_GROUPS
+
+    source = pg_dsn
+    _, target = make_target(pg_server)
+    execute(source, TWO_SETS_SQL.format(a="REFERENCES a1(id)", b="REFERENCES b1(id)")
+            + "".join(f"INSERT INTO {t} SELECT g FROM generate_series(1, 1000) g; " for t in ("a1", "b1"))
+            + "INSERT INTO a2 SELECT g, g FROM generate_series(1, 1000) g; "
+            + "INSERT INTO b2 SELECT g, g FROM generate_series(1, 1000) g; "
+            + "CREATE PUBLICATION pub FOR TABLE a1, a2, b1, b2;")
+    execute(target, TWO_SETS_SQL.format(a="", b=""))
+    uri = str(tmp_path / "stage")
+    active: set[int] = set()
+    most = [0]
+    changed = threading.Condition()
+
+    def count(point: str) -> None:
+        with changed:
+            if point == "snapshot_copying":
+                active.add(threading.get_ident())
+                most[0] = max(most[0], len(active))
+                changed.notify_all()
+                changed.wait_for(lambda: len(active) > PARALLEL_GROUPS, timeout=3)
+            elif point == "snapshot_committed":
+                active.discard(threading.get_ident())
+
+    config = ApplyConfig(slot="s1", staging_root=uri, tables={})
+    snapshot = SnapshotJob(dsn=source, slot="s1", publication="pub", staging_uri=uri,
+                           tables={f"public.{t}": (None, None) for t in ("a1", "a2", "b1", "b2")},
+                           settings=SnapshotSettings(initial=True, parallelism=1))
+    with OverlappedLoad(lambda: (PostgresTarget(without_spark(True), config, target, on_checkpoint=count),
+                                 config)) as loader:
+        initial_snapshot(snapshot, on_published=loader.published)
+    assert loader.left == {} and len(loader.rows) == 4, loader.summary()
+    assert most[0] == PARALLEL_GROUPS
 
 
 @pytest.mark.parametrize("kill_at", ["snapshot_copying:1", "snapshot_committed:1"])
@@ -159,13 +292,44 @@ def test_pglogical_run_loads_each_table_as_its_snapshot_is_published(pipeline): 
     loaded = summary["snapshot_loaded_while_reading"]
     assert loaded["left_to_apply"] == {}, loaded  # the two sets' loaders start at once on an empty target
     assert loaded["rows"] == {"public.items": {"snapshot_rows": 3000}, "public.docs": {"snapshot_rows": 500}}
-    assert loaded["left_to_apply"] == {} and "loaded while the snapshot reads on" in summary["stderr"]
+    assert "loaded while the snapshot reads on" in summary["stderr"]
     assert summary["spark"]["started"] is None and summary["apply"]["spark_started"] is False and logs == []
     assert query(pipeline["target"], ITEMS) == query(pipeline["source"], ITEMS)
     assert query(pipeline["target"], DOCS) == query(pipeline["source"], DOCS)
     again, _ = pglogical_run(spec, pipeline["tmp"], java=False)
     assert "snapshot_loaded_while_reading" not in again and again["apply"]["batches_applied"] == 0
 
+
+def test_the_loaders_release_the_slot_lock_before_the_drain(pipeline, monkeypatch):  # noqa: F811
+    """``pglogical run`` with ``snapshot.initial``, in process: while its drain runs (after the snapshot), an apply
+    of the slot into the target may take the slot's lock and no connection of the loaders is open — they ended
+    with the snapshot steps, not with the drain."""
+    from airflow_provider_pglogical.apply.targets.postgres import catalog
+    from airflow_provider_pglogical.pipeline import runs
+    from airflow_provider_pglogical.pipeline.spec import load_spec
+
+    execute(pipeline["source"], "INSERT INTO items SELECT g, g, md5(g::text), g * 0.01, now() "
+                                "FROM generate_series(1, 300) g")
+    spec = load_spec(spec_file(pipeline, "lock.yaml", snapshot=True))
+    seen: dict[str, object] = {}
+    drain = runs.drain
+
+    def observed_drain(*args: object, **kwargs: object) -> object:
+        conn = catalog.connect(pipeline["target"])
+        try:
+            seen["lock_free"] = catalog.try_lock_slot(conn, spec.source.slot)
+            catalog.unlock_slot(conn, spec.source.slot)
+            seen["others"] = query(pipeline["target"], "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                                   "current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'")
+        finally:
+            conn.close()
+        return drain(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runs, "drain", observed_drain)
+    summary = runs.run_pending(spec)
+    assert summary["snapshot_loaded_while_reading"]["rows"]["public.items"] == {"snapshot_rows": 300}, summary
+    assert seen == {"lock_free": True, "others": [(1,)]}  # the probe's own connection only
+    assert query(pipeline["target"], ITEMS) == query(pipeline["source"], ITEMS)
 
 
 def test_a_target_the_loaders_cannot_reach_fails_nothing_of_the_snapshot(pg_server, pg_dsn, tmp_path):

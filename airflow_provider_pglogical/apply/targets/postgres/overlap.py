@@ -10,8 +10,10 @@ loader plans only its own set. A crash at any point leaves what a crash of the a
 groups committed with their sync marks (the rerun skips them) or rolled back (the rerun loads them whole).
 
 The loaders run without Spark: a table whose rows need Spark's transforms (``direct_rows`` is None) fails its
-group before the group's transaction begins, and the group is left to the apply that follows the snapshot, as
-is a group whose load failed for any other reason (the apply then loads it, or reports the error itself).
+group before the group's transaction begins. Of a set whose load failed, for that or any other reason, the
+atomic groups that did not commit are left to the apply that follows the snapshot (the apply loads them, or
+reports the error itself); those that committed it skips by their sync marks. A set a foreign key of the target links to a table not loaded yet is left
+too (``snapshots.linked_outside``): the apply loads them together, as it does without the overlap.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ class OverlappedLoad:
         self.timeline: list[dict[str, Any]] = []
         self._first: float | None = None
         self._failed: str | None = None  # why the session did not open
+        self._closed = False
 
     def published(self, tables: Sequence[str]) -> None:
         self._first = self._first if self._first is not None else time.monotonic()
@@ -85,9 +88,11 @@ class OverlappedLoad:
             self._thread.start()
 
     def close(self) -> None:
-        """Wait for every published set's load (the run's apply must not start while these hold the slot's lock)."""
-        if self._thread is None:
+        """Wait for every published set's load and end the session (the slot's apply lock, the connections): the
+        run's apply must not start while they hold the lock. Called again, it does nothing."""
+        if self._thread is None or self._closed:
             return
+        self._closed = True
         for _ in range(self._workers):
             self._queue.put(None)
         self._thread.join()
@@ -141,27 +146,50 @@ class OverlappedLoad:
                 while (item := self._queue.get()) is not None:
                     published_s, group = item[0], tuple(item[1:])
                     try:
-                        self._load(mine, config, group)
-                        with self._lock:
-                            self.timeline.append({"tables": list(group), "published_s": published_s,
-                                                  "loaded_s": self._since_first()})
+                        if self._load(mine, config, group):
+                            with self._lock:
+                                self.timeline.append({"tables": list(group), "published_s": published_s,
+                                                      "loaded_s": self._since_first()})
                     except NeedsSpark:
-                        self._leave(group, "its rows need Spark's transforms")
-                    except Exception as exc:  # noqa: BLE001 - left whole to the apply (each group is atomic)
-                        self._leave(group, f"{type(exc).__name__}: {exc}")
+                        self._leave(self._not_committed(mine, config, group), "its rows need Spark's transforms")
+                    except Exception as exc:  # noqa: BLE001 - the apply loads what did not commit (or reports it)
+                        self._leave(self._not_committed(mine, config, group), f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # noqa: BLE001 - its connection did not open: the other loader, or ``close``, goes on
             self._failed = self._failed or f"{type(exc).__name__}: {exc}"
 
-    def _load(self, target: PostgresTarget, config: ApplyConfig, group: tuple[str, ...]) -> None:
+    def _load(self, target: PostgresTarget, config: ApplyConfig, group: tuple[str, ...]) -> bool:
+        """Load ``group``'s snapshot; whether any of it loaded now. A group the apply must load (with tables
+        outside it, or held by ``snapshots.waiting``) is left to it, named with the reason."""
+        linked = snapshots.linked_outside(config, target, group)
+        if linked:
+            self._leave(group, f"linked by a foreign key of the target to {', '.join(linked)}: loaded with it by "
+                               "the apply")
+            return False
         layout = SnapshotLayout.from_uri(config.staging_root, config.slot)
         others = set(config.tables or layout.tables()) - set(group)
-        held = snapshots.waiting(config, target) | others
-        for report in snapshots.apply_snapshots(target.on_demand, config, target, held):
+        waiting = snapshots.waiting(config, target)
+        reports = snapshots.apply_snapshots(target.on_demand, config, target, waiting | others)
+        if not reports:
+            if held := sorted(set(group) & waiting):
+                self._leave(group, f"held: {', '.join(held)} waits for a snapshot still requested; loaded by the "
+                                   "apply")
+            return False  # else loaded before (its sync marks are at the snapshot)
+        for report in reports:
             if report.rows:  # else loaded before (the sync marks said so)
                 with self._lock:
                     self.rows.update(report.rows)
                 self._log(f"snapshot of {', '.join(report.rows)} at {format_lsn(report.start_lsn)} loaded while "
                           "the snapshot reads on")
+        return any(report.rows for report in reports)
+
+    def _not_committed(self, target: PostgresTarget, config: ApplyConfig, group: tuple[str, ...]) -> list[str]:
+        """The tables of a set whose load failed that the apply must load: each atomic group committed on its own,
+        so those the sync marks show loaded are not left (all of them when the marks cannot be read)."""
+        try:
+            target.conn.rollback()
+            return snapshots.unloaded(config, target, group)
+        except Exception:  # noqa: BLE001 - the apply finds the committed ones by their marks all the same
+            return list(group)
 
     def _leave(self, tables: Sequence[str], why: str) -> None:
         if not tables:

@@ -1,6 +1,6 @@
 """Snapshot loads into PostgreSQL: each atomic group of a snapshot's tables (tables linked by foreign keys of
 the target) in its own transaction — TRUNCATE, COPY of the snapshot rows straight into the tables, watermark
-and sync LSN — up to ``PARALLEL_GROUPS`` groups at once.
+and sync LSN — up to ``PARALLEL_GROUPS`` groups at once (``PostgresTarget.group_loads``, shared by its siblings).
 
 Choice (docs/apply.md): the rows go into the *existing* target table emptied with ``TRUNCATE`` in
 the same transaction, not into a fresh table swapped in. Readers never see an empty or half-loaded table
@@ -224,6 +224,10 @@ def apply_snapshot(target: Any, plan: PlannedSnapshot, changes: Any) -> BatchRes
     lock = threading.Lock()
 
     def load(group: tuple[PlannedTable, ...]) -> dict[str, dict[str, int]]:
+        with target.group_loads:  # shared by the target's siblings: PARALLEL_GROUPS loads in all
+            return load_one(group)
+
+    def load_one(group: tuple[PlannedTable, ...]) -> dict[str, dict[str, int]]:
         group_started = time.monotonic()
         texts = {t.target: table_text(target, changes, t, types[t.target]) for t in group}
         try:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -117,6 +118,9 @@ class PostgresTarget:
         self.dsn = dsn
         self.target_tables = tuple(target_tables)
         self._conn: Any = None
+        # Snapshot groups loading at once, shared with this target's siblings: at most PARALLEL_GROUPS load
+        # transactions (and their connections) however many threads load sets (``overlap.OverlappedLoad``).
+        self.group_loads = threading.BoundedSemaphore(snapshot.PARALLEL_GROUPS)
 
     @property
     def spark(self) -> SparkSession:
@@ -132,10 +136,8 @@ class PostgresTarget:
     @contextmanager
     def session(self, slot: str) -> Iterator[None]:
         self.on_demand.conf(arrowtext.SESSION_CONF)  # what the COPY text relies on (UTC, readable TIME columns)
-        self._conn = catalog.connect(self.dsn)
+        self._conn = self._open_conn()
         try:
-            # Like a native subscriber's apply worker (replication_role.py); committed before anything else.
-            replication_role.set_replication_role(self._conn, self.config.session_replication_role)
             # One apply per slot and target at a time: staging table names are per (slot, batch).
             if not catalog.try_lock_slot(self._conn, slot):
                 raise ApplyError(f"another apply of slot {slot} into this target is running")
@@ -185,13 +187,24 @@ class PostgresTarget:
         """This target on a connection of its own, with this session's resolved bookkeeping, for a thread that
         works under this session's slot lock (``overlap.OverlappedLoad``'s loaders); closed after the block."""
         twin = PostgresTarget(self.on_demand, self.config, self.dsn, self.target_tables, on_checkpoint=self.checkpoint)
-        twin._conn = catalog.connect(self.dsn)
+        twin.group_loads = self.group_loads
+        twin._conn = self._open_conn()
         try:
-            replication_role.set_replication_role(twin._conn, self.config.session_replication_role)
             yield twin
         finally:
             twin._conn.close()
             twin._conn = None
+
+    def _open_conn(self) -> Any:
+        """A connection to the target, its replication role set like a native subscriber's apply worker
+        (``replication_role.py``) and committed before anything else; closed on failure."""
+        conn = catalog.connect(self.dsn)
+        try:
+            replication_role.set_replication_role(conn, self.config.session_replication_role)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def _remember_applied(self, slot: str, resolved: str) -> None:
         """From the first committed watermark on, a missing one is an error rather than a replay from zero: the
