@@ -192,6 +192,7 @@ def test_a_target_refusing_a_batch_in_the_spark_apply_prints_one_line_on_stderr(
     # the direct path shows its traceback without a second JVM (the Spark path's error is the run's, above)
     debug = pglogical("--debug", "apply", "--spec", p["accounts"])
     assert debug.returncode != 0 and "Traceback" in debug.stderr and "accounts are frozen" in debug.stderr
+    assert "py4j" not in debug.stderr and "pyspark" not in debug.stderr  # the direct path's traceback
 
 
 def test_an_initial_snapshot_asked_of_an_existing_slot_runs_after_the_way_out_its_error_names(two_pipelines, tmp_path):

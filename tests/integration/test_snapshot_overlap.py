@@ -11,12 +11,13 @@ import sys
 import threading
 import time
 
+import psycopg2
 import pytest
 
 from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.direct import ENV_SWITCH
 from airflow_provider_pglogical.apply.runner import apply_slot
-from airflow_provider_pglogical.apply.targets.postgres.overlap import OverlappedLoad, without_spark
+from airflow_provider_pglogical.apply.targets.postgres.overlap import OverlappedLoad, _why, without_spark
 from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget
 from airflow_provider_pglogical.exceptions import format_lsn
 from airflow_provider_pglogical.snapshot.layout import SnapshotLayout
@@ -344,3 +345,17 @@ def test_a_target_the_loaders_cannot_reach_fails_nothing_of_the_snapshot(pg_serv
     assert SnapshotLayout.from_uri(uri, "s1").requests() == {}
     assert loader.rows == {} and set(loader.left) == {f"public.{t}" for t in TABLES}
     assert all(why.startswith("OperationalError") and "no_such_database" in why for why in loader.left.values())
+
+
+def test_a_loaders_reason_names_the_servers_error_without_a_rows_value(pg_dsn):
+    """The reasons go into the run's JSON and log: a data exception (its message quotes the value) by its SQLSTATE
+    alone, a unique violation by its primary message (the key's value is only in its DETAIL)."""
+    execute(pg_dsn, "CREATE TABLE uniq (id int PRIMARY KEY)", "INSERT INTO uniq VALUES (424242)")
+    reasons = []
+    for sql in ("SELECT 'secret-value'::int", "INSERT INTO uniq VALUES (424242)"):
+        with psycopg2.connect(pg_dsn) as conn, conn.cursor() as cur, pytest.raises(psycopg2.Error) as raised:
+            cur.execute(sql)
+        reasons.append(_why(raised.value))
+    assert reasons[0] == "InvalidTextRepresentation (SQLSTATE 22P02; the server's message quotes a row's value)"
+    assert reasons[1].startswith("UniqueViolation (SQLSTATE 23505): duplicate key value violates unique constraint")
+    assert not any("secret-value" in r or "424242" in r for r in reasons), reasons

@@ -19,7 +19,13 @@ from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocatio
 from scripts.harness.pgserver import drop_database, execute, make_database
 from scripts.harness.pgserver import query as rows
 from tests.integration.test_object_store_staging import STORES
-from tests.support.objstores import AZURITE_ACCOUNT, STORAGE_VARIABLES, azurite_server, wasb_connection
+from tests.support.objstores import (
+    AZURITE_ACCOUNT,
+    STORAGE_VARIABLES,
+    azurite_server,
+    store_server,
+    wasb_connection,
+)
 from tests.support.staging_dags import ITEMS, dag_env, run_dag_after_workload, source_items
 
 TEST_DAGS = Path(__file__).parent / "dags"
@@ -29,11 +35,11 @@ DAG_ID = "pglogical_test_object_store_staging"
 @pytest.mark.parametrize("store", ["gcs", "azure-wasb"])
 def test_a_pipeline_dag_stages_to_the_store_and_applies_from_it_with_only_an_airflow_connection(
         store, pg_server, airflow, tmp_path):
-    start, root, connection = STORES[store]
+    kind, root, connection = STORES[store]
     src, dw = make_database(pg_server), make_database(pg_server)
     slot = f"dag_{store.replace('-', '_')}"
     try:
-        with start(tmp_path) as server:
+        with store_server(kind, tmp_path) as server:
             spec = tmp_path / "spec.yaml"
             spec.write_text(yaml.safe_dump({
                 "source": {"conn_id": "pgl_source", "publication": f"{slot}_pub", "slot": slot, "create": True},

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_pglogical.apply.batches import list_batches, read_changes
+from tests.support.sparkconf import session_conf
 from tests.support.stage import ITEMS, ITEMS_FULL, PAIRS, BatchSpec, Rel, write_batch
 
 # The relations live in tests/support/stage.py (shared strategies use them); re-exported for the tests here.
@@ -12,26 +13,18 @@ __all__ = ["ITEMS", "ITEMS_FULL", "PAIRS", "changes_frame"]
 
 
 # The frames of these tests are a few rows each, so a query's fixed costs are what a test pays for: with adaptive
-# execution off, a shuffle's single partition is planned once, not re-planned stage by stage. Results are the same:
-# adaptive execution coalesces such a shuffle's partitions into one anyway. (The net frames of 20 random batches of
-# test_kernels.py, twice each way, alternating: 25.7 → 23.5 CPU-seconds of the JVM, 8% less.)
-SMALL_FRAMES_CONF = {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false"}
+# execution off, a shuffle is planned once, not re-planned stage by stage. Two shuffle partitions (the session has
+# four) still split a batch's rows across partitions by key hash, so a result that depended on the rows' order
+# inside one partition could still show. (The net frames of 20 random batches of test_kernels.py, twice each way,
+# alternating, with one partition: 25.7 → 23.5 CPU-seconds of the JVM.)
+SMALL_FRAMES_CONF = {"spark.sql.shuffle.partitions": "2", "spark.sql.adaptive.enabled": "false"}
 
 
 @pytest.fixture(scope="module")
 def spark(spark):
     """The session's ``spark``, with SMALL_FRAMES_CONF for the module (its own settings restored after)."""
-    previous = {key: spark.conf.get(key, None) for key in SMALL_FRAMES_CONF}
-    for key, value in SMALL_FRAMES_CONF.items():
-        spark.conf.set(key, value)
-    try:
+    with session_conf(spark, SMALL_FRAMES_CONF):
         yield spark
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
 
 
 @pytest.fixture

@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import psycopg2
+
 from airflow_provider_pglogical.apply import snapshots
 from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
@@ -32,6 +34,7 @@ from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import
 from airflow_provider_pglogical.apply.targets.postgres.progress import SYNC_TABLE, ensure_sync_table
 from airflow_provider_pglogical.apply.targets.postgres.snapshot import PARALLEL_GROUPS
 from airflow_provider_pglogical.exceptions import format_lsn
+from airflow_provider_pglogical.history.recorder import error_line
 from airflow_provider_pglogical.snapshot.layout import SnapshotLayout
 
 if TYPE_CHECKING:
@@ -126,7 +129,7 @@ class OverlappedLoad:
                 for thread in threads:
                     thread.join()
         except Exception as exc:  # noqa: BLE001 - the apply after the snapshot loads every set, or reports it
-            self._failed = f"{type(exc).__name__}: {exc}"
+            self._failed = _why(exc)
             self._leave(self._drain(), self._failed)
         self.seconds = time.monotonic() - started
 
@@ -153,9 +156,9 @@ class OverlappedLoad:
                     except NeedsSpark:
                         self._leave(self._not_committed(mine, config, group), "its rows need Spark's transforms")
                     except Exception as exc:  # noqa: BLE001 - the apply loads what did not commit (or reports it)
-                        self._leave(self._not_committed(mine, config, group), f"{type(exc).__name__}: {exc}")
+                        self._leave(self._not_committed(mine, config, group), _why(exc))
         except Exception as exc:  # noqa: BLE001 - its connection did not open: the other loader, or ``close``, goes on
-            self._failed = self._failed or f"{type(exc).__name__}: {exc}"
+            self._failed = self._failed or _why(exc)
 
     def _load(self, target: PostgresTarget, config: ApplyConfig, group: tuple[str, ...]) -> bool:
         """Load ``group``'s snapshot; whether any of it loaded now. A group the apply must load (with tables
@@ -197,6 +200,22 @@ class OverlappedLoad:
         with self._lock:
             self.left.update(dict.fromkeys(tables, why))
         self._log(f"snapshot of {', '.join(tables)} left to the apply after the snapshot: {why}")
+
+
+def _why(exc: BaseException) -> str:
+    """A loader's error as one line that quotes no row value (it goes into the run's JSON and log): ours with its
+    message, a server error by its SQLSTATE and primary message (a data exception, class 22, by its SQLSTATE
+    alone: its message quotes the value), a connection's failure by its first line, anything else by its type."""
+    code = getattr(exc, "pgcode", None)
+    if isinstance(exc, psycopg2.Error) and code:
+        if code.startswith("22"):
+            return f"{type(exc).__name__} (SQLSTATE {code}; the server's message quotes a row's value)"
+        primary = ((exc.diag.message_primary if exc.diag else None) or "").strip().splitlines()
+        return f"{type(exc).__name__} (SQLSTATE {code}): {primary[0] if primary else ''}"
+    if isinstance(exc, psycopg2.Error):
+        lines = str(exc).strip().splitlines()
+        return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    return error_line(exc)
 
 
 def log_info(message: str) -> None:
