@@ -29,10 +29,9 @@ PG17_BIN_CANDIDATES = [
 # modules for the end, so neither worker sits idle while the other finishes a 4-minute module. (xdist's own
 # reorder, by number of tests per module, queued these one- and two-test modules last.) A module missing here
 # is only scheduled less well; keep the list roughly in step with `--durations` when a module grows. After them come
-# the other modules of SERVICE_FOLDERS, then the rest (unit tests), each by number of tests: a one-test module that
-# starts PostgreSQL, Spark or Airflow work takes seconds to a minute, a unit module seconds, so the run ends on
-# short modules that even out both workers' ends (by number of tests alone, a one-test Airflow or Spark module
-# would be among the last few units, one worker running it while the other has nothing left).
+# the others by number of tests, most first, so light unit modules run beside the heavy service ones (handing out
+# the service modules first and the unit modules last ran the whole suite in 29 m 43 s against 25 m 17 s this way,
+# clean clone and same tree, one run each).
 SLOW_MODULES = (
     "tests/integration/test_spark_cluster.py",
     "tests/system/test_example_dags.py",
@@ -140,8 +139,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 @pytest.hookimpl(tryfirst=True)  # before pytest's own hook deselects by ``-m``
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests under SERVICE_FOLDERS or using SERVICE_FIXTURES marked ``integration``; modules in SLOW_MODULES first
-    (in its order), then the other modules under SERVICE_FOLDERS, then the rest, each of those two by number of
-    tests, most first (what xdist's loadscope reorder does); the modules of SPARK_CLUSTER_MODULES together, in its
+    (in its order), then the others by number of tests, most first (what xdist's loadscope reorder does); the modules of SPARK_CLUSTER_MODULES together, in its
     order, where the first of them ranks; tests keep their order inside a module. A test using the cluster's
     fixtures outside SPARK_CLUSTER_MODULES is refused: it would start a second cluster on another worker."""
     rank = {module: i for i, module in enumerate(SLOW_MODULES)}
@@ -158,12 +156,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         modules.setdefault(module, []).append(item)
     group_rank = min((rank.get(module, len(rank)) for module in SPARK_CLUSTER_MODULES), default=len(rank))
 
-    def key(entry: tuple[str, list[pytest.Item]]) -> tuple[int, int, int, int]:
+    def key(entry: tuple[str, list[pytest.Item]]) -> tuple[int, int, int]:
         module, module_items = entry
         if module in SPARK_CLUSTER_MODULES:
-            return group_rank, 0, 0, SPARK_CLUSTER_MODULES.index(module)
-        in_service_folder = any(module_items[0].path.is_relative_to(folder) for folder in SERVICE_FOLDERS)
-        return rank.get(module, len(rank)), 1, 0 if in_service_folder else 1, -len(module_items)
+            return group_rank, 0, SPARK_CLUSTER_MODULES.index(module)
+        return rank.get(module, len(rank)), 1, -len(module_items)
 
     ordered = sorted(modules.items(), key=key)
     items[:] = [item for _module, module_items in ordered for item in module_items]
