@@ -121,14 +121,15 @@ def overlapped_loader(target_dsn: str, uri: str, slot: str) -> Any:
     """The loader ``pglogical run`` uses to load each published table while the snapshot reads on, or None for a
     package without it (its apply starts after the snapshot)."""
     try:
-        from airflow_provider_pglogical.apply.targets.postgres.overlap import OverlappedLoad, without_spark
+        from airflow_provider_pglogical.apply.targets.postgres.overlap import OverlappedLoad
+        from airflow_provider_pglogical.apply.without_spark import refusing_session
     except ImportError:
         return None
     from airflow_provider_pglogical.apply.config import ApplyConfig
     from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget
 
     config = ApplyConfig(slot=slot, staging_root=uri, tables={})
-    return OverlappedLoad(lambda: (PostgresTarget(without_spark(True), config, target_dsn), config))
+    return OverlappedLoad(lambda: (PostgresTarget(refusing_session(True), config, target_dsn), config))
 
 
 SNAPSHOT_CPU: dict[str, float] = {}  # per slot: CPU seconds of this process and its reader processes

@@ -39,6 +39,13 @@ def _refuse() -> SparkSession:
     raise SparkNeeded("a step of the apply needs a Spark session")
 
 
+def refusing_session(local_master: bool) -> SparkOnDemand:
+    """A session on demand that never starts: a step that asks for it raises ``SparkNeeded`` (``needed_spark``
+    finds it however a step wrapped it). ``local_master``: whether this process may read staging on an object
+    store itself (``batches.readable_here``)."""
+    return SparkOnDemand(_refuse, local_master=local_master)
+
+
 @dataclass
 class WithoutSparkResult:
     """``reports``: one per batch the runner handed on (``on_batch``'s), in LSN order; ``needs_spark``: a step
@@ -73,9 +80,9 @@ def apply_without_spark(config: ApplyConfig, dsn: str, *, master: str | None = N
     from airflow_provider_pglogical.apply.runner import apply_slot
 
     try:
-        result.summary = apply_slot(SparkOnDemand(_refuse, local_master=session_is_local(master)), config, dsn, on_batch=seen)
+        result.summary = apply_slot(refusing_session(session_is_local(master)), config, dsn, on_batch=seen)
     except Exception as exc:
-        if not _needed_spark(exc):
+        if not needed_spark(exc):
             raise
         result.needs_spark, result.summary = True, list(result.reports)
         done = [r for r in result.reports if r.applied]
@@ -84,7 +91,7 @@ def apply_without_spark(config: ApplyConfig, dsn: str, *, master: str | None = N
     return result
 
 
-def _needed_spark(exc: BaseException | None) -> bool:
+def needed_spark(exc: BaseException | None) -> bool:
     """Whether ``exc`` is, or was raised while handling or because of, the refusal (a step may wrap it)."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:

@@ -403,12 +403,13 @@ class PostgresSpecTarget(SpecTarget):
 
     def overlapped_snapshot_load(self, config: Callable[[], ApplyConfig], *, local_master: bool,
                                  log: Callable[[str], None]) -> OverlappedLoad | None:
-        from airflow_provider_pglogical.apply.targets.postgres.overlap import OverlappedLoad, without_spark
+        from airflow_provider_pglogical.apply.targets.postgres.overlap import OverlappedLoad
         from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget
+        from airflow_provider_pglogical.apply.without_spark import refusing_session
 
         def make() -> tuple[PostgresTarget, ApplyConfig]:
             cfg = config()
-            return cast(PostgresTarget, self.for_apply(without_spark(local_master), cfg)), cfg
+            return cast(PostgresTarget, self.for_apply(refusing_session(local_master), cfg)), cfg
 
         return OverlappedLoad(make, log=log)
 

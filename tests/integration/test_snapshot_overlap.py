@@ -17,8 +17,9 @@ import pytest
 from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.direct import ENV_SWITCH
 from airflow_provider_pglogical.apply.runner import apply_slot
-from airflow_provider_pglogical.apply.targets.postgres.overlap import OverlappedLoad, _why, without_spark
+from airflow_provider_pglogical.apply.targets.postgres.overlap import OverlappedLoad, _why
 from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget
+from airflow_provider_pglogical.apply.without_spark import refusing_session
 from airflow_provider_pglogical.exceptions import format_lsn
 from airflow_provider_pglogical.snapshot.layout import SnapshotLayout
 from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings, initial_snapshot, sync_pending
@@ -47,7 +48,7 @@ def job(source: str, uri: str) -> SnapshotJob:
 
 def loader_of(target: str, uri: str) -> OverlappedLoad:
     config = ApplyConfig(slot="s1", staging_root=uri, tables={})
-    return OverlappedLoad(lambda: (PostgresTarget(without_spark(True), config, target), config))
+    return OverlappedLoad(lambda: (PostgresTarget(refusing_session(True), config, target), config))
 
 
 def synced(target: str) -> dict[str, str]:
@@ -112,7 +113,7 @@ def test_a_set_a_foreign_key_of_the_target_links_to_a_later_set_is_loaded_with_i
     assert set(loader.left) == {f"public.{t}" for t in TABLES}, loader.summary()
     assert all("foreign key of the target" in why for why in loader.left.values()), loader.left
     assert "public.wide" in loader.left["public.parents"] and "public.parents" in loader.left["public.wide"]
-    apply_slot(without_spark(True), ApplyConfig(slot="s1", staging_root=uri, tables={}), target)
+    apply_slot(refusing_session(True), ApplyConfig(slot="s1", staging_root=uri, tables={}), target)
     lsn = format_lsn(result.lsn)
     assert synced(target) == {f"public.{t}": lsn for t in TABLES}
     for table, columns in (("parents", "t::text"), ("children", "t::text"), ("wide", "id, payload, flags, at")):
@@ -140,7 +141,7 @@ def test_of_a_set_whose_load_failed_only_the_groups_not_committed_are_left(pg_se
                     raise RuntimeError("the second group stopped before its COMMIT")
 
     config = ApplyConfig(slot="s1", staging_root=uri, tables={})
-    loader = OverlappedLoad(lambda: (PostgresTarget(without_spark(True), config, target,
+    loader = OverlappedLoad(lambda: (PostgresTarget(refusing_session(True), config, target,
                                                     on_checkpoint=second_commit_fails), config))
     with loader:
         result = initial_snapshot(job(source, uri), on_published=loader.published)
@@ -149,7 +150,7 @@ def test_of_a_set_whose_load_failed_only_the_groups_not_committed_are_left(pg_se
     assert len(committed & {"public.parents", "public.children"}) == 1, committed
     assert set(loader.left) == {"public.parents", "public.children"} - committed, loader.summary()
     assert all(why.startswith("RuntimeError") for why in loader.left.values())
-    apply_slot(without_spark(True), config, target)
+    apply_slot(refusing_session(True), config, target)
     assert synced(target) == {f"public.{t}": lsn for t in TABLES}
     assert_equal(source, target)
 
@@ -175,7 +176,7 @@ def test_the_overlapped_load_ends_as_the_load_after_the_snapshot(pg_server, pg_d
     # plain: every set loaded while reading; target_fk: every set left to the apply (one transaction for the three)
     assert set(loader.rows) == ({f"public.{t}" for t in TABLES} if target_sql == TARGET_SQL else set())
     for target in (overlapped, reference):
-        apply_slot(without_spark(True), config, target)
+        apply_slot(refusing_session(True), config, target)
     for table in TABLES:
         rows = f"SELECT t::text FROM {table} t ORDER BY id"  # noqa: S608 - the module's names
         assert query(overlapped, rows) == query(reference, rows) != [], table
@@ -222,7 +223,7 @@ def test_the_loaders_load_at_most_parallel_groups_groups_at_once(pg_server, pg_d
     snapshot = SnapshotJob(dsn=source, slot="s1", publication="pub", staging_uri=uri,
                            tables={f"public.{t}": (None, None) for t in ("a1", "a2", "b1", "b2")},
                            settings=SnapshotSettings(initial=True, parallelism=1))
-    with OverlappedLoad(lambda: (PostgresTarget(without_spark(True), config, target, on_checkpoint=count),
+    with OverlappedLoad(lambda: (PostgresTarget(refusing_session(True), config, target, on_checkpoint=count),
                                  config)) as loader:
         initial_snapshot(snapshot, on_published=loader.published)
     assert loader.left == {} and len(loader.rows) == 4, loader.summary()
@@ -259,10 +260,10 @@ def test_a_kill_inside_the_overlapped_window_reruns_to_an_exact_copy(pg_server, 
         again = sync_pending(job(source, uri), on_published=loader.published)
     assert set(again.tables) == {"public.wide"} and loader.left == {}
     config = ApplyConfig(slot="s1", staging_root=uri, tables={})
-    apply_slot(without_spark(True), config, target)  # what the overlap left (after a mid-COPY kill: parents, children)
+    apply_slot(refusing_session(True), config, target)  # what the overlap left (after a mid-COPY kill: parents, children)
     assert_equal(source, target)
     assert synced(target)["public.wide"] == format_lsn(again.lsn)
-    assert not any(r.applied for r in apply_slot(without_spark(True), config, target))
+    assert not any(r.applied for r in apply_slot(refusing_session(True), config, target))
 
 
 def test_sets_whose_rows_need_spark_are_left_to_the_apply(pg_server, pg_dsn, tmp_path, spark, monkeypatch):

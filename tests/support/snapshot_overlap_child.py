@@ -16,8 +16,9 @@ import sys
 import time
 
 from airflow_provider_pglogical.apply.config import ApplyConfig
-from airflow_provider_pglogical.apply.targets.postgres.overlap import OverlappedLoad, without_spark
+from airflow_provider_pglogical.apply.targets.postgres.overlap import OverlappedLoad
 from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget
+from airflow_provider_pglogical.apply.without_spark import refusing_session
 from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings, initial_snapshot
 from tests.support.kill_points import dying_at
 
@@ -27,7 +28,7 @@ HOLD_S = 120.0  # longer than any load of the test's tables: the kill ends the w
 def main() -> None:
     args = json.loads(sys.argv[1])
     config = ApplyConfig(slot=args["slot"], staging_root=args["staging_uri"], tables={})
-    loader = OverlappedLoad(lambda: (PostgresTarget(without_spark(True), config, args["target"],
+    loader = OverlappedLoad(lambda: (PostgresTarget(refusing_session(True), config, args["target"],
                                                     on_checkpoint=dying_at(args["kill_at"])), config))
     published = False
 

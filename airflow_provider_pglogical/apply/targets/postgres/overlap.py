@@ -29,17 +29,15 @@ import psycopg2
 
 from airflow_provider_pglogical.apply import snapshots
 from airflow_provider_pglogical.apply.config import ApplyConfig
-from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
 from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import qualified
 from airflow_provider_pglogical.apply.targets.postgres.progress import SYNC_TABLE, ensure_sync_table
 from airflow_provider_pglogical.apply.targets.postgres.snapshot import PARALLEL_GROUPS
+from airflow_provider_pglogical.apply.without_spark import needed_spark
 from airflow_provider_pglogical.exceptions import format_lsn
 from airflow_provider_pglogical.history.recorder import error_line
 from airflow_provider_pglogical.snapshot.layout import SnapshotLayout
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
     from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget
 
 log = logging.getLogger(__name__)
@@ -47,24 +45,12 @@ log = logging.getLogger(__name__)
 Log = Callable[[str], None]
 
 
-class NeedsSpark(Exception):
-    """A table of the set needs Spark's transforms: the apply after the snapshot loads its set."""
-
-
-def _no_spark() -> SparkSession:
-    raise NeedsSpark
-
-
-def without_spark(local_master: bool) -> SparkOnDemand:
-    """A session on demand that never starts: the loaders' (``local_master``: the run's, for ``direct_rows``)."""
-    return SparkOnDemand(_no_spark, local_master=local_master)
-
-
 class OverlappedLoad:
     """Loads published snapshot sets (``published``) on ``workers`` threads, each on a connection of its own, under
     one target session (the slot's apply lock) opened at the first publication; ``close`` waits for the loads.
 
-    ``make``: the target (built with ``without_spark``) and the apply config, made at the first publication.
+    ``make``: the target (its session ``without_spark.refusing_session``) and the apply config, made at the
+    first publication.
     ``published`` never raises and never waits for a load: the snapshot's reading goes on."""
 
     def __init__(self, make: Callable[[], tuple[PostgresTarget, ApplyConfig]], *, workers: int = PARALLEL_GROUPS,
@@ -153,10 +139,9 @@ class OverlappedLoad:
                             with self._lock:
                                 self.timeline.append({"tables": list(group), "published_s": published_s,
                                                       "loaded_s": self._since_first()})
-                    except NeedsSpark:
-                        self._leave(self._not_committed(mine, config, group), "its rows need Spark's transforms")
                     except Exception as exc:  # noqa: BLE001 - the apply loads what did not commit (or reports it)
-                        self._leave(self._not_committed(mine, config, group), _why(exc))
+                        why = "its rows need Spark's transforms" if needed_spark(exc) else _why(exc)
+                        self._leave(self._not_committed(mine, config, group), why)
         except Exception as exc:  # noqa: BLE001 - its connection did not open: the other loader, or ``close``, goes on
             self._failed = self._failed or _why(exc)
 
