@@ -23,7 +23,8 @@ the whole batch's net rows, which a target receives as a stream of batches (the 
 its staging table and applies them together, as it does a single batch). Spill files are removed as each partition
 is netted, and the directory when the netting ends, whether it succeeded or failed, or when its consumer closes
 it (``arrownet.copy_tasks`` closes it when the COPY fails); a failure raises ``ApplyError`` before the target
-commits, so nothing is lost. Only a killed process leaves its ``pglogical-net-*`` directory behind. A single key's
+commits, so nothing is lost. A killed process leaves its ``pglogical-net-*`` directory behind until the next netting
+under the same base removes it (``spill_dirs``: each directory is locked by its live process). A single key's
 changes are never split: a key changed more often than a partition's share holds its partition above the bounds.
 A partition whose string or binary column reaches Arrow's 2 GiB offsets fails with an ``ApplyError`` that names
 ``PGLOGICAL_APPLY_INPROCESS_ROWS=0`` (``overflow_error``), which leaves such table-batches to Spark.
@@ -31,9 +32,9 @@ A partition whose string or binary column reaches Arrow's 2 GiB offsets fails wi
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
-import shutil
 import tempfile
 from collections.abc import Generator, Iterable, Iterator, Sequence
 
@@ -41,10 +42,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_pglogical.apply import kernels, published
+from airflow_provider_pglogical.apply import kernels, published, spill_dirs
 from airflow_provider_pglogical.exceptions import ApplyError
 
 SPILL_SWITCH = "PGLOGICAL_APPLY_SPILL_DIR"
+SPILL_PREFIX = "pglogical-net-"
 # Staged rows routed at a time: row groups (32k rows by default) are gathered to this many, or to this many bytes
 # of Arrow buffers, whichever comes first, so the per-chunk cost of the routing and of the spill writes stays small
 # beside the rows' own while a chunk of wide rows (and its published and per-partition copies) stays small beside
@@ -205,12 +207,12 @@ def netted(chunks: Iterable[pa.Table], *, source: str, key: Sequence[str], colum
     per partition, whose union is ``kernels.compact_changes`` of the whole published batch. ``source`` names the
     table in errors."""
     base = spill_directory()
-    try:
-        directory = tempfile.mkdtemp(prefix="pglogical-net-", dir=base)
-    except OSError as e:
-        raise ApplyError(f"{source}: cannot spill {partitions} key partitions of the table-batch to {base} "
-                         f"({_reason(e)}); {way_out(e, 'a writable directory')}") from None
-    try:
+    with contextlib.ExitStack() as claim:  # removes the directory however the netting ends (closed early included)
+        try:
+            directory = claim.enter_context(spill_dirs.claimed(base, SPILL_PREFIX))
+        except OSError as e:
+            raise ApplyError(f"{source}: cannot spill {partitions} key partitions of the table-batch to {base} "
+                             f"({_reason(e)}); {way_out(e, 'a writable directory')}") from None
         paths = [os.path.join(directory, f"part-{j}.arrow") for j in range(partitions)]
         spilled = _spill(chunks, paths, key=key, identity=identity, row_filter=row_filter, actions=actions,
                          source=source, directory=directory)
@@ -233,8 +235,6 @@ def netted(chunks: Iterable[pa.Table], *, source: str, key: Sequence[str], colum
             os.remove(path)
             owned = (key_hash(rows.keys) % np.uint64(partitions)) == j
             yield rows if owned.all() else rows.take(np.flatnonzero(owned))
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 def overflow_error(source: str, where: str) -> ApplyError:
