@@ -4,8 +4,10 @@ cluster; the workers hold the staging credentials, the driver another key (``DRI
 
 An initial snapshot and the native-equivalence workload (row filters with UPDATE→INSERT/DELETE, key changes,
 TOAST, TRUNCATE cascades) end as a native ``copy_data`` subscriber's tables, with tasks on both workers and no
-row-change file read by a driver; a worker killed while its executor reads a batch loses nothing: Spark runs
-the task again on the other worker and the target still ends as the native subscriber's. A Delta target on the
+row-change file read by a driver; under ``spark.master``, a worker killed while its executor reads the changes'
+batch loses nothing: Spark runs the task again on the other worker and the target still ends as the native
+subscriber's (the kill happens in that run, not in one of its own: an application costs a driver and two
+executor JVMs). A Delta target on the
 same cluster — the spec app spark-submitted to its master, and ``pglogical run`` over the Connect server on it —
 ends as the native subscriber's tables too.
 """
@@ -23,7 +25,6 @@ import pytest
 
 from airflow_provider_pglogical.apply.sparkenv import spark_submit_env
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
-from airflow_provider_pglogical.hooks import PgLogicalHook
 from scripts.harness.pgserver import query
 from scripts.harness.subscriber import run_script
 from scripts.harness.userenv import run_as_user, venv_script
@@ -32,8 +33,6 @@ from tests.support.cluster import Cluster, cluster_connect, spark_cluster  # noq
 from tests.support.remote_specs import (
     BATCH_ONE,
     BATCH_TWO,
-    PRE_EXISTING_SQL,
-    SLOT,
     SNAPSHOT_SQL,
     Databases,
     assert_delta_equals_native,
@@ -46,8 +45,9 @@ APP = str(Path(__file__).resolve().parents[2] / "spark_apps" / "apply_spec.py")
 
 
 @pytest.fixture
-def databases(pg_server, request) -> Iterator[Databases]:
-    dbs = Databases(pg_server, copy_data=request.param, source_sql=SNAPSHOT_SQL if request.param else PRE_EXISTING_SQL)
+def databases(pg_server) -> Iterator[Databases]:
+    """The workload's databases, the source with the snapshot's rows, the native subscriber copying them."""
+    dbs = Databases(pg_server, copy_data=True, source_sql=SNAPSHOT_SQL)
     try:
         dbs.subscribe()
         yield dbs
@@ -75,40 +75,6 @@ def tasks_per_worker(cluster: Cluster) -> list[int]:
     return [sum(len(w.task_attempts(app)) for app in cluster.spark.apps()) for w in cluster.spark.workers]
 
 
-@pytest.mark.parametrize("databases", [True], indirect=True, ids=[""])
-@pytest.mark.parametrize("where", ["submit", "connect"])
-def test_snapshot_and_changes_on_two_workers_match_a_native_subscriber(
-        spark_cluster, request, databases, tmp_path, where):  # noqa: F811 (the fixtures imported above)
-    """``spark.master: spark://…`` (the driver in ``pglogical``) and ``spark.remote`` of a Connect server whose
-    application runs on the cluster (its driver without S3 credentials): a run with the snapshot, then one with the
-    workload's changes (each run of the first is an application of its own, with a JVM and two executors)."""
-    spark = ({"remote": request.getfixturevalue("cluster_connect")} if where == "connect"
-             else {"master": spark_cluster.spark.master_url, "conf": spark_cluster.conf()})
-    spec = cluster_spec(tmp_path / "spec.yaml", databases, spark_cluster, spark, snapshot=True)
-    tasks_before = tasks_per_worker(spark_cluster)
-    recorded = spark_cluster.requests
-    try:
-        recorded.start()
-        snapshot = run(spec, spark_cluster)
-        assert snapshot["decode"]["snapshot"]["initial"]["tables"]["public.cols"]["rows"] == 5000, snapshot
-        for script in (BATCH_ONE, BATCH_TWO):  # one batch (test_native_equivalence applies them as two)
-            run_script(databases.source, script)
-        assert run(spec, spark_cluster)["apply"]["batches_applied"] == 1
-        recorded.stop()
-        assert_postgres_equals_native(databases)
-        assert table_rows(databases.ours, "cols")[-1] == (5999, "a5999", None, 5999)  # the snapshot's column list
-        # Both workers' executors ran tasks of these runs.
-        tasks_after = tasks_per_worker(spark_cluster)
-        assert all(after > before for before, after in zip(tasks_before, tasks_after, strict=True)), tasks_after
-        # The executors read every row-change and snapshot file; the driver read no row-change file.
-        assert recorded.reads(EXECUTOR_KEY, "/tables/") > 0
-        assert recorded.reads(EXECUTOR_KEY, "/chunks/") > 0
-        assert recorded.reads(DRIVER_KEY, "/tables/") == 0
-        assert recorded.reads(DRIVER_KEY, "_manifest.json") > 0  # the driver planned from the manifests
-    finally:
-        recorded.stop()
-
-
 def submit(spec: Path, cluster: Cluster) -> dict:
     """``pglogical decode``, then spark-submit of the spec app to the cluster as the user types it (client deploy
     mode: the driver, where delta-rs commits, in the spark-submit process with the driver's S3 key)."""
@@ -123,7 +89,6 @@ def submit(spec: Path, cluster: Cluster) -> dict:
     return {"decode": json.loads(decoded.stdout), "apply": json.loads(result.stdout.strip().splitlines()[-1])}
 
 
-@pytest.mark.parametrize("databases", [True], indirect=True, ids=[""])
 @pytest.mark.parametrize("where", ["submit", "connect"])
 def test_a_delta_target_on_two_workers_matches_a_native_subscriber(
         spark_cluster, request, databases, tmp_path, where):  # noqa: F811 (the fixtures imported above)
@@ -156,27 +121,18 @@ def test_a_delta_target_on_two_workers_matches_a_native_subscriber(
         recorded.stop()
 
 
-@pytest.mark.parametrize("databases", [False], indirect=True, ids=[""])
-def test_a_worker_killed_while_its_executor_reads_a_batch_loses_nothing(
-        spark_cluster, databases, tmp_path):  # noqa: F811 (the fixture imported above)
-    """Runs last of the cluster's modules (tests/conftest.py): the cluster keeps one worker (a test asking for it
-    afterwards gets a new one). The S3 server holds the executors' reads of
-    row-change files until both workers' executors are inside such a read; then worker 1's JVM and its executor
-    are SIGKILLed. Spark runs the lost task again on worker 2, the run ends, and the target is the native
-    subscriber's: nothing lost, nothing applied twice (the progress row is the batch's end)."""
-    PgLogicalHook.from_dsn(databases.source).create_slot(SLOT)
-    spark = {"master": spark_cluster.spark.master_url, "conf": spark_cluster.conf()}
-    spec = cluster_spec(tmp_path / "spec.yaml", databases, spark_cluster, spark, snapshot=False)
-    for script in (BATCH_ONE, BATCH_TWO):
-        run_script(databases.source, script)
-    worker1, worker2 = spark_cluster.spark.workers
-    apps_before, gate = spark_cluster.spark.apps(), spark_cluster.gate
+def run_losing_worker1(spec: Path, cluster: Cluster) -> tuple[dict, str]:
+    """``run``, with worker 1's JVM and executor SIGKILLed once both workers' executors are inside a read of a
+    row-change file (the S3 server holds those reads until then): its report and the run's application id."""
+    worker1, worker2 = cluster.spark.workers
+    apps_before, gate = cluster.spark.apps(), cluster.gate
+    held_before = gate.waiting
     gate.close()
     with ThreadPoolExecutor(1) as pool:
         try:
-            running = pool.submit(run, spec, spark_cluster)
+            running = pool.submit(run, spec, cluster)
             deadline = time.monotonic() + 300
-            while not (gate.waiting >= 2 and (apps := spark_cluster.spark.apps() - apps_before)
+            while not (gate.waiting - held_before >= 2 and (apps := cluster.spark.apps() - apps_before)
                        and all(w.running_tasks(app) for w in (worker1, worker2) for app in apps)):
                 assert time.monotonic() < deadline, "the executors did not both reach a staged file"
                 assert not running.done(), running.result()
@@ -185,11 +141,55 @@ def test_a_worker_killed_while_its_executor_reads_a_batch_loses_nothing(
             worker1.kill()
         finally:
             gate.open()
-        report = running.result()
-    assert report["apply"]["batches_applied"] == 1
-    # The task worker 1 was running ran again on worker 2 (a second attempt).
-    assert any(attempt > 0 for _, attempt in worker2.task_attempts(app)), worker2.task_attempts(app)
-    assert_postgres_equals_native(databases)
-    (slot_lsn,) = query(databases.source, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
-                                          "WHERE slot_name = 'ours'")[0]
-    assert query(databases.ours, "SELECT DISTINCT end_lsn::text FROM pglogical_progress WHERE slot = 'ours'") == [(slot_lsn,)]
+        return running.result(), app
+
+
+@pytest.mark.parametrize("where", ["connect", "submit"])
+def test_snapshot_and_changes_on_two_workers_match_a_native_subscriber(
+        spark_cluster, request, databases, tmp_path, where):  # noqa: F811 (the fixtures imported above)
+    """``spark.remote`` of a Connect server whose application runs on the cluster (its driver without S3
+    credentials) and ``spark.master: spark://…`` (the driver in ``pglogical``): a run with the snapshot, then one
+    with the workload's changes (each run of the latter is an application of its own, with a JVM and two
+    executors).
+
+    The second run of ``spark.master`` loses a worker while its executor reads the batch: worker 1's JVM and its
+    executor are SIGKILLed once both workers' executors are inside a read of a row-change file. Spark runs the lost
+    task again on worker 2, the run ends, and the target is the native subscriber's: nothing lost, nothing applied
+    twice (every progress row is the slot's confirmed end). So this runs last of the cluster's modules
+    (tests/conftest.py), ``spark.master`` last of its two: the cluster keeps one worker (a test asking for it
+    afterwards gets a new one)."""
+    spark = ({"remote": request.getfixturevalue("cluster_connect")} if where == "connect"
+             else {"master": spark_cluster.spark.master_url, "conf": spark_cluster.conf()})
+    spec = cluster_spec(tmp_path / "spec.yaml", databases, spark_cluster, spark, snapshot=True)
+    tasks_before = tasks_per_worker(spark_cluster)
+    recorded = spark_cluster.requests
+    try:
+        recorded.start()
+        snapshot = run(spec, spark_cluster)
+        assert snapshot["decode"]["snapshot"]["initial"]["tables"]["public.cols"]["rows"] == 5000, snapshot
+        for script in (BATCH_ONE, BATCH_TWO):  # one batch (test_native_equivalence applies them as two)
+            run_script(databases.source, script)
+        changes, killed_app = (run_losing_worker1(spec, spark_cluster) if where == "submit"
+                               else (run(spec, spark_cluster), None))
+        assert changes["apply"]["batches_applied"] == 1
+        recorded.stop()
+        assert_postgres_equals_native(databases)
+        assert table_rows(databases.ours, "cols")[-1] == (5999, "a5999", None, 5999)  # the snapshot's column list
+        (slot_lsn,) = query(databases.source, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
+                                              "WHERE slot_name = 'ours'")[0]
+        assert query(databases.ours, "SELECT DISTINCT end_lsn::text FROM pglogical_progress "
+                                     "WHERE slot = 'ours'") == [(slot_lsn,)]
+        if killed_app is not None:  # the task worker 1 was running ran again on worker 2 (a second attempt)
+            worker2 = spark_cluster.spark.workers[1]
+            assert any(attempt > 0 for _, attempt in worker2.task_attempts(killed_app)), worker2.task_attempts(
+                killed_app)
+        # Both workers' executors ran tasks of these runs.
+        tasks_after = tasks_per_worker(spark_cluster)
+        assert all(after > before for before, after in zip(tasks_before, tasks_after, strict=True)), tasks_after
+        # The executors read every row-change and snapshot file; the driver read no row-change file.
+        assert recorded.reads(EXECUTOR_KEY, "/tables/") > 0
+        assert recorded.reads(EXECUTOR_KEY, "/chunks/") > 0
+        assert recorded.reads(DRIVER_KEY, "/tables/") == 0
+        assert recorded.reads(DRIVER_KEY, "_manifest.json") > 0  # the driver planned from the manifests
+    finally:
+        recorded.stop()
