@@ -24,7 +24,7 @@ import logging
 from collections.abc import Generator, Iterator
 from itertools import chain
 from types import TracebackType
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import psycopg2
 
@@ -136,23 +136,26 @@ def copy_statement(select: bytes) -> bytes:
     return b"COPY (" + select + b") TO STDOUT (FORMAT binary)"
 
 
-class RowBlocks:
+Row = TypeVar("Row")
+
+
+class RowBlocks(Generic[Row]):
     """Slot rows that also come a list at a time: iterating gives the ``(lsn, xid, data)`` rows,
     ``blocks()`` the lists they were read in (the drain's decoder takes lists, so the rows need not
     pass one by one through a generator per layer). Use one of the two, once; ``close()`` ends the
     read (``blocks``' ``close``: a COPY is cancelled, a connection released)."""
 
-    def __init__(self, blocks: Generator[list[SlotRow], None, None]) -> None:
+    def __init__(self, blocks: Generator[list[Row], None, None]) -> None:
         self._blocks = blocks
         self._rows = chain.from_iterable(blocks)
 
-    def blocks(self) -> Generator[list[SlotRow], None, None]:
+    def blocks(self) -> Generator[list[Row], None, None]:
         return self._blocks
 
-    def __iter__(self) -> Iterator[SlotRow]:
+    def __iter__(self) -> Iterator[Row]:
         return self._rows
 
-    def __next__(self) -> SlotRow:
+    def __next__(self) -> Row:
         return next(self._rows)
 
     def close(self) -> None:

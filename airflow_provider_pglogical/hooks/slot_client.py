@@ -8,9 +8,9 @@ resolving an Airflow connection into the ``connect`` callable.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from itertools import islice
-from typing import Any
+from typing import Any, cast
 
 import psycopg2
 import psycopg2.extensions
@@ -422,7 +422,7 @@ class PgLogicalClient:
         return self._stream_cursor(query, params, slot=slot, publication=pub_name, itersize=itersize)
 
     def _stream_copy(self, query: sql.Composable, params: tuple[Any, ...], *, slot: str, publication: str,
-                     itersize: int) -> Iterator[list[tuple[int, int, bytes | memoryview]]]:
+                     itersize: int) -> Generator[list[Row], None, None]:
         """Peek through binary COPY on a fresh connection of the compiled module's libpq, opened with the
         session's parameters and encoding, a list of rows at a time. A statement the server refuses is run
         again through the cursor path, which raises its error the way every other call does (typed by
@@ -441,7 +441,8 @@ class PgLogicalClient:
             blocks = copystream.stream_blocks(conn, select, itersize)
             try:
                 with translated_errors(slot=slot, publication=publication):
-                    yield from blocks
+                    # Rows of bytes are rows of ``bytes | memoryview``; the lists are only read downstream.
+                    yield from cast(Iterator[list[Row]], blocks)
             except copystream.CopyRefused:
                 yield from _listed(self._stream_cursor(query, params, slot=slot, publication=publication,
                                                        itersize=itersize), itersize)
