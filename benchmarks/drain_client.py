@@ -61,8 +61,9 @@ def capture(changes: int, workload: str, path: str) -> int:
     return len(rows)
 
 
-def client_work(rows_path: str, repeat: int) -> list[float]:
-    """CPU seconds (all threads) of assembler + writer over the captured rows, ``repeat`` times."""
+def client_work(rows_path: str, repeat: int) -> list[tuple[float, float]]:
+    """CPU seconds of assembler + writer over the captured rows, ``repeat`` times: (all threads, the decoding
+    thread alone). The decoding thread's share is the client's critical path: the row-group thread runs beside it."""
     from airflow_provider_pglogical.decoding.assembler import ChangeAssembler
     from airflow_provider_pglogical.decoding.gcpause import paused_gc
     from airflow_provider_pglogical.decoding.model import RelationSchema, Transaction
@@ -86,7 +87,7 @@ def client_work(rows_path: str, repeat: int) -> list[float]:
         blocks = iter([rows[i:i + ITERSIZE] for i in range(0, len(rows), ITERSIZE)])
         root = tempfile.mkdtemp(prefix="pglogical-bench-client-")
         try:
-            c0 = time.process_time()
+            c0, t0 = time.process_time(), time.thread_time()
             writer = BatchWriter(StagingLayout.from_uri(root, "ours"), start_lsn=1, slot="ours", publication="p",
                                  resolver=Resolver())
             with ChangeAssembler(memory_budget=budget) as assembler, paused_gc():
@@ -94,7 +95,7 @@ def client_work(rows_path: str, repeat: int) -> list[float]:
                     assert isinstance(event, Transaction)
                     writer.write_transaction(event)
                 writer.finish_files()
-            out.append(round(time.process_time() - c0, 3))
+            out.append((round(time.process_time() - c0, 3), round(time.thread_time() - t0, 3)))
         finally:
             shutil.rmtree(root, ignore_errors=True)
     return out
@@ -131,15 +132,42 @@ def hand_over(rows_path: str, repeat: int) -> dict[str, list[float]]:
     return out
 
 
-def elsewhere(code: str, rows_path: str, repeat: int) -> list[float]:
+def run_scan(repeat: int, changes: int = 700_000, slice_rows: int = 4096) -> dict[str, list[float]]:
+    """CPU seconds of the writer's scan for runs of one relation over ``changes`` row changes in the spill's
+    slices: the Python reference against ``_speedups.relation_run`` (empty without the compiled module)."""
+    from airflow_provider_pglogical.decoding import speedups
+    from airflow_provider_pglogical.decoding.model import RowChange
+    from airflow_provider_pglogical.staging import writer
+
+    relation: Any = object()
+    slices = [[RowChange("I", relation, i, None, None) for i in range(lo, min(lo + slice_rows, changes))]
+              for lo in range(0, changes, slice_rows)]
+    scans = {"python": writer.relation_run_py}
+    if speedups.compiled is not None:
+        scans["compiled"] = speedups.compiled.relation_run
+    out: dict[str, list[float]] = {k: [] for k in scans}
+    for _ in range(repeat):
+        for key, scan in scans.items():
+            c0 = time.process_time()
+            for changes_slice in slices:
+                scan(changes_slice, 1, relation)
+            out[key].append(round(time.process_time() - c0, 4))
+    return out
+
+
+def elsewhere(code: str, rows_path: str, repeat: int) -> list[tuple[float, float]]:
     """``client_work`` run by the package under ``code`` in a child process."""
+    # The package first: this module puts its own tree at the front of sys.path when imported.
     script = ("import json, sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(1, sys.argv[2]);"
-              "from benchmarks.drain_client import client_work; print(json.dumps(client_work(sys.argv[3], 1)))")
+              "import airflow_provider_pglogical.staging.writer, airflow_provider_pglogical.decoding.assembler;"
+              "from benchmarks.drain_client import client_work; import airflow_provider_pglogical as p;"
+              "assert p.__file__.startswith(sys.argv[1]), p.__file__;"
+              "print(json.dumps(client_work(sys.argv[3], 1)))")
     runs = []
     for _ in range(repeat):
         out = subprocess.run([sys.executable, "-c", script, code, str(Path(__file__).resolve().parent.parent),
                               rows_path], check=True, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": code})
-        runs += json.loads(out.stdout.strip().splitlines()[-1])
+        runs += [tuple(r) for r in json.loads(out.stdout.strip().splitlines()[-1])]
     return runs
 
 
@@ -154,18 +182,23 @@ def main() -> int:
     rows_path = args.rows or tempfile.mktemp(prefix="pglogical-bench-rows-", suffix=".pkl")
     try:
         n = capture(args.changes, args.workload, rows_path) if args.rows is None else None
-        ours: list[float] = []
-        theirs: list[float] = []
+        ours: list[tuple[float, float]] = []
+        theirs: list[tuple[float, float]] = []
         for _ in range(args.repeat):  # alternating, so both see the same load
             ours += elsewhere(str(Path(__file__).resolve().parent.parent), rows_path, 1)
             if args.ab_code:
                 theirs += elsewhere(args.ab_code, rows_path, 1)
-        result: dict[str, Any] = {"workload": args.workload, "rows": n, "client_cpu_s": ours,
+        result: dict[str, Any] = {"workload": args.workload, "rows": n, "client_cpu_s": [c for c, _ in ours],
+                                  "decoding_thread_cpu_s": [t for _, t in ours],
                                   "hand_over_cpu_s": hand_over(rows_path, args.repeat),
+                                  "run_scan_cpu_s": run_scan(args.repeat),
                                   "load_average": [round(x, 2) for x in os.getloadavg()]}
         if args.ab_code:
-            result |= {"ab_code": args.ab_code, "ab_client_cpu_s": theirs,
-                       "ratio_min_over_ab_min": round(min(ours) / min(theirs), 3)}
+            result |= {"ab_code": args.ab_code, "ab_client_cpu_s": [c for c, _ in theirs],
+                       "ab_decoding_thread_cpu_s": [t for _, t in theirs],
+                       "ratio_client_cpu_min_over_ab_min": round(min(c for c, _ in ours) / min(c for c, _ in theirs), 3),
+                       "ratio_decoding_thread_min_over_ab_min": round(min(t for _, t in ours) /
+                                                                      min(t for _, t in theirs), 3)}
         print(json.dumps(result, indent=2))
     finally:
         if args.rows is None and os.path.exists(rows_path):
