@@ -120,7 +120,17 @@ def metered_rows(rows: Iterable[Row], progress: Progress, start_lsn: int, chunk:
 
 
 def metered_blocks(rows: Iterable[Row], progress: Progress, start_lsn: int, chunk: int = 4096) -> Iterator[list[Row]]:
-    """``metered_rows`` handing the rows on in lists of ``chunk`` (what the decoder's compiled path takes)."""
+    """``metered_rows`` handing the rows on in lists of ``chunk`` (what the decoder's compiled path takes), or in
+    the lists they were read in when ``rows`` has ``blocks()`` (``hooks.copystream.RowBlocks``)."""
+    blocks = getattr(rows, "blocks", None)
+    if blocks is not None:
+        n = 0
+        for block in blocks():
+            if block:
+                n += len(block)
+                progress.update(rows=n, done_bytes=max(int(block[-1][0]) - start_lsn, 0))
+                yield block
+        return
     it = iter(rows)
     n = 0
     while True:

@@ -879,6 +879,33 @@ fail:
     return NULL;
 }
 
+/* relation_run(changes, start, relation) -> end: the index after the run of RowChanges of `relation`
+ * (compared by identity, like the writer) that starts at changes[start] (a list or tuple): the writer's
+ * per-row scan for runs of one relation, in one call per run. */
+static PyObject *
+relation_run(PyObject *self, PyObject *args)
+{
+    PyObject *changes, *relation;
+    Py_ssize_t start;
+    if (!PyArg_ParseTuple(args, "OnO", &changes, &start, &relation))
+        return NULL;
+    if (!PyList_Check(changes) && !PyTuple_Check(changes)) {
+        PyErr_SetString(PyExc_TypeError, "relation_run takes a list or a tuple");
+        return NULL;
+    }
+    if (!types_ready())
+        return NULL;
+    PyObject **items = PySequence_Fast_ITEMS(changes);
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(changes), i = start < 0 ? 0 : start;
+    while (i < n) {
+        PyObject *c = items[i];
+        if (Py_TYPE(c) != RowChangeType || PyTuple_GET_SIZE(c) < 2 || PyTuple_GET_ITEM(c, 1) != relation)
+            break;
+        i++;
+    }
+    return PyLong_FromSsize_t(i);
+}
+
 /* One side (old or new) of rowchange_columns: the present images' messages joined (+ pad zero
  * bytes), per present image its tuple start and end (its `end` slot, or its message's end) in the
  * joined bytes, and the mask of absent images. Returns NULL with no exception when an image is not a
@@ -1018,6 +1045,7 @@ static PyMethodDef methods[] = {
     {"take_plain", take_plain, METH_VARARGS, "Append plain DML RowChanges from rows[start:]: (next, size)."},
     {"spill_plain", spill_plain, METH_VARARGS, "Spill records of plain DML rows from rows[start:]: (next, blob)."},
     {"unsplit_records", unsplit_records, METH_VARARGS, "RowChange or None per spill record."},
+    {"relation_run", relation_run, METH_VARARGS, "End of the run of RowChanges of one relation from start."},
 #ifdef PGLOGICAL_LIBPQ
     {"pq_connect", pq_connect, METH_VARARGS, "Open a libpq connection (keywords, values): a capsule."},
     {"pq_options", pq_options, METH_NOARGS, "The connection keywords this libpq knows and their defaults."},

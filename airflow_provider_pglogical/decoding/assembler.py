@@ -60,6 +60,8 @@ def _spill_decoder_many(in_stream: bool) -> Callable[[list[SpillRecord], Mapping
     def decode_many(records: list[SpillRecord], relations: Mapping[int, RelationSchema]) -> list[Change]:
         rels = relations if type(relations) is dict else dict(relations)
         out: list[Change | None] = unsplit_records(records, rels, base)
+        if None not in out:  # all plain DML, the common case: no Python pass over the slice
+            return out  # type: ignore[return-value]  # no None in it
         for i, change in enumerate(out):
             if change is None:
                 lsn, _subxid, data = records[i]

@@ -21,9 +21,10 @@ cannot serve.
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
+from itertools import chain
 from types import TracebackType
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import psycopg2
 
@@ -135,6 +136,32 @@ def copy_statement(select: bytes) -> bytes:
     return b"COPY (" + select + b") TO STDOUT (FORMAT binary)"
 
 
+Row = TypeVar("Row")
+
+
+class RowBlocks(Generic[Row]):
+    """Slot rows that also come a list at a time: iterating gives the ``(lsn, xid, data)`` rows,
+    ``blocks()`` the lists they were read in (the drain's decoder takes lists, so the rows need not
+    pass one by one through a generator per layer). Use one of the two, once; ``close()`` ends the
+    read (``blocks``' ``close``: a COPY is cancelled, a connection released)."""
+
+    def __init__(self, blocks: Generator[list[Row], None, None]) -> None:
+        self._blocks = blocks
+        self._rows = chain.from_iterable(blocks)
+
+    def blocks(self) -> Generator[list[Row], None, None]:
+        return self._blocks
+
+    def __iter__(self) -> Iterator[Row]:
+        return self._rows
+
+    def __next__(self) -> Row:
+        return next(self._rows)
+
+    def close(self) -> None:
+        self._blocks.close()
+
+
 def stream_rows(conn: LibpqConnection, select: bytes, itersize: int) -> Generator[SlotRow, None, None]:
     """Yield the ``(lsn, xid, data)`` rows of ``select`` (three non-null columns: bigint, bigint, bytea).
 
@@ -142,6 +169,16 @@ def stream_rows(conn: LibpqConnection, select: bytes, itersize: int) -> Generato
     first row if the server fails the statement, and ``psycopg2.OperationalError`` if the stream
     fails later. Closing the generator early cancels the COPY and leaves ``conn`` idle.
     """
+    blocks = stream_blocks(conn, select, itersize)
+    try:
+        for block in blocks:
+            yield from block
+    finally:
+        blocks.close()
+
+
+def stream_blocks(conn: LibpqConnection, select: bytes, itersize: int) -> Generator[list[SlotRow], None, None]:
+    """``stream_rows`` a list of up to ``itersize`` rows at a time (as the compiled reader returns them)."""
     compiled, handle = conn._compiled, conn.handle
     refused = compiled.copy_start(handle, copy_statement(select))
     if refused is not None:
@@ -156,7 +193,8 @@ def stream_rows(conn: LibpqConnection, select: bytes, itersize: int) -> Generato
                 # slot, publication, ...) answers the first read, before any row.
                 raise CopyRefused(*error)
             started = True
-            yield from rows
+            if rows:
+                yield rows
             if error is not None:
                 sqlstate, message = error
                 raise psycopg2.OperationalError(f"COPY of slot rows failed ({sqlstate or 'connection'}): "

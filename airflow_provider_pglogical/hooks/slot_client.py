@@ -8,8 +8,9 @@ resolving an Airflow connection into the ``connect`` callable.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Generator, Iterator, Sequence
+from itertools import islice
+from typing import Any, cast
 
 import psycopg2
 import psycopg2.extensions
@@ -41,6 +42,9 @@ _LSN = "(({}) - '0/0'::pg_lsn)::bigint"
 Connect = Callable[[], psycopg2.extensions.connection]
 
 
+Row = tuple[int, int, bytes | memoryview]
+
+
 def proto_version_for(server_version_num: int) -> int:
     """Highest pgoutput protocol the server speaks (what the native apply worker picks)."""
     if server_version_num >= 160000:
@@ -50,6 +54,17 @@ def proto_version_for(server_version_num: int) -> int:
     if server_version_num >= 140000:
         return 2
     raise ValueError(f"PostgreSQL {server_version_num} is too old: binary pgoutput needs 14 or later")
+
+
+def _listed(rows: Iterator[Row], size: int) -> Iterator[list[Row]]:
+    """``rows`` in lists of up to ``size`` (the cursor path under a block reader); closing ends ``rows`` too."""
+    try:
+        while block := list(islice(rows, max(size, 1))):
+            yield block
+    finally:
+        close = getattr(rows, "close", None)
+        if close is not None:
+            close()
 
 
 class PgLogicalClient:
@@ -402,15 +417,16 @@ class PgLogicalClient:
             opts=sql.SQL(", ").join(sql.Placeholder() * len(options)))
         params = (slot, lsn_text(upto_lsn), upto_nchanges, *options)
         if not cursor and function == "pg_logical_slot_peek_binary_changes" and copystream.available():
-            return self._stream_copy(query, params, slot=slot, publication=pub_name, itersize=itersize)
+            return copystream.RowBlocks(self._stream_copy(query, params, slot=slot, publication=pub_name,
+                                                          itersize=itersize))
         return self._stream_cursor(query, params, slot=slot, publication=pub_name, itersize=itersize)
 
     def _stream_copy(self, query: sql.Composable, params: tuple[Any, ...], *, slot: str, publication: str,
-                     itersize: int) -> Iterator[tuple[int, int, bytes | memoryview]]:
+                     itersize: int) -> Generator[list[Row], None, None]:
         """Peek through binary COPY on a fresh connection of the compiled module's libpq, opened with the
-        session's parameters and encoding. A statement the server refuses is run again through the cursor
-        path, which raises its error the way every other call does (typed by ``translated_errors``); so does
-        a session whose settings that libpq cannot honour."""
+        session's parameters and encoding, a list of rows at a time. A statement the server refuses is run
+        again through the cursor path, which raises its error the way every other call does (typed by
+        ``translated_errors``); so does a session whose settings that libpq cannot honour."""
         session = self.session
         with session.cursor() as cur:
             select = cur.mogrify(query, params)
@@ -418,17 +434,20 @@ class PgLogicalClient:
             conn = copystream.LibpqConnection.like(session, client_encoding=session.encoding)
         except copystream.UnsupportedConnection as exc:
             log.warning("binary COPY fetch not used (%s); slot rows go through the named cursor", exc)
-            yield from self._stream_cursor(query, params, slot=slot, publication=publication, itersize=itersize)
+            yield from _listed(self._stream_cursor(query, params, slot=slot, publication=publication,
+                                                   itersize=itersize), itersize)
             return
         try:
-            rows = copystream.stream_rows(conn, select, itersize)
+            blocks = copystream.stream_blocks(conn, select, itersize)
             try:
                 with translated_errors(slot=slot, publication=publication):
-                    yield from rows
+                    # Rows of bytes are rows of ``bytes | memoryview``; the lists are only read downstream.
+                    yield from cast(Iterator[list[Row]], blocks)
             except copystream.CopyRefused:
-                yield from self._stream_cursor(query, params, slot=slot, publication=publication, itersize=itersize)
+                yield from _listed(self._stream_cursor(query, params, slot=slot, publication=publication,
+                                                       itersize=itersize), itersize)
             finally:
-                rows.close()
+                blocks.close()
         finally:
             conn.close()
 

@@ -56,6 +56,28 @@ def test_a_peek_closed_early_cancels_the_copy_and_leaves_the_slot_and_session_us
     assert list(hook.peek_changes("s1", "pub")) == full  # peek never consumed anything
 
 
+def test_a_peek_read_a_block_at_a_time_gives_the_cursors_rows_in_lists_of_itersize(drain_source):
+    """The drain takes the COPY reader's lists as they are (``RowBlocks.blocks``): the same rows as the
+    cursor, none lost at a list's edge, each list at most ``itersize`` long."""
+    cur, hook = drain_source
+    workload(cur, 40)
+    blocks = list(hook.peek_changes("s1", "pub", itersize=7).blocks())  # type: ignore[attr-defined]
+    assert len(blocks) > 1 and all(0 < len(b) <= 7 for b in blocks)
+    assert [row for b in blocks for row in b] == cursor_rows(hook)
+
+
+def test_a_block_read_closed_early_cancels_the_copy_and_leaves_the_slot_usable(drain_source):
+    cur, hook = drain_source
+    workload(cur, 60)
+    full = list(hook.peek_changes("s1", "pub"))
+    rows = hook.peek_changes("s1", "pub", itersize=5)
+    first = next(rows.blocks())  # type: ignore[attr-defined]
+    rows.close()  # type: ignore[attr-defined]
+    assert first == full[:5]
+    assert hook.require_slot("s1").active is False
+    assert list(hook.peek_changes("s1", "pub")) == full
+
+
 def test_errors_of_the_copy_path_are_the_typed_errors_of_the_cursor_path(drain_source):
     _cur, hook = drain_source
     with pytest.raises(SlotNotFoundError):

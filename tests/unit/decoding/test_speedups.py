@@ -282,3 +282,37 @@ def test_staged_columns_of_the_compiled_writer_path_equal_the_python_path(messag
                     assert not isinstance(got, tuple)
                     assert got.array.equals(expected.array) and got.notes.equals(expected.notes)
                     assert got.unchanged.equals(expected.unchanged)
+
+
+# -- the writer's runs of one relation ------------------------------------------------------------------
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["a", "b", "other", "subclass"]), max_size=20), st.integers(-2, 22),
+       st.sampled_from(["a", "b"]), st.booleans())
+def test_compiled_relation_run_equals_the_writer_reference(kinds, start, wanted, as_tuple):
+    """``_speedups.relation_run`` ends a run where ``staging.writer.relation_run_py`` does: at the first change
+    that is not a ``RowChange`` (a subclass or another record included) of that very relation object."""
+    from airflow_provider_pglogical.decoding.model import TruncateChange
+    from airflow_provider_pglogical.staging.writer import relation_run_py
+
+    class Derived(RowChange):  # not the exact type: ends a run in both
+        __slots__ = ()
+
+    rels = {"a": object(), "b": object()}
+    equal_to_a = RowChange("I", ("equal", "not", "identical"), 1, None, None)  # type: ignore[arg-type]
+
+    def change(kind: str) -> Any:
+        if kind in rels:
+            return RowChange("I", rels[kind], 1, None, None)  # type: ignore[arg-type]
+        if kind == "subclass":
+            return Derived("I", rels["a"], 1, None, None)  # type: ignore[arg-type]
+        return TruncateChange(1, (), False, False) if len(kinds) % 2 else equal_to_a
+
+    changes: Any = [change(k) for k in kinds]
+    if as_tuple:
+        changes = tuple(changes)
+    relation = rels[wanted]
+    got = speedups.compiled.relation_run(changes, start, relation)  # type: ignore[union-attr]
+    assert got == relation_run_py(changes, max(start, 0), relation)

@@ -41,6 +41,25 @@ def test_metered_rows_pass_every_row_through_and_report_wal_bytes_read():
     assert (p.rows, p.done_bytes) == (10_000, 9_999)
 
 
+def test_metered_blocks_hand_on_a_block_readers_lists_as_they_are():
+    """Rows that come in lists (``RowBlocks``) reach the decoder in those lists, progress counted per list."""
+    from airflow_provider_pglogical.progress import metered_blocks
+
+    lists = [[(1000 + 3 * k + i, 1, b"d") for i in range(3)] for k in range(4)] + [[]]
+
+    class Blocks:
+        def blocks(self):
+            return iter(lists)
+
+        def __iter__(self):
+            raise AssertionError("rows of a block reader are not iterated one by one")
+
+    p = Progress("x", print)
+    got = list(metered_blocks(Blocks(), p, start_lsn=1000))
+    assert got == lists[:4] and all(a is b for a, b in zip(got, lists, strict=False))
+    assert (p.rows, p.done_bytes) == (12, 11)
+
+
 def test_human_units():
     assert (human_bytes(512), human_bytes(3 * 1024**3)) == ("512 B", "3.0 GiB")
     assert (human_seconds(59), human_seconds(61), human_seconds(7322)) == ("59s", "1m01s", "2h02m")

@@ -1,0 +1,210 @@
+"""Benchmark: the drain's client-side work alone (assembler + batch writer) on one captured peek, this tree against
+another one (``--ab-code DIR``), alternating, in CPU seconds.
+
+The drain's wall time is the server's decoding plus the client's work, and on a loaded machine the first drowns
+the second; here the big workload's peek is read once (binary COPY), kept in memory, and handed to the decoder and
+the writer the way the drain hands it (lists of the COPY reader's size, cyclic GC paused, the same memory budget),
+so two trees compare on the same rows without a server in the timed part. Also timed: handing the rows from the
+COPY reader's lists to the decoder's blocks (``progress.metered_blocks`` over ``RowBlocks``) against the per-row
+generators it replaced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as `python benchmarks/drain_client.py`
+
+Row = tuple[int, int, bytes]
+ITERSIZE = 5000  # the drain's fetch size (DrainConfig.itersize)
+
+
+def capture(changes: int, workload: str, path: str) -> int:
+    """Run the workload on a fresh server and write its peek's rows to ``path``; the number of rows."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import apply as bench  # benchmarks/apply.py: the same workloads
+
+    from airflow_provider_pglogical.hooks import PgLogicalHook
+    from airflow_provider_pglogical.hooks.slot_client import PgLogicalClient
+    from scripts.harness.pgserver import execute, make_database, start_server, stop_server
+
+    server = start_server()
+    try:
+        dsn = server.dsn(make_database(server))
+        execute(dsn, bench.BIG_SCHEMA + "CREATE PUBLICATION pub_all FOR TABLE big;")
+        if workload == "filtered":
+            execute(dsn, "ALTER TABLE big REPLICA IDENTITY FULL;")
+        PgLogicalHook.from_dsn(dsn).create_slot("ours")
+        (bench.filtered_workload if workload == "filtered" else bench.big_workload)(dsn, changes)
+        client = PgLogicalClient.from_dsn(dsn)
+        try:
+            rows = [(lsn, xid, bytes(data)) for lsn, xid, data in client.peek_changes("ours", "pub_all",
+                                                                                       itersize=ITERSIZE)]
+        finally:
+            client.close()
+    finally:
+        stop_server(server)
+    with open(path, "wb") as f:
+        pickle.dump(rows, f, protocol=5)
+    return len(rows)
+
+
+def client_work(rows_path: str, repeat: int) -> list[tuple[float, float]]:
+    """CPU seconds of assembler + writer over the captured rows, ``repeat`` times: (all threads, the decoding
+    thread alone). The decoding thread's share is the client's critical path: the row-group thread runs beside it."""
+    from airflow_provider_pglogical.decoding.assembler import ChangeAssembler
+    from airflow_provider_pglogical.decoding.gcpause import paused_gc
+    from airflow_provider_pglogical.decoding.model import RelationSchema, Transaction
+    from airflow_provider_pglogical.decoding.values import RowImageConverter, TypeCatalog
+    from airflow_provider_pglogical.staging.drain import DrainConfig
+    from airflow_provider_pglogical.staging.layout import StagingLayout
+    from airflow_provider_pglogical.staging.writer import BatchWriter
+
+    class Resolver:  # built-in types only: no catalog lookups on a server
+        def converter(self, relation: RelationSchema) -> Any:
+            return RowImageConverter(relation, TypeCatalog())
+
+        def type_names(self, relation: RelationSchema) -> list[str | None]:
+            return [None] * len(relation.columns)
+
+    with open(rows_path, "rb") as f:
+        rows: list[Row] = pickle.load(f)
+    budget = DrainConfig(slot="s", publication="p", staging_uri="/").memory_budget
+    out = []
+    for _ in range(repeat):
+        blocks = iter([rows[i:i + ITERSIZE] for i in range(0, len(rows), ITERSIZE)])
+        root = tempfile.mkdtemp(prefix="pglogical-bench-client-")
+        try:
+            c0, t0 = time.process_time(), time.thread_time()
+            writer = BatchWriter(StagingLayout.from_uri(root, "ours"), start_lsn=1, slot="ours", publication="p",
+                                 resolver=Resolver())
+            with ChangeAssembler(memory_budget=budget) as assembler, paused_gc():
+                for event in assembler.feed_blocks(blocks):
+                    assert isinstance(event, Transaction)
+                    writer.write_transaction(event)
+                writer.finish_files()
+            out.append((round(time.process_time() - c0, 3), round(time.thread_time() - t0, 3)))
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def hand_over(rows_path: str, repeat: int) -> dict[str, list[float]]:
+    """CPU seconds of getting the rows from the COPY reader's lists into the decoder's blocks, both ways."""
+    from airflow_provider_pglogical.hooks.copystream import RowBlocks
+    from airflow_provider_pglogical.progress import Progress, metered_blocks
+
+    with open(rows_path, "rb") as f:
+        rows: list[Row] = pickle.load(f)
+    lists = [rows[i:i + ITERSIZE] for i in range(0, len(rows), ITERSIZE)]
+
+    def read() -> Iterator[list[Row]]:  # the compiled reader returns a new list per call
+        for block in lists:
+            yield list(block)
+
+    def per_row() -> Iterator[Row]:  # copystream.stream_rows → PgLogicalClient._stream_copy, as they were
+        def stream_rows() -> Iterator[Row]:
+            for block in read():
+                yield from block
+        with nullcontext():  # translated_errors
+            yield from stream_rows()
+
+    progress = Progress("bench", lambda *_: None)
+    out: dict[str, list[float]] = {"per_row_generators": [], "row_blocks": []}
+    for _ in range(repeat):
+        for key, make in (("per_row_generators", per_row), ("row_blocks", lambda: RowBlocks(read()))):
+            c0 = time.process_time()
+            for _block in metered_blocks(make(), progress, 0):
+                pass
+            out[key].append(round(time.process_time() - c0, 3))
+    return out
+
+
+def run_scan(repeat: int, changes: int = 700_000, slice_rows: int = 4096) -> dict[str, list[float]]:
+    """CPU seconds of the writer's scan for runs of one relation over ``changes`` row changes in the spill's
+    slices: the Python reference against ``_speedups.relation_run`` (empty without the compiled module)."""
+    from airflow_provider_pglogical.decoding import speedups
+    from airflow_provider_pglogical.decoding.model import RowChange
+    from airflow_provider_pglogical.staging import writer
+
+    relation: Any = object()
+    slices = [[RowChange("I", relation, i, None, None) for i in range(lo, min(lo + slice_rows, changes))]
+              for lo in range(0, changes, slice_rows)]
+    scans = {"python": writer.relation_run_py}
+    if speedups.compiled is not None:
+        scans["compiled"] = speedups.compiled.relation_run
+    out: dict[str, list[float]] = {k: [] for k in scans}
+    for _ in range(repeat):
+        for key, scan in scans.items():
+            c0 = time.process_time()
+            for changes_slice in slices:
+                scan(changes_slice, 1, relation)
+            out[key].append(round(time.process_time() - c0, 4))
+    return out
+
+
+def elsewhere(code: str, rows_path: str, repeat: int) -> list[tuple[float, float]]:
+    """``client_work`` run by the package under ``code`` in a child process."""
+    # The package first: this module puts its own tree at the front of sys.path when imported.
+    script = ("import json, sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(1, sys.argv[2]);"
+              "import airflow_provider_pglogical.staging.writer, airflow_provider_pglogical.decoding.assembler;"
+              "from benchmarks.drain_client import client_work; import airflow_provider_pglogical as p;"
+              "assert p.__file__.startswith(sys.argv[1]), p.__file__;"
+              "print(json.dumps(client_work(sys.argv[3], 1)))")
+    runs = []
+    for _ in range(repeat):
+        out = subprocess.run([sys.executable, "-c", script, code, str(Path(__file__).resolve().parent.parent),
+                              rows_path], check=True, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": code})
+        runs += [tuple(r) for r in json.loads(out.stdout.strip().splitlines()[-1])]
+    return runs
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workload", choices=("big", "filtered"), default="big")
+    p.add_argument("--changes", type=int, default=700_000)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--ab-code", default=None, help="also run the client work with the package found in this directory")
+    p.add_argument("--rows", default=None, help="a capture of an earlier run (skips the server)")
+    args = p.parse_args()
+    rows_path = args.rows or tempfile.mktemp(prefix="pglogical-bench-rows-", suffix=".pkl")
+    try:
+        n = capture(args.changes, args.workload, rows_path) if args.rows is None else None
+        ours: list[tuple[float, float]] = []
+        theirs: list[tuple[float, float]] = []
+        for _ in range(args.repeat):  # alternating, so both see the same load
+            ours += elsewhere(str(Path(__file__).resolve().parent.parent), rows_path, 1)
+            if args.ab_code:
+                theirs += elsewhere(args.ab_code, rows_path, 1)
+        result: dict[str, Any] = {"workload": args.workload, "rows": n, "client_cpu_s": [c for c, _ in ours],
+                                  "decoding_thread_cpu_s": [t for _, t in ours],
+                                  "hand_over_cpu_s": hand_over(rows_path, args.repeat),
+                                  "run_scan_cpu_s": run_scan(args.repeat),
+                                  "load_average": [round(x, 2) for x in os.getloadavg()]}
+        if args.ab_code:
+            result |= {"ab_code": args.ab_code, "ab_client_cpu_s": [c for c, _ in theirs],
+                       "ab_decoding_thread_cpu_s": [t for _, t in theirs],
+                       "ratio_client_cpu_min_over_ab_min": round(min(c for c, _ in ours) / min(c for c, _ in theirs), 3),
+                       "ratio_decoding_thread_min_over_ab_min": round(min(t for _, t in ours) /
+                                                                      min(t for _, t in theirs), 3)}
+        print(json.dumps(result, indent=2))
+    finally:
+        if args.rows is None and os.path.exists(rows_path):
+            os.remove(rows_path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
