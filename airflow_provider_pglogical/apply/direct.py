@@ -65,7 +65,7 @@ import pyarrow.parquet as pq
 from airflow_provider_pglogical.apply import filter_eval, kernels, partitioned, published
 from airflow_provider_pglogical.apply.batches import Batch, has_value_notes, is_local, keys_never_repeat, readable_here
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
-from airflow_provider_pglogical.apply.targets.base import DirectNet, DirectRows, PlannedTable
+from airflow_provider_pglogical.apply.targets.base import Cut, DirectNet, DirectRows, PlannedTable
 from airflow_provider_pglogical.exceptions import ApplyError, RowFilterError
 from airflow_provider_pglogical.row_filter import canonical
 from airflow_provider_pglogical.staging.layout import resolve_filesystem
@@ -162,9 +162,48 @@ def publishes_all(cfg: TableApplyConfig) -> bool:
 
 def plain_table(table: PlannedTable) -> bool:
     """The parts of the decision that need no file: a single-source keyed table, a row filter (if any) of the
-    covered constructs, no truncate inside the batch, nothing refused for UPDATE/DELETE."""
-    return (enabled() and not table.parts and bool(table.key) and table.truncated_at is None
+    covered constructs, nothing refused for UPDATE/DELETE (a truncate inside the batch is a ``Cut``)."""
+    return (enabled() and not table.parts and bool(table.key)
             and table.update_delete_problem is None and plain_config(table.config))
+
+
+def batch_cut(table: PlannedTable, batch: Batch, sync_lsn: int | None) -> Cut | None:
+    """The table-batch's ``Cut``: its last truncate in the batch, and ``sync_lsn`` when the batch starts before it
+    (``SparkBatchChanges``' rule); None when every staged change counts."""
+    synced = sync_lsn if sync_lsn is not None and batch.start_lsn < sync_lsn else None
+    return Cut(table.truncated_at, synced) if table.truncated_at is not None or synced is not None else None
+
+
+# The staged columns a cut compares (``after_cut``).
+CUT_COLUMNS = ("commit_lsn", "tx_order")
+# What the per-row rewrite (``net_rows``) reads.
+PLAIN_COLUMNS = ("op", "lsn", "old", "new")
+
+
+def plain_columns(cut: Cut | None) -> list[str]:
+    """The staged columns the per-row rewrite reads: ``PLAIN_COLUMNS``, and ``CUT_COLUMNS`` for ``after_cut``."""
+    return [*PLAIN_COLUMNS, *CUT_COLUMNS] if cut is not None else list(PLAIN_COLUMNS)
+
+
+def after_cut(staged: pa.Table, cut: Cut | None) -> pa.Table:
+    """The staged changes Spark's transforms keep for the target: committed at or after the cut's sync LSN
+    (``commit_lsn >= sync_lsn``, as ``SparkBatchChanges`` reads them) and after its truncate in (commit LSN, order in
+    transaction) order, strictly (``transforms.void_before``: a change of the truncate's own position is void, a
+    later one of its transaction is not). Per change, so it may run before the publication and the netting, as a
+    change's events all carry its position."""
+    if cut is None:
+        return staged
+    commit = staged.column("commit_lsn")
+    keep = pa.repeat(True, staged.num_rows) if staged.num_rows else pa.array([], pa.bool_())
+    if cut.sync_lsn is not None:
+        keep = pc.and_(keep, pc.greater_equal(commit, pa.scalar(cut.sync_lsn, commit.type)))
+    if cut.truncated_at is not None:
+        c, o = cut.truncated_at
+        order = staged.column("tx_order")
+        later = pc.or_(pc.greater(commit, pa.scalar(c, commit.type)),
+                       pc.and_(pc.equal(commit, pa.scalar(c, commit.type)), pc.greater(order, pa.scalar(o, order.type))))
+        keep = pc.and_(keep, later)
+    return staged.filter(keep)
 
 
 def may_cover(config: ApplyConfig, local_master: bool = False) -> bool:
@@ -182,15 +221,14 @@ def batch_files(table: PlannedTable, batch: Batch, sync_lsn: int | None) -> Dire
     None. ``sync_lsn``: the sync LSN of the snapshot the table's target holds (a batch starting before it drops
     the changes the snapshot has: a cut-off the files do not show)."""
     files = batch.table_files.get(table.source, ())
-    if (not files or not plain_table(table) or not batch.here
-            or (sync_lsn is not None and batch.start_lsn < sync_lsn)
-            or has_value_notes(batch, table.source)):
+    if not files or not plain_table(table) or not batch.here or has_value_notes(batch, table.source):
         return None
     fs = batch.reader.layout.fs  # the staging area's own (local, or the object store's with its credentials)
     paths = tuple(f"{batch.ref.path}/{rel}" for rel in files)
     if not same_schema(paths, table.columns, fs):
         return None
-    net = DirectNet(table.source, table.target, paths, tuple(table.key), tuple(table.columns), filesystem=fs)
+    net = DirectNet(table.source, table.target, paths, tuple(table.key), tuple(table.columns), filesystem=fs,
+                    cut=batch_cut(table, batch, sync_lsn))
     plain = publishes_all(table.config)
     if plain and no_unchanged_toast(paths, fs) and keys_never_repeat(
             batch, table.source, table.key, full_identity=table.relation.replica_identity == "f"):
@@ -214,11 +252,12 @@ def publishable(net: DirectNet) -> bool:
     as ``partitioned.netted`` routes it (an overflow there is its ``ApplyError``)."""
     try:
         if net.partitions <= 1:
-            published.publish(staged_changes(net.files, net.filesystem), row_filter=net.row_filter,
-                              actions=net.actions, identity=net.identity)
+            published.publish(after_cut(staged_changes(net.files, net.filesystem), net.cut),
+                              row_filter=net.row_filter, actions=net.actions, identity=net.identity)
         else:
             for chunk in staged_chunks(net.files, net.filesystem):
-                published.publish(chunk, row_filter=net.row_filter, actions=net.actions, identity=net.identity)
+                published.publish(after_cut(chunk, net.cut), row_filter=net.row_filter, actions=net.actions,
+                                  identity=net.identity)
     except filter_eval.NotCovered:
         return False
     except pa.ArrowInvalid:  # a column beyond Arrow's 2 GiB offsets as it is concatenated: Spark reads it in parts
@@ -277,9 +316,10 @@ def in_process(table: PlannedTable, batch: Batch, paths: Sequence[str], filesyst
 
 def compacted_rows(staged: pa.Table, net: DirectNet) -> pa.RecordBatch:
     """A compacted ``DirectNet``'s staged changes (all of the table-batch, ``kernels.STAGED_COLUMNS``) as one
-    batch of net rows in ``net_rows``' layout, the keep column a list of column names: the publication's actions
-    and row filter applied per change first (``published.publish``), as Spark applies them before netting."""
-    staged = published.publish(staged, row_filter=net.row_filter, actions=net.actions, identity=net.identity)
+    batch of net rows in ``net_rows``' layout, the keep column a list of column names: the changes before its cut
+    left out (``after_cut``), the publication's actions and row filter applied per change (``published.publish``),
+    as Spark applies them before netting."""
+    staged = published.publish(after_cut(staged, net.cut), row_filter=net.row_filter, actions=net.actions, identity=net.identity)
     return _net_batch(kernels.compact_changes(staged, net.key, net.columns, net.identity), net)
 
 
@@ -297,7 +337,7 @@ def compacted_batches(chunks: Iterable[pa.Table], net: DirectNet) -> Iterator[pa
                                                  f"({sum(g.num_rows for g in groups)} staged changes)") from None
             yield rows
         return
-    parts = partitioned.netted(chunks, source=net.source or net.target, key=net.key, columns=net.columns,
+    parts = partitioned.netted((after_cut(chunk, net.cut) for chunk in chunks), source=net.source or net.target, key=net.key, columns=net.columns,
                                identity=net.identity, row_filter=net.row_filter, actions=net.actions,
                                partitions=net.partitions)
     with contextlib.closing(parts):  # closing these batches removes the spill files now
