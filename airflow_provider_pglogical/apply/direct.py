@@ -2,8 +2,7 @@
 read them itself instead of the Spark transforms.
 
 ``transforms.py`` turns staged changes into one net change per key through Spark. For the common table-batch —
-every action published, no row filter, no exactness notes, no truncate or snapshot cut-off, no routed parts, no
-unchanged-TOAST value, one schema version holding every written column (``same_schema``: a table-batch spanning
+every action published, no row filter, no exactness notes, no routed parts, no unchanged-TOAST value, one schema version holding every written column (``same_schema``: a table-batch spanning
 several versions goes through Spark, which writes each change with its own version's columns), and no key in two
 changes (``keys_never_repeat``) — that pipeline reduces to a per-row rewrite (``to_key_events`` then
 ``single_event_net``):
@@ -14,6 +13,17 @@ changes (``keys_never_repeat``) — that pipeline reduces to a per-row rewrite (
 * a DELETE is a ``D`` of its old key;
 
 nothing kept from the target, nothing touched (``net_rows`` is that rewrite, in pyarrow).
+
+A truncate of the table inside the batch, or the sync LSN of the snapshot its target holds falling after the
+batch's start, is a ``Cut`` (``batch_cut``): only the staged changes after it count — those with ``commit_lsn`` at
+or after the sync LSN and (commit LSN, order in transaction) strictly after the last truncate's, exactly the rows
+``SparkBatchChanges`` and ``transforms.void_before`` keep (``after_cut``). They are left out as the rows are read,
+before the publication and the netting (per change: a change's events carry its position), on every route: the
+per-row rewrite's row groups (``plain_columns``), ``compacted_rows``, each chunk ``compacted_batches`` routes to
+key partitions, and ``publishable``'s judgement. The target performs the truncate itself (CASCADE, RESTART
+IDENTITY, the tables a truncate names together) in the batch's transaction, as for Spark's frame: the plan, not the
+rows, carries it. Judged on the whole batch, the other conditions (repeated keys, unchanged TOAST, notes, schema
+versions) stay conservative for the changes after the cut.
 
 A table-batch whose only obstacles are keys in several changes, unchanged-TOAST values, a row filter and/or actions
 left out of the publication is netted in this process instead (``in_process``; ``PGLOGICAL_APPLY_INPROCESS_ROWS=0``
@@ -29,8 +39,8 @@ the batch to Spark, judged before anything is written: ``publishable``), then ``
 the TOAST refill, the key events and ``compact`` with Arrow and numpy kernels and gives the same net rows, kept
 columns, moved-from keys and touched flags (``compacted_rows``; ``DirectNet.compacted``), which the target loads
 as it loads Spark's net frame. Its keys must group by Arrow equality as Spark groups them (``kernels.groupable``:
-no floating-point key). A row filter outside that subset, exactness notes, a truncate or snapshot cut-off inside
-the batch, routed parts or several schema versions still go to Spark.
+no floating-point key). A row filter outside that subset, exactness notes, routed parts (a leaf's truncate among
+them), a keyless table or several schema versions still go to Spark.
 
 Staged files on an object store (``s3://``, ``gs://``, ``abfs://``) are read by this process, through the staging
 area's own pyarrow filesystem and credentials, when Spark's master is local (``batches.readable_here``: the driver
