@@ -1,10 +1,12 @@
 """Benchmark: `pglogical run` on an empty slot and on small batches (100 changes), and where the seconds go.
 
-Two kinds of small batch: a plain one (inserts, updates and deletes, each key once: the direct path covers it and
-the run starts no JVM) and one whose keys repeat (rows inserted and updated in the same transaction: compaction nets
+Three kinds of small batch: a plain one (inserts, updates and deletes, each key once: the direct path covers it and
+the run starts no JVM), one whose keys repeat (rows inserted and updated in the same transaction: compaction nets
 them — in the ``pglogical`` process with Arrow kernels, ``apply/kernels.py``, up to ``PGLOGICAL_APPLY_INPROCESS_ROWS``
 staged changes; in Spark with the previous code or with ``--inprocess-rows 0``, the run then starting the JVM once
-it has staged the batch).
+it has staged the batch), and, last, one with a TRUNCATE of the table between its changes (the changes after it
+netted in process, the target truncating in the batch's transaction; in Spark with code before that, or with
+``PGLOGICAL_APPLY_DIRECT=0`` in the environment).
 
 The commands run as a user runs them (console script by path, venv not activated). Then the same
 small batch size again in-process, split into: Python start + imports, decode (peek → staged →
@@ -98,6 +100,20 @@ def small_batch(dsn: str, changes: int, base: int) -> None:
 INSERT INTO t SELECT g, g, md5(g::text), g * 0.01, now() FROM generate_series({base}, {base + inserts - 1}) g;
 UPDATE t SET a = a + 1 WHERE id BETWEEN {base} AND {base + updates - 1};
 DELETE FROM t WHERE id BETWEEN {base + inserts - deletes} AND {base + inserts - 1};
+COMMIT;""")
+
+
+def truncate_batch(dsn: str, changes: int, base: int) -> None:
+    """``changes`` row changes around a TRUNCATE of the table, in one transaction: a fifth updates rows before it
+    (void), then the truncate, then inserts of new rows and updates of half of them (keys repeat after the cut)."""
+    before = changes // 5
+    inserts = (changes - before) * 2 // 3
+    updates = changes - before - inserts
+    execute(dsn, f"""BEGIN;
+UPDATE t SET a = a + 1 WHERE id IN (SELECT id FROM t ORDER BY id LIMIT {before});
+TRUNCATE t;
+INSERT INTO t SELECT g, g, md5(g::text), g * 0.01, now() FROM generate_series({base}, {base + inserts - 1}) g;
+UPDATE t SET a = a + 1 WHERE id BETWEEN {base} AND {base + updates - 1};
 COMMIT;""")
 
 
@@ -389,6 +405,12 @@ def main() -> int:
         for i in range(args.repeat):
             small_batch(dsn, args.changes, 1_000_000 * (i + 1))
             small_s.append(timed_cli("run", *spec, env=env, out=small_out))
+        # Last: a TRUNCATE empties the table (the rows a later batch updates must exist before it).
+        trunc_s: list[float] = []
+        trunc_out: list[dict[str, Any]] = []
+        for i in range(args.repeat):
+            truncate_batch(dsn, args.changes, 2_000_000 + 1_000 * i)
+            trunc_s.append(timed_cli("run", *spec, env=env, out=trunc_out))
         spark = [o.get("spark") or {} for o in small_out]  # absent from older code's output
         plain_spark = [o.get("spark") or {} for o in plain_out]
         split = [] if args.no_split else [
@@ -416,6 +438,9 @@ def main() -> int:
             "cli_run_small_batch_s": [round(s, 2) for s in small_s],
             "cli_run_small_batch_median_s": round(statistics.median(small_s), 2),
             "cli_run_small_batch_spark": spark,
+            "cli_run_truncate_batch_s": [round(s, 2) for s in trunc_s],
+            "cli_run_truncate_batch_median_s": round(statistics.median(trunc_s), 2),
+            "cli_run_truncate_batch_spark": [o.get("spark") or {} for o in trunc_out],
             "plain_vs_spark_batch_ratio": round(statistics.median(plain_s) / statistics.median(small_s), 3),
             "in_process_split_median": {k: round(v, 2) for k, v in median.items()},
             "in_process_split_runs": split,

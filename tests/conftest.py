@@ -83,6 +83,8 @@ SLOW_MODULES = (
     "tests/integration/test_foreign_keys_replica.py",
     "tests/integration/test_copy_fetch_psycopg2_source.py",
     "tests/integration/test_object_store_direct.py",
+    "tests/integration/test_truncate_no_spark.py",
+    "tests/unit/apply/test_direct_cut.py",
     "tests/unit/test_schedule.py",  # a unit module of three pytest runs (one under xdist), not one to end a run on
 )
 

@@ -2,8 +2,7 @@
 read them itself instead of the Spark transforms.
 
 ``transforms.py`` turns staged changes into one net change per key through Spark. For the common table-batch —
-every action published, no row filter, no exactness notes, no truncate or snapshot cut-off, no routed parts, no
-unchanged-TOAST value, one schema version holding every written column (``same_schema``: a table-batch spanning
+every action published, no row filter, no exactness notes, no routed parts, no unchanged-TOAST value, one schema version holding every written column (``same_schema``: a table-batch spanning
 several versions goes through Spark, which writes each change with its own version's columns), and no key in two
 changes (``keys_never_repeat``) — that pipeline reduces to a per-row rewrite (``to_key_events`` then
 ``single_event_net``):
@@ -14,6 +13,17 @@ changes (``keys_never_repeat``) — that pipeline reduces to a per-row rewrite (
 * a DELETE is a ``D`` of its old key;
 
 nothing kept from the target, nothing touched (``net_rows`` is that rewrite, in pyarrow).
+
+A truncate of the table inside the batch, or the sync LSN of the snapshot its target holds falling after the
+batch's start, is a ``Cut`` (``batch_cut``): only the staged changes after it count — those with ``commit_lsn`` at
+or after the sync LSN and (commit LSN, order in transaction) strictly after the last truncate's, exactly the rows
+``SparkBatchChanges`` and ``transforms.void_before`` keep (``after_cut``). They are left out as the rows are read,
+before the publication and the netting (per change: a change's events carry its position), on every route: the
+per-row rewrite's row groups (``plain_columns``), ``compacted_rows``, each chunk ``compacted_batches`` routes to
+key partitions, and ``publishable``'s judgement. The target performs the truncate itself (CASCADE, RESTART
+IDENTITY, the tables a truncate names together) in the batch's transaction, as for Spark's frame: the plan, not the
+rows, carries it. Judged on the whole batch, the other conditions (repeated keys, unchanged TOAST, notes, schema
+versions) stay conservative for the changes after the cut.
 
 A table-batch whose only obstacles are keys in several changes, unchanged-TOAST values, a row filter and/or actions
 left out of the publication is netted in this process instead (``in_process``; ``PGLOGICAL_APPLY_INPROCESS_ROWS=0``
@@ -29,8 +39,8 @@ the batch to Spark, judged before anything is written: ``publishable``), then ``
 the TOAST refill, the key events and ``compact`` with Arrow and numpy kernels and gives the same net rows, kept
 columns, moved-from keys and touched flags (``compacted_rows``; ``DirectNet.compacted``), which the target loads
 as it loads Spark's net frame. Its keys must group by Arrow equality as Spark groups them (``kernels.groupable``:
-no floating-point key). A row filter outside that subset, exactness notes, a truncate or snapshot cut-off inside
-the batch, routed parts or several schema versions still go to Spark.
+no floating-point key). A row filter outside that subset, exactness notes, routed parts (a leaf's truncate among
+them), a keyless table or several schema versions still go to Spark.
 
 Staged files on an object store (``s3://``, ``gs://``, ``abfs://``) are read by this process, through the staging
 area's own pyarrow filesystem and credentials, when Spark's master is local (``batches.readable_here``: the driver
@@ -65,7 +75,7 @@ import pyarrow.parquet as pq
 from airflow_provider_pglogical.apply import filter_eval, kernels, partitioned, published
 from airflow_provider_pglogical.apply.batches import Batch, has_value_notes, is_local, keys_never_repeat, readable_here
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
-from airflow_provider_pglogical.apply.targets.base import DirectNet, DirectRows, PlannedTable
+from airflow_provider_pglogical.apply.targets.base import Cut, DirectNet, DirectRows, PlannedTable
 from airflow_provider_pglogical.exceptions import ApplyError, RowFilterError
 from airflow_provider_pglogical.row_filter import canonical
 from airflow_provider_pglogical.staging.layout import resolve_filesystem
@@ -162,9 +172,48 @@ def publishes_all(cfg: TableApplyConfig) -> bool:
 
 def plain_table(table: PlannedTable) -> bool:
     """The parts of the decision that need no file: a single-source keyed table, a row filter (if any) of the
-    covered constructs, no truncate inside the batch, nothing refused for UPDATE/DELETE."""
-    return (enabled() and not table.parts and bool(table.key) and table.truncated_at is None
+    covered constructs, nothing refused for UPDATE/DELETE (a truncate inside the batch is a ``Cut``)."""
+    return (enabled() and not table.parts and bool(table.key)
             and table.update_delete_problem is None and plain_config(table.config))
+
+
+def batch_cut(table: PlannedTable, batch: Batch, sync_lsn: int | None) -> Cut | None:
+    """The table-batch's ``Cut``: its last truncate in the batch, and ``sync_lsn`` when the batch starts before it
+    (``SparkBatchChanges``' rule); None when every staged change counts."""
+    synced = sync_lsn if sync_lsn is not None and batch.start_lsn < sync_lsn else None
+    return Cut(table.truncated_at, synced) if table.truncated_at is not None or synced is not None else None
+
+
+# The staged columns a cut compares (``after_cut``).
+CUT_COLUMNS = ("commit_lsn", "tx_order")
+# What the per-row rewrite (``net_rows``) reads.
+PLAIN_COLUMNS = ("op", "lsn", "old", "new")
+
+
+def plain_columns(cut: Cut | None) -> list[str]:
+    """The staged columns the per-row rewrite reads: ``PLAIN_COLUMNS``, and ``CUT_COLUMNS`` for ``after_cut``."""
+    return [*PLAIN_COLUMNS, *CUT_COLUMNS] if cut is not None else list(PLAIN_COLUMNS)
+
+
+def after_cut(staged: pa.Table, cut: Cut | None) -> pa.Table:
+    """The staged changes Spark's transforms keep for the target: committed at or after the cut's sync LSN
+    (``commit_lsn >= sync_lsn``, as ``SparkBatchChanges`` reads them) and after its truncate in (commit LSN, order in
+    transaction) order, strictly (``transforms.void_before``: a change of the truncate's own position is void, a
+    later one of its transaction is not). Per change, so it may run before the publication and the netting, as a
+    change's events all carry its position."""
+    if cut is None:
+        return staged
+    commit = staged.column("commit_lsn")
+    keep = pa.repeat(True, staged.num_rows) if staged.num_rows else pa.array([], pa.bool_())
+    if cut.sync_lsn is not None:
+        keep = pc.and_(keep, pc.greater_equal(commit, pa.scalar(cut.sync_lsn, commit.type)))
+    if cut.truncated_at is not None:
+        c, o = cut.truncated_at
+        order = staged.column("tx_order")
+        later = pc.or_(pc.greater(commit, pa.scalar(c, commit.type)),
+                       pc.and_(pc.equal(commit, pa.scalar(c, commit.type)), pc.greater(order, pa.scalar(o, order.type))))
+        keep = pc.and_(keep, later)
+    return staged.filter(keep)
 
 
 def may_cover(config: ApplyConfig, local_master: bool = False) -> bool:
@@ -182,15 +231,14 @@ def batch_files(table: PlannedTable, batch: Batch, sync_lsn: int | None) -> Dire
     None. ``sync_lsn``: the sync LSN of the snapshot the table's target holds (a batch starting before it drops
     the changes the snapshot has: a cut-off the files do not show)."""
     files = batch.table_files.get(table.source, ())
-    if (not files or not plain_table(table) or not batch.here
-            or (sync_lsn is not None and batch.start_lsn < sync_lsn)
-            or has_value_notes(batch, table.source)):
+    if not files or not plain_table(table) or not batch.here or has_value_notes(batch, table.source):
         return None
     fs = batch.reader.layout.fs  # the staging area's own (local, or the object store's with its credentials)
     paths = tuple(f"{batch.ref.path}/{rel}" for rel in files)
     if not same_schema(paths, table.columns, fs):
         return None
-    net = DirectNet(table.source, table.target, paths, tuple(table.key), tuple(table.columns), filesystem=fs)
+    net = DirectNet(table.source, table.target, paths, tuple(table.key), tuple(table.columns), filesystem=fs,
+                    cut=batch_cut(table, batch, sync_lsn))
     plain = publishes_all(table.config)
     if plain and no_unchanged_toast(paths, fs) and keys_never_repeat(
             batch, table.source, table.key, full_identity=table.relation.replica_identity == "f"):
@@ -214,11 +262,12 @@ def publishable(net: DirectNet) -> bool:
     as ``partitioned.netted`` routes it (an overflow there is its ``ApplyError``)."""
     try:
         if net.partitions <= 1:
-            published.publish(staged_changes(net.files, net.filesystem), row_filter=net.row_filter,
-                              actions=net.actions, identity=net.identity)
+            published.publish(after_cut(staged_changes(net.files, net.filesystem), net.cut),
+                              row_filter=net.row_filter, actions=net.actions, identity=net.identity)
         else:
             for chunk in staged_chunks(net.files, net.filesystem):
-                published.publish(chunk, row_filter=net.row_filter, actions=net.actions, identity=net.identity)
+                published.publish(after_cut(chunk, net.cut), row_filter=net.row_filter, actions=net.actions,
+                                  identity=net.identity)
     except filter_eval.NotCovered:
         return False
     except pa.ArrowInvalid:  # a column beyond Arrow's 2 GiB offsets as it is concatenated: Spark reads it in parts
@@ -277,9 +326,10 @@ def in_process(table: PlannedTable, batch: Batch, paths: Sequence[str], filesyst
 
 def compacted_rows(staged: pa.Table, net: DirectNet) -> pa.RecordBatch:
     """A compacted ``DirectNet``'s staged changes (all of the table-batch, ``kernels.STAGED_COLUMNS``) as one
-    batch of net rows in ``net_rows``' layout, the keep column a list of column names: the publication's actions
-    and row filter applied per change first (``published.publish``), as Spark applies them before netting."""
-    staged = published.publish(staged, row_filter=net.row_filter, actions=net.actions, identity=net.identity)
+    batch of net rows in ``net_rows``' layout, the keep column a list of column names: the changes before its cut
+    left out (``after_cut``), the publication's actions and row filter applied per change (``published.publish``),
+    as Spark applies them before netting."""
+    staged = published.publish(after_cut(staged, net.cut), row_filter=net.row_filter, actions=net.actions, identity=net.identity)
     return _net_batch(kernels.compact_changes(staged, net.key, net.columns, net.identity), net)
 
 
@@ -297,7 +347,7 @@ def compacted_batches(chunks: Iterable[pa.Table], net: DirectNet) -> Iterator[pa
                                                  f"({sum(g.num_rows for g in groups)} staged changes)") from None
             yield rows
         return
-    parts = partitioned.netted(chunks, source=net.source or net.target, key=net.key, columns=net.columns,
+    parts = partitioned.netted((after_cut(chunk, net.cut) for chunk in chunks), source=net.source or net.target, key=net.key, columns=net.columns,
                                identity=net.identity, row_filter=net.row_filter, actions=net.actions,
                                partitions=net.partitions)
     with contextlib.closing(parts):  # closing these batches removes the spill files now

@@ -2,7 +2,8 @@
 area's own pyarrow filesystem (``batches.readable_here``), so plain, repeated-key and row-filtered table-batches are
 applied with ``JAVA_HOME`` pointing nowhere (a JVM start fails the run), and the target — PostgreSQL, or a Delta
 mirror (``lake/direct.py``) — ends equal to a native subscriber; so is the initial snapshot of rows there before the
-slot. A batch the direct path does not cover (a TRUNCATE) starts Spark for that table; another table of the batch
+slot. A batch the direct path does not cover (a TRUNCATE, keys that repeat and the in-process netting off) starts Spark
+for that table; another table of the batch
 is still copied by this process (a plan on the store is never handed to Spark's tasks: ``DirectPlan`` refuses to be
 pickled), and both end equal too."""
 
@@ -103,8 +104,9 @@ def test_batches_staged_on_s3_apply_without_java_and_end_as_a_native_subscriber(
         assert summary["apply"]["batches_applied"] == 1 and summary["apply"]["spark_started"] is True
         assert summary["spark"]["started"] == "during the drain" and logs == []
 
-        # A TRUNCATE inside the batch: the direct path leaves it to Spark, whose executors read the store. Table zeta,
-        # after items, is still a direct plan on the store once Spark runs: this process copies it.
+        # A TRUNCATE inside a batch whose items keys repeat, with the in-process netting off: Spark nets items, its
+        # executors reading the store. Table zeta, after items, is still a direct plan on the store once Spark runs:
+        # this process copies it.
         execute(source_dsn, """BEGIN;
             UPDATE items SET qty = 7 WHERE id <= 10;
             TRUNCATE items;
@@ -112,7 +114,7 @@ def test_batches_staged_on_s3_apply_without_java_and_end_as_a_native_subscriber(
             UPDATE zeta SET v = v * 3 WHERE id <= 12;
             INSERT INTO zeta VALUES (31, 31);
             COMMIT;""")
-        summary, logs = run(str(spec), tmp_path, java=True, env=env)
+        summary, logs = run(str(spec), tmp_path, java=True, env={**env, "PGLOGICAL_APPLY_INPROCESS_ROWS": "0"})
         assert summary["apply"]["batches_applied"] == 1 and summary["apply"]["spark_started"] is True
         assert "for the apply: a staged batch needs Spark" in summary["stderr"] and logs == []
         wait_for_subscriber(source_dsn, native_dsn)

@@ -276,13 +276,25 @@ class SnapshotTarget(Protocol):
 
 
 @dataclass(frozen=True)
+class Cut:
+    """Where a table-batch's changes start for its target: the staged changes at or before ``truncated_at``, the
+    table's last truncate in the batch as (commit LSN, order in transaction), are void (``transforms.void_before``),
+    and those committed before ``sync_lsn``, the sync LSN of the snapshot the target holds, are in the snapshot
+    (``SparkBatchChanges``); None: no such bound. ``direct.after_cut`` keeps the rest."""
+
+    truncated_at: tuple[int, int] | None = None
+    sync_lsn: int | None = None
+
+
+@dataclass(frozen=True)
 class DirectNet:
     """One table-batch's staged files (absolute local paths) whose rows map one-to-one to net changes
     (``apply/direct.py``); ``columns`` are the written columns (``PlannedTable.columns``), ``key`` its key.
     ``compacted``: the rows are netted together in one piece instead (``direct.compacted_rows``: repeated keys,
     unchanged TOAST, a row filter or an action left out), ``identity`` the source's replica identity columns that
     refill needs, ``row_filter`` and ``actions`` the publication's (evaluated in process, ``apply/published.py``),
-    ``partitions`` how many key partitions it is netted in (``direct.compacted_batches``)."""
+    ``partitions`` how many key partitions it is netted in (``direct.compacted_batches``), ``cut`` the changes
+    that count (``Cut``: after the table's last truncate in the batch and its snapshot's sync LSN)."""
 
     source: str
     target: str
@@ -299,6 +311,8 @@ class DirectNet:
     # A compacted table-batch above the in-memory bounds is netted in this many key partitions spilled to disk
     # (``apply/partitioned.py``); 1: in one piece.
     partitions: int = 1
+    # The changes before it are left out as they are read (a truncate or a snapshot inside the batch); None: all.
+    cut: Cut | None = None
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from airflow_provider_pglogical.apply import direct
 from airflow_provider_pglogical.apply.batches import list_batches, read_relations
 from airflow_provider_pglogical.apply.changes import SparkBatchChanges
 from airflow_provider_pglogical.apply.config import ACTIONS, TableApplyConfig
-from airflow_provider_pglogical.apply.targets.base import PlannedTable
+from airflow_provider_pglogical.apply.targets.base import Cut, PlannedTable
 from tests.support.direct_batches import KEYS, batches
 from tests.support.stage import BatchSpec, Chg, Rel, write_batch
 from tests.unit.apply.conftest import ITEMS
@@ -61,13 +61,15 @@ def test_when_the_rule_hands_files_over_their_net_rows_are_the_spark_transforms(
         assert _direct_rows(net) == _spark_rows(SparkBatchChanges(spark, batch).net(table))
 
 
-def test_a_snapshot_cut_off_or_a_switched_off_path_keeps_the_spark_transforms(tmp_path, monkeypatch) -> None:
+def test_a_snapshot_cut_off_is_a_cut_and_a_switched_off_path_keeps_the_spark_transforms(tmp_path, monkeypatch) -> None:
     write_batch(tmp_path, "slot", BatchSpec(0x1000, 0x2000, {ITEMS: [Chg("I", 10, 0, new={"id": 1})]}))
     (batch,) = list_batches(str(tmp_path), "slot")
     table = PlannedTable(ITEMS.name, ITEMS.name, ("id",), ("id", "grp", "note"), read_relations(batch)[ITEMS.name],
                          TableApplyConfig())
-    assert direct.batch_files(table, batch, None) is not None
-    assert direct.batch_files(table, batch, 0x1800) is None  # the batch starts before the table's sync LSN
+    found = direct.batch_files(table, batch, None)
+    assert found is not None and found.cut is None
+    cut = direct.batch_files(table, batch, 0x1800)  # the batch starts before the table's sync LSN
+    assert cut is not None and cut.cut == Cut(None, 0x1800)  # test_direct_cut.py compares what it keeps with Spark
     monkeypatch.setenv(direct.ENV_SWITCH, "0")
     assert direct.batch_files(table, batch, None) is None
 

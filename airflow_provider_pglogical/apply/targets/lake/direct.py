@@ -31,8 +31,6 @@ from airflow_provider_pglogical.apply import direct
 from airflow_provider_pglogical.apply.targets.base import DirectNet, from_column
 from airflow_provider_pglogical.apply.transforms import KEEP, KIND, LSN, TOUCHED
 
-NET_COLUMNS = ("op", "lsn", "old", "new")  # what the per-row rewrite reads
-
 
 def flat_type(dtype: pa.DataType) -> bool:
     """Whether a staged column of this Arrow type converts for the lake as Spark's read of it does."""
@@ -61,7 +59,8 @@ def net_table(net: DirectNet) -> pa.Table | None:
         batches = [direct.compacted_rows(staged, net)]
     else:
         batches = [b for p in net.files
-                   for b in direct.net_rows(pq.read_table(p, columns=list(NET_COLUMNS), filesystem=net.filesystem),
+                   for b in direct.net_rows(direct.after_cut(pq.read_table(p, columns=direct.plain_columns(net.cut),
+                                                                           filesystem=net.filesystem), net.cut),
                                             net.key, net.columns)]
     return framed(batches, net.key, net.columns)
 

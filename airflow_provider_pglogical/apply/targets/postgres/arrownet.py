@@ -27,7 +27,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from airflow_provider_pglogical.apply import direct
-from airflow_provider_pglogical.apply.targets.base import DirectNet
+from airflow_provider_pglogical.apply.targets.base import Cut, DirectNet
 from airflow_provider_pglogical.apply.targets.postgres import arrowtext
 from airflow_provider_pglogical.apply.targets.postgres.copy import copy_chunks
 from airflow_provider_pglogical.apply.targets.postgres.target_types import ARRAY, SCALAR, PgType
@@ -54,6 +54,7 @@ class DirectPlan:
     filesystem: pafs.FileSystem | None = field(default=None, compare=False, repr=False)
     partitions: int = 1  # key partitions a compacted plan is netted in (``DirectNet.partitions``)
     source: str = ""  # the source table (named in a spill's errors)
+    cut: Cut | None = None  # the changes that count (``DirectNet.cut``): the others are left out as they are read
 
     @property
     def local(self) -> bool:
@@ -137,7 +138,7 @@ def plan_direct(net: DirectNet, types: Mapping[str, PgType]) -> DirectPlan | Non
             kinds, key_kinds = new_kinds, old_kinds
         tasks.extend((path, rg) for rg in range(parquet.metadata.num_row_groups))
     return DirectPlan(net.key, net.columns, tuple(kinds), tuple(key_kinds), tuple(tasks), net.compacted, net.identity,
-                      net.row_filter, net.actions, net.filesystem, net.partitions, net.source)
+                      net.row_filter, net.actions, net.filesystem, net.partitions, net.source, net.cut)
 
 
 @dataclass(frozen=True)
@@ -220,13 +221,13 @@ def copy_tasks(dsn: str, staging: str, columns: Sequence[str], plan: DirectPlan
     def net_batches(tasks: Iterable[tuple[str, int]]) -> Generator[pa.RecordBatch, None, None]:
         if plan.compacted:  # every row group of the table-batch, netted together (in key partitions above the bounds)
             net = DirectNet(plan.source, "", (), plan.key, plan.columns, compacted=True, identity=plan.identity,
-                            row_filter=plan.row_filter, actions=plan.actions, partitions=plan.partitions)
+                            row_filter=plan.row_filter, actions=plan.actions, partitions=plan.partitions, cut=plan.cut)
             groups = (direct.staged_group(pq.ParquetFile(path, filesystem=plan.filesystem), rg) for path, rg in tasks)
             yield from direct.compacted_batches(groups, net)
             return
         for path, rg in tasks:
-            table = pq.ParquetFile(path, filesystem=plan.filesystem).read_row_group(rg, columns=["op", "lsn", "old", "new"])
-            yield from direct.net_rows(table, plan.key, plan.columns)
+            table = pq.ParquetFile(path, filesystem=plan.filesystem).read_row_group(rg, columns=direct.plain_columns(plan.cut))
+            yield from direct.net_rows(direct.after_cut(table, plan.cut), plan.key, plan.columns)
 
     def chunks(tasks: Iterable[tuple[str, int]]) -> Generator[tuple[bytes, int], None, None]:
         with contextlib.closing(net_batches(tasks)) as batches:  # its close reaches the netting's

@@ -1,0 +1,125 @@
+"""The direct path of a table-batch with a truncate or a snapshot cut-off against the Spark transforms: the changes
+``direct.after_cut`` keeps, netted by the per-row rewrite (``direct.net_rows``) or the kernels (in one piece or in
+key partitions, ``direct.compacted_batches``), are exactly the net frame ``SparkBatchChanges.net`` builds with
+``transforms.void_before`` and its sync LSN filter.
+
+Random batches of both kinds (``tests/support/direct_batches.py``: keys mostly fresh; ``test_kernels.batches``: keys
+repeat) get truncates at random positions — before every change, between two, at the very position of a change (the
+tie ``void_before`` voids), inside a transaction with later changes of the table, several in one batch, after the last
+change — and now and then a snapshot's sync LSN inside the batch. A cut compared with ``>=`` instead of ``>`` (or the
+sync LSN with ``>``) shows as a disagreement here.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pyarrow.parquet as pq
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from airflow_provider_pglogical.apply import direct, planning, snapshots
+from airflow_provider_pglogical.apply.batches import Batch, list_batches, read_relations, read_truncates
+from airflow_provider_pglogical.apply.changes import SparkBatchChanges
+from airflow_provider_pglogical.apply.config import TableApplyConfig
+from airflow_provider_pglogical.apply.targets.base import Cut, PlannedTable
+from tests.support import direct_batches
+from tests.support.stage import ITEMS, BatchSpec, Chg, Rel, Trunc, write_batch
+from tests.unit.apply import test_kernels
+
+START = 1  # the batch starts before every commit, so a sync LSN among them cuts it
+
+
+@st.composite
+def cut_batches(draw: st.DrawFn) -> tuple[Rel, tuple[str, ...], list[Chg], TableApplyConfig, list[Trunc], int | None]:
+    """A table-batch, its config, its truncates and the sync LSN of the snapshot its target holds (or None)."""
+    if draw(st.booleans()):
+        rel, changes, config = draw(direct_batches.batches())
+        key = direct_batches.KEYS[rel]
+    else:
+        rel, key, changes = draw(test_kernels.batches())
+        config = TableApplyConfig()
+    positions = sorted({(c.commit_lsn, c.tx_order) for c in changes}) or [(10, 0)]
+    last = positions[-1][0]
+    position = st.one_of(st.sampled_from(positions),  # a change's own position: the tie void_before voids
+                         st.tuples(st.integers(9, last + 1), st.integers(0, 3)))
+    truncates = [Trunc(c, o, (rel.name,), cascade=draw(st.booleans()), restart_identity=draw(st.booleans()))
+                 for c, o in draw(st.lists(position, min_size=draw(st.sampled_from([0, 1, 1, 1])), max_size=3))]
+    sync = draw(st.one_of(st.none(), st.sampled_from([c for c, _ in positions]), st.integers(9, last + 2)))
+    return rel, key, changes, config, truncates, sync
+
+
+def _planned(rel: Rel, key: tuple[str, ...], config: TableApplyConfig, batch: Batch, sync: int | None
+             ) -> PlannedTable:
+    """The table as the runner plans it: its truncates (those after the snapshot) placed by ``plan_truncates``."""
+    events = snapshots.drop_synced_truncates(read_truncates(batch), {rel.name: sync} if sync is not None else {})
+    truncated_at = planning.plan_truncates(events, {rel.name: (rel.name, config)}, []).position.get(rel.name)
+    return PlannedTable(rel.name, rel.name, key, tuple(c.name for c in rel.columns), read_relations(batch)[rel.name],
+                        config, truncated_at)
+
+
+def _direct_rows(net: direct.DirectNet) -> list[tuple]:
+    """The net rows the target prints: the staged files read as the target reads them, the cut applied there."""
+    if net.compacted:
+        batches = list(direct.compacted_batches(direct.staged_chunks(net.files, net.filesystem), net))
+    else:
+        batches = [b for p in net.files
+                   for b in direct.net_rows(direct.after_cut(pq.read_table(p, columns=direct.plain_columns(net.cut)),
+                                                             net.cut), net.key, net.columns)]
+    rows = []
+    for batch in batches:
+        for r in batch.to_pylist():
+            values = list(r.values())
+            values[1] = [] if values[1] == "{}" else values[1]  # the per-row rewrite's keep, printed as COPY text
+            rows.append(tuple(values))
+    return sorted(rows, key=repr)
+
+
+def _spark_rows(frame) -> list[tuple]:
+    return sorted((tuple(r) for r in frame.collect()), key=repr)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cut_batches(), st.sampled_from([None, "2"]))
+def test_a_truncated_or_synced_table_batch_handed_over_nets_as_the_spark_transforms(spark, drawn, rows_bound) -> None:
+    rel, key, changes, config, truncates, sync = drawn
+    with tempfile.TemporaryDirectory() as root:
+        write_batch(root, "slot", BatchSpec(START, 0x2000, {rel: changes}, truncates))
+        (batch,) = list_batches(root, "slot")
+        table = _planned(rel, key, config, batch, sync)
+        saved = os.environ.get(direct.ROWS_SWITCH)
+        if rows_bound is not None:  # above two staged changes: netted in key partitions
+            os.environ[direct.ROWS_SWITCH] = rows_bound
+        try:
+            net = direct.batch_files(table, batch, sync)
+            event("Spark path only" if net is None else
+                  f"{'compacted' if net.compacted else 'per-row'} in {'one piece' if net.partitions <= 1 else 'parts'}")
+            event("truncated" if table.truncated_at is not None else "no truncate")
+            event("sync cut-off" if sync is not None else "no sync LSN")
+            if net is None:
+                return
+            assert net.cut == direct.batch_cut(table, batch, sync)
+            direct_rows = _direct_rows(net)
+        finally:
+            if saved is None:
+                os.environ.pop(direct.ROWS_SWITCH, None)
+            else:
+                os.environ[direct.ROWS_SWITCH] = saved
+        spark_rows = _spark_rows(SparkBatchChanges(spark, batch, {rel.name: sync} if sync is not None else None)
+                                 .net(table))
+        assert direct_rows == spark_rows
+
+
+def test_a_truncate_and_a_sync_lsn_inside_the_batch_are_a_cut_not_a_reason_for_spark(tmp_path) -> None:
+    write_batch(tmp_path, "slot", BatchSpec(0x1000, 0x2000, {ITEMS: [
+        Chg("I", 0x1100, 0, new={"id": 1, "grp": 1, "note": "gone"}),
+        Chg("I", 0x1200, 1, new={"id": 2, "grp": 2, "note": "void with the truncate"}),
+        Chg("I", 0x1200, 3, new={"id": 1, "grp": 3, "note": "kept"})]}, [Trunc(0x1200, 2, (ITEMS.name,))]))
+    (batch,) = list_batches(str(tmp_path), "slot")
+    table = _planned(ITEMS, ("id",), TableApplyConfig(), batch, None)
+    assert table.truncated_at == (0x1200, 2)
+    net = direct.batch_files(table, batch, 0x1180)
+    assert net is not None and net.cut == Cut((0x1200, 2), 0x1180)
+    assert [r[-2:] for r in _direct_rows(net)] == [(3, "kept")]
+    assert direct.batch_files(table, batch, 0x1000).cut == Cut((0x1200, 2), None)  # type: ignore[union-attr]
