@@ -36,8 +36,8 @@ def leftovers(uri: str) -> list[str]:
 
 # One kill point per durable state a drain can leave (staging/drain.py ``_stage``, writer.py), each recovered by
 # another step of the next run (``_drain_locked``):
-# - "transaction:12": the batch's files mid-write under ``_partial-<start>/`` (row groups of every table flushed, no
-#   footer), slot unmoved: ``leftovers_for`` deletes the partial directory. The product's ``fetched_some`` checkpoint
+# - "transaction:12": the batch's files mid-write under ``_partial-<start>/`` (row groups flushed, no footers), slot
+#   unmoved: ``leftovers_for`` deletes the partial directory. The product's ``fetched_some`` checkpoint
 #   (after the first transaction) leaves this same state with fewer bytes in it, which the next run deletes without
 #   reading: it is not killed at separately.
 # - "files_written": every file closed and moved to the final ``<start>-<end>/`` name, no manifest, slot unmoved:
