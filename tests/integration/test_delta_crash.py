@@ -10,17 +10,9 @@ from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
 from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
-from airflow_provider_pglogical.hooks import PgLogicalHook
-from scripts.harness.pgserver import execute
-from scripts.harness.subscriber import drain_all, run_script
 from tests.integration.test_native_equivalence import (
     APPLY_TABLES,
-    BATCH_ONE,
-    BATCH_TWO,
-    PRE_EXISTING_SQL,
-    PUBLICATIONS_SQL,
     TABLES,
-    TABLES_SQL,
 )
 
 # Each run is stopped at its stop, starting from what the previous stop left. A stop leaves one of two durable
@@ -49,16 +41,9 @@ def snapshot(location: DeltaLocation, mode: str) -> dict[str, list]:
 
 
 @pytest.mark.parametrize("mode", ["mirror", "changelog"])
-def test_a_crash_at_any_commit_boundary_then_a_rerun_equals_an_uninterrupted_apply(pg_dbname, pg_server, spark,
+def test_a_crash_at_any_commit_boundary_then_a_rerun_equals_an_uninterrupted_apply(scripted_workload, spark,
                                                                                   tmp_path, mode):
-    dsn = pg_server.dsn(pg_dbname)
-    execute(dsn, TABLES_SQL + PUBLICATIONS_SQL + PRE_EXISTING_SQL)
-    PgLogicalHook.from_dsn(dsn).create_slot("ours")
-    staging = str(tmp_path / "staging")
-    run_script(dsn, BATCH_ONE)
-    drain_all(dsn, staging)
-    run_script(dsn, BATCH_TWO)
-    drain_all(dsn, staging)
+    staging = scripted_workload.copy_to(str(tmp_path / "staging"))
     config = ApplyConfig(slot="ours", staging_root=staging, tables=APPLY_TABLES)
     clean = DeltaLocation(str(tmp_path / "clean"))
     ends = [report.end_lsn for report in apply_slot(spark, config, target=DeltaTarget(clean, "ours", mode=mode))]

@@ -3,7 +3,7 @@ Delta (local disk and a real S3 server), read back with deltalake and compared w
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 
 import numpy as np
@@ -15,20 +15,11 @@ from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
 from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
 from airflow_provider_pglogical.apply.targets.lake import stream
-from airflow_provider_pglogical.hooks import PgLogicalHook
 from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings, initial_snapshot
-from scripts.harness.pgserver import execute, make_database, make_target, query
-from scripts.harness.subscriber import drain_all, run_script, subscribe, unsubscribe, wait_for_subscriber
+from scripts.harness.pgserver import execute, make_target, query
 from tests.integration.test_native_equivalence import (
     APPLY_TABLES,
-    BATCH_ONE,
-    BATCH_TWO,
-    DEVIATION_SQL,
-    PRE_EXISTING_SQL,
-    PUBLICATIONS_SQL,
     TABLES,
-    TABLES_SQL,
-    table_rows,
 )
 from tests.support.exact import exact
 
@@ -68,72 +59,64 @@ def replay_changelog(location: DeltaLocation, table: str) -> list[tuple]:
 
 
 @pytest.mark.parametrize("storage", ["local", "s3"])
-def test_delta_mirror_matches_a_native_subscriber_and_the_changelog_rebuilds_it(pg_server, spark, tmp_path,
+def test_delta_mirror_matches_a_native_subscriber_and_the_changelog_rebuilds_it(native_workload, spark, tmp_path,
                                                                                 request, storage, monkeypatch):
+    """The workload's staged batches (copied to local disk or S3) applied into a Delta mirror and change feed, equal
+    to what the native subscriber of the same source holds."""
     split: list[int] = []  # buckets per streamed MERGE source
     original = stream.bucket_frames
     monkeypatch.setattr(stream, "bucket_frames", lambda net, key, count: split.append(count) or original(net, key, count))
     if storage == "s3":
         server = request.getfixturevalue("s3")
-        staging, lake = f"s3://{server.bucket}/staging", f"s3://{server.bucket}/lake"
+        staging = native_workload.copy_to(f"s3://{server.bucket}/staging", server)
+        lake = f"s3://{server.bucket}/lake"
     else:
-        staging, lake = str(tmp_path / "staging"), str(tmp_path / "lake")
-    source, native = make_database(pg_server), make_database(pg_server)
-    source_dsn, native_dsn = pg_server.dsn(source), pg_server.dsn(native)
-    execute(source_dsn, TABLES_SQL + PUBLICATIONS_SQL + PRE_EXISTING_SQL)
-    execute(native_dsn, TABLES_SQL)
-    subscribe(source_dsn, native_dsn)
-    PgLogicalHook.from_dsn(source_dsn).create_slot("ours")
+        staging, lake = native_workload.copy_to(str(tmp_path / "staging")), str(tmp_path / "lake")
     config = ApplyConfig(slot="ours", staging_root=staging, tables=APPLY_TABLES)
     mirror_loc, feed_loc = DeltaLocation(lake + "/mirror"), DeltaLocation(lake + "/feed")
     # On local disk the MERGE sources stream in buckets of two net changes (several per table: stream.py).
     mirror = DeltaTarget(mirror_loc, "ours", **({"chunk_rows": 2} if storage == "local" else {}))
     feed = DeltaTarget(feed_loc, "ours", mode="changelog")
-    try:
-        run_script(source_dsn, BATCH_ONE)
-        assert drain_all(source_dsn, staging) == 1
-        run_script(source_dsn, BATCH_TWO + [DEVIATION_SQL])
-        assert drain_all(source_dsn, staging) == 1
-        assert [r.applied for r in apply_slot(spark, config, target=mirror)] == [True, True]
-        assert [r.applied for r in apply_slot(spark, config, target=mirror)] == [False, False]  # re-run: no-op
-        assert [r.applied for r in apply_slot(spark, config, target=feed)] == [True, True]
-        assert [r.applied for r in apply_slot(spark, config, target=feed)] == [False, False]
-        if storage == "local":  # merged in one commit per bucket of two net changes (max_merge_rows): the same tables
-            bucketed_loc = DeltaLocation(lake + "/bucketed")
-            bucketed = DeltaTarget(bucketed_loc, "ours", max_merge_rows=2)
-            assert [r.applied for r in apply_slot(spark, config, target=bucketed)] == [True, True]
-            assert [r.applied for r in apply_slot(spark, config, target=bucketed)] == [False, False]
-            for table in TABLES:
-                assert delta_rows(bucketed_loc, table) == delta_rows(mirror_loc, table), table
-            assert any("pglogical.bucket" in c for table in TABLES  # not vacuous: some batch took several commits
-                       for c in DeltaTable(bucketed_loc.table_uri(f"public.{table}")).history())
-        wait_for_subscriber(source_dsn, native_dsn)
+    assert [r.applied for r in apply_slot(spark, config, target=mirror)] == [True, True]
+    assert [r.applied for r in apply_slot(spark, config, target=mirror)] == [False, False]  # re-run: no-op
+    assert [r.applied for r in apply_slot(spark, config, target=feed)] == [True, True]
+    assert [r.applied for r in apply_slot(spark, config, target=feed)] == [False, False]
+    if storage == "local":  # merged in one commit per bucket of two net changes (max_merge_rows): the same tables
+        bucketed_loc = DeltaLocation(lake + "/bucketed")
+        bucketed = DeltaTarget(bucketed_loc, "ours", max_merge_rows=2)
+        assert [r.applied for r in apply_slot(spark, config, target=bucketed)] == [True, True]
+        assert [r.applied for r in apply_slot(spark, config, target=bucketed)] == [False, False]
         for table in TABLES:
-            if table == "toast_rf":
-                continue
-            native_rows = [tuple(r[i] for i in range(len(NATIVE_COLUMNS.get(table, r)))) if table != "cols"
-                           else (r[0], r[1], r[3]) for r in table_rows(native_dsn, table)]
-            assert delta_rows(mirror_loc, table) == native_rows, table
-            assert replay_changelog(feed_loc, table) == native_rows, table
-        # Not vacuous: on local disk the MERGE sources streamed in several buckets; on S3, with the default bucket,
-        # every table-batch's staged changes fit one bucket, so each was collected whole (nothing streamed).
-        assert (bool(split) and max(split) > 1) if storage == "local" else not split, split
-        assert delta_rows(mirror_loc, "rf_key") == [(120, 5, "x"), (300, 1, "z")]
-        assert delta_rows(mirror_loc, "toasty") == [(1, 2, "x" * 9000), (3, 1, "y" * 9000)]
-        assert delta_rows(mirror_loc, "child") == [(50, 5, "c5")]
-        # The stated deviation, as in the PostgreSQL target: the value that exists nowhere is rejected.
-        assert table_rows(native_dsn, "toast_rf") == [(120, 2, "w" * 9000), (150, 1, None)]
-        assert delta_rows(mirror_loc, "toast_rf") == [(120, 2, "w" * 9000)]
-        assert replay_changelog(feed_loc, "toast_rf") == [(120, 2, "w" * 9000)]
-        ops = DeltaTable(feed_loc.table_uri("public.parent"), storage_options=feed_loc.options).to_pyarrow_table()
-        assert "truncate" in ops.column("_op").to_pylist()
-        if storage == "s3":
-            assert any(k.startswith("lake/mirror/public/toasty/_delta_log/") for k in server.keys("lake/"))
-            assert any(k.startswith("staging/ours/batches/") for k in server.keys("staging/"))
-    finally:
-        unsubscribe(native_dsn)
-        execute(pg_server.dsn(), f'DROP DATABASE IF EXISTS "{native}" WITH (FORCE)')
-        execute(pg_server.dsn(), f'DROP DATABASE IF EXISTS "{source}" WITH (FORCE)')
+            assert delta_rows(bucketed_loc, table) == delta_rows(mirror_loc, table), table
+        assert any("pglogical.bucket" in c for table in TABLES  # not vacuous: some batch took several commits
+                   for c in DeltaTable(bucketed_loc.table_uri(f"public.{table}")).history())
+    for table in TABLES:
+        if table == "toast_rf":
+            continue
+        native_rows = native_equivalent(native_workload.native, table)
+        assert delta_rows(mirror_loc, table) == native_rows, table
+        assert replay_changelog(feed_loc, table) == native_rows, table
+    # Not vacuous: on local disk the MERGE sources streamed in several buckets; on S3, with the default bucket,
+    # every table-batch's staged changes fit one bucket, so each was collected whole (nothing streamed).
+    assert (bool(split) and max(split) > 1) if storage == "local" else not split, split
+    assert delta_rows(mirror_loc, "rf_key") == [(120, 5, "x"), (300, 1, "z")]
+    assert delta_rows(mirror_loc, "toasty") == [(1, 2, "x" * 9000), (3, 1, "y" * 9000)]
+    assert delta_rows(mirror_loc, "child") == [(50, 5, "c5")]
+    # The stated deviation, as in the PostgreSQL target: the value that exists nowhere is rejected.
+    assert native_workload.native["toast_rf"] == [(120, 2, "w" * 9000), (150, 1, None)]
+    assert delta_rows(mirror_loc, "toast_rf") == [(120, 2, "w" * 9000)]
+    assert replay_changelog(feed_loc, "toast_rf") == [(120, 2, "w" * 9000)]
+    ops = DeltaTable(feed_loc.table_uri("public.parent"), storage_options=feed_loc.options).to_pyarrow_table()
+    assert "truncate" in ops.column("_op").to_pylist()
+    if storage == "s3":
+        assert any(k.startswith("lake/mirror/public/toasty/_delta_log/") for k in server.keys("lake/"))
+        assert any(k.startswith("staging/ours/batches/") for k in server.keys("staging/"))
+
+
+def native_equivalent(native: Mapping[str, list[tuple]], table: str) -> list[tuple]:
+    """The native subscriber's rows of ``table`` in the lake's columns (``cols`` without its unpublished column)."""
+    return [tuple(r[i] for i in range(len(NATIVE_COLUMNS.get(table, r)))) if table != "cols" else (r[0], r[1], r[3])
+            for r in native[table]]
 
 
 # Every built-in type at its extremes (docs/types.md, "Delta Lake"): maxima, minima, the special values, all NULL.
@@ -230,57 +213,44 @@ def assert_extremes(source_dsn: str, location: DeltaLocation, ours: str) -> None
 
 
 @pytest.mark.parametrize("storage", ["local", "s3"])
-def test_every_builtin_type_extreme_reads_back_from_delta_as_postgres_holds_it(pg_server, spark, tmp_path, request,
-                                                                                 storage):
+def test_every_builtin_type_extreme_reads_back_from_delta_as_postgres_holds_it(extremes_workload, pg_server, spark,
+                                                                                 tmp_path, request, storage):
     """Delta mirror (read back with deltalake) and the PostgreSQL target (as ``::text``) against the source."""
     if storage == "s3":
         server = request.getfixturevalue("s3")  # moto keeps its buckets per process: a prefix of this test's own
         root = f"s3://{server.bucket}/{tmp_path.name}"
-        staging, lake = f"{root}/staging", f"{root}/lake"
+        staging, lake = extremes_workload.copy_to(f"{root}/staging", server), f"{root}/lake"
     else:
-        staging, lake = str(tmp_path / "staging"), str(tmp_path / "lake")
-    source = make_database(pg_server)
+        staging, lake = extremes_workload.copy_to(str(tmp_path / "staging")), str(tmp_path / "lake")
     _, ours = make_target(pg_server)
-    source_dsn = pg_server.dsn(source)
-    execute(source_dsn, EXTREMES_SQL)
-    PgLogicalHook.from_dsn(source_dsn).create_slot("ours")
     config = ApplyConfig(slot="ours", staging_root=staging, tables={})
     location = DeltaLocation(lake)
-    try:
-        run_script(source_dsn, EXTREMES_ONE)
-        assert drain_all(source_dsn, staging) == 1
-        run_script(source_dsn, EXTREMES_TWO)
-        assert drain_all(source_dsn, staging) == 1
-        assert [r.applied for r in apply_slot(spark, config, target=DeltaTarget(location, "ours"))] == [True, True]
-        assert [r.applied for r in apply_slot(spark, config, ours)] == [True, True]
-        assert_extremes(source_dsn, location, ours)
-        # The change feed holds the same values: replayed, it rebuilds the mirror.
-        feed = DeltaLocation(lake + "/feed")
-        assert [r.applied for r in apply_slot(spark, config, target=DeltaTarget(feed, "ours", mode="changelog"))] \
-            == [True, True]
-        compared = [[tuple(exact(v) for v in r) for r in rows]
-                    for rows in (replay_changelog(feed, "extremes"), delta_rows(location, "extremes"))]
-        assert compared[0] == compared[1] and len(compared[0]) == 6
-    finally:
-        execute(pg_server.dsn(), f'DROP DATABASE IF EXISTS "{source}" WITH (FORCE)')
+    assert [r.applied for r in apply_slot(spark, config, target=DeltaTarget(location, "ours"))] == [True, True]
+    assert [r.applied for r in apply_slot(spark, config, ours)] == [True, True]
+    assert_extremes(extremes_workload.source_dsn, location, ours)
+    # The change feed holds the same values: replayed, it rebuilds the mirror.
+    feed = DeltaLocation(lake + "/feed")
+    assert [r.applied for r in apply_slot(spark, config, target=DeltaTarget(feed, "ours", mode="changelog"))] \
+        == [True, True]
+    compared = [[tuple(exact(v) for v in r) for r in rows]
+                for rows in (replay_changelog(feed, "extremes"), delta_rows(location, "extremes"))]
+    assert compared[0] == compared[1] and len(compared[0]) == 6
 
 
-def test_a_snapshot_of_every_builtin_type_extreme_loads_as_postgres_holds_it(pg_server, spark, tmp_path):
-    """The same extremes taken by an initial snapshot (staged locally) into Delta and PostgreSQL targets."""
+def test_a_snapshot_of_every_builtin_type_extreme_loads_as_postgres_holds_it(extremes_workload, pg_server, spark,
+                                                                            tmp_path):
+    """The same extremes taken by an initial snapshot (staged locally, a slot of its own on the workload's source)
+    into Delta and PostgreSQL targets."""
     staging, location = str(tmp_path / "staging"), DeltaLocation(str(tmp_path / "lake"))
-    source = make_database(pg_server)
     _, ours = make_target(pg_server)
-    source_dsn = pg_server.dsn(source)
-    execute(source_dsn, EXTREMES_SQL)
-    run_script(source_dsn, EXTREMES_ONE + EXTREMES_TWO)
-    job = SnapshotJob(dsn=source_dsn, slot="ours", publication="pub_all", staging_uri=staging,
+    source_dsn = extremes_workload.source_dsn
+    job = SnapshotJob(dsn=source_dsn, slot="snap", publication="pub_all", staging_uri=staging,
                       tables={"public.extremes": (None, None)}, settings=SnapshotSettings(initial=True))
-    config = ApplyConfig(slot="ours", staging_root=staging, tables={})
+    config = ApplyConfig(slot="snap", staging_root=staging, tables={})
     try:
         initial_snapshot(job)
-        assert any(r.applied for r in apply_slot(spark, config, target=DeltaTarget(location, "ours")))
+        assert any(r.applied for r in apply_slot(spark, config, target=DeltaTarget(location, "snap")))
         assert any(r.applied for r in apply_slot(spark, config, ours))
         assert_extremes(source_dsn, location, ours)
     finally:
-        execute(source_dsn, "SELECT pg_drop_replication_slot('ours') FROM pg_replication_slots WHERE slot_name = 'ours'")
-        execute(pg_server.dsn(), f'DROP DATABASE IF EXISTS "{source}" WITH (FORCE)')
+        execute(source_dsn, "SELECT pg_drop_replication_slot('snap') FROM pg_replication_slots WHERE slot_name = 'snap'")

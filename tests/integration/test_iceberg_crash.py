@@ -16,18 +16,10 @@ from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.apply.targets.iceberg.catalog import IcebergLocation
 from airflow_provider_pglogical.apply.targets.iceberg.target import IcebergTarget
-from airflow_provider_pglogical.hooks import PgLogicalHook
-from scripts.harness.pgserver import execute
-from scripts.harness.subscriber import drain_all, run_script
 from tests.conftest import REPO_ROOT
 from tests.integration.test_native_equivalence import (
     APPLY_TABLES,
-    BATCH_ONE,
-    BATCH_TWO,
-    PRE_EXISTING_SQL,
-    PUBLICATIONS_SQL,
     TABLES,
-    TABLES_SQL,
 )
 from tests.support.iceberg_apply_child import KILLED
 
@@ -63,16 +55,9 @@ def run_child(**args: object) -> int:
 
 
 @pytest.mark.parametrize("mode", ["mirror", "changelog"])
-def test_a_kill_at_any_commit_boundary_then_a_rerun_equals_an_uninterrupted_apply(pg_dbname, pg_server, spark,
+def test_a_kill_at_any_commit_boundary_then_a_rerun_equals_an_uninterrupted_apply(scripted_workload, spark,
                                                                                   tmp_path, mode):
-    dsn = pg_server.dsn(pg_dbname)
-    execute(dsn, TABLES_SQL + PUBLICATIONS_SQL + PRE_EXISTING_SQL)
-    PgLogicalHook.from_dsn(dsn).create_slot("ours")
-    staging = str(tmp_path / "staging")
-    run_script(dsn, BATCH_ONE)
-    drain_all(dsn, staging)
-    run_script(dsn, BATCH_TWO)
-    drain_all(dsn, staging)
+    staging = scripted_workload.copy_to(str(tmp_path / "staging"))
     catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": str(tmp_path / "warehouse")}
     config = ApplyConfig(slot="ours", staging_root=staging, tables=APPLY_TABLES)
     clean = IcebergTarget(IcebergLocation(catalog, "clean"), "ours", mode=mode)

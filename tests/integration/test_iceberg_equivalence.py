@@ -14,25 +14,10 @@ from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.apply.targets.iceberg.catalog import IcebergLocation
 from airflow_provider_pglogical.apply.targets.iceberg.target import IcebergTarget
 from airflow_provider_pglogical.apply.targets.lake import stream
-from airflow_provider_pglogical.hooks import PgLogicalHook
-from scripts.harness.pgserver import execute, make_database
-from scripts.harness.subscriber import drain_all, run_script, subscribe, unsubscribe, wait_for_subscriber
-from tests.integration.test_delta_equivalence import (
-    EXTREMES_ONE,
-    EXTREMES_SQL,
-    EXTREMES_TWO,
-    NATIVE_COLUMNS,
-)
+from tests.integration.test_delta_equivalence import native_equivalent
 from tests.integration.test_native_equivalence import (
     APPLY_TABLES,
-    BATCH_ONE,
-    BATCH_TWO,
-    DEVIATION_SQL,
-    PRE_EXISTING_SQL,
-    PUBLICATIONS_SQL,
     TABLES,
-    TABLES_SQL,
-    table_rows,
 )
 from tests.support.exact import exact
 
@@ -95,99 +80,74 @@ def replay_changelog(target: IcebergTarget, table: str) -> list[tuple]:
 
 
 @pytest.mark.parametrize("storage", ["local", "s3"])
-def test_iceberg_mirror_matches_a_native_subscriber_and_the_changelog_rebuilds_it(pg_server, spark, tmp_path,
+def test_iceberg_mirror_matches_a_native_subscriber_and_the_changelog_rebuilds_it(native_workload, spark, tmp_path,
                                                                                   request, storage, monkeypatch):
+    """The workload's staged batches (copied to local disk or S3; the Delta tests apply the same ones) applied into
+    an Iceberg mirror and change feed, equal to what the native subscriber of the same source holds."""
     split: list[int] = []  # buckets per streamed table-batch
     original = stream.bucket_frames
     monkeypatch.setattr(stream, "bucket_frames", lambda net, key, count: split.append(count) or original(net, key, count))
     if storage == "s3":
         server = request.getfixturevalue("s3")
-        staging, lake = f"s3://{server.bucket}/staging", f"s3://{server.bucket}/lake"
+        staging = native_workload.copy_to(f"s3://{server.bucket}/staging", server)
+        lake = f"s3://{server.bucket}/lake"
     else:
-        staging, lake = str(tmp_path / "staging"), str(tmp_path / "lake")
-    source, native = make_database(pg_server), make_database(pg_server)
-    source_dsn, native_dsn = pg_server.dsn(source), pg_server.dsn(native)
-    execute(source_dsn, TABLES_SQL + PUBLICATIONS_SQL + PRE_EXISTING_SQL)
-    execute(native_dsn, TABLES_SQL)
-    subscribe(source_dsn, native_dsn)
-    PgLogicalHook.from_dsn(source_dsn).create_slot("ours")
+        staging, lake = native_workload.copy_to(str(tmp_path / "staging")), str(tmp_path / "lake")
     config = ApplyConfig(slot="ours", staging_root=staging, tables=APPLY_TABLES)
     # On local disk the net changes stream in buckets of two (several per table: IcebergTarget.apply_net_stream).
     mirror = IcebergTarget(location(lake, str(tmp_path), "mirror"), "ours",
                            **({"chunk_rows": 2} if storage == "local" else {}))
     feed = IcebergTarget(location(lake, str(tmp_path), "feed"), "ours", mode="changelog")
-    try:
-        run_script(source_dsn, BATCH_ONE)
-        assert drain_all(source_dsn, staging) == 1
-        run_script(source_dsn, BATCH_TWO + [DEVIATION_SQL])
-        assert drain_all(source_dsn, staging) == 1
-        assert [r.applied for r in apply_slot(spark, config, target=mirror)] == [True, True]
-        assert [r.applied for r in apply_slot(spark, config, target=mirror)] == [False, False]  # re-run: no-op
-        assert [r.applied for r in apply_slot(spark, config, target=feed)] == [True, True]
-        assert [r.applied for r in apply_slot(spark, config, target=feed)] == [False, False]
-        wait_for_subscriber(source_dsn, native_dsn)
-        # Not vacuous: on local disk some table-batch streamed in several buckets; on S3 none streamed (default bucket).
-        assert (bool(split) and max(split) > 1) if storage == "local" else not split, split
-        for table in TABLES:
-            if table == "toast_rf":
-                continue
-            native_rows = [tuple(r[i] for i in range(len(NATIVE_COLUMNS.get(table, r)))) if table != "cols"
-                           else (r[0], r[1], r[3]) for r in table_rows(native_dsn, table)]
-            assert iceberg_rows(mirror, table) == native_rows, table
-            if storage == "local":  # DuckDB's httpfs extension (for s3://) cannot be installed offline either
-                assert duckdb_rows(mirror, table) == native_rows, table
-            assert replay_changelog(feed, table) == native_rows, table
-        # Not vacuous: the transforms really happened.
-        assert iceberg_rows(mirror, "rf_key") == [(120, 5, "x"), (300, 1, "z")]
-        assert iceberg_rows(mirror, "toasty") == [(1, 2, "x" * 9000), (3, 1, "y" * 9000)]
-        assert iceberg_rows(mirror, "child") == [(50, 5, "c5")]
-        # The stated deviation, as in the PostgreSQL and Delta targets: the value that exists nowhere is rejected.
-        assert table_rows(native_dsn, "toast_rf") == [(120, 2, "w" * 9000), (150, 1, None)]
-        assert iceberg_rows(mirror, "toast_rf") == [(120, 2, "w" * 9000)]
-        assert replay_changelog(feed, "toast_rf") == [(120, 2, "w" * 9000)]
-        parent = feed.open("public.parent")
-        assert parent is not None and "truncate" in parent.scan().to_arrow().column("_op").to_pylist()
-        assert mirror.watermarks("ours", {f"public.{t}" for t in TABLES}).keys() <= {f"public.{t}" for t in TABLES}
-        if storage == "s3":
-            assert any(k.startswith("lake/mirror/toasty/data/") and k.endswith(".parquet") for k in server.keys("lake/"))
-    finally:
-        unsubscribe(native_dsn)
-        execute(pg_server.dsn(), f'DROP DATABASE IF EXISTS "{native}" WITH (FORCE)')
-        execute(pg_server.dsn(), f'DROP DATABASE IF EXISTS "{source}" WITH (FORCE)')
+    assert [r.applied for r in apply_slot(spark, config, target=mirror)] == [True, True]
+    assert [r.applied for r in apply_slot(spark, config, target=mirror)] == [False, False]  # re-run: no-op
+    assert [r.applied for r in apply_slot(spark, config, target=feed)] == [True, True]
+    assert [r.applied for r in apply_slot(spark, config, target=feed)] == [False, False]
+    # Not vacuous: on local disk some table-batch streamed in several buckets; on S3 none streamed (default bucket).
+    assert (bool(split) and max(split) > 1) if storage == "local" else not split, split
+    for table in TABLES:
+        if table == "toast_rf":
+            continue
+        native_rows = native_equivalent(native_workload.native, table)
+        assert iceberg_rows(mirror, table) == native_rows, table
+        if storage == "local":  # DuckDB's httpfs extension (for s3://) cannot be installed offline either
+            assert duckdb_rows(mirror, table) == native_rows, table
+        assert replay_changelog(feed, table) == native_rows, table
+    # Not vacuous: the transforms really happened.
+    assert iceberg_rows(mirror, "rf_key") == [(120, 5, "x"), (300, 1, "z")]
+    assert iceberg_rows(mirror, "toasty") == [(1, 2, "x" * 9000), (3, 1, "y" * 9000)]
+    assert iceberg_rows(mirror, "child") == [(50, 5, "c5")]
+    # The stated deviation, as in the PostgreSQL and Delta targets: the value that exists nowhere is rejected.
+    assert native_workload.native["toast_rf"] == [(120, 2, "w" * 9000), (150, 1, None)]
+    assert iceberg_rows(mirror, "toast_rf") == [(120, 2, "w" * 9000)]
+    assert replay_changelog(feed, "toast_rf") == [(120, 2, "w" * 9000)]
+    parent = feed.open("public.parent")
+    assert parent is not None and "truncate" in parent.scan().to_arrow().column("_op").to_pylist()
+    assert mirror.watermarks("ours", {f"public.{t}" for t in TABLES}).keys() <= {f"public.{t}" for t in TABLES}
+    if storage == "s3":
+        assert any(k.startswith("lake/mirror/toasty/data/") and k.endswith(".parquet") for k in server.keys("lake/"))
 
 
-def test_every_builtin_type_extreme_reads_back_from_iceberg_as_from_delta(pg_server, spark, tmp_path):
+def test_every_builtin_type_extreme_reads_back_from_iceberg_as_from_delta(extremes_workload, tmp_path, spark):
     """The Delta target's type mapping holds in Iceberg too (docs/iceberg.md): the same extremes, read back with
     pyiceberg, equal the Delta table's values (checked against PostgreSQL by test_delta_equivalence), smallint as int."""
     from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
     from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
     from tests.integration.test_delta_equivalence import delta_rows
 
-    staging = str(tmp_path / "staging")
-    source = make_database(pg_server)
-    source_dsn = pg_server.dsn(source)
-    execute(source_dsn, EXTREMES_SQL)
-    PgLogicalHook.from_dsn(source_dsn).create_slot("ours")
+    staging = extremes_workload.copy_to(str(tmp_path / "staging"))
     config = ApplyConfig(slot="ours", staging_root=staging, tables={})
     ice = IcebergTarget(location(str(tmp_path / "lake"), str(tmp_path), "public"), "ours")
     delta = DeltaLocation(str(tmp_path / "delta"))
-    try:
-        run_script(source_dsn, EXTREMES_ONE)
-        assert drain_all(source_dsn, staging) == 1
-        run_script(source_dsn, EXTREMES_TWO)
-        assert drain_all(source_dsn, staging) == 1
-        assert [r.applied for r in apply_slot(spark, config, target=ice)] == [True, True]
-        assert [r.applied for r in apply_slot(spark, config, target=DeltaTarget(delta, "ours"))] == [True, True]
-        got = [tuple(exact(v) for v in r) for r in iceberg_rows(ice, "extremes")]
-        want = [tuple(exact(v) for v in r) for r in delta_rows(delta, "extremes", _columns(ice))]
-        assert got == want and len(got) == 6
-        tbl = ice.open("public.extremes")
-        assert tbl is not None
-        types = {f.name: str(f.field_type) for f in tbl.schema().fields}
-        assert (types["i2"], types["n38"], types["lsn"], types["m"], types["tstz"], types["ts"], types["n76"]) == \
-            ("int", "decimal(38, 0)", "decimal(20, 0)", "decimal(19, 2)", "timestamptz", "timestamp", "string")
-    finally:
-        execute(pg_server.dsn(), f'DROP DATABASE IF EXISTS "{source}" WITH (FORCE)')
+    assert [r.applied for r in apply_slot(spark, config, target=ice)] == [True, True]
+    assert [r.applied for r in apply_slot(spark, config, target=DeltaTarget(delta, "ours"))] == [True, True]
+    got = [tuple(exact(v) for v in r) for r in iceberg_rows(ice, "extremes")]
+    want = [tuple(exact(v) for v in r) for r in delta_rows(delta, "extremes", _columns(ice))]
+    assert got == want and len(got) == 6
+    tbl = ice.open("public.extremes")
+    assert tbl is not None
+    types = {f.name: str(f.field_type) for f in tbl.schema().fields}
+    assert (types["i2"], types["n38"], types["lsn"], types["m"], types["tstz"], types["ts"], types["n76"]) == \
+        ("int", "decimal(38, 0)", "decimal(20, 0)", "decimal(19, 2)", "timestamptz", "timestamp", "string")
 
 
 def _columns(target: IcebergTarget) -> list[str]:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import logging
 import random
+import shutil
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,23 @@ def _source(pg_server, tmp_path, slot: str, schema: str = SCHEMA,
         PgLogicalHook.from_dsn(source_dsn).drop_slot(slot)
 
 
+@pytest.fixture(scope="module")
+def staged(pg_server, tmp_path_factory) -> Iterator[Callable[..., tuple[str, str]]]:
+    """``(slot, schema, fill, tmp_path)`` → the source's DSN and a copy (under ``tmp_path``) of the batches ``fill``
+    staged from a source with ``schema``: each workload is made and drained once per module, and every lake's test
+    of it applies its own copy (an apply records its targets in the staging root)."""
+    made: dict[str, tuple[str, str]] = {}
+    with ExitStack() as stack:
+        def get(slot: str, schema: str, fill: Callable[[str, str], None], tmp_path: Path) -> tuple[str, str]:
+            if slot not in made:
+                made[slot] = stack.enter_context(_source(pg_server, tmp_path_factory.mktemp(slot), slot, schema))
+                fill(*made[slot])
+            source_dsn, uri = made[slot]
+            return source_dsn, shutil.copytree(uri, tmp_path / "staging").as_posix()
+
+        yield get
+
+
 @dataclass
 class BothWays:
     """The two applies of one staged workload: the targets and the tables whose net rows came straight from the
@@ -150,49 +168,48 @@ def both_ways(lake: Lake, spark, tmp_path: Path, monkeypatch, caplog, config: Ap
     return out
 
 
-def test_direct_and_spark_paths_give_the_same_lake_tables(lake, pg_server, spark, tmp_path, monkeypatch, caplog):
-    rng = random.Random(7)
-    slot = f"{lake.name}_direct"
-    with _source(pg_server, tmp_path, slot) as (source_dsn, uri):
-        # Unique keys (direct), repeated keys (netted in process by the Arrow kernels), unique keys again.
-        _workload(source_dsn, uri, slot, rng, (False, True, False))
-        got = both_ways(lake, spark, tmp_path, monkeypatch, caplog, ApplyConfig(slot=slot, staging_root=uri), 3)
-        # Not vacuous: the direct path ran, netting in process too, and not for the array table.
-        assert got.straight[True] == {"plain", "full_id", "pk2", "(netted in this process)"}
-        for table in TABLES:
-            assert lake_keys(lake, got.targets[True], table) == source_keys(source_dsn, table), table
-            assert lake_rows(lake, got.targets[True], table) == lake_rows(lake, got.targets[False], table), table
-            assert lake.types(got.targets[True], f"public.{table}") == lake.types(got.targets[False],
-                                                                                  f"public.{table}"), table
+def test_direct_and_spark_paths_give_the_same_lake_tables(lake, staged, spark, tmp_path, monkeypatch, caplog):
+    slot = "direct"
+    # Unique keys (direct), repeated keys (netted in process by the Arrow kernels), unique keys again.
+    source_dsn, uri = staged(slot, SCHEMA, lambda dsn, root: _workload(dsn, root, slot, random.Random(7),
+                                                                       (False, True, False)), tmp_path)
+    got = both_ways(lake, spark, tmp_path, monkeypatch, caplog, ApplyConfig(slot=slot, staging_root=uri), 3)
+    # Not vacuous: the direct path ran, netting in process too, and not for the array table.
+    assert got.straight[True] == {"plain", "full_id", "pk2", "(netted in this process)"}
+    for table in TABLES:
+        assert lake_keys(lake, got.targets[True], table) == source_keys(source_dsn, table), table
+        assert lake_rows(lake, got.targets[True], table) == lake_rows(lake, got.targets[False], table), table
+        assert lake.types(got.targets[True], f"public.{table}") == lake.types(got.targets[False],
+                                                                              f"public.{table}"), table
 
 
-def test_a_lake_mirror_of_batches_the_direct_path_covers_starts_no_spark(lake, pg_server, spark, tmp_path):
-    rng = random.Random(11)
-    slot = f"{lake.name}_direct_nojvm"
-    with _source(pg_server, tmp_path, slot) as (source_dsn, uri):
-        _workload(source_dsn, uri, slot, rng, (False, True))
-        started: list[bool] = []
+def test_a_lake_mirror_of_batches_the_direct_path_covers_starts_no_spark(lake, staged, spark, tmp_path):
+    slot = "direct_nojvm"
+    source_dsn, uri = staged(slot, SCHEMA, lambda dsn, root: _workload(dsn, root, slot, random.Random(11),
+                                                                       (False, True)), tmp_path)
+    started: list[bool] = []
 
-        def start():
-            started.append(True)
-            return spark
+    def start():
+        started.append(True)
+        return spark
 
-        config = ApplyConfig(slot=slot, staging_root=uri,
-                             tables={f"public.{t}": TableApplyConfig() for t in ("plain", "full_id", "pk2")})
-        target = lake.make(tmp_path / "lake", slot)
-        reports = apply_slot(SparkOnDemand(start), config, target=target)
-        assert [r.applied for r in reports] == [True, True]
-        assert started == []
-        for table in ("plain", "full_id", "pk2"):
-            assert lake_keys(lake, target, table) == source_keys(source_dsn, table), table
+    config = ApplyConfig(slot=slot, staging_root=uri,
+                         tables={f"public.{t}": TableApplyConfig() for t in ("plain", "full_id", "pk2")})
+    target = lake.make(tmp_path / "lake", slot)
+    reports = apply_slot(SparkOnDemand(start), config, target=target)
+    assert [r.applied for r in reports] == [True, True]
+    assert started == []
+    for table in ("plain", "full_id", "pk2"):
+        assert lake_keys(lake, target, table) == source_keys(source_dsn, table), table
 
 
-def test_a_lake_mirror_starts_spark_mid_run_for_a_batch_the_direct_path_does_not_cover(lake, pg_server, spark,
+def test_a_lake_mirror_starts_spark_mid_run_for_a_batch_the_direct_path_does_not_cover(lake, staged, spark,
                                                                                        tmp_path):
     """Two batches the direct path covers, then one of an array table (a type only Spark reads): Spark starts once,
     for the third batch, after the first two were applied without it, and every table matches the source."""
-    slot = f"{lake.name}_direct_then_spark"
-    with _source(pg_server, tmp_path, slot) as (source_dsn, uri):
+    slot = "direct_then_spark"
+
+    def fill(source_dsn: str, uri: str) -> None:
         for statements in ("INSERT INTO plain (id, a, b) VALUES (1, 1, 'a'), (2, 2, 'b'); "
                            "INSERT INTO full_id VALUES (1, 'x', 1.5); INSERT INTO pk2 VALUES (1, 'a', 1)",
                            "UPDATE plain SET a = 3 WHERE id = 1; DELETE FROM full_id WHERE id = 1; "
@@ -200,43 +217,44 @@ def test_a_lake_mirror_starts_spark_mid_run_for_a_batch_the_direct_path_does_not
                            "INSERT INTO arr VALUES (1, '{1,NULL}', 't'), (2, '{}', NULL)"):
             execute(source_dsn, statements)
             assert drain_all(source_dsn, uri, slot=slot) == 1
-        target = lake.make(tmp_path / "lake", slot)
-        started: list[bool] = []
-        plain_when_started: list[list[tuple]] = []
 
-        def start():
-            started.append(True)
-            plain_when_started.append(lake_keys(lake, target, "plain"))
-            return spark
+    source_dsn, uri = staged(slot, SCHEMA, fill, tmp_path)
+    target = lake.make(tmp_path / "lake", slot)
+    started: list[bool] = []
+    plain_when_started: list[list[tuple]] = []
 
-        config = ApplyConfig(slot=slot, staging_root=uri, tables={f"public.{t}": TableApplyConfig() for t in TABLES})
-        reports = apply_slot(SparkOnDemand(start), config, target=target)
-        assert [r.applied for r in reports] == [True, True, True]
-        assert started == [True]
-        assert plain_when_started == [[(1,), (2,)]]  # the direct batches were applied before Spark started
-        for table in TABLES:
-            assert lake_keys(lake, target, table) == source_keys(source_dsn, table), table
+    def start():
+        started.append(True)
+        plain_when_started.append(lake_keys(lake, target, "plain"))
+        return spark
+
+    config = ApplyConfig(slot=slot, staging_root=uri, tables={f"public.{t}": TableApplyConfig() for t in TABLES})
+    reports = apply_slot(SparkOnDemand(start), config, target=target)
+    assert [r.applied for r in reports] == [True, True, True]
+    assert started == [True]
+    assert plain_when_started == [[(1,), (2,)]]  # the direct batches were applied before Spark started
+    for table in TABLES:
+        assert lake_keys(lake, target, table) == source_keys(source_dsn, table), table
 
 
-def test_a_filtered_lake_mirror_takes_the_same_rows_and_types_on_both_paths(lake, pg_server, spark, tmp_path,
+def test_a_filtered_lake_mirror_takes_the_same_rows_and_types_on_both_paths(lake, staged, spark, tmp_path,
                                                                             monkeypatch, caplog):
     """Row filters (UPDATEs crossing them become INSERTs and DELETEs) and an unpublished action, applied per change
     in this process before the direct path's netting, give Spark's rows and the lake's column types."""
-    rng = random.Random(13)
-    slot = f"{lake.name}_direct_filtered"
+    slot = "direct_filtered"
     tables = {"public.plain": TableApplyConfig(row_filter="id % 3 <> 0 AND id > 5"),
               "public.full_id": TableApplyConfig(row_filter="id % 2 = 0", actions=("insert", "update")),
               "public.pk2": TableApplyConfig(row_filter="k1 > 3 OR k2 LIKE 'a%'")}
-    with _source(pg_server, tmp_path, slot) as (source_dsn, uri):
-        _workload(source_dsn, uri, slot, rng, (False, True))
-        got = both_ways(lake, spark, tmp_path, monkeypatch, caplog,
-                        ApplyConfig(slot=slot, staging_root=uri, tables=tables), 2)
-        assert {"plain", "full_id", "pk2"} <= got.straight[True]  # not vacuous: every filtered table went direct
-        for table in ("plain", "full_id", "pk2"):
-            assert lake_rows(lake, got.targets[True], table) == lake_rows(lake, got.targets[False], table), table
-            assert lake.types(got.targets[True], f"public.{table}") == lake.types(got.targets[False],
-                                                                                  f"public.{table}"), table
-        assert lake_rows(lake, got.targets[True], "plain"), "the filter must leave rows"
+    _, uri = staged(slot, SCHEMA, lambda dsn, root: _workload(dsn, root, slot, random.Random(13), (False, True)),
+                    tmp_path)
+    got = both_ways(lake, spark, tmp_path, monkeypatch, caplog,
+                    ApplyConfig(slot=slot, staging_root=uri, tables=tables), 2)
+    assert {"plain", "full_id", "pk2"} <= got.straight[True]  # not vacuous: every filtered table went direct
+    for table in ("plain", "full_id", "pk2"):
+        assert lake_rows(lake, got.targets[True], table) == lake_rows(lake, got.targets[False], table), table
+        assert lake.types(got.targets[True], f"public.{table}") == lake.types(got.targets[False],
+                                                                              f"public.{table}"), table
+    assert lake_rows(lake, got.targets[True], "plain"), "the filter must leave rows"
 
 
 # Per source type: (SQL type, three values as SQL literals). The first group's staged Arrow types are
@@ -317,15 +335,16 @@ def type_columns(lake: Lake, target: Any) -> dict[str, tuple[list[tuple], str]]:
     return out
 
 
-def test_each_type_the_direct_path_reads_gives_spark_s_values_and_lake_type(lake, pg_server, spark, tmp_path,
+def test_each_type_the_direct_path_reads_gives_spark_s_values_and_lake_type(lake, staged, spark, tmp_path,
                                                                             monkeypatch, caplog):
     """Per source type: inserts, an update, a key change and a delete, then repeated changes of one key ending in a
     key change (netted in this process), applied both ways give the same values and the same lake column type;
     exactly the types whose staged Arrow values are what Spark's read gives after the lake's conversion
     (``lake/direct.flat_type``) are read straight from the staged files."""
-    slot = f"{lake.name}_direct_types"
+    slot = "direct_types"
     first, second, third = _values(0), _values(1), _values(2)
-    with _source(pg_server, tmp_path, slot, TYPES_SCHEMA) as (source_dsn, uri):
+
+    def fill(source_dsn: str, uri: str) -> None:
         conn = psycopg2.connect(source_dsn)
         with conn, conn.cursor() as cur:
             for name in TYPE_TABLES:
@@ -350,13 +369,15 @@ def test_each_type_the_direct_path_reads_gives_spark_s_values_and_lake_type(lake
                 cur.execute(f"UPDATE {name} SET id = 40 WHERE id = 4")
         conn.close()
         assert drain_all(source_dsn, uri, slot=slot) == 1
-        got = both_ways(lake, spark, tmp_path, monkeypatch, caplog, ApplyConfig(slot=slot, staging_root=uri), 3)
-        assert got.straight[True] == {DIRECT_TABLE, "(netted in this process)"}
-        direct, reference = type_columns(lake, got.targets[True]), type_columns(lake, got.targets[False])
-        assert sorted(direct) == sorted(reference) == sorted({**DIRECT_TYPES, **SPARK_TYPES})
-        for table in TYPE_TABLES:  # every column's lake type, in order, the key's too
-            assert lake.types(got.targets[True], f"public.{table}") == lake.types(got.targets[False],
-                                                                                  f"public.{table}"), table
-        for name in direct:
-            assert direct[name] == reference[name], name
-            assert [i for i, _ in direct[name][0]] == [1, 5, 30, 40], name
+
+    _, uri = staged(slot, TYPES_SCHEMA, fill, tmp_path)
+    got = both_ways(lake, spark, tmp_path, monkeypatch, caplog, ApplyConfig(slot=slot, staging_root=uri), 3)
+    assert got.straight[True] == {DIRECT_TABLE, "(netted in this process)"}
+    direct, reference = type_columns(lake, got.targets[True]), type_columns(lake, got.targets[False])
+    assert sorted(direct) == sorted(reference) == sorted({**DIRECT_TYPES, **SPARK_TYPES})
+    for table in TYPE_TABLES:  # every column's lake type, in order, the key's too
+        assert lake.types(got.targets[True], f"public.{table}") == lake.types(got.targets[False],
+                                                                              f"public.{table}"), table
+    for name in direct:
+        assert direct[name] == reference[name], name
+        assert [i for i, _ in direct[name][0]] == [1, 5, 30, 40], name
