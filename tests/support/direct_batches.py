@@ -32,9 +32,8 @@ def _row(rel: Rel, n: int, draw: st.DrawFn) -> dict[str, Any]:
 
 
 @st.composite
-def batches(draw: st.DrawFn) -> tuple[Rel, list[Chg], TableApplyConfig]:
-    """A table's changes, each naming fresh keys unless a key is drawn again on purpose, and its config."""
-    rel = draw(st.sampled_from([ITEMS, PAIRS]))
+def changes_of(draw: st.DrawFn, rel: Rel) -> list[Chg]:
+    """A table's changes, each naming fresh keys unless a key is drawn again on purpose."""
     fresh = iter(range(1, 1000))
     used: list[int] = []
 
@@ -62,8 +61,24 @@ def batches(draw: st.DrawFn) -> tuple[Rel, list[Chg], TableApplyConfig]:
             changes.append(Chg("U", commit, order, old=_key_value(rel, n), old_key_only=True, new=_row(rel, n, draw)))
         else:
             changes.append(Chg("D", commit, order, old=_key_value(rel, key()), old_key_only=True))
-    config = draw(st.sampled_from([
-        TableApplyConfig(), TableApplyConfig(), TableApplyConfig(),
-        TableApplyConfig(row_filter="true"), TableApplyConfig(actions=("insert", "update")),
-    ]))
-    return rel, changes, config
+    return changes
+
+
+CONFIGS = st.sampled_from([TableApplyConfig(), TableApplyConfig(), TableApplyConfig(),
+                           TableApplyConfig(row_filter="true"), TableApplyConfig(actions=("insert", "update"))])
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> tuple[Rel, list[Chg], TableApplyConfig]:
+    """A table's changes, each naming fresh keys unless a key is drawn again on purpose, and its config."""
+    rel = draw(st.sampled_from([ITEMS, PAIRS]))
+    changes = draw(changes_of(rel))
+    return rel, changes, draw(CONFIGS)
+
+
+@st.composite
+def case_lists(draw: st.DrawFn, cases: int) -> tuple[Rel, list[list[Chg]], TableApplyConfig]:
+    """``cases`` independent table-batches of one table under one config (tests/support/case_union.py)."""
+    rel = draw(st.sampled_from([ITEMS, PAIRS]))
+    changes = draw(st.lists(changes_of(rel), min_size=cases, max_size=cases))
+    return rel, changes, draw(CONFIGS)

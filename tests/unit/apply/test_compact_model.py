@@ -14,12 +14,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow.parquet as pq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_pglogical.apply.batches import list_batches, read_changes
+from airflow_provider_pglogical.apply.batches import read_changes
 from airflow_provider_pglogical.apply.transforms import compact, project_columns, resolve_toast_from_old, to_key_events
-from tests.support.stage import BatchSpec, Chg, write_batch
+from tests.support.case_union import CASE, by_case, case_key, write_case, write_union
+from tests.support.stage import Chg
 from tests.unit.apply.conftest import ITEMS
 
 COLS = ("id", "grp", "note")
@@ -91,18 +93,26 @@ def model(rows: list[dict[str, Any]]) -> list[tuple]:
     return sorted(out, key=repr)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(changes=histories())
-def test_compact_gives_the_models_net_change_per_key(spark, tmp_path_factory, changes):
+# Cases per example, staged as one batch keyed by (id, case) (tests/support/case_union.py).
+CASES_PER_EXAMPLE = 4
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases=st.lists(histories(), min_size=CASES_PER_EXAMPLE, max_size=CASES_PER_EXAMPLE))
+def test_compact_gives_the_models_net_change_per_key(spark, tmp_path_factory, cases):
+    """8 examples of 4 histories each: 32 histories compared, more than the 25 examples of one each did, with one
+    Spark query per example over their union; the model reads each history's own staged rows."""
     root = tmp_path_factory.mktemp("compact")
-    write_batch(root, "slot", BatchSpec(0x1000, 0x2000, {ITEMS: changes}))
-    (batch,) = list_batches(str(root), "slot")
-    frame = read_changes(spark, batch, ITEMS.name)
-    staged = [{k.removeprefix("_pgl_"): v for k, v in r.asDict(recursive=True).items()}
-              for r in frame.select("_pgl_op", "_pgl_commit_lsn", "_pgl_tx_order", "_pgl_lsn", "_pgl_old", "_pgl_new",
-                                    "_pgl_new_unchanged_toast").collect()]
-    net = (frame.transform(resolve_toast_from_old(COLS, ("id",))).transform(project_columns(COLS))
-           .transform(to_key_events(("id",), COLS)).transform(compact(("id",), COLS)))
-    got = sorted(((r["_pgl_kind"], list(r["_pgl_keep"]), r["_pgl_lsn"], r["_pgl_from"] and r["_pgl_from"].asDict(),
-                   r["_pgl_touched"], r["id"], r["grp"], r["note"]) for r in net.collect()), key=repr)
-    assert got == model(staged)
+    union = write_union(root, ITEMS, dict(enumerate(cases)))
+    columns = (*COLS, CASE)
+    net = (read_changes(spark, union, ITEMS.name).transform(resolve_toast_from_old(columns, case_key(("id",))))
+           .transform(project_columns(columns)).transform(to_key_events(case_key(("id",)), columns))
+           .transform(compact(case_key(("id",)), columns)))
+    got = by_case({"kind": r["_pgl_kind"], "keep": list(r["_pgl_keep"]), "lsn": r["_pgl_lsn"],
+                   "from": r["_pgl_from"] and {"id": r["_pgl_from"]["id"]}, "touched": r["_pgl_touched"],
+                   "id": r["id"], "grp": r["grp"], "note": r["note"], CASE: r[CASE]} for r in net.collect())
+    for case, changes in enumerate(cases):
+        batch = write_case(root, ITEMS, changes, case)
+        staged = [{k: r[k] for k in ("op", "commit_lsn", "tx_order", "lsn", "old", "new", "new_unchanged_toast")}
+                  for r in pq.read_table(f"{batch.ref.path}/{batch.table_files[ITEMS.name][0]}").to_pylist()]
+        assert got.get(case, []) == model(staged), f"case {case}"

@@ -30,9 +30,10 @@ from airflow_provider_pglogical.apply.changes import SparkBatchChanges
 from airflow_provider_pglogical.apply.config import TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import PlannedTable
 from airflow_provider_pglogical.row_filter import canonical
+from tests.support.case_union import CASE, by_case, case_key, write_case, write_union
 from tests.support.stage import BatchSpec, Chg, write_batch
 from tests.unit.apply.conftest import ITEMS_FULL, PAIRS
-from tests.unit.apply.test_kernels import _rows, _spark_rows, _staged, batches
+from tests.unit.apply.test_kernels import _rows, _staged, case_lists
 
 SCHEMA = pa.schema([("i16", pa.int16()), ("i32", pa.int32()), ("i64", pa.int64()), ("f32", pa.float32()),
                     ("f64", pa.float64()), ("d", pa.decimal128(7, 2)), ("b", pa.bool_()), ("t", pa.string()),
@@ -184,28 +185,38 @@ PAIR_FILTERS = ["a % 2 = 1", "b = 'k1'", "v > 0 OR v IS NULL", "b <> 'k0' AND a 
 ACTION_SETS = [published.ACTIONS, ("insert", "update"), ("insert",), ("update", "delete"), ("insert", "delete")]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(batches(), st.data())
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case_lists(), st.data())
 def test_a_filtered_batch_nets_in_process_as_the_spark_path_nets_it(spark, drawn, data) -> None:
-    rel, key, changes = drawn
+    """15 examples of 4 cases (table-batches under one filter and action set) each: 60 batches, as many as 60
+    examples of one each did, with one Spark query per example over the union of the cases compacted in process."""
+    rel, key, cases = drawn
     row_filter = data.draw(st.one_of(st.none(), st.sampled_from(PAIR_FILTERS if rel is PAIRS else ITEM_FILTERS)))
     actions = data.draw(st.sampled_from(ACTION_SETS))
     config = TableApplyConfig(row_filter=row_filter, actions=actions)
+    columns = tuple(c.name for c in rel.columns)
     with tempfile.TemporaryDirectory() as root:
-        write_batch(root, "slot", BatchSpec(0x1000, 0x2000, {rel: changes}))
-        (batch,) = list_batches(root, "slot")
-        table = PlannedTable(rel.name, rel.name, key, tuple(c.name for c in rel.columns),
-                             read_relations(batch)[rel.name], config)
-        handed = direct.batch_files(table, batch, None)
-        event("compacted" if handed is not None and handed.compacted else "Spark only")
-        if published.transforms(row_filter, actions) and handed is None:  # only a value the evaluator is unsure of
-            with pytest.raises(filter_eval.NotCovered):
-                published.publish(_staged(batch, rel), row_filter=row_filter, actions=actions,
-                                  identity=table.relation.identity_columns)
-            event("left to Spark by a value")
-        if handed is not None and handed.compacted:  # Spark's frame is built only where it is compared
-            spark_rows = _spark_rows(SparkBatchChanges(spark, batch).net(table))
-            assert _rows(direct.compacted_rows(_staged(batch, rel), handed)) == spark_rows
+        compacted: dict[int, tuple[list[Chg], list[tuple]]] = {}
+        for case, changes in enumerate(cases):
+            batch = write_case(root, rel, changes, case)
+            table = PlannedTable(rel.name, rel.name, key, columns, read_relations(batch)[rel.name], config)
+            handed = direct.batch_files(table, batch, None)
+            event("compacted" if handed is not None and handed.compacted else "Spark only")
+            if published.transforms(row_filter, actions) and handed is None:  # only a value the evaluator is unsure of
+                with pytest.raises(filter_eval.NotCovered):
+                    published.publish(_staged(batch, rel), row_filter=row_filter, actions=actions,
+                                      identity=table.relation.identity_columns)
+                event("left to Spark by a value")
+            if handed is not None and handed.compacted:
+                compacted[case] = (changes, _rows(direct.compacted_rows(_staged(batch, rel), handed)))
+        if not compacted:  # Spark's frame is built only where it is compared
+            return
+        union = write_union(root, rel, {case: changes for case, (changes, _) in compacted.items()})
+        table = PlannedTable(rel.name, rel.name, case_key(key), (*columns, CASE),
+                             read_relations(union)[rel.name], config)
+        spark_rows = by_case((r.asDict() for r in SparkBatchChanges(spark, union).net(table).collect()), key)
+        for case, (_, rows) in compacted.items():
+            assert rows == spark_rows.get(case, []), f"case {case}"
 
 
 def test_an_update_crossing_the_filter_becomes_an_insert_or_a_delete(tmp_path) -> None:

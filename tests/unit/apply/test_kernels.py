@@ -23,6 +23,7 @@ from airflow_provider_pglogical.apply.changes import SparkBatchChanges
 from airflow_provider_pglogical.apply.config import TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import PlannedTable
 from airflow_provider_pglogical.exceptions import ApplyError
+from tests.support.case_union import by_case, case_key, with_case, write_case, write_union
 from tests.support.stage import BatchSpec, Chg, Col, Rel, write_batch
 from tests.unit.apply.conftest import ITEMS, ITEMS_FULL, PAIRS
 
@@ -49,10 +50,9 @@ def _row(rel: Rel, n: int, draw: st.DrawFn) -> dict:
 
 
 @st.composite
-def batches(draw: st.DrawFn) -> tuple[Rel, tuple[str, ...], list[Chg]]:
+def changes_of(draw: st.DrawFn, rel: Rel) -> list[Chg]:
     """A table's changes over a few keys, so keys repeat: inserts, updates (some leaving note unchanged-TOAST),
     key changes, deletes, and now and then an exact duplicate of an earlier change."""
-    rel, key = draw(st.sampled_from(CASES))
     full = rel.replica_identity == "f"
     pool = st.integers(1, draw(st.integers(1, 6)))
     changes: list[Chg] = []
@@ -85,7 +85,25 @@ def batches(draw: st.DrawFn) -> tuple[Rel, tuple[str, ...], list[Chg]]:
             n = draw(pool)
             changes.append(Chg("D", commit, order, old=_row(rel, n, draw) if full else _key_value(rel, n),
                                old_key_only=not full))
-    return rel, key, changes
+    return changes
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> tuple[Rel, tuple[str, ...], list[Chg]]:
+    """A relation, its apply key and one table-batch of its changes."""
+    rel, key = draw(st.sampled_from(CASES))
+    return rel, key, draw(changes_of(rel))
+
+
+# Cases per example of the properties batched over a union (tests/support/case_union.py).
+CASES_PER_EXAMPLE = 4
+
+
+@st.composite
+def case_lists(draw: st.DrawFn) -> tuple[Rel, tuple[str, ...], list[list[Chg]]]:
+    """A relation, its apply key and CASES_PER_EXAMPLE independent table-batches of its changes."""
+    rel, key = draw(st.sampled_from(CASES))
+    return rel, key, draw(st.lists(changes_of(rel), min_size=CASES_PER_EXAMPLE, max_size=CASES_PER_EXAMPLE))
 
 
 def _planned(rel: Rel, key: tuple[str, ...], batch: Batch) -> PlannedTable:
@@ -102,26 +120,28 @@ def _rows(table: pa.Table | pa.RecordBatch) -> list[tuple]:
     return sorted((tuple(r.values()) for r in table.to_pylist()), key=repr)
 
 
-def _spark_rows(frame) -> list[tuple]:
-    return sorted((tuple(r) for r in frame.collect()), key=repr)
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(batches())
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case_lists())
 def test_the_kernels_net_changes_are_the_spark_transforms(spark, drawn) -> None:
-    rel, key, changes = drawn
+    """15 examples of 4 cases each: 60 table-batches compared, as many as 60 examples of one each did, with one
+    Spark query per example over their union (its key: the case's key and the case number)."""
+    rel, key, cases = drawn
     with tempfile.TemporaryDirectory() as root:
-        write_batch(root, "slot", BatchSpec(0x1000, 0x2000, {rel: changes}))
-        (batch,) = list_batches(root, "slot")
-        table = _planned(rel, key, batch)
-        spark_rows = _spark_rows(SparkBatchChanges(spark, batch).net(table))
-        net = kernels.compact_changes(_staged(batch, rel), key, table.columns, table.relation.identity_columns)
-        assert _rows(net.table(key, table.columns)) == spark_rows
-        handed = direct.batch_files(table, batch, None)
-        event("compacted" if handed is not None and handed.compacted else
-              "per-row direct" if handed is not None else "Spark only")
-        if handed is not None and handed.compacted:  # what the target prints: the same rows
-            assert _rows(direct.compacted_rows(_staged(batch, rel), handed)) == spark_rows
+        union = write_union(root, rel, dict(enumerate(cases)))
+        spark_rows = by_case((r.asDict() for r in
+                              SparkBatchChanges(spark, union).net(_planned(with_case(rel), case_key(key), union))
+                              .collect()), key)
+        for case, changes in enumerate(cases):
+            batch = write_case(root, rel, changes, case)
+            table = _planned(rel, key, batch)
+            net = kernels.compact_changes(_staged(batch, rel), key, table.columns, table.relation.identity_columns)
+            assert _rows(net.table(key, table.columns)) == spark_rows.get(case, []), f"case {case}"
+            handed = direct.batch_files(table, batch, None)
+            event("compacted" if handed is not None and handed.compacted else
+                  "per-row direct" if handed is not None else "Spark only")
+            if handed is not None and handed.compacted:  # what the target prints: the same rows
+                assert _rows(direct.compacted_rows(_staged(batch, rel), handed)) == spark_rows.get(case, []), \
+                    f"case {case}"
 
 
 def _two_updates(tmp_path, rel: Rel = ITEMS) -> Batch:

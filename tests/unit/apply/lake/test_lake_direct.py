@@ -10,44 +10,50 @@ import pyarrow as pa
 from hypothesis import HealthCheck, event, given, settings
 
 from airflow_provider_pglogical.apply import direct
-from airflow_provider_pglogical.apply.batches import list_batches, read_relations
+from airflow_provider_pglogical.apply.batches import read_relations
 from airflow_provider_pglogical.apply.changes import SparkBatchChanges
-from airflow_provider_pglogical.apply.targets.base import PlannedTable
+from airflow_provider_pglogical.apply.targets.base import PlannedTable, from_column
 from airflow_provider_pglogical.apply.targets.lake import direct as lake_direct
 from airflow_provider_pglogical.apply.transforms import KEEP
-from tests.support.direct_batches import KEYS, batches
-from tests.support.stage import BatchSpec, write_batch
+from tests.support.case_union import CASE, by_case, case_key, write_case, write_union
+from tests.support.direct_batches import KEYS, case_lists
 
 
-def _rows(table: pa.Table) -> list[tuple]:
+def _rows(rows: list[dict]) -> list[dict]:
     """Rows with the keep list sorted (a set of column names) and null as empty."""
-    keep = table.column_names.index(KEEP)
-    out = []
-    for r in table.to_pylist():
-        values = list(r.values())
-        values[keep] = sorted(values[keep] or [])
-        out.append(tuple(values))
-    return sorted(out, key=repr)
+    return [{**r, KEEP: sorted(r[KEEP] or [])} for r in rows]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(batches())
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case_lists(4))
 def test_when_the_rule_hands_files_over_the_lake_reads_spark_s_net_rows(spark, drawn) -> None:
-    rel, changes, config = drawn
+    """10 examples of 4 cases (table-batches under one config) each: 40 batches, as many as 40 examples of one each
+    did, with one Spark query per example over the union of the cases handed over (tests/support/case_union.py)."""
+    rel, cases, config = drawn
+    columns = tuple(c.name for c in rel.columns)
     with tempfile.TemporaryDirectory() as root:
-        write_batch(root, "slot", BatchSpec(0x1000, 0x2000, {rel: changes}))
-        (batch,) = list_batches(root, "slot")
-        columns = tuple(c.name for c in rel.columns)
-        table = PlannedTable(rel.name, rel.name, KEYS[rel], columns, read_relations(batch)[rel.name], config)
-        net = direct.batch_files(table, batch, None)
-        rows = lake_direct.net_table(net) if net is not None else None
-        event("compacted in process" if rows is not None and net is not None and net.compacted else
-              "direct" if rows is not None else "Spark path only")
-        if rows is None:
+        handed: dict[int, pa.Table] = {}
+        for case, changes in enumerate(cases):
+            batch = write_case(root, rel, changes, case)
+            table = PlannedTable(rel.name, rel.name, KEYS[rel], columns, read_relations(batch)[rel.name], config)
+            net = direct.batch_files(table, batch, None)
+            rows = lake_direct.net_table(net) if net is not None else None
+            event("compacted in process" if rows is not None and net is not None and net.compacted else
+                  "direct" if rows is not None else "Spark path only")
+            if rows is not None:
+                handed[case] = rows
+        if not handed:
             return
-        spark_rows = SparkBatchChanges(spark, batch).net(table).toArrow()
-        assert rows.column_names == spark_rows.column_names
-        assert _rows(rows) == _rows(spark_rows)
+        union = write_union(root, rel, {case: cases[case] for case in handed})
+        table = PlannedTable(rel.name, rel.name, case_key(KEYS[rel]), (*columns, CASE),
+                             read_relations(union)[rel.name], config)
+        spark_table = SparkBatchChanges(spark, union).net(table).toArrow()
+        spark_rows = by_case(_rows(spark_table.to_pylist()), KEYS[rel])
+        for case, rows in handed.items():
+            assert rows.column_names == [n for n in spark_table.column_names
+                                         if n not in (CASE, from_column(len(KEYS[rel])))], f"case {case}"
+            assert sorted((tuple(r.values()) for r in _rows(rows.to_pylist())), key=repr) == \
+                spark_rows.get(case, []), f"case {case}"
 
 
 def test_a_column_of_a_type_outside_the_flat_ones_leaves_the_batch_to_spark() -> None:
