@@ -59,11 +59,13 @@ def staged_workload(server: PgServer, root: Path, setup_sql: str, batches: tuple
     source = make_database(server)
     source_dsn = server.dsn(source)
     native = make_database(server) if native_sql is not None else None
+    # slot names are the server's, and this workload lives for the test process: a name of its own, slot dropped
+    subscription = f"n_{source}".lower()
     try:
         execute(source_dsn, setup_sql)
         if native is not None:
             execute(server.dsn(native), native_sql or "")
-            subscribe(source_dsn, server.dsn(native))
+            subscribe(source_dsn, server.dsn(native), name=subscription)
         from airflow_provider_pglogical.hooks import PgLogicalHook
 
         PgLogicalHook.from_dsn(source_dsn).create_slot(SLOT)
@@ -78,17 +80,24 @@ def staged_workload(server: PgServer, root: Path, setup_sql: str, batches: tuple
         if native is not None:
             from tests.integration.test_native_equivalence import table_rows
 
-            wait_for_subscriber(source_dsn, server.dsn(native))
+            wait_for_subscriber(source_dsn, server.dsn(native), name=subscription)
             rows = {table: table_rows(server.dsn(native), table) for table in tables}
-            unsubscribe(server.dsn(native))
-            drop_database(server, native)
+            _unsubscribe(server, source_dsn, native, subscription)
             native = None
         yield StagedWorkload(staging, rows, source_dsn)
     finally:
         if native is not None:
-            unsubscribe(server.dsn(native))
-            drop_database(server, native)
+            _unsubscribe(server, source_dsn, native, subscription)
         drop_database(server, source)
+
+
+def _unsubscribe(server: PgServer, source_dsn: str, native: str, subscription: str) -> None:
+    """Drop the native subscriber and its slot on the source (``unsubscribe`` leaves the slot: ``slot_name = NONE``)."""
+    unsubscribe(server.dsn(native), name=subscription)
+    execute(source_dsn, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s "
+            "AND NOT active",
+            params=(subscription,))
+    drop_database(server, native)
 
 
 @contextmanager
