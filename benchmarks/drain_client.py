@@ -5,8 +5,8 @@ The drain's wall time is the server's decoding plus the client's work, and on a 
 the second; here the big workload's peek is read once (binary COPY), kept in memory, and handed to the decoder and
 the writer the way the drain hands it (lists of the COPY reader's size, cyclic GC paused, the same memory budget),
 so two trees compare on the same rows without a server in the timed part. Also timed: handing the rows from the
-COPY reader's lists to the decoder's blocks (``progress.metered_blocks`` over ``RowBlocks``) against the per-row
-generators it replaced.
+COPY reader's lists to the decoder's blocks (``progress.metered_blocks`` over ``RowBlocks``) against passing them
+row by row through a generator per layer, and the writer's run scan in C against its Python reference.
 """
 
 from __future__ import annotations
