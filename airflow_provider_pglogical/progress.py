@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 DEFAULT_INTERVAL_S = 30.0
 Row = TypeVar("Row", bound=tuple[Any, ...])
+T = TypeVar("T")
 
 
 def human_bytes(n: float) -> str:
@@ -123,20 +124,18 @@ def metered_blocks(rows: Iterable[Row], progress: Progress, start_lsn: int, chun
     """``metered_rows`` handing the rows on in lists of ``chunk`` (what the decoder's compiled path takes), or in
     the lists they were read in when ``rows`` has ``blocks()`` (``hooks.copystream.RowBlocks``)."""
     blocks = getattr(rows, "blocks", None)
-    if blocks is not None:
-        n = 0
-        for block in blocks():
-            if block:
-                n += len(block)
-                progress.update(rows=n, done_bytes=max(int(block[-1][0]) - start_lsn, 0))
-                yield block
-        return
-    it = iter(rows)
     n = 0
-    while True:
-        block = list(islice(it, chunk))
-        if not block:
-            return
-        n += len(block)
-        progress.update(rows=n, done_bytes=max(int(block[-1][0]) - start_lsn, 0))
+    for block in blocks() if blocks is not None else chunked(rows, chunk):
+        if block:
+            n += len(block)
+            progress.update(rows=n, done_bytes=max(int(block[-1][0]) - start_lsn, 0))
+            yield block
+
+
+def chunked(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """``items`` in lists of ``size`` (the last one shorter), none empty; ``size`` must be at least 1."""
+    if size < 1:
+        raise ValueError(f"chunked: size {size} is below 1")
+    it = iter(items)
+    while block := list(islice(it, size)):
         yield block

@@ -5,8 +5,8 @@ The drain's wall time is the server's decoding plus the client's work, and on a 
 the second; here the big workload's peek is read once (binary COPY), kept in memory, and handed to the decoder and
 the writer the way the drain hands it (lists of the COPY reader's size, cyclic GC paused, the same memory budget),
 so two trees compare on the same rows without a server in the timed part. Also timed: handing the rows from the
-COPY reader's lists to the decoder's blocks (``progress.metered_blocks`` over ``RowBlocks``) against the per-row
-generators it replaced.
+COPY reader's lists to the decoder's blocks (``progress.metered_blocks`` over ``RowBlocks``) against passing them
+row by row through a generator per layer, and the writer's run scan in C against its Python reference.
 """
 
 from __future__ import annotations
@@ -114,12 +114,12 @@ def hand_over(rows_path: str, repeat: int) -> dict[str, list[float]]:
         for block in lists:
             yield list(block)
 
-    def per_row() -> Iterator[Row]:  # copystream.stream_rows → PgLogicalClient._stream_copy, as they were
-        def stream_rows() -> Iterator[Row]:
+    def per_row() -> Iterator[Row]:  # one generator per layer (COPY reader's rows, then the client's), row by row
+        def rows_of_blocks() -> Iterator[Row]:
             for block in read():
                 yield from block
         with nullcontext():  # translated_errors
-            yield from stream_rows()
+            yield from rows_of_blocks()
 
     progress = Progress("bench", lambda *_: None)
     out: dict[str, list[float]] = {"per_row_generators": [], "row_blocks": []}
@@ -179,7 +179,10 @@ def main() -> int:
     p.add_argument("--ab-code", default=None, help="also run the client work with the package found in this directory")
     p.add_argument("--rows", default=None, help="a capture of an earlier run (skips the server)")
     args = p.parse_args()
-    rows_path = args.rows or tempfile.mktemp(prefix="pglogical-bench-rows-", suffix=".pkl")
+    capture_dir: str | None = None
+    if args.rows is None:  # in a directory only this user can enter (mkdtemp: 0700), since children unpickle it
+        capture_dir = tempfile.mkdtemp(prefix="pglogical-bench-rows-")
+    rows_path: str = args.rows or os.path.join(str(capture_dir), "rows.pkl")
     try:
         n = capture(args.changes, args.workload, rows_path) if args.rows is None else None
         ours: list[tuple[float, float]] = []
@@ -201,8 +204,8 @@ def main() -> int:
                                                                       min(t for _, t in theirs), 3)}
         print(json.dumps(result, indent=2))
     finally:
-        if args.rows is None and os.path.exists(rows_path):
-            os.remove(rows_path)
+        if capture_dir is not None:
+            shutil.rmtree(capture_dir, ignore_errors=True)
     return 0
 
 

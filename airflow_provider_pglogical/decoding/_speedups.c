@@ -879,9 +879,18 @@ fail:
     return NULL;
 }
 
+/* Whether `c` continues a run of `relation`: an exact RowChange whose relation is that very object. */
+static inline int
+in_run(PyObject *c, PyObject *relation)
+{
+    return Py_TYPE(c) == RowChangeType && PyTuple_GET_SIZE(c) >= 2 && PyTuple_GET_ITEM(c, 1) == relation;
+}
+
 /* relation_run(changes, start, relation) -> end: the index after the run of RowChanges of `relation`
- * (compared by identity, like the writer) that starts at changes[start] (a list or tuple): the writer's
- * per-row scan for runs of one relation, in one call per run. */
+ * (compared by identity, like the writer) that starts at changes[start]: the writer's per-row scan for
+ * runs of one relation, in one call per run, as `staging.writer.relation_run_py` scans. An exact list or
+ * tuple is read in its array; any other sequence (a subclass too, whose item access may be its own)
+ * through len() and [] as the reference does. A negative start is a ValueError in both. */
 static PyObject *
 relation_run(PyObject *self, PyObject *args)
 {
@@ -889,19 +898,31 @@ relation_run(PyObject *self, PyObject *args)
     Py_ssize_t start;
     if (!PyArg_ParseTuple(args, "OnO", &changes, &start, &relation))
         return NULL;
-    if (!PyList_Check(changes) && !PyTuple_Check(changes)) {
-        PyErr_SetString(PyExc_TypeError, "relation_run takes a list or a tuple");
+    if (start < 0) {
+        PyErr_Format(PyExc_ValueError, "relation_run: start %zd is negative", start);
         return NULL;
     }
     if (!types_ready())
         return NULL;
-    PyObject **items = PySequence_Fast_ITEMS(changes);
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(changes), i = start < 0 ? 0 : start;
-    while (i < n) {
-        PyObject *c = items[i];
-        if (Py_TYPE(c) != RowChangeType || PyTuple_GET_SIZE(c) < 2 || PyTuple_GET_ITEM(c, 1) != relation)
+    Py_ssize_t i = start;
+    if (PyList_CheckExact(changes) || PyTuple_CheckExact(changes)) {
+        PyObject **items = PySequence_Fast_ITEMS(changes);
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(changes);
+        while (i < n && in_run(items[i], relation))
+            i++;
+        return PyLong_FromSsize_t(i);
+    }
+    Py_ssize_t n = PySequence_Size(changes);
+    if (n < 0)
+        return NULL;
+    for (; i < n; i++) {
+        PyObject *c = PySequence_GetItem(changes, i);
+        if (c == NULL)
+            return NULL;
+        int more = in_run(c, relation);
+        Py_DECREF(c);
+        if (!more)
             break;
-        i++;
     }
     return PyLong_FromSsize_t(i);
 }

@@ -6,7 +6,6 @@ import os
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from itertools import islice
 
 from airflow_provider_pglogical.decoding import messages as m
 from airflow_provider_pglogical.decoding.messages import parse_message, parse_row
@@ -33,6 +32,7 @@ from airflow_provider_pglogical.decoding.relations import (
 from airflow_provider_pglogical.decoding.speedups import compiled
 from airflow_provider_pglogical.decoding.spill import SpilledChanges, SpillFile, SpillRecord
 from airflow_provider_pglogical.exceptions import DecodeError
+from airflow_provider_pglogical.progress import chunked
 
 DEFAULT_MEMORY_BUDGET = 64 * 1024 * 1024
 _SCHEMA_MESSAGES = (m.RelationMessage, m.TypeMessage)
@@ -165,8 +165,7 @@ class ChangeAssembler:
         if compiled is None:
             yield from self._feed_rows_py(rows)
             return
-        it = iter(rows)
-        while block := list(islice(it, BLOCK_ROWS)):
+        for block in chunked(rows, BLOCK_ROWS):
             yield from self.feed_block(block)
 
     def feed_blocks(self, blocks: Iterable[list[tuple[int, int, bytes | bytearray | memoryview]]]) -> Iterator[Event]:

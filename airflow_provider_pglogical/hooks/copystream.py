@@ -162,23 +162,14 @@ class RowBlocks(Generic[Row]):
         self._blocks.close()
 
 
-def stream_rows(conn: LibpqConnection, select: bytes, itersize: int) -> Generator[SlotRow, None, None]:
-    """Yield the ``(lsn, xid, data)`` rows of ``select`` (three non-null columns: bigint, bigint, bytea).
+def stream_blocks(conn: LibpqConnection, select: bytes, itersize: int) -> Generator[list[SlotRow], None, None]:
+    """Yield the ``(lsn, xid, data)`` rows of ``select`` (three non-null columns: bigint, bigint, bytea) in
+    lists of up to ``itersize`` (as the compiled reader returns them).
 
     ``conn`` must be idle (the COPY is its own transaction). Raises ``CopyRefused`` instead of a
-    first row if the server fails the statement, and ``psycopg2.OperationalError`` if the stream
+    first list if the server fails the statement, and ``psycopg2.OperationalError`` if the stream
     fails later. Closing the generator early cancels the COPY and leaves ``conn`` idle.
     """
-    blocks = stream_blocks(conn, select, itersize)
-    try:
-        for block in blocks:
-            yield from block
-    finally:
-        blocks.close()
-
-
-def stream_blocks(conn: LibpqConnection, select: bytes, itersize: int) -> Generator[list[SlotRow], None, None]:
-    """``stream_rows`` a list of up to ``itersize`` rows at a time (as the compiled reader returns them)."""
     compiled, handle = conn._compiled, conn.handle
     refused = compiled.copy_start(handle, copy_statement(select))
     if refused is not None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Generator, Iterator, Sequence
-from itertools import islice
 from typing import Any, cast
 
 import psycopg2
@@ -29,6 +28,7 @@ from airflow_provider_pglogical.hooks.cursor import use_server_encoding
 from airflow_provider_pglogical.hooks.errors import translated_errors, validate_slot_name
 from airflow_provider_pglogical.hooks.slots import SlotInfo
 from airflow_provider_pglogical.lsn import lsn_text
+from airflow_provider_pglogical.progress import chunked
 
 log = logging.getLogger(__name__)
 
@@ -54,17 +54,6 @@ def proto_version_for(server_version_num: int) -> int:
     if server_version_num >= 140000:
         return 2
     raise ValueError(f"PostgreSQL {server_version_num} is too old: binary pgoutput needs 14 or later")
-
-
-def _listed(rows: Iterator[Row], size: int) -> Iterator[list[Row]]:
-    """``rows`` in lists of up to ``size`` (the cursor path under a block reader); closing ends ``rows`` too."""
-    try:
-        while block := list(islice(rows, max(size, 1))):
-            yield block
-    finally:
-        close = getattr(rows, "close", None)
-        if close is not None:
-            close()
 
 
 class PgLogicalClient:
@@ -434,8 +423,7 @@ class PgLogicalClient:
             conn = copystream.LibpqConnection.like(session, client_encoding=session.encoding)
         except copystream.UnsupportedConnection as exc:
             log.warning("binary COPY fetch not used (%s); slot rows go through the named cursor", exc)
-            yield from _listed(self._stream_cursor(query, params, slot=slot, publication=publication,
-                                                   itersize=itersize), itersize)
+            yield from self._cursor_blocks(query, params, slot=slot, publication=publication, itersize=itersize)
             return
         try:
             blocks = copystream.stream_blocks(conn, select, itersize)
@@ -444,15 +432,23 @@ class PgLogicalClient:
                     # Rows of bytes are rows of ``bytes | memoryview``; the lists are only read downstream.
                     yield from cast(Iterator[list[Row]], blocks)
             except copystream.CopyRefused:
-                yield from _listed(self._stream_cursor(query, params, slot=slot, publication=publication,
-                                                       itersize=itersize), itersize)
+                yield from self._cursor_blocks(query, params, slot=slot, publication=publication, itersize=itersize)
             finally:
                 blocks.close()
         finally:
             conn.close()
 
+    def _cursor_blocks(self, query: sql.Composable, params: tuple[Any, ...], *, slot: str, publication: str,
+                       itersize: int) -> Generator[list[Row], None, None]:
+        """The cursor path in lists of ``itersize`` (where the COPY path cannot run); closing it ends the cursor."""
+        rows = self._stream_cursor(query, params, slot=slot, publication=publication, itersize=itersize)
+        try:
+            yield from chunked(rows, max(itersize, 1))
+        finally:
+            rows.close()
+
     def _stream_cursor(self, query: sql.Composable, params: tuple[Any, ...], *, slot: str, publication: str,
-                itersize: int) -> Iterator[tuple[int, int, bytes | memoryview]]:
+                itersize: int) -> Generator[Row, None, None]:
         conn = self.session
         conn.autocommit = False  # a named (server-side) cursor lives inside a transaction
         committed = False

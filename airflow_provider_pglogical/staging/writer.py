@@ -296,17 +296,18 @@ _columns_of = speedups.compiled.rowchange_columns if speedups.compiled is not No
 
 def relation_run_py(changes: Sequence[Any], start: int, relation: RelationSchema) -> int:
     """The index after the run of ``RowChange``s of ``relation`` (by identity) from ``changes[start]``:
-    the reference of ``_speedups.relation_run``, which ``write_transaction`` calls once per run."""
+    the reference of ``_speedups.relation_run``, which ``write_transaction`` calls once per run. A negative
+    ``start`` is a ``ValueError`` (it would index from the end)."""
+    if start < 0:
+        raise ValueError(f"relation_run: start {start} is negative")
     i, n = start, len(changes)
     while i < n and type(c := changes[i]) is RowChange and c[1] is relation:  # c.relation
         i += 1
     return i
 
 
-# The compiled scan takes lists and tuples (what the assembler hands over); other sequences take the reference.
 _relation_run: Callable[[Sequence[Any], int, RelationSchema], int] = (
     speedups.compiled.relation_run if speedups.compiled is not None else relation_run_py)
-_RUN_TYPES = (list, tuple)
 
 
 class BatchWriter:
@@ -386,7 +387,7 @@ class BatchWriter:
                         relation = rel
                         self._note_relation(rel, change.lsn)
                         sink = self._table_sink(rel)
-                    j = (_relation_run if type(chunk) in _RUN_TYPES else relation_run_py)(chunk, i + 1, rel)
+                    j = _relation_run(chunk, i + 1, rel)
                     sink.add_run(tx_fields, order, chunk, i, j)  # type: ignore[union-attr, arg-type]
                     order += j - i
                     i = j

@@ -8,6 +8,7 @@ sequences with random memory budgets (so transactions spill at random points).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import struct
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_pglogical.decoding import ChangeAssembler, speedups
@@ -287,32 +288,57 @@ def test_staged_columns_of_the_compiled_writer_path_equal_the_python_path(messag
 # -- the writer's runs of one relation ------------------------------------------------------------------
 
 
+class _ItemsOfItsOwn(list[Any]):
+    """A list whose ``[]`` is its own: both scans must read items through it, not the list's array."""
+
+    def __getitem__(self, i: Any) -> Any:
+        item = super().__getitem__(i)
+        return None if isinstance(item, RowChange) and item.lsn == 13 else item
+
+
 @needs_compiled
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(["a", "b", "other", "subclass"]), max_size=20), st.integers(-2, 22),
-       st.sampled_from(["a", "b"]), st.booleans())
-def test_compiled_relation_run_equals_the_writer_reference(kinds, start, wanted, as_tuple):
+@given(st.lists(st.sampled_from(["a", "a", "b", "equal_a", "other", "subclass", "own_item"]), max_size=20),
+       st.integers(-2, 3) | st.integers(-2, 22), st.sampled_from(["a", "b"]),
+       st.sampled_from(["list", "tuple", "list_subclass"]))
+@example(["a", "equal_a", "a"], 0, "a", "list")
+@example(["a", "own_item", "a"], 0, "a", "list_subclass")
+@example(["a", "a"], -1, "a", "tuple")
+def test_compiled_relation_run_equals_the_writer_reference(kinds, start, wanted, container):
     """``_speedups.relation_run`` ends a run where ``staging.writer.relation_run_py`` does: at the first change
-    that is not a ``RowChange`` (a subclass or another record included) of that very relation object."""
-    from airflow_provider_pglogical.decoding.model import TruncateChange
+    that is not a ``RowChange`` (a subclass or another record included) of that very relation object; a relation
+    equal to it but another object (``RelationSchema`` compares by value) ends the run too. Both read a list
+    subclass through its own ``[]`` and refuse a negative start alike."""
+    from airflow_provider_pglogical.decoding.model import ColumnDef, RelationSchema, TruncateChange
     from airflow_provider_pglogical.staging.writer import relation_run_py
 
     class Derived(RowChange):  # not the exact type: ends a run in both
         __slots__ = ()
 
-    rels = {"a": object(), "b": object()}
-    equal_to_a = RowChange("I", ("equal", "not", "identical"), 1, None, None)  # type: ignore[arg-type]
+    columns = (ColumnDef("id", 23, -1, True),)
+    rels = {"a": RelationSchema(1, "public", "a", "d", columns), "b": RelationSchema(2, "public", "b", "d", columns)}
+    equal_a = dataclasses.replace(rels["a"])
+    assert equal_a == rels["a"] and equal_a is not rels["a"]
 
     def change(kind: str) -> Any:
         if kind in rels:
-            return RowChange("I", rels[kind], 1, None, None)  # type: ignore[arg-type]
+            return RowChange("I", rels[kind], 1, None, None)
+        if kind == "equal_a":
+            return RowChange("I", equal_a, 1, None, None)
         if kind == "subclass":
-            return Derived("I", rels["a"], 1, None, None)  # type: ignore[arg-type]
-        return TruncateChange(1, (), False, False) if len(kinds) % 2 else equal_to_a
+            return Derived("I", rels["a"], 1, None, None)
+        if kind == "own_item":  # a run of "a" in the array, not through the subclass's []
+            return RowChange("I", rels["a"], 13, None, None)
+        return TruncateChange(1, (), False, False)
 
-    changes: Any = [change(k) for k in kinds]
-    if as_tuple:
-        changes = tuple(changes)
+    items = [change(k) for k in kinds]
+    changes: Any = {"list": list, "tuple": tuple, "list_subclass": _ItemsOfItsOwn}[container](items)
     relation = rels[wanted]
-    got = speedups.compiled.relation_run(changes, start, relation)  # type: ignore[union-attr]
-    assert got == relation_run_py(changes, max(start, 0), relation)
+    outcomes = []
+    for scan in (speedups.compiled.relation_run, relation_run_py):  # type: ignore[union-attr]
+        try:
+            outcomes.append(scan(changes, start, relation))
+        except ValueError:
+            outcomes.append("ValueError")
+    assert outcomes[0] == outcomes[1]
+    assert (outcomes[1] == "ValueError") == (start < 0)

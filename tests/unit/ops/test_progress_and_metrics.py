@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import time
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from airflow_provider_pglogical.metrics.batches import ApplyBatchMetrics, DecodeBatchMetrics, apply_line, decode_line
 from airflow_provider_pglogical.progress import Progress, human_bytes, human_seconds, metered_rows
 
@@ -58,6 +62,27 @@ def test_metered_blocks_hand_on_a_block_readers_lists_as_they_are():
     got = list(metered_blocks(Blocks(), p, start_lsn=1000))
     assert got == lists[:4] and all(a is b for a, b in zip(got, lists, strict=False))
     assert (p.rows, p.done_bytes) == (12, 11)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(), max_size=50), st.integers(1, 12))
+def test_chunked_cuts_items_into_full_lists_and_a_shorter_last_one(items, size):
+    """One helper cuts rows into lists for the decoder, the progress meter and the cursor fetch: nothing lost or
+    reordered, every list ``size`` long but the last, none empty."""
+    from airflow_provider_pglogical.progress import chunked
+
+    lists = list(chunked(iter(items), size))
+    assert [x for block in lists for x in block] == items
+    assert all(len(b) == size for b in lists[:-1]) and all(0 < len(b) <= size for b in lists)
+
+
+def test_chunked_refuses_a_size_that_would_drop_every_row():
+    from airflow_provider_pglogical.progress import chunked, metered_blocks
+
+    with pytest.raises(ValueError, match="size 0"):
+        list(chunked([1, 2], 0))
+    with pytest.raises(ValueError, match="size 0"):
+        list(metered_blocks([(1, 1, b"d")], Progress("x", print), start_lsn=0, chunk=0))
 
 
 def test_human_units():
