@@ -46,9 +46,9 @@ PROCESSES = {  # name -> arguments of `airflow`; logs are read through files, so
 }
 START_TIMEOUT = 300
 RUN_TIMEOUT = 600
-# The waits poll the metadata database (a query costs PostgreSQL and this process about a millisecond; a REST call
-# costs the API server tens of milliseconds of CPU), often, so a wait ends soon after what it waits for while the four
-# services keep spending CPU; what a test asserts is then read once through the REST API.
+# The waits poll the metadata database on one connection (a query costs PostgreSQL and this process well under a
+# millisecond; a REST call costs the API server tens of milliseconds of CPU), often, so a wait ends soon after what it
+# waits for while the four services keep spending CPU; what a test asserts is then read once through the REST API.
 POLL_S = 0.2
 SCHEMA = """
 CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL);
@@ -119,6 +119,7 @@ class RunningAirflow:
         self.home, self.env, self.port, self.password, self.meta_dsn = home, env, port, password, meta_dsn
         self.procs: dict[str, subprocess.Popen] = {}
         self.token = ""
+        self._meta: Any = None  # one connection for the waits' polls, not a server process forked per poll
 
     def cli(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         return subprocess.run([venv_script("airflow"), *args], env=self.env, cwd=self.home, capture_output=True,
@@ -133,6 +134,8 @@ class RunningAirflow:
             log.close()
 
     def stop(self) -> None:
+        if self._meta is not None:
+            self._meta.close()
         for proc in self.procs.values():
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -173,7 +176,12 @@ class RunningAirflow:
 
     def meta(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         """Rows of the metadata database (what the waits poll; the REST API is read once they are over)."""
-        return rows(self.meta_dsn, sql, params)
+        if self._meta is None:
+            self._meta = psycopg2.connect(self.meta_dsn)
+            self._meta.autocommit = True  # each poll sees what the services committed since the last
+        with self._meta.cursor() as cur:
+            cur.execute(sql, params)
+            return cur.fetchall()
 
     def runs(self) -> list[dict[str, Any]]:
         return self.api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns?limit=100&order_by=run_after")["dag_runs"]
