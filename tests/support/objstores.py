@@ -146,13 +146,3 @@ def gcs_connection(server: GcsServer) -> dict[str, Any]:
 def wasb_connection(server: AzuriteServer) -> dict[str, Any]:
     """An Airflow ``wasb`` connection (as ``AIRFLOW_CONN_*`` JSON) with Azurite's account and key."""
     return {"conn_type": "wasb", "login": AZURITE_ACCOUNT, "password": AZURITE_KEY, "host": server.account_url}
-
-
-def store_server(kind: str, workdir: Path) -> Any:
-    """A fresh server of a store by its kind (``gcs``, ``azurite``), as a context manager; ``workdir`` holds Azurite's
-    files."""
-    if kind == "gcs":
-        return gcs_server()
-    if kind == "azurite":
-        return azurite_server(workdir / "azurite")
-    raise ValueError(f"no object store server of kind {kind!r}")

@@ -11,6 +11,7 @@ import pytest
 
 from scripts.harness.pgserver import drop_database, execute, make_database
 from scripts.harness.pgserver import query as rows
+from tests.support.airflowdb import dag_runs, task_returns
 from tests.support.imports import heavy_imports, recording_env
 
 DAG_IDS = ("pglogical_example_pipeline", "pglogical_example_replay", "pglogical_example_teardown")
@@ -139,6 +140,9 @@ def test_rerunning_the_pipeline_dag_without_new_wal_stages_and_changes_nothing(a
     assert heavy_imports(record) == []
     # Nothing to apply: the apply task starts no JVM (its row filter would need Spark only for a pending batch).
     assert "Spark-Submit cmd" not in output and "0 batch(es) applied in the worker, no spark-submit" in output
+    # The apply task reports every staged batch as already applied, in its XCom as the spark-submit route would.
+    assert task_returns(airflow.home, "pglogical_example_pipeline", "pglogical.apply")[-1] == \
+        {"batches": len(before), "applied": 0, "rows": {}}
     assert rows(pipeline["dw"], ORDERS_TARGET) == rows(pipeline["src"], ORDERS_SOURCE)
     assert rows(pipeline["dw"], CUSTOMERS) == rows(pipeline["src"], CUSTOMERS)
 
@@ -146,12 +150,13 @@ def test_rerunning_the_pipeline_dag_without_new_wal_stages_and_changes_nothing(a
 def test_clearing_and_rerunning_the_first_past_run_neither_loses_nor_duplicates_changes(airflow, pipeline):
     execute(pipeline["src"], "INSERT INTO customers VALUES (500, 'late customer');"
                              "INSERT INTO orders VALUES (500, 500, 999, 'EU', 'late order');")
-    listed = airflow.run("dags", "list-runs", "pglogical_example_pipeline", "--output", "json", env=pipeline["env"])
-    runs = json.loads(next(line for line in reversed(listed.stdout.splitlines()) if line.startswith("[")))
-    first = min(runs, key=lambda r: r["logical_date"])["logical_date"]
+    # The first past run's logical date, read from the metadata database (what `airflow dags list-runs` lists).
+    runs = dag_runs(airflow.home, "pglogical_example_pipeline")
+    first = min(runs)
     cleared = airflow.run("tasks", "clear", "pglogical_example_pipeline", "--yes", env=pipeline["env"])
     assert cleared.returncode == 0, cleared.stderr[-2000:]
     dags_test(airflow, pipeline["env"], "pglogical_example_pipeline", logical_date=first)
+    assert dag_runs(airflow.home, "pglogical_example_pipeline") == runs  # the first run re-ran, no run was added
     assert rows(pipeline["dw"], ORDERS_TARGET) == rows(pipeline["src"], ORDERS_SOURCE)
     assert rows(pipeline["dw"], CUSTOMERS) == rows(pipeline["src"], CUSTOMERS)
     assert (500, "late customer") in rows(pipeline["dw"], CUSTOMERS)

@@ -46,6 +46,10 @@ PROCESSES = {  # name -> arguments of `airflow`; logs are read through files, so
 }
 START_TIMEOUT = 300
 RUN_TIMEOUT = 600
+# The waits poll the metadata database on one connection (a query costs PostgreSQL and this process well under a
+# millisecond; a REST call costs the API server tens of milliseconds of CPU), often, so a wait ends soon after what it
+# waits for while the four services keep spending CPU; what a test asserts is then read once through the REST API.
+POLL_S = 0.2
 SCHEMA = """
 CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL);
 CREATE TABLE orders (id int PRIMARY KEY, customer_id int NOT NULL REFERENCES customers,
@@ -104,17 +108,18 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float, logs: Callable
             if result:
                 return result
             last = result
-        time.sleep(2)
+        time.sleep(POLL_S)
     pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})\n{logs()}")
 
 
 class RunningAirflow:
     """Airflow's four services as subprocesses, plus its REST API and CLI, all in a user-like environment."""
 
-    def __init__(self, home: Path, env: dict[str, str], port: int, password: str) -> None:
-        self.home, self.env, self.port, self.password = home, env, port, password
+    def __init__(self, home: Path, env: dict[str, str], port: int, password: str, meta_dsn: str) -> None:
+        self.home, self.env, self.port, self.password, self.meta_dsn = home, env, port, password, meta_dsn
         self.procs: dict[str, subprocess.Popen] = {}
         self.token = ""
+        self._meta: Any = None  # one connection for the waits' polls, not a server process forked per poll
 
     def cli(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         return subprocess.run([venv_script("airflow"), *args], env=self.env, cwd=self.home, capture_output=True,
@@ -129,6 +134,8 @@ class RunningAirflow:
             log.close()
 
     def stop(self) -> None:
+        if self._meta is not None:
+            self._meta.close()
         for proc in self.procs.values():
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -167,6 +174,15 @@ class RunningAirflow:
         self.token = self.api("POST", "/auth/token", {"username": "admin", "password": self.password},
                               auth=False)["access_token"]
 
+    def meta(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        """Rows of the metadata database (what the waits poll; the REST API is read once they are over)."""
+        if self._meta is None:
+            self._meta = psycopg2.connect(self.meta_dsn)
+            self._meta.autocommit = True  # each poll sees what the services committed since the last
+        with self._meta.cursor() as cur:
+            cur.execute(sql, params)
+            return cur.fetchall()
+
     def runs(self) -> list[dict[str, Any]]:
         return self.api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns?limit=100&order_by=run_after")["dag_runs"]
 
@@ -175,16 +191,23 @@ class RunningAirflow:
         return {ti["task_id"]: ti for ti in tis}
 
     def wait_until_finished(self, run_ids: list[str], timeout: float = RUN_TIMEOUT) -> dict[str, str]:
-        def finished() -> dict[str, str] | None:
-            states = {r["dag_run_id"]: r["state"] for r in self.runs() if r["dag_run_id"] in run_ids}
-            done = len(states) == len(run_ids) and all(s in ("success", "failed") for s in states.values())
-            return states if done else None
+        """The runs' final states, read through the REST API once the metadata database shows them all finished."""
+        def finished() -> bool:
+            states = dict(self.meta("SELECT run_id, state FROM dag_run WHERE dag_id = %s", DAG_ID))
+            return all(states.get(run_id) in ("success", "failed") for run_id in run_ids)
 
-        return wait_for(f"runs {run_ids} to finish", finished, timeout, self.logs)
+        wait_for(f"runs {run_ids} to finish", finished, timeout, self.logs)
+        return {r["dag_run_id"]: r["state"] for r in self.runs() if r["dag_run_id"] in run_ids}
+
+    def runs_when(self, what: str, sql: str, *params: Any, timeout: float = START_TIMEOUT) -> list[dict[str, Any]]:
+        """The DAG's runs through the REST API, once the metadata database query ``sql`` returns a row."""
+        wait_for(what, lambda: self.meta(sql, *params), timeout, self.logs)
+        return self.runs()
 
 
 def write_config(home: Path, *, port: int, meta_uri: str, password: str) -> None:
-    """airflow.cfg as a user would write it for a single machine (everything else is Airflow's default)."""
+    """airflow.cfg as a user would write it for a single machine whose DAG files do not change (everything else is
+    Airflow's default)."""
     (home / "passwords.json").write_text(json.dumps({"admin": password}))
     (home / "airflow.cfg").write_text(f"""
 [core]
@@ -210,6 +233,9 @@ jwt_secret = {secrets.token_hex(32)}
 
 [dag_processor]
 refresh_interval = 5
+# The DAG files do not change during the test: parsed once at the start, not again every 30 s (Airflow's default), each
+# parse a process importing the DAG file (seconds of CPU per file and round, for the whole of the test).
+min_file_process_interval = 3600
 """)
 
 
@@ -227,7 +253,7 @@ def airflow_services(pg_server, tmp_path_factory) -> Iterator[dict[str, Any]]:
         "AIRFLOW_CONN_PGLOGICAL_SOURCE": pg_server.uri(src), "AIRFLOW_CONN_PGLOGICAL_TARGET": pg_server.uri(dw),
         "PGLOGICAL_STAGING_URI": str(staging), **submit_env()}))
     (home / "user").mkdir()
-    airflow = RunningAirflow(home, env, port, password)
+    airflow = RunningAirflow(home, env, port, password, pg_server.dsn(meta))
     try:
         migrated = airflow.cli("db", "migrate")
         assert migrated.returncode == 0, migrated.stderr[-4000:]
@@ -235,7 +261,10 @@ def airflow_services(pg_server, tmp_path_factory) -> Iterator[dict[str, Any]]:
         wait_for("the API server", lambda: airflow.api("GET", "/api/v2/monitor/health", auth=False), START_TIMEOUT,
                  airflow.logs)
         airflow.login()
-        wait_for(f"{DAG_ID} to be parsed", lambda: _dag_parsed(airflow), START_TIMEOUT, airflow.logs)
+        wait_for(f"{DAG_ID} to be parsed",
+                 lambda: airflow.meta("SELECT 1 FROM serialized_dag WHERE dag_id = %s", DAG_ID), START_TIMEOUT,
+                 airflow.logs)
+        assert _dag_parsed(airflow)
         yield {"airflow": airflow, "src": pg_server.dsn(src), "dw": pg_server.dsn(dw), "staging": staging}
     finally:
         airflow.stop()
@@ -285,7 +314,8 @@ def test_ui_trigger_backfill_and_clear_on_a_running_airflow(airflow_services):
 
     # Unpausing (the UI's toggle) schedules the latest interval: that run creates publication and slot.
     airflow.api("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
-    first = wait_for("the scheduled run", lambda: airflow.runs(), START_TIMEOUT, airflow.logs)
+    first = airflow.runs_when("the scheduled run", "SELECT 1 FROM dag_run WHERE dag_id = %s", DAG_ID)
+    assert first
     assert airflow.wait_until_finished([r["dag_run_id"] for r in first]) == {r["dag_run_id"]: "success" for r in first}
     changes = run_dml(src, PHASE_1)
 
@@ -303,9 +333,9 @@ def test_ui_trigger_backfill_and_clear_on_a_running_airflow(airflow_services):
     backfill = airflow.cli("backfill", "create", "--dag-id", DAG_ID, "--from-date", "2026-01-01T00:00:00+00:00",
                            "--to-date", "2026-01-01T00:30:00+00:00", "--max-active-runs", "1")
     assert backfill.returncode == 0, (backfill.stdout + backfill.stderr)[-4000:]
-    backfill_runs = wait_for("the backfill's runs", lambda: [r for r in airflow.runs() if r["dag_run_id"] not in before
-                                                             and r["run_type"] == "backfill"] or None,
-                             START_TIMEOUT, airflow.logs)
+    backfill_runs = [r for r in airflow.runs_when("the backfill's runs", "SELECT 1 FROM dag_run WHERE dag_id = %s "
+                                                  "AND run_type = 'backfill'", DAG_ID)
+                     if r["dag_run_id"] not in before and r["run_type"] == "backfill"]
     assert len(backfill_runs) >= 3, backfill_runs
     states = airflow.wait_until_finished([r["dag_run_id"] for r in backfill_runs])
     assert set(states.values()) == {"success"}, states
@@ -321,8 +351,10 @@ def test_ui_trigger_backfill_and_clear_on_a_running_airflow(airflow_services):
                 {"dag_run_id": run_id, "task_ids": ["pglogical.decode"], "include_downstream": True,
                  "only_failed": False, "dry_run": False})
     wait_for("the cleared decode to run again",
-             lambda: airflow.task_instances(run_id)["pglogical.decode"]["try_number"] > tries["pglogical.decode"],
+             lambda: airflow.meta("SELECT 1 FROM task_instance WHERE dag_id = %s AND run_id = %s AND task_id = %s "
+                                  "AND try_number > %s", DAG_ID, run_id, "pglogical.decode", tries["pglogical.decode"]),
              RUN_TIMEOUT, airflow.logs)
+    assert airflow.task_instances(run_id)["pglogical.decode"]["try_number"] > tries["pglogical.decode"]
     assert airflow.wait_until_finished([run_id]) == {run_id: "success"}
     assert airflow.task_instances(run_id)["pglogical.apply"]["try_number"] > tries["pglogical.apply"]
     assert rows(dw, ORDERS_TARGET) == rows(src, ORDERS_SOURCE)
