@@ -158,13 +158,16 @@ class TruncatePlan:
 
 
 def plan_truncates(events: Sequence[TruncateEvent], targets: dict[str, tuple[str, TableApplyConfig]],
-                   fks: Sequence[tuple[str, str]]) -> TruncatePlan:
+                   fks: Sequence[tuple[str, str]], synced: Mapping[str, int] | None = None) -> TruncatePlan:
     """Which targets a batch's TRUNCATEs empty, and the last position at which each was emptied.
 
     ``targets`` maps configured source names to (target, config); unconfigured relations are
     ignored like a subscriber ignores tables outside its subscription, and so are tables whose
     publication does not publish truncate. With CASCADE and policy
     ``follow_source`` the target tables referencing a truncated one (transitively) go too.
+    ``synced`` maps a target table to the sync LSN of the snapshot it holds: a truncate committed
+    before it is in that snapshot already and does not empty the table, whether it names the table
+    or reaches it through a foreign key (``snapshots.drop_synced_truncates`` drops the named ones).
     """
     position: dict[str, tuple[int, int]] = {}
     restart: set[str] = set()
@@ -184,6 +187,7 @@ def plan_truncates(events: Sequence[TruncateEvent], targets: dict[str, tuple[str
             starts = {t for t, c in listed if c.truncate_cascade == "follow_source"}
             # Tables referencing a truncated one go entirely (as on the source); a leaf's own target does not.
             emptied = (descendants(starts, fks) - (starts - emptied)) | emptied
+        emptied = {t for t in emptied if ev.commit_lsn >= (synced or {}).get(t, -1)}
         for t in sorted(emptied):
             emptying.append((t, ev))
             pos = (ev.commit_lsn, ev.tx_order)
@@ -269,15 +273,17 @@ def plan_batch(slot: str, start_lsn: int, end_lsn: int, changed: Collection[str]
                existing: Mapping[str, TargetTable | None],
                versions: Mapping[str, Sequence[tuple[int, RelationInfo]]] | None = None,
                filter_columns: Mapping[str, Collection[str]] | None = None,
-               previous: Mapping[str, RelationInfo] | None = None) -> PlannedBatch:
+               previous: Mapping[str, RelationInfo] | None = None,
+               synced: Mapping[str, int] | None = None) -> PlannedBatch:
     """The batch's plan, without I/O: keys and columns of every pending table with row changes
     (``changed``), the source schema changes its target follows, the last truncate position of each,
     the tables emptied (those that exist) and the order parents → children. ``existing`` describes the
     target tables (None: missing); ``versions`` gives each source's staged schema versions as
     (first LSN, relation) in LSN order (default: ``relations`` alone, at ``start_lsn``); the columns of
     all of them are written (``batch_columns``). ``filter_columns`` the columns each source's row filter
-    references; ``previous`` each source's shape before the batch (``previous_shapes``), judged first."""
-    truncs = plan_truncates(truncates, dict(pending), fks)
+    references; ``previous`` each source's shape before the batch (``previous_shapes``), judged first;
+    ``synced`` each target table's snapshot sync LSN (``plan_truncates``)."""
+    truncs = plan_truncates(truncates, dict(pending), fks, synced)
     truncated_at = {t: p for t, p in truncs.position.items() if is_pending(marks.get(t), end_lsn)}
     members: dict[str, list[PlannedTable]] = {}
     for source, (target, cfg) in sorted(pending.items()):

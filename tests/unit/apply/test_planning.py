@@ -86,6 +86,35 @@ def test_cascade_follows_fks_transitively_unless_the_policy_is_never():
     assert set(plan_truncates(ev, never, FKS).position) == {"public.parent"}
 
 
+def test_cascade_leaves_a_table_whose_snapshot_is_newer_than_the_truncate():
+    # TRUNCATE parent CASCADE at 10; the child was resynced at 15: its snapshot holds the rows inserted
+    # after the truncate (as the source and a native subscriber do), so emptying it would lose them.
+    targets = {"public.parent": ("public.parent", TableApplyConfig())}
+    ev = [TruncateEvent(10, 0, ("public.parent",), cascade=True, restart_identity=False)]
+    plan = plan_truncates(ev, targets, FKS, synced={"public.child": 15})
+    assert set(plan.position) == {"public.parent", "public.grandchild"}
+    assert [t for t, _ in plan.events] == ["public.grandchild", "public.parent"]
+    # A snapshot taken before the truncate (or at it) does not hold it: the child is emptied as before.
+    assert set(plan_truncates(ev, targets, FKS, synced={"public.child": 10}).position) == \
+        {"public.parent", "public.child", "public.grandchild"}
+    # A later truncate in the same batch, after the child's sync LSN, empties it again.
+    later = [*ev, TruncateEvent(20, 0, ("public.parent",), cascade=True, restart_identity=False)]
+    assert plan_truncates(later, targets, FKS, synced={"public.child": 15}).position["public.child"] == (20, 0)
+
+
+def test_a_batch_plan_does_not_empty_a_resynced_child_through_a_cascade():
+    child = RelationInfo("public", "child", "d", REL.columns)
+    pending = {"public.parent": ("public.parent", TableApplyConfig()),
+               "public.child": ("public.child", TableApplyConfig())}
+    existing = {t: TargetTable(t, {"id": "int", "v": "text"}, ("id",)) for t in ("public.parent", "public.child")}
+    ev = [TruncateEvent(10, 0, ("public.parent",), cascade=True, restart_identity=False)]
+    planned = plan_batch("s", 5, 40, {"public.child"}, pending, {"public.child": child}, ev, {},
+                         [("public.child", "public.parent")], existing, synced={"public.child": 15})
+    assert planned.truncate == ("public.parent",)
+    assert [t.target for t in planned.truncates] == ["public.parent"]
+    assert planned.tables[0].truncated_at is None
+
+
 def test_the_last_truncate_position_wins_and_unconfigured_relations_are_ignored():
     targets = {"public.parent": ("public.parent", TableApplyConfig())}
     ev = [TruncateEvent(20, 3, ("public.parent", "public.other"), False, False),
