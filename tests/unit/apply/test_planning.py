@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from airflow_provider_pglogical.apply.batches import RelationColumn, RelationInfo, TruncateEvent
@@ -102,17 +104,31 @@ def test_cascade_leaves_a_table_whose_snapshot_is_newer_than_the_truncate():
     assert plan_truncates(later, targets, FKS, synced={"public.child": 15}).position["public.child"] == (20, 0)
 
 
-def test_a_batch_plan_does_not_empty_a_resynced_child_through_a_cascade():
+def test_a_batch_plan_keeps_a_resynced_child_and_refuses_to_empty_the_parent_it_references():
     child = RelationInfo("public", "child", "d", REL.columns)
     pending = {"public.parent": ("public.parent", TableApplyConfig()),
                "public.child": ("public.child", TableApplyConfig())}
     existing = {t: TargetTable(t, {"id": "int", "v": "text"}, ("id",)) for t in ("public.parent", "public.child")}
     ev = [TruncateEvent(10, 0, ("public.parent",), cascade=True, restart_identity=False)]
-    planned = plan_batch("s", 5, 40, {"public.child"}, pending, {"public.child": child}, ev, {},
-                         [("public.child", "public.parent")], existing, synced={"public.child": 15})
-    assert planned.truncate == ("public.parent",)
-    assert [t.target for t in planned.truncates] == ["public.parent"]
-    assert planned.tables[0].truncated_at is None
+    fks = [("public.child", "public.parent")]
+
+    def plan(synced: dict[str, int], events: list[TruncateEvent] = ev) -> Any:
+        return plan_batch("s", 5, 40, {"public.child"}, pending, {"public.child": child}, events, {}, fks,
+                          existing, synced=synced)
+
+    # The child's snapshot (sync LSN 15) holds rows the truncate at 10 did not remove: it is not emptied, and the
+    # parent cannot be emptied under it (PostgreSQL refuses): one line naming both and the way out.
+    with pytest.raises(ApplyError, match=r"0/F\) is newer than the truncate: resync both \(pglogical resync "
+                                         r"--table public.parent --table public.child\)$"):
+        plan({"public.child": 15})
+    # Both resynced after the truncate: the runner drops it (snapshots.drop_synced_truncates), nothing is emptied.
+    assert plan({"public.child": 15, "public.parent": 15}, []).truncate == ()
+    # A snapshot from before the truncate: both are emptied, as before.
+    assert plan({"public.child": 8}).truncate == ("public.parent", "public.child")
+    # A later truncate of the batch after the child's sync LSN empties both again.
+    again = [*ev, TruncateEvent(20, 0, ("public.parent",), cascade=True, restart_identity=False)]
+    assert plan({"public.child": 15}, again).truncate == ("public.parent", "public.child")
+    assert plan({"public.child": 15}, again).tables[0].truncated_at == (20, 0)
 
 
 def test_the_last_truncate_position_wins_and_unconfigured_relations_are_ignored():
