@@ -21,8 +21,8 @@ or after the sync LSN and (commit LSN, order in transaction) strictly after the 
 before the publication and the netting (per change: a change's events carry its position), on every route: the
 per-row rewrite's files and row groups (``plain_net_rows``), ``compacted_rows``, each chunk ``compacted_batches`` routes to
 key partitions, and ``publishable``'s judgement. The target performs the truncate itself (CASCADE, RESTART
-IDENTITY, the tables a truncate names together) in the batch's transaction, as for Spark's frame: the plan, not the
-rows, carries it. Judged on the whole batch, the other conditions (repeated keys, unchanged TOAST, notes, schema
+IDENTITY, the tables a truncate names together) as for Spark's frame — PostgreSQL in the batch's transaction before
+the net rows load, Delta and Iceberg in the commit that loads the table's rows: the plan, not the rows, carries it. Judged on the whole batch, the other conditions (repeated keys, unchanged TOAST, notes, schema
 versions) stay conservative for the changes after the cut.
 
 A table-batch whose only obstacles are keys in several changes, unchanged-TOAST values, a row filter and/or actions
@@ -39,8 +39,9 @@ the batch to Spark, judged before anything is written: ``publishable``), then ``
 the TOAST refill, the key events and ``compact`` with Arrow and numpy kernels and gives the same net rows, kept
 columns, moved-from keys and touched flags (``compacted_rows``; ``DirectNet.compacted``), which the target loads
 as it loads Spark's net frame. Its keys must group by Arrow equality as Spark groups them (``kernels.groupable``:
-no floating-point key). A row filter outside that subset, exactness notes, routed parts (a leaf's truncate among
-them), a keyless table or several schema versions still go to Spark.
+no floating-point key). A row filter outside that subset, exactness notes, several routed leaves writing one target
+in a batch (``PlannedTable.parts``, a leaf's truncate among them; a lone routed leaf's truncate is a cut like any
+other), a keyless table or several schema versions still go to Spark.
 
 Staged files on an object store (``s3://``, ``gs://``, ``abfs://``) are read by this process, through the staging
 area's own pyarrow filesystem and credentials, when Spark's master is local (``batches.readable_here``: the driver
