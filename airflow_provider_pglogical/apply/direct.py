@@ -19,11 +19,12 @@ batch's start, is a ``Cut`` (``batch_cut``): only the staged changes after it co
 or after the sync LSN and (commit LSN, order in transaction) strictly after the last truncate's, exactly the rows
 ``SparkBatchChanges`` and ``transforms.void_before`` keep (``after_cut``). They are left out as the rows are read,
 before the publication and the netting (per change: a change's events carry its position), on every route: the
-per-row rewrite's files and row groups (``plain_net_rows``), ``compacted_rows``, each chunk ``compacted_batches`` routes to
-key partitions, and ``publishable``'s judgement. The target performs the truncate itself (CASCADE, RESTART
-IDENTITY, the tables a truncate names together) as for Spark's frame — PostgreSQL in the batch's transaction before
-the net rows load, Delta and Iceberg in the commit that loads the table's rows: the plan, not the rows, carries it. Judged on the whole batch, the other conditions (repeated keys, unchanged TOAST, notes, schema
-versions) stay conservative for the changes after the cut.
+per-row rewrite's files and row groups (``plain_net_rows``), ``compacted_rows``, each chunk ``compacted_batches``
+routes to key partitions, and ``publishable``'s judgement. The target performs the truncate itself (CASCADE,
+RESTART IDENTITY, the tables a truncate names together) as for Spark's frame — PostgreSQL in the batch's transaction
+before the net rows load, Delta and Iceberg in the commit that loads the table's rows: the plan, not the rows,
+carries it. Judged on the whole batch, the other conditions (repeated keys, unchanged TOAST, notes, schema versions)
+stay conservative for the changes after the cut.
 
 A table-batch whose only obstacles are keys in several changes, unchanged-TOAST values, a row filter and/or actions
 left out of the publication is netted in this process instead (``in_process``; ``PGLOGICAL_APPLY_INPROCESS_ROWS=0``

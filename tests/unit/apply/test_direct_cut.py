@@ -1,7 +1,7 @@
 """The direct path of a table-batch with a truncate or a snapshot cut-off against the Spark transforms: the changes
 ``direct.after_cut`` keeps, netted by the per-row rewrite as the targets read it (``direct.plain_net_rows``) or the
-kernels (in one piece or in key partitions, ``direct.compacted_batches``), are exactly the net frame ``SparkBatchChanges.net`` builds with
-``transforms.void_before`` and its sync LSN filter.
+kernels (in one piece or in key partitions, ``direct.compacted_batches``), are exactly the net frame
+``SparkBatchChanges.net`` builds with ``transforms.void_before`` and its sync LSN filter.
 
 Random batches of both kinds (``tests/support/direct_batches.py``: keys mostly fresh; ``test_kernels.batches``: keys
 repeat) get truncates at random positions — before every change, between two, at the very position of a change (the

@@ -63,7 +63,8 @@ def test_a_table_batch_whose_every_change_precedes_its_truncate_is_an_empty_type
     # types with no row, so the lake applies the truncate from it (``apply_mirror``) instead of asking Spark.
     inserts = [Chg("I", 0x1100, 0, new={"id": 1, "grp": 1, "note": "a"}),
                Chg("I", 0x1200, 0, new={"id": 2, "grp": 2, "note": "b"})]
-    write_batch(tmp_path / "cut", "slot", BatchSpec(0x1000, 0x2000, {ITEMS: inserts}, [Trunc(0x1200, 2, (ITEMS.name,))]))
+    truncate = Trunc(0x1200, 2, (ITEMS.name,))
+    write_batch(tmp_path / "cut", "slot", BatchSpec(0x1000, 0x2000, {ITEMS: inserts}, [truncate]))
     write_batch(tmp_path / "kept", "slot", BatchSpec(0x1000, 0x2000, {ITEMS: inserts}))
     frames = []
     for name, truncated_at in (("cut", (0x1200, 2)), ("kept", None)):
