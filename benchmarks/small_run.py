@@ -5,8 +5,8 @@ the run starts no JVM), one whose keys repeat (rows inserted and updated in the 
 them — in the ``pglogical`` process with Arrow kernels, ``apply/kernels.py``, up to ``PGLOGICAL_APPLY_INPROCESS_ROWS``
 staged changes; in Spark with the previous code or with ``--inprocess-rows 0``, the run then starting the JVM once
 it has staged the batch), and, last, one with a TRUNCATE of the table between its changes (the changes after it
-netted in process, the target truncating in the batch's transaction; in Spark with code before that, or with
-``PGLOGICAL_APPLY_DIRECT=0`` in the environment).
+netted in process, the target truncating in the batch's transaction; in Spark with ``--code`` of a checkout
+without that route, or with ``--direct 0``).
 
 The commands run as a user runs them (console script by path, venv not activated). Then the same
 small batch size again in-process, split into: Python start + imports, decode (peek → staged →
@@ -40,8 +40,11 @@ environment as a deployment gives them) instead of a local directory: with the s
 
 Usage: python benchmarks/small_run.py [--changes 100] [--repeat 3] [--json FILE] [--code DIR] [--no-split] [--connect]
                                      [--inprocess-rows N] [--jvm-archive] [--row-filter EXPR] [--target iceberg]
-                                     [--staging local|s3]
+                                     [--staging local|s3] [--direct 0|1]
 ``--inprocess-rows N`` sets ``PGLOGICAL_APPLY_INPROCESS_ROWS`` for the runs (0: repeated keys netted by Spark).
+``--direct 0`` sets ``PGLOGICAL_APPLY_DIRECT=0`` for the runs: every table-batch through Spark's transforms (the
+reference of the direct path and the in-process netting); the CLI's environment gets it explicitly, as
+``run_as_user`` passes no ``PGLOGICAL_*`` variable of the benchmark's own.
 ``--code DIR`` runs the CLI from another checkout's package (``PYTHONPATH=DIR``, e.g. an exported older
 commit with its compiled decoder copied in) for A/B runs; ``--no-split`` skips the in-process split.
 Prints one JSON object as the last lines of stdout (the package's log lines come before it) and,
@@ -346,6 +349,8 @@ def main() -> int:
                    help="only the needs-Spark small batches with the class archive off and on (and JVM_VARIANTS)")
     p.add_argument("--inprocess-rows", type=int, default=None,
                    help="PGLOGICAL_APPLY_INPROCESS_ROWS for the runs (0: repeated keys netted by Spark)")
+    p.add_argument("--direct", type=int, choices=(0, 1), default=None,
+                   help="PGLOGICAL_APPLY_DIRECT for the runs (0: every table-batch through Spark's transforms)")
     p.add_argument("--row-filter", default=None, help="the table's spec row filter (on id), e.g. 'id %% 2 = 0'")
     p.add_argument("--target", choices=("postgres", "iceberg"), default="postgres",
                    help="the spec's target: a PostgreSQL database, or an Iceberg mirror (SQL catalog on SQLite, "
@@ -357,6 +362,8 @@ def main() -> int:
         p.error("--target iceberg runs the CLI only: add --no-split (no --connect, --jvm-archive)")
     if args.inprocess_rows is not None:  # the in-process split reads it here, the CLI runs from ``env``
         os.environ["PGLOGICAL_APPLY_INPROCESS_ROWS"] = str(args.inprocess_rows)
+    if args.direct is not None:
+        os.environ["PGLOGICAL_APPLY_DIRECT"] = str(args.direct)
     load_before = load_average()
     server = start_server()
     work = Path(tempfile.mkdtemp(prefix="pglogical-small-"))
@@ -378,6 +385,8 @@ def main() -> int:
         env: dict[str, str] = {**staging_env, **({"PYTHONPATH": str(args.code.resolve())} if args.code else {})}
         if args.inprocess_rows is not None:
             env["PGLOGICAL_APPLY_INPROCESS_ROWS"] = str(args.inprocess_rows)
+        if args.direct is not None:
+            env["PGLOGICAL_APPLY_DIRECT"] = str(args.direct)
         spec = ["--spec", str(spec_path)]
         if args.jvm_archive:
             timed_cli("run", *spec, env=env)  # creates publication and slot
@@ -423,6 +432,7 @@ def main() -> int:
             "changes_per_batch": args.changes,
             "code": str(args.code) if args.code else "this checkout",
             "inprocess_rows": args.inprocess_rows,
+            "direct": args.direct,
             "row_filter": args.row_filter,
             "target": args.target,
             "staging": args.staging,

@@ -19,11 +19,12 @@ batch's start, is a ``Cut`` (``batch_cut``): only the staged changes after it co
 or after the sync LSN and (commit LSN, order in transaction) strictly after the last truncate's, exactly the rows
 ``SparkBatchChanges`` and ``transforms.void_before`` keep (``after_cut``). They are left out as the rows are read,
 before the publication and the netting (per change: a change's events carry its position), on every route: the
-per-row rewrite's row groups (``plain_columns``), ``compacted_rows``, each chunk ``compacted_batches`` routes to
-key partitions, and ``publishable``'s judgement. The target performs the truncate itself (CASCADE, RESTART
-IDENTITY, the tables a truncate names together) in the batch's transaction, as for Spark's frame: the plan, not the
-rows, carries it. Judged on the whole batch, the other conditions (repeated keys, unchanged TOAST, notes, schema
-versions) stay conservative for the changes after the cut.
+per-row rewrite's files and row groups (``plain_net_rows``), ``compacted_rows``, each chunk ``compacted_batches``
+routes to key partitions, and ``publishable``'s judgement. The target performs the truncate itself (CASCADE,
+RESTART IDENTITY, the tables a truncate names together) as for Spark's frame — PostgreSQL in the batch's transaction
+before the net rows load, Delta and Iceberg in the commit that loads the table's rows: the plan, not the rows,
+carries it. Judged on the whole batch, the other conditions (repeated keys, unchanged TOAST, notes, schema versions)
+stay conservative for the changes after the cut.
 
 A table-batch whose only obstacles are keys in several changes, unchanged-TOAST values, a row filter and/or actions
 left out of the publication is netted in this process instead (``in_process``; ``PGLOGICAL_APPLY_INPROCESS_ROWS=0``
@@ -39,8 +40,9 @@ the batch to Spark, judged before anything is written: ``publishable``), then ``
 the TOAST refill, the key events and ``compact`` with Arrow and numpy kernels and gives the same net rows, kept
 columns, moved-from keys and touched flags (``compacted_rows``; ``DirectNet.compacted``), which the target loads
 as it loads Spark's net frame. Its keys must group by Arrow equality as Spark groups them (``kernels.groupable``:
-no floating-point key). A row filter outside that subset, exactness notes, routed parts (a leaf's truncate among
-them), a keyless table or several schema versions still go to Spark.
+no floating-point key). A row filter outside that subset, exactness notes, several routed leaves writing one target
+in a batch (``PlannedTable.parts``, a leaf's truncate among them; a lone routed leaf's truncate is a cut like any
+other), a keyless table or several schema versions still go to Spark.
 
 Staged files on an object store (``s3://``, ``gs://``, ``abfs://``) are read by this process, through the staging
 area's own pyarrow filesystem and credentials, when Spark's master is local (``batches.readable_here``: the driver
@@ -190,9 +192,19 @@ CUT_COLUMNS = ("commit_lsn", "tx_order")
 PLAIN_COLUMNS = ("op", "lsn", "old", "new")
 
 
-def plain_columns(cut: Cut | None) -> list[str]:
+def _plain_columns(cut: Cut | None) -> list[str]:
     """The staged columns the per-row rewrite reads: ``PLAIN_COLUMNS``, and ``CUT_COLUMNS`` for ``after_cut``."""
     return [*PLAIN_COLUMNS, *CUT_COLUMNS] if cut is not None else list(PLAIN_COLUMNS)
+
+
+def plain_net_rows(parquet: pq.ParquetFile, group: int | None, key: Sequence[str], columns: Sequence[str],
+                   cut: Cut | None) -> list[pa.RecordBatch]:
+    """The per-row route's net rows of one staged file (``group`` None) or of one of its row groups: the columns
+    the rewrite reads, the changes before ``cut`` left out (``after_cut``), then ``net_rows``. The one reader of
+    that route, for every target (and the one the property tests compare with Spark)."""
+    names = _plain_columns(cut)
+    staged = parquet.read(columns=names) if group is None else parquet.read_row_group(group, columns=names)
+    return net_rows(after_cut(staged, cut), key, columns)
 
 
 def after_cut(staged: pa.Table, cut: Cut | None) -> pa.Table:
@@ -453,13 +465,9 @@ def net_rows(table: pa.Table, key: Sequence[str], columns: Sequence[str]) -> lis
     ``D`` of the old key with no values.
     """
     names = [*net_row_names(key), *[f"c{i}" for i in range(len(columns))]]
-    table = table.combine_chunks()
-    op = table.column("op").chunk(0) if table.num_rows else pa.array([], pa.string())
-    lsn = table.column("lsn").chunk(0) if table.num_rows else pa.array([], pa.int64())
-    old = table.column("old").chunk(0) if table.num_rows else None
-    new = table.column("new").chunk(0) if table.num_rows else None
-    if old is None or new is None:
-        return []
+    # Whole arrays, also of no rows (every change before a cut): the result keeps the staged types either way.
+    op, lsn = table.column("op").combine_chunks(), table.column("lsn").combine_chunks()
+    old, new = table.column("old").combine_chunks(), table.column("new").combine_chunks()
     is_update = pc.equal(op, "U")
     moved = pc.and_(is_update, old.is_valid())
     differs = None
@@ -471,7 +479,8 @@ def net_rows(table: pa.Table, key: Sequence[str], columns: Sequence[str]) -> lis
     gone = pc.or_(pc.equal(op, "D"), moved)
     batches: list[pa.RecordBatch] = []
     m = pc.sum(main.cast(pa.int64())).as_py() or 0
-    if m:
+    g = pc.sum(gone.cast(pa.int64())).as_py() or 0
+    if m or not g:  # no row at all: one empty batch of the net rows' types
         kind = pc.if_else(pc.or_(pc.equal(op, "I"), moved), "I", "U")
         arrays = [pc.filter(kind, main), pa.repeat("{}", m), pc.filter(lsn, main)]
         arrays += [pc.filter(pc.if_else(moved, old.field(k), pa.nulls(len(op), old.field(k).type)), main)
@@ -479,7 +488,6 @@ def net_rows(table: pa.Table, key: Sequence[str], columns: Sequence[str]) -> lis
         arrays.append(pa.repeat(False, m))
         arrays += [pc.filter(new.field(c), main) for c in columns]
         batches.append(pa.RecordBatch.from_arrays(arrays, names=names))
-    g = pc.sum(gone.cast(pa.int64())).as_py() or 0
     if g:
         arrays = [pa.repeat("D", g), pa.repeat("{}", g), pc.filter(lsn, gone)]
         arrays += [pa.nulls(g, old.field(k).type) for k in key]

@@ -2,7 +2,8 @@
 
 The same steps as the Spark chain ``published_changes`` → ``to_key_events`` → ``compact`` (``transforms.py``) for
 the table-batches the in-process rule of ``direct.py`` lets through (their row filter and actions applied per change
-first by ``published.py``; no exactness notes, no truncate, one schema version), and the same rows:
+first by ``published.py``; no exactness notes, one schema version; the changes before a truncate or a snapshot's
+sync LSN left out first by ``direct.after_cut``), and the same rows:
 
 * unchanged-TOAST values are filled from the old image where it has them (``resolve_toast_from_old``);
 * every change becomes one key event, a key change two: the DELETE of the old key (sub 0, away) and the INSERT

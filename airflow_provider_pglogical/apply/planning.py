@@ -155,22 +155,28 @@ class TruncatePlan:
     # shared target. (source, target, truncate) in LSN order, and source -> its last truncate position.
     leaf_events: tuple[tuple[str, str, TruncateEvent], ...] = ()
     leaf_position: dict[str, tuple[int, int]] | None = None
+    # Targets a CASCADE reached whose snapshot is newer than the truncate: kept, with the truncate and the sync LSN.
+    kept: tuple[tuple[str, TruncateEvent, int], ...] = ()
 
 
 def plan_truncates(events: Sequence[TruncateEvent], targets: dict[str, tuple[str, TableApplyConfig]],
-                   fks: Sequence[tuple[str, str]]) -> TruncatePlan:
+                   fks: Sequence[tuple[str, str]], synced: Mapping[str, int] | None = None) -> TruncatePlan:
     """Which targets a batch's TRUNCATEs empty, and the last position at which each was emptied.
 
     ``targets`` maps configured source names to (target, config); unconfigured relations are
     ignored like a subscriber ignores tables outside its subscription, and so are tables whose
     publication does not publish truncate. With CASCADE and policy
     ``follow_source`` the target tables referencing a truncated one (transitively) go too.
+    ``synced`` maps a target table to the sync LSN of the snapshot it holds: a truncate committed
+    before it is in that snapshot already and does not empty the table, whether it names the table
+    or reaches it through a foreign key (``snapshots.drop_synced_truncates`` drops the named ones).
     """
     position: dict[str, tuple[int, int]] = {}
     restart: set[str] = set()
     emptying: list[tuple[str, TruncateEvent]] = []
     leaf_events: list[tuple[str, str, TruncateEvent]] = []
     leaf_position: dict[str, tuple[int, int]] = {}
+    kept: list[tuple[str, TruncateEvent, int]] = []
     for ev in sorted(events, key=lambda e: (e.commit_lsn, e.tx_order)):
         named = [r for r in ev.relations if r in targets and "truncate" in targets[r][1].actions]
         listed = [targets[r] for r in named]
@@ -184,13 +190,16 @@ def plan_truncates(events: Sequence[TruncateEvent], targets: dict[str, tuple[str
             starts = {t for t, c in listed if c.truncate_cascade == "follow_source"}
             # Tables referencing a truncated one go entirely (as on the source); a leaf's own target does not.
             emptied = (descendants(starts, fks) - (starts - emptied)) | emptied
+        newer = {t: lsn for t in emptied if (lsn := (synced or {}).get(t, -1)) > ev.commit_lsn}
+        kept.extend((t, ev, lsn) for t, lsn in sorted(newer.items()))
+        emptied -= set(newer)
         for t in sorted(emptied):
             emptying.append((t, ev))
             pos = (ev.commit_lsn, ev.tx_order)
             position[t] = max(position.get(t, pos), pos)
             if ev.restart_identity:
                 restart.add(t)
-    return TruncatePlan(position, frozenset(restart), tuple(emptying), tuple(leaf_events), leaf_position)
+    return TruncatePlan(position, frozenset(restart), tuple(emptying), tuple(leaf_events), leaf_position, tuple(kept))
 
 
 def parents_first(tables: Sequence[str], fks: Sequence[tuple[str, str]]) -> list[str]:
@@ -269,15 +278,17 @@ def plan_batch(slot: str, start_lsn: int, end_lsn: int, changed: Collection[str]
                existing: Mapping[str, TargetTable | None],
                versions: Mapping[str, Sequence[tuple[int, RelationInfo]]] | None = None,
                filter_columns: Mapping[str, Collection[str]] | None = None,
-               previous: Mapping[str, RelationInfo] | None = None) -> PlannedBatch:
+               previous: Mapping[str, RelationInfo] | None = None,
+               synced: Mapping[str, int] | None = None) -> PlannedBatch:
     """The batch's plan, without I/O: keys and columns of every pending table with row changes
     (``changed``), the source schema changes its target follows, the last truncate position of each,
     the tables emptied (those that exist) and the order parents → children. ``existing`` describes the
     target tables (None: missing); ``versions`` gives each source's staged schema versions as
     (first LSN, relation) in LSN order (default: ``relations`` alone, at ``start_lsn``); the columns of
     all of them are written (``batch_columns``). ``filter_columns`` the columns each source's row filter
-    references; ``previous`` each source's shape before the batch (``previous_shapes``), judged first."""
-    truncs = plan_truncates(truncates, dict(pending), fks)
+    references; ``previous`` each source's shape before the batch (``previous_shapes``), judged first;
+    ``synced`` each target table's snapshot sync LSN (``plan_truncates``)."""
+    truncs = plan_truncates(truncates, dict(pending), fks, synced)
     truncated_at = {t: p for t, p in truncs.position.items() if is_pending(marks.get(t), end_lsn)}
     members: dict[str, list[PlannedTable]] = {}
     for source, (target, cfg) in sorted(pending.items()):
@@ -308,6 +319,7 @@ def plan_batch(slot: str, start_lsn: int, end_lsn: int, changed: Collection[str]
     by_target = {target: merge_sources(target, parts) for target, parts in members.items()}
     order = parents_first(sorted(by_target), fks)
     truncate = parents_first(sorted(t for t in truncated_at if existing.get(t) is not None), fks)
+    check_kept_references(start_lsn, end_lsn, truncs, truncate, fks, pending, existing)
     return PlannedBatch(
         slot=slot, start_lsn=start_lsn, end_lsn=end_lsn, tables=tuple(by_target[t] for t in order),
         truncate=tuple(truncate), restart_identity=tuple(t for t in truncate if t in truncs.restart_identity),
@@ -315,6 +327,25 @@ def plan_batch(slot: str, start_lsn: int, end_lsn: int, changed: Collection[str]
         truncates=tuple(PlannedTruncate(t, ev.commit_lsn, ev.tx_order, ev.lsn, ev.xid, ev.commit_time)
                         for t, ev in truncs.events if t in truncate and t in truncated_at),
         leaf_truncates=leaf_truncates(truncs, relations, marks, end_lsn, existing))
+
+
+def check_kept_references(start_lsn: int, end_lsn: int, truncs: TruncatePlan, truncate: Collection[str],
+                          fks: Sequence[tuple[str, str]], pending: Mapping[str, tuple[str, TableApplyConfig]],
+                          existing: Mapping[str, TargetTable | None]) -> None:
+    """Refuse a batch that would empty a table a kept one references: a table a CASCADE reached but whose
+    snapshot is newer than the truncate keeps its rows (``plan_truncates``), and a target table cannot be
+    emptied while another keeps rows referencing it (PostgreSQL refuses such a TRUNCATE, a native subscriber
+    too). Resyncing the two together puts both snapshots after the truncate: it then empties neither."""
+    source = {target: s for s, (target, _) in pending.items()}
+    for child, ev, sync_lsn in truncs.kept:
+        if child in truncate or existing.get(child) is None:
+            continue  # emptied by a later truncate of the batch, or no such target table
+        for parent in sorted(p for c, p in fks if c == child and p in truncate and p != child):
+            raise ApplyError(
+                f"batch {format_lsn(start_lsn)}-{format_lsn(end_lsn)} not applied: the TRUNCATE CASCADE at LSN "
+                f"{format_lsn(ev.lsn or ev.commit_lsn)} empties {parent}, but {child} references it and its snapshot "
+                f"(sync LSN {format_lsn(sync_lsn)}) is newer than the truncate: resync both "
+                f"(pglogical resync --table {source.get(parent, parent)} --table {source.get(child, child)})")
 
 
 def leaf_truncates(truncs: TruncatePlan, relations: Mapping[str, RelationInfo], marks: Mapping[str, int],

@@ -176,8 +176,11 @@ def _apply_one(spark: SparkOnDemand, config: ApplyConfig, target: Target, batch:
     # The shapes before the batch (the previous batch's relation state) are judged first: a type change
     # between two batches is judged like one inside a batch.
     previous = planning.previous_shapes(batch.reader.relation_state(batch.start_lsn))
+    # By target table: a TRUNCATE ... CASCADE reaches tables through the target's foreign keys.
+    synced = {planning.target_name(s, c): lsn for s, lsn in sync.items() if (c := config.table_config(s)) is not None}
     plan = planning.plan_batch(config.slot, batch.start_lsn, batch.end_lsn, set(batch.table_files), pending, rels,
-                               truncates, marks, target.foreign_keys(), existing, staged, filter_columns, previous)
+                               truncates, marks, target.foreign_keys(), existing, staged, filter_columns, previous,
+                               synced)
     for table in plan.tables:
         if table.column_changes:
             log.info("batch %X-%X: %s follows source schema changes: %s", batch.start_lsn, batch.end_lsn,

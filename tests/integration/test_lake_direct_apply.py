@@ -203,6 +203,33 @@ def test_a_lake_mirror_of_batches_the_direct_path_covers_starts_no_spark(lake, s
         assert lake_keys(lake, target, table) == source_keys(source_dsn, table), table
 
 
+def test_a_lake_mirror_applies_a_table_batch_wholly_before_its_truncate_without_spark(lake, staged, spark, tmp_path):
+    """A batch of rows, then one whose every change of the table precedes its TRUNCATE: no change counts, the net
+    frame is empty but typed, and the lake empties the table in its commit without starting Spark."""
+    slot = "direct_truncated"
+
+    def fill(source_dsn: str, uri: str) -> None:
+        for statements in ("INSERT INTO plain (id, a, b) VALUES (1, 1, 'a'), (2, 2, 'b')",
+                           "BEGIN; INSERT INTO plain (id, a, b) VALUES (3, 3, 'c'); UPDATE plain SET a = 4 WHERE id = 1; "
+                           "TRUNCATE plain; COMMIT"):
+            execute(source_dsn, statements)
+            assert drain_all(source_dsn, uri, slot=slot) == 1
+
+    source_dsn, uri = staged(slot, SCHEMA, fill, tmp_path)
+    started: list[bool] = []
+
+    def start():
+        started.append(True)
+        return spark
+
+    target = lake.make(tmp_path / "lake", slot)
+    config = ApplyConfig(slot=slot, staging_root=uri, tables={"public.plain": TableApplyConfig()})
+    reports = apply_slot(SparkOnDemand(start), config, target=target)
+    assert [r.applied for r in reports] == [True, True]
+    assert started == []
+    assert lake_keys(lake, target, "plain") == source_keys(source_dsn, "plain") == []
+
+
 def test_a_lake_mirror_starts_spark_mid_run_for_a_batch_the_direct_path_does_not_cover(lake, staged, spark,
                                                                                        tmp_path):
     """Two batches the direct path covers, then one of an array table (a type only Spark reads): Spark starts once,

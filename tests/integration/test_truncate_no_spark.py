@@ -165,10 +165,44 @@ def test_a_resync_inside_a_batch_applies_the_changes_after_its_sync_lsn_without_
     (sync_lsn,) = query(src, "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")[0]
     execute(src, "UPDATE docs SET title = 'after' WHERE id BETWEEN 4 AND 8; DELETE FROM docs WHERE id = 30; "
                  "INSERT INTO docs VALUES (31, 'after'), (19, 'back');")
-    run_without_java(spec, pipeline["tmp"])
+    summary = run_without_java(spec, pipeline["tmp"])
+    # Only the changes after the sync LSN are applied (the snapshot holds the others): a replay of those before it
+    # would converge to the same rows by upsert, but not to these counts.
+    assert summary["apply"]["rows"]["public.docs"] == {"snapshot_rows": 19, "inserted": 2, "updated": 5, "deleted": 1,
+                                                       "skipped_missing_update": 0}
     batches = list_batches(pipeline["doc"]["staging"]["uri"], SLOT)
     (batch,) = [b for b in batches if b.start_lsn < int(sync_lsn) < b.end_lsn]
     # Not vacuous: the batch holds docs' changes from before the snapshot and after it.
     assert int(batch.manifest.tables["public.docs"]["rows"]) == 8 + 8
     assert_native(pipeline, ("items", "docs"))
     assert query(pipeline["ours"], "SELECT title FROM docs WHERE id = 5") == [("after",)]
+
+
+def test_a_cascade_keeps_a_child_resynced_after_it_and_stops_until_its_parent_is_resynced_too(pipeline):
+    """TRUNCATE parent CASCADE, then rows of both, then a resync of the child alone: the child's snapshot holds rows
+    written after the truncate, so the cascade must not empty it; the parent cannot be emptied under it either (the
+    target's foreign key), so the run stops, naming the way out, and following it ends equal to a native subscriber."""
+    spec = spec_file(pipeline)
+    src, no_java = pipeline["source"], {"JAVA_HOME": str(pipeline["tmp"] / "no-java-here")}
+    run_without_java(spec, pipeline["tmp"])
+    execute(src, "INSERT INTO parent SELECT g, 'p' || g FROM generate_series(1, 10) g; "
+                 "INSERT INTO child SELECT g, 1 + g % 10, g FROM generate_series(1, 30) g;")
+    run_without_java(spec, pipeline["tmp"])
+    execute(src, "BEGIN; TRUNCATE parent CASCADE; INSERT INTO parent SELECT g, 'again' FROM generate_series(1, 5) g; "
+                 "COMMIT;")
+    execute(src, "INSERT INTO child SELECT g, g, g FROM generate_series(1, 5) g;")  # in the child's snapshot only
+    resynced = pglogical("resync", "--spec", spec, "--table", "public.child", extra=no_java)
+    assert resynced.returncode == 0, resynced.stderr[-3000:]
+    execute(src, "INSERT INTO child SELECT g, 1 + g % 5, g FROM generate_series(6, 8) g;")
+    stopped = pglogical("run", "--spec", spec, extra=no_java)
+    assert stopped.returncode != 0
+    assert ("is newer than the truncate: resync both (pglogical resync --table public.parent --table public.child)"
+            in stopped.stderr), stopped.stderr[-3000:]
+    # Nothing of the batch committed: the child holds its snapshot, the parent its rows from before the truncate.
+    assert query(pipeline["ours"], "SELECT count(*) FROM child")[0][0] == 5
+    assert query(pipeline["ours"], "SELECT count(*) FROM parent")[0][0] == 10
+    both = pglogical("resync", "--spec", spec, "--table", "public.parent", "--table", "public.child", extra=no_java)
+    assert both.returncode == 0, both.stderr[-3000:]
+    run_without_java(spec, pipeline["tmp"])
+    assert_native(pipeline, ("parent", "child"))
+    assert query(pipeline["ours"], "SELECT count(*) FROM child")[0][0] == 8  # not vacuous: rows on both sides of S

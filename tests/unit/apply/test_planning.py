@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from airflow_provider_pglogical.apply.batches import RelationColumn, RelationInfo, TruncateEvent
@@ -84,6 +86,49 @@ def test_cascade_follows_fks_transitively_unless_the_policy_is_never():
     assert plan.restart_identity == {"public.parent", "public.child", "public.grandchild"}
     never = {"public.parent": ("public.parent", TableApplyConfig(truncate_cascade="never"))}
     assert set(plan_truncates(ev, never, FKS).position) == {"public.parent"}
+
+
+def test_cascade_leaves_a_table_whose_snapshot_is_newer_than_the_truncate():
+    # TRUNCATE parent CASCADE at 10; the child was resynced at 15: its snapshot holds the rows inserted
+    # after the truncate (as the source and a native subscriber do), so emptying it would lose them.
+    targets = {"public.parent": ("public.parent", TableApplyConfig())}
+    ev = [TruncateEvent(10, 0, ("public.parent",), cascade=True, restart_identity=False)]
+    plan = plan_truncates(ev, targets, FKS, synced={"public.child": 15})
+    assert set(plan.position) == {"public.parent", "public.grandchild"}
+    assert [t for t, _ in plan.events] == ["public.grandchild", "public.parent"]
+    # A snapshot taken before the truncate (or at it) does not hold it: the child is emptied as before.
+    assert set(plan_truncates(ev, targets, FKS, synced={"public.child": 10}).position) == \
+        {"public.parent", "public.child", "public.grandchild"}
+    # A later truncate in the same batch, after the child's sync LSN, empties it again.
+    later = [*ev, TruncateEvent(20, 0, ("public.parent",), cascade=True, restart_identity=False)]
+    assert plan_truncates(later, targets, FKS, synced={"public.child": 15}).position["public.child"] == (20, 0)
+
+
+def test_a_batch_plan_keeps_a_resynced_child_and_refuses_to_empty_the_parent_it_references():
+    child = RelationInfo("public", "child", "d", REL.columns)
+    pending = {"public.parent": ("public.parent", TableApplyConfig()),
+               "public.child": ("public.child", TableApplyConfig())}
+    existing = {t: TargetTable(t, {"id": "int", "v": "text"}, ("id",)) for t in ("public.parent", "public.child")}
+    ev = [TruncateEvent(10, 0, ("public.parent",), cascade=True, restart_identity=False)]
+    fks = [("public.child", "public.parent")]
+
+    def plan(synced: dict[str, int], events: list[TruncateEvent] = ev) -> Any:
+        return plan_batch("s", 5, 40, {"public.child"}, pending, {"public.child": child}, events, {}, fks,
+                          existing, synced=synced)
+
+    # The child's snapshot (sync LSN 15) holds rows the truncate at 10 did not remove: it is not emptied, and the
+    # parent cannot be emptied under it (PostgreSQL refuses): one line naming both and the way out.
+    with pytest.raises(ApplyError, match=r"0/F\) is newer than the truncate: resync both \(pglogical resync "
+                                         r"--table public.parent --table public.child\)$"):
+        plan({"public.child": 15})
+    # Both resynced after the truncate: the runner drops it (snapshots.drop_synced_truncates), nothing is emptied.
+    assert plan({"public.child": 15, "public.parent": 15}, []).truncate == ()
+    # A snapshot from before the truncate: both are emptied, as before.
+    assert plan({"public.child": 8}).truncate == ("public.parent", "public.child")
+    # A later truncate of the batch after the child's sync LSN empties both again.
+    again = [*ev, TruncateEvent(20, 0, ("public.parent",), cascade=True, restart_identity=False)]
+    assert plan({"public.child": 15}, again).truncate == ("public.parent", "public.child")
+    assert plan({"public.child": 15}, again).tables[0].truncated_at == (20, 0)
 
 
 def test_the_last_truncate_position_wins_and_unconfigured_relations_are_ignored():

@@ -59,16 +59,16 @@ def net_table(net: DirectNet) -> pa.Table | None:
         batches = [direct.compacted_rows(staged, net)]
     else:
         batches = [b for p in net.files
-                   for b in direct.net_rows(direct.after_cut(pq.read_table(p, columns=direct.plain_columns(net.cut),
-                                                                           filesystem=net.filesystem), net.cut),
-                                            net.key, net.columns)]
+                   for b in direct.plain_net_rows(pq.ParquetFile(p, filesystem=net.filesystem), None, net.key,
+                                                  net.columns, net.cut)]
     return framed(batches, net.key, net.columns)
 
 
 def framed(batches: Sequence[pa.RecordBatch], key: Sequence[str], columns: Sequence[str]) -> pa.Table | None:
     """``direct.net_rows`` / ``direct.compacted_rows`` batches named as the net frame: the per-row rewrite's ``keep``
-    (an empty array as COPY text) becomes an empty list, as every row of it keeps nothing. None without a batch
-    (files without rows: Spark's frame gives the empty net frame's types)."""
+    (an empty array as COPY text) becomes an empty list, as every row of it keeps nothing. Both give a batch of
+    their types when no row is left (every change before a cut), so the frame is typed without Spark; None only
+    without any batch (no staged file)."""
     names = [KIND, KEEP, LSN, *[from_column(i) for i in range(len(key))], TOUCHED, *columns]
     out = []
     for batch in batches:

@@ -226,8 +226,8 @@ def copy_tasks(dsn: str, staging: str, columns: Sequence[str], plan: DirectPlan
             yield from direct.compacted_batches(groups, net)
             return
         for path, rg in tasks:
-            table = pq.ParquetFile(path, filesystem=plan.filesystem).read_row_group(rg, columns=direct.plain_columns(plan.cut))
-            yield from direct.net_rows(direct.after_cut(table, plan.cut), plan.key, plan.columns)
+            yield from direct.plain_net_rows(pq.ParquetFile(path, filesystem=plan.filesystem), rg, plan.key,
+                                             plan.columns, plan.cut)
 
     def chunks(tasks: Iterable[tuple[str, int]]) -> Generator[tuple[bytes, int], None, None]:
         with contextlib.closing(net_batches(tasks)) as batches:  # its close reaches the netting's

@@ -10,13 +10,15 @@ import pyarrow as pa
 from hypothesis import HealthCheck, event, given, settings
 
 from airflow_provider_pglogical.apply import direct
-from airflow_provider_pglogical.apply.batches import read_relations
+from airflow_provider_pglogical.apply.batches import list_batches, read_relations
 from airflow_provider_pglogical.apply.changes import SparkBatchChanges
+from airflow_provider_pglogical.apply.config import TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import PlannedTable, from_column
 from airflow_provider_pglogical.apply.targets.lake import direct as lake_direct
 from airflow_provider_pglogical.apply.transforms import KEEP
 from tests.support.case_union import CASE, by_case, case_key, write_case, write_union
 from tests.support.direct_batches import KEYS, case_lists
+from tests.support.stage import ITEMS, BatchSpec, Chg, Trunc, write_batch
 
 
 def _rows(rows: list[dict]) -> list[dict]:
@@ -61,3 +63,25 @@ def test_a_column_of_a_type_outside_the_flat_ones_leaves_the_batch_to_spark() ->
     for dtype in (pa.list_(pa.int32()), pa.struct([("a", pa.int32())]), pa.time64("us"), pa.decimal256(50, 2),
                   pa.timestamp("ns")):
         assert not lake_direct.flat_type(dtype), dtype
+
+
+def test_a_table_batch_whose_every_change_precedes_its_truncate_is_an_empty_typed_frame_without_spark(tmp_path) -> None:
+    # INSERTs, then a TRUNCATE of the table: no change counts. The per-row route gives the net frame's columns and
+    # types with no row, so the lake applies the truncate from it (``apply_mirror``) instead of asking Spark.
+    inserts = [Chg("I", 0x1100, 0, new={"id": 1, "grp": 1, "note": "a"}),
+               Chg("I", 0x1200, 0, new={"id": 2, "grp": 2, "note": "b"})]
+    truncate = Trunc(0x1200, 2, (ITEMS.name,))
+    write_batch(tmp_path / "cut", "slot", BatchSpec(0x1000, 0x2000, {ITEMS: inserts}, [truncate]))
+    write_batch(tmp_path / "kept", "slot", BatchSpec(0x1000, 0x2000, {ITEMS: inserts}))
+    frames = []
+    for name, truncated_at in (("cut", (0x1200, 2)), ("kept", None)):
+        (batch,) = list_batches(str(tmp_path / name), "slot")
+        table = PlannedTable(ITEMS.name, ITEMS.name, ("id",), ("id", "grp", "note"), read_relations(batch)[ITEMS.name],
+                             TableApplyConfig(), truncated_at)
+        net = direct.batch_files(table, batch, None)
+        assert net is not None and not net.compacted
+        frames.append(lake_direct.net_table(net))
+    cut, kept = frames
+    assert cut is not None and kept is not None
+    assert cut.num_rows == 0 and kept.num_rows == 2
+    assert cut.schema == kept.schema
