@@ -79,3 +79,14 @@ def drain_all(source_dsn: str, uri: str, slot: str = "ours", publication: str = 
 def run_script(dsn: str, transactions: list[str]) -> None:
     for tx in transactions:
         execute(dsn, f"BEGIN; {tx} COMMIT;")
+
+
+def drop_slot_when_idle(dsn: str, slot: str, timeout: float = 30) -> None:
+    """The native subscription's slot, once its walsender has gone (it stops shortly after DROP SUBSCRIPTION)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not query(dsn, "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active", params=(slot,)):
+            execute(dsn, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
+                    params=(slot,))
+            return
+        time.sleep(0.2)

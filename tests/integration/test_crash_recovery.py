@@ -38,8 +38,9 @@ def leftovers(uri: str) -> list[str]:
 # another step of the next run (``_drain_locked``):
 # - "transaction:12": the batch's files mid-write under ``_partial-<start>/`` (row groups flushed, no footers), slot
 #   unmoved: ``leftovers_for`` deletes the partial directory. The product's ``fetched_some`` checkpoint
-#   (after the first transaction) leaves this same state with fewer bytes in it, which the next run deletes without
-#   reading: it is not killed at separately.
+#   (after the first transaction) leaves this same state with fewer bytes in it (a partial directory, possibly without
+#   files: the file sinks open on their first flush), which the next run deletes without reading: it is not killed at
+#   separately.
 # - "files_written": every file closed and moved to the final ``<start>-<end>/`` name, no manifest, slot unmoved:
 #   ``leftovers_for`` must find a manifest-less final directory (and ``finish_files`` replaces it).
 # - "manifest_written": published, slot unmoved: the next run finds the batch at the slot's position and only advances.

@@ -130,9 +130,10 @@ def staged(pg_server, tmp_path_factory) -> Iterator[Callable[..., tuple[str, str
     made: dict[str, tuple[str, str]] = {}
     with ExitStack() as stack:
         def get(slot: str, schema: str, fill: Callable[[str, str], None], tmp_path: Path) -> tuple[str, str]:
-            if slot not in made:
-                made[slot] = stack.enter_context(_source(pg_server, tmp_path_factory.mktemp(slot), slot, schema))
-                fill(*made[slot])
+            if slot not in made:  # cached once filled: a failed fill fails every test of the workload
+                filled = stack.enter_context(_source(pg_server, tmp_path_factory.mktemp(slot), slot, schema))
+                fill(*filled)
+                made[slot] = filled
             source_dsn, uri = made[slot]
             return source_dsn, shutil.copytree(uri, tmp_path / "staging").as_posix()
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -11,7 +10,14 @@ import pytest
 
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from scripts.harness.pgserver import execute, make_database, make_target, query
-from scripts.harness.subscriber import drain_all, run_script, subscribe, unsubscribe, wait_for_subscriber
+from scripts.harness.subscriber import (
+    drain_all,
+    drop_slot_when_idle,
+    run_script,
+    subscribe,
+    unsubscribe,
+    wait_for_subscriber,
+)
 from tests.support.parity import source_with_slot
 
 TABLES_SQL = """
@@ -71,17 +77,6 @@ def native_and_ours(pg_server, src: str, slot: str, native_sql: str, publication
         unsubscribe(native_db, name=f"n_{slot}")
         drop_slot_when_idle(src, f"n_{slot}")
         execute(pg_server.dsn(), f'DROP DATABASE IF EXISTS "{native_name}" WITH (FORCE)')
-
-
-def drop_slot_when_idle(dsn: str, slot: str, timeout: float = 30) -> None:
-    """The native subscription's slot, once its walsender has gone (it stops shortly after DROP SUBSCRIPTION)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not query(dsn, "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active", params=(slot,)):
-            execute(dsn, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
-                    params=(slot,))
-            return
-        time.sleep(0.2)
 
 
 UNION_TABLES_SQL = """

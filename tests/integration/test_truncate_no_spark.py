@@ -18,8 +18,7 @@ import yaml
 
 from airflow_provider_pglogical.apply.batches import list_batches
 from scripts.harness.pgserver import drop_database, execute, make_database, query
-from scripts.harness.subscriber import subscribe, unsubscribe, wait_for_subscriber
-from tests.integration.test_native_parity import drop_slot_when_idle
+from scripts.harness.subscriber import drop_slot_when_idle, subscribe, unsubscribe, wait_for_subscriber
 from tests.support.cli import pglogical
 from tests.support.spark import TEST_SPARK_CONF
 

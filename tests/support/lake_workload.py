@@ -17,7 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scripts.harness.pgserver import PgServer, drop_database, execute, make_database
-from scripts.harness.subscriber import drain_all, run_script, subscribe, unsubscribe, wait_for_subscriber
+from scripts.harness.subscriber import (
+    drain_all,
+    drop_slot_when_idle,
+    run_script,
+    subscribe,
+    unsubscribe,
+    wait_for_subscriber,
+)
 from tests.support.s3server import S3Server
 
 SLOT = "ours"
@@ -94,9 +101,7 @@ def staged_workload(server: PgServer, root: Path, setup_sql: str, batches: tuple
 def _unsubscribe(server: PgServer, source_dsn: str, native: str, subscription: str) -> None:
     """Drop the native subscriber and its slot on the source (``unsubscribe`` leaves the slot: ``slot_name = NONE``)."""
     unsubscribe(server.dsn(native), name=subscription)
-    execute(source_dsn, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s "
-            "AND NOT active",
-            params=(subscription,))
+    drop_slot_when_idle(source_dsn, subscription)
     drop_database(server, native)
 
 

@@ -234,7 +234,7 @@ jwt_secret = {secrets.token_hex(32)}
 [dag_processor]
 refresh_interval = 5
 # The DAG files do not change during the test: parsed once at the start, not again every 30 s (Airflow's default), each
-# parse a process importing the DAG file (seconds of CPU per file and round, for the whole of the test).
+# parse a process importing the DAG file (seconds of CPU per file and parse, for the whole of the test).
 min_file_process_interval = 3600
 """)
 

@@ -67,7 +67,7 @@ def test_metered_blocks_hand_on_a_block_readers_lists_as_they_are():
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(), max_size=50), st.integers(1, 12))
 def test_chunked_cuts_items_into_full_lists_and_a_shorter_last_one(items, size):
-    """One helper cuts rows into lists for the decoder, the progress meter and the cursor fetch: nothing lost or
+    """``chunked`` cuts rows into lists for the decoder, the progress meter and the cursor fetch: nothing lost or
     reordered, every list ``size`` long but the last, none empty."""
     from airflow_provider_pglogical.progress import chunked
 
