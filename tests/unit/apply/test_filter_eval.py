@@ -30,7 +30,7 @@ from airflow_provider_pglogical.apply.changes import SparkBatchChanges
 from airflow_provider_pglogical.apply.config import TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import PlannedTable
 from airflow_provider_pglogical.row_filter import canonical
-from tests.support.case_union import CASE, by_case, case_key, write_case, write_union
+from tests.support.case_union import CASE, by_case, case_key, union_branches, write_case, write_union
 from tests.support.stage import BatchSpec, Chg, write_batch
 from tests.unit.apply.conftest import ITEMS_FULL, PAIRS
 from tests.unit.apply.test_kernels import _rows, _staged, case_lists
@@ -214,7 +214,9 @@ def test_a_filtered_batch_nets_in_process_as_the_spark_path_nets_it(spark, drawn
         union = write_union(root, rel, {case: changes for case, (changes, _) in compacted.items()})
         table = PlannedTable(rel.name, rel.name, case_key(key), (*columns, CASE),
                              read_relations(union)[rel.name], config)
+        event(union_branches(union, table))
         spark_rows = by_case((r.asDict() for r in SparkBatchChanges(spark, union).net(table).collect()), key)
+        assert set(spark_rows) <= set(compacted), "Spark rows outside the compared cases"
         for case, (_, rows) in compacted.items():
             assert rows == spark_rows.get(case, []), f"case {case}"
 

@@ -24,7 +24,7 @@ from airflow_provider_pglogical.apply.changes import SparkBatchChanges, net_chan
 from airflow_provider_pglogical.apply.config import TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import PlannedTable, from_column
 from airflow_provider_pglogical.apply.transforms import FROM, KEEP
-from tests.support.case_union import CASE, by_case, case_key, write_union
+from tests.support.case_union import CASE, by_case, case_key, rows_of, write_union
 from tests.support.stage import BatchSpec, Chg, write_batch
 from tests.unit.apply.conftest import ITEMS_FULL
 
@@ -75,10 +75,6 @@ def case_lists(draw: Any) -> tuple[list[list[Chg]], TableApplyConfig]:
     config = TableApplyConfig(row_filter=draw(st.sampled_from(FILTERS)),
                               columns=draw(st.sampled_from([None, ("id", "grp")])))
     return cases, config
-
-
-def _rows(frame: Any) -> list[tuple]:
-    return sorted((tuple(r) for r in frame.collect()), key=repr)
 
 
 def _same_per_case(planned: Any, reference: Any) -> None:
@@ -135,4 +131,4 @@ def test_without_unchanged_toast_and_with_every_column_the_images_are_not_rebuil
     assert "array_contains" not in plan and "struct(" not in plan
     reference = published_changes(read_changes(spark, batch, table.source), rel, config, shape)
     assert "array_contains" in reference._jdf.queryExecution().optimizedPlan().toString()
-    assert _rows(frame) == _rows(reference)
+    assert rows_of(frame) == rows_of(reference)

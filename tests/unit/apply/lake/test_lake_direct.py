@@ -16,7 +16,7 @@ from airflow_provider_pglogical.apply.config import TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import PlannedTable, from_column
 from airflow_provider_pglogical.apply.targets.lake import direct as lake_direct
 from airflow_provider_pglogical.apply.transforms import KEEP
-from tests.support.case_union import CASE, by_case, case_key, write_case, write_union
+from tests.support.case_union import CASE, by_case, case_key, union_branches, write_case, write_union
 from tests.support.direct_batches import KEYS, case_lists
 from tests.support.stage import ITEMS, BatchSpec, Chg, Trunc, write_batch
 
@@ -49,8 +49,10 @@ def test_when_the_rule_hands_files_over_the_lake_reads_spark_s_net_rows(spark, d
         union = write_union(root, rel, {case: cases[case] for case in handed})
         table = PlannedTable(rel.name, rel.name, case_key(KEYS[rel]), (*columns, CASE),
                              read_relations(union)[rel.name], config)
+        event(union_branches(union, table))
         spark_table = SparkBatchChanges(spark, union).net(table).toArrow()
         spark_rows = by_case(_rows(spark_table.to_pylist()), KEYS[rel])
+        assert set(spark_rows) <= set(handed), "Spark rows outside the compared cases"
         for case, rows in handed.items():
             assert rows.column_names == [n for n in spark_table.column_names
                                          if n not in (CASE, from_column(len(KEYS[rel])))], f"case {case}"
