@@ -1,4 +1,4 @@
-"""Test helper: several independent table-batches ("cases") staged as one batch, so a property test that compares
+"""Several independent table-batches ("cases") staged as one batch, so a property test that compares
 with Spark pays a Spark query's fixed cost (planning, code generation, scheduling: 0.2–1 s) once for several cases
 rather than once per case, which is most of what a few-row case costs.
 
@@ -23,8 +23,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_provider_pglogical.apply.batches import Batch, list_batches
-from airflow_provider_pglogical.apply.targets.base import from_column
+from airflow_provider_pglogical.apply.batches import Batch, has_unchanged_toast, keys_never_repeat, list_batches
+from airflow_provider_pglogical.apply.targets.base import PlannedTable, from_column
 from tests.support.stage import BatchSpec, Chg, Col, Rel, write_batch
 
 CASE = "case_id"
@@ -65,7 +65,7 @@ def _only_batch(root: str | os.PathLike[str], spec: BatchSpec) -> Batch:
 def write_union(root: str | os.PathLike[str], rel: Rel, cases: Mapping[int, Sequence[Chg]]) -> Batch:
     """One staged batch of ``with_case(rel)`` holding every case's tagged changes."""
     changes = [c for case, chs in cases.items() for c in tagged(chs, case)]
-    return _only_batch(Path(root) / "union", BatchSpec(0, (len(cases) + 1) * LSN_STRIDE, {with_case(rel): changes}))
+    return _only_batch(Path(root) / "union", BatchSpec(0, (max(cases, default=0) + 1) * LSN_STRIDE, {with_case(rel): changes}))
 
 
 def write_case(root: str | os.PathLike[str], rel: Rel, changes: Sequence[Chg], case: int) -> Batch:
@@ -82,3 +82,18 @@ def by_case(rows: Iterable[Mapping[str, Any]], key: Sequence[str] | None = None)
     for row in rows:
         out.setdefault(row[CASE], []).append(tuple(v for k, v in row.items() if k not in drop))
     return {case: sorted(found, key=repr) for case, found in out.items()}
+
+
+def union_branches(union: Batch, table: PlannedTable) -> str:
+    """Which of Spark's whole-batch plans the union's net frame takes (``SparkBatchChanges.net``): compaction or
+    not (some key of the union repeats), TOAST refill or not (some change lists an unchanged-TOAST value). A
+    hypothesis ``event``, so a run's statistics show both sides of each reached."""
+    unique = bool(table.key) and keys_never_repeat(union, table.source, table.key,
+                                                   full_identity=table.relation.replica_identity == "f")
+    return f"Spark union: {'no compaction' if unique else 'compaction'}, " \
+           f"{'TOAST refill' if has_unchanged_toast(union, table.source) else 'no TOAST refill'}"
+
+
+def rows_of(frame: Any) -> list[tuple]:
+    """A Spark frame's rows as tuples, sorted (an order-free comparison)."""
+    return sorted((tuple(r) for r in frame.collect()), key=repr)

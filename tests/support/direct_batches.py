@@ -1,4 +1,4 @@
-"""Test helper: random staged table-batches for the direct path's property tests (hypothesis).
+"""Random staged table-batches for the direct path's property tests (hypothesis).
 
 Mostly eligible for the direct path (every key fresh) and sometimes not — a key repeated, an unchanged-TOAST value,
 a row filter, an action left out of the publication — so a rule that let such a batch through would show as a
@@ -32,13 +32,14 @@ def _row(rel: Rel, n: int, draw: st.DrawFn) -> dict[str, Any]:
 
 
 @st.composite
-def changes_of(draw: st.DrawFn, rel: Rel) -> list[Chg]:
-    """A table's changes, each naming fresh keys unless a key is drawn again on purpose."""
+def changes_of(draw: st.DrawFn, rel: Rel, repeat: bool = True) -> list[Chg]:
+    """A table's changes, each naming fresh keys unless a key is drawn again on purpose; without ``repeat``, never
+    (and no unchanged-TOAST value): a batch Spark nets without compaction and without the TOAST refill."""
     fresh = iter(range(1, 1000))
     used: list[int] = []
 
     def key() -> int:
-        if used and draw(st.integers(0, 15)) == 0:  # now and then a key seen before: not eligible
+        if repeat and used and draw(st.integers(0, 15)) == 0:  # now and then a key seen before: not eligible
             return draw(st.sampled_from(used))
         used.append(next(fresh))
         return used[-1]
@@ -50,7 +51,7 @@ def changes_of(draw: st.DrawFn, rel: Rel) -> list[Chg]:
         if op == "I":
             changes.append(Chg("I", commit, order, new=_row(rel, key(), draw)))
         elif op == "U":  # key kept, no old image (pgoutput sends none then)
-            toast = ("note",) if rel is ITEMS and draw(st.integers(0, 10)) == 0 else ()
+            toast = ("note",) if repeat and rel is ITEMS and draw(st.integers(0, 10)) == 0 else ()
             new = _row(rel, key(), draw)
             changes.append(Chg("U", commit, order, new={k: v for k, v in new.items() if k not in toast}, toast=toast))
         elif op == "U_moved":  # key changed: the old key image ('K')
@@ -78,7 +79,10 @@ def batches(draw: st.DrawFn) -> tuple[Rel, list[Chg], TableApplyConfig]:
 
 @st.composite
 def case_lists(draw: st.DrawFn, cases: int) -> tuple[Rel, list[list[Chg]], TableApplyConfig]:
-    """``cases`` independent table-batches of one table under one config (tests/support/case_union.py)."""
+    """``cases`` independent table-batches of one table under one config (tests/support/case_union.py). Spark decides
+    compaction and the TOAST refill for the whole union, so whether any case may repeat a key or leave a value
+    unchanged-TOAST is drawn once per example: the plan without either stays compared."""
     rel = draw(st.sampled_from([ITEMS, PAIRS]))
-    changes = draw(st.lists(changes_of(rel), min_size=cases, max_size=cases))
+    repeat = draw(st.booleans())
+    changes = draw(st.lists(changes_of(rel, repeat), min_size=cases, max_size=cases))
     return rel, changes, draw(CONFIGS)

@@ -111,6 +111,7 @@ def test_compact_gives_the_models_net_change_per_key(spark, tmp_path_factory, ca
     got = by_case({"kind": r["_pgl_kind"], "keep": list(r["_pgl_keep"]), "lsn": r["_pgl_lsn"],
                    "from": r["_pgl_from"] and {"id": r["_pgl_from"]["id"]}, "touched": r["_pgl_touched"],
                    "id": r["id"], "grp": r["grp"], "note": r["note"], CASE: r[CASE]} for r in net.collect())
+    assert set(got) <= set(range(len(cases))), "Spark rows outside the compared cases"
     for case, changes in enumerate(cases):
         batch = write_case(root, ITEMS, changes, case)
         staged = [{k: r[k] for k in ("op", "commit_lsn", "tx_order", "lsn", "old", "new", "new_unchanged_toast")}

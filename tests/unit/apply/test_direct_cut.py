@@ -26,6 +26,7 @@ from airflow_provider_pglogical.apply.changes import SparkBatchChanges
 from airflow_provider_pglogical.apply.config import TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import Cut, PlannedTable
 from tests.support import direct_batches
+from tests.support.case_union import rows_of
 from tests.support.stage import ITEMS, BatchSpec, Chg, Rel, Trunc, write_batch
 from tests.unit.apply import test_kernels
 
@@ -80,10 +81,6 @@ def _direct_rows(net: direct.DirectNet) -> list[tuple]:
     return sorted(rows, key=repr)
 
 
-def _spark_rows(frame) -> list[tuple]:
-    return sorted((tuple(r) for r in frame.collect()), key=repr)
-
-
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cut_batches(), st.sampled_from([None, "2"]))
 def test_a_truncated_or_synced_table_batch_handed_over_nets_as_the_spark_transforms(spark, drawn, rows_bound) -> None:
@@ -109,7 +106,7 @@ def test_a_truncated_or_synced_table_batch_handed_over_nets_as_the_spark_transfo
                 os.environ.pop(direct.ROWS_SWITCH, None)
             else:
                 os.environ[direct.ROWS_SWITCH] = saved
-        spark_rows = _spark_rows(SparkBatchChanges(spark, batch, {rel.name: sync} if sync is not None else None)
+        spark_rows = rows_of(SparkBatchChanges(spark, batch, {rel.name: sync} if sync is not None else None)
                                  .net(table))
         assert direct_rows == spark_rows
 

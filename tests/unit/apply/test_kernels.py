@@ -23,7 +23,7 @@ from airflow_provider_pglogical.apply.changes import SparkBatchChanges
 from airflow_provider_pglogical.apply.config import TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import PlannedTable
 from airflow_provider_pglogical.exceptions import ApplyError
-from tests.support.case_union import by_case, case_key, with_case, write_case, write_union
+from tests.support.case_union import by_case, case_key, union_branches, with_case, write_case, write_union
 from tests.support.stage import BatchSpec, Chg, Col, Rel, write_batch
 from tests.unit.apply.conftest import ITEMS, ITEMS_FULL, PAIRS
 
@@ -50,19 +50,21 @@ def _row(rel: Rel, n: int, draw: st.DrawFn) -> dict:
 
 
 @st.composite
-def changes_of(draw: st.DrawFn, rel: Rel) -> list[Chg]:
-    """A table's changes over a few keys, so keys repeat: inserts, updates (some leaving note unchanged-TOAST),
-    key changes, deletes, and now and then an exact duplicate of an earlier change."""
+def changes_of(draw: st.DrawFn, rel: Rel, repeat: bool = True, toast_ok: bool = True) -> list[Chg]:
+    """A table's changes: inserts, updates (some leaving note unchanged-TOAST when ``toast_ok``), key changes,
+    deletes. With ``repeat``, over a few keys, so keys repeat, and now and then an exact duplicate of an earlier
+    change; without, every change names keys of its own (the batch Spark nets without compaction's shuffle)."""
     full = rel.replica_identity == "f"
-    pool = st.integers(1, draw(st.integers(1, 6)))
+    fresh = iter(range(1, 1000))
+    pool = st.integers(1, draw(st.integers(1, 6))) if repeat else st.builds(lambda: next(fresh))
     changes: list[Chg] = []
     for i in range(draw(st.integers(0, 14))):
-        if changes and draw(st.integers(0, 8)) == 0:
+        if repeat and changes and draw(st.integers(0, 8)) == 0:
             changes.append(draw(st.sampled_from(changes)))  # the same change staged twice
             continue
         commit, order = 10 + i // 3, i % 3
         op = draw(st.sampled_from(["I", "U", "U", "U_moved", "D"]))
-        toast = ("note",) if rel is not PAIRS and op in ("U", "U_moved") and draw(st.booleans()) else ()
+        toast = ("note",) if toast_ok and rel is not PAIRS and op in ("U", "U_moved") and draw(st.booleans()) else ()
 
         def image(row: dict, toast: tuple[str, ...] = toast) -> dict:
             return {k: v for k, v in row.items() if k not in toast}
@@ -101,9 +103,14 @@ CASES_PER_EXAMPLE = 4
 
 @st.composite
 def case_lists(draw: st.DrawFn) -> tuple[Rel, tuple[str, ...], list[list[Chg]]]:
-    """A relation, its apply key and CASES_PER_EXAMPLE independent table-batches of its changes."""
+    """A relation, its apply key and CASES_PER_EXAMPLE independent table-batches of its changes. Spark decides for
+    the whole union whether to compact (some key repeats) and to refill TOAST (some change lists an unchanged-TOAST
+    value), so whether any case may repeat a key or leave a value unchanged-TOAST is drawn once per example: the
+    plans without compaction and without the refill stay as often compared as with one case per example."""
     rel, key = draw(st.sampled_from(CASES))
-    return rel, key, draw(st.lists(changes_of(rel), min_size=CASES_PER_EXAMPLE, max_size=CASES_PER_EXAMPLE))
+    repeat, toast_ok = draw(st.booleans()), draw(st.booleans())
+    return rel, key, draw(st.lists(changes_of(rel, repeat, toast_ok), min_size=CASES_PER_EXAMPLE,
+                                   max_size=CASES_PER_EXAMPLE))
 
 
 def _planned(rel: Rel, key: tuple[str, ...], batch: Batch) -> PlannedTable:
@@ -128,9 +135,10 @@ def test_the_kernels_net_changes_are_the_spark_transforms(spark, drawn) -> None:
     rel, key, cases = drawn
     with tempfile.TemporaryDirectory() as root:
         union = write_union(root, rel, dict(enumerate(cases)))
-        spark_rows = by_case((r.asDict() for r in
-                              SparkBatchChanges(spark, union).net(_planned(with_case(rel), case_key(key), union))
-                              .collect()), key)
+        planned = _planned(with_case(rel), case_key(key), union)
+        event(union_branches(union, planned))
+        spark_rows = by_case((r.asDict() for r in SparkBatchChanges(spark, union).net(planned).collect()), key)
+        assert set(spark_rows) <= set(range(len(cases))), "Spark rows outside the compared cases"
         for case, changes in enumerate(cases):
             batch = write_case(root, rel, changes, case)
             table = _planned(rel, key, batch)

@@ -24,7 +24,7 @@ from airflow_provider_pglogical.apply.changes import SparkBatchChanges, net_chan
 from airflow_provider_pglogical.apply.config import TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import PlannedTable, from_column
 from airflow_provider_pglogical.apply.transforms import FROM, KEEP
-from tests.support.case_union import CASE, by_case, case_key, write_union
+from tests.support.case_union import CASE, by_case, case_key, rows_of, write_union
 from tests.support.stage import BatchSpec, Chg, write_batch
 from tests.unit.apply.conftest import ITEMS_FULL
 
@@ -38,20 +38,25 @@ def _row(draw: Any, key: int) -> dict[str, Any]:
 
 
 @st.composite
-def changes_of(draw: Any, toast_ok: bool) -> list[Chg]:
-    """Changes of a FULL-identity table over few keys (so they repeat), each UPDATE/DELETE with its full old row;
-    when ``toast_ok``, about one UPDATE in three leaves note unchanged-TOAST."""
+def changes_of(draw: Any, toast_ok: bool, repeat: bool = True) -> list[Chg]:
+    """Changes of a FULL-identity table, each UPDATE/DELETE with its full old row; with ``repeat`` over few keys
+    (so they repeat), without over keys no other change names (UPDATEs and DELETEs of rows from before the
+    batch); when ``toast_ok``, about one UPDATE in three leaves note unchanged-TOAST."""
     rows: dict[int, dict[str, Any]] = {}
+    fresh = iter(range(10, 1000))
     changes = []
     for i in range(draw(st.integers(0, 14))):
         commit, order = 10 + i // 3, i % 3
-        key = draw(st.integers(0, 5))
+        key = draw(st.integers(0, 5)) if repeat else next(fresh)
+        if not repeat and draw(st.booleans()):
+            rows[key] = _row(draw, key)  # a row from before the batch
         op = draw(st.sampled_from(["I", "U", "U", "D"])) if key in rows else "I"
         if op == "I":
             rows[key] = _row(draw, key)
             changes.append(Chg("I", commit, order, new=dict(rows[key])))
         elif op == "U":
-            new_key = draw(st.sampled_from([key, key, draw(st.integers(0, 5))]))
+            new_key = (draw(st.sampled_from([key, key, draw(st.integers(0, 5))])) if repeat
+                       else draw(st.sampled_from([key, next(fresh)])))
             old, new = rows.pop(key), _row(draw, new_key)
             toast = ("note",) if toast_ok and draw(st.integers(0, 2)) == 0 else ()
             changes.append(Chg("U", commit, order, old=dict(old), new={k: v for k, v in new.items() if k not in toast},
@@ -69,16 +74,13 @@ CASES_PER_EXAMPLE = 4
 @st.composite
 def case_lists(draw: Any) -> tuple[list[list[Chg]], TableApplyConfig]:
     """CASES_PER_EXAMPLE table-batches under one config. Whether any may hold an unchanged-TOAST value is drawn per
-    example, so the plan without the TOAST refill (no change of the union lists one) stays as often exercised."""
-    toast_ok = draw(st.booleans())
-    cases = draw(st.lists(changes_of(toast_ok), min_size=CASES_PER_EXAMPLE, max_size=CASES_PER_EXAMPLE))
+    example, so the plan without the TOAST refill (no change of the union lists one) stays as often exercised; whether
+    any may repeat a key likewise, for the plan without compaction (no key of the union repeats)."""
+    toast_ok, repeat = draw(st.booleans()), draw(st.booleans())
+    cases = draw(st.lists(changes_of(toast_ok, repeat), min_size=CASES_PER_EXAMPLE, max_size=CASES_PER_EXAMPLE))
     config = TableApplyConfig(row_filter=draw(st.sampled_from(FILTERS)),
                               columns=draw(st.sampled_from([None, ("id", "grp")])))
     return cases, config
-
-
-def _rows(frame: Any) -> list[tuple]:
-    return sorted((tuple(r) for r in frame.collect()), key=repr)
 
 
 def _same_per_case(planned: Any, reference: Any) -> None:
@@ -135,4 +137,4 @@ def test_without_unchanged_toast_and_with_every_column_the_images_are_not_rebuil
     assert "array_contains" not in plan and "struct(" not in plan
     reference = published_changes(read_changes(spark, batch, table.source), rel, config, shape)
     assert "array_contains" in reference._jdf.queryExecution().optimizedPlan().toString()
-    assert _rows(frame) == _rows(reference)
+    assert rows_of(frame) == rows_of(reference)
