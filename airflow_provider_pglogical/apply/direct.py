@@ -2,10 +2,10 @@
 read them itself instead of the Spark transforms.
 
 ``transforms.py`` turns staged changes into one net change per key through Spark. For the common table-batch —
-every action published, no row filter, no exactness notes, no routed parts, no unchanged-TOAST value, one schema version holding every written column (``same_schema``: a table-batch spanning
-several versions goes through Spark, which writes each change with its own version's columns), and no key in two
-changes (``keys_never_repeat``) — that pipeline reduces to a per-row rewrite (``to_key_events`` then
-``single_event_net``):
+every action published, no row filter, no exactness notes, no routed parts, no unchanged-TOAST value, one schema
+version holding every written column (``same_schema``: a table-batch spanning several versions goes through Spark,
+which writes each change with its own version's columns), and no key in two changes (``keys_never_repeat``) — that
+pipeline reduces to a per-row rewrite (``to_key_events`` then ``single_event_net``):
 
 * an INSERT is an ``I`` of its new image;
 * an UPDATE that keeps its key is a ``U`` of its new image (old and new key are equal);
@@ -216,16 +216,16 @@ def after_cut(staged: pa.Table, cut: Cut | None) -> pa.Table:
     if cut is None:
         return staged
     commit = staged.column("commit_lsn")
-    keep = pa.repeat(True, staged.num_rows) if staged.num_rows else pa.array([], pa.bool_())
+    kept = []
     if cut.sync_lsn is not None:
-        keep = pc.and_(keep, pc.greater_equal(commit, pa.scalar(cut.sync_lsn, commit.type)))
+        kept.append(pc.greater_equal(commit, pa.scalar(cut.sync_lsn, commit.type)))
     if cut.truncated_at is not None:
         c, o = cut.truncated_at
         order = staged.column("tx_order")
-        later = pc.or_(pc.greater(commit, pa.scalar(c, commit.type)),
-                       pc.and_(pc.equal(commit, pa.scalar(c, commit.type)), pc.greater(order, pa.scalar(o, order.type))))
-        keep = pc.and_(keep, later)
-    return staged.filter(keep)
+        kept.append(pc.or_(pc.greater(commit, pa.scalar(c, commit.type)),
+                           pc.and_(pc.equal(commit, pa.scalar(c, commit.type)),
+                                   pc.greater(order, pa.scalar(o, order.type)))))
+    return staged.filter(kept[0] if len(kept) == 1 else pc.and_(*kept))
 
 
 def may_cover(config: ApplyConfig, local_master: bool = False) -> bool:
@@ -341,7 +341,8 @@ def compacted_rows(staged: pa.Table, net: DirectNet) -> pa.RecordBatch:
     batch of net rows in ``net_rows``' layout, the keep column a list of column names: the changes before its cut
     left out (``after_cut``), the publication's actions and row filter applied per change (``published.publish``),
     as Spark applies them before netting."""
-    staged = published.publish(after_cut(staged, net.cut), row_filter=net.row_filter, actions=net.actions, identity=net.identity)
+    staged = published.publish(after_cut(staged, net.cut), row_filter=net.row_filter, actions=net.actions,
+                               identity=net.identity)
     return _net_batch(kernels.compact_changes(staged, net.key, net.columns, net.identity), net)
 
 
@@ -359,9 +360,9 @@ def compacted_batches(chunks: Iterable[pa.Table], net: DirectNet) -> Iterator[pa
                                                  f"({sum(g.num_rows for g in groups)} staged changes)") from None
             yield rows
         return
-    parts = partitioned.netted((after_cut(chunk, net.cut) for chunk in chunks), source=net.source or net.target, key=net.key, columns=net.columns,
-                               identity=net.identity, row_filter=net.row_filter, actions=net.actions,
-                               partitions=net.partitions)
+    parts = partitioned.netted((after_cut(chunk, net.cut) for chunk in chunks), source=net.source or net.target,
+                               key=net.key, columns=net.columns, identity=net.identity, row_filter=net.row_filter,
+                               actions=net.actions, partitions=net.partitions)
     with contextlib.closing(parts):  # closing these batches removes the spill files now
         for rows in parts:
             yield _net_batch(rows, net)

@@ -340,7 +340,8 @@ def check_kept_references(start_lsn: int, end_lsn: int, truncs: TruncatePlan, tr
     for child, ev, sync_lsn in truncs.kept:
         if child in truncate or existing.get(child) is None:
             continue  # emptied by a later truncate of the batch, or no such target table
-        for parent in sorted(p for c, p in fks if c == child and p in truncate and p != child):
+        parent = min((p for c, p in fks if c == child and p in truncate and p != child), default=None)
+        if parent is not None:
             raise ApplyError(
                 f"batch {format_lsn(start_lsn)}-{format_lsn(end_lsn)} not applied: the TRUNCATE CASCADE at LSN "
                 f"{format_lsn(ev.lsn or ev.commit_lsn)} empties {parent}, but {child} references it and its snapshot "
