@@ -31,7 +31,7 @@ from tests.support.case_union import LSN_STRIDE, by_case, shifted, tagged, union
 from tests.support.stage import BatchSpec, Chg, Col, Rel, write_batch
 
 KEY = ("id",)
-CASES_PER_EXAMPLE = 3
+CASES_PER_EXAMPLE = 4
 # The added column's (Arrow type, PostgreSQL type, attmissingval, value drawn for rows that have it).
 DEFAULTS: list[tuple[pa.DataType, str, str, Callable[[st.DrawFn], Any]]] = [
     (pa.int64(), "bigint", "{7}", lambda draw: draw(st.integers(-2, 2))),
@@ -126,10 +126,10 @@ def _rows(batches: list[pa.RecordBatch]) -> list[tuple]:
     return sorted((tuple(r.values()) for b in batches for r in b.to_pylist()), key=repr)
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case_lists())
 def test_a_table_batch_of_several_schema_versions_nets_in_process_as_spark_nets_it(spark, drawn) -> None:
-    """20 examples of 3 cases each, one Spark query per example over their union (``tests/support/case_union.py``:
+    """12 examples of 4 cases each, one Spark query per example over their union (``tests/support/case_union.py``:
     the case number joins the key; each version a file of every case's changes)."""
     rels, cases = drawn
     with tempfile.TemporaryDirectory() as root:
@@ -138,7 +138,8 @@ def test_a_table_batch_of_several_schema_versions_nets_in_process_as_spark_nets_
             for v, rel in enumerate(rels)}))
         planned = _planned([with_case(r) for r in rels], union, (*KEY, "case_id"))
         event(union_branches(union, planned))
-        spark_rows = by_case((r.asDict() for r in SparkBatchChanges(spark, union).net(planned).collect()), KEY)
+        frame = SparkBatchChanges(spark, union).net(planned)
+        spark_rows = by_case((r.asDict() for r in frame.collect()), KEY)
         assert set(spark_rows) <= set(range(len(cases))), "Spark rows outside the compared cases"
         for n, case in enumerate(cases):
             batch = _batch(Path(root) / f"case{n}", BatchSpec(n * LSN_STRIDE, (n + 1) * LSN_STRIDE, {
@@ -146,7 +147,10 @@ def test_a_table_batch_of_several_schema_versions_nets_in_process_as_spark_nets_
             table = _planned(rels, batch, KEY)
             net = direct.batch_files(table, batch, None)
             assert net is not None and net.compacted and net.union is not None, f"case {n}: not netted in process"
-            rows = _rows(list(direct.compacted_batches(direct.staged_chunks(net.files), net)))
+            batches = list(direct.compacted_batches(direct.staged_chunks(net.files), net))
+            w = batches[0].schema.field(f"c{table.columns.index('w')}").type
+            assert (w, dict(frame.dtypes)["w"]) in ((pa.int32(), "int"), (pa.int64(), "bigint")), "the union's type"
+            rows = _rows(batches)
             assert rows == spark_rows.get(n, []), f"case {n}"
             parted = list(direct.compacted_batches(direct.staged_chunks(net.files), replace(net, partitions=2)))
             assert _rows(parted) == rows, f"case {n}: in key partitions"
