@@ -94,6 +94,8 @@ def from_text(dtype: pa.DataType, text: str) -> pa.Scalar | None:
         return pa.scalar(word in _TRUE, dtype)
     if pa.types.is_date32(dtype):
         return pc.cast(pa.scalar(text), dtype) if _ISO_DATE.fullmatch(text) else None
+    if pa.types.is_unsigned_integer(dtype) or pa.types.is_decimal256(dtype):
+        raise ValueError(text)  # Spark reads these widened or as text (``staged_arrow``): its value is not this one
     if pa.types.is_decimal(dtype) and text.lower() == "nan":
         return None
     if pa.types.is_signed_integer(dtype) or pa.types.is_floating(dtype) or pa.types.is_decimal(dtype):

@@ -166,3 +166,11 @@ def test_a_table_batch_of_several_schema_versions_nets_in_process_as_spark_nets_
 ])
 def test_a_union_widens_as_spark_widens_or_leaves_the_batch_to_spark(types, union) -> None:
     assert versions.widest(types) == union
+
+
+@pytest.mark.parametrize("dtype", [pa.uint32(), pa.decimal256(50, 2), pa.bool_()])
+def test_a_fast_default_spark_would_read_otherwise_leaves_the_batch_to_spark(dtype) -> None:
+    """Spark reads unsigned integers widened and decimals of more than 38 digits as text, and casts only its own
+    boolean words: such a default gives no union (``union_of``: None, the Spark path)."""
+    with pytest.raises(ValueError):
+        versions.from_text(dtype, "maybe" if pa.types.is_boolean(dtype) else "7")
