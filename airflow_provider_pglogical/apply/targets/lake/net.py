@@ -6,7 +6,8 @@ typed error, naming column and LSN), the planned source schema changes reach the
 batch's ordered changes are offered, shaped alike, for a table that must replay them (a moved row keeping an
 unchanged TOAST value). The target's ``apply_net`` then decides the rows and commits them with the watermark.
 A target that reads the direct path's rows (``lake/direct.py``) gets a covered table-batch's net rows from its
-staged files instead of Spark's frame, through the same steps.
+staged files instead of Spark's frame, through the same steps; one netted in key partitions streams them into the
+target's streamed commit from their spill files (``lake/parts.py``).
 """
 
 from __future__ import annotations
@@ -149,9 +150,9 @@ def _apply_partitioned(found: DirectNet, table: PlannedTable, seconds: dict[str,
     with lake_parts.spilled(found, table.columns) as spilled:
         seconds["stage"] += time.monotonic() - started
         if spilled.summary.needs_collected or not spilled.paths:
-            log.debug("%s: netted in %d key partitions in this process, but applied from Spark's frame (%s)",
-                      table.target, found.partitions,
-                      "a change needs the whole table's changes" if spilled.paths else "no change")
+            log.debug("%s: netted in key partitions in this process, but applied from Spark's frame (%s)",
+                      table.target, "an inserted row keeps a column" if spilled.summary.needs_collected
+                      else "no change")
             return None
         log.debug("%s: %d net changes read straight from the staged files and netted in this process in %d key "
                   "partitions", table.target, spilled.summary.rows, found.partitions)

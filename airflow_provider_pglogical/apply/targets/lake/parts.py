@@ -106,7 +106,10 @@ def spilled(net: DirectNet, columns: Sequence[str]) -> Iterator[SpilledNet]:
         paths: list[str] = []
         rows, special = 0, False
         kept: set[str] = set()
-        for batch in direct.compacted_batches(direct.staged_chunks(net.files, net.filesystem), net):
+        batches = direct.compacted_batches(direct.staged_chunks(net.files, net.filesystem), net)
+        if isinstance(batches, Generator):  # closed on a failure here too: the netting's spill goes at once
+            claim.callback(batches.close)
+        for batch in batches:
             table = framed([batch], net.key, net.columns)
             assert table is not None  # one batch given
             rows += table.num_rows
@@ -114,6 +117,8 @@ def spilled(net: DirectNet, columns: Sequence[str]) -> Iterator[SpilledNet]:
             has_keep = pc.fill_null(pc.greater(pc.list_value_length(keep), 0), False)
             special = special or bool(pc.any(pc.and_(has_keep, pc.is_in(table.column(KIND), pa.array(["I", "R"]))))
                                       .as_py())
+            if special:  # the batch goes to Spark: no need to net the rest
+                break
             kept.update(v for v in pc.unique(pc.list_flatten(keep)).to_pylist() if v is not None)
             paths.append(_write(table, os.path.join(directory, f"net-{len(paths)}.arrow"), source, directory))
         summary = NetSummary(rows=rows, kept=tuple(c for c in columns if c in kept), needs_collected=special)
