@@ -108,7 +108,7 @@ def apply_mirror(target: LakeMirror[Outcome], table: PlannedTable, plan: Planned
     when it would be collected whole anyway; Spark is not asked for it (nor started for it)."""
     staged = changes.staged_rows(table) if isinstance(changes, StagedRowsSource) else None
     whole = not table.key or not any(stream.worth_streaming(rows, staged) for rows in bucket_rows)
-    if direct and whole and table.key and isinstance(changes, DirectNetSource):
+    if direct and whole and isinstance(changes, DirectNetSource):
         found = changes.direct_net(table)
         started = time.monotonic()
         rows = lake_direct.net_table(found) if found is not None else None
