@@ -6,7 +6,6 @@ overlap checks) lives in ``staging/reader.py``; this module adds only the Spark 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import reduce
@@ -14,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from airflow_provider_pglogical.apply import executor_reads
 from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand, session_of
-from airflow_provider_pglogical.apply.staged_arrow import spark_readable, to_spark_arrow
+from airflow_provider_pglogical.apply.staged_arrow import castable_from_text, spark_readable, to_spark_arrow
 from airflow_provider_pglogical.exceptions import StagingError
 from airflow_provider_pglogical.staging.manifest import Manifest
 from airflow_provider_pglogical.staging.reader import (
@@ -29,7 +28,7 @@ from airflow_provider_pglogical.staging.reader import (
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import DataType, StructType
 
 # What a Spark session needs to read staged files: TIME columns (time64 Parquet) are refused without
 # timeType; timestamps without time zone stay wall-clock microseconds in UTC.
@@ -322,14 +321,18 @@ def _with_absent(frames: list[DataFrame]) -> list[DataFrame]:
     return out
 
 
-def _castable_from_text(dtype: object, text: str) -> bool:
-    """Whether Spark's cast of PostgreSQL's text output ``text`` to the staged type ``dtype`` is exact."""
-    from pyspark.sql import types as T
+def _castable_from_text(dtype: DataType, text: str) -> bool:
+    """Whether Spark's cast of PostgreSQL's text output ``text`` to the staged column's Spark type ``dtype`` is
+    exact (``staged_arrow.castable_from_text`` of its Arrow type; a type Arrow holds otherwise is not)."""
+    from pyspark.sql.pandas.types import to_arrow_type
+    from pyspark.sql.types import AtomicType, TimestampType
 
-    if isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType,
-                          T.DecimalType, T.StringType, T.BooleanType)):
-        return not (isinstance(dtype, T.DecimalType) and text.lower() == "nan")
-    return isinstance(dtype, T.DateType) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", text) is not None
+    if not isinstance(dtype, AtomicType) or isinstance(dtype, TimestampType):  # no time zone here: never castable
+        return False
+    try:
+        return castable_from_text(to_arrow_type(dtype), text)
+    except TypeError:  # a type Arrow does not hold
+        return False
 
 
 def _with_source_defaults(frames: list[DataFrame], versions: Sequence[tuple[int, RelationInfo]]) -> list[DataFrame]:
@@ -350,11 +353,11 @@ def _with_source_defaults(frames: list[DataFrame], versions: Sequence[tuple[int,
     if not defaults:
         return frames
 
-    def fields(df: DataFrame) -> dict[str, object]:
+    def fields(df: DataFrame) -> dict[str, DataType]:
         dtype = df.schema["new"].dataType
         return {f.name: f.dataType for f in dtype.fields} if isinstance(dtype, StructType) else {}
 
-    types: dict[str, object] = {}
+    types: dict[str, DataType] = {}
     for df in frames:
         for name, dtype in fields(df).items():
             types.setdefault(name, dtype)
@@ -365,7 +368,7 @@ def _with_source_defaults(frames: list[DataFrame], versions: Sequence[tuple[int,
         if fill:
             image = F.col("new")
             for name, text in fill.items():
-                image = image.withField(name, F.lit(text).cast(types[name]))  # type: ignore[arg-type]
+                image = image.withField(name, F.lit(text).cast(types[name]))
             df = df.withColumn("new", F.when(F.col("new").isNotNull(), image))
         out.append(df)
     return out

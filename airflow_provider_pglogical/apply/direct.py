@@ -429,8 +429,7 @@ def in_process(table: PlannedTable, batch: Batch, paths: Sequence[str], filesyst
     old, new = schema.field("old").type, schema.field("new").type
     if not isinstance(old, pa.StructType) or not isinstance(new, pa.StructType):
         return 0
-    new_types = {new.field(i).name: new.field(i).type for i in range(new.num_fields)}
-    old_types = {old.field(i).name: old.field(i).type for i in range(old.num_fields)}
+    new_types, old_types = kernels.field_types(new), kernels.field_types(old)
     fits = (all(k in old_types and kernels.groupable(new_types[k]) for k in table.key)
             and all(old_types.get(c, new_types[c]) == new_types[c] for c in table.columns)
             and all(c in schema.names for c in kernels.STAGED_COLUMNS))
@@ -464,13 +463,14 @@ def compacted_batches(chunks: Iterable[pa.Table], net: DirectNet) -> Iterator[pa
             yield compacted_rows(chunk, net)
         return
     if net.partitions <= 1:
-        groups = list(chunks)
-        if groups:
-            try:
-                rows = compacted_rows(pa.concat_tables(groups), net)
-            except pa.ArrowInvalid:  # past ``publishable``'s judgement: a typed error, the way out named
-                raise partitioned.overflow_error(net.source or net.target, "netting it in one piece "
-                                                 f"({sum(g.num_rows for g in groups)} staged changes)") from None
+        groups: list[pa.Table] = []
+        try:  # a chunk put in the union's layout (``versions.conform``) is concatenated and cast as it is read
+            groups.extend(chunks)
+            rows = compacted_rows(pa.concat_tables(groups), net) if groups else None
+        except pa.ArrowInvalid:  # past ``publishable``'s judgement: a typed error, the way out named
+            raise partitioned.overflow_error(net.source or net.target, "netting it in one piece "
+                                             f"({sum(g.num_rows for g in groups)} staged changes)") from None
+        if rows is not None:
             yield rows
         return
     parts = partitioned.netted((after_cut(chunk, net.cut) for chunk in chunks), source=net.source or net.target,

@@ -41,10 +41,15 @@ def groupable(dtype: pa.DataType) -> bool:
                 or pa.types.is_decimal(dtype) or pa.types.is_temporal(dtype))
 
 
+def field_types(struct: pa.StructType) -> dict[str, pa.DataType]:
+    """A row image struct's field types by name, in its order."""
+    return {struct.field(i).name: struct.field(i).type for i in range(struct.num_fields)}
+
+
 def fields(image: pa.StructArray | pa.ChunkedArray, names: Sequence[str]) -> dict[str, pa.Array | pa.ChunkedArray]:
     """The image's fields with the image's own nulls applied (a null image has null fields), by name: arrays of a
     ``StructArray``, chunked arrays of a ``ChunkedArray`` (its chunks as they are)."""
-    flat = dict(zip([image.type.field(i).name for i in range(image.type.num_fields)], image.flatten(), strict=True))
+    flat = dict(zip(field_types(image.type), image.flatten(), strict=True))
     return {c: flat[c] for c in names if c in flat}
 
 

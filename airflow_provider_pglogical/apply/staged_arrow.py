@@ -17,12 +17,15 @@ the Parquet reader does:
 
 from __future__ import annotations
 
+import re
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
 NAN = "NaN"
 _UNSIGNED = {pa.uint8(): pa.int16(), pa.uint16(): pa.int32(), pa.uint32(): pa.int64(), pa.uint64(): pa.decimal128(20, 0)}
 _MAX_DECIMAL = 38  # Spark's (and Delta's) widest decimal
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
 def spark_type(dtype: pa.DataType) -> pa.DataType:
@@ -38,6 +41,18 @@ def spark_type(dtype: pa.DataType) -> pa.DataType:
     if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
         return pa.list_(dtype.value_field.with_type(spark_type(dtype.value_type)))
     return dtype
+
+
+def castable_from_text(dtype: pa.DataType, text: str) -> bool:
+    """Whether Spark's cast of PostgreSQL's text output ``text`` (a fast default) to a column Spark holds as
+    ``dtype`` (``spark_type`` of the staged type) is exact: integers, floats, decimals but NaN, strings, booleans,
+    ISO dates. The one list both the Spark reader's defaults and the in-process union's (``versions``) follow."""
+    if pa.types.is_decimal(dtype):
+        return text.lower() != "nan"
+    if (pa.types.is_signed_integer(dtype) or pa.types.is_floating(dtype) or pa.types.is_string(dtype)
+            or pa.types.is_large_string(dtype) or pa.types.is_boolean(dtype)):
+        return True
+    return pa.types.is_date32(dtype) and _ISO_DATE.fullmatch(text) is not None
 
 
 def spark_readable(schema: pa.Schema) -> bool:

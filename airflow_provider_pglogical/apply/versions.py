@@ -7,33 +7,35 @@ Per staged file (one schema version), as Spark's reader does it (``batches._with
 
 * a column the file's new image lacks but the last version holding it has a fast default for (``missing``,
   ``schema_changes.missing_value``) gets that default in every non-null new image, typed as the first file holding
-  the column types it, for the types Spark casts exactly from PostgreSQL's text (``FROM_TEXT``); the others stay null;
+  the column types it, for the types Spark casts exactly from PostgreSQL's text (``from_text``); the others stay
+  null. A column every file holds keeps its values: its default is never read (Spark reads it only where lacking);
 * every image is cast to the union's struct: missing fields null, each field of the widest type any version gives
   it (``widest``: integers, floats, decimals of at most 38 digits, as Spark's union widens them);
 * ``ABSENT`` lists the columns of the union the file's new image lacks after the defaults: an UPDATE leaves them
   alone (the kernels add them to its keep list, as ``transforms._kept`` does), an INSERT writes their null.
 
-A type change Spark turns into text (``integer`` → ``text``), an image that is not a struct, or a default whose
-text Arrow does not cast exactly leaves the table-batch to Spark (``union_of`` gives None).
+A type change Spark turns into text (``integer`` → ``text``), an image that is not a struct, or a default some file
+lacks whose text Arrow does not cast as Spark does leaves the table-batch to Spark (``union_of`` gives None).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_pglogical.apply.kernels import field_types
 from airflow_provider_pglogical.apply.schema_changes import missing_value
+from airflow_provider_pglogical.apply.staged_arrow import castable_from_text, spark_type
 from airflow_provider_pglogical.staging.reader import RelationInfo
 
 # The conformed staged table's column of the columns each change's schema version lacks (list<string>).
 ABSENT = "absent"
 # Spark's widest decimal; a wider union would round (``DecimalType.bounded``).
 MAX_DECIMAL_DIGITS = 38
-_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _TRUE, _FALSE = ("t", "true", "y", "yes", "1"), ("f", "false", "n", "no", "0")
 
 
@@ -59,10 +61,6 @@ def _struct(schema: pa.Schema, image: str) -> pa.StructType | None:
     return dtype if isinstance(dtype, pa.StructType) else None
 
 
-def _names(struct: pa.StructType) -> dict[str, pa.DataType]:
-    return {struct.field(i).name: struct.field(i).type for i in range(struct.num_fields)}
-
-
 def widest(types: Sequence[pa.DataType]) -> pa.DataType | None:
     """The type Spark's union gives a column staged as ``types`` by several versions, when the cast to it is exact
     and Arrow's: signed integers to the widest, floats to double if any is, decimals to the scale and integer digits
@@ -83,8 +81,14 @@ def widest(types: Sequence[pa.DataType]) -> pa.DataType | None:
 
 def from_text(dtype: pa.DataType, text: str) -> pa.Scalar | None:
     """PostgreSQL's text output ``text`` of a fast default as a value of the staged type ``dtype``, where Spark's
-    cast of it is exact (``batches._castable_from_text``: integers, floats, numeric but NaN, text-like, boolean,
-    ISO dates); None where Spark leaves the column null. ValueError where Arrow's cast would differ from Spark's."""
+    cast of it is exact (``staged_arrow.castable_from_text``, the list Spark's reader follows); None where Spark
+    leaves the column null. ValueError where Arrow's value would differ from Spark's: a type Spark reads as another
+    (unsigned integers widened, decimals of more than 38 digits as text), a boolean word Spark does not take, a
+    number Arrow does not cast."""
+    if not castable_from_text(spark_type(dtype), text):
+        return None
+    if spark_type(dtype) != dtype:
+        raise ValueError(text)
     if pa.types.is_string(dtype) or pa.types.is_large_string(dtype):
         return pa.scalar(text, dtype)
     if pa.types.is_boolean(dtype):
@@ -92,18 +96,10 @@ def from_text(dtype: pa.DataType, text: str) -> pa.Scalar | None:
         if word not in _TRUE + _FALSE:
             raise ValueError(text)
         return pa.scalar(word in _TRUE, dtype)
-    if pa.types.is_date32(dtype):
-        return pc.cast(pa.scalar(text), dtype) if _ISO_DATE.fullmatch(text) else None
-    if pa.types.is_unsigned_integer(dtype) or pa.types.is_decimal256(dtype):
-        raise ValueError(text)  # Spark reads these widened or as text (``staged_arrow``): its value is not this one
-    if pa.types.is_decimal(dtype) and text.lower() == "nan":
-        return None
-    if pa.types.is_signed_integer(dtype) or pa.types.is_floating(dtype) or pa.types.is_decimal(dtype):
-        try:
-            return pc.cast(pa.scalar(text), dtype)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            raise ValueError(text) from None
-    return None
+    try:
+        return pc.cast(pa.scalar(text), dtype)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        raise ValueError(text) from None
 
 
 def union_of(schemas: Sequence[pa.Schema], versions: Sequence[tuple[int, RelationInfo]]) -> SchemaUnion | None:
@@ -113,17 +109,18 @@ def union_of(schemas: Sequence[pa.Schema], versions: Sequence[tuple[int, Relatio
     news = [_struct(s, "new") for s in schemas]
     if not all(isinstance(t, pa.StructType) for t in [*olds, *news]):
         return None
-    new_fields = [_names(t) for t in news if t is not None]
-    old_fields = [_names(t) for t in olds if t is not None]
+    new_fields = [field_types(t) for t in news if t is not None]
+    old_fields = [field_types(t) for t in olds if t is not None]
     first_type: dict[str, pa.DataType] = {}
     for fields in new_fields:
         for name, dtype in fields.items():
             first_type.setdefault(name, dtype)
     last = {c.name: c for _, rel in versions for c in rel.columns}  # a dropped column has its last version's
+    lacking = {name for fields in new_fields for name in first_type if name not in fields}
     defaults: dict[str, pa.Scalar] = {}
     for name, column in last.items():
         text = missing_value(column.missing)
-        if text is None or name not in first_type:
+        if text is None or name not in lacking:  # a column every file holds never reads its default
             continue
         try:
             value = from_text(first_type[name], text)
@@ -135,7 +132,7 @@ def union_of(schemas: Sequence[pa.Schema], versions: Sequence[tuple[int, Relatio
     old, new = _widened(old_fields), _widened(filled)
     if old is None or new is None:
         return None
-    new_types = _names(new)
+    new_types = field_types(new)
     return SchemaUnion(old, new, tuple((c, v.cast(new_types[c])) for c, v in defaults.items()),
                        tuple(new_types))
 
@@ -160,14 +157,27 @@ def conform(chunk: pa.Table, union: SchemaUnion) -> pa.Table:
     defaults filled in non-null new images of rows whose version lacks the column), and ``ABSENT``."""
     chunk = chunk.combine_chunks()
     n = chunk.num_rows
-    have = _names(chunk.schema.field("new").type)
+    have = field_types(chunk.schema.field("new").type)
     defaults = {c: v for c, v in union.defaults if c not in have}
     absent = [c for c in union.columns if c not in have and c not in defaults]
     old = _image(chunk, "old", union.old, {})
     new = _image(chunk, "new", union.new, defaults)
     out = chunk.set_column(chunk.schema.get_field_index("old"), "old", old)
     out = out.set_column(out.schema.get_field_index("new"), "new", new)
-    return out.append_column(ABSENT, pa.array([absent] * n, pa.list_(pa.string())))
+    return out.append_column(ABSENT, absent_column(absent, n))
+
+
+def absent_column(absent: Sequence[str], n: int) -> pa.ListArray:
+    """``absent`` as the list of each of ``n`` rows, built from offsets over the names repeated (no Python list per
+    row: ``absent_column_reference``)."""
+    offsets = pa.array(np.arange(n + 1, dtype=np.int32) * len(absent))
+    names = pa.array(absent, pa.string()).take(pa.array(np.tile(np.arange(len(absent)), n)))
+    return pa.ListArray.from_arrays(offsets, names, type=pa.list_(pa.string()))
+
+
+def absent_column_reference(absent: Sequence[str], n: int) -> pa.ListArray:
+    """``absent_column`` one Python list per row: the reference it is compared with."""
+    return pa.array([list(absent)] * n, pa.list_(pa.string()))
 
 
 def _image(chunk: pa.Table, image: str, struct: pa.StructType, defaults: dict[str, pa.Scalar]) -> pa.Array:

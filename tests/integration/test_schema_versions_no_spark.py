@@ -4,7 +4,7 @@ ADD COLUMN … DEFAULT between the table's changes (a key change among them), ne
 as a native subscriber keeps them (the UPDATEs after the drop leave it alone, also along the key change), and gives
 rows staged before the ADD COLUMN the source's default, as the source reads them.
 
-JAVA_HOME points nowhere: a Spark start fails the run (``test_truncate_no_spark.run_without_java``).
+JAVA_HOME points nowhere: a Spark start fails the run (``tests/support/no_spark.run_without_java``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import yaml
 
 from scripts.harness.pgserver import execute, make_database, query
 from scripts.harness.subscriber import subscribe, wait_for_subscriber
-from tests.integration.test_truncate_no_spark import run_without_java, tear_down
+from tests.support.no_spark import run_without_java, tear_down
 from tests.support.spark import TEST_SPARK_CONF
 
 SOURCE = "CREATE TABLE t (id int PRIMARY KEY, a int, c int);"

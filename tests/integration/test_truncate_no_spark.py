@@ -10,9 +10,7 @@ Every run has JAVA_HOME pointing nowhere: a Spark start fails it (``test_cli_no_
 from __future__ import annotations
 
 import json
-import subprocess
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +22,7 @@ from airflow_provider_pglogical.apply.targets.iceberg.target import IcebergTarge
 from scripts.harness.pgserver import drop_database, execute, make_database, query
 from scripts.harness.subscriber import drop_slot_when_idle, subscribe, unsubscribe, wait_for_subscriber
 from tests.support.cli import pglogical
+from tests.support.no_spark import run_without_java, tear_down
 from tests.support.spark import TEST_SPARK_CONF
 
 SCHEMA = """
@@ -64,34 +63,12 @@ def pipeline(pg_server, pg_dsn, pg_dbname, tmp_path):
         tear_down(pg_server, pg_dsn, SLOT, native_name, ours_name)
 
 
-def tear_down(pg_server: Any, source: str, slot: str, native_name: str, ours_name: str) -> None:
-    """Ends the native subscription ``n_<slot>``, drops both slots and the native and target databases."""
-    native = pg_server.dsn(native_name)
-    unsubscribe(native, name=f"n_{slot}")
-    drop_slot_when_idle(source, f"n_{slot}")
-    execute(source, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                    "WHERE slot_name = %s AND NOT active", params=(slot,))
-    drop_database(pg_server, native_name)
-    drop_database(pg_server, ours_name)
-
-
 def spec_file(pipeline: dict[str, Any], tables: tuple[str, ...] = ()) -> str:
     doc = json.loads(json.dumps(pipeline["doc"]))
     doc["tables"].update({t: {} for t in tables})
     path = pipeline["tmp"] / f"spec-{len(doc['tables'])}.yaml"
     path.write_text(yaml.safe_dump(doc))
     return str(path)
-
-
-def run_without_java(spec: str, tmp: Path) -> dict[str, Any]:
-    """``pglogical run`` as a user runs it, JAVA_HOME pointing nowhere: a JVM start fails the run."""
-    result: subprocess.CompletedProcess = pglogical("run", "--spec", spec,
-                                                    extra={"JAVA_HOME": str(tmp / "no-java-here")})
-    assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads(result.stdout)
-    assert summary["spark"]["started"] is None and summary["apply"]["spark_started"] is False
-    assert "starting Spark" not in result.stderr
-    return summary
 
 
 def assert_native(pipeline: dict[str, Any], tables: tuple[str, ...] = ("parent", "child", "items")) -> None:

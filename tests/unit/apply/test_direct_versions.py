@@ -1,10 +1,12 @@
 """Table-batches staged under several schema versions of one table, netted in this process (``apply/versions.py``
 then ``kernels.compact_changes``) against Spark's net frame of the same batch (``batches.read_changes``' union, then
 ``transforms``): random batches of 2–3 versions — a column dropped and re-added, one added with a fast default of a
-random type (rows staged before the ADD COLUMN read it), an ``integer`` widened to ``bigint`` — with repeated keys,
-key changes, unchanged-TOAST values, key-only and full old images. The direct rule must hand every such batch over
-(``direct.batch_files``), and its net rows must be Spark's: kinds, keep lists (a column an UPDATE's version lacks
-is kept, also along a key change), values and the union's widest types.
+random type (rows staged before the ADD COLUMN read it), ``integer`` → ``bigint``, ``real`` → ``double precision``
+and ``numeric(10,2)`` → ``numeric(12,4)`` widened, an ``oid`` every version holds with a fast default of its own
+(added long before, never read) — with repeated keys, key changes, unchanged-TOAST values, key-only and full old
+images. The direct rule must hand every such batch over (``direct.batch_files``), and its net rows must be Spark's:
+kinds, keep lists (a column an UPDATE's version lacks is kept, also along a key change), values and every column's
+union type as Spark types it.
 """
 
 from __future__ import annotations
@@ -21,12 +23,16 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from pyspark.sql.pandas.types import from_arrow_type
 
+from airflow_provider_pglogical.apply import batches as spark_batches
 from airflow_provider_pglogical.apply import direct, versions
 from airflow_provider_pglogical.apply.batches import Batch, list_batches, read_relations
 from airflow_provider_pglogical.apply.changes import SparkBatchChanges
 from airflow_provider_pglogical.apply.config import TableApplyConfig
+from airflow_provider_pglogical.apply.staged_arrow import spark_type
 from airflow_provider_pglogical.apply.targets.base import PlannedTable
+from airflow_provider_pglogical.exceptions import ApplyError
 from tests.support.case_union import LSN_STRIDE, by_case, shifted, tagged, union_branches, with_case
 from tests.support.stage import BatchSpec, Chg, Col, Rel, write_batch
 
@@ -35,6 +41,10 @@ CASES_PER_EXAMPLE = 4
 # The added column's (Arrow type, PostgreSQL type, attmissingval, value drawn for rows that have it).
 DEFAULTS: list[tuple[pa.DataType, str, str, Callable[[st.DrawFn], Any]]] = [
     (pa.int64(), "bigint", "{7}", lambda draw: draw(st.integers(-2, 2))),
+    (pa.int16(), "smallint", "{-7}", lambda draw: draw(st.integers(-2, 2))),
+    (pa.int32(), "integer", "{7}", lambda draw: draw(st.integers(-2, 2))),
+    (pa.float32(), "real", "{1.5}", lambda draw: draw(st.integers(-4, 4)) / 4),
+    (pa.float64(), "double precision", "{-0.25}", lambda draw: draw(st.integers(-4, 4)) / 4),
     (pa.string(), "text", '{"a \\"b"}', lambda draw: draw(st.text("ab", max_size=2))),
     (pa.bool_(), "boolean", "{t}", lambda draw: draw(st.booleans())),
     (pa.date32(), "date", "{2024-01-02}", lambda draw: dt.date(2024, 1, draw(st.integers(1, 3)))),
@@ -44,8 +54,10 @@ DEFAULTS: list[tuple[pa.DataType, str, str, Callable[[st.DrawFn], Any]]] = [
 
 
 def _versions(draw: st.DrawFn, replica_identity: str) -> tuple[list[Rel], dict[str, Callable[[st.DrawFn], Any]]]:
-    """2–3 versions of ``public.v``: ``w`` integer until it may widen to bigint, ``d`` text present or dropped per
-    version (so dropped and re-added), ``f`` added with a fast default at some later version."""
+    """2–3 versions of ``public.v``: ``w`` integer, ``r`` real and ``n`` numeric(10,2) until they may widen (bigint,
+    double precision, numeric(12,4)), ``o`` an oid of every version whose fast default no row reads, ``d`` text
+    present or dropped per version (so dropped and re-added), ``f`` added with a fast default at some later
+    version."""
     count = draw(st.integers(2, 3))
     widen_at = draw(st.integers(2, count + 1))
     add_at = draw(st.integers(2, count))  # v1 always lacks f: the versions differ
@@ -53,14 +65,21 @@ def _versions(draw: st.DrawFn, replica_identity: str) -> tuple[list[Rel], dict[s
     f_arrow, f_type, f_missing, f_value = draw(st.sampled_from(DEFAULTS))
     rels = []
     for v in range(1, count + 1):
+        wide = v >= widen_at
         columns = [Col("id", pa.int64(), "bigint", True),
-                   Col("w", pa.int64() if v >= widen_at else pa.int32(), "bigint" if v >= widen_at else "integer")]
+                   Col("w", pa.int64() if wide else pa.int32(), "bigint" if wide else "integer"),
+                   Col("r", pa.float64() if wide else pa.float32(), "double precision" if wide else "real"),
+                   Col("n", pa.decimal128(12, 4) if wide else pa.decimal128(10, 2), "numeric"),
+                   Col("o", pa.uint32(), "oid", missing="{7}")]
         if has_d[v - 1]:
             columns.append(Col("d", pa.string(), "text"))
         if v >= add_at:
             columns.append(Col("f", f_arrow, f_type, missing=f_missing))
         rels.append(Rel("public", "v", tuple(columns), replica_identity=replica_identity, version=v))
     values = {"w": lambda draw: draw(st.one_of(st.none(), st.integers(-3, 3))),
+              "r": lambda draw: draw(st.one_of(st.none(), st.integers(-3, 3).map(lambda i: i / 4))),
+              "n": lambda draw: draw(st.one_of(st.none(), st.integers(-3, 3).map(lambda i: decimal.Decimal(i) / 4))),
+              "o": lambda draw: draw(st.one_of(st.none(), st.integers(0, 3))),
               "d": lambda draw: draw(st.one_of(st.none(), st.text("xy", max_size=2))),
               "f": lambda draw: None if draw(st.integers(0, 3)) == 0 else f_value(draw)}
     return rels, values
@@ -148,8 +167,10 @@ def test_a_table_batch_of_several_schema_versions_nets_in_process_as_spark_nets_
             net = direct.batch_files(table, batch, None)
             assert net is not None and net.compacted and net.union is not None, f"case {n}: not netted in process"
             batches = list(direct.compacted_batches(direct.staged_chunks(net.files), net))
-            w = batches[0].schema.field(f"c{table.columns.index('w')}").type
-            assert (w, dict(frame.dtypes)["w"]) in ((pa.int32(), "int"), (pa.int64(), "bigint")), "the union's type"
+            spark_types = dict(frame.dtypes)
+            ours = {c: from_arrow_type(spark_type(batches[0].schema.field(f"c{i}").type)).simpleString()
+                    for i, c in enumerate(table.columns)}
+            assert ours == {c: spark_types[c] for c in table.columns}, "the union's types"
             rows = _rows(batches)
             assert rows == spark_rows.get(n, []), f"case {n}"
             parted = list(direct.compacted_batches(direct.staged_chunks(net.files), replace(net, partitions=2)))
@@ -168,9 +189,63 @@ def test_a_union_widens_as_spark_widens_or_leaves_the_batch_to_spark(types, unio
     assert versions.widest(types) == union
 
 
-@pytest.mark.parametrize("dtype", [pa.uint32(), pa.decimal256(50, 2), pa.bool_()])
-def test_a_fast_default_spark_would_read_otherwise_leaves_the_batch_to_spark(dtype) -> None:
+def _two_versions(root: Path, added: Col) -> tuple[PlannedTable, Batch]:
+    """A table-batch of ``public.v`` before and after ``added`` is added with its fast default (``Col.missing``)."""
+    v1 = Rel("public", "v", (Col("id", pa.int64(), "bigint", True), Col("w", pa.int32(), "integer")), version=1)
+    v2 = replace(v1, columns=(*v1.columns, added), version=2)
+    batch = _batch(root, BatchSpec(0, 100, {v1: [Chg("I", 10, 0, new={"id": 1, "w": 1})],
+                                            v2: [Chg("U", 20, 0, new={"id": 1, "w": 2, added.name: None})]}))
+    return _planned([v1, v2], batch, KEY), batch
+
+
+@pytest.mark.parametrize("added", [Col("f", pa.uint32(), "oid", missing="{7}"),
+                                   Col("f", pa.decimal256(50, 2), "numeric", missing="{0.00}"),
+                                   Col("f", pa.bool_(), "boolean", missing="{maybe}")])
+def test_a_fast_default_spark_would_read_otherwise_leaves_the_batch_to_spark(tmp_path, added) -> None:
     """Spark reads unsigned integers widened and decimals of more than 38 digits as text, and casts only its own
-    boolean words: such a default gives no union (``union_of``: None, the Spark path)."""
-    with pytest.raises(ValueError):
-        versions.from_text(dtype, "maybe" if pa.types.is_boolean(dtype) else "7")
+    boolean words: a row of the version lacking such a column would not get Arrow's value, so Spark nets it."""
+    table, batch = _two_versions(tmp_path, added)
+    assert direct.batch_files(table, batch, None) is None
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.text(max_size=3), max_size=4), st.integers(0, 40))
+def test_the_absent_column_is_its_reference(absent, n) -> None:
+    assert versions.absent_column(absent, n).equals(versions.absent_column_reference(absent, n))
+
+
+STAGED_TYPES = [pa.int16(), pa.int32(), pa.int64(), pa.uint32(), pa.uint64(), pa.float32(), pa.float64(),
+                pa.decimal128(10, 2), pa.decimal256(38, 2), pa.decimal256(50, 2), pa.string(), pa.large_string(),
+                pa.bool_(), pa.date32(), pa.binary(), pa.timestamp("us"), pa.timestamp("us", tz="UTC"),
+                pa.time64("us"), pa.list_(pa.int32()), pa.struct([pa.field("a", pa.int32())])]
+
+
+@pytest.mark.parametrize("dtype", STAGED_TYPES, ids=str)
+@pytest.mark.parametrize("text", ["7", "NaN", "t", "2024-01-02", "2024-01-02 03:04:05"])
+def test_a_default_is_filled_here_exactly_where_spark_fills_it(dtype, text) -> None:
+    """A column a version lacks: Spark's reader fills the default where ``_castable_from_text`` of its Spark type
+    holds; here ``from_text`` must then give a value or refuse the union (ValueError), never leave it null."""
+    spark_fills = spark_batches._castable_from_text(from_arrow_type(spark_type(dtype), prefer_timestamp_ntz=True),
+                                                    text)
+    try:
+        filled_or_refused = versions.from_text(dtype, text) is not None
+    except ValueError:
+        filled_or_refused = True
+    assert filled_or_refused == spark_fills
+
+
+def test_an_arrow_overflow_conforming_the_versions_is_a_typed_error_whose_way_out_is_spark(tmp_path, monkeypatch
+                                                                                           ) -> None:
+    table, batch = _two_versions(tmp_path, Col("f", pa.int64(), "bigint", missing="{7}"))
+    net = direct.batch_files(table, batch, None)
+    assert net is not None and net.union is not None and net.partitions == 1
+
+    def overflowing(*_: object) -> pa.Array:  # what an image column of 2 GiB or more raises as it is combined
+        raise pa.ArrowInvalid("offset overflow while concatenating arrays")
+
+    monkeypatch.setattr(versions, "_image", overflowing)
+    with pytest.raises(ApplyError, match=r"^public\.v: netting it in one piece \(0 staged changes\), .*"
+                                         "PGLOGICAL_APPLY_INPROCESS_ROWS=0 to net such table-batches with Spark$"):
+        list(direct.compacted_batches(direct.staged_chunks(net.files), net))
+    monkeypatch.setenv(direct.ROWS_SWITCH, "0")  # the way out: the table-batch goes to Spark's transforms
+    assert direct.batch_files(table, batch, None) is None
