@@ -56,6 +56,7 @@ class SourceSpec:
     max_changes: int | None = None
     max_lag_bytes: int | None = None
     min_safe_wal_bytes: int | None = None
+    read: str = "sql"  # how the drain reads the slot: "sql" (the peek function) or "stream" (DrainConfig.read)
     # ``publication: [a, b]``: every publication, decoded together with a subscription's union
     # semantics (pgoutput's publication_names); ``publication`` is then the first.
     publications: tuple[str, ...] = ()

@@ -244,7 +244,7 @@ class SpecValidator:
 
     def source(self, value: Any, path: str) -> SourceSpec | None:
         raw = self.mapping(value, path, ("dsn", "conn_id", "publication", "slot", "create", "max_batch_bytes",
-                                         "max_changes", "max_lag_bytes", "min_safe_wal_bytes"),
+                                         "max_changes", "max_lag_bytes", "min_safe_wal_bytes", "read"),
                            ("publication", "slot"))
         if raw is None:
             return None
@@ -273,6 +273,7 @@ class SpecValidator:
             max_lag_bytes=self.size(raw.get("max_lag_bytes"), _join(path, "max_lag_bytes"), positive=False),
             min_safe_wal_bytes=self.size(raw.get("min_safe_wal_bytes"), _join(path, "min_safe_wal_bytes"),
                                          positive=False),
+            read=self.choice(raw.get("read"), _join(path, "read"), ("sql", "stream"), "sql"),
         )
 
     def publications(self, value: list[Any], path: str) -> tuple[str, ...]:

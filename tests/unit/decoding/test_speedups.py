@@ -342,3 +342,77 @@ def test_compiled_relation_run_equals_the_writer_reference(kinds, start, wanted,
             outcomes.append("ValueError")
     assert outcomes[0] == outcomes[1]
     assert (outcomes[1] == "ValueError") == (start < 0)
+
+
+# -- the replication stream's bound rule ------------------------------------------------------------------
+
+def _xlogdata(lsn: int, payload: bytes) -> bytes:
+    return b"w" + struct.pack(">QQQ", lsn, lsn, 0) + payload
+
+
+def _keepalive(wal_end: int, reply: bool) -> bytes:
+    return b"k" + struct.pack(">QQ?", wal_end, 0, reply)
+
+
+@st.composite
+def replication_streams(draw: Any) -> list[bytes]:
+    """CopyData of a walsender: transactions (Begin with its commit's start, changes, Commit at its end),
+    messages outside them and keepalives between and inside them, LSNs rising as the walsender sends them."""
+    out: list[bytes] = []
+    lsn = draw(st.integers(0, 50))
+    for _ in range(draw(st.integers(0, 8))):
+        kind = draw(st.sampled_from(["tx", "tx", "message", "keepalive"]))
+        if kind == "keepalive":
+            out.append(_keepalive(lsn + draw(st.integers(0, 30)), draw(st.booleans())))
+        elif kind == "message":
+            lsn += draw(st.integers(1, 20))
+            out.append(_xlogdata(lsn, b"M\x00" + draw(st.binary(max_size=6))))
+        else:
+            first = lsn + draw(st.integers(1, 20))
+            changes = draw(st.integers(0, 3))
+            commit = first + changes * 10 + draw(st.integers(1, 10))
+            out.append(_xlogdata(first, b"B" + struct.pack(">QQI", commit, 0, 7)))
+            for i in range(changes):
+                out.append(_xlogdata(first + 1 + 10 * i, b"I" + draw(st.binary(max_size=6))))
+                if draw(st.integers(0, 5)) == 0:
+                    out.append(_keepalive(commit + draw(st.integers(0, 40)), draw(st.booleans())))
+            lsn = commit + draw(st.integers(1, 10))
+            out.append(_xlogdata(lsn, b"C\x00" + struct.pack(">QQQ", commit, lsn, 0)))
+    return out
+
+
+needs_stream_reader = pytest.mark.skipif(speedups.compiled is None or not hasattr(speedups.compiled, "repl_split"),
+                                         reason="compiled helpers not built with libpq")
+
+
+def _positions(messages: list[bytes]) -> list[int]:
+    """Every LSN the messages carry (dataStart, a Begin's commit, a keepalive's walEnd) and its neighbours."""
+    out = [struct.unpack_from(">Q", m, 1)[0] for m in messages]
+    out += [struct.unpack_from(">Q", m, 26)[0] for m in messages if m[25:26] == b"B"]
+    return sorted({p + d for p in out for d in (-1, 0, 1) if p + d >= 0}) or [0]
+
+
+@needs_stream_reader
+@settings(max_examples=500, deadline=None)
+@given(replication_streams(), st.data(), st.booleans())
+def test_the_compiled_stream_bound_equals_the_python_reference(messages, data, in_tx):
+    """``repl_split`` (the rule ``repl_read`` applies while reading) gives ``split_messages``' rows, open
+    transaction and stopping point; and never a transaction whose commit starts at or past the bound. The
+    bound is often one of the messages' LSNs (or next to one), where ``>=`` and ``>`` part."""
+    from airflow_provider_pglogical.hooks.replication import split_messages
+
+    bound = data.draw(st.one_of(st.integers(0, 400), st.sampled_from(_positions(messages))))
+
+    rest, in_c, in_py, every = list(messages), in_tx, in_tx, []
+    while True:
+        compiled_rows, in_c, c_state = speedups.compiled.repl_split(rest, bound, in_c)
+        rows, in_py, state = split_messages(rest, bound, in_py)
+        assert (compiled_rows, in_c, c_state) == (rows, in_py, state)
+        every += rows
+        if state != "keepalive":
+            break
+        rest = rest[next(i for i, m in enumerate(rest) if m[:1] == b"k") + 1:]  # the read answers it and goes on
+    if not in_tx:
+        begins = [struct.unpack_from(">Q", m, 26)[0] for m in messages if m[25:26] == b"B"]
+        taken = [struct.unpack_from(">Q", data, 1)[0] for _, _, data in every if data[:1] == b"B"]
+        assert all(final < bound for final in taken) and taken == begins[:len(taken)]
