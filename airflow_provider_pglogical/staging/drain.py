@@ -27,7 +27,6 @@ from airflow_provider_pglogical.exceptions import (
     StagingError,
     format_lsn,
 )
-from airflow_provider_pglogical.hooks.replication import ReplicationStream
 from airflow_provider_pglogical.progress import Progress, metered_blocks
 from airflow_provider_pglogical.staging.layout import StagingLayout
 from airflow_provider_pglogical.staging.manifest import Manifest
@@ -58,6 +57,20 @@ DEFAULT_MAX_CHANGES = 1_000_000
 SlotRows = Iterator[tuple[int, int, bytes | memoryview]]
 
 
+class ChangeStream(Protocol):
+    """A slot's changes over a replication connection (``hooks.replication.ReplicationStream``): the peek's
+    rows in lists up to a bound, published positions confirmed through it, the slot held until closed."""
+
+    done: bool  # read to its bound
+
+    @property
+    def open(self) -> bool: ...
+
+    def blocks(self) -> Iterator[list[tuple[int, int, bytes]]]: ...
+    def confirm(self, lsn: int) -> None: ...
+    def close(self) -> None: ...
+
+
 class SlotClient(Protocol):
     """What a drain needs from the source (``hooks.slot_client.PgLogicalClient`` implements it, and the
     Airflow ``PgLogicalHook`` which wraps one)."""
@@ -79,7 +92,7 @@ class SlotClient(Protocol):
     def get_changes(self, slot: str, publication: str | Sequence[str], *, upto_lsn: int | str | None = ...,
                     itersize: int = ...) -> SlotRows: ...
     def stream_changes(self, slot: str, publication: str | Sequence[str], *, start_lsn: int, upto_lsn: int,
-                       itersize: int = ...) -> ReplicationStream: ...
+                       itersize: int = ...) -> ChangeStream: ...
     def advance_slot(self, name: str, lsn: int) -> int: ...
     def load_type_catalog(self, oids: Sequence[int]) -> Any: ...
     def format_types(self, pairs: Sequence[tuple[int, int]]) -> list[str | None]: ...
@@ -567,7 +580,7 @@ class _OpenPeek:
         self.next_start: int | None = None
         self.loose: list[NonTransactionalMessage] = []  # read but after the last batch's end: the next one's
         self.staged = ""  # what the progress lines add (the current batch's counts)
-        self.stream: ReplicationStream | None = rows if isinstance(rows, ReplicationStream) else None
+        self.stream: ChangeStream | None = rows if config.read == "stream" else None
 
     @property
     def streaming(self) -> bool:

@@ -147,3 +147,28 @@ def test_a_refused_replication_connection_is_one_typed_line_and_the_sql_read_it_
     assert "\n" not in str(err.value)
     drain_run(hook, config(str(tmp_path / "sql"), "s1", read="sql"))
     assert_log_matches(str(tmp_path / "sql"), "s1", xids)
+
+
+def test_a_stream_the_server_ends_mid_run_confirms_nothing_unpublished_and_the_rerun_reads_on(drain_source,
+                                                                                               tmp_path):
+    """The walsender ended after the first batch's manifest (as a wal_sender_timeout would). What it had sent is
+    still read and staged; if the run needed more, it fails with one typed line. Either way the slot ends at the
+    last published batch, and the next run leaves every transaction staged exactly once."""
+    from airflow_provider_pglogical.exceptions import ReplicationConnectionError
+
+    cur, hook = drain_source
+    xids = workload(cur, 40)
+    uri = str(tmp_path / "stage")
+
+    def end_the_walsender(name: str) -> None:
+        if name == "manifest_written" and not StagingReader.from_uri(uri, "s1").batches()[1:]:
+            cur.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 's1'")
+
+    try:
+        drain_run(hook, config(uri, "s1", max_changes=25, read="stream", itersize=10), on_checkpoint=end_the_walsender)
+    except ReplicationConnectionError as err:
+        assert "\n" not in str(err)
+    published = StagingReader.from_uri(uri, "s1").batches()
+    assert published and hook.slot_info("s1").confirmed_flush_lsn == published[-1].end_lsn
+    drain_run(hook, config(uri, "s1", max_changes=25, read="stream"))
+    assert_log_matches(uri, "s1", xids)
