@@ -11,6 +11,7 @@ import json
 import random
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -27,6 +28,19 @@ pytestmark = pytest.mark.skipif(not replication.available(), reason="compiled he
 
 def config(uri: str, slot: str, **kw) -> DrainConfig:
     return DrainConfig(slot=slot, publication="pub", staging_uri=uri, **kw)
+
+
+def wait_for_the_dead_sessions(cur, timeout: float = 30) -> None:
+    """Until the server has seen a killed drain's connections close: its drain lock released, its walsender gone."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        cur.execute("SELECT (SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database"
+                    "         WHERE l.locktype = 'advisory' AND d.datname = current_database())"
+                    " + (SELECT count(*) FROM pg_replication_slots WHERE active AND database = current_database())")
+        if cur.fetchone()[0] == 0:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the killed drain's sessions did not end")
 
 
 def random_workload(cur, seed: int) -> list[int]:
@@ -106,6 +120,7 @@ def test_a_streamed_run_killed_before_or_after_a_manifest_reruns_to_one_copy(dra
                                        "kill_at": kill_at, "max_changes": 25, "run": True, "read": "stream"})],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == KILLED, proc.stderr[-3000:]
+    wait_for_the_dead_sessions(cur)
     batches = StagingReader.from_uri(uri, "s1").batches()
     assert len(batches) == published
     assert hook.slot_info("s1").confirmed_flush_lsn <= batches[0].end_lsn  # nothing unpublished confirmed
