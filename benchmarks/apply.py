@@ -26,7 +26,8 @@ Prints one JSON object.
 the server decodes from the slot's restart point again: seconds; see docs/performance.md).
 ``--read stream``: also drain a twin slot (created with the first, so it holds the same changes) through a logical
 replication connection (``DrainConfig.read='stream'``) right after the SQL drain: ``stream_drain_s`` and its ratios
-to the raw fetch and to the SQL drain, in the same output; the server then runs with PostgreSQL's default
+to the raw fetch and to the SQL drain, in the same output (``--read stream-first``: the streamed drain before the SQL
+one); the server then runs with PostgreSQL's default
 ``wal_sender_timeout`` (60 s) instead of the harness's 0.
 ``--ab-code DIR``: also drain a second slot (created before the workload, so it holds the same changes) with the
 package at ``DIR`` (e.g. ``git worktree``/``git archive`` of the old commit) in a subprocess, fetch and drains
@@ -312,8 +313,9 @@ def main() -> int:
     p.add_argument("--java-options", default="", help="spark.driver.extraJavaOptions, e.g. "
                    "--java-options=-XX:TieredStopAtLevel=1 (C1-only JIT)")
     p.add_argument("--skip-apply", action="store_true", help="drain only: no native subscriber, no Spark")
-    p.add_argument("--read", choices=("sql", "stream"), default="sql",
-                   help="stream: also drain a twin slot through a replication connection, beside the SQL drain")
+    p.add_argument("--read", choices=("sql", "stream", "stream-first"), default="sql",
+                   help="stream: also drain a twin slot through a replication connection, after the SQL drain "
+                        "(stream-first: before it)")
     p.add_argument("--ab-code", default=None, help="also drain a twin slot with the package found in this directory")
     p.add_argument("--delta-reference", action="store_true", help="also apply to Delta with the direct path and "
                    "the append of absent keys switched off (every batch through Spark and a MERGE)")
@@ -339,7 +341,8 @@ def main() -> int:
 
     # The test harness turns wal_sender_timeout off; a walsender then flushes and polls its connection after every
     # message (its fast path needs a timeout). The streamed drain is measured on PostgreSQL's default instead.
-    server = start_server(settings={"wal_sender_timeout": "60s"} if args.read == "stream" else None)
+    streaming = args.read in ("stream", "stream-first")
+    server = start_server(settings={"wal_sender_timeout": "60s"} if streaming else None)
     try:
         source, native = make_database(server), make_database(server)
         _, ours = make_target(server)
@@ -361,7 +364,7 @@ def main() -> int:
         PgLogicalHook.from_dsn(src_dsn).create_slot("ours")
         if args.ab_code:
             PgLogicalHook.from_dsn(src_dsn).create_slot("ours_ab")
-        if args.read == "stream":
+        if streaming:
             PgLogicalHook.from_dsn(src_dsn).create_slot("ours_stream")
         t0 = time.monotonic()
         counts = (filtered_workload(src_dsn, changes) if filtered else big_workload(src_dsn, changes) if big
@@ -384,6 +387,15 @@ def main() -> int:
             wait_for_subscriber(src_dsn, native_dsn, name="sub_bench", timeout=3600)
             native_s = time.monotonic() - t0
 
+        def drain_streamed() -> tuple[float, dict[str, object]]:
+            t0, c0 = time.monotonic(), time.process_time()
+            stream_batches = drain_all(src_dsn, scratch("pglogical-bench-stream-"), slot="ours_stream", read="stream",
+                                       **drain_kw)
+            stream_s = time.monotonic() - t0
+            return stream_s, {"stream_drain_s": round(stream_s, 2), "stream_batches": stream_batches,
+                              "stream_drain_cpu_s": round(time.process_time() - c0, 2), "stream_order": args.read}
+
+        stream_s, streamed = drain_streamed() if args.read == "stream-first" else (0.0, {})
         staging = scratch("pglogical-bench-")
         profiler = None
         if args.profile_drain:
@@ -397,16 +409,11 @@ def main() -> int:
         drain_s, drain_cpu = time.monotonic() - t0, time.process_time() - c0
         staged = staged_sizes(staging, "ours", f"public.{table}", inprocess_bounds(args))
         PgLogicalClient.peek_changes = peeks.real  # type: ignore[method-assign]
-        streamed: dict[str, object] = {}
         if args.read == "stream":
-            t0, c0 = time.monotonic(), time.process_time()
-            stream_batches = drain_all(src_dsn, scratch("pglogical-bench-stream-"), slot="ours_stream", read="stream",
-                                       **drain_kw)
-            stream_s = time.monotonic() - t0
-            streamed = {"stream_drain_s": round(stream_s, 2), "stream_batches": stream_batches,
-                        "stream_drain_cpu_s": round(time.process_time() - c0, 2),
-                        "ratio_stream_drain_over_raw_fetch": round(stream_s / fetch_s, 2),
-                        "ratio_stream_drain_over_sql_drain": round(stream_s / drain_s, 2)}
+            stream_s, streamed = drain_streamed()
+        if streamed:
+            streamed.update(ratio_stream_drain_over_raw_fetch=round(stream_s / fetch_s, 2),
+                            ratio_stream_drain_over_sql_drain=round(stream_s / drain_s, 2))
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(args.profile_drain)
