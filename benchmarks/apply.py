@@ -47,7 +47,9 @@ through Spark's net frame, the Iceberg mirror's only path before it read the sta
 ``PGLOGICAL_APPLY_INPROCESS_ROWS=N`` (and ``PGLOGICAL_APPLY_INPROCESS_BYTES`` of ``--inprocess-bytes``; a batch
 above them is netted in key partitions, ``staged_per_batch`` prints how many) and Spark started only if a batch
 needs it (``inprocess_*``; before any JVM starts), then the Spark run of the PostgreSQL target with ``PGLOGICAL_APPLY_INPROCESS_ROWS=0`` (every netted batch
-through Spark; the lake targets run with the environment as set), both compared with the native subscriber (``ratio_inprocess_apply_over_spark_apply``).
+through Spark), both compared with the native subscriber (``ratio_inprocess_apply_over_spark_apply``); each lake
+target too, under those bounds and then with ``PGLOGICAL_APPLY_INPROCESS_ROWS=0`` (``spark_*``,
+``ratio_delta_apply_over_spark_netting``, ``ratio_iceberg_apply_over_spark_netting``).
 """
 
 from __future__ import annotations
@@ -253,6 +255,15 @@ def workload(dsn: str, changes: int, tx_rows: int) -> dict[str, int]:
         execute(dsn, "DELETE FROM bench WHERE id BETWEEN %s AND %s", params=(inserts - hi, inserts - lo - 1))
         done["delete"] += hi - lo
     return done
+
+
+def lake_runs(args: argparse.Namespace) -> dict[str, dict[str, str]]:
+    """The lake applies to time, by the prefix of their figures: the product as set, and with ``--inprocess-rows``
+    the product under those bounds and then ``spark_`` with ``PGLOGICAL_APPLY_INPROCESS_ROWS=0`` (a table-batch the
+    direct path would net in this process netted by Spark instead)."""
+    if args.inprocess_rows is None:
+        return {"": {}}
+    return {"": inprocess_bounds(args), "spark_": {"PGLOGICAL_APPLY_INPROCESS_ROWS": "0"}}
 
 
 def inprocess_bounds(args: argparse.Namespace) -> dict[str, str]:
@@ -486,7 +497,7 @@ def main() -> int:
             from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
 
             native_rows = query(native_dsn, f"SELECT * FROM {table} ORDER BY id")
-            runs = {"": {}}
+            runs = lake_runs(args)
             if args.delta_reference:  # the previous path: Spark's net frame and a MERGE for every batch
                 runs["reference_"] = {"PGLOGICAL_APPLY_DIRECT": "0", "PGLOGICAL_DELTA_APPEND": "0"}
             for prefix, env in runs.items():
@@ -512,12 +523,15 @@ def main() -> int:
             if args.delta_reference:
                 out["ratio_delta_apply_over_reference"] = round(
                     float(out["delta_apply_s"]) / float(out["reference_delta_apply_s"]), 2)
+            if "spark_delta_apply_s" in out:
+                out["ratio_delta_apply_over_spark_netting"] = round(
+                    float(out["delta_apply_s"]) / float(out["spark_delta_apply_s"]), 2)
         if "iceberg" in targets:
             from airflow_provider_pglogical.apply.targets.iceberg.catalog import IcebergLocation
             from airflow_provider_pglogical.apply.targets.iceberg.target import IcebergTarget
 
             native_rows = query(native_dsn, f"SELECT * FROM {table} ORDER BY id")
-            ice_runs: dict[str, dict[str, str]] = {"": {}}
+            ice_runs = lake_runs(args)
             if args.iceberg_reference:  # the previous path: Spark's net frame for every batch
                 ice_runs["reference_"] = {"PGLOGICAL_APPLY_DIRECT": "0"}
             for prefix, env in ice_runs.items():
@@ -546,6 +560,9 @@ def main() -> int:
             if args.iceberg_reference:
                 out["ratio_iceberg_apply_over_reference"] = round(
                     float(out["iceberg_apply_s"]) / float(out["reference_iceberg_apply_s"]), 2)
+            if "spark_iceberg_apply_s" in out:
+                out["ratio_iceberg_apply_over_spark_netting"] = round(
+                    float(out["iceberg_apply_s"]) / float(out["spark_iceberg_apply_s"]), 2)
         if inprocess:
             same = same and bool(inprocess["inprocess_identical_to_native"])
             out["ratio_inprocess_apply_over_spark_apply"] = round(float(inprocess["inprocess_apply_s"]) / apply_s, 2)

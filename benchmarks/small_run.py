@@ -33,6 +33,11 @@ With ``--target iceberg`` (and ``--no-split``) the spec's target is an Iceberg m
 warehouse) instead of a PostgreSQL database: the same CLI runs, the Iceberg mirror's table-batches read straight
 from the staged files (``apply/targets/lake/direct.py``) or, with ``--code`` of an older checkout, through Spark.
 
+With ``--schema-change`` only small batches crossing a source ``ALTER TABLE t ADD COLUMN … DEFAULT`` (rows before
+and after it: two schema versions of the table in one batch, a fast default for the rows staged before it), each
+applied alternately netted in process (``apply/versions.py``) and through Spark's transforms
+(``PGLOGICAL_APPLY_DIRECT=0``), ``--repeat`` times each, side by side with their ratio.
+
 With ``--staging s3`` the slot stages to an S3 bucket (moto's server on 127.0.0.1, its credentials in the CLI's
 environment as a deployment gives them) instead of a local directory: with the spec's ``local[2]`` master the
 ``pglogical`` process reads the staged files itself (``batches.readable_here``), so a small batch starts no JVM;
@@ -40,7 +45,7 @@ environment as a deployment gives them) instead of a local directory: with the s
 
 Usage: python benchmarks/small_run.py [--changes 100] [--repeat 3] [--json FILE] [--code DIR] [--no-split] [--connect]
                                      [--inprocess-rows N] [--jvm-archive] [--row-filter EXPR] [--target iceberg]
-                                     [--staging local|s3] [--direct 0|1]
+                                     [--staging local|s3] [--direct 0|1] [--schema-change]
 ``--inprocess-rows N`` sets ``PGLOGICAL_APPLY_INPROCESS_ROWS`` for the runs (0: repeated keys netted by Spark).
 ``--direct 0`` sets ``PGLOGICAL_APPLY_DIRECT=0`` for the runs: every table-batch through Spark's transforms (the
 reference of the direct path and the in-process netting); the CLI's environment gets it explicitly, as
@@ -118,6 +123,41 @@ TRUNCATE t;
 INSERT INTO t SELECT g, g, md5(g::text), g * 0.01, now() FROM generate_series({base}, {base + inserts - 1}) g;
 UPDATE t SET a = a + 1 WHERE id BETWEEN {base} AND {base + updates - 1};
 COMMIT;""")
+
+
+def schema_change_batch(dsn: str, changes: int, base: int, column: str) -> None:
+    """``changes`` row changes around ``ALTER TABLE t ADD COLUMN column int DEFAULT 7``: half before it (inserts of
+    new rows, updates of half of them: keys repeat), half after it (updates of the rows inserted before, writing the
+    new column for some, and inserts of new rows)."""
+    half = changes // 2
+    inserts = half * 2 // 3
+    execute(dsn, f"""BEGIN;
+INSERT INTO t SELECT g, g, md5(g::text), g * 0.01, now() FROM generate_series({base}, {base + inserts - 1}) g;
+UPDATE t SET a = a + 1 WHERE id BETWEEN {base} AND {base + half - inserts - 1};
+COMMIT;""")
+    execute(dsn, f"ALTER TABLE t ADD COLUMN {column} int DEFAULT 7")
+    after = changes - half
+    execute(dsn, f"""BEGIN;
+UPDATE t SET a = a + 1, {column} = id WHERE id BETWEEN {base} AND {base + after // 2 - 1};
+INSERT INTO t (id, a) SELECT g, g FROM generate_series({base + inserts}, {base + inserts + after - after // 2 - 1}) g;
+COMMIT;""")
+
+
+def schema_change_runs(spec: list[str], dsn: str, args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
+    """Small batches crossing an ADD COLUMN … DEFAULT, alternately netted in process and by Spark
+    (``PGLOGICAL_APPLY_DIRECT=0``): wall seconds of each ``pglogical run`` and whether it started Spark."""
+    runs: dict[str, list[dict[str, Any]]] = {"in_process": [], "spark": []}
+    base = 5_000_000
+    for _ in range(args.repeat):
+        for name, direct in (("in_process", "1"), ("spark", "0")):
+            base += 1_000_000
+            schema_change_batch(dsn, args.changes, base, f"x{base // 1_000_000}")
+            out: list[dict[str, Any]] = []
+            wall = timed_cli("run", *spec, env={**env, "PGLOGICAL_APPLY_DIRECT": direct}, out=out)
+            runs[name].append({"wall_s": round(wall, 2), "spark_started": out[0]["apply"].get("spark_started")})
+    medians = {name: round(statistics.median(r["wall_s"] for r in found), 2) for name, found in runs.items()}
+    return {"schema_change_runs": runs, "schema_change_median_s": medians,
+            "schema_change_in_process_vs_spark": round(medians["in_process"] / medians["spark"], 3)}
 
 
 def timed_cli(*args: str, env: dict[str, str], out: list[dict[str, Any]] | None = None) -> float:
@@ -351,6 +391,8 @@ def main() -> int:
                    help="PGLOGICAL_APPLY_INPROCESS_ROWS for the runs (0: repeated keys netted by Spark)")
     p.add_argument("--direct", type=int, choices=(0, 1), default=None,
                    help="PGLOGICAL_APPLY_DIRECT for the runs (0: every table-batch through Spark's transforms)")
+    p.add_argument("--schema-change", action="store_true",
+                   help="only small batches crossing an ADD COLUMN … DEFAULT, in process and by Spark alternately")
     p.add_argument("--row-filter", default=None, help="the table's spec row filter (on id), e.g. 'id %% 2 = 0'")
     p.add_argument("--target", choices=("postgres", "iceberg"), default="postgres",
                    help="the spec's target: a PostgreSQL database, or an Iceberg mirror (SQL catalog on SQLite, "
@@ -393,6 +435,16 @@ def main() -> int:
             measured = archive_runs(spec_path, dsn, args, env, work)
             result = json.dumps({"changes_per_batch": args.changes, "load_average_1m": [load_before, load_average()],
                                  **measured}, indent=2)
+            print(result)
+            if args.json:
+                args.json.write_text(result + "\n")
+            return 0
+        if args.schema_change:
+            timed_cli("run", *spec, env=env)  # creates publication and slot
+            measured = schema_change_runs(spec, dsn, args, env)
+            result = json.dumps({"changes_per_batch": args.changes, "code": str(args.code) if args.code else
+                                 "this checkout", "load_average_1m": [load_before, load_average()], **measured},
+                                indent=2)
             print(result)
             if args.json:
                 args.json.write_text(result + "\n")

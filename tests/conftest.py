@@ -77,6 +77,7 @@ SLOW_MODULES = (
     "tests/integration/test_cli_delta.py",
     "tests/integration/test_lake_direct_apply.py",
     "tests/unit/apply/lake/test_lake_direct.py",
+    "tests/unit/apply/test_partitioned.py",  # its lake property test applies each example into six targets
     "tests/integration/test_apply_operator.py",
     "tests/integration/test_report.py",
     "tests/system/test_ui_plugin.py",

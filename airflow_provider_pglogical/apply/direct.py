@@ -3,9 +3,9 @@ read them itself instead of the Spark transforms.
 
 ``transforms.py`` turns staged changes into one net change per key through Spark. For the common table-batch —
 every action published, no row filter, no exactness notes, no routed parts, no unchanged-TOAST value, one schema
-version holding every written column (``same_schema``: a table-batch spanning several versions goes through Spark,
-which writes each change with its own version's columns), and no key in two changes (``keys_never_repeat``) — that
-pipeline reduces to a per-row rewrite (``to_key_events`` then ``single_event_net``):
+version holding every written column (``same_schema``; several versions are netted in process, below), and no key
+in two changes (``keys_never_repeat``) — that pipeline reduces to a per-row rewrite (``to_key_events`` then
+``single_event_net``):
 
 * an INSERT is an ``I`` of its new image;
 * an UPDATE that keeps its key is a ``U`` of its new image (old and new key are equal);
@@ -42,7 +42,16 @@ columns, moved-from keys and touched flags (``compacted_rows``; ``DirectNet.comp
 as it loads Spark's net frame. Its keys must group by Arrow equality as Spark groups them (``kernels.groupable``:
 no floating-point key). A row filter outside that subset, exactness notes, several routed leaves writing one target
 in a batch (``PlannedTable.parts``, a leaf's truncate among them; a lone routed leaf's truncate is a cut like any
-other), a keyless table or several schema versions still go to Spark.
+other) or a keyless table still go to Spark.
+
+A table-batch staged under several schema versions of its table (``same_schema`` false) is netted in this process
+too, always by the kernels (``schema_union``, ``DirectNet.union``): each staged file is put in the versions' union
+as it is read (``versions.conform``: by column name, the widest type, the source's fast default for rows staged
+before an ``ADD COLUMN … DEFAULT``, and the columns a change's version lacks, which an UPDATE leaves alone), exactly
+the frame ``batches.read_changes`` gives Spark. It stays with Spark when a row filter or an action left out of the
+publication applies, when a column's type changed between versions other than by widening integers, floats or
+decimals (of at most 38 digits; Spark unions the others as text), when the union lacks a written column, and on
+Delta and Iceberg targets (``lake/direct.net_table``).
 
 Staged files on an object store (``s3://``, ``gs://``, ``abfs://``) are read by this process, through the staging
 area's own pyarrow filesystem and credentials, when Spark's master is local (``batches.readable_here``: the driver
@@ -74,8 +83,15 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from airflow_provider_pglogical.apply import filter_eval, kernels, partitioned, published
-from airflow_provider_pglogical.apply.batches import Batch, has_value_notes, is_local, keys_never_repeat, readable_here
+from airflow_provider_pglogical.apply import filter_eval, kernels, partitioned, published, versions
+from airflow_provider_pglogical.apply.batches import (
+    Batch,
+    has_value_notes,
+    is_local,
+    keys_never_repeat,
+    read_relation_versions,
+    readable_here,
+)
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import Cut, DirectNet, DirectRows, PlannedTable
 from airflow_provider_pglogical.exceptions import ApplyError, RowFilterError
@@ -247,15 +263,18 @@ def batch_files(table: PlannedTable, batch: Batch, sync_lsn: int | None) -> Dire
         return None
     fs = batch.reader.layout.fs  # the staging area's own (local, or the object store's with its credentials)
     paths = tuple(f"{batch.ref.path}/{rel}" for rel in files)
+    union = None
     if not same_schema(paths, table.columns, fs):
-        return None
+        union = schema_union(table, batch, paths, fs)
+        if union is None:
+            return None
     net = DirectNet(table.source, table.target, paths, tuple(table.key), tuple(table.columns), filesystem=fs,
-                    cut=batch_cut(table, batch, sync_lsn))
+                    cut=batch_cut(table, batch, sync_lsn), union=union)
     plain = publishes_all(table.config)
-    if plain and no_unchanged_toast(paths, fs) and keys_never_repeat(
+    if union is None and plain and no_unchanged_toast(paths, fs) and keys_never_repeat(
             batch, table.source, table.key, full_identity=table.relation.replica_identity == "f"):
         return net
-    partitions = in_process(table, batch, paths, fs)
+    partitions = in_process(table, batch, paths, fs, union)
     if not partitions:
         return None
     net = replace(net, compacted=True, identity=tuple(table.relation.identity_columns),
@@ -263,6 +282,20 @@ def batch_files(table: PlannedTable, batch: Batch, sync_lsn: int | None) -> Dire
     if not plain and not publishable(net):
         return None
     return net
+
+
+def schema_union(table: PlannedTable, batch: Batch, paths: Sequence[str], filesystem: pafs.FileSystem | None = None
+                 ) -> versions.SchemaUnion | None:
+    """The union of a table-batch's files of several schema versions (``versions.union_of``) when this process nets
+    it as Spark would: every action published and no row filter (a publication is judged on Spark's union there),
+    and the union holding every written column; else None (Spark's path)."""
+    if not publishes_all(table.config):
+        return None
+    union = versions.union_of([pq.read_schema(p, filesystem=filesystem) for p in paths],
+                              read_relation_versions(batch).get(table.source, []))
+    if union is None or not set(table.columns) <= set(union.columns):
+        return None
+    return union
 
 
 def publishable(net: DirectNet) -> bool:
@@ -307,15 +340,16 @@ def staged_group(parquet: pq.ParquetFile, group: int) -> pa.Table:
     return parquet.read_row_group(group, columns=list(kernels.STAGED_COLUMNS))
 
 
-def in_process(table: PlannedTable, batch: Batch, paths: Sequence[str], filesystem: pafs.FileSystem | None = None
-               ) -> int:
+def in_process(table: PlannedTable, batch: Batch, paths: Sequence[str], filesystem: pafs.FileSystem | None = None,
+               union: versions.SchemaUnion | None = None) -> int:
     """In how many key partitions ``kernels.compact_changes`` nets the table-batch here (0: not here, Spark does):
     enough that each holds on average at most ``inprocess_rows()`` staged changes by the manifest and
     ``inprocess_bytes()`` by the files' metadata (``partitioned.partition_count``; 1: whole, in memory; hash
     partitions are as even as the keys' hashes, a key change counts in two), with no string or binary column
     of ``COLUMN_BYTES`` or more per partition; keys that group as Spark groups them, and old images of the new
     images' types for every written column they hold (an unchanged-TOAST value is taken from the old image as it
-    is). ``PGLOGICAL_APPLY_INPROCESS_ROWS=0`` leaves every such table-batch to Spark."""
+    is; ``union``: of several schema versions, judged on its types). ``PGLOGICAL_APPLY_INPROCESS_ROWS=0`` leaves every
+    such table-batch to Spark."""
     rows_bound = inprocess_rows()
     if not rows_bound:
         return 0
@@ -325,6 +359,8 @@ def in_process(table: PlannedTable, batch: Batch, paths: Sequence[str], filesyst
     if widest // partitions >= COLUMN_BYTES:
         return 0
     schema = pq.read_schema(paths[0], filesystem=filesystem)
+    if union is not None:
+        schema = union.staged_schema(schema)
     old, new = schema.field("old").type, schema.field("new").type
     if not isinstance(old, pa.StructType) or not isinstance(new, pa.StructType):
         return 0
@@ -349,7 +385,11 @@ def compacted_rows(staged: pa.Table, net: DirectNet) -> pa.RecordBatch:
 def compacted_batches(chunks: Iterable[pa.Table], net: DirectNet) -> Iterator[pa.RecordBatch]:
     """A compacted ``DirectNet``'s net rows from its staged row groups (``chunks``, ``kernels.STAGED_COLUMNS``):
     ``compacted_rows`` of them all when ``net.partitions`` is 1, else one batch per key partition
-    (``partitioned.netted``: spilled to disk, netted one partition at a time), the same rows in all."""
+    (``partitioned.netted``: spilled to disk, netted one partition at a time), the same rows in all. The chunks
+    of a table-batch of several schema versions are put in their union's layout first (``versions.conform``)."""
+    if net.union is not None:
+        union = net.union
+        chunks = (versions.conform(chunk, union) for chunk in chunks)
     if net.partitions <= 1:
         groups = list(chunks)
         if groups:

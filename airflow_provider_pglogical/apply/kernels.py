@@ -2,8 +2,9 @@
 
 The same steps as the Spark chain ``published_changes`` → ``to_key_events`` → ``compact`` (``transforms.py``) for
 the table-batches the in-process rule of ``direct.py`` lets through (their row filter and actions applied per change
-first by ``published.py``; no exactness notes, one schema version; the changes before a truncate or a snapshot's
-sync LSN left out first by ``direct.after_cut``), and the same rows:
+first by ``published.py``; no exactness notes; several schema versions' files unioned first by ``versions.conform``,
+whose ``absent`` column joins an UPDATE's keep list; the changes before a truncate or a snapshot's sync LSN left out
+first by ``direct.after_cut``), and the same rows:
 
 * unchanged-TOAST values are filled from the old image where it has them (``resolve_toast_from_old``);
 * every change becomes one key event, a key change two: the DELETE of the old key (sub 0, away) and the INSERT
@@ -84,6 +85,20 @@ def refill_toast(staged: pa.Table, old: dict[str, pa.Array | pa.ChunkedArray],
     return values_of, keep_of
 
 
+def absent_columns(absent: pa.ChunkedArray, columns: Sequence[str]) -> dict[str, np.ndarray]:
+    """Per written column, the staged changes whose schema version lacks it (``versions.ABSENT``): an UPDATE leaves
+    such a column alone, so it joins the UPDATE's keep list."""
+    lists = absent.combine_chunks()
+    rows = np.asarray(pc.list_parent_indices(lists).to_numpy(zero_copy_only=False), dtype=np.int64)
+    names = np.asarray(pc.list_flatten(lists).to_numpy(zero_copy_only=False), dtype=object)
+    out = {}
+    for c in columns:
+        lacking = np.zeros(len(lists), dtype=bool)
+        lacking[rows[names == c]] = True
+        out[c] = lacking
+    return out
+
+
 @dataclass(frozen=True)
 class Net:
     """One row per key, in the columns of ``transforms.compact`` (the moved-from key split per key column)."""
@@ -140,6 +155,9 @@ def key_events(staged: pa.Table, key: Sequence[str], columns: Sequence[str], ide
     has_full_old = has_old & ~mask(staged.column("old_key_only"))
 
     values_of, keep_of = refill_toast(staged, old, new, columns, identity, has_old, has_full_old)
+    if "absent" in staged.column_names:  # several schema versions (``versions.conform``): ``transforms._kept``
+        for c, lacking in absent_columns(staged.column("absent"), columns).items():
+            keep_of[c] = keep_of[c] | (is_u & lacking)
 
     # to_key_events: a key change is an UPDATE whose old key differs (null-safe) from its new key.
     moved = is_u & has_old
@@ -166,7 +184,7 @@ def key_events(staged: pa.Table, key: Sequence[str], columns: Sequence[str], ide
 
 def compact_changes(staged: pa.Table, key: Sequence[str], columns: Sequence[str],
                     identity: Sequence[str]) -> Net:
-    """Staged changes of one table-batch (``STAGED_COLUMNS``, one schema version) → its net change per key.
+    """Staged changes of one table-batch (``STAGED_COLUMNS``, of one schema's types) → its net change per key.
 
     ``key``: the apply key; ``columns``: the written columns (every one in the images); ``identity``: the
     source's replica identity columns, which a key-only old image holds (filling unchanged TOAST from it)."""

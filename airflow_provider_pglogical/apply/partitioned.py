@@ -212,7 +212,7 @@ def netted(chunks: Iterable[pa.Table], *, source: str, key: Sequence[str], colum
             directory = claim.enter_context(spill_dirs.claimed(base, SPILL_PREFIX))
         except OSError as e:
             raise ApplyError(f"{source}: cannot spill {partitions} key partitions of the table-batch to {base} "
-                             f"({_reason(e)}); {way_out(e, 'a writable directory')}") from None
+                             f"({reason(e)}); {way_out(e, 'a writable directory')}") from None
         paths = [os.path.join(directory, f"part-{j}.arrow") for j in range(partitions)]
         spilled = _spill(chunks, paths, key=key, identity=identity, row_filter=row_filter, actions=actions,
                          source=source, directory=directory)
@@ -224,7 +224,7 @@ def netted(chunks: Iterable[pa.Table], *, source: str, key: Sequence[str], colum
                     staged = pa.ipc.open_file(f).read_all()
             except OSError as e:
                 raise ApplyError(f"{source}: reading key partition {j + 1} of {partitions} of the table-batch back "
-                                 f"from {directory} failed ({_reason(e)}); {way_out(e, 'a directory nothing else cleans')}"
+                                 f"from {directory} failed ({reason(e)}); {way_out(e, 'a directory nothing else cleans')}"
                                  ) from None
             try:
                 rows = kernels.compact_changes(staged, key, columns, identity)
@@ -245,7 +245,7 @@ def overflow_error(source: str, where: str) -> ApplyError:
                       "array limit; set PGLOGICAL_APPLY_INPROCESS_ROWS=0 to net such table-batches with Spark")
 
 
-def _reason(e: OSError) -> str:
+def reason(e: OSError) -> str:
     """An ``OSError``'s reason alone (pyarrow's messages also quote the path, which the error names already)."""
     return os.strerror(e.errno) if e.errno else str(e)
 
@@ -287,7 +287,7 @@ def _spill(chunks: Iterable[pa.Table], paths: Sequence[str], *, key: Sequence[st
             writers.pop().close()
     except OSError as e:
         raise ApplyError(f"{source}: spilling key partitions of the table-batch to {directory} failed after "
-                         f"{sum(written)} staged changes ({_reason(e)}); {way_out(e, 'a directory with room')}"
+                         f"{sum(written)} staged changes ({reason(e)}); {way_out(e, 'a directory with room')}"
                          ) from None
     except pa.ArrowInvalid:
         raise overflow_error(source, f"spilling {len(paths)} key partitions (after {sum(written)} staged "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import random
 import shutil
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,17 +20,20 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from airflow_provider_pglogical.apply import partitioned
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.direct import ENV_SWITCH
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
+from airflow_provider_pglogical.apply.targets.base import DirectNet
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
 from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
 from airflow_provider_pglogical.apply.targets.iceberg.catalog import IcebergLocation
 from airflow_provider_pglogical.apply.targets.iceberg.target import IcebergTarget
+from airflow_provider_pglogical.apply.targets.lake import parts as lake_parts
 from airflow_provider_pglogical.hooks import PgLogicalHook
 from scripts.harness.pgserver import execute, make_database, query
-from scripts.harness.subscriber import drain_all
+from scripts.harness.subscriber import drain_all, wait_for_subscriber
 from tests.integration.test_apply_direct import SCHEMA, _round
 from tests.support.exact import exact
 
@@ -409,3 +412,53 @@ def test_each_type_the_direct_path_reads_gives_spark_s_values_and_lake_type(lake
     for name in direct:
         assert direct[name] == reference[name], name
         assert [i for i, _ in direct[name][0]] == [1, 5, 30, 40], name
+
+
+def test_a_batch_above_the_bounds_reaches_each_lake_in_key_partitions_like_a_native_subscriber(
+        pg_server, tmp_path, monkeypatch) -> None:
+    """``test_partitioned_inprocess_native``'s filtered REPLICA IDENTITY FULL batch (UPDATEs crossing the filter, rows
+    updated twice, key changes moved twice, deletes), netted in this process in key partitions (the bounds set low)
+    and streamed into one commit of each lake without a JVM: each lake holds the native subscriber's rows."""
+    from tests.integration.test_native_parity import native_and_ours
+    from tests.integration.test_partitioned_inprocess_native import BOUNDS, SCHEMA, SETUP, WORKLOAD
+    from tests.support.parity import source_with_slot
+
+    for name, value in BOUNDS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv(partitioned.SPILL_SWITCH, str(tmp_path / "spill"))
+    (tmp_path / "spill").mkdir()
+    streamed: list[int] = []
+    spilled = lake_parts.spilled
+
+    @contextmanager
+    def counting(net: DirectNet, columns: Sequence[str]) -> Iterator[lake_parts.SpilledNet]:
+        with spilled(net, columns) as parts:
+            streamed.append(len(parts.paths) if not parts.summary.needs_collected else 0)
+            yield parts
+
+    monkeypatch.setattr(lake_parts, "spilled", counting)
+
+    def no_spark() -> object:
+        pytest.fail("the lake asked for Spark")
+
+    columns = ["id", "a", "b", "c", "d", "u"]
+    with source_with_slot(pg_server, SETUP) as (src, slot), \
+            native_and_ours(pg_server, src, slot, SCHEMA, "pub_native") as (native_db, _):
+        execute(src, ";".join(WORKLOAD))  # one session: the temporary table lives through the statements
+        uri = str(tmp_path / "staging")
+        assert drain_all(src, uri, slot=slot) == 1
+        config = ApplyConfig(slot=slot, staging_root=uri,
+                             tables={"public.big": TableApplyConfig(row_filter="a % 2 = 0")})
+        targets = {}
+        for name, lake in LAKES.items():
+            targets[name] = lake.make(tmp_path / name, slot)
+            (report,) = apply_slot(SparkOnDemand(no_spark), config, target=targets[name])
+            assert report.applied
+        wait_for_subscriber(src, native_db, name=f"n_{slot}")
+        native = query(native_db, f"SELECT {', '.join(columns)} FROM big ORDER BY id")  # noqa: S608 - own names
+        assert len(native) > 2_000
+        for name, lake in LAKES.items():
+            data = lake.read(targets[name], "public.big").select(columns).sort_by("id")
+            assert [tuple(r.values()) for r in data.to_pylist()] == native, name
+    assert len(streamed) == 2 and min(streamed) >= 6  # both lakes took the batch in key partitions
+    assert list((tmp_path / "spill").iterdir()) == []

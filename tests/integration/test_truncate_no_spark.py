@@ -57,12 +57,18 @@ def pipeline(pg_server, pg_dsn, pg_dbname, tmp_path):
     try:
         yield {"doc": doc, "source": pg_dsn, "native": native, "ours": ours, "tmp": tmp_path}
     finally:
-        unsubscribe(native, name=f"n_{SLOT}")
-        drop_slot_when_idle(pg_dsn, f"n_{SLOT}")
-        execute(pg_dsn, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                        "WHERE slot_name = %s AND NOT active", params=(SLOT,))
-        drop_database(pg_server, native_name)
-        drop_database(pg_server, ours_name)
+        tear_down(pg_server, pg_dsn, SLOT, native_name, ours_name)
+
+
+def tear_down(pg_server: Any, source: str, slot: str, native_name: str, ours_name: str) -> None:
+    """Ends the native subscription ``n_<slot>``, drops both slots and the native and target databases."""
+    native = pg_server.dsn(native_name)
+    unsubscribe(native, name=f"n_{slot}")
+    drop_slot_when_idle(source, f"n_{slot}")
+    execute(source, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                    "WHERE slot_name = %s AND NOT active", params=(slot,))
+    drop_database(pg_server, native_name)
+    drop_database(pg_server, ours_name)
 
 
 def spec_file(pipeline: dict[str, Any], tables: tuple[str, ...] = ()) -> str:

@@ -26,6 +26,8 @@ class Col:
     arrow: pa.DataType
     type_name: str
     identity: bool = False
+    # attmissingval text of a column added with a DEFAULT (``{7}``): what rows staged before the ADD COLUMN read.
+    missing: str | None = None
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,7 @@ def write_batch(root: str | os.PathLike, slot: str, spec: BatchSpec) -> Path:
             "restart_identity": pa.array([t.restart_identity for t in spec.truncates], pa.bool_()),
         }), bdir / "truncates.parquet")
     col_type = pa.struct([("name", pa.string()), ("type_oid", pa.int64()), ("type_modifier", pa.int32()),
-                          ("is_identity", pa.bool_()), ("type_name", pa.string())])
+                          ("is_identity", pa.bool_()), ("type_name", pa.string()), ("missing", pa.string())])
     pq.write_table(pa.table({
         "relid": pa.array([r.relid + names.index(r.name) for r in rels], pa.int64()),
         "schema": [r.schema for r in rels],
@@ -139,7 +141,8 @@ def write_batch(root: str | os.PathLike, slot: str, spec: BatchSpec) -> Path:
         "schema_version": pa.array([r.version for r in rels], pa.int32()),
         "replica_identity": [r.replica_identity for r in rels],
         "columns": pa.array([[{"name": c.name, "type_oid": 0, "type_modifier": -1,
-                               "is_identity": c.identity or r.replica_identity == "f", "type_name": c.type_name}
+                               "is_identity": c.identity or r.replica_identity == "f", "type_name": c.type_name,
+                               "missing": c.missing}
                               for c in r.columns] for r in rels], pa.list_(col_type)),
         "first_lsn": pa.array([spec.start + r.version - 1 for r in rels], pa.int64()),
     }), bdir / "relations.parquet")

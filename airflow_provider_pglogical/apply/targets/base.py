@@ -55,6 +55,7 @@ import pyarrow.fs as pafs
 
 from airflow_provider_pglogical.apply.config import TableApplyConfig
 from airflow_provider_pglogical.apply.schema_changes import ADD, RELAX, WIDEN, ColumnChange
+from airflow_provider_pglogical.apply.versions import SchemaUnion
 from airflow_provider_pglogical.staging.reader import RelationInfo
 
 if TYPE_CHECKING:
@@ -313,6 +314,9 @@ class DirectNet:
     partitions: int = 1
     # The changes before it are left out as they are read (a truncate or a snapshot inside the batch); None: all.
     cut: Cut | None = None
+    # A compacted table-batch staged under several schema versions: their union (``apply/versions.py``), each file
+    # put in its layout as it is read; None: one schema version.
+    union: SchemaUnion | None = None
 
 
 @dataclass(frozen=True)

@@ -11,27 +11,36 @@ overflow is a typed error whose way out (Spark) is followed; a batch netted whol
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_pglogical.apply import direct, kernels, partitioned, published
-from airflow_provider_pglogical.apply.batches import list_batches
-from airflow_provider_pglogical.apply.targets.base import DirectNet
+from airflow_provider_pglogical.apply.batches import Batch, list_batches
+from airflow_provider_pglogical.apply.changes import SparkBatchChanges
+from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
+from airflow_provider_pglogical.apply.targets.base import DirectNet, PlannedBatch, PlannedTable
+from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
+from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
+from airflow_provider_pglogical.apply.targets.iceberg.catalog import IcebergLocation
+from airflow_provider_pglogical.apply.targets.iceberg.target import IcebergTarget
+from airflow_provider_pglogical.apply.targets.lake import parts as lake_parts
 from airflow_provider_pglogical.apply.targets.postgres import arrownet, arrowtext
 from airflow_provider_pglogical.exceptions import ApplyError
-from tests.support.stage import BatchSpec, write_batch
+from tests.support.stage import BatchSpec, Chg, Rel, Trunc, write_batch
 from tests.unit.apply.conftest import ITEMS, PAIRS
-from tests.unit.apply.test_kernels import _planned, _rows, _staged, _two_updates, batches
+from tests.unit.apply.test_kernels import _planned, _row, _rows, _staged, _two_updates, batches
 
 # Filters each relation's UPDATEs cross (they draw new values), and one of constants only.
 FILTERS = {"items": [None, "grp = 1", "id % 2 = 0", "note IS NOT NULL AND grp IS DISTINCT FROM 0", "1 = 1"],
@@ -272,3 +281,157 @@ def test_a_spill_error_names_the_way_out_its_cause_needs(tmp_path, monkeypatch, 
     monkeypatch.setattr(pa.ipc, "new_file", real)  # the way out: fewer partitions open at once
     monkeypatch.setenv(direct.ROWS_SWITCH, "3")
     assert list(direct.compacted_batches(direct.staged_chunks(net.files), replace(net, partitions=1)))
+
+
+# -- lake mirrors (``apply/targets/lake/parts.py``) -------------------------------------------------------------------
+
+
+def _lake(name: str, root: Path, slot: str, max_merge_rows: int | None = None) -> DeltaTarget | IcebergTarget:
+    if name == "delta":
+        return DeltaTarget(DeltaLocation(str(root)), slot, max_merge_rows=max_merge_rows)
+    root.mkdir(parents=True, exist_ok=True)
+    return IcebergTarget(IcebergLocation({"type": "sql", "uri": f"sqlite:///{root}/catalog.db",
+                                          "warehouse": str(root / "warehouse")}), slot)
+
+
+def _lake_rows(target: DeltaTarget | IcebergTarget, table: str) -> list[tuple]:
+    if isinstance(target, DeltaTarget):
+        data = DeltaTable(target.location.table_uri(table)).to_pyarrow_table()
+    else:
+        found = target.open(table)
+        assert found is not None
+        data = found.scan().to_arrow()
+    return sorted((tuple(r.values()) for r in data.select(sorted(data.column_names)).to_pylist()), key=repr)
+
+
+def _apply(target: DeltaTarget | IcebergTarget, spark: SparkOnDemand, batch: Batch, table: PlannedTable) -> None:
+    plan = PlannedBatch("slot", batch.start_lsn, batch.end_lsn, (table,),
+                        truncate=(table.target,) if table.truncated_at is not None else ())
+    assert target.apply_batch(plan, SparkBatchChanges(spark, batch)).applied
+
+
+def _seeded(rel: Rel, draw: st.DrawFn) -> list[Chg]:
+    """The keys the random changes draw from, in the target before their batch (so they update, delete, keep)."""
+    return [Chg("I", 1, n, new=_row(rel, n, draw)) for n in range(1, 7)]
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches(), st.data())
+def test_a_lake_mirror_takes_a_batch_netted_in_key_partitions_as_the_one_piece_and_spark(spark, drawn, data) -> None:
+    """Random batches whose keys repeat (key changes across partitions, unchanged TOAST, deletes, now and then a
+    TRUNCATE among them) into a seeded Delta and Iceberg table: netted in 2–7 key partitions in this process (into
+    Delta also in a commit per bucket, ``max_merge_rows``), in one piece, and by Spark (``PGLOGICAL_APPLY_DIRECT=0``),
+    each lake ends with the same rows and watermark."""
+    rel, key, changes = drawn
+    partitions = data.draw(st.integers(2, 7))
+    truncs = []
+    if changes and data.draw(st.integers(0, 4)) == 0:
+        at = data.draw(st.sampled_from(changes))
+        truncs.append(Trunc(at.commit_lsn, at.tx_order, (rel.name,)))
+    used: list[str] = []
+    with tempfile.TemporaryDirectory() as root, pytest.MonkeyPatch.context() as mp:
+        write_batch(root, "slot", BatchSpec(0x1000, 0x2000, {rel: _seeded(rel, data.draw)}))
+        write_batch(root, "slot", BatchSpec(0x2000, 0x3000, {rel: changes}, truncs))
+        seed, batch = list_batches(root, "slot")
+        table = replace(_planned(rel, key, batch), truncated_at=(truncs[0].commit_lsn, truncs[0].tx_order)
+                        if truncs else None)
+        spill = Path(root) / "spill"
+        spill.mkdir()
+        mp.setenv(partitioned.SPILL_SWITCH, str(spill))
+        on_demand = SparkOnDemand(lambda: spark)
+        real = lake_parts.spilled
+
+        @contextlib.contextmanager
+        def noted(net: DirectNet, columns: Sequence[str]) -> Iterator[lake_parts.SpilledNet]:
+            with real(net, columns) as parts:
+                used.append("Spark" if parts.summary.needs_collected or not parts.paths else "partitions")
+                yield parts
+
+        mp.setattr(lake_parts, "spilled", noted)
+        got: dict[str, dict[str, tuple[list[tuple], int | None]]] = {}
+        for name in ("delta", "iceberg"):
+            ways = {"partitions": ("1", None), "one piece": ("1", direct.INPROCESS_ROWS), "spark": ("0", None)}
+            if name == "delta":  # and in a commit per bucket of at most 2 net changes, the watermark in the last
+                ways["partitions, buckets"] = ("1", None)
+            for way, (switch, bound) in ways.items():
+                mp.setenv(direct.ENV_SWITCH, switch)
+                target = _lake(name, Path(root) / f"{name}-{way}".replace(" ", "-").replace(",", ""), "slot",
+                               2 if way.endswith("buckets") else None)
+                mp.setenv(direct.ROWS_SWITCH, str(direct.INPROCESS_ROWS))
+                _apply(target, on_demand, seed, _planned(rel, key, seed))
+                staged_rows = int(batch.manifest.tables.get(rel.name, {}).get("rows", 0))
+                mp.setenv(direct.ROWS_SWITCH, str(bound or max(1, -(-staged_rows // partitions))))
+                if way.startswith("partitions"):
+                    found = direct.batch_files(table, batch, None)
+                    split = found is not None and found.partitions > 1
+                    before = len(used)
+                _apply(target, on_demand, batch, table)
+                if way.startswith("partitions"):  # a batch netted in key partitions reaches the lake from them
+                    assert len(used) == before + split, name
+                got.setdefault(name, {})[way] = (_lake_rows(target, rel.name), target.watermark(rel.name))
+            assert all(g == got[name]["spark"] for g in got[name].values()), (name, got[name])
+            assert got[name]["spark"][1] == 0x3000
+        assert list(spill.iterdir()) == []
+    event(f"lake: {used[0] if used else 'not partitioned'}")
+    event("truncated" if truncs else "no truncate")
+
+
+@pytest.mark.parametrize("name", ["delta", "iceberg"])
+def test_a_lost_net_spill_file_fails_the_lake_commit_which_leaves_table_and_watermark(name, tmp_path,
+                                                                                    monkeypatch) -> None:
+    """The net rows of the first key partition read into the commit (Delta's MERGE stream, Iceberg's transaction),
+    the other partitions' files gone: a typed error naming the way out, the table and its watermark as they were,
+    no spill file left; the apply run again commits the batch, all of it, without Spark."""
+    def no_spark() -> object:
+        pytest.fail("the lake asked for Spark")
+
+    inserts = [Chg("I", 1, n, new={"id": n, "grp": n % 3, "note": f"n{n}"}) for n in range(40)]
+    changes = [Chg("U", 2, n, new={"id": n, "grp": 7, "note": f"u{n}"}) for n in range(0, 40, 2)]
+    changes += [Chg("U", 3, n, new={"id": n, "grp": 8, "note": f"v{n}"}) for n in range(0, 40, 4)]  # keys repeat
+    changes += [Chg("D", 4, n, old={"id": n}, old_key_only=True) for n in range(1, 40, 5)]
+    changes += [Chg("U", 5, n, old={"id": n}, old_key_only=True, new={"id": n + 100, "grp": 9, "note": "moved"})
+                for n in range(3, 40, 10)]
+    write_batch(tmp_path / "stage", "slot", BatchSpec(0x1000, 0x2000, {ITEMS: inserts}))
+    write_batch(tmp_path / "stage", "slot", BatchSpec(0x2000, 0x3000, {ITEMS: changes}))
+    seed, batch = list_batches(str(tmp_path / "stage"), "slot")
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    monkeypatch.setenv(partitioned.SPILL_SWITCH, str(spill))
+    target = _lake(name, tmp_path / name, "slot")
+    spark = SparkOnDemand(no_spark)
+    _apply(target, spark, seed, _planned(ITEMS, ("id",), seed))
+    before = _lake_rows(target, ITEMS.name)
+    monkeypatch.setenv(direct.ROWS_SWITCH, "10")  # 47 changes: 5 partitions
+    read = lake_parts.SpilledNet._read
+    reads: list[int] = []
+
+    def losing(self: lake_parts.SpilledNet, j: int, path: str) -> pa.Table:
+        rows = read(self, j, path)
+        reads.append(rows.num_rows)
+        for other in self.paths[j + 1:]:  # the other partitions' files vanish once the first one is read
+            os.remove(other)
+        return rows
+
+    monkeypatch.setattr(lake_parts.SpilledNet, "_read", losing)
+    with pytest.raises(ApplyError, match=r"^public\.items: reading the net changes of key partition 2 of 5 back from "
+                                         r".* failed \(No such file or directory\); set PGLOGICAL_APPLY_SPILL_DIR "
+                                         "to a directory nothing else cleans$"):
+        _apply(target, spark, batch, _planned(ITEMS, ("id",), batch))
+    assert reads and reads[0] > 0
+    assert target.watermark(ITEMS.name) == 0x2000
+    assert _lake_rows(target, ITEMS.name) == before
+    assert list(spill.iterdir()) == []
+
+    monkeypatch.setattr(lake_parts.SpilledNet, "_read", read)
+    _apply(target, spark, batch, _planned(ITEMS, ("id",), batch))
+    assert target.watermark(ITEMS.name) == 0x3000
+    live = {n: (n % 3, f"n{n}") for n in range(40)}
+    for c in changes:
+        if c.op == "D":
+            live.pop(c.old["id"])
+        elif c.old is not None:
+            live.pop(c.old["id"])
+            live[c.new["id"]] = (c.new["grp"], c.new["note"])
+        else:
+            live[c.new["id"]] = (c.new["grp"], c.new["note"])
+    assert _lake_rows(target, ITEMS.name) == sorted(((g, i, n) for i, (g, n) in live.items()), key=repr)

@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -225,18 +224,19 @@ class DeltaTarget:
         table-batch of more net changes than that is merged in one commit per bucket (``apply_net_buckets``). A
         table-batch the direct path covers and that would be collected whole is read from its staged files instead
         (``lake/direct.py``: no Spark)."""
-        def streamed(frame: DataFrame, summary: stream.NetSummary) -> TableOutcome:
+        def streamed(chunks: stream.NetChunks, summary: stream.NetSummary) -> TableOutcome:
             per_commit = self.max_merge_rows is not None and summary.rows > self.max_merge_rows
-            return self._mirror_streamed(table, plan, frame, summary, where, seconds, per_commit=per_commit)
+            return self._mirror_streamed(table, plan, chunks, summary, where, seconds, per_commit=per_commit)
 
         return lake_net.apply_mirror(self, table, plan, changes, seconds, (self.chunk_rows, self.max_merge_rows),
                                      streamed, direct=True)
 
-    def _mirror_streamed(self, table: PlannedTable, plan: PlannedBatch, frame: DataFrame, summary: stream.NetSummary,
-                         where: str, seconds: dict[str, float], *, per_commit: bool) -> TableOutcome:
+    def _mirror_streamed(self, table: PlannedTable, plan: PlannedBatch, net: stream.NetChunks,
+                         summary: stream.NetSummary, where: str, seconds: dict[str, float], *,
+                         per_commit: bool) -> TableOutcome:
         bucket_rows = self.max_merge_rows if per_commit else self.chunk_rows
         count = stream.buckets(summary.rows, bucket_rows or summary.rows)
-        chunks = stream.prefetched([partial(_arrow, f) for f in stream.bucket_frames(frame, table.key, count)])
+        chunks = net.buckets(count) if per_commit else net.pieces(bucket_rows or summary.rows)
 
         def prepared(chunk: pa.Table) -> pa.Table:
             return lake_net.prepared(table, chunk, where, self.lake)

@@ -29,7 +29,6 @@ import warnings
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -235,10 +234,9 @@ class IcebergTarget:
         needs the whole table's changes (``apply_net_stream``), else collected whole (the reference). A table-batch
         the direct path covers and that would be collected whole is read from its staged files instead
         (``lake/direct.py``: no Spark)."""
-        def streamed(frame: DataFrame, summary: stream.NetSummary) -> TableOutcome:
+        def streamed(net: stream.NetChunks, summary: stream.NetSummary) -> TableOutcome:
             where = f"batch {plan.start_lsn:X}-{plan.end_lsn:X}"
-            count = stream.buckets(summary.rows, self.chunk_rows or summary.rows)
-            chunks = stream.prefetched([partial(_arrow, f) for f in stream.bucket_frames(frame, table.key, count)])
+            chunks = net.pieces(self.chunk_rows or summary.rows)
             try:
                 started = time.monotonic()
                 first = lake_net.prepared(table, next(chunks), where, self.lake)

@@ -6,7 +6,8 @@ typed error, naming column and LSN), the planned source schema changes reach the
 batch's ordered changes are offered, shaped alike, for a table that must replay them (a moved row keeping an
 unchanged TOAST value). The target's ``apply_net`` then decides the rows and commits them with the watermark.
 A target that reads the direct path's rows (``lake/direct.py``) gets a covered table-batch's net rows from its
-staged files instead of Spark's frame, through the same steps.
+staged files instead of Spark's frame, through the same steps; one netted in key partitions streams them into the
+target's streamed commit from their spill files (``lake/parts.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pyarrow as pa
 
 from airflow_provider_pglogical.apply.targets.base import (
     BatchChanges,
+    DirectNet,
     DirectNetSource,
     PlannedBatch,
     PlannedTable,
@@ -28,6 +30,7 @@ from airflow_provider_pglogical.apply.targets.base import (
 from airflow_provider_pglogical.apply.targets.delta.mirror import with_from
 from airflow_provider_pglogical.apply.targets.delta.types import Lake, unwrap_notes
 from airflow_provider_pglogical.apply.targets.lake import direct as lake_direct
+from airflow_provider_pglogical.apply.targets.lake import parts as lake_parts
 from airflow_provider_pglogical.apply.targets.lake import stream
 from airflow_provider_pglogical.apply.targets.lake.stream import NetSummary
 from airflow_provider_pglogical.apply.transforms import LSN
@@ -98,24 +101,29 @@ def apply_rows(target: LakeMirror[Outcome], table: PlannedTable, plan: PlannedBa
 
 def apply_mirror(target: LakeMirror[Outcome], table: PlannedTable, plan: PlannedBatch, changes: BatchChanges,
                  seconds: dict[str, float], bucket_rows: Sequence[int | None],
-                 streamed: Callable[[DataFrame, NetSummary], Outcome], *, direct: bool = False) -> Outcome:
+                 streamed: Callable[[stream.NetChunks, NetSummary], Outcome], *, direct: bool = False) -> Outcome:
     """``table``'s net changes in the batch, by the rule both lake targets follow: ``streamed`` (bucket by bucket
     from Spark, ``lake/stream.py``) when some bound of ``bucket_rows`` is worth streaming for what the table-batch
     staged and no change needs the whole table's changes, else collected whole (``apply_collected``, the
     reference). The net frame stays cached for the summary and every bucket while ``streamed`` runs.
 
     ``direct``: the target reads a table-batch the direct path covers from its staged files (``lake/direct.py``)
-    when it would be collected whole anyway; Spark is not asked for it (nor started for it)."""
+    when it would be collected whole anyway, and streams one the direct path nets in key partitions from them
+    (``lake/parts.py``) whatever its size; Spark is not asked for it (nor started for it)."""
     staged = changes.staged_rows(table) if isinstance(changes, StagedRowsSource) else None
     whole = not table.key or not any(stream.worth_streaming(rows, staged) for rows in bucket_rows)
-    if direct and whole and table.key and isinstance(changes, DirectNetSource):
-        found = changes.direct_net(table)
+    found = changes.direct_net(table) if direct and table.key and isinstance(changes, DirectNetSource) else None
+    if found is not None and found.partitions > 1 and found.union is None and lake_direct.readable(found):
+        outcome = _apply_partitioned(found, table, seconds, streamed)
+        if outcome is not None:
+            return outcome
+    elif found is not None and whole:
         started = time.monotonic()
-        rows = lake_direct.net_table(found) if found is not None else None
+        rows = lake_direct.net_table(found)
         seconds["stage"] += time.monotonic() - started
         if rows is not None:
             log.debug("%s: %d net changes read straight from the staged files%s", table.target, rows.num_rows,
-                      " and netted in this process" if found is not None and found.compacted else "")
+                      " and netted in this process" if found.compacted else "")
             return apply_rows(target, table, plan, changes, lambda: rows, seconds)
     frame = changes.net(table)
     if whole:
@@ -127,6 +135,25 @@ def apply_mirror(target: LakeMirror[Outcome], table: PlannedTable, plan: Planned
         seconds["stage"] += time.monotonic() - started
         if summary.needs_collected:
             return apply_collected(target, table, plan, changes, frame, seconds)
-        return streamed(frame, summary)
+        return streamed(stream.frame_chunks(frame, table.key, summary.rows), summary)
     finally:
         frame.unpersist()
+
+
+def _apply_partitioned(found: DirectNet, table: PlannedTable, seconds: dict[str, float],
+                       streamed: Callable[[stream.NetChunks, NetSummary], Outcome]) -> Outcome | None:
+    """A table-batch netted in key partitions in this process, streamed into the target's one commit from their
+    spill files (``lake/parts.py``); None, having written nothing, when a change needs the whole table's changes
+    (an inserted row keeping a column: Spark's ordered changes) or no partition holds a change (Spark's frame
+    types the empty table-batch)."""
+    started = time.monotonic()
+    with lake_parts.spilled(found, table.columns) as spilled:
+        seconds["stage"] += time.monotonic() - started
+        if spilled.summary.needs_collected or not spilled.paths:
+            log.debug("%s: netted in key partitions in this process, but applied from Spark's frame (%s)",
+                      table.target, "an inserted row keeps a column" if spilled.summary.needs_collected
+                      else "no change")
+            return None
+        log.debug("%s: %d net changes read straight from the staged files and netted in this process in %d key "
+                  "partitions", table.target, spilled.summary.rows, found.partitions)
+        return streamed(stream.NetChunks(pieces=spilled.pieces, buckets=spilled.buckets), spilled.summary)

@@ -28,6 +28,7 @@ import queue
 import threading
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -79,6 +80,30 @@ def worth_streaming(chunk_rows: int | None, staged_rows: int | None) -> bool:
 
 def buckets(rows: int, chunk_rows: int) -> int:
     return max(1, math.ceil(rows / max(1, chunk_rows)))
+
+
+@dataclass(frozen=True)
+class NetChunks:
+    """A table-batch's net changes as key-disjoint Arrow tables in the net frame's layout, for a streamed commit:
+    ``pieces(rows)`` any number of them of at most about ``rows`` each (one commit reads them all), ``buckets(count)``
+    exactly ``count`` (one commit each). Spark's key-hash buckets (``frame_chunks``), or the key partitions netted in
+    this process (``lake/parts.py``)."""
+
+    pieces: Callable[[int], Generator[pa.Table, None, None]]
+    buckets: Callable[[int], Generator[pa.Table, None, None]]
+
+
+def frame_chunks(net: DataFrame, key: Sequence[str], rows: int) -> NetChunks:
+    """``net`` (cached; ``rows`` net changes) collected one key-hash bucket at a time, ``AHEAD`` ahead."""
+    def in_buckets(count: int) -> Generator[pa.Table, None, None]:
+        return prefetched([partial(_collected, f) for f in bucket_frames(net, key, count)])
+
+    return NetChunks(pieces=lambda chunk_rows: in_buckets(buckets(rows, chunk_rows)), buckets=in_buckets)
+
+
+def _collected(frame: DataFrame) -> pa.Table:
+    """A Spark frame collected as Arrow on the driver (no per-row Python)."""
+    return frame.toArrow()
 
 
 def bucket_frames(net: DataFrame, key: Sequence[str], count: int) -> list[DataFrame]:

@@ -31,6 +31,7 @@ from airflow_provider_pglogical.apply.targets.base import Cut, DirectNet
 from airflow_provider_pglogical.apply.targets.postgres import arrowtext
 from airflow_provider_pglogical.apply.targets.postgres.copy import copy_chunks
 from airflow_provider_pglogical.apply.targets.postgres.target_types import ARRAY, SCALAR, PgType
+from airflow_provider_pglogical.apply.versions import SchemaUnion
 from airflow_provider_pglogical.exceptions import ApplyError
 from airflow_provider_pglogical.staging.layout import is_local_filesystem
 
@@ -55,6 +56,7 @@ class DirectPlan:
     partitions: int = 1  # key partitions a compacted plan is netted in (``DirectNet.partitions``)
     source: str = ""  # the source table (named in a spill's errors)
     cut: Cut | None = None  # the changes that count (``DirectNet.cut``): the others are left out as they are read
+    union: SchemaUnion | None = None  # several schema versions' union (``DirectNet.union``), each file conformed to it
 
     @property
     def local(self) -> bool:
@@ -97,11 +99,10 @@ def _in_printable_range(parquet: pq.ParquetFile, column_paths: Iterable[str]) ->
     return True
 
 
-def _image_kinds(parquet: pq.ParquetFile, image: str, wanted: Sequence[str],
+def _image_kinds(schema: pa.Schema, image: str, wanted: Sequence[str],
                  temporal: list[str], *, arrays: bool = False) -> list[str] | None:
     """The ``arrowtext`` kind of each ``wanted`` field of the file's ``image`` struct (its date/timestamp leaf
     paths appended to ``temporal``), or None when the image or a field is missing or a type needs the JVM."""
-    schema = parquet.schema_arrow
     if image not in schema.names or not pa.types.is_struct(schema.field(image).type):
         return None
     struct = schema.field(image).type
@@ -130,15 +131,17 @@ def plan_direct(net: DirectNet, types: Mapping[str, PgType]) -> DirectPlan | Non
     for n, path in enumerate(net.files):
         parquet = pq.ParquetFile(path, filesystem=net.filesystem)
         temporal: list[str] = []
-        new_kinds = _image_kinds(parquet, "new", net.columns, temporal)
-        old_kinds = _image_kinds(parquet, "old", net.key, temporal)
+        # several schema versions: every file is printed in the union's types (``versions.conform``)
+        schema = net.union.staged_schema(parquet.schema_arrow) if net.union is not None else parquet.schema_arrow
+        new_kinds = _image_kinds(schema, "new", net.columns, temporal)
+        old_kinds = _image_kinds(schema, "old", net.key, temporal)
         if new_kinds is None or old_kinds is None or not _in_printable_range(parquet, temporal):
             return None
         if n == 0:
             kinds, key_kinds = new_kinds, old_kinds
         tasks.extend((path, rg) for rg in range(parquet.metadata.num_row_groups))
     return DirectPlan(net.key, net.columns, tuple(kinds), tuple(key_kinds), tuple(tasks), net.compacted, net.identity,
-                      net.row_filter, net.actions, net.filesystem, net.partitions, net.source, net.cut)
+                      net.row_filter, net.actions, net.filesystem, net.partitions, net.source, net.cut, net.union)
 
 
 @dataclass(frozen=True)
@@ -163,7 +166,7 @@ def plan_rows(files: Sequence[str], columns: Sequence[str], types: Mapping[str, 
     for path in files:
         parquet = pq.ParquetFile(path, filesystem=filesystem)
         temporal: list[str] = []
-        file_kinds = _image_kinds(parquet, "new", columns, temporal, arrays=True)
+        file_kinds = _image_kinds(parquet.schema_arrow, "new", columns, temporal, arrays=True)
         if file_kinds is None or (kinds is not None and file_kinds != kinds) or not _in_printable_range(parquet, temporal):
             return None
         kinds = file_kinds
@@ -221,7 +224,8 @@ def copy_tasks(dsn: str, staging: str, columns: Sequence[str], plan: DirectPlan
     def net_batches(tasks: Iterable[tuple[str, int]]) -> Generator[pa.RecordBatch, None, None]:
         if plan.compacted:  # every row group of the table-batch, netted together (in key partitions above the bounds)
             net = DirectNet(plan.source, "", (), plan.key, plan.columns, compacted=True, identity=plan.identity,
-                            row_filter=plan.row_filter, actions=plan.actions, partitions=plan.partitions, cut=plan.cut)
+                            row_filter=plan.row_filter, actions=plan.actions, partitions=plan.partitions, cut=plan.cut,
+                            union=plan.union)
             groups = (direct.staged_group(pq.ParquetFile(path, filesystem=plan.filesystem), rg) for path, rg in tasks)
             yield from direct.compacted_batches(groups, net)
             return
