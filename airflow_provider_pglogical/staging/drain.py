@@ -31,6 +31,7 @@ from airflow_provider_pglogical.progress import Progress, metered_blocks
 from airflow_provider_pglogical.staging.layout import StagingLayout
 from airflow_provider_pglogical.staging.manifest import Manifest
 from airflow_provider_pglogical.staging.reader import BatchRef, StagingReader
+from airflow_provider_pglogical.staging.retention import read_pruned
 from airflow_provider_pglogical.staging.writer import DEFAULT_ROW_GROUP_ROWS, BatchWriter, RowConverter
 
 log = logging.getLogger(__name__)
@@ -377,6 +378,27 @@ def bridge_gap(layout: StagingLayout, reader: StagingReader, config: DrainConfig
         raise
 
 
+def resume_past_pruned(layout: StagingLayout, config: DrainConfig, first: BatchRef, start: int,
+                       logger: Logger = log) -> int:
+    """Where to read from when the slot is at ``start``, before the first visible batch ``first``: that batch's
+    start when ``start`` lies in the range retention pruned (published, then applied by every target), else
+    ``start`` (the staged log's checks then refuse it).
+
+    A slot's confirmed position reaches disk only with a checkpoint after ``pg_replication_slot_advance``,
+    and not at all from a replication stream's status updates unless its restart position moves with it; a
+    server that crashes (or, before PostgreSQL 17, stops) brings the slot back to the position last written,
+    inside what the drain published already. The batches from ``first`` on are then replayed (the slot advanced
+    past them), as after a crash between a publish and its advance."""
+    pruned = read_pruned(layout)
+    if pruned is None or not pruned.covers(start) or pruned.through_lsn < first.start_lsn:
+        return start
+    logger.warning("slot %s is at %s, inside the pruned range %s-%s whose batches were published and applied "
+                   "(the server kept an older confirmed position): reading on from %s", config.slot,
+                   format_lsn(start), format_lsn(pruned.from_lsn if pruned.from_lsn is not None else start),
+                   format_lsn(pruned.through_lsn), first.name)
+    return first.start_lsn
+
+
 class _NoRelations:
     """The resolver of a batch without changes: never asked for anything."""
 
@@ -480,6 +502,8 @@ def _drain_locked(client: SlotClient, config: DrainConfig, checkpoint: Checkpoin
     if peek is not None and peek.next_start != start:
         peek.close()
         peek = None
+    if batches and start < batches[0].start_lsn:
+        start = resume_past_pruned(layout, config, batches[0], start, logger)
 
     existing = next((b for b in batches if b.start_lsn == start), None)
     if existing is not None:

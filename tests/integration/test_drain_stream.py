@@ -187,3 +187,60 @@ def test_a_stream_the_server_ends_mid_run_confirms_nothing_unpublished_and_the_r
     assert published and hook.slot_info("s1").confirmed_flush_lsn == published[-1].end_lsn
     drain_run(hook, config(uri, "s1", max_changes=25, read="stream"))
     assert_log_matches(uri, "s1", xids)
+
+
+def test_a_slot_a_crash_brings_back_into_the_pruned_range_reads_on_after_the_published_batches(tmp_path):
+    """A streamed run's status updates move the slot in the server's memory only; retention then prunes all but the
+    newest batch, and the server crashes (no checkpoint wrote the slot). The slot comes back inside the pruned
+    range, where no visible batch starts: the next run replays the visible batch, advances past it and stages the
+    transactions committed since, each once after the ones kept."""
+    import psycopg2
+
+    from airflow_provider_pglogical.hooks import PgLogicalHook
+    from airflow_provider_pglogical.staging.layout import StagingLayout
+    from airflow_provider_pglogical.staging.retention import prune_batches, read_pruned, staged_batches
+    from scripts.harness.pgserver import crash_and_restart, start_server, stop_server
+    from tests.support.drain import SCHEMA_SQL, staged_xids
+
+    server = start_server()  # its own server: the test crashes it
+    try:
+        conn = psycopg2.connect(server.dsn())
+        conn.autocommit = True
+        conn.cursor().execute(SCHEMA_SQL)
+        hook = PgLogicalHook.from_dsn(server.dsn())
+        hook.create_slot("s1")
+        workload(conn.cursor(), 40)
+        uri = str(tmp_path / "stage")
+        results = drain_run(hook, config(uri, "s1", max_changes=25, read="stream"))
+        hook.close()
+        conn.close()
+        reader = StagingReader.from_uri(uri, "s1")
+        assert len(results) > 2 and hook_confirmed(server) == results[-1].end_lsn
+        prune_batches(StagingLayout.from_uri(uri, "s1"), staged_batches(reader)[:-1])
+        kept, first = staged_xids(uri, "s1"), reader.batches()[0]
+        assert read_pruned(reader.layout).covers(results[0].start_lsn)
+
+        crash_and_restart(server)
+        assert hook_confirmed(server) < first.start_lsn  # back inside the pruned range: the case under test
+        conn = psycopg2.connect(server.dsn())
+        conn.autocommit = True
+        later = workload(conn.cursor(), 5, start=100)
+        conn.close()
+        hook = PgLogicalHook.from_dsn(server.dsn())
+        try:
+            rerun = drain_run(hook, config(uri, "s1", read="stream"))
+        finally:
+            hook.close()
+        assert rerun[0].replayed and rerun[0].start_lsn == first.start_lsn
+        assert staged_xids(uri, "s1") == kept + later
+        StagingReader.from_uri(uri, "s1").batches(check=True)
+        assert hook_confirmed(server) == rerun[-1].end_lsn
+    finally:
+        stop_server(server)
+
+
+def hook_confirmed(server) -> int:
+    from scripts.harness.pgserver import query
+
+    (lsn,), = query(server.dsn(), "SELECT confirmed_flush_lsn - '0/0' FROM pg_replication_slots WHERE slot_name = 's1'")
+    return int(lsn)
