@@ -239,6 +239,27 @@ conn_arg(PyObject *capsule)
     return (PGconn *)PyCapsule_GetPointer(capsule, CONN_NAME);
 }
 
+/* pq_backend_pid(connection) -> the server process serving it (PQbackendPID). */
+static PyObject *
+pq_backend_pid(PyObject *self, PyObject *capsule)
+{
+    PGconn *conn = conn_arg(capsule);
+    if (conn == NULL)
+        return NULL;
+    return PyLong_FromLong(PQbackendPID(conn));
+}
+
+/* (sqlstate, message) of a failure: the message decoded with replacement, as a server in another encoding
+ * (or a message cut at a buffer's end) may send bytes that are not UTF-8. */
+static PyObject *
+error_pair(const char *sqlstate, const char *message)
+{
+    PyObject *text = PyUnicode_DecodeUTF8(message, (Py_ssize_t)strlen(message), "replace");
+    if (text == NULL)
+        return NULL;
+    return Py_BuildValue("(sN)", sqlstate, text);
+}
+
 /* Drain the remaining results of the current command; returns (sqlstate, message) of the first
  * error result, or None. Called without the GIL for the waits. */
 static PyObject *
@@ -265,7 +286,7 @@ finish_results(PGconn *conn)
     }
     if (!failed)
         Py_RETURN_NONE;
-    return Py_BuildValue("(ss)", sqlstate, message);
+    return error_pair(sqlstate, message);
 }
 
 static PyObject *
@@ -285,17 +306,17 @@ copy_start(PyObject *self, PyObject *args)
     res = sent ? PQgetResult(conn) : NULL;
     Py_END_ALLOW_THREADS
     if (!sent)
-        return Py_BuildValue("(ss)", "", PQerrorMessage(conn));
+        return error_pair("", PQerrorMessage(conn));
     if (res != NULL && (PQresultStatus(res) == PGRES_COPY_OUT || PQresultStatus(res) == PGRES_COPY_BOTH)) {
         PQclear(res);
         Py_RETURN_NONE;
     }
     PyObject *err;
     if (res == NULL) {
-        err = Py_BuildValue("(ss)", "", PQerrorMessage(conn));
+        err = error_pair("", PQerrorMessage(conn));
     } else {
         const char *code = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-        err = Py_BuildValue("(ss)", code ? code : "", PQresultErrorMessage(res));
+        err = error_pair(code ? code : "", PQresultErrorMessage(res));
         PQclear(res);
     }
     PyObject *rest = finish_results(conn);
@@ -320,7 +341,7 @@ pq_exec(PyObject *self, PyObject *args)
     sent = PQsendQuery(conn, sql);
     Py_END_ALLOW_THREADS
     if (!sent)
-        return Py_BuildValue("(ss)", "", PQerrorMessage(conn));
+        return error_pair("", PQerrorMessage(conn));
     return finish_results(conn);
 }
 
@@ -354,7 +375,7 @@ copy_outcome(PGconn *conn, int n)
 {
     if (n != -2)
         return finish_results(conn);
-    PyObject *err = Py_BuildValue("(ss)", "", PQerrorMessage(conn));
+    PyObject *err = error_pair("", PQerrorMessage(conn));
     PyObject *rest = finish_results(conn);
     Py_XDECREF(rest);
     return err;
@@ -638,7 +659,7 @@ repl_read(PyObject *self, PyObject *args)
     if (bad || failed_reply) {
         Py_DECREF(err);
         state = "ended";
-        err = Py_BuildValue("(ss)", "", bad ? "unexpected replication message" : PQerrorMessage(conn));
+        err = error_pair("", bad ? "unexpected replication message" : PQerrorMessage(conn));
     } else if (n < 0) {
         Py_DECREF(err);
         err = copy_outcome(conn, n);
@@ -1321,6 +1342,7 @@ static PyMethodDef methods[] = {
     {"pq_lib_version", pq_lib_version, METH_NOARGS, "PQlibVersion() of the linked libpq."},
     {"pq_exec", pq_exec, METH_VARARGS, "Run statements, discarding results: None, or (sqlstate, message)."},
     {"pq_finish", pq_finish, METH_O, "Close a connection made by pq_connect (idempotent)."},
+    {"pq_backend_pid", pq_backend_pid, METH_O, "PQbackendPID() of a connection made by pq_connect."},
     {"copy_start", copy_start, METH_VARARGS, "Send a COPY ... TO STDOUT; None, or (sqlstate, message)."},
     {"copy_rows", copy_rows, METH_VARARGS, "Read and split up to max_rows rows: (rows, done, error)."},
     {"copy_cancel", copy_cancel, METH_VARARGS, "Cancel the running COPY and consume its results."},

@@ -28,13 +28,8 @@ from typing import Any, Literal, cast
 import psycopg2
 
 from airflow_provider_pglogical.decoding import speedups
-from airflow_provider_pglogical.exceptions import (
-    ReplicationConnectionError,
-    SlotActiveError,
-    SlotNotFoundError,
-    format_lsn,
-)
-from airflow_provider_pglogical.hooks import copystream
+from airflow_provider_pglogical.exceptions import ReplicationConnectionError, format_lsn
+from airflow_provider_pglogical.hooks import copystream, errors
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +39,7 @@ SplitState = Literal["more", "bound", "keepalive"]
 IDLE_WAIT_MS = 1000  # nothing for this long: ask the walsender for a keepalive (its position)
 EXIT_WAIT_S = 1.0  # how long close() lets the walsender notice the closed connection before ending it
 RELEASE_WAIT_S = 10.0  # how long close() waits for the walsender to release the slot
+RUN_AGAIN = "run the drain again: it reads on from the last published batch (nothing past it was confirmed)"
 
 
 def split_messages(messages: Sequence[bytes], bound: int, in_tx: bool) -> tuple[list[Row], bool, SplitState]:
@@ -99,9 +95,9 @@ class ReplicationStream:
     ``confirm(lsn)`` reports ``lsn`` as flushed (only ever a published batch's end); ``close()`` ends the
     stream and returns once the server has released the slot. ``slot_pid`` gives the slot's
     ``active_pid`` (None when free): a walsender decoding a long stretch with nothing to send does not
-    look at its connection, so one still holding the slot after ``EXIT_WAIT_S`` is ended
-    (``pg_terminate_backend`` through ``terminate``); a status update it had not read is then lost, and
-    the drain advances the slot through SQL instead.
+    look at its connection, so ours (the replication connection's own server process) still holding the
+    slot after ``EXIT_WAIT_S`` is ended (``pg_terminate_backend`` through ``terminate``); a status update
+    it had not read is then lost, and the drain advances the slot through SQL instead.
     """
 
     def __init__(self, session: psycopg2.extensions.connection, slot: str, options: Sequence[str], *,
@@ -123,19 +119,22 @@ class ReplicationStream:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ReplicationConnectionError(f"the server refused a replication connection for slot {slot!r}: "
                                              f"{first}") from None
+        self._pid = self._conn.backend_pid()  # our walsender, once START_REPLICATION is accepted
         refused = self._compiled.copy_start(self._conn.handle, start_command(slot, start_lsn, options))
         if refused is not None:
-            self.close()
-            raise self._refused(*refused)
+            self.close(wait=False)  # never ours: the slot may be another consumer's
+            raise self._failed(*refused)
 
-    def _refused(self, sqlstate: str, message: str) -> Exception:
-        """The typed error of a failed stream: the SQL read's for a missing or busy slot, else a
-        ``ReplicationConnectionError``; one line."""
+    def _failed(self, sqlstate: str, message: str, *, ended: bool = False) -> Exception:
+        """The typed error of a refused (or, ``ended``, a broken) stream: the SQL read's for what it
+        recognises (``hooks.errors``), else a ``ReplicationConnectionError``; one line."""
+        typed = errors.translate_state(sqlstate, message, slot=self.slot)
+        if typed is not None:
+            return typed
         first = message.strip().splitlines()[0] if message.strip() else "connection lost"
-        if sqlstate == "42704" or "does not exist" in first:
-            return SlotNotFoundError(f"replication slot {self.slot!r} does not exist ({first})")
-        if sqlstate == "55006" or "is active for pid" in first.lower():
-            return SlotActiveError(f"replication slot {self.slot!r} is in use ({first})")
+        if ended:
+            return ReplicationConnectionError(f"the stream of slot {self.slot!r} ended before its bound: {first}",
+                                              hint=RUN_AGAIN)
         return ReplicationConnectionError(f"streaming slot {self.slot!r} failed ({sqlstate or 'connection'}): {first}")
 
     def blocks(self) -> Generator[list[Row], None, None]:
@@ -146,8 +145,7 @@ class ReplicationStream:
             while True:
                 if self._conn is None:  # closed by a failed status update: the rest was never read
                     raise ReplicationConnectionError(f"the stream of slot {self.slot!r} ended before its bound",
-                                                     hint="run the drain again: it reads on from the last "
-                                                          "published batch")
+                                                     hint=RUN_AGAIN)
                 rows, in_tx, state, error = self._compiled.repl_read(
                     self._conn.handle, self.itersize, self.bound, in_tx, self.confirmed, IDLE_WAIT_MS)
                 if rows:
@@ -156,7 +154,7 @@ class ReplicationStream:
                     done = self.done = True
                     return
                 if state == "ended":
-                    raise self._refused(*(error or ("", "the server ended the stream before the bound")))
+                    raise self._failed(*(error or ("", "the server ended the stream")), ended=True)
                 if state == "idle":  # ask for the walsender's position: a keepalive (its walEnd) answers
                     self._status(self.confirmed, reply=True)
         finally:
@@ -179,24 +177,25 @@ class ReplicationStream:
         failed = self._compiled.repl_status(self._conn.handle, lsn, reply)
         if failed is not None:
             raise ReplicationConnectionError(f"streaming slot {self.slot!r} failed: {str(failed).strip()}",
-                                             hint="run the drain again: nothing past the published batches "
-                                                  "was confirmed")
+                                             hint=RUN_AGAIN)
 
-    def close(self) -> None:
-        """Ends the stream (closing its connection) and waits, up to ``RELEASE_WAIT_S``, for the server to
-        release the slot, ending its walsender if it has not noticed after ``EXIT_WAIT_S``."""
+    def close(self, *, wait: bool = True) -> None:
+        """Ends the stream (closing its connection) and, with ``wait``, waits up to ``RELEASE_WAIT_S`` for our
+        walsender (this connection's server process) to release the slot, ending it if it has not noticed
+        after ``EXIT_WAIT_S``. No other process is ever ended: a slot held by another pid is not ours."""
         conn, self._conn = self._conn, None
         if conn is None:
             return
-        pid = self._slot_pid()  # our walsender: the slot is held by this stream alone
         conn.close()
+        if not wait:
+            return
         started = time.monotonic()
         ended = False
-        while (now := self._slot_pid()) is not None and time.monotonic() - started < RELEASE_WAIT_S:
-            if not ended and now == pid and time.monotonic() - started >= EXIT_WAIT_S:
+        while self._slot_pid() == self._pid and (elapsed := time.monotonic() - started) < RELEASE_WAIT_S:
+            if not ended and elapsed >= EXIT_WAIT_S:
                 log.info("slot %s: ending its walsender (pid %d), still decoding after the stream closed",
-                         self.slot, pid)
-                self._terminate(pid)
+                         self.slot, self._pid)
+                self._terminate(self._pid)
                 ended = True
             time.sleep(0.01)
 

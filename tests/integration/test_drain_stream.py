@@ -130,14 +130,33 @@ def test_a_streamed_run_killed_before_or_after_a_manifest_reruns_to_one_copy(dra
     assert hook.slot_info("s1").confirmed_flush_lsn == results[-1].end_lsn
 
 
-def test_a_missing_slot_is_a_typed_one_line_error(drain_source):
-    from airflow_provider_pglogical.exceptions import SlotNotFoundError
+def test_a_missing_slot_a_busy_one_and_a_missing_publication_are_typed_one_line_errors(drain_source):
+    """As the SQL read types them. A stream refused because another consumer holds the slot leaves that consumer's
+    walsender alone; a publication created after the changes (absent from the snapshot they are decoded in) is
+    PublicationNotFoundError, not a missing slot."""
+    from airflow_provider_pglogical.exceptions import PublicationNotFoundError, SlotActiveError, SlotNotFoundError
 
-    _, hook = drain_source
+    cur, hook = drain_source
     start = hook.slot_info("s1").confirmed_flush_lsn
-    with pytest.raises(SlotNotFoundError) as err:
+    with pytest.raises(SlotNotFoundError) as missing:
         hook.stream_changes("nosuchslot", "pub", start_lsn=start, upto_lsn=start + 1)
-    assert "\n" not in str(err.value)
+    holder = hook.stream_changes("s1", "pub", start_lsn=start, upto_lsn=start + 1)
+    try:
+        held_by = hook.slot_info("s1").active_pid
+        with pytest.raises(SlotActiveError) as busy:
+            hook.stream_changes("s1", "pub", start_lsn=start, upto_lsn=start + 1)
+        time.sleep(replication.EXIT_WAIT_S + 0.5)  # when a refused stream would have ended the slot's holder
+        assert hook.slot_info("s1").active_pid == held_by
+    finally:
+        holder.close()
+    workload(cur, 2)
+    cur.execute("CREATE PUBLICATION later FOR TABLE accounts")
+    upto = hook.current_wal_flush_lsn()
+    with pytest.raises(PublicationNotFoundError) as publication:
+        list(hook.stream_changes("s1", "later", start_lsn=start, upto_lsn=upto))
+    assert not hook.slot_info("s1").active
+    for err in (missing, busy, publication):
+        assert "\n" not in str(err.value)
 
 
 def test_a_refused_replication_connection_is_one_typed_line_and_the_sql_read_it_names_works(drain_source, pg_dsn,
@@ -182,7 +201,7 @@ def test_a_stream_the_server_ends_mid_run_confirms_nothing_unpublished_and_the_r
     try:
         drain_run(hook, config(uri, "s1", max_changes=25, read="stream", itersize=10), on_checkpoint=end_the_walsender)
     except ReplicationConnectionError as err:
-        assert "\n" not in str(err)
+        assert "\n" not in str(err) and "run the drain again" in str(err)
     published = StagingReader.from_uri(uri, "s1").batches()
     assert published and hook.slot_info("s1").confirmed_flush_lsn == published[-1].end_lsn
     drain_run(hook, config(uri, "s1", max_changes=25, read="stream"))
