@@ -10,7 +10,9 @@ The read is bounded like the peek's ``upto_lsn`` (``decoding._speedups.repl_step
 whose commit starts at or after the bound and no message outside a transaction starting there is taken;
 the read ends at a commit, or a keepalive, at or past the bound with no transaction open. Nothing is
 confirmed to the server except ``confirm(lsn)`` — the end of a published batch — and keepalives asking
-for a reply are answered with that position. The walsender holds the slot while the stream is open;
+for a reply are answered with that position; while nothing reads the stream (a batch being published), a
+status update every ``HEARTBEAT_S`` repeats it, so ``wal_sender_timeout`` never ends a stream whose client is
+busy. The walsender holds the slot while the stream is open;
 ``close()`` returns once the server has released it, so the slot can be read or advanced through SQL.
 
 The compiled module's libpq reads the stream (COPY BOTH, socket waits without the GIL); ``split_messages``
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any, Literal, cast
@@ -39,6 +42,7 @@ SplitState = Literal["more", "bound", "keepalive"]
 IDLE_WAIT_MS = 1000  # nothing for this long: ask the walsender for a keepalive (its position)
 EXIT_WAIT_S = 1.0  # how long close() lets the walsender notice the closed connection before ending it
 RELEASE_WAIT_S = 10.0  # how long close() waits for the walsender to release the slot
+HEARTBEAT_S = 1.0  # status updates while nothing reads the stream (a batch being published): wal_sender_timeout
 RUN_AGAIN = "run the drain again: it reads on from the last published batch (nothing past it was confirmed)"
 
 
@@ -120,10 +124,30 @@ class ReplicationStream:
             raise ReplicationConnectionError(f"the server refused a replication connection for slot {slot!r}: "
                                              f"{first}") from None
         self._pid = self._conn.backend_pid()  # our walsender, once START_REPLICATION is accepted
+        # One user of the connection at a time: the reader, a status update, or the heartbeat.
+        self._using = threading.Lock()
+        self._stopped = threading.Event()
+        self._heartbeat: threading.Thread | None = None
         refused = self._compiled.copy_start(self._conn.handle, start_command(slot, start_lsn, options))
         if refused is not None:
             self.close(wait=False)  # never ours: the slot may be another consumer's
             raise self._failed(*refused)
+        self._heartbeat = threading.Thread(target=self._beat, name=f"replication-heartbeat-{slot}", daemon=True)
+        self._heartbeat.start()
+
+    def _beat(self) -> None:
+        """Every ``HEARTBEAT_S`` the stream is not being read, a status update (the confirmed position): the
+        walsender ends a stream whose client stays silent for ``wal_sender_timeout``, and nothing reads it
+        while a batch is written and published. A failed update is left to the next read or confirm, which
+        see the broken connection and raise."""
+        while not self._stopped.wait(HEARTBEAT_S):
+            if not self._using.acquire(blocking=False):
+                continue  # the reader answers keepalives itself
+            try:
+                if self._conn is not None:
+                    self._compiled.repl_status(self._conn.handle, self.confirmed, False)
+            finally:
+                self._using.release()
 
     def _failed(self, sqlstate: str, message: str, *, ended: bool = False) -> Exception:
         """The typed error of a refused (or, ``ended``, a broken) stream: the SQL read's for what it
@@ -146,8 +170,9 @@ class ReplicationStream:
                 if self._conn is None:  # closed by a failed status update: the rest was never read
                     raise ReplicationConnectionError(f"the stream of slot {self.slot!r} ended before its bound",
                                                      hint=RUN_AGAIN)
-                rows, in_tx, state, error = self._compiled.repl_read(
-                    self._conn.handle, self.itersize, self.bound, in_tx, self.confirmed, IDLE_WAIT_MS)
+                with self._using:
+                    rows, in_tx, state, error = self._compiled.repl_read(
+                        self._conn.handle, self.itersize, self.bound, in_tx, self.confirmed, IDLE_WAIT_MS)
                 if rows:
                     yield rows
                 if state == "bound":
@@ -174,7 +199,8 @@ class ReplicationStream:
 
     def _status(self, lsn: int, *, reply: bool) -> None:
         assert self._conn is not None
-        failed = self._compiled.repl_status(self._conn.handle, lsn, reply)
+        with self._using:
+            failed = self._compiled.repl_status(self._conn.handle, lsn, reply)
         if failed is not None:
             raise ReplicationConnectionError(f"streaming slot {self.slot!r} failed: {str(failed).strip()}",
                                              hint=RUN_AGAIN)
@@ -183,6 +209,9 @@ class ReplicationStream:
         """Ends the stream (closing its connection) and, with ``wait``, waits up to ``RELEASE_WAIT_S`` for our
         walsender (this connection's server process) to release the slot, ending it if it has not noticed
         after ``EXIT_WAIT_S``. No other process is ever ended: a slot held by another pid is not ours."""
+        self._stopped.set()
+        if self._heartbeat is not None:  # none when START_REPLICATION was refused
+            self._heartbeat.join()
         conn, self._conn = self._conn, None
         if conn is None:
             return

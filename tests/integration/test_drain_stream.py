@@ -263,3 +263,26 @@ def hook_confirmed(server) -> int:
 
     (lsn,), = query(server.dsn(), "SELECT confirmed_flush_lsn - '0/0' FROM pg_replication_slots WHERE slot_name = 's1'")
     return int(lsn)
+
+
+def test_a_batch_published_for_longer_than_wal_sender_timeout_keeps_the_stream(drain_source, tmp_path, pg_server):
+    """Nothing reads the stream while a batch is written and published; the stream's status updates meanwhile keep
+    the walsender from ending it (wal_sender_timeout), so one run stages every batch."""
+    from scripts.harness.pgserver import execute
+
+    cur, hook = drain_source
+    xids = [run_tx(cur, [("INSERT INTO events (account, kind, payload) SELECT g, 'bulk', repeat(md5(g::text), 32) "
+                          "FROM generate_series(1, 500) g", ())]) for _ in range(16)]  # more than the sockets hold
+    uri = str(tmp_path / "stage")
+
+    def slow_publish(name: str) -> None:
+        if name == "files_written" and not StagingReader.from_uri(uri, "s1").batches():
+            time.sleep(3)  # the first batch's upload outlasts the server's patience
+
+    execute(pg_server.dsn(), "ALTER SYSTEM SET wal_sender_timeout = '1500ms'", "SELECT pg_reload_conf()")
+    try:
+        results = drain_run(hook, config(uri, "s1", max_changes=1000, read="stream"), on_checkpoint=slow_publish)
+    finally:
+        execute(pg_server.dsn(), "ALTER SYSTEM RESET wal_sender_timeout", "SELECT pg_reload_conf()")
+    assert len(results) > 1
+    assert_log_matches(uri, "s1", xids)
