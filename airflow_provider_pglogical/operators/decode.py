@@ -15,9 +15,9 @@ from airflow_provider_pglogical.staging.drain import (
     DEFAULT_MAX_CHANGES,
     DEFAULT_MAX_WAL_BYTES,
     DRAIN_MODES,
-    DRAIN_READS,
     DrainConfig,
     DrainResult,
+    drain_read,
     drain_slot,
 )
 from airflow_provider_pglogical.staging.writer import DEFAULT_ROW_GROUP_ROWS
@@ -92,9 +92,7 @@ class PgLogicalDecodeOperator(BaseOperator):
         mode = next((m for m in DRAIN_MODES if m == self.mode), None)
         if mode is None:
             raise ValueError(f"mode must be 'peek' or 'get', not {self.mode!r}")
-        read = next((r for r in DRAIN_READS if r == self.read), None)
-        if read is None:
-            raise ValueError(f"read must be 'sql' or 'stream', not {self.read!r}")
+        read = drain_read(self.read)
         publication = self.publication if isinstance(self.publication, str) else tuple(self.publication)
         return DrainConfig(slot=self.slot, publication=publication, staging_uri=self.staging_uri,
                            max_wal_bytes=_optional_int(self.max_wal_bytes),

@@ -42,6 +42,7 @@ from airflow_provider_pglogical.pipeline.model import (
     union_tables,
 )
 from airflow_provider_pglogical.row_filter import parse_row_filter
+from airflow_provider_pglogical.staging.drain import DRAIN_READS, drain_read
 
 DURATION = re.compile(r"(\d+)\s*([smhdw]?)")
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -273,7 +274,7 @@ class SpecValidator:
             max_lag_bytes=self.size(raw.get("max_lag_bytes"), _join(path, "max_lag_bytes"), positive=False),
             min_safe_wal_bytes=self.size(raw.get("min_safe_wal_bytes"), _join(path, "min_safe_wal_bytes"),
                                          positive=False),
-            read=self.choice(raw.get("read"), _join(path, "read"), ("sql", "stream"), "sql"),
+            read=drain_read(self.choice(raw.get("read"), _join(path, "read"), DRAIN_READS, "sql")),
         )
 
     def publications(self, value: list[Any], path: str) -> tuple[str, ...]:

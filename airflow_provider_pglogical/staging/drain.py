@@ -42,6 +42,14 @@ DrainRead = Literal["sql", "stream"]
 DRAIN_READS: tuple[DrainRead, ...] = ("sql", "stream")
 
 
+def drain_read(value: object) -> DrainRead:
+    """``value`` as a drain read (the one check of the spec, the operator and ``DrainConfig``), else ValueError."""
+    read = next((r for r in DRAIN_READS if r == value), None)
+    if read is None:
+        raise ValueError(f"drain read {value!r} is not one of {', '.join(DRAIN_READS)}")
+    return read
+
+
 class Logger(Protocol):
     """What a drain logs through: a ``logging.Logger``, or an Airflow task's ``self.log``."""
 
@@ -68,6 +76,7 @@ class ChangeStream(Protocol):
     def open(self) -> bool: ...
 
     def blocks(self) -> Iterator[list[tuple[int, int, bytes]]]: ...
+    def __iter__(self) -> Iterator[tuple[int, int, bytes]]: ...
     def confirm(self, lsn: int) -> None: ...
     def close(self) -> None: ...
 
@@ -142,8 +151,7 @@ class DrainConfig:
     snapshot_tables: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.read not in DRAIN_READS:
-            raise ValueError(f"drain read {self.read!r} is not one of {', '.join(DRAIN_READS)}")
+        drain_read(self.read)
         if self.read == "stream" and self.mode == "get":
             raise ValueError("drain read 'stream' confirms published batches, it cannot consume while reading: "
                              "use mode 'peek' with it, or read 'sql' with mode 'get'")
@@ -596,15 +604,15 @@ class _OpenPeek:
     """A peek's rows being decoded: the stream, its assembler (and relation cache), and what the
     batch cut by ``max_changes`` left unread, kept across the cycles of one ``drain_run``."""
 
-    def __init__(self, config: DrainConfig, upto: int, assembler: ChangeAssembler, rows: Any,
+    def __init__(self, config: DrainConfig, upto: int, assembler: ChangeAssembler, stream: ChangeStream | None,
                  events: Iterator[Event], stack: ExitStack, progress: Progress) -> None:
-        self.slot, self.upto, self.assembler, self.rows, self.events = config.slot, upto, assembler, rows, events
+        self.slot, self.upto, self.assembler, self.events = config.slot, upto, assembler, events
         self.stack, self.progress = stack, progress
         self.exhausted = False
         self.next_start: int | None = None
         self.loose: list[NonTransactionalMessage] = []  # read but after the last batch's end: the next one's
         self.staged = ""  # what the progress lines add (the current batch's counts)
-        self.stream: ChangeStream | None = rows if config.read == "stream" else None
+        self.stream = stream  # a replication stream's read (None: the SQL peek's)
 
     @property
     def streaming(self) -> bool:
@@ -644,10 +652,11 @@ class _OpenPeek:
             progress = stack.enter_context(Progress(
                 f"decode slot {config.slot}", logger.info, total_bytes=upto - start, interval=config.progress_every_s,
                 detail=lambda: holder[0].staged if holder else ""))
-            rows: Any
+            stream: ChangeStream | None = None
+            rows: SlotRows | ChangeStream
             if config.read == "stream":
-                rows = client.stream_changes(config.slot, config.publications, start_lsn=start, upto_lsn=upto,
-                                             itersize=config.itersize)
+                rows = stream = client.stream_changes(config.slot, config.publications, start_lsn=start,
+                                                      upto_lsn=upto, itersize=config.itersize)
             else:
                 rows = read(config.slot, config.publications, upto_lsn=upto, itersize=config.itersize)
             close = getattr(rows, "close", None)
@@ -657,7 +666,7 @@ class _OpenPeek:
         except BaseException:
             stack.close()
             raise
-        peek = cls(config, upto, assembler, rows, events, stack, progress)
+        peek = cls(config, upto, assembler, stream, events, stack, progress)
         holder.append(peek)
         return peek
 
@@ -733,7 +742,7 @@ def _stage(client: SlotClient, config: DrainConfig, layout: StagingLayout, reade
     if advance and not consume:  # else drain_run advances later, once for several batches (get: consumed)
         peek.confirm(manifest.end_lsn_int)  # a stream: published, so confirmed through it, then released
         peek.close()
-        advance_unless_confirmed(client, config, manifest.end_lsn_int, logger, streamed=config.read == "stream")
+        advance_unless_confirmed(client, config, manifest.end_lsn_int, logger, streamed=peek.stream is not None)
     if advance or consume:
         checkpoint("advanced")
     elapsed = max(time.monotonic() - t0, 1e-9)
