@@ -43,9 +43,13 @@ environment as a deployment gives them) instead of a local directory: with the s
 ``pglogical`` process reads the staged files itself (``batches.readable_here``), so a small batch starts no JVM;
 ``--code`` of an older tree shows what it cost before.
 
+With ``--keyless``, only keyless small batches (a table without a primary key: insert-only, each row inserted twice
+in its transaction), alternately through the direct path and through Spark's transforms (``PGLOGICAL_APPLY_DIRECT=0``)
+in one run, side by side with their ratio; ``--row-filter`` applies to that table too (on ``grp``, e.g. ``"grp > 0"``).
+
 Usage: python benchmarks/small_run.py [--changes 100] [--repeat 3] [--json FILE] [--code DIR] [--no-split] [--connect]
                                      [--inprocess-rows N] [--jvm-archive] [--row-filter EXPR] [--target iceberg]
-                                     [--staging local|s3] [--direct 0|1] [--schema-change]
+                                     [--staging local|s3] [--direct 0|1] [--schema-change] [--keyless]
 ``--inprocess-rows N`` sets ``PGLOGICAL_APPLY_INPROCESS_ROWS`` for the runs (0: repeated keys netted by Spark).
 ``--direct 0`` sets ``PGLOGICAL_APPLY_DIRECT=0`` for the runs: every table-batch through Spark's transforms (the
 reference of the direct path and the in-process netting); the CLI's environment gets it explicitly, as
@@ -323,6 +327,46 @@ def archive_runs(spec_path: Path, dsn: str, args: argparse.Namespace, env: dict[
             "jvm_archive_runs": runs, "jvm_archive_median": medians, "jvm_archive_ratios": ratios}
 
 
+KEYLESS_SCHEMA = "CREATE TABLE ev (at int NOT NULL, grp int, note text);"  # no primary key: insert-only
+
+
+def keyless_batch(dsn: str, changes: int, base: int) -> None:
+    """``changes`` INSERTs into the keyless table in one transaction, each row twice (two identical rows)."""
+    execute(dsn, f"""BEGIN;
+INSERT INTO ev SELECT {base} + g / 2, g % 5 - 1, md5((g / 2)::text) FROM generate_series(0, {changes - 1}) g;
+COMMIT;""")
+
+
+def keyless_runs(spec_path: Path, dsn: str, args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
+    """Keyless small batches, alternately with the direct path (``direct``) and with every table-batch through
+    Spark's transforms (``spark``: ``PGLOGICAL_APPLY_DIRECT=0``), ``--repeat`` times each after one warm-up run of
+    each: wall seconds of the CLI run and whether it started Spark."""
+    execute(dsn, KEYLESS_SCHEMA)
+    doc = yaml.safe_load(spec_path.read_text())
+    doc["source"].update(publication="keyless_pub", slot="keyless_slot")
+    doc["tables"] = {"public.ev": {"row_filter": args.row_filter} if args.row_filter else {}}
+    keyless_spec = spec_path.with_name("spec-keyless.yaml")
+    keyless_spec.write_text(yaml.safe_dump(doc))
+    spec = ["--spec", str(keyless_spec)]
+    timed_cli("run", *spec, env=env)  # creates publication and slot
+    envs = {"direct": {**env, "PGLOGICAL_APPLY_DIRECT": "1"}, "spark": {**env, "PGLOGICAL_APPLY_DIRECT": "0"}}
+    runs: dict[str, list[float]] = {name: [] for name in envs}
+    started: dict[str, list[bool]] = {name: [] for name in envs}
+    base = 0
+    for i in range(args.repeat + 1):
+        for name, run_env in envs.items():
+            base += 1_000_000
+            keyless_batch(dsn, args.changes, base)
+            out: list[dict[str, Any]] = []
+            seconds = timed_cli("run", *spec, env=run_env, out=out)
+            if i:  # the first round warms the page cache and the bytecode of both
+                runs[name].append(round(seconds, 2))
+                started[name].append(bool((out[0].get("spark") or {}).get("started")))
+    medians = {name: round(statistics.median(values), 2) for name, values in runs.items()}
+    return {"keyless_run_s": runs, "keyless_run_median_s": medians, "keyless_spark_started": started,
+            "keyless_direct_vs_spark_ratio": round(medians["direct"] / medians["spark"], 3)}
+
+
 def connect_runs(spec_path: Path, dsn: str, args: argparse.Namespace, env: dict[str, str],
                  work: Path) -> dict[str, Any]:
     """The small-batch runs over a Spark Connect server started (and warmed by one run) before them."""
@@ -393,6 +437,8 @@ def main() -> int:
                    help="PGLOGICAL_APPLY_DIRECT for the runs (0: every table-batch through Spark's transforms)")
     p.add_argument("--schema-change", action="store_true",
                    help="only small batches crossing an ADD COLUMN … DEFAULT, in process and by Spark alternately")
+    p.add_argument("--keyless", action="store_true",
+                   help="only keyless small batches, the direct path and Spark's transforms alternately")
     p.add_argument("--row-filter", default=None, help="the table's spec row filter (on id), e.g. 'id %% 2 = 0'")
     p.add_argument("--target", choices=("postgres", "iceberg"), default="postgres",
                    help="the spec's target: a PostgreSQL database, or an Iceberg mirror (SQL catalog on SQLite, "
@@ -430,6 +476,14 @@ def main() -> int:
         if args.direct is not None:
             env["PGLOGICAL_APPLY_DIRECT"] = str(args.direct)
         spec = ["--spec", str(spec_path)]
+        if args.keyless:
+            result = json.dumps({"changes_per_batch": args.changes, "row_filter": args.row_filter,
+                                 **keyless_runs(spec_path, dsn, args, env),
+                                 "load_average_1m": [load_before, load_average()]}, indent=2)
+            print(result)
+            if args.json:
+                args.json.write_text(result + "\n")
+            return 0
         if args.jvm_archive:
             timed_cli("run", *spec, env=env)  # creates publication and slot
             measured = archive_runs(spec_path, dsn, args, env, work)

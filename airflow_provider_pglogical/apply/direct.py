@@ -42,7 +42,7 @@ columns, moved-from keys and touched flags (``compacted_rows``; ``DirectNet.comp
 as it loads Spark's net frame. Its keys must group by Arrow equality as Spark groups them (``kernels.groupable``:
 no floating-point key). A row filter outside that subset, exactness notes, several routed leaves writing one target
 in a batch (``PlannedTable.parts``, a leaf's truncate among them; a lone routed leaf's truncate is a cut like any
-other) or a keyless table still go to Spark.
+other) still go to Spark.
 
 A table-batch staged under several schema versions of its table (``same_schema`` false) is netted in this process
 too, always by the kernels (``schema_union``, ``DirectNet.union``): each staged file is put in the versions' union
@@ -52,6 +52,13 @@ the frame ``batches.read_changes`` gives Spark. It stays with Spark when a row f
 publication applies, when a column's type changed between versions other than by widening integers, floats or
 decimals (of at most 38 digits; Spark unions the others as text), when the union lacks a written column, and on
 Delta and Iceberg targets (``lake/direct.net_table``).
+
+A keyless table (no replica identity: insert-only, ``PlannedTable.key`` empty) has nothing to net: Spark's
+``transforms.to_appends`` makes every published INSERT after the cut its own row, two identical INSERTs two rows.
+``keyless_files`` hands such a table-batch over under the same conditions but for the key's: with no row filter
+and every action published, its rows are the per-row rewrite's; else the publication is applied per change and
+each INSERT it keeps is appended (``appended_rows``, a staged row group at a time). A published UPDATE or DELETE
+among its staged changes leaves it to Spark, which refuses it as the publisher does.
 
 Staged files on an object store (``s3://``, ``gs://``, ``abfs://``) are read by this process, through the staging
 area's own pyarrow filesystem and credentials, when Spark's master is local (``batches.readable_here``: the driver
@@ -78,6 +85,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from urllib.parse import urlparse
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
@@ -258,6 +266,8 @@ def batch_files(table: PlannedTable, batch: Batch, sync_lsn: int | None) -> Dire
     """The table-batch's staged files when its net changes are the per-row rewrite of the module docstring, else
     None. ``sync_lsn``: the sync LSN of the snapshot the table's target holds (a batch starting before it drops
     the changes the snapshot has: a cut-off the files do not show)."""
+    if not table.key:
+        return keyless_files(table, batch, sync_lsn)
     files = batch.table_files.get(table.source, ())
     if not files or not plain_table(table) or not batch.here or has_value_notes(batch, table.source):
         return None
@@ -274,14 +284,69 @@ def batch_files(table: PlannedTable, batch: Batch, sync_lsn: int | None) -> Dire
     if union is None and plain and no_unchanged_toast(paths, fs) and keys_never_repeat(
             batch, table.source, table.key, full_identity=table.relation.replica_identity == "f"):
         return net
-    partitions = in_process(table, batch, paths, fs, union)
+    return netted_here(net, table, batch, judge_filter=not plain)
+
+
+def keyless_files(table: PlannedTable, batch: Batch, sync_lsn: int | None) -> DirectNet | None:
+    """A keyless (insert-only) table-batch's staged files when this process gives Spark's rows for it
+    (``transforms.to_appends``: every published INSERT after the cut its own row, duplicates too), else None.
+
+    Nothing is netted, so repeated values do not matter. Without a row filter and with every action published the
+    rows are the per-row rewrite (``net_rows``: an INSERT is an ``I`` of its new image), read a row group at a time;
+    otherwise the publication is applied per change first (``compacted`` with the empty key: ``compacted_batches``
+    appends what ``published.publish`` keeps, a row group at a time, ``appended_rows``), as for the in-process
+    netting (``in_process``: its switch and bounds, which here only decide whether the filter is judged whole or a
+    row group at a time, ``publishable``). A published UPDATE or DELETE staged for the table leaves it to Spark,
+    whose net frame refuses it with its typed error (``changes.check_updates_deletes``)."""
+    files = batch.table_files.get(table.source, ())
+    if (not files or not enabled() or table.parts or table.key or not plain_config(table.config) or not batch.here
+            or has_value_notes(batch, table.source)):
+        return None
+    fs = batch.reader.layout.fs
+    paths = tuple(f"{batch.ref.path}/{rel}" for rel in files)
+    if not same_schema(paths, table.columns, fs) or updates_or_deletes(paths, table.config.actions, fs):
+        return None
+    net = DirectNet(table.source, table.target, paths, (), tuple(table.columns), filesystem=fs,
+                    cut=batch_cut(table, batch, sync_lsn))
+    return net if publishes_all(table.config) else netted_here(net, table, batch, judge_filter=True)
+
+
+def netted_here(net: DirectNet, table: PlannedTable, batch: Batch, *, judge_filter: bool) -> DirectNet | None:
+    """``net`` as a compacted table-batch (the publication applied per change in this process, in ``in_process``'s
+    key partitions), or None when Spark takes it: ``in_process`` says no, or (``judge_filter``) the row filter is
+    not evaluated here over every staged change (``publishable``)."""
+    partitions = in_process(table, batch, net.files, net.filesystem, net.union)
     if not partitions:
         return None
     net = replace(net, compacted=True, identity=tuple(table.relation.identity_columns),
                   row_filter=table.config.row_filter, actions=tuple(table.config.actions), partitions=partitions)
-    if not plain and not publishable(net):
-        return None
-    return net
+    return None if judge_filter and not publishable(net) else net
+
+
+def updates_or_deletes(paths: Sequence[str], actions: Sequence[str], filesystem: pafs.FileSystem | None = None
+                       ) -> bool:
+    """Whether any staged change in ``paths`` is an UPDATE or DELETE of a published action (read from ``op``)."""
+    letters = [letter for action, letter in (("update", "U"), ("delete", "D")) if action in actions]
+    if not letters:
+        return False
+    for path in paths:
+        op = pq.read_table(path, columns=["op"], filesystem=filesystem).column(0)
+        if pc.any(pc.is_in(op, pa.array(letters, op.type))).as_py():
+            return True
+    return False
+
+
+def appended_rows(staged: pa.Table, columns: Sequence[str]) -> kernels.Net:
+    """``transforms.to_appends`` of published staged changes: each INSERT its own ``I`` row of its new image, in
+    staged order, nothing kept, not touched (a keyless table has no key to net by)."""
+    inserts = staged.filter(pc.equal(staged.column("op"), "I"))
+    n = inserts.num_rows
+    new = inserts.column("new").combine_chunks()
+    values = kernels.fields(new, columns)
+    return kernels.Net(kind=pa.repeat(pa.scalar("I", pa.string()), n),
+                       keep=pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), pa.array([], pa.string())),
+                       lsn=inserts.column("lsn").combine_chunks().cast(pa.int64()), from_key=[],
+                       touched=pa.repeat(pa.scalar(False), n), columns=[values[c] for c in columns])
 
 
 def schema_union(table: PlannedTable, batch: Batch, paths: Sequence[str], filesystem: pafs.FileSystem | None = None
@@ -379,6 +444,8 @@ def compacted_rows(staged: pa.Table, net: DirectNet) -> pa.RecordBatch:
     as Spark applies them before netting."""
     staged = published.publish(after_cut(staged, net.cut), row_filter=net.row_filter, actions=net.actions,
                                identity=net.identity)
+    if not net.key:  # keyless: appended, not netted
+        return _net_batch(appended_rows(staged, net.columns), net)
     return _net_batch(kernels.compact_changes(staged, net.key, net.columns, net.identity), net)
 
 
@@ -386,10 +453,16 @@ def compacted_batches(chunks: Iterable[pa.Table], net: DirectNet) -> Iterator[pa
     """A compacted ``DirectNet``'s net rows from its staged row groups (``chunks``, ``kernels.STAGED_COLUMNS``):
     ``compacted_rows`` of them all when ``net.partitions`` is 1, else one batch per key partition
     (``partitioned.netted``: spilled to disk, netted one partition at a time), the same rows in all. The chunks
-    of a table-batch of several schema versions are put in their union's layout first (``versions.conform``)."""
+    of a table-batch of several schema versions are put in their union's layout first (``versions.conform``). A
+    keyless table-batch's rows are its chunks' own (``appended_rows``): one batch per chunk, nothing held or
+    spilled."""
     if net.union is not None:
         union = net.union
         chunks = (versions.conform(chunk, union) for chunk in chunks)
+    if not net.key:
+        for chunk in chunks:
+            yield compacted_rows(chunk, net)
+        return
     if net.partitions <= 1:
         groups = list(chunks)
         if groups:

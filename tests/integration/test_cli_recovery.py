@@ -9,6 +9,7 @@ import yaml
 
 from scripts.harness.pgserver import drop_database, execute, make_database, query
 from tests.integration.test_cli import pglogical
+from tests.support.cli import create_replication
 from tests.support.spark import TEST_SPARK_CONF
 
 
@@ -51,11 +52,11 @@ def events(dsn: str) -> list[tuple]:
 
 def test_a_second_pipeline_creating_a_progress_table_elsewhere_does_not_make_the_first_apply_twice(two_pipelines):
     p = two_pipelines
-    run_ok("decode", "--spec", p["events"])
+    create_replication(p["events"])
     execute(p["source"], "INSERT INTO r028.events VALUES (16, 'a'), (17, 'b')")
     assert run_ok("run", "--spec", p["events"])["apply"]["batches_applied"] == 1
     # the other pipeline's tables are in public: its bookkeeping goes there, on the search path
-    run_ok("decode", "--spec", p["accounts"])
+    create_replication(p["accounts"])
     execute(p["source"], "INSERT INTO public.accounts VALUES (1, 10)")
     assert run_ok("run", "--spec", p["accounts"])["apply"]["batches_applied"] == 1
     assert query(p["target"], "SELECT to_regclass('pglogical_progress')::text") == [("pglogical_progress",)]
@@ -69,7 +70,7 @@ def test_a_second_pipeline_creating_a_progress_table_elsewhere_does_not_make_the
 
 def test_watermarks_gone_after_batches_were_applied_stop_the_run_and_reset_is_the_way_out(two_pipelines):
     p = two_pipelines
-    run_ok("decode", "--spec", p["events"])
+    create_replication(p["events"])
     execute(p["source"], "INSERT INTO r028.events VALUES (16, 'a'), (17, 'b')")
     run_ok("run", "--spec", p["events"])
     execute(p["target"], "DROP TABLE r028.pglogical_progress")
@@ -94,7 +95,7 @@ def accounts(dsn: str) -> list[tuple]:
 
 def recreate_slot_losing_a_change(p: dict) -> None:
     """Stage and apply one row, then drop the slot, change the source, and let the next run recreate it."""
-    run_ok("decode", "--spec", p["accounts"])
+    create_replication(p["accounts"])
     execute(p["source"], "INSERT INTO public.accounts VALUES (1, 10)")
     run_ok("run", "--spec", p["accounts"])
     execute(p["source"], "SELECT pg_drop_replication_slot('accounts_slot')")
@@ -134,7 +135,7 @@ def test_allow_gap_accepts_losing_the_changes_a_recreated_slot_missed_and_the_pi
 
 def test_status_exits_non_zero_with_its_json_when_the_slot_of_a_staged_pipeline_is_missing(two_pipelines):
     p = two_pipelines
-    run_ok("decode", "--spec", p["accounts"])
+    create_replication(p["accounts"])
     execute(p["source"], "INSERT INTO public.accounts VALUES (1, 10)")
     run_ok("decode", "--spec", p["accounts"])
     assert pglogical("status", "--spec", p["accounts"]).returncode == 0
@@ -152,7 +153,7 @@ def test_a_column_list_naming_a_missing_column_fails_before_anything_is_staged(t
     doc["tables"]["public.accounts"] = {"columns": ["id", "balanse"]}
     spec = tmp_path / "columns.yaml"
     spec.write_text(yaml.safe_dump(doc))
-    run_ok("decode", "--spec", p["accounts"])  # the slot exists
+    create_replication(p["accounts"])  # the slot exists
     execute(p["source"], "INSERT INTO public.accounts VALUES (1, 10)")
     before = query(p["source"], "SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
                                 "WHERE slot_name = 'accounts_slot'")
@@ -175,7 +176,7 @@ def test_a_column_list_naming_a_missing_column_fails_before_anything_is_staged(t
 
 def test_a_target_refusing_a_batch_in_the_spark_apply_prints_one_line_on_stderr(two_pipelines):
     p = two_pipelines
-    run_ok("decode", "--spec", p["accounts"])
+    create_replication(p["accounts"])
     # a trigger on the target refuses the batch Spark staged (the Spark path, not the direct one)
     execute(p["target"], "CREATE TABLE public.accounts (id int PRIMARY KEY, balance int)",
             "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS "
@@ -198,7 +199,7 @@ def test_a_target_refusing_a_batch_in_the_spark_apply_prints_one_line_on_stderr(
 def test_an_initial_snapshot_asked_of_an_existing_slot_runs_after_the_way_out_its_error_names(two_pipelines, tmp_path):
     p = two_pipelines
     execute(p["source"], "INSERT INTO public.accounts VALUES (1, 10), (2, 20)")
-    run_ok("decode", "--spec", p["accounts"])  # the slot exists, created without a snapshot
+    create_replication(p["accounts"])  # the slot exists, created without a snapshot
     doc = yaml.safe_load(open(p["accounts"]))
     spec = tmp_path / "initial.yaml"
     spec.write_text(yaml.safe_dump({**doc, "snapshot": {"initial": True}}))

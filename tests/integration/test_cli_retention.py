@@ -17,7 +17,7 @@ from airflow_provider_pglogical.staging.layout import MANIFEST, StagingLayout
 from airflow_provider_pglogical.staging.reader import StagingReader
 from airflow_provider_pglogical.staging.retention import CHECKPOINTS, read_pruned
 from scripts.harness.pgserver import drop_database, execute, make_database, query
-from tests.support.cli import error_line, pglogical, run_ok
+from tests.support.cli import create_replication, error_line, pglogical, run_ok
 from tests.support.spark import TEST_SPARK_CONF
 
 SLOT, PUBLICATION = "keep_slot", "keep_pub"
@@ -50,9 +50,9 @@ def pipeline(pg_server, pg_dsn, pg_dbname, tmp_path):
 
 def stage(p, spec: str, *ids: int) -> None:
     """One staged batch per id: a row inserted on the source, then a drain in this process (``decode_pending``, what
-    `pglogical decode` runs: each test runs that command itself first; a process per batch would only add its
-    start-up to the setup of the retention under test). An S3 staging's credentials are in this process's
-    environment (the ``s3`` fixture)."""
+    `pglogical decode` runs, after ``create_replication`` made the slot: a process per batch would only add its
+    start-up to the setup of the retention under test, which the commands below run as processes). An S3 staging's
+    credentials are in this process's environment (the ``s3`` fixture)."""
     for i in ids:
         execute(p["source"], f"INSERT INTO public.items VALUES ({i}, 'n{i}')")
         assert decode_pending(load_spec(spec))["changes"] == 1
@@ -78,7 +78,7 @@ def test_a_second_target_on_the_same_staging_keeps_the_batches_it_has_not_applie
     p = pipeline
     keep = {"keep_batches": 1}
     spec_a, spec_b = p["spec"]("a", "a", keep), p["spec"]("b", "b", keep)
-    run_ok("decode", "--spec", spec_a)  # creates publication and slot
+    create_replication(spec_a)
     stage(p, spec_a, 1)
     first = staged(spec_a)
     run_ok("apply", "--spec", spec_b)  # b applies the first batch and is known to the staging area from now on
@@ -112,7 +112,7 @@ def test_a_second_target_on_the_same_staging_keeps_the_batches_it_has_not_applie
 def test_a_crashed_prune_leaves_verifiable_staging_and_the_next_prune_finishes_it(pipeline):
     p = pipeline
     spec = p["spec"]("plain")
-    run_ok("decode", "--spec", spec)
+    create_replication(spec)
     stage(p, spec, 1, 2, 3, 4, 5)
     assert run_ok("apply", "--spec", spec)["retention"]["retention"] is None  # no retention: nothing pruned
     batches = staged(spec)
@@ -160,7 +160,7 @@ def test_a_crashed_prune_leaves_verifiable_staging_and_the_next_prune_finishes_i
 def test_replay_of_a_pruned_range_fails_naming_it_and_a_resync_is_the_way_out(pipeline):
     p = pipeline
     spec = p["spec"]("a", retention={"keep_batches": 1})
-    run_ok("decode", "--spec", spec)
+    create_replication(spec)
     stage(p, spec, 1, 2, 3)
     assert run_ok("apply", "--spec", spec)["retention"]["pruned_batches"] == 2
     through = read_pruned(StagingLayout.from_uri(str(p["staging"]), SLOT)).through_lsn
@@ -189,7 +189,7 @@ def test_retention_prunes_s3_staging_and_status_summarises_it(pipeline, s3):
     p = pipeline
     env = s3.env()
     spec = p["spec"]("s3", retention={"keep_batches": 2}, staging=f"s3://{s3.bucket}/staging")
-    run_ok("decode", "--spec", spec, extra=env)
+    create_replication(spec)
     stage(p, spec, 1, 2, 3, 4)
     names = [f"{s:016X}-{e:016X}" for s, e in staged(spec)]
     run = run_ok("run", "--spec", spec, extra=env)
@@ -215,7 +215,7 @@ def test_an_apply_whose_staging_cannot_be_written_stands_and_prunes_nothing(pipe
 
     p = pipeline
     spec = p["spec"]("a", retention={"keep_batches": 1})
-    run_ok("decode", "--spec", spec)
+    create_replication(spec)
     stage(p, spec, 1, 2)
 
     def refused(*_args: object, **_kwargs: object) -> None:

@@ -22,6 +22,7 @@ from tests.integration.test_native_equivalence import (
     TABLES,
 )
 from tests.support.exact import exact
+from tests.support.lake_workload import replay_feed
 
 NATIVE_COLUMNS = {"cols": ("id", "a", "b")}  # the column list: the subscriber's table has every column
 
@@ -33,29 +34,9 @@ def delta_rows(location: DeltaLocation, table: str, columns: Sequence[str] | Non
 
 
 def replay_changelog(location: DeltaLocation, table: str) -> list[tuple]:
-    """The change feed replayed in (_commit_lsn, _tx_order) order, as the native apply worker would."""
-    feed = DeltaTable(location.table_uri(f"public.{table}"), storage_options=location.options).to_pyarrow_table()
-    feed = feed.sort_by([("_commit_lsn", "ascending"), ("_tx_order", "ascending")])
-    columns = [c for c in feed.column_names if not c.startswith("_")]
-    state: dict[object, dict] = {}
-    for ch in feed.to_pylist():
-        new = {c: ch[c] for c in columns}
-        match = ch["_old"]["id"] if ch["_old"] is not None else new["id"]
-        if ch["_op"] == "truncate":
-            state.clear()
-        elif ch["_op"] == "delete":
-            state.pop(match, None)
-        elif ch["_op"] == "update":
-            if match in state:
-                old = state.pop(match)
-                state[new["id"]] = {c: old[c] if c in ch["_unchanged_toast"] else new[c] for c in columns}
-        elif ch["_unchanged_toast"]:  # insert that keeps a value: only from a row already at the key
-            if new["id"] in state:
-                old = state[new["id"]]
-                state[new["id"]] = {c: old[c] if c in ch["_unchanged_toast"] else new[c] for c in columns}
-        else:
-            state[new["id"]] = new
-    return sorted(tuple(r[c] for c in columns) for r in state.values())
+    """The Delta change feed replayed in order (``replay_feed``)."""
+    return replay_feed(DeltaTable(location.table_uri(f"public.{table}"), storage_options=location.options)
+                       .to_pyarrow_table())
 
 
 @pytest.mark.parametrize("storage", ["local", "s3"])

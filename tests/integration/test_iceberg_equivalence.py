@@ -20,6 +20,7 @@ from tests.integration.test_native_equivalence import (
     TABLES,
 )
 from tests.support.exact import exact
+from tests.support.lake_workload import replay_feed
 
 
 def location(root: str, catalog_dir: str, namespace: str) -> IcebergLocation:
@@ -53,30 +54,10 @@ def duckdb_rows(target: IcebergTarget, table: str) -> list[tuple]:
 
 
 def replay_changelog(target: IcebergTarget, table: str) -> list[tuple]:
-    """The change feed replayed in (_commit_lsn, _tx_order) order, as the native apply worker would."""
+    """The Iceberg change feed replayed in order (``replay_feed``)."""
     tbl = target.open(f"public.{table}")
     assert tbl is not None, table
-    feed = tbl.scan().to_arrow().sort_by([("_commit_lsn", "ascending"), ("_tx_order", "ascending")])
-    columns = [c for c in feed.column_names if not c.startswith("_")]
-    state: dict[object, dict] = {}
-    for ch in feed.to_pylist():
-        new = {c: ch[c] for c in columns}
-        match = ch["_old"]["id"] if ch["_old"] is not None else new["id"]
-        if ch["_op"] == "truncate":
-            state.clear()
-        elif ch["_op"] == "delete":
-            state.pop(match, None)
-        elif ch["_op"] == "update":
-            if match in state:
-                old = state.pop(match)
-                state[new["id"]] = {c: old[c] if c in ch["_unchanged_toast"] else new[c] for c in columns}
-        elif ch["_unchanged_toast"]:
-            if new["id"] in state:
-                old = state[new["id"]]
-                state[new["id"]] = {c: old[c] if c in ch["_unchanged_toast"] else new[c] for c in columns}
-        else:
-            state[new["id"]] = new
-    return sorted(tuple(r[c] for c in columns) for r in state.values())
+    return replay_feed(tbl.scan().to_arrow())
 
 
 @pytest.mark.parametrize("storage", ["local", "s3"])

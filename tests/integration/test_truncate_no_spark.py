@@ -1,7 +1,8 @@
 """`pglogical run` of batches with TRUNCATE, and of a batch a resync's sync LSN cuts, without a JVM: the direct
 path applies the changes after the table's last truncate (and after the sync LSN) in the pglogical process, the
 target performs the truncate itself (CASCADE, RESTART IDENTITY) in the batch's transaction, and the target ends
-equal to a native subscriber of the same publication — rows and the owned sequences RESTART IDENTITY resets.
+equal to a native subscriber of the same publication — rows and the owned sequences RESTART IDENTITY resets. Keyless
+tables (insert-only, a row filter among them) around a truncate, into PostgreSQL and into an Iceberg mirror, too.
 
 Every run has JAVA_HOME pointing nowhere: a Spark start fails it (``test_cli_no_spark.run``'s pattern).
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,8 @@ import pytest
 import yaml
 
 from airflow_provider_pglogical.apply.batches import list_batches
+from airflow_provider_pglogical.apply.targets.iceberg.catalog import IcebergLocation
+from airflow_provider_pglogical.apply.targets.iceberg.target import IcebergTarget
 from scripts.harness.pgserver import drop_database, execute, make_database, query
 from scripts.harness.subscriber import drop_slot_when_idle, subscribe, unsubscribe, wait_for_subscriber
 from tests.support.cli import pglogical
@@ -211,3 +215,78 @@ def test_a_cascade_keeps_a_child_resynced_after_it_and_stops_until_its_parent_is
     run_without_java(spec, pipeline["tmp"])
     assert_native(pipeline, ("parent", "child"))
     assert query(pipeline["ours"], "SELECT count(*) FROM child")[0][0] == 8  # not vacuous: rows on both sides of S
+
+
+# Keyless (no primary key, so no replica identity): insert-only, every INSERT its own row.
+EVENTS = "CREATE TABLE events (at int NOT NULL, grp int, note text); CREATE TABLE log (at int, line text);"
+EVENTS_FILTER = "grp > 0"
+EVENT_COLUMNS = {"events": ("at", "grp", "note"), "log": ("at", "line")}
+
+
+def _multiset(rows: list[tuple]) -> list[tuple]:
+    """Rows with their counts, sorted (two identical INSERTs are two rows)."""
+    return sorted(((*r, n) for r, n in Counter(rows).items()), key=repr)
+
+
+@pytest.mark.parametrize("kind", ["postgres", "iceberg"])
+def test_keyless_tables_apply_without_spark_like_a_native_subscriber(pg_server, tmp_path, kind):
+    """A keyless table with a row filter (the publication applied in process) and one without (the per-row route),
+    into PostgreSQL and into an Iceberg mirror: identical INSERTs, rows the filter leaves out, a TRUNCATE between
+    INSERTs of one transaction and of one batch."""
+    source, native, ours = (make_database(pg_server) for _ in range(3))
+    source_dsn, native_dsn, ours_dsn = pg_server.dsn(source), pg_server.dsn(native), pg_server.dsn(ours)
+    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": str(tmp_path / "warehouse")}
+    target = {"kind": "postgres", "dsn": pg_server.uri(ours)} if kind == "postgres" else \
+        {"kind": "iceberg", "catalog": catalog, "namespace": "lake"}
+    spec = tmp_path / "keyless.yaml"
+    spec.write_text(yaml.safe_dump({
+        "source": {"dsn": pg_server.uri(source), "publication": "keyless_pub", "slot": "keyless_slot", "create": True},
+        "staging": {"uri": str(tmp_path / "staging")}, "target": target,
+        "tables": {"public.events": {"row_filter": EVENTS_FILTER}, "public.log": {}},
+        "spark": {"master": "local[2]", "conf": dict(TEST_SPARK_CONF)}}))
+    execute(source_dsn, EVENTS + f"CREATE PUBLICATION pub_native FOR TABLE events WHERE ({EVENTS_FILTER}), log "
+                                 "WITH (publish = 'insert, truncate');")
+    execute(native_dsn, EVENTS)
+    subscribe(source_dsn, native_dsn)
+
+    def rows_of(table: str) -> list[tuple]:
+        columns = EVENT_COLUMNS[table]
+        if kind == "postgres":
+            return _multiset(query(ours_dsn, f"SELECT {', '.join(columns)} FROM {table}"))
+        lake = IcebergTarget(IcebergLocation(catalog, "lake"), "keyless_slot").open(f"public.{table}")
+        assert lake is not None, table
+        return _multiset([tuple(r[c] for c in columns) for r in lake.scan().to_arrow().to_pylist()])
+
+    def assert_native() -> None:
+        wait_for_subscriber(source_dsn, native_dsn)
+        for table, columns in EVENT_COLUMNS.items():
+            assert rows_of(table) == _multiset(query(native_dsn, f"SELECT {', '.join(columns)} FROM {table}")), table
+
+    try:
+        run_without_java(str(spec), tmp_path)  # creates publication and slot: nothing to apply
+        execute(source_dsn, """BEGIN;
+            INSERT INTO events VALUES (1, 1, 'twice'), (1, 1, 'twice'), (2, 0, 'out'), (3, NULL, 'out'), (4, 5, NULL);
+            INSERT INTO log VALUES (1, 'a'), (1, 'a'), (NULL, NULL), (NULL, NULL);
+            COMMIT;""")
+        execute(source_dsn, "INSERT INTO events SELECT g, g % 3, 'g' FROM generate_series(1, 30) g; "
+                            "INSERT INTO log SELECT g % 4, 'g' FROM generate_series(1, 30) g;")
+        assert run_without_java(str(spec), tmp_path)["apply"]["batches_applied"] == 1
+        assert_native()
+        assert sum(r[-1] for r in rows_of("events")) == 23  # not vacuous: 3 of 5, 20 of 30
+        # A truncate inside a transaction between INSERTs, identical rows on both sides of it, and a later one.
+        execute(source_dsn, """BEGIN;
+            INSERT INTO events VALUES (7, 7, 'void'), (8, 8, 'again');
+            INSERT INTO log VALUES (7, 'void');
+            TRUNCATE events, log;
+            INSERT INTO events VALUES (8, 8, 'again'), (8, 8, 'again'), (9, -1, 'out');
+            INSERT INTO log VALUES (8, 'again'), (8, 'again');
+            COMMIT;""")
+        execute(source_dsn, "INSERT INTO events VALUES (10, 2, 'after'); INSERT INTO log VALUES (10, 'after');")
+        assert run_without_java(str(spec), tmp_path)["apply"]["batches_applied"] == 1
+        assert_native()
+        assert rows_of("events") == _multiset([(8, 8, "again"), (8, 8, "again"), (10, 2, "after")])
+    finally:
+        unsubscribe(native_dsn)
+        drop_slot_when_idle(source_dsn, "sub_native")
+        for name in (native, ours, source):
+            drop_database(pg_server, name)  # with their inactive slots

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 from typing import Any
 
 from scripts.harness.userenv import run_as_user, venv_script
@@ -30,3 +31,15 @@ def error_line(result: subprocess.CompletedProcess) -> str:
     assert result.returncode == 1, result.stderr[-3000:]
     [line] = [ln for ln in result.stderr.splitlines() if "error:" in ln]
     return line
+
+
+def create_replication(spec: str | Path) -> None:
+    """The publication and slot of ``spec`` (``source.create``), made in this process as the first ``pglogical run``
+    or ``decode`` of a pipeline makes them: before the source has changes, such a command stages and applies nothing
+    and reaches no store, so a test that only needs the slot created first spares its process."""
+    from airflow_provider_pglogical.pipeline.source import ensure_replication, source_client
+    from airflow_provider_pglogical.pipeline.spec import load_spec
+
+    loaded = load_spec(str(spec))
+    with source_client(loaded) as client:
+        ensure_replication(loaded, client)

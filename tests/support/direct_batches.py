@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
 from hypothesis import strategies as st
 
 from airflow_provider_pglogical.apply.config import TableApplyConfig
-from tests.support.stage import ITEMS, PAIRS, Chg, Rel
+from tests.support.stage import ITEMS, PAIRS, Chg, Col, Rel
 
 KEYS = {ITEMS: ("id",), PAIRS: ("a", "b")}
 
@@ -86,3 +87,33 @@ def case_lists(draw: st.DrawFn, cases: int) -> tuple[Rel, list[list[Chg]], Table
     repeat = draw(st.booleans())
     changes = draw(st.lists(changes_of(rel, repeat), min_size=cases, max_size=cases))
     return rel, changes, draw(CONFIGS)
+
+
+# A table without a primary key: no replica identity, so keyless (insert-only, every INSERT its own row).
+EVENTS = Rel("public", "events", (Col("at", pa.int64(), "bigint"), Col("grp", pa.int64(), "bigint"),
+                                  Col("note", pa.string(), "text")))
+KEYLESS_CONFIGS = st.sampled_from([TableApplyConfig(), TableApplyConfig(), TableApplyConfig(row_filter="grp > 0"),
+                                   TableApplyConfig(row_filter="note IS NOT NULL AND at < 3"),
+                                   TableApplyConfig(actions=("insert",)), TableApplyConfig(actions=("insert", "update"))])
+_EVENT = st.fixed_dictionaries({"at": st.integers(1, 3), "grp": st.one_of(st.none(), st.integers(-1, 2)),
+                                "note": st.one_of(st.none(), st.sampled_from(["a", "b"]))})
+
+
+@st.composite
+def keyless_changes(draw: st.DrawFn) -> list[Chg]:
+    """A keyless table's changes: INSERTs of a few distinct rows (identical INSERTs are frequent), in one example of
+    four some UPDATEs and DELETEs too — which a keyless table refuses when its action is published (then not
+    eligible)."""
+    ops = "IIIIIUD" if draw(st.integers(0, 3)) == 0 else "I"
+    changes = []
+    for i in range(draw(st.integers(0, 12))):
+        commit, order = 10 + i // 3, i % 3
+        op = draw(st.sampled_from(ops))
+        changes.append(Chg(op, commit, order, new=draw(_EVENT)) if op != "D" else Chg("D", commit, order, old=draw(_EVENT)))
+    return changes
+
+
+def refused(changes: list[Chg], config: TableApplyConfig) -> bool:
+    """Whether a keyless table-batch holds an UPDATE or DELETE of a published action (Spark refuses it)."""
+    return any(c.op == "U" and "update" in config.actions or c.op == "D" and "delete" in config.actions
+               for c in changes)

@@ -15,6 +15,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
 
 from scripts.harness.pgserver import PgServer, drop_database, execute, make_database
 from scripts.harness.subscriber import (
@@ -146,3 +149,29 @@ def scripted_workload(server: PgServer, root: Path) -> Iterator[StagedWorkload]:
     with staged_workload(server, root, TABLES_SQL + PUBLICATIONS_SQL + PRE_EXISTING_SQL, (BATCH_ONE, BATCH_TWO)) \
             as staged:
         yield staged
+
+
+def replay_feed(feed: pa.Table) -> list[tuple[Any, ...]]:
+    """A change feed (Delta's or Iceberg's, as its reader returns it) replayed in (_commit_lsn, _tx_order) order, as
+    the native apply worker would: the rows it leaves, sorted."""
+    feed = feed.sort_by([("_commit_lsn", "ascending"), ("_tx_order", "ascending")])
+    columns = [c for c in feed.column_names if not c.startswith("_")]
+    state: dict[object, dict[str, Any]] = {}
+    for ch in feed.to_pylist():
+        new = {c: ch[c] for c in columns}
+        match = ch["_old"]["id"] if ch["_old"] is not None else new["id"]
+        if ch["_op"] == "truncate":
+            state.clear()
+        elif ch["_op"] == "delete":
+            state.pop(match, None)
+        elif ch["_op"] == "update":
+            if match in state:
+                old = state.pop(match)
+                state[new["id"]] = {c: old[c] if c in ch["_unchanged_toast"] else new[c] for c in columns}
+        elif ch["_unchanged_toast"]:  # insert that keeps a value: only from a row already at the key
+            if new["id"] in state:
+                old = state[new["id"]]
+                state[new["id"]] = {c: old[c] if c in ch["_unchanged_toast"] else new[c] for c in columns}
+        else:
+            state[new["id"]] = new
+    return sorted(tuple(r[c] for c in columns) for r in state.values())

@@ -34,9 +34,14 @@ START = 1  # the batch starts before every commit, so a sync LSN among them cuts
 
 
 @st.composite
-def cut_batches(draw: st.DrawFn) -> tuple[Rel, tuple[str, ...], list[Chg], TableApplyConfig, list[Trunc], int | None]:
-    """A table-batch, its config, its truncates and the sync LSN of the snapshot its target holds (or None)."""
-    if draw(st.booleans()):
+def cut_batches(draw: st.DrawFn, keyless: bool = False
+                ) -> tuple[Rel, tuple[str, ...], list[Chg], TableApplyConfig, list[Trunc], int | None]:
+    """A table-batch, its config, its truncates and the sync LSN of the snapshot its target holds (or None);
+    ``keyless``: of a table without a replica identity (``direct_batches.EVENTS``, the empty key)."""
+    if keyless:
+        rel, key, changes = direct_batches.EVENTS, (), draw(direct_batches.keyless_changes())
+        config = draw(direct_batches.KEYLESS_CONFIGS)
+    elif draw(st.booleans()):
         rel, changes, config = draw(direct_batches.batches())
         key = direct_batches.KEYS[rel]
     else:
@@ -84,6 +89,22 @@ def _direct_rows(net: direct.DirectNet) -> list[tuple]:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cut_batches(), st.sampled_from([None, "2"]))
 def test_a_truncated_or_synced_table_batch_handed_over_nets_as_the_spark_transforms(spark, drawn, rows_bound) -> None:
+    _compare(spark, drawn, rows_bound)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cut_batches(keyless=True), st.sampled_from([None, "2"]))
+def test_a_keyless_table_batch_is_handed_over_and_appends_as_the_spark_transforms(spark, drawn, rows_bound) -> None:
+    """Every INSERT its own row (identical ones too) after the cut, through the publication's filter and actions:
+    per row group, or ``appended_rows`` a row group at a time above the bound. Only a published UPDATE or DELETE
+    (refused, as the publisher refuses it) leaves the table-batch to Spark."""
+    _, _, changes, config, _, _ = drawn
+    handed = _compare(spark, drawn, rows_bound)
+    assert handed == (not direct_batches.refused(changes, config))
+
+
+def _compare(spark, drawn, rows_bound: str | None) -> bool:
+    """Whether ``direct.batch_files`` handed the drawn table-batch over; when it did, its rows are Spark's."""
     rel, key, changes, config, truncates, sync = drawn
     with tempfile.TemporaryDirectory() as root:
         write_batch(root, "slot", BatchSpec(START, 0x2000, {rel: changes}, truncates))
@@ -99,7 +120,7 @@ def test_a_truncated_or_synced_table_batch_handed_over_nets_as_the_spark_transfo
             event("truncated" if table.truncated_at is not None else "no truncate")
             event("sync cut-off" if sync is not None else "no sync LSN")
             if net is None:
-                return
+                return False
             direct_rows = _direct_rows(net)
         finally:
             if saved is None:
@@ -109,6 +130,7 @@ def test_a_truncated_or_synced_table_batch_handed_over_nets_as_the_spark_transfo
         spark_rows = rows_of(SparkBatchChanges(spark, batch, {rel.name: sync} if sync is not None else None)
                                  .net(table))
         assert direct_rows == spark_rows
+    return True
 
 
 def test_a_truncate_and_a_sync_lsn_inside_the_batch_are_a_cut_not_a_reason_for_spark(tmp_path) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import replace
+from functools import reduce
 from typing import Any
 
 from hypothesis import HealthCheck, event, given, settings
@@ -83,21 +84,25 @@ def case_lists(draw: Any) -> tuple[list[list[Chg]], TableApplyConfig]:
     return cases, config
 
 
-def _same_per_case(planned: Any, reference: Any) -> None:
-    """Both frames' rows per case, from one query over their union (a column tells the frames apart)."""
-    rows = planned.withColumn("_side", F.lit(0)).unionByName(reference.withColumn("_side", F.lit(1))).collect()
-    mine, theirs = (by_case({k: v for k, v in r.asDict().items() if k != "_side"} for r in rows if r["_side"] == side)
-                    for side in (0, 1))
-    for case in sorted(mine.keys() | theirs.keys()):
-        assert mine.get(case) == theirs.get(case), f"case {case}"
+def _same_per_case(*pairs: tuple[Any, Any]) -> None:
+    """Each pair's two frames' rows per case, from one query over the union of every frame (a column tells them
+    apart; a column one pair has and another lacks is NULL in both frames of the pair that lacks it)."""
+    sides = [frame.withColumn("_side", F.lit(side)) for side, frame in enumerate(f for pair in pairs for f in pair)]
+    rows = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), sides).collect()
+    per_side = [by_case({k: v for k, v in r.asDict().items() if k != "_side"} for r in rows if r["_side"] == side)
+                for side in range(len(sides))]
+    for pair in range(len(pairs)):
+        mine, theirs = per_side[2 * pair], per_side[2 * pair + 1]
+        for case in sorted(mine.keys() | theirs.keys()):
+            assert mine.get(case) == theirs.get(case), f"pair {pair}, case {case}"
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case_lists())
 def test_the_planned_transforms_give_the_reference_pipelines_rows(spark, drawn) -> None:
     """20 examples (configs drawn) of 4 cases each, staged as one batch keyed by (id, case): 80 table-batches
-    compared where 20 examples of one each compared 20, with two Spark queries per example (net rows, ordered rows;
-    each over the planned and the reference frame together) where there were four."""
+    compared where 20 examples of one each compared 20, with one Spark query per example (net rows and ordered rows,
+    each over the planned and the reference frame, all four together) where there were four."""
     cases, config = drawn
     with tempfile.TemporaryDirectory() as root:
         batch = write_union(root, ITEMS_FULL, dict(enumerate(cases)))
@@ -112,13 +117,13 @@ def test_the_planned_transforms_give_the_reference_pipelines_rows(spark, drawn) 
         reference = net_changes(staged, rel, config, shape, None, toast=True)
         planned = SparkBatchChanges(spark, batch)
         names = [KEEP, "_pgl_kind", "_pgl_lsn", "_pgl_touched", *columns]
-        _same_per_case(planned.net(table).select(*names), reference.select(*names))
         reference_ordered = ordered_changes(staged, rel, config, shape, None, toast=True)
         ordered_names = [KEEP, "_pgl_kind", "_pgl_lsn", *columns[:-1]]
         # A DELETE's row has no new image: its case is its old key's (the key a change is matched by).
         _same_per_case(
-            planned.ordered(table).select(*ordered_names, F.coalesce(CASE, from_column(1)).alias(CASE)),
-            reference_ordered.select(*ordered_names, F.coalesce(F.col(CASE), F.col(FROM).getField(CASE)).alias(CASE)))
+            (planned.net(table).select(*names), reference.select(*names)),
+            (planned.ordered(table).select(*ordered_names, F.coalesce(CASE, from_column(1)).alias(CASE)),
+             reference_ordered.select(*ordered_names, F.coalesce(F.col(CASE), F.col(FROM).getField(CASE)).alias(CASE))))
 
 
 def test_without_unchanged_toast_and_with_every_column_the_images_are_not_rebuilt(spark, tmp_path) -> None:

@@ -112,8 +112,9 @@ def apply_mirror(target: LakeMirror[Outcome], table: PlannedTable, plan: Planned
     (``lake/parts.py``) whatever its size; Spark is not asked for it (nor started for it)."""
     staged = changes.staged_rows(table) if isinstance(changes, StagedRowsSource) else None
     whole = not table.key or not any(stream.worth_streaming(rows, staged) for rows in bucket_rows)
-    found = changes.direct_net(table) if direct and table.key and isinstance(changes, DirectNetSource) else None
-    if found is not None and found.partitions > 1 and found.union is None and lake_direct.readable(found):
+    found = changes.direct_net(table) if direct and isinstance(changes, DirectNetSource) else None
+    if (found is not None and table.key and found.partitions > 1 and found.union is None
+            and lake_direct.readable(found)):
         outcome = _apply_partitioned(found, table, seconds, streamed)
         if outcome is not None:
             return outcome

@@ -8,6 +8,7 @@ import tempfile
 
 import pyarrow as pa
 from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from airflow_provider_pglogical.apply import direct
 from airflow_provider_pglogical.apply.batches import list_batches, read_relations
@@ -17,7 +18,7 @@ from airflow_provider_pglogical.apply.targets.base import PlannedTable, from_col
 from airflow_provider_pglogical.apply.targets.lake import direct as lake_direct
 from airflow_provider_pglogical.apply.transforms import KEEP
 from tests.support.case_union import CASE, by_case, case_key, union_branches, write_case, write_union
-from tests.support.direct_batches import KEYS, case_lists
+from tests.support.direct_batches import EVENTS, KEYLESS_CONFIGS, KEYS, case_lists, keyless_changes, refused
 from tests.support.stage import ITEMS, BatchSpec, Chg, Trunc, write_batch
 
 
@@ -59,6 +60,37 @@ def test_when_the_rule_hands_files_over_the_lake_reads_spark_s_net_rows(spark, d
         for case, rows in handed.items():
             assert rows.column_names == [n for n in spark_table.column_names
                                          if n not in (CASE, from_column(len(KEYS[rel])))], f"case {case}"
+            assert sorted((tuple(r.values()) for r in _rows(rows.to_pylist())), key=repr) == \
+                spark_rows.get(case, []), f"case {case}"
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(keyless_changes(), min_size=4, max_size=4), KEYLESS_CONFIGS)
+def test_a_keyless_table_batch_reaches_the_lake_as_spark_s_appends_without_spark(spark, cases, config) -> None:
+    """Keyless table-batches (identical INSERTs, a row filter or actions left out) read from their staged files as
+    the lake receives them: Spark's appended rows in the net frame's columns, one Spark query over the cases'
+    union (the case number a written column of its own: nothing is grouped by it)."""
+    columns = tuple(c.name for c in EVENTS.columns)
+    with tempfile.TemporaryDirectory() as root:
+        handed: dict[int, pa.Table] = {}
+        for case, changes in enumerate(cases):
+            batch = write_case(root, EVENTS, changes, case)
+            table = PlannedTable(EVENTS.name, EVENTS.name, (), columns, read_relations(batch)[EVENTS.name], config)
+            net = direct.batch_files(table, batch, None)
+            rows = lake_direct.net_table(net) if net is not None else None
+            assert (rows is not None) == (not refused(changes, config)), f"case {case}"
+            if rows is not None:
+                handed[case] = rows
+        if not handed:
+            return
+        union = write_union(root, EVENTS, {case: cases[case] for case in handed})
+        table = PlannedTable(EVENTS.name, EVENTS.name, (), (*columns, CASE), read_relations(union)[EVENTS.name],
+                             config)
+        spark_table = SparkBatchChanges(spark, union).net(table).toArrow()
+        spark_rows = by_case(_rows(spark_table.to_pylist()))
+        assert set(spark_rows) <= set(handed), "Spark rows outside the compared cases"
+        for case, rows in handed.items():
+            assert rows.column_names == [n for n in spark_table.column_names if n != CASE], f"case {case}"
             assert sorted((tuple(r.values()) for r in _rows(rows.to_pylist())), key=repr) == \
                 spark_rows.get(case, []), f"case {case}"
 
