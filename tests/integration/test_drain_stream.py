@@ -145,7 +145,6 @@ def test_a_missing_slot_a_busy_one_and_a_missing_publication_are_typed_one_line_
         held_by = hook.slot_info("s1").active_pid
         with pytest.raises(SlotActiveError) as busy:
             hook.stream_changes("s1", "pub", start_lsn=start, upto_lsn=start + 1)
-        time.sleep(replication.EXIT_WAIT_S + 0.5)  # when a refused stream would have ended the slot's holder
         assert hook.slot_info("s1").active_pid == held_by
     finally:
         holder.close()
