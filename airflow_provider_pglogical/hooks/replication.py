@@ -25,6 +25,7 @@ import logging
 import struct
 import threading
 import time
+import weakref
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any, Literal, cast
 
@@ -75,6 +76,18 @@ def split_messages(messages: Sequence[bytes], bound: int, in_tx: bool) -> tuple[
         if not in_tx and lsn >= bound:  # a commit ending at or past the bound: nothing more commits before it
             return rows, in_tx, "bound"
     return rows, in_tx, "more"
+
+
+def _heartbeat(stream: weakref.ref[ReplicationStream], stopped: threading.Event) -> None:
+    """Every ``HEARTBEAT_S`` until stopped (or the stream is gone), the stream's status update: the walsender
+    ends a stream whose client stays silent for ``wal_sender_timeout``, and nothing reads it while a batch
+    is written and published."""
+    while not stopped.wait(HEARTBEAT_S):
+        current = stream()
+        if current is None:
+            return
+        current._beat()
+        del current
 
 
 def start_command(slot: str, start_lsn: int, options: Sequence[str]) -> bytes:
@@ -132,22 +145,22 @@ class ReplicationStream:
         if refused is not None:
             self.close(wait=False)  # never ours: the slot may be another consumer's
             raise self._failed(*refused)
-        self._heartbeat = threading.Thread(target=self._beat, name=f"replication-heartbeat-{slot}", daemon=True)
+        # The thread holds the stream weakly: one dropped without close() is not kept alive (holding the slot).
+        self._heartbeat = threading.Thread(target=_heartbeat, args=(weakref.ref(self), self._stopped),
+                                           name=f"replication-heartbeat-{slot}", daemon=True)
         self._heartbeat.start()
 
     def _beat(self) -> None:
-        """Every ``HEARTBEAT_S`` the stream is not being read, a status update (the confirmed position): the
-        walsender ends a stream whose client stays silent for ``wal_sender_timeout``, and nothing reads it
-        while a batch is written and published. A failed update is left to the next read or confirm, which
-        see the broken connection and raise."""
-        while not self._stopped.wait(HEARTBEAT_S):
-            if not self._using.acquire(blocking=False):
-                continue  # the reader answers keepalives itself
-            try:
-                if self._conn is not None:
-                    self._compiled.repl_status(self._conn.handle, self.confirmed, False)
-            finally:
-                self._using.release()
+        """A status update (the confirmed position) unless the stream is being read (the reader answers
+        keepalives itself). A failed update is left to the next read or confirm, which see the broken
+        connection and raise."""
+        if not self._using.acquire(blocking=False):
+            return
+        try:
+            if self._conn is not None:
+                self._compiled.repl_status(self._conn.handle, self.confirmed, False)
+        finally:
+            self._using.release()
 
     def _failed(self, sqlstate: str, message: str, *, ended: bool = False) -> Exception:
         """The typed error of a refused (or, ``ended``, a broken) stream: the SQL read's for what it
