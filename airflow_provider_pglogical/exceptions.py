@@ -200,3 +200,10 @@ class SchemaChangeError(ApplyError):
                  new_type: str | None, lsn: int | None) -> None:
         super().__init__(message)
         self.table, self.column, self.old_type, self.new_type, self.lsn = table, column, old_type, new_type, lsn
+
+
+class ReplicationConnectionError(SlotError):
+    """The server refused the logical replication connection of a streamed drain (``source.read: stream``)."""
+
+    hint = ("allow the role a connection to this database in pg_hba.conf (a replication=database connection "
+            "matches the database's own lines; the role needs REPLICATION), or read through SQL (source.read: sql)")

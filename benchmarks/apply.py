@@ -24,6 +24,11 @@ Prints one JSON object.
 ``--skip-apply``: drain only (no native subscriber, no Spark): the raw fetch and the drain, with their ratio.
 ``drain_peeks`` in the output: 2 when the run took a fresh peek at its end for WAL flushed while it ran (which
 the server decodes from the slot's restart point again: seconds; see docs/performance.md).
+``--read stream``: also drain a twin slot (created with the first, so it holds the same changes) through a logical
+replication connection (``DrainConfig.read='stream'``) right after the SQL drain: ``stream_drain_s`` and its ratios
+to the raw fetch and to the SQL drain, in the same output (``--read stream-first``: the streamed drain before the SQL
+one); the server then runs with PostgreSQL's default
+``wal_sender_timeout`` (60 s) instead of the harness's 0.
 ``--ab-code DIR``: also drain a second slot (created before the workload, so it holds the same changes) with the
 package at ``DIR`` (e.g. ``git worktree``/``git archive`` of the old commit) in a subprocess, fetch and drains
 interleaved, for an A/B of two versions on the same data under the same load.
@@ -319,6 +324,9 @@ def main() -> int:
     p.add_argument("--java-options", default="", help="spark.driver.extraJavaOptions, e.g. "
                    "--java-options=-XX:TieredStopAtLevel=1 (C1-only JIT)")
     p.add_argument("--skip-apply", action="store_true", help="drain only: no native subscriber, no Spark")
+    p.add_argument("--read", choices=("sql", "stream", "stream-first"), default="sql",
+                   help="stream: also drain a twin slot through a replication connection, after the SQL drain "
+                        "(stream-first: before it)")
     p.add_argument("--ab-code", default=None, help="also drain a twin slot with the package found in this directory")
     p.add_argument("--delta-reference", action="store_true", help="also apply to Delta with the direct path and "
                    "the append of absent keys switched off (every batch through Spark and a MERGE)")
@@ -342,7 +350,10 @@ def main() -> int:
     drain_kw = {"max_changes": args.max_changes or (None if big else 250_000)}
     drain_kw = {k: v for k, v in drain_kw.items() if v is not None}
 
-    server = start_server()
+    # The test harness turns wal_sender_timeout off; a walsender then flushes and polls its connection after every
+    # message (its fast path needs a timeout). The streamed drain is measured on PostgreSQL's default instead.
+    streaming = args.read in ("stream", "stream-first")
+    server = start_server(settings={"wal_sender_timeout": "60s"} if streaming else None)
     try:
         source, native = make_database(server), make_database(server)
         _, ours = make_target(server)
@@ -364,6 +375,8 @@ def main() -> int:
         PgLogicalHook.from_dsn(src_dsn).create_slot("ours")
         if args.ab_code:
             PgLogicalHook.from_dsn(src_dsn).create_slot("ours_ab")
+        if streaming:
+            PgLogicalHook.from_dsn(src_dsn).create_slot("ours_stream")
         t0 = time.monotonic()
         counts = (filtered_workload(src_dsn, changes) if filtered else big_workload(src_dsn, changes) if big
                   else workload(src_dsn, changes, args.tx_rows))
@@ -385,6 +398,15 @@ def main() -> int:
             wait_for_subscriber(src_dsn, native_dsn, name="sub_bench", timeout=3600)
             native_s = time.monotonic() - t0
 
+        def drain_streamed() -> tuple[float, dict[str, object]]:
+            t0, c0 = time.monotonic(), time.process_time()
+            stream_batches = drain_all(src_dsn, scratch("pglogical-bench-stream-"), slot="ours_stream", read="stream",
+                                       **drain_kw)
+            stream_s = time.monotonic() - t0
+            return stream_s, {"stream_drain_s": round(stream_s, 2), "stream_batches": stream_batches,
+                              "stream_drain_cpu_s": round(time.process_time() - c0, 2), "stream_order": args.read}
+
+        stream_s, streamed = drain_streamed() if args.read == "stream-first" else (0.0, {})
         staging = scratch("pglogical-bench-")
         profiler = None
         if args.profile_drain:
@@ -398,6 +420,11 @@ def main() -> int:
         drain_s, drain_cpu = time.monotonic() - t0, time.process_time() - c0
         staged = staged_sizes(staging, "ours", f"public.{table}", inprocess_bounds(args))
         PgLogicalClient.peek_changes = peeks.real  # type: ignore[method-assign]
+        if args.read == "stream":
+            stream_s, streamed = drain_streamed()
+        if streamed:
+            streamed.update(ratio_stream_drain_over_raw_fetch=round(stream_s / fetch_s, 2),
+                            ratio_stream_drain_over_sql_drain=round(stream_s / drain_s, 2))
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(args.profile_drain)
@@ -406,7 +433,7 @@ def main() -> int:
                          "generate_s": round(generate_s, 1), "raw_fetch_s": round(fetch_s, 2),
                          "raw_fetch_rows": fetched, "drain_s": round(drain_s, 2), "batches": batches,
                          "staged_per_batch": staged, "drain_peeks": peeks.calls,
-                         "ratio_drain_over_raw_fetch": round(drain_s / fetch_s, 2), **ab,
+                         "ratio_drain_over_raw_fetch": round(drain_s / fetch_s, 2), **ab, **streamed,
                          "client_cpu_s": {"raw_fetch": RAW_FETCH_CPU, "drain": round(drain_cpu, 2),
                                           "ab_drain": AB_DRAIN_CPU},
                          "load_average": [round(x, 2) for x in os.getloadavg()]}
@@ -457,7 +484,7 @@ def main() -> int:
             "spark_start_s": round(spark_start_s, 2), "spark_apply_s": round(apply_s, 2),
             "batches_applied": sum(r.applied for r in reports),
             "per_batch_seconds": [r.seconds for r in reports],
-            "ratio_drain_over_raw_fetch": round(drain_s / fetch_s, 2),
+            "ratio_drain_over_raw_fetch": round(drain_s / fetch_s, 2), **streamed,
             "ratio_spark_apply_over_native": round(apply_s / native_s, 2),
             "ratio_spark_start_plus_apply_over_native": round((spark_start_s + apply_s) / native_s, 2),
             "ratio_drain_plus_apply_over_native": round((drain_s + apply_s) / native_s, 2),

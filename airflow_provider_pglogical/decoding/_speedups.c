@@ -23,6 +23,9 @@
 #include <stdint.h>
 #include <string.h>
 #ifdef PGLOGICAL_LIBPQ
+#include <errno.h>
+#include <poll.h>
+#include <sys/time.h>
 #include <libpq-fe.h>
 #endif
 /* Growable byte buffer filled without the GIL. */
@@ -236,6 +239,27 @@ conn_arg(PyObject *capsule)
     return (PGconn *)PyCapsule_GetPointer(capsule, CONN_NAME);
 }
 
+/* pq_backend_pid(connection) -> the server process serving it (PQbackendPID). */
+static PyObject *
+pq_backend_pid(PyObject *self, PyObject *capsule)
+{
+    PGconn *conn = conn_arg(capsule);
+    if (conn == NULL)
+        return NULL;
+    return PyLong_FromLong(PQbackendPID(conn));
+}
+
+/* (sqlstate, message) of a failure: the message decoded with replacement, as a server in another encoding
+ * (or a message cut at a buffer's end) may send bytes that are not UTF-8. */
+static PyObject *
+error_pair(const char *sqlstate, const char *message)
+{
+    PyObject *text = PyUnicode_DecodeUTF8(message, (Py_ssize_t)strlen(message), "replace");
+    if (text == NULL)
+        return NULL;
+    return Py_BuildValue("(sN)", sqlstate, text);
+}
+
 /* Drain the remaining results of the current command; returns (sqlstate, message) of the first
  * error result, or None. Called without the GIL for the waits. */
 static PyObject *
@@ -262,7 +286,7 @@ finish_results(PGconn *conn)
     }
     if (!failed)
         Py_RETURN_NONE;
-    return Py_BuildValue("(ss)", sqlstate, message);
+    return error_pair(sqlstate, message);
 }
 
 static PyObject *
@@ -282,17 +306,17 @@ copy_start(PyObject *self, PyObject *args)
     res = sent ? PQgetResult(conn) : NULL;
     Py_END_ALLOW_THREADS
     if (!sent)
-        return Py_BuildValue("(ss)", "", PQerrorMessage(conn));
-    if (res != NULL && PQresultStatus(res) == PGRES_COPY_OUT) {
+        return error_pair("", PQerrorMessage(conn));
+    if (res != NULL && (PQresultStatus(res) == PGRES_COPY_OUT || PQresultStatus(res) == PGRES_COPY_BOTH)) {
         PQclear(res);
         Py_RETURN_NONE;
     }
     PyObject *err;
     if (res == NULL) {
-        err = Py_BuildValue("(ss)", "", PQerrorMessage(conn));
+        err = error_pair("", PQerrorMessage(conn));
     } else {
         const char *code = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-        err = Py_BuildValue("(ss)", code ? code : "", PQresultErrorMessage(res));
+        err = error_pair(code ? code : "", PQresultErrorMessage(res));
         PQclear(res);
     }
     PyObject *rest = finish_results(conn);
@@ -317,7 +341,7 @@ pq_exec(PyObject *self, PyObject *args)
     sent = PQsendQuery(conn, sql);
     Py_END_ALLOW_THREADS
     if (!sent)
-        return Py_BuildValue("(ss)", "", PQerrorMessage(conn));
+        return error_pair("", PQerrorMessage(conn));
     return finish_results(conn);
 }
 
@@ -351,7 +375,7 @@ copy_outcome(PGconn *conn, int n)
 {
     if (n != -2)
         return finish_results(conn);
-    PyObject *err = Py_BuildValue("(ss)", "", PQerrorMessage(conn));
+    PyObject *err = error_pair("", PQerrorMessage(conn));
     PyObject *rest = finish_results(conn);
     Py_XDECREF(rest);
     return err;
@@ -470,6 +494,251 @@ copy_cancel(PyObject *self, PyObject *args)
     PyObject *rest = finish_results(conn);
     Py_XDECREF(rest);
     Py_RETURN_NONE;
+}
+
+/* ---- the streamed read: a logical replication connection in COPY BOTH mode -------------------
+ * START_REPLICATION ... LOGICAL sends 'w' XLogData (dataStart, walEnd, sendTime, then one pgoutput message)
+ * and 'k' keepalives (walEnd, sendTime, replyRequested). dataStart is the `lsn` column of the SQL peek.
+ * A read is bounded like the peek's upto_lsn: a transaction whose commit starts at or after `bound` (its
+ * Begin's final LSN), or a message outside a transaction starting there, is not taken; with no transaction
+ * open, a commit ending at or after `bound`, or a keepalive whose walEnd reaches it (the walsender has
+ * decoded that far), ends the read. repl_step holds that rule for both repl_read and repl_split (the
+ * tests' entry, checked against the Python reference in hooks.replication). */
+enum { STEP_TAKE = 0, STEP_SKIP = 1, STEP_KEEPALIVE = 2, STEP_BOUND = 3, STEP_BAD = 4 };
+
+static int
+repl_step(const unsigned char *m, Py_ssize_t n, uint64_t bound, int *in_tx, uint64_t *lsn, int *reply)
+{
+    if (n >= 18 && m[0] == 'k') {
+        *reply = m[17];
+        return (!*in_tx && be64(m + 1) >= bound) ? STEP_BOUND : STEP_KEEPALIVE;
+    }
+    if (n < 26 || m[0] != 'w')
+        return STEP_BAD;
+    const unsigned char *p = m + 25;
+    *lsn = be64(m + 1);
+    if (!*in_tx) {
+        if (p[0] == 'B') {
+            if (n < 25 + 9 || be64(p + 1) >= bound)
+                return n < 25 + 9 ? STEP_BAD : STEP_BOUND;
+            *in_tx = 1;
+            return STEP_TAKE;
+        }
+        return *lsn >= bound ? STEP_BOUND : STEP_TAKE;
+    }
+    if (p[0] == 'C') {
+        *in_tx = 0;
+        return STEP_TAKE;  /* the caller ends the read after it when its end (lsn) reaches the bound */
+    }
+    return STEP_TAKE;
+}
+
+static PyObject *
+repl_row(const char *m, Py_ssize_t n, uint64_t lsn)
+{
+    return Py_BuildValue("(KiN)", (unsigned long long)lsn, 0, PyBytes_FromStringAndSize(m + 25, n - 25));
+}
+
+/* The standby status update: write = flush = apply = lsn (nothing past what the caller has made durable). */
+static int
+repl_send_status(PGconn *conn, uint64_t lsn, int reply)
+{
+    unsigned char msg[34];
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    /* microseconds since 2000-01-01, the server's epoch */
+    uint64_t now = ((uint64_t)tv.tv_sec - 946684800ULL) * 1000000ULL + (uint64_t)tv.tv_usec;
+    uint64_t v[4] = {lsn, lsn, lsn, now};
+    msg[0] = 'r';
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < 8; i++)
+            msg[1 + 8 * k + i] = (unsigned char)(v[k] >> (56 - 8 * i));
+    msg[33] = (unsigned char)(reply != 0);
+    if (PQputCopyData(conn, (const char *)msg, sizeof msg) != 1)
+        return -1;
+    return PQflush(conn) == 0 ? 0 : -1;
+}
+
+/* One CopyData message, waiting at most timeout_ms for it: > 0 its length, 0 nothing arrived in time,
+ * -1 the COPY ended, -2 failure. Call without the GIL. */
+static int
+repl_get(PGconn *conn, char **msg, int timeout_ms)
+{
+    for (;;) {
+        int n = PQgetCopyData(conn, msg, 1);
+        if (n != 0)
+            return n;
+        struct pollfd fd = {PQsocket(conn), POLLIN, 0};
+        int r = poll(&fd, 1, timeout_ms);
+        if (r == 0 || (r < 0 && errno == EINTR))
+            return 0;
+        if (r < 0 || !PQconsumeInput(conn))
+            return -2;
+    }
+}
+
+/* repl_read(pgconn, max_rows, bound, in_tx, confirmed, timeout_ms) -> (rows, in_tx, state, error)
+ * Reads XLogData without the GIL until max_rows rows are taken, the bound is reached (state 'bound'), nothing
+ * arrives for timeout_ms ('idle': the caller asks the server for a keepalive) or the stream ends ('ended',
+ * error set when it failed). Keepalives asking for a reply are answered with `confirmed`, the end of what is
+ * published. rows: (dataStart, 0, message) as the peek's rows, xid unknown (0). */
+static PyObject *
+repl_read(PyObject *self, PyObject *args)
+{
+    PyObject *ptr;
+    Py_ssize_t max_rows;
+    unsigned long long bound, confirmed;
+    int in_tx, timeout_ms;
+    if (!PyArg_ParseTuple(args, "OnKpKi", &ptr, &max_rows, &bound, &in_tx, &confirmed, &timeout_ms))
+        return NULL;
+    PGconn *conn = conn_arg(ptr);
+    if (conn == NULL)
+        return NULL;
+    Buf b = {NULL, 0, 0}, sz = {NULL, 0, 0};
+    const char *state = "more";
+    int n = 1, oom = 0, bad = 0, failed_reply = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t got = 0; got < max_rows;) {
+        char *msg = NULL;
+        n = repl_get(conn, &msg, timeout_ms);
+        if (n == 0) {
+            state = "idle";
+            break;
+        }
+        if (n < 0) {
+            state = "ended";
+            break;
+        }
+        uint64_t lsn = 0;
+        int reply = 0;
+        int step = repl_step((const unsigned char *)msg, n, bound, &in_tx, &lsn, &reply);
+        if (step == STEP_TAKE) {
+            int64_t len = n;
+            oom = buf_add(&b, msg, n) < 0 || buf_add(&sz, (const char *)&len, sizeof len) < 0;
+            got++;
+        }
+        PQfreemem(msg);
+        if (oom)
+            break;
+        if (step == STEP_BAD) {
+            bad = 1;
+            break;
+        }
+        if (reply && repl_send_status(conn, confirmed, 0) < 0) {
+            failed_reply = 1;
+            break;
+        }
+        if (step == STEP_BOUND || (step == STEP_TAKE && !in_tx && lsn >= bound)) {
+            state = "bound";
+            break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (oom) {
+        PyMem_RawFree(b.data);
+        PyMem_RawFree(sz.data);
+        return PyErr_NoMemory();
+    }
+    PyObject *rows = PyList_New(0);
+    const int64_t *sizes = (const int64_t *)sz.data;
+    Py_ssize_t count = sz.len / (Py_ssize_t)sizeof(int64_t), pos = 0;
+    for (Py_ssize_t i = 0; rows != NULL && i < count; i++) {
+        const char *m = b.data + pos;
+        PyObject *row = repl_row(m, (Py_ssize_t)sizes[i], be64((const unsigned char *)m + 1));
+        if (row == NULL || PyList_Append(rows, row) < 0)
+            Py_CLEAR(rows);
+        Py_XDECREF(row);
+        pos += (Py_ssize_t)sizes[i];
+    }
+    PyMem_RawFree(b.data);
+    PyMem_RawFree(sz.data);
+    if (rows == NULL)
+        return NULL;
+    PyObject *err = Py_None;
+    Py_INCREF(err);
+    if (bad || failed_reply) {
+        Py_DECREF(err);
+        state = "ended";
+        err = error_pair("", bad ? "unexpected replication message" : PQerrorMessage(conn));
+    } else if (n < 0) {
+        Py_DECREF(err);
+        err = copy_outcome(conn, n);
+        if (err == NULL) {
+            Py_DECREF(rows);
+            return NULL;
+        }
+    }
+    return Py_BuildValue("(NOsN)", rows, in_tx ? Py_True : Py_False, state, err);
+}
+
+/* repl_status(pgconn, lsn, reply) -> None, or an error message: a standby status update (see repl_send_status). */
+static PyObject *
+repl_status(PyObject *self, PyObject *args)
+{
+    PyObject *ptr;
+    unsigned long long lsn;
+    int reply, r;
+    if (!PyArg_ParseTuple(args, "OKp", &ptr, &lsn, &reply))
+        return NULL;
+    PGconn *conn = conn_arg(ptr);
+    if (conn == NULL)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    r = repl_send_status(conn, lsn, reply);
+    Py_END_ALLOW_THREADS
+    if (r == 0)
+        Py_RETURN_NONE;
+    return PyUnicode_DecodeUTF8(PQerrorMessage(conn), strlen(PQerrorMessage(conn)), "replace");
+}
+
+/* repl_split(messages, bound, in_tx) -> (rows, in_tx, state): repl_read's rule over a list of CopyData
+ * messages (bytes) without a connection: state 'bound' where it stopped, 'keepalive' at a keepalive
+ * (the read answers it and goes on), else 'more'. For the tests' comparison with the Python reference. */
+static PyObject *
+repl_split(PyObject *self, PyObject *args)
+{
+    PyObject *messages;
+    unsigned long long bound;
+    int in_tx;
+    if (!PyArg_ParseTuple(args, "O!Kp", &PyList_Type, &messages, &bound, &in_tx))
+        return NULL;
+    PyObject *rows = PyList_New(0);
+    const char *state = "more";
+    for (Py_ssize_t i = 0; rows != NULL && i < PyList_GET_SIZE(messages); i++) {
+        PyObject *item = PyList_GET_ITEM(messages, i);
+        if (!PyBytes_Check(item)) {
+            PyErr_SetString(PyExc_TypeError, "messages must be bytes");
+            Py_CLEAR(rows);
+            break;
+        }
+        const char *m = PyBytes_AS_STRING(item);
+        Py_ssize_t n = PyBytes_GET_SIZE(item);
+        uint64_t lsn = 0;
+        int reply = 0;
+        int step = repl_step((const unsigned char *)m, n, bound, &in_tx, &lsn, &reply);
+        if (step == STEP_BAD) {
+            PyErr_SetString(PyExc_ValueError, "unexpected replication message");
+            Py_CLEAR(rows);
+            break;
+        }
+        if (step == STEP_TAKE) {
+            PyObject *row = repl_row(m, n, lsn);
+            if (row == NULL || PyList_Append(rows, row) < 0)
+                Py_CLEAR(rows);
+            Py_XDECREF(row);
+        }
+        if (step == STEP_BOUND || (step == STEP_TAKE && !in_tx && lsn >= bound)) {
+            state = "bound";
+            break;
+        }
+        if (step == STEP_KEEPALIVE) {
+            state = "keepalive";
+            break;
+        }
+    }
+    if (rows == NULL)
+        return NULL;
+    return Py_BuildValue("(NOs)", rows, in_tx ? Py_True : Py_False, state);
 }
 #endif /* PGLOGICAL_LIBPQ */
 
@@ -1073,10 +1342,14 @@ static PyMethodDef methods[] = {
     {"pq_lib_version", pq_lib_version, METH_NOARGS, "PQlibVersion() of the linked libpq."},
     {"pq_exec", pq_exec, METH_VARARGS, "Run statements, discarding results: None, or (sqlstate, message)."},
     {"pq_finish", pq_finish, METH_O, "Close a connection made by pq_connect (idempotent)."},
+    {"pq_backend_pid", pq_backend_pid, METH_O, "PQbackendPID() of a connection made by pq_connect."},
     {"copy_start", copy_start, METH_VARARGS, "Send a COPY ... TO STDOUT; None, or (sqlstate, message)."},
     {"copy_rows", copy_rows, METH_VARARGS, "Read and split up to max_rows rows: (rows, done, error)."},
     {"copy_cancel", copy_cancel, METH_VARARGS, "Cancel the running COPY and consume its results."},
     {"copy_messages", copy_messages, METH_VARARGS, "Read CopyData messages: (data, sizes, done, error)."},
+    {"repl_read", repl_read, METH_VARARGS, "Read a replication stream up to a bound: (rows, in_tx, state, error)."},
+    {"repl_status", repl_status, METH_VARARGS, "Send a standby status update: None or an error message."},
+    {"repl_split", repl_split, METH_VARARGS, "repl_read's rule over a list of messages: (rows, in_tx, state)."},
 #endif
     {"split_copy", split_copy, METH_VARARGS, "Split (bigint, bigint, bytea) binary COPY rows: (rows, end, trailer)."},
     {NULL, NULL, 0, NULL},

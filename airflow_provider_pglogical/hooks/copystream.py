@@ -121,6 +121,10 @@ class LibpqConnection:
         result: tuple[str, str] | None = self._compiled.pq_exec(self.handle, statements)
         return result
 
+    def backend_pid(self) -> int:
+        """The server process serving this connection (``PQbackendPID``)."""
+        return int(self._compiled.pq_backend_pid(self.handle))
+
     def close(self) -> None:
         self._compiled.pq_finish(self.handle)
 

@@ -55,7 +55,10 @@ _NEEDED = {"database": "CREATE ON DATABASE", "schema": "CREATE ON SCHEMA", "tabl
 
 def privilege_error(exc: psycopg2.Error) -> PrivilegeError:
     """A PrivilegeError naming the missing privilege of an insufficient_privilege (42501) error."""
-    primary = exc.diag.message_primary or str(exc).strip()
+    return _privilege_error(exc.diag.message_primary or str(exc).strip())
+
+
+def _privilege_error(primary: str) -> PrivilegeError:
     if m := _DENIED.search(primary):
         kind, name = m.groups()
         privilege = f"{_NEEDED[kind]} {name}"
@@ -80,31 +83,42 @@ def _text(exc: psycopg2.Error) -> str:
 
 def translate(exc: psycopg2.Error, *, slot: str | None = None, publication: str | None = None) -> Exception | None:
     """The typed exception for ``exc``, or None when it is not one we recognise."""
-    code = exc.pgcode or ""
-    text = _text(exc)
+    return translate_state(exc.pgcode or "", _text(exc), primary=exc.diag.message_primary or str(exc).strip(),
+                           slot=slot, publication=publication)
+
+
+def translate_state(sqlstate: str, message: str, *, primary: str | None = None, slot: str | None = None,
+                    publication: str | None = None) -> Exception | None:
+    """The typed exception for an error given as its SQLSTATE and text (a replication connection's, which
+    libpq reports as ``ERROR:  primary`` and further lines), or None when it is not one we recognise."""
+    code = sqlstate
+    text = message.lower()
+    if primary is None:
+        first = message.strip().splitlines()[0] if message.strip() else ""
+        primary = re.sub(r"^(ERROR|FATAL|PANIC):\s+", "", first)
     if code == UNDEFINED_OBJECT and "replication slot" in text:
         return SlotNotFoundError(f"replication slot {slot!r} does not exist")
     if code == UNDEFINED_OBJECT and "publication" in text:
-        name = exc.diag.message_primary or f"publication {publication!r} does not exist"
+        name = primary or f"publication {publication!r} does not exist"
         return PublicationNotFoundError(f"{name}; create it (PgLogicalHook.create_publication) before reading")
     if code == OBJECT_IN_USE or "is active for pid" in text:
-        return SlotActiveError(f"replication slot {slot!r} is in use: {exc.diag.message_primary}")
+        return SlotActiveError(f"replication slot {slot!r} is in use: {primary}")
     if "invalidated" in text:
         return SlotInvalidatedError(f"replication slot {slot!r} has been invalidated")
     if "wal_level" in text:
         return WalLevelError(
-            f"logical decoding needs wal_level=logical ({exc.diag.message_primary}); set it with "
+            f"logical decoding needs wal_level=logical ({primary}); set it with "
             "ALTER SYSTEM SET wal_level = logical and restart the server"
         )
     if code == INSUFFICIENT_PRIVILEGE and "replication" in text:
         return ReplicationPermissionError(
-            f"the role may not use replication slots ({exc.diag.message_primary}); grant it with "
+            f"the role may not use replication slots ({primary}); grant it with "
             "ALTER ROLE ... REPLICATION (Amazon RDS: GRANT rds_replication TO ...)"
         )
     if code == INSUFFICIENT_PRIVILEGE:
-        return privilege_error(exc)
+        return _privilege_error(primary)
     if code == INVALID_NAME and "replication slot name" in text:
-        return InvalidSlotNameError(exc.diag.message_primary)
+        return InvalidSlotNameError(primary)
     return None
 
 

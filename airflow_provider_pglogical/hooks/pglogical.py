@@ -16,6 +16,7 @@ from airflow.providers.postgres.hooks.postgres import PostgresHook
 
 from airflow_provider_pglogical.hooks.airflow_connection import hook_params
 from airflow_provider_pglogical.hooks.dsn import ALLOWED_EXTRAS
+from airflow_provider_pglogical.hooks.replication import ReplicationStream
 from airflow_provider_pglogical.hooks.slot_client import (
     _LSN,
     APPLICATION_NAME,
@@ -170,6 +171,11 @@ class PgLogicalHook(PostgresHook):
                     itersize: int = 2000) -> Iterator[tuple[int, int, bytes | memoryview]]:
         return self.client.get_changes(slot, publication, upto_lsn=upto_lsn, upto_nchanges=upto_nchanges,
                                        streaming=streaming, itersize=itersize)
+
+    def stream_changes(self, slot: str, publication: str | Sequence[str], *, start_lsn: int, upto_lsn: int,
+                       itersize: int = 2000) -> ReplicationStream:
+        return self.client.stream_changes(slot, publication, start_lsn=start_lsn, upto_lsn=upto_lsn,
+                                          itersize=itersize)
 
     def pgoutput_options(self, publication: str | Sequence[str], *, streaming: bool = False) -> list[str]:
         return self.client.pgoutput_options(publication, streaming=streaming)

@@ -26,6 +26,7 @@ from airflow_provider_pglogical.exceptions import (
 from airflow_provider_pglogical.hooks import copystream
 from airflow_provider_pglogical.hooks.cursor import use_server_encoding
 from airflow_provider_pglogical.hooks.errors import translated_errors, validate_slot_name
+from airflow_provider_pglogical.hooks.replication import ReplicationStream
 from airflow_provider_pglogical.hooks.slots import SlotInfo
 from airflow_provider_pglogical.lsn import lsn_text
 from airflow_provider_pglogical.progress import chunked
@@ -380,6 +381,24 @@ class PgLogicalClient:
         """
         return self._changes("pg_logical_slot_get_binary_changes", slot, publication, upto_lsn=upto_lsn,
                              upto_nchanges=upto_nchanges, streaming=streaming, itersize=itersize)
+
+    def stream_changes(self, slot: str, publication: str | Sequence[str], *, start_lsn: int, upto_lsn: int,
+                       itersize: int = 2000) -> ReplicationStream:
+        """The changes ``peek_changes(upto_lsn=...)`` returns from ``start_lsn`` (the slot's position), streamed
+        over a logical replication connection of their own (``hooks.replication``); the caller confirms
+        published positions through it and closes it."""
+        validate_slot_name(slot)
+        session = self.session
+        return ReplicationStream(session, slot, self.pgoutput_options(publication), start_lsn=start_lsn,
+                                 bound=upto_lsn, itersize=itersize, slot_pid=lambda: self._slot_pid(slot),
+                                 terminate=self._terminate_backend)
+
+    def _slot_pid(self, slot: str) -> int | None:
+        info = self.slot_info(slot)
+        return info.active_pid if info is not None and info.active else None
+
+    def _terminate_backend(self, pid: int) -> None:
+        self._query("SELECT pg_terminate_backend(%s)", (pid,))
 
     def pgoutput_options(self, publication: str | Sequence[str], *, streaming: bool = False) -> list[str]:
         """The option name/value list passed to the SQL decoding function."""

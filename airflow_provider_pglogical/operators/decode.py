@@ -17,6 +17,7 @@ from airflow_provider_pglogical.staging.drain import (
     DRAIN_MODES,
     DrainConfig,
     DrainResult,
+    drain_read,
     drain_slot,
 )
 from airflow_provider_pglogical.staging.writer import DEFAULT_ROW_GROUP_ROWS
@@ -56,6 +57,7 @@ class PgLogicalDecodeOperator(BaseOperator):
     :param max_wal_bytes: WAL read per batch at most; bounds server memory (templated)
     :param max_changes: soft change budget: the batch ends at the next commit (templated)
     :param mode: ``peek`` (exactly-once) or ``get`` (consumes while reading: at-most-once)
+    :param read: ``sql`` (the peek function) or ``stream`` (a logical replication connection; ``DrainConfig.read``)
     :param empty_advance_bytes: publish an empty batch when this much WAL holds no changes (templated)
     :param row_group_rows: rows per Parquet row group
     :param staging_conn_id: Airflow connection whose credentials reach an object-store staging root (AWS for
@@ -69,7 +71,7 @@ class PgLogicalDecodeOperator(BaseOperator):
 
     def __init__(self, *, slot: str, publication: str | Sequence[str], staging_uri: str,
                  postgres_conn_id: str = "postgres_default", max_wal_bytes: int | str | None = DEFAULT_MAX_WAL_BYTES,
-                 max_changes: int | str | None = DEFAULT_MAX_CHANGES, mode: str = "peek",
+                 max_changes: int | str | None = DEFAULT_MAX_CHANGES, mode: str = "peek", read: str = "sql",
                  empty_advance_bytes: int | str | None = 64 << 20,
                  row_group_rows: int = DEFAULT_ROW_GROUP_ROWS, staging_conn_id: str | None = None,
                  **kwargs: Any) -> None:
@@ -81,6 +83,7 @@ class PgLogicalDecodeOperator(BaseOperator):
         self.max_wal_bytes = max_wal_bytes
         self.max_changes = max_changes
         self.mode = mode
+        self.read = read
         self.empty_advance_bytes = empty_advance_bytes
         self.row_group_rows = row_group_rows
         self.staging_conn_id = staging_conn_id
@@ -89,10 +92,11 @@ class PgLogicalDecodeOperator(BaseOperator):
         mode = next((m for m in DRAIN_MODES if m == self.mode), None)
         if mode is None:
             raise ValueError(f"mode must be 'peek' or 'get', not {self.mode!r}")
+        read = drain_read(self.read)
         publication = self.publication if isinstance(self.publication, str) else tuple(self.publication)
         return DrainConfig(slot=self.slot, publication=publication, staging_uri=self.staging_uri,
                            max_wal_bytes=_optional_int(self.max_wal_bytes),
-                           max_changes=_optional_int(self.max_changes), mode=mode,
+                           max_changes=_optional_int(self.max_changes), mode=mode, read=read,
                            empty_advance_bytes=_optional_int(self.empty_advance_bytes),
                            row_group_rows=self.row_group_rows)
 

@@ -87,7 +87,7 @@ def decode_task(spec: PipelineSpec, task_id: str = "decode") -> Any:
         task_id=task_id, slot=spec.source.slot, publication=spec.source.publications or spec.source.publication,
         staging_uri=spec.staging.uri, staging_conn_id=spec.staging.conn_id,
         postgres_conn_id=_conn_id(spec, "source", spec.source.conn_id), max_wal_bytes=_param("max_wal_bytes"),
-        max_changes=_param("max_changes"),
+        max_changes=_param("max_changes"), read=spec.source.read,
         outlets=[table_asset(spec.source.slot, name) for name in spec.tables])
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from airflow_provider_pglogical.apply.config import (
     ACTIONS,
@@ -15,6 +16,9 @@ from airflow_provider_pglogical.apply.config import (
     TOAST_POLICIES,
 )
 from airflow_provider_pglogical.hooks.slots import SLOT_NAME_RE
+
+if TYPE_CHECKING:
+    from airflow_provider_pglogical.staging.drain import DrainRead
 
 # `${NAME}` or `${NAME:-default}` inside any string value: DSNs and staging paths usually differ
 # between laptop, CI and production while the rest of a spec does not.
@@ -56,6 +60,7 @@ class SourceSpec:
     max_changes: int | None = None
     max_lag_bytes: int | None = None
     min_safe_wal_bytes: int | None = None
+    read: DrainRead = "sql"  # how the drain reads the slot: the peek function or a replication stream
     # ``publication: [a, b]``: every publication, decoded together with a subscription's union
     # semantics (pgoutput's publication_names); ``publication`` is then the first.
     publications: tuple[str, ...] = ()

@@ -522,6 +522,7 @@ def drain_config(spec: PipelineSpec, *, allow_gap: bool = False) -> DrainConfig:
     return DrainConfig(slot=spec.source.slot, publication=publication, staging_uri=spec.staging.uri,
                        max_wal_bytes=spec.source.max_batch_bytes or DEFAULT_MAX_WAL_BYTES,
                        max_changes=spec.source.max_changes or DEFAULT_MAX_CHANGES,
+                       read=spec.source.read,
                        allow_gap=allow_gap, snapshot_tables=tuple(sorted(spec.tables)))
 
 

@@ -42,6 +42,7 @@ from airflow_provider_pglogical.pipeline.model import (
     union_tables,
 )
 from airflow_provider_pglogical.row_filter import parse_row_filter
+from airflow_provider_pglogical.staging.drain import DRAIN_READS, drain_read
 
 DURATION = re.compile(r"(\d+)\s*([smhdw]?)")
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -244,7 +245,7 @@ class SpecValidator:
 
     def source(self, value: Any, path: str) -> SourceSpec | None:
         raw = self.mapping(value, path, ("dsn", "conn_id", "publication", "slot", "create", "max_batch_bytes",
-                                         "max_changes", "max_lag_bytes", "min_safe_wal_bytes"),
+                                         "max_changes", "max_lag_bytes", "min_safe_wal_bytes", "read"),
                            ("publication", "slot"))
         if raw is None:
             return None
@@ -273,6 +274,7 @@ class SpecValidator:
             max_lag_bytes=self.size(raw.get("max_lag_bytes"), _join(path, "max_lag_bytes"), positive=False),
             min_safe_wal_bytes=self.size(raw.get("min_safe_wal_bytes"), _join(path, "min_safe_wal_bytes"),
                                          positive=False),
+            read=drain_read(self.choice(raw.get("read"), _join(path, "read"), DRAIN_READS, "sql")),
         )
 
     def publications(self, value: list[Any], path: str) -> tuple[str, ...]:

@@ -22,6 +22,7 @@ from airflow_provider_pglogical.decoding.relations import RelationCache
 from airflow_provider_pglogical.decoding.values.oids import FIRST_USER_OID
 from airflow_provider_pglogical.exceptions import (
     PublicationNotFoundError,
+    ReplicationConnectionError,
     SlotActiveError,
     StagingError,
     format_lsn,
@@ -30,12 +31,23 @@ from airflow_provider_pglogical.progress import Progress, metered_blocks
 from airflow_provider_pglogical.staging.layout import StagingLayout
 from airflow_provider_pglogical.staging.manifest import Manifest
 from airflow_provider_pglogical.staging.reader import BatchRef, StagingReader
+from airflow_provider_pglogical.staging.retention import read_pruned
 from airflow_provider_pglogical.staging.writer import DEFAULT_ROW_GROUP_ROWS, BatchWriter, RowConverter
 
 log = logging.getLogger(__name__)
 
 DrainMode = Literal["peek", "get"]
 DRAIN_MODES: tuple[DrainMode, ...] = ("peek", "get")
+DrainRead = Literal["sql", "stream"]
+DRAIN_READS: tuple[DrainRead, ...] = ("sql", "stream")
+
+
+def drain_read(value: object) -> DrainRead:
+    """``value`` as a drain read (the one check of the spec, the operator and ``DrainConfig``), else ValueError."""
+    read = next((r for r in DRAIN_READS if r == value), None)
+    if read is None:
+        raise ValueError(f"drain read {value!r} is not one of {', '.join(DRAIN_READS)}")
+    return read
 
 
 class Logger(Protocol):
@@ -52,6 +64,21 @@ DEFAULT_MAX_CHANGES = 1_000_000
 
 
 SlotRows = Iterator[tuple[int, int, bytes | memoryview]]
+
+
+class ChangeStream(Protocol):
+    """A slot's changes over a replication connection (``hooks.replication.ReplicationStream``): the peek's
+    rows in lists up to a bound, published positions confirmed through it, the slot held until closed."""
+
+    done: bool  # read to its bound
+
+    @property
+    def open(self) -> bool: ...
+
+    def blocks(self) -> Iterator[list[tuple[int, int, bytes]]]: ...
+    def __iter__(self) -> Iterator[tuple[int, int, bytes]]: ...
+    def confirm(self, lsn: int) -> None: ...
+    def close(self) -> None: ...
 
 
 class SlotClient(Protocol):
@@ -74,6 +101,8 @@ class SlotClient(Protocol):
                      itersize: int = ...) -> SlotRows: ...
     def get_changes(self, slot: str, publication: str | Sequence[str], *, upto_lsn: int | str | None = ...,
                     itersize: int = ...) -> SlotRows: ...
+    def stream_changes(self, slot: str, publication: str | Sequence[str], *, start_lsn: int, upto_lsn: int,
+                       itersize: int = ...) -> ChangeStream: ...
     def advance_slot(self, name: str, lsn: int) -> int: ...
     def load_type_catalog(self, oids: Sequence[int]) -> Any: ...
     def format_types(self, pairs: Sequence[tuple[int, int]]) -> list[str | None]: ...
@@ -92,6 +121,11 @@ class DrainConfig:
     ``mode='get'`` consumes while reading (at-most-once: a crash after the read and before the
     manifest loses those transactions; ``max_changes`` is ignored because the server has already
     consumed the whole range); ``'peek'`` (default) is exactly-once.
+    ``read``: how a peek reads the slot. ``'sql'`` (default): ``pg_logical_slot_peek_binary_changes``, whose
+    whole result the server materialises before the first row. ``'stream'``: a logical replication
+    connection (``hooks.replication``), decoded by the walsender while the client stages; published
+    batches are confirmed through it (needs a pg_hba line letting the role connect to the database
+    with ``replication=database``; not with ``mode='get'``).
     ``empty_advance_bytes``: when a run finds no published transaction but at least this much WAL
     lies between the slot and the bound, an empty batch (manifest, empty files) is published and
     the slot advanced, so a quiet publication does not pin WAL forever.
@@ -103,6 +137,7 @@ class DrainConfig:
     max_wal_bytes: int | None = DEFAULT_MAX_WAL_BYTES
     max_changes: int | None = DEFAULT_MAX_CHANGES
     mode: DrainMode = "peek"
+    read: DrainRead = "sql"
     row_group_rows: int = DEFAULT_ROW_GROUP_ROWS
     itersize: int = 5000
     empty_advance_bytes: int | None = 64 << 20
@@ -114,6 +149,12 @@ class DrainConfig:
     # Either way an empty batch then spans the gap, so the staged log stays contiguous.
     allow_gap: bool = False
     snapshot_tables: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        drain_read(self.read)
+        if self.read == "stream" and self.mode == "get":
+            raise ValueError("drain read 'stream' confirms published batches, it cannot consume while reading: "
+                             "use mode 'peek' with it, or read 'sql' with mode 'get'")
 
     @property
     def publications(self) -> tuple[str, ...]:
@@ -269,7 +310,7 @@ def drain_run(client: SlotClient, config: DrainConfig, *, max_batches: int | Non
     checkpoint = on_checkpoint or _noop
     results: list[DrainResult] = []
     peek: _OpenPeek | None = None
-    pending = _PendingAdvance()
+    pending = _PendingAdvance(streamed=config.read == "stream")
     with _locked(client, config, logger):
         try:
             try:
@@ -345,6 +386,27 @@ def bridge_gap(layout: StagingLayout, reader: StagingReader, config: DrainConfig
         raise
 
 
+def resume_past_pruned(layout: StagingLayout, config: DrainConfig, first: BatchRef, start: int,
+                       logger: Logger = log) -> int:
+    """Where to read from when the slot is at ``start``, before the first visible batch ``first``: that batch's
+    start when ``start`` lies in the range retention pruned (published, then applied by every target), else
+    ``start`` (the staged log's checks then refuse it).
+
+    A slot's confirmed position reaches disk only with a checkpoint after ``pg_replication_slot_advance``,
+    and not at all from a replication stream's status updates unless its restart position moves with it; a
+    server that crashes (or, before PostgreSQL 17, stops) brings the slot back to the position last written,
+    inside what the drain published already. The batches from ``first`` on are then replayed (the slot advanced
+    past them), as after a crash between a publish and its advance."""
+    pruned = read_pruned(layout)
+    if pruned is None or not pruned.covers(start) or pruned.through_lsn < first.start_lsn:
+        return start
+    logger.warning("slot %s is at %s, inside the pruned range %s-%s whose batches were published and applied "
+                   "(the server kept an older confirmed position): reading on from %s", config.slot,
+                   format_lsn(start), format_lsn(pruned.from_lsn if pruned.from_lsn is not None else start),
+                   format_lsn(pruned.through_lsn), first.name)
+    return first.start_lsn
+
+
 class _NoRelations:
     """The resolver of a batch without changes: never asked for anything."""
 
@@ -359,8 +421,9 @@ class _PendingAdvance:
     """The end of the batches ``drain_run`` has published (or found published) since it last
     advanced the slot: what the slot is advanced to before a fresh peek and when the run ends."""
 
-    def __init__(self) -> None:
+    def __init__(self, streamed: bool = False) -> None:
         self.staged_to: int | None = None  # end of the last published batch the slot is not advanced to
+        self.streamed = streamed  # batches may have been confirmed through a replication stream already
 
     def start(self, slot_lsn: int) -> int:
         """Where the next batch starts: the end of what is published, unless the slot moved past it
@@ -376,8 +439,7 @@ class _PendingAdvance:
     def advance(self, client: SlotClient, config: DrainConfig, checkpoint: Checkpoint, logger: Logger) -> None:
         if self.staged_to is None:
             return
-        client.advance_slot(config.slot, self.staged_to)
-        logger.info("slot %s advanced to %s", config.slot, format_lsn(self.staged_to))
+        advance_unless_confirmed(client, config, self.staged_to, logger, streamed=self.streamed)
         self.staged_to = None
         checkpoint("advanced")
 
@@ -389,6 +451,18 @@ class _PendingAdvance:
             self.advance(client, config, checkpoint, logger)
         except Exception as e:  # noqa: BLE001 - the run's error is the one to raise
             logger.warning("could not advance slot %s to the published batches' end: %s", config.slot, e)
+
+
+def advance_unless_confirmed(client: SlotClient, config: DrainConfig, end: int, logger: Logger, *,
+                             streamed: bool) -> None:
+    """Move the slot to ``end`` (a published batch's end). After a streamed read the server may have taken
+    that position from the stream's status updates already (read back here, the stream being closed):
+    the advance, which decodes from the slot's ``restart_lsn``, then runs only if it did not."""
+    if streamed and client.require_slot(config.slot).confirmed_flush_lsn >= end:
+        logger.info("slot %s confirmed to %s through the stream", config.slot, format_lsn(end))
+        return
+    client.advance_slot(config.slot, end)
+    logger.info("slot %s advanced to %s", config.slot, format_lsn(end))
 
 
 class _locked:
@@ -423,8 +497,12 @@ def _drain_locked(client: SlotClient, config: DrainConfig, checkpoint: Checkpoin
     """One cycle under the lock. ``peek``: one left open by the previous cycle of this run, read on
     when the batch starts where that cycle ended. ``pending``: ``drain_run``'s deferred advance (None:
     advance right after publishing). Returns the result and the peek to keep (or None)."""
-    # Re-read under the lock: a drain that finished meanwhile has moved the slot.
-    slot_lsn = client.require_slot(config.slot).confirmed_flush_lsn
+    # Re-read under the lock: a drain that finished meanwhile has moved the slot. An open stream holds
+    # the slot (the server shows it active), which is then where this run's published batches end.
+    if peek is not None and peek.streaming and peek.next_start is not None:
+        slot_lsn = peek.next_start
+    else:
+        slot_lsn = client.require_slot(config.slot).confirmed_flush_lsn
     start = slot_lsn if pending is None else pending.start(slot_lsn)
     layout = StagingLayout.from_uri(config.staging_uri, config.slot)
     reader = StagingReader(layout)
@@ -432,6 +510,8 @@ def _drain_locked(client: SlotClient, config: DrainConfig, checkpoint: Checkpoin
     if peek is not None and peek.next_start != start:
         peek.close()
         peek = None
+    if batches and start < batches[0].start_lsn:
+        start = resume_past_pruned(layout, config, batches[0], start, logger)
 
     existing = next((b for b in batches if b.start_lsn == start), None)
     if existing is not None:
@@ -477,6 +557,10 @@ def _drain_locked(client: SlotClient, config: DrainConfig, checkpoint: Checkpoin
         raise
     if pending is not None and result.staged and config.mode == "peek":
         pending.published(result.end_lsn)
+        if peek.streaming:  # published: the server may drop it (the slot stays put for anything later)
+            peek.confirm(result.end_lsn)
+            if peek.exhausted_stream:  # read to the bound: its last batch is confirmed, the stream ends
+                peek.close()
     if keep_open and result.staged:
         # Kept even when read to its end: the next cycle then knows there is nothing more up to
         # ``upto`` (what a fresh peek of that range would return) without asking the server again.
@@ -520,21 +604,44 @@ class _OpenPeek:
     """A peek's rows being decoded: the stream, its assembler (and relation cache), and what the
     batch cut by ``max_changes`` left unread, kept across the cycles of one ``drain_run``."""
 
-    def __init__(self, config: DrainConfig, upto: int, assembler: ChangeAssembler, rows: Any,
+    def __init__(self, config: DrainConfig, upto: int, assembler: ChangeAssembler, stream: ChangeStream | None,
                  events: Iterator[Event], stack: ExitStack, progress: Progress) -> None:
-        self.slot, self.upto, self.assembler, self.rows, self.events = config.slot, upto, assembler, rows, events
+        self.slot, self.upto, self.assembler, self.events = config.slot, upto, assembler, events
         self.stack, self.progress = stack, progress
         self.exhausted = False
         self.next_start: int | None = None
         self.loose: list[NonTransactionalMessage] = []  # read but after the last batch's end: the next one's
         self.staged = ""  # what the progress lines add (the current batch's counts)
+        self.stream = stream  # a replication stream's read (None: the SQL peek's)
+
+    @property
+    def streaming(self) -> bool:
+        """Whether this read is a replication stream still open (holding the slot)."""
+        return self.stream is not None and self.stream.open
+
+    @property
+    def exhausted_stream(self) -> bool:
+        """Whether this read is a replication stream read to its bound (its events all taken)."""
+        return self.stream is not None and self.stream.done
+
+    def confirm(self, lsn: int) -> None:
+        """Report a published batch's end through the open stream. A stream that broke meanwhile (the server
+        ended it) is closed instead: the slot is then advanced through SQL, and a batch still to read fails
+        its cycle (nothing past the published batches is confirmed; the next run reads on from there)."""
+        if self.stream is not None and self.stream.open:
+            try:
+                self.stream.confirm(lsn)
+            except ReplicationConnectionError as exc:
+                log.warning("slot %s: %s; the slot is advanced through SQL", self.slot, exc)
+                self.stream.close()
 
     @classmethod
     def open(cls, client: SlotClient, config: DrainConfig, cache: RelationCache, start: int, upto: int,
              logger: Logger) -> _OpenPeek:
         consume = config.mode == "get"
         read = client.get_changes if consume else client.peek_changes
-        logger.info("slot %s: reading %s..%s (%d bytes of WAL)", config.slot, format_lsn(start), format_lsn(upto),
+        logger.info("slot %s: %s %s..%s (%d bytes of WAL)", config.slot,
+                    "streaming" if config.read == "stream" else "reading", format_lsn(start), format_lsn(upto),
                     upto - start)
         stack = ExitStack()
         try:
@@ -545,7 +652,13 @@ class _OpenPeek:
             progress = stack.enter_context(Progress(
                 f"decode slot {config.slot}", logger.info, total_bytes=upto - start, interval=config.progress_every_s,
                 detail=lambda: holder[0].staged if holder else ""))
-            rows = read(config.slot, config.publications, upto_lsn=upto, itersize=config.itersize)
+            stream: ChangeStream | None = None
+            rows: SlotRows | ChangeStream
+            if config.read == "stream":
+                rows = stream = client.stream_changes(config.slot, config.publications, start_lsn=start,
+                                                      upto_lsn=upto, itersize=config.itersize)
+            else:
+                rows = read(config.slot, config.publications, upto_lsn=upto, itersize=config.itersize)
             close = getattr(rows, "close", None)
             if close is not None:
                 stack.callback(close)  # ends the peek transaction (or commits a fully read get)
@@ -553,7 +666,7 @@ class _OpenPeek:
         except BaseException:
             stack.close()
             raise
-        peek = cls(config, upto, assembler, rows, events, stack, progress)
+        peek = cls(config, upto, assembler, stream, events, stack, progress)
         holder.append(peek)
         return peek
 
@@ -594,7 +707,7 @@ def _stage(client: SlotClient, config: DrainConfig, layout: StagingLayout, reade
                         and writer.changes >= config.max_changes):
                     cut = True
                     break
-            if not (cut and keep_open):
+            if not (cut and keep_open) and peek.stream is None:
                 peek.close()  # ends the statement now (a get read to its end commits its consumption here)
             end = writer.manifest.end_lsn_int if writer.manifest.transactions else None
             if consume:
@@ -627,7 +740,9 @@ def _stage(client: SlotClient, config: DrainConfig, layout: StagingLayout, reade
     except OSError as exc:  # only a convenience copy: the batch carries the authoritative state
         logger.warning("could not save the relation state copy: %s", exc)
     if advance and not consume:  # else drain_run advances later, once for several batches (get: consumed)
-        client.advance_slot(config.slot, manifest.end_lsn_int)
+        peek.confirm(manifest.end_lsn_int)  # a stream: published, so confirmed through it, then released
+        peek.close()
+        advance_unless_confirmed(client, config, manifest.end_lsn_int, logger, streamed=peek.stream is not None)
     if advance or consume:
         checkpoint("advanced")
     elapsed = max(time.monotonic() - t0, 1e-9)

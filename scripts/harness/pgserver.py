@@ -146,6 +146,16 @@ def stop_server(server: PgServer) -> None:
     shutil.rmtree(server.data_dir.parent, ignore_errors=True)
 
 
+def crash_and_restart(server: PgServer) -> None:
+    """Stop the server as a crash would (``-m immediate``: no shutdown checkpoint), then start it again; what was
+    not yet on disk comes back as recovery finds it."""
+    owner = "postgres" if os.geteuid() == 0 else None
+    for mode in (["-m", "immediate", "-w", "stop"], ["-l", str(server.data_dir.parent / "server.log"), "-w", "-t",
+                                                      "60", "start"]):
+        subprocess.run(_as_owner([str(server.bin_dir / "pg_ctl"), "-D", str(server.data_dir), *mode], owner),
+                       check=True, capture_output=True)
+
+
 def execute(dsn: str, *statements: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> None:
     """Run each statement on an autocommit connection (so CREATE/DROP DATABASE work too)."""
     import psycopg2

@@ -73,7 +73,10 @@ def run(spec: str, tmp: Path, *, java: bool, env: dict[str, str] | None = None) 
     return {**json.loads(result.stdout), "stderr": result.stderr}, sorted(tmpdir.glob("pglogical-spark-*.log"))
 
 
-def test_plain_small_batches_are_applied_without_starting_spark(pipeline):
+@pytest.mark.parametrize("read", ["sql", "stream"])
+def test_plain_small_batches_are_applied_without_starting_spark(pipeline, read):
+    """``source.read: stream`` too: the run reads the slot over a replication connection, the target ends equal."""
+    pipeline["doc"]["source"]["read"] = read
     spec = spec_file(pipeline, "plain.yaml")
     first, _ = run(spec, pipeline["tmp"], java=False)  # creates publication and slot: nothing to apply
     assert first["apply"]["batches_seen"] == 0

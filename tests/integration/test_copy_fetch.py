@@ -129,6 +129,9 @@ def test_the_compiled_reader_links_libpq_and_reads_only_connections_it_opened(pg
     with copystream.LibpqConnection.like(pg_conn) as own:
         assert own.execute(b"SELECT 1; SET application_name = 'x'") is None
         assert own.execute(b"SELECT 1/0")[0] == "22012"
+        # a message longer than the error buffer, cut inside a character: decoded with a replacement, not raised
+        code, message = own.execute("DO $$ BEGIN RAISE EXCEPTION '%', repeat('é', 600); END $$".encode())
+        assert code == "P0001" and message.endswith("\ufffd") and own.backend_pid() > 0
         with pytest.raises(ValueError):  # a raw pointer (e.g. psycopg2's pgconn_ptr) is refused
             compiled.copy_start(pg_conn.pgconn_ptr, b"COPY (SELECT 1) TO STDOUT")
     with pytest.raises(ValueError):  # closed: the capsule cannot be used again

@@ -208,8 +208,9 @@ def test_get_mode_consumes_while_reading_and_keeps_batches_contiguous(drain_sour
     assert_log_matches(uri, "s1", xids)
 
 
+@pytest.mark.parametrize("read", ["sql", "stream"])
 def test_the_operator_returns_a_summary_and_emits_table_asset_events(drain_source, tmp_path, pg_server, pg_dbname,
-                                                                     monkeypatch):
+                                                                     monkeypatch, read):
     from airflow.sdk import AssetAlias
     from airflow.sdk.execution_time.context import OutletEventAccessors
 
@@ -220,7 +221,8 @@ def test_the_operator_returns_a_summary_and_emits_table_asset_events(drain_sourc
     monkeypatch.setenv("AIRFLOW_CONN_PGLOGICAL_SRC", pg_server.uri(pg_dbname))
     accounts, alias = table_asset("s1", "public.accounts"), AssetAlias("pglogical-s1")
     op = PgLogicalDecodeOperator(task_id="decode", slot="s1", publication="pub", staging_uri=str(tmp_path / "stage"),
-                                 postgres_conn_id="pglogical_src", max_changes="none", outlets=[accounts, alias])
+                                 postgres_conn_id="pglogical_src", max_changes="none", outlets=[accounts, alias],
+                                 read=read)
     assert {"slot", "publication", "staging_uri", "max_wal_bytes", "max_changes"} <= set(op.template_fields)
     events = OutletEventAccessors()
     summary = op.execute({"outlet_events": events})
@@ -231,6 +233,7 @@ def test_the_operator_returns_a_summary_and_emits_table_asset_events(drain_sourc
     assert added == {table_asset("s1", t).uri for t in ("public.accounts", "public.events")}
     again = op.execute({"outlet_events": OutletEventAccessors()})
     assert not again["staged"] and again["start_lsn_int"] == summary["end_lsn_int"]
+    assert _hook.slot_info("s1").confirmed_flush_lsn == summary["end_lsn_int"]
 
 
 def test_a_quiet_publication_gets_an_empty_batch_so_wal_is_released(drain_source, tmp_path):

@@ -2,7 +2,7 @@
 
 Usage: python -m tests.support.drain_child '<json>' with keys dsn, slot, publication,
 staging_uri, kill_at (a checkpoint name, or "transaction:<n>" to die mid-write after n
-transactions), and optional max_changes / row_group_rows, and ``run`` (true: ``drain_run``, several
+transactions), and optional max_changes / row_group_rows / read, and ``run`` (true: ``drain_run``, several
 batches under one lock with the slot advanced once, instead of one ``drain_slot`` cycle).
 """
 
@@ -38,7 +38,8 @@ def main() -> None:
 
     client = PgLogicalClient.from_dsn(args["dsn"])
     config = DrainConfig(slot=args["slot"], publication=args["publication"], staging_uri=args["staging_uri"],
-                         max_changes=args.get("max_changes"), row_group_rows=args.get("row_group_rows", 65536))
+                         max_changes=args.get("max_changes"), row_group_rows=args.get("row_group_rows", 65536),
+                         read=args.get("read", "sql"))
     if args.get("run"):
         drain_run(client, config, on_checkpoint=dying_at(kill_at))
     else:

@@ -342,3 +342,92 @@ def test_compiled_relation_run_equals_the_writer_reference(kinds, start, wanted,
             outcomes.append("ValueError")
     assert outcomes[0] == outcomes[1]
     assert (outcomes[1] == "ValueError") == (start < 0)
+
+
+# -- the replication stream's bound rule ------------------------------------------------------------------
+
+def _xlogdata(lsn: int, payload: bytes) -> bytes:
+    return b"w" + struct.pack(">QQQ", lsn, lsn, 0) + payload
+
+
+def _keepalive(wal_end: int, reply: bool) -> bytes:
+    return b"k" + struct.pack(">QQ?", wal_end, 0, reply)
+
+
+@st.composite
+def replication_streams(draw: Any) -> list[bytes]:
+    """CopyData of a walsender: transactions (Begin with its commit's start, changes, Commit at its end),
+    messages outside them and keepalives between and inside them, LSNs rising as the walsender sends them.
+
+    A keepalive's walEnd is how far the walsender has decoded: at least the end of what it sent before,
+    and at most where anything it sends later was decoded (a later transaction's commit start, a later
+    message's position); inside a transaction, which is sent once its commit is decoded, at most that
+    commit's start."""
+    units: list[tuple[int, int, list[bytes]]] = []  # (decoded at, decoded through, messages) per unit
+    lsn = draw(st.integers(0, 50))
+    for _ in range(draw(st.integers(0, 8))):
+        if draw(st.booleans()):
+            lsn += draw(st.integers(1, 20))
+            units.append((lsn, lsn, [_xlogdata(lsn, b"M\x00" + draw(st.binary(max_size=6)))]))
+            continue
+        first = lsn + draw(st.integers(1, 20))
+        changes = draw(st.integers(0, 3))
+        commit = first + changes * 10 + draw(st.integers(1, 10))
+        body = [_xlogdata(first, b"B" + struct.pack(">QQI", commit, 0, 7))]
+        for i in range(changes):
+            body.append(_xlogdata(first + 1 + 10 * i, b"I" + draw(st.binary(max_size=6))))
+            if draw(st.integers(0, 5)) == 0:  # sent while the commit is decoded: the walEnd is before it
+                body.append(_keepalive(draw(st.integers(lsn, commit)), draw(st.booleans())))
+        lsn = commit + draw(st.integers(1, 10))
+        body.append(_xlogdata(lsn, b"C\x00" + struct.pack(">QQQ", commit, lsn, 0)))
+        units.append((commit, lsn, body))
+    out: list[bytes] = []
+    through = 0
+    for i, (_at, unit_through, body) in enumerate(units + [(0, 0, [])]):
+        if draw(st.integers(0, 2)) == 0:
+            upper = units[i][0] if i < len(units) else through + 30
+            out.append(_keepalive(draw(st.integers(through, upper)), draw(st.booleans())))
+        out += body
+        through = max(through, unit_through)
+    return out
+
+
+needs_stream_reader = pytest.mark.skipif(speedups.compiled is None or not hasattr(speedups.compiled, "repl_split"),
+                                         reason="compiled helpers not built with libpq")
+
+
+def _positions(messages: list[bytes]) -> list[int]:
+    """Every LSN the messages carry (dataStart, a Begin's commit, a keepalive's walEnd) and its neighbours."""
+    out = [struct.unpack_from(">Q", m, 1)[0] for m in messages]
+    out += [struct.unpack_from(">Q", m, 26)[0] for m in messages if m[25:26] == b"B"]
+    return sorted({p + d for p in out for d in (-1, 0, 1) if p + d >= 0}) or [0]
+
+
+@needs_stream_reader
+@settings(max_examples=500, deadline=None)
+@given(replication_streams(), st.data(), st.booleans())
+def test_the_compiled_stream_bound_equals_the_python_reference(messages, data, in_tx):
+    """``repl_split`` (the rule ``repl_read`` applies while reading) gives ``split_messages``' rows, open
+    transaction and stopping point; read on past each keepalive, as the read does, it takes exactly the
+    transactions whose commit starts before the bound and the messages before it. The bound is often one of
+    the messages' LSNs (or next to one), where ``>=`` and ``>`` part."""
+    from airflow_provider_pglogical.hooks.replication import split_messages
+
+    bound = data.draw(st.one_of(st.integers(0, 400), st.sampled_from(_positions(messages))))
+
+    rest, in_c, in_py, every = list(messages), in_tx, in_tx, []
+    while True:
+        compiled_rows, in_c, c_state = speedups.compiled.repl_split(rest, bound, in_c)
+        rows, in_py, state = split_messages(rest, bound, in_py)
+        assert (compiled_rows, in_c, c_state) == (rows, in_py, state)
+        every += rows
+        if state != "keepalive":
+            break
+        rest = rest[next(i for i, m in enumerate(rest) if m[:1] == b"k") + 1:]  # the read answers it and goes on
+    if not in_tx:  # read to the bound or the stream's end: every transaction committing before it, every message
+        def at(lsn: int, data: bytes) -> tuple[bytes, int]:  # a Begin's commit start, a message's position
+            return data[:1], struct.unpack_from(">Q", data, 1)[0] if data[:1] == b"B" else lsn
+
+        sent = [at(struct.unpack_from(">Q", m, 1)[0], m[25:]) for m in messages if m[25:26] in (b"B", b"M")]
+        taken = [at(lsn, data) for lsn, _, data in every if data[:1] in (b"B", b"M")]
+        assert taken == [(kind, pos) for kind, pos in sent if pos < bound]

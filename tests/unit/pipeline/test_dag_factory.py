@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,6 +67,18 @@ def test_the_pipeline_dag_runs_one_at_a_time_without_catchup_and_offers_the_limi
     assert dag.max_active_runs == 1 and dag.catchup is False
     assert dag.params["max_changes"] == 500
     assert set(dag.params) == {"max_changes", "max_wal_bytes", "min_safe_wal_bytes", "resync_tables"}
+
+
+def test_the_decode_task_reads_the_slot_as_the_spec_says_and_a_misspelt_read_is_refused():
+    def decode(doc: dict[str, Any]) -> Any:
+        return build_pipeline_dag(parse_spec(doc, env={}), dag_id="d", start_date=datetime(2026, 1, 1)).get_task(
+            "pglogical.decode")
+
+    assert decode(DOC).read == "sql"
+    stream = decode({**DOC, "source": {**DOC["source"], "read": "stream"}})
+    assert stream.read == "stream"
+    with pytest.raises(SpecError, match=r"source\.read: must be one of sql, stream, got 'streaming'"):
+        parse_spec({**DOC, "source": {**DOC["source"], "read": "streaming"}}, env={})
 
 
 def test_the_snapshot_task_reads_resync_tables_from_the_param_and_refuses_unknown_tables():

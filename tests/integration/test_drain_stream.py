@@ -1,0 +1,287 @@
+"""The streamed read (``DrainConfig.read='stream'``) against the SQL peek, on twin slots.
+
+Both reads of the same WAL range must stage the same batches (boundaries, transactions, rows,
+messages), confirm the slot to the last published end and nothing past it, and keep the drain's
+crash windows: a run killed before or after a manifest leaves exactly one copy after the rerun.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import time
+
+import pytest
+
+from airflow_provider_pglogical.hooks import replication
+from airflow_provider_pglogical.staging import StagingReader
+from airflow_provider_pglogical.staging.drain import DrainConfig, drain_run, drain_slot
+from tests.conftest import REPO_ROOT
+from tests.integration.test_drain_run import assert_same_staged_log
+from tests.support.drain import assert_log_matches, run_tx, staged, workload
+from tests.support.drain_child import KILLED
+
+pytestmark = pytest.mark.skipif(not replication.available(), reason="compiled helpers not built with libpq")
+
+
+def config(uri: str, slot: str, **kw) -> DrainConfig:
+    return DrainConfig(slot=slot, publication="pub", staging_uri=uri, **kw)
+
+
+def wait_for_the_dead_sessions(cur, timeout: float = 30) -> None:
+    """Until the server has seen a killed drain's connections close: its drain lock released, its walsender gone."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        cur.execute("SELECT (SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database"
+                    "         WHERE l.locktype = 'advisory' AND d.datname = current_database())"
+                    " + (SELECT count(*) FROM pg_replication_slots WHERE active AND database = current_database())")
+        if cur.fetchone()[0] == 0:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the killed drain's sessions did not end")
+
+
+def random_workload(cur, seed: int) -> list[int]:
+    """Small transactions, one large enough to spill, TOASTed values, REPLICA IDENTITY FULL updates, a
+    truncate, transactional and loose messages and a column added mid-way; the committed xids in order."""
+    rnd = random.Random(seed)
+    xids = workload(cur, rnd.randint(15, 30))
+    for i in range(rnd.randint(3, 6)):
+        choice = rnd.choice(["toast", "big", "message", "full", "small"])
+        if choice == "toast":
+            body = "".join(rnd.choice("abcdefghij") for _ in range(rnd.randint(3000, 9000)))
+            xids.append(run_tx(cur, [("INSERT INTO docs (id, body, note) VALUES (%s, %s, 'n')", (1000 + i, body)),
+                                     ("UPDATE docs SET note = 'm' WHERE id = %s", (1000 + i,))]))
+        elif choice == "big":
+            xids.append(run_tx(cur, [("INSERT INTO events (account, kind, payload) SELECT g, 'bulk', repeat('x', 50) "
+                                      "FROM generate_series(1, %s) g", (rnd.randint(300, 900),))]))
+        elif choice == "message":
+            cur.execute("SELECT pg_logical_emit_message(false, 'loose', %s)", (f"m{i}",))
+        elif choice == "full":
+            xids.append(run_tx(cur, [("UPDATE events SET payload = payload || '!' WHERE id %% 3 = %s", (i % 3,))]))
+        else:
+            xids += workload(cur, 3, start=200 + 10 * i)
+    cur.execute("ALTER TABLE docs ADD COLUMN extra int DEFAULT 7")
+    xids.append(run_tx(cur, [("INSERT INTO docs VALUES (%s, 'after', 'alter', 8)", (5000,))]))
+    xids.append(run_tx(cur, [("TRUNCATE accounts CASCADE", ())]))
+    xids += workload(cur, 5, start=300)
+    return xids
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_streamed_drain_stages_what_the_sql_peek_stages(drain_source, tmp_path, seed):
+    """Several batches cut by max_changes from one stream, a memory budget that makes transactions spill; the
+    twin slot read through SQL stages the same log, and the streamed slot is confirmed to the last batch's end."""
+    cur, hook = drain_source
+    hook.create_slot("twin")
+    xids = random_workload(cur, seed)
+    uri, twin_uri = str(tmp_path / "stream"), str(tmp_path / "sql")
+    streamed = drain_run(hook, config(uri, "s1", max_changes=15, memory_budget=4096, read="stream"))
+    through_sql = drain_run(hook, config(twin_uri, "twin", max_changes=15, memory_budget=4096))
+    assert len(streamed) > 3 and [r.end_lsn for r in streamed] == [r.end_lsn for r in through_sql]
+    assert_same_staged_log(uri, "s1", twin_uri, "twin")
+    assert_log_matches(uri, "s1", xids)
+    assert staged(uri, "s1", "messages.parquet").equals(staged(twin_uri, "twin", "messages.parquet"))
+    info = hook.slot_info("s1")
+    assert not info.active and info.confirmed_flush_lsn == streamed[-1].end_lsn
+
+
+def test_a_transaction_committing_past_the_bound_is_staged_by_the_next_run(drain_source, tmp_path):
+    """max_wal_bytes puts the bound inside WAL the walsender streams on: the transactions committing at or after
+    it are sent but never staged nor confirmed, and the next run stages them (as the SQL peek's twin does)."""
+    cur, hook = drain_source
+    hook.create_slot("twin")
+    xids = workload(cur, 30)
+    uri, twin_uri = str(tmp_path / "stream"), str(tmp_path / "sql")
+    first = drain_slot(hook, config(uri, "s1", max_wal_bytes=6100, read="stream"))
+    twin_first = drain_slot(hook, config(twin_uri, "twin", max_wal_bytes=6100 + first.start_lsn
+                                         - hook.slot_info("twin").confirmed_flush_lsn))
+    assert first.staged and 0 < first.transactions < len(xids)
+    assert first.end_lsn == twin_first.end_lsn and first.transactions == twin_first.transactions
+    assert hook.slot_info("s1").confirmed_flush_lsn == first.end_lsn
+    rest = drain_run(hook, config(uri, "s1", read="stream"))
+    assert rest and rest[0].start_lsn == first.end_lsn
+    assert_log_matches(uri, "s1", xids)
+
+
+@pytest.mark.parametrize(("kill_at", "published"), [("files_written:2", 1), ("manifest_written:2", 2)])
+def test_a_streamed_run_killed_before_or_after_a_manifest_reruns_to_one_copy(drain_source, tmp_path, pg_dsn,
+                                                                             kill_at, published):
+    """Killed with the second batch's files written (no manifest) or its manifest written (not confirmed): the
+    slot is at most at the first batch's end; the rerun removes the leftover or finds the batch published, and
+    the log holds every transaction once."""
+    cur, hook = drain_source
+    xids = workload(cur, 40)
+    uri = str(tmp_path / "stage")
+    proc = subprocess.run([sys.executable, "-m", "tests.support.drain_child",
+                           json.dumps({"dsn": pg_dsn, "slot": "s1", "publication": "pub", "staging_uri": uri,
+                                       "kill_at": kill_at, "max_changes": 25, "run": True, "read": "stream"})],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == KILLED, proc.stderr[-3000:]
+    wait_for_the_dead_sessions(cur)
+    batches = StagingReader.from_uri(uri, "s1").batches()
+    assert len(batches) == published
+    assert hook.slot_info("s1").confirmed_flush_lsn <= batches[0].end_lsn  # nothing unpublished confirmed
+    results = drain_run(hook, config(uri, "s1", max_changes=25, read="stream"))
+    assert [r.replayed for r in results[:published - 1]] == [True] * (published - 1)
+    assert_log_matches(uri, "s1", xids)
+    assert hook.slot_info("s1").confirmed_flush_lsn == results[-1].end_lsn
+
+
+def test_a_missing_slot_a_busy_one_and_a_missing_publication_are_typed_one_line_errors(drain_source):
+    """As the SQL read types them. A stream refused because another consumer holds the slot leaves that consumer's
+    walsender alone; a publication created after the changes (absent from the snapshot they are decoded in) is
+    PublicationNotFoundError, not a missing slot."""
+    from airflow_provider_pglogical.exceptions import PublicationNotFoundError, SlotActiveError, SlotNotFoundError
+
+    cur, hook = drain_source
+    start = hook.slot_info("s1").confirmed_flush_lsn
+    with pytest.raises(SlotNotFoundError) as missing:
+        hook.stream_changes("nosuchslot", "pub", start_lsn=start, upto_lsn=start + 1)
+    holder = hook.stream_changes("s1", "pub", start_lsn=start, upto_lsn=start + 1)
+    try:
+        held_by = hook.slot_info("s1").active_pid
+        with pytest.raises(SlotActiveError) as busy:
+            hook.stream_changes("s1", "pub", start_lsn=start, upto_lsn=start + 1)
+        assert hook.slot_info("s1").active_pid == held_by
+    finally:
+        holder.close()
+    workload(cur, 2)
+    cur.execute("CREATE PUBLICATION later FOR TABLE accounts")
+    upto = hook.current_wal_flush_lsn()
+    with pytest.raises(PublicationNotFoundError) as publication:
+        list(hook.stream_changes("s1", "later", start_lsn=start, upto_lsn=upto))
+    assert not hook.slot_info("s1").active
+    for err in (missing, busy, publication):
+        assert "\n" not in str(err.value)
+
+
+def test_a_refused_replication_connection_is_one_typed_line_and_the_sql_read_it_names_works(drain_source, pg_dsn,
+                                                                                             tmp_path):
+    """A role the walsender refuses (no REPLICATION) gets ReplicationConnectionError naming `source.read: sql`;
+    that read of the same slot, by a role that may read it, stages the changes."""
+    import psycopg2
+
+    from airflow_provider_pglogical.exceptions import ReplicationConnectionError
+    from airflow_provider_pglogical.hooks import PgLogicalHook
+
+    cur, hook = drain_source
+    xids = workload(cur, 3)
+    cur.execute("DROP ROLE IF EXISTS stream_no_replication; CREATE ROLE stream_no_replication LOGIN")
+    start = hook.slot_info("s1").confirmed_flush_lsn
+    refused = PgLogicalHook.from_dsn(psycopg2.extensions.make_dsn(pg_dsn, user="stream_no_replication"))
+    try:
+        with pytest.raises(ReplicationConnectionError, match=r"source\.read: sql") as err:
+            refused.stream_changes("s1", "pub", start_lsn=start, upto_lsn=start + 1)
+    finally:
+        refused.close()
+    assert "\n" not in str(err.value)
+    drain_run(hook, config(str(tmp_path / "sql"), "s1", read="sql"))
+    assert_log_matches(str(tmp_path / "sql"), "s1", xids)
+
+
+def test_a_stream_the_server_ends_mid_run_confirms_nothing_unpublished_and_the_rerun_reads_on(drain_source,
+                                                                                               tmp_path):
+    """The walsender ended after the first batch's manifest (as a wal_sender_timeout would). What it had sent is
+    still read and staged; if the run needed more, it fails with one typed line. Either way the slot ends at the
+    last published batch, and the next run leaves every transaction staged exactly once."""
+    from airflow_provider_pglogical.exceptions import ReplicationConnectionError
+
+    cur, hook = drain_source
+    xids = workload(cur, 40)
+    uri = str(tmp_path / "stage")
+
+    def end_the_walsender(name: str) -> None:
+        if name == "manifest_written" and not StagingReader.from_uri(uri, "s1").batches()[1:]:
+            cur.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 's1'")
+
+    try:
+        drain_run(hook, config(uri, "s1", max_changes=25, read="stream", itersize=10), on_checkpoint=end_the_walsender)
+    except ReplicationConnectionError as err:
+        assert "\n" not in str(err) and "run the drain again" in str(err)
+    published = StagingReader.from_uri(uri, "s1").batches()
+    assert published and hook.slot_info("s1").confirmed_flush_lsn == published[-1].end_lsn
+    drain_run(hook, config(uri, "s1", max_changes=25, read="stream"))
+    assert_log_matches(uri, "s1", xids)
+
+
+def test_a_slot_a_crash_brings_back_into_the_pruned_range_reads_on_after_the_published_batches(tmp_path):
+    """A streamed run's status updates move the slot in the server's memory only; retention then prunes all but the
+    newest batch, and the server crashes (no checkpoint wrote the slot). The slot comes back inside the pruned
+    range, where no visible batch starts: the next run replays the visible batch, advances past it and stages the
+    transactions committed since, each once after the ones kept."""
+    import psycopg2
+
+    from airflow_provider_pglogical.hooks import PgLogicalHook
+    from airflow_provider_pglogical.staging.layout import StagingLayout
+    from airflow_provider_pglogical.staging.retention import prune_batches, read_pruned, staged_batches
+    from scripts.harness.pgserver import crash_and_restart, start_server, stop_server
+    from tests.support.drain import SCHEMA_SQL, staged_xids
+
+    server = start_server()  # its own server: the test crashes it
+    try:
+        conn = psycopg2.connect(server.dsn())
+        conn.autocommit = True
+        conn.cursor().execute(SCHEMA_SQL)
+        hook = PgLogicalHook.from_dsn(server.dsn())
+        hook.create_slot("s1")
+        workload(conn.cursor(), 40)
+        uri = str(tmp_path / "stage")
+        results = drain_run(hook, config(uri, "s1", max_changes=25, read="stream"))
+        hook.close()
+        conn.close()
+        reader = StagingReader.from_uri(uri, "s1")
+        assert len(results) > 2 and hook_confirmed(server) == results[-1].end_lsn
+        prune_batches(StagingLayout.from_uri(uri, "s1"), staged_batches(reader)[:-1])
+        kept, first = staged_xids(uri, "s1"), reader.batches()[0]
+        assert read_pruned(reader.layout).covers(results[0].start_lsn)
+
+        crash_and_restart(server)
+        assert hook_confirmed(server) < first.start_lsn  # back inside the pruned range: the case under test
+        conn = psycopg2.connect(server.dsn())
+        conn.autocommit = True
+        later = workload(conn.cursor(), 5, start=100)
+        conn.close()
+        hook = PgLogicalHook.from_dsn(server.dsn())
+        try:
+            rerun = drain_run(hook, config(uri, "s1", read="stream"))
+        finally:
+            hook.close()
+        assert rerun[0].replayed and rerun[0].start_lsn == first.start_lsn
+        assert staged_xids(uri, "s1") == kept + later
+        StagingReader.from_uri(uri, "s1").batches(check=True)
+        assert hook_confirmed(server) == rerun[-1].end_lsn
+    finally:
+        stop_server(server)
+
+
+def hook_confirmed(server) -> int:
+    from scripts.harness.pgserver import query
+
+    (lsn,), = query(server.dsn(), "SELECT confirmed_flush_lsn - '0/0' FROM pg_replication_slots WHERE slot_name = 's1'")
+    return int(lsn)
+
+
+def test_a_batch_published_for_longer_than_wal_sender_timeout_keeps_the_stream(drain_source, tmp_path, pg_server):
+    """Nothing reads the stream while a batch is written and published; the stream's status updates meanwhile keep
+    the walsender from ending it (wal_sender_timeout), so one run stages every batch."""
+    from scripts.harness.pgserver import execute
+
+    cur, hook = drain_source
+    xids = [run_tx(cur, [("INSERT INTO events (account, kind, payload) SELECT g, 'bulk', repeat(md5(g::text), 32) "
+                          "FROM generate_series(1, 500) g", ())]) for _ in range(16)]  # more than the sockets hold
+    uri = str(tmp_path / "stage")
+
+    def slow_publish(name: str) -> None:
+        if name == "files_written" and not StagingReader.from_uri(uri, "s1").batches():
+            time.sleep(3)  # the first batch's upload outlasts the server's patience
+
+    execute(pg_server.dsn(), "ALTER SYSTEM SET wal_sender_timeout = '1500ms'", "SELECT pg_reload_conf()")
+    try:
+        results = drain_run(hook, config(uri, "s1", max_changes=1000, read="stream"), on_checkpoint=slow_publish)
+    finally:
+        execute(pg_server.dsn(), "ALTER SYSTEM RESET wal_sender_timeout", "SELECT pg_reload_conf()")
+    assert len(results) > 1
+    assert_log_matches(uri, "s1", xids)
