@@ -6,7 +6,10 @@ random row groups and netted in 2–7 partitions, the union of the partitions' n
 ``test_kernels.py``); the key hash groups as Arrow equality does; routed chunks and hashed slices stay within
 their byte budgets whatever the rows' width; spill files are gone after success, after a failure, which is a typed
 error naming a way out that fits its cause, and after a COPY that fails while a partition is being sent; an Arrow
-overflow is a typed error whose way out (Spark) is followed; a batch netted whole is judged whole.
+overflow is a typed error whose way out (Spark) is followed; a batch netted whole is judged whole. The lake
+mirrors take such a batch, or any covered one they stream, from spill files of its net rows, read back in chunks
+joined across files, and leave to Spark what the partitions cannot give (a row keeping the target's TOAST value,
+several schema versions); a spill file lost, cut short or not written is a typed error that commits nothing.
 """
 
 from __future__ import annotations
@@ -39,8 +42,9 @@ from airflow_provider_pglogical.apply.targets.lake import parts as lake_parts
 from airflow_provider_pglogical.apply.targets.lake.stream import NetSummary
 from airflow_provider_pglogical.apply.targets.postgres import arrownet, arrowtext
 from airflow_provider_pglogical.exceptions import ApplyError
-from tests.support.stage import BatchSpec, Chg, Rel, Trunc, write_batch
+from tests.support.stage import BatchSpec, Chg, Col, Rel, Trunc, write_batch
 from tests.unit.apply.conftest import ITEMS, PAIRS
+from tests.unit.apply.test_direct_versions import _planned as versions_planned
 from tests.unit.apply.test_kernels import _planned, _row, _rows, _staged, _two_updates, batches
 
 # Filters each relation's UPDATEs cross (they draw new values), and one of constants only.
@@ -502,3 +506,72 @@ def test_a_lost_net_spill_file_fails_the_lake_commit_which_leaves_table_and_wate
 
     _apply(target, spark, batch, _planned(ITEMS, ("id",), batch))
     assert (_lake_rows(target, ITEMS.name), target.watermark(ITEMS.name)) == (expected, 0x3000)
+
+
+V1 = Rel("public", "v", (Col("id", pa.int64(), "bigint", True), Col("w", pa.int32(), "integer"),
+                          Col("d", pa.string(), "text")))
+V2 = replace(V1, columns=V1.columns[:2], version=2)  # d dropped
+
+
+def _left_to_spark(case: str, root: Path) -> tuple[Batch, Batch, PlannedTable, PlannedTable]:
+    """Table-batches over the in-process bounds the lakes take from Spark: a key change whose new row keeps an
+    unchanged TOAST value (the target's old row holds it), and changes staged under two schema versions."""
+    if case == "key change keeping TOAST":
+        seed = {ITEMS: [Chg("I", 1, n, new={"id": n, "grp": 0, "note": f"n{n}"}) for n in range(1, 7)]}
+        changes = {ITEMS: [Chg("U", 2, n, new={"id": n, "grp": 1, "note": f"u{n}"}) for n in (1, 3, 4)]
+                   + [Chg("U", 3, 0, old={"id": 2}, old_key_only=True, new={"id": 12, "grp": 5}, toast=("note",))]}
+    else:
+        seed = {V1: [Chg("I", 1, n, new={"id": n, "w": n, "d": f"d{n}"}) for n in range(1, 5)]}
+        changes = {V1: [Chg("U", 2, 0, new={"id": 1, "w": 5, "d": "x"}), Chg("U", 2, 1, new={"id": 1, "w": 6, "d": "y"})],
+                   V2: [Chg("I", 4, 0, new={"id": 5, "w": 7}), Chg("U", 4, 1, new={"id": 2, "w": 2}),
+                        Chg("D", 5, 0, old={"id": 3}, old_key_only=True)]}
+    write_batch(root, "slot", BatchSpec(0x1000, 0x2000, seed))
+    write_batch(root, "slot", BatchSpec(0x2000, 0x3000, changes))
+    first, batch = list_batches(str(root), "slot")
+    if case == "key change keeping TOAST":
+        return first, batch, _planned(ITEMS, ("id",), first), _planned(ITEMS, ("id",), batch)
+    return first, batch, versions_planned([V1], first, ("id",)), versions_planned([V1, V2], batch, ("id",))
+
+
+@pytest.mark.parametrize("case", ["key change keeping TOAST", "two schema versions"])
+def test_a_lake_leaves_to_spark_a_batch_the_partitions_cannot_give(spark, case, tmp_path, monkeypatch) -> None:
+    """Netted in key partitions (a bound of 3 changes): an inserted row keeping a column needs the target's rows
+    (Spark's ordered changes), and several schema versions are not netted for a lake; either way Spark applies it,
+    nothing is streamed from a spill file, no spill file is left, and each lake ends as Spark's alone leaves it."""
+    seed, batch, seed_table, table = _left_to_spark(case, tmp_path / "stage")
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    monkeypatch.setenv(partitioned.SPILL_SWITCH, str(spill))
+    monkeypatch.setenv(direct.ROWS_SWITCH, "3")
+    found = direct.batch_files(table, batch, None)
+    assert found is not None and found.partitions > 1
+    assert (found.union is None) == (case == "key change keeping TOAST")
+    routes: list[bool] = []
+    real = lake_parts.spilled
+
+    @contextlib.contextmanager
+    def noted(net: DirectNet, columns: Sequence[str]) -> Iterator[lake_parts.SpilledNet]:
+        with real(net, columns) as parts:
+            routes.append(parts.summary.needs_collected)
+            yield parts
+
+    def streamed(*_: object) -> object:
+        pytest.fail("net rows streamed from a spill file")
+
+    monkeypatch.setattr(lake_parts, "spilled", noted)
+    monkeypatch.setattr(lake_parts.SpilledNet, "pieces", streamed)
+    monkeypatch.setattr(lake_parts.SpilledNet, "buckets", streamed)
+    on_demand = SparkOnDemand(lambda: spark)
+    for name in ("delta", "iceberg"):
+        got = {}
+        for switch in ("1", "0"):
+            monkeypatch.setenv(direct.ENV_SWITCH, switch)
+            target = _lake(name, tmp_path / f"{name}-{switch}", "slot")
+            _apply(target, on_demand, seed, seed_table)
+            _apply(target, on_demand, batch, table)
+            got[switch] = (_lake_rows(target, table.target), target.watermark(table.target))
+        assert got["1"] == got["0"] and got["0"][1] == 0x3000, (name, got)
+        if case == "key change keeping TOAST":
+            assert (5, 12, "n2") in got["0"][0]  # the moved row keeps the old row's note
+    assert routes == ([True, True] if case == "key change keeping TOAST" else [])
+    assert list(spill.iterdir()) == []
