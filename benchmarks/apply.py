@@ -50,6 +50,9 @@ needs it (``inprocess_*``; before any JVM starts), then the Spark run of the Pos
 through Spark), both compared with the native subscriber (``ratio_inprocess_apply_over_spark_apply``); each lake
 target too, under those bounds and then with ``PGLOGICAL_APPLY_INPROCESS_ROWS=0`` (``spark_*``,
 ``ratio_delta_apply_over_spark_netting``, ``ratio_iceberg_apply_over_spark_netting``).
+Each lake's applies (the product, ``spark_*``, ``reference_*``) first run once each untimed (a warm-up: the JVM's
+JIT, pyiceberg's import and catalog), then ``--lake-rounds`` timed rounds, every other one in reverse order; a
+figure is the median of its rounds (``*_apply_runs_s`` lists them).
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -266,6 +270,14 @@ def lake_runs(args: argparse.Namespace) -> dict[str, dict[str, str]]:
     return {"": inprocess_bounds(args), "spark_": {"PGLOGICAL_APPLY_INPROCESS_ROWS": "0"}}
 
 
+def lake_schedule(runs: dict[str, dict[str, str]], rounds: int) -> list[tuple[str, dict[str, str], bool]]:
+    """The lake applies in the order they run, and whether each is timed: every one once untimed (the warm-up),
+    then ``rounds`` rounds, every other one reversed, so no apply is always first or last."""
+    order = list(runs.items())
+    timed = [(p, e, True) for r in range(rounds) for p, e in (order if r % 2 == 0 else order[::-1])]
+    return [(p, e, False) for p, e in order] + timed
+
+
 def inprocess_bounds(args: argparse.Namespace) -> dict[str, str]:
     """The in-process bounds ``--inprocess-rows`` / ``--inprocess-bytes`` set (unset: the environment's)."""
     bounds = {"PGLOGICAL_APPLY_INPROCESS_ROWS": args.inprocess_rows, "PGLOGICAL_APPLY_INPROCESS_BYTES": args.inprocess_bytes}
@@ -336,6 +348,8 @@ def main() -> int:
     p.add_argument("--inprocess-bytes", type=int, default=None, help="with --inprocess-rows: "
                    "PGLOGICAL_APPLY_INPROCESS_BYTES=N for the in-process run (a batch above the bounds is netted in "
                    "key partitions of at most these sizes)")
+    p.add_argument("--lake-rounds", type=int, default=1, help="timed rounds of each lake apply after one untimed "
+                   "warm-up of each, every other round in reverse order; figures are medians")
     p.add_argument("--iceberg-reference", action="store_true", help="also apply to Iceberg with the direct path "
                    "switched off (PGLOGICAL_APPLY_DIRECT=0), for a before/after in one run")
     p.add_argument("--targets", default="postgres,delta", help="comma-separated; postgres is our PostgreSQL apply "
@@ -500,7 +514,8 @@ def main() -> int:
             runs = lake_runs(args)
             if args.delta_reference:  # the previous path: Spark's net frame and a MERGE for every batch
                 runs["reference_"] = {"PGLOGICAL_APPLY_DIRECT": "0", "PGLOGICAL_DELTA_APPEND": "0"}
-            for prefix, env in runs.items():
+            delta_runs: dict[str, list[float]] = {}
+            for prefix, env, timed in lake_schedule(runs, args.lake_rounds):
                 with scoped(env):
                     lake = DeltaLocation(scratch("pglogical-bench-lake-"))
                     t0 = time.monotonic()
@@ -509,8 +524,12 @@ def main() -> int:
                 rows = DeltaTable(lake.table_uri(f"public.{table}")).to_pyarrow_table().sort_by("id")
                 delta_same = [tuple(r.values()) for r in rows.to_pylist()] == [tuple(r) for r in native_rows]
                 same = same and delta_same
+                if not timed:
+                    continue
+                delta_runs.setdefault(prefix, []).append(round(delta_s, 2))
+                delta_s = statistics.median(delta_runs[prefix])
                 out.update({
-                    f"{prefix}delta_apply_s": round(delta_s, 2),
+                    f"{prefix}delta_apply_s": round(delta_s, 2), f"{prefix}delta_apply_runs_s": delta_runs[prefix],
                     f"{prefix}delta_batches_applied": sum(r.applied for r in delta_reports),
                     f"{prefix}delta_per_batch_seconds": [r.seconds for r in delta_reports if r.applied],
                     f"{prefix}ratio_delta_apply_over_native": round(delta_s / native_s, 2),
@@ -534,7 +553,8 @@ def main() -> int:
             ice_runs = lake_runs(args)
             if args.iceberg_reference:  # the previous path: Spark's net frame for every batch
                 ice_runs["reference_"] = {"PGLOGICAL_APPLY_DIRECT": "0"}
-            for prefix, env in ice_runs.items():
+            ice_times: dict[str, list[float]] = {}
+            for prefix, env, timed in lake_schedule(ice_runs, args.lake_rounds):
                 warehouse = scratch("pglogical-bench-iceberg-")
                 ice = IcebergTarget(IcebergLocation({"type": "sql", "uri": f"sqlite:///{warehouse}/catalog.db",
                                                      "warehouse": warehouse}), "ours")
@@ -547,8 +567,12 @@ def main() -> int:
                 rows = ice_table.scan().to_arrow().sort_by("id")
                 ice_same = [tuple(r.values()) for r in rows.to_pylist()] == [tuple(r) for r in native_rows]
                 same = same and ice_same
+                if not timed:
+                    continue
+                ice_times.setdefault(prefix, []).append(round(ice_s, 2))
+                ice_s = statistics.median(ice_times[prefix])
                 out.update({
-                    f"{prefix}iceberg_apply_s": round(ice_s, 2),
+                    f"{prefix}iceberg_apply_s": round(ice_s, 2), f"{prefix}iceberg_apply_runs_s": ice_times[prefix],
                     f"{prefix}iceberg_batches_applied": sum(r.applied for r in ice_reports),
                     f"{prefix}iceberg_per_batch_seconds": [r.seconds for r in ice_reports],
                     f"{prefix}ratio_iceberg_apply_over_native": round(ice_s / native_s, 2),

@@ -81,7 +81,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import replace
 from urllib.parse import urlparse
 
@@ -448,7 +448,7 @@ def compacted_rows(staged: pa.Table, net: DirectNet) -> pa.RecordBatch:
     return _net_batch(kernels.compact_changes(staged, net.key, net.columns, net.identity), net)
 
 
-def compacted_batches(chunks: Iterable[pa.Table], net: DirectNet) -> Iterator[pa.RecordBatch]:
+def compacted_batches(chunks: Iterable[pa.Table], net: DirectNet) -> Generator[pa.RecordBatch, None, None]:
     """A compacted ``DirectNet``'s net rows from its staged row groups (``chunks``, ``kernels.STAGED_COLUMNS``):
     ``compacted_rows`` of them all when ``net.partitions`` is 1, else one batch per key partition
     (``partitioned.netted``: spilled to disk, netted one partition at a time), the same rows in all. The chunks

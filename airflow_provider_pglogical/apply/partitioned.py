@@ -206,13 +206,8 @@ def netted(chunks: Iterable[pa.Table], *, source: str, key: Sequence[str], colum
     published then netted in ``partitions`` key partitions spilled to disk (module docstring): one ``kernels.Net``
     per partition, whose union is ``kernels.compact_changes`` of the whole published batch. ``source`` names the
     table in errors."""
-    base = spill_directory()
-    with contextlib.ExitStack() as claim:  # removes the directory however the netting ends (closed early included)
-        try:
-            directory = claim.enter_context(spill_dirs.claimed(base, SPILL_PREFIX))
-        except OSError as e:
-            raise ApplyError(f"{source}: cannot spill {partitions} key partitions of the table-batch to {base} "
-                             f"({reason(e)}); {way_out(e, 'a writable directory')}") from None
+    # removes the directory however the netting ends (closed early included)
+    with claim_spill_dir(source, SPILL_PREFIX, f"{partitions} key partitions of the table-batch") as directory:
         paths = [os.path.join(directory, f"part-{j}.arrow") for j in range(partitions)]
         spilled = _spill(chunks, paths, key=key, identity=identity, row_filter=row_filter, actions=actions,
                          source=source, directory=directory)
@@ -235,6 +230,20 @@ def netted(chunks: Iterable[pa.Table], *, source: str, key: Sequence[str], colum
             os.remove(path)
             owned = (key_hash(rows.keys) % np.uint64(partitions)) == j
             yield rows if owned.all() else rows.take(np.flatnonzero(owned))
+
+
+@contextlib.contextmanager
+def claim_spill_dir(source: str, prefix: str, what: str) -> Iterator[str]:
+    """A spill directory of its own (``prefix``) under ``spill_directory``, removed when the block ends however it
+    ends; one that cannot be made is a typed error naming ``source`` and ``what`` was to be spilled."""
+    base = spill_directory()
+    with contextlib.ExitStack() as claim:
+        try:
+            directory = claim.enter_context(spill_dirs.claimed(base, prefix))
+        except OSError as e:
+            raise ApplyError(f"{source}: cannot spill {what} to {base} ({reason(e)}); "
+                             f"{way_out(e, 'a writable directory')}") from None
+        yield directory
 
 
 def overflow_error(source: str, where: str) -> ApplyError:

@@ -14,7 +14,6 @@ from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
 from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
-from airflow_provider_pglogical.apply.targets.lake import stream
 from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings, initial_snapshot
 from scripts.harness.pgserver import execute, make_target, query
 from tests.integration.test_native_equivalence import (
@@ -22,6 +21,7 @@ from tests.integration.test_native_equivalence import (
     TABLES,
 )
 from tests.support.exact import exact
+from tests.support.lake_chunks import streamed_chunks
 from tests.support.lake_workload import replay_feed
 
 NATIVE_COLUMNS = {"cols": ("id", "a", "b")}  # the column list: the subscriber's table has every column
@@ -44,9 +44,7 @@ def test_delta_mirror_matches_a_native_subscriber_and_the_changelog_rebuilds_it(
                                                                                 request, storage, monkeypatch):
     """The workload's staged batches (copied to local disk or S3) applied into a Delta mirror and change feed, equal
     to what the native subscriber of the same source holds."""
-    split: list[int] = []  # buckets per streamed MERGE source
-    original = stream.bucket_frames
-    monkeypatch.setattr(stream, "bucket_frames", lambda net, key, count: split.append(count) or original(net, key, count))
+    split = streamed_chunks(monkeypatch)  # chunks per streamed table-batch (Spark's buckets or spill files)
     if storage == "s3":
         server = request.getfixturevalue("s3")
         staging = native_workload.copy_to(f"s3://{server.bucket}/staging", server)
@@ -55,7 +53,8 @@ def test_delta_mirror_matches_a_native_subscriber_and_the_changelog_rebuilds_it(
         staging, lake = native_workload.copy_to(str(tmp_path / "staging")), str(tmp_path / "lake")
     config = ApplyConfig(slot="ours", staging_root=staging, tables=APPLY_TABLES)
     mirror_loc, feed_loc = DeltaLocation(lake + "/mirror"), DeltaLocation(lake + "/feed")
-    # On local disk the MERGE sources stream in buckets of two net changes (several per table: stream.py).
+    # On local disk the MERGE sources stream in chunks of two net changes (several per table: Spark's buckets,
+    # stream.py, or spill files of the net rows read in this process, lake/parts.py).
     mirror = DeltaTarget(mirror_loc, "ours", **({"chunk_rows": 2} if storage == "local" else {}))
     feed = DeltaTarget(feed_loc, "ours", mode="changelog")
     assert [r.applied for r in apply_slot(spark, config, target=mirror)] == [True, True]
@@ -79,7 +78,7 @@ def test_delta_mirror_matches_a_native_subscriber_and_the_changelog_rebuilds_it(
         assert replay_changelog(feed_loc, table) == native_rows, table
     # Not vacuous: on local disk the MERGE sources streamed in several buckets; on S3, with the default bucket,
     # every table-batch's staged changes fit one bucket, so each was collected whole (nothing streamed).
-    assert (bool(split) and max(split) > 1) if storage == "local" else not split, split
+    assert (bool(split) and max(n for _, n in split) > 1) if storage == "local" else not split, split
     assert delta_rows(mirror_loc, "rf_key") == [(120, 5, "x"), (300, 1, "z")]
     assert delta_rows(mirror_loc, "toasty") == [(1, 2, "x" * 9000), (3, 1, "y" * 9000)]
     assert delta_rows(mirror_loc, "child") == [(50, 5, "c5")]

@@ -13,13 +13,13 @@ from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.runner import apply_slot
 from airflow_provider_pglogical.apply.targets.iceberg.catalog import IcebergLocation
 from airflow_provider_pglogical.apply.targets.iceberg.target import IcebergTarget
-from airflow_provider_pglogical.apply.targets.lake import stream
 from tests.integration.test_delta_equivalence import native_equivalent
 from tests.integration.test_native_equivalence import (
     APPLY_TABLES,
     TABLES,
 )
 from tests.support.exact import exact
+from tests.support.lake_chunks import streamed_chunks
 from tests.support.lake_workload import replay_feed
 
 
@@ -65,9 +65,7 @@ def test_iceberg_mirror_matches_a_native_subscriber_and_the_changelog_rebuilds_i
                                                                                   request, storage, monkeypatch):
     """The workload's staged batches (copied to local disk or S3; the Delta tests apply the same ones) applied into
     an Iceberg mirror and change feed, equal to what the native subscriber of the same source holds."""
-    split: list[int] = []  # buckets per streamed table-batch
-    original = stream.bucket_frames
-    monkeypatch.setattr(stream, "bucket_frames", lambda net, key, count: split.append(count) or original(net, key, count))
+    split = streamed_chunks(monkeypatch)  # chunks per streamed table-batch (Spark's buckets or spill files)
     if storage == "s3":
         server = request.getfixturevalue("s3")
         staging = native_workload.copy_to(f"s3://{server.bucket}/staging", server)
@@ -84,7 +82,7 @@ def test_iceberg_mirror_matches_a_native_subscriber_and_the_changelog_rebuilds_i
     assert [r.applied for r in apply_slot(spark, config, target=feed)] == [True, True]
     assert [r.applied for r in apply_slot(spark, config, target=feed)] == [False, False]
     # Not vacuous: on local disk some table-batch streamed in several buckets; on S3 none streamed (default bucket).
-    assert (bool(split) and max(split) > 1) if storage == "local" else not split, split
+    assert (bool(split) and max(n for _, n in split) > 1) if storage == "local" else not split, split
     for table in TABLES:
         if table == "toast_rf":
             continue

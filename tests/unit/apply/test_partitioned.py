@@ -6,7 +6,10 @@ random row groups and netted in 2–7 partitions, the union of the partitions' n
 ``test_kernels.py``); the key hash groups as Arrow equality does; routed chunks and hashed slices stay within
 their byte budgets whatever the rows' width; spill files are gone after success, after a failure, which is a typed
 error naming a way out that fits its cause, and after a COPY that fails while a partition is being sent; an Arrow
-overflow is a typed error whose way out (Spark) is followed; a batch netted whole is judged whole.
+overflow is a typed error whose way out (Spark) is followed; a batch netted whole is judged whole. The lake
+mirrors take such a batch, or any covered one they stream, from spill files of its net rows, read back in chunks
+joined across files, and leave to Spark what the partitions cannot give (a row keeping the target's TOAST value,
+several schema versions); a spill file lost, cut short or not written is a typed error that commits nothing.
 """
 
 from __future__ import annotations
@@ -36,10 +39,12 @@ from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
 from airflow_provider_pglogical.apply.targets.iceberg.catalog import IcebergLocation
 from airflow_provider_pglogical.apply.targets.iceberg.target import IcebergTarget
 from airflow_provider_pglogical.apply.targets.lake import parts as lake_parts
+from airflow_provider_pglogical.apply.targets.lake.stream import NetSummary
 from airflow_provider_pglogical.apply.targets.postgres import arrownet, arrowtext
 from airflow_provider_pglogical.exceptions import ApplyError
-from tests.support.stage import BatchSpec, Chg, Rel, Trunc, write_batch
+from tests.support.stage import BatchSpec, Chg, Col, Rel, Trunc, write_batch
 from tests.unit.apply.conftest import ITEMS, PAIRS
+from tests.unit.apply.test_direct_versions import _planned as versions_planned
 from tests.unit.apply.test_kernels import _planned, _row, _rows, _staged, _two_updates, batches
 
 # Filters each relation's UPDATEs cross (they draw new values), and one of constants only.
@@ -376,62 +381,197 @@ def test_a_lake_mirror_takes_a_batch_netted_in_key_partitions_as_the_one_piece_a
     event("truncated" if truncs else "no truncate")
 
 
-@pytest.mark.parametrize("name", ["delta", "iceberg"])
-def test_a_lost_net_spill_file_fails_the_lake_commit_which_leaves_table_and_watermark(name, tmp_path,
-                                                                                    monkeypatch) -> None:
-    """The net rows of the first key partition read into the commit (Delta's MERGE stream, Iceberg's transaction),
-    the other partitions' files gone: a typed error naming the way out, the table and its watermark as they were,
-    no spill file left; the apply run again commits the batch, all of it, without Spark."""
-    def no_spark() -> object:
-        pytest.fail("the lake asked for Spark")
+def _no_spark() -> object:
+    pytest.fail("the lake asked for Spark")
 
+
+def _history(root: Path) -> tuple[Batch, Batch, list[tuple]]:
+    """A seed batch of 40 rows and a batch of 47 changes to them whose keys repeat (updates, deletes, key changes),
+    with the rows a lake holds after both."""
     inserts = [Chg("I", 1, n, new={"id": n, "grp": n % 3, "note": f"n{n}"}) for n in range(40)]
     changes = [Chg("U", 2, n, new={"id": n, "grp": 7, "note": f"u{n}"}) for n in range(0, 40, 2)]
     changes += [Chg("U", 3, n, new={"id": n, "grp": 8, "note": f"v{n}"}) for n in range(0, 40, 4)]  # keys repeat
     changes += [Chg("D", 4, n, old={"id": n}, old_key_only=True) for n in range(1, 40, 5)]
     changes += [Chg("U", 5, n, old={"id": n}, old_key_only=True, new={"id": n + 100, "grp": 9, "note": "moved"})
                 for n in range(3, 40, 10)]
-    write_batch(tmp_path / "stage", "slot", BatchSpec(0x1000, 0x2000, {ITEMS: inserts}))
-    write_batch(tmp_path / "stage", "slot", BatchSpec(0x2000, 0x3000, {ITEMS: changes}))
-    seed, batch = list_batches(str(tmp_path / "stage"), "slot")
+    write_batch(root, "slot", BatchSpec(0x1000, 0x2000, {ITEMS: inserts}))
+    write_batch(root, "slot", BatchSpec(0x2000, 0x3000, {ITEMS: changes}))
+    seed, batch = list_batches(str(root), "slot")
+    live = {n: (n % 3, f"n{n}") for n in range(40)}
+    for c in changes:
+        if c.op == "D" or c.old is not None:
+            live.pop(c.old["id"])
+        if c.new is not None:
+            live[c.new["id"]] = (c.new["grp"], c.new["note"])
+    return seed, batch, sorted(((g, i, n) for i, (g, n) in live.items()), key=repr)
+
+
+def test_spill_files_are_read_in_chunks_joined_across_partitions(tmp_path) -> None:
+    """Partitions of 2, 0, 3 and 4 net rows: chunks of the size asked for whatever the partitions' sizes (Iceberg
+    scans the target once per chunk), and exactly as many buckets as asked for."""
+    paths = []
+    for j, n in enumerate([2, 0, 3, 4]):
+        paths.append(str(tmp_path / f"net-{j}.arrow"))
+        with pa.OSFile(paths[-1], "wb") as f, pa.ipc.new_file(f, pa.schema([("id", pa.int64())])) as writer:
+            writer.write_table(pa.table({"id": pa.array(range(10 * j, 10 * j + n), pa.int64())}))
+    net = lake_parts.SpilledNet("public.items", str(tmp_path), tuple(paths), NetSummary(9, (), False))
+    assert [c.num_rows for c in net.pieces(4)] == [4, 4, 1]
+    assert [c.num_rows for c in net.pieces(100)] == [9]
+    assert [c.num_rows for c in net.buckets(2)] == [5, 4]
+    assert [c.num_rows for c in net.buckets(12)] == [1] * 9 + [0] * 3
+    assert sorted(v for c in net.buckets(4) for v in c.column("id").to_pylist()) == [0, 1, 20, 21, 22, 30, 31, 32, 33]
+    empty = lake_parts.SpilledNet("public.items", str(tmp_path), (paths[1],), NetSummary(0, (), False))
+    assert [(c.num_rows, c.schema.names) for c in empty.pieces(4)] == [(0, ["id"])]
+
+
+@pytest.mark.parametrize("name", ["delta", "iceberg"])
+def test_a_batch_netted_in_one_piece_but_streamed_is_streamed_from_its_spill_file(name, tmp_path,
+                                                                                 monkeypatch) -> None:
+    """Within the in-process bounds (one partition) but over the lake's bucket size (streamed): the net rows the
+    direct path has read reach the streamed commit from a spill file — Spark would read the staged changes again —
+    and the lake ends as one whose batch was collected whole."""
+    seed, batch, expected = _history(tmp_path / "stage")
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    monkeypatch.setenv(partitioned.SPILL_SWITCH, str(spill))
+    table = _planned(ITEMS, ("id",), batch)
+    found = direct.batch_files(table, batch, None)
+    assert found is not None and found.compacted and found.partitions == 1
+    for way, target in {"streamed": _lake(name, tmp_path / "streamed", "slot", 4 if name == "delta" else None),
+                        "whole": _lake(name, tmp_path / "whole", "slot")}.items():
+        target.chunk_rows = 5 if way == "streamed" else None  # 47 staged changes: streamed or collected whole
+        _apply(target, SparkOnDemand(_no_spark), seed, _planned(ITEMS, ("id",), seed))
+        _apply(target, SparkOnDemand(_no_spark), batch, table)
+        assert (_lake_rows(target, ITEMS.name), target.watermark(ITEMS.name)) == (expected, 0x3000), way
+    assert list(spill.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["delta", "iceberg"])
+def test_a_lost_net_spill_file_fails_the_lake_commit_which_leaves_table_and_watermark(name, tmp_path,
+                                                                                    monkeypatch) -> None:
+    """The net rows of the first key partition read into the commit (Delta's MERGE stream, Iceberg's transaction),
+    the other partitions' files then gone, or cut short: a typed error naming the way out, the table and its
+    watermark as they were, no spill file left; a disk full while spilling, likewise before any commit; the apply
+    run again commits the batch, all of it, without Spark."""
+    seed, batch, expected = _history(tmp_path / "stage")
     spill = tmp_path / "spill"
     spill.mkdir()
     monkeypatch.setenv(partitioned.SPILL_SWITCH, str(spill))
     target = _lake(name, tmp_path / name, "slot")
-    spark = SparkOnDemand(no_spark)
+    spark = SparkOnDemand(_no_spark)
     _apply(target, spark, seed, _planned(ITEMS, ("id",), seed))
     before = _lake_rows(target, ITEMS.name)
     monkeypatch.setenv(direct.ROWS_SWITCH, "10")  # 47 changes: 5 partitions
     read = lake_parts.SpilledNet._read
     reads: list[int] = []
 
-    def losing(self: lake_parts.SpilledNet, j: int, path: str) -> pa.Table:
+    def failing(self: lake_parts.SpilledNet, j: int, path: str, *, spoil: bool) -> pa.Table:
         rows = read(self, j, path)
         reads.append(rows.num_rows)
-        for other in self.paths[j + 1:]:  # the other partitions' files vanish once the first one is read
-            os.remove(other)
+        for other in self.paths[j + 1:]:  # the other partitions' files go, or are cut short, once one is read
+            if spoil:
+                os.truncate(other, 16)
+            else:
+                os.remove(other)
         return rows
 
-    monkeypatch.setattr(lake_parts.SpilledNet, "_read", losing)
-    with pytest.raises(ApplyError, match=r"^public\.items: reading the net changes of key partition 2 of 5 back from "
-                                         r".* failed \(No such file or directory\); set PGLOGICAL_APPLY_SPILL_DIR "
-                                         "to a directory nothing else cleans$"):
-        _apply(target, spark, batch, _planned(ITEMS, ("id",), batch))
-    assert reads and reads[0] > 0
-    assert target.watermark(ITEMS.name) == 0x2000
-    assert _lake_rows(target, ITEMS.name) == before
-    assert list(spill.iterdir()) == []
-
+    for spoil, cause in ((False, r"No such file or directory"), (True, r"not a whole Arrow IPC file")):
+        monkeypatch.setattr(lake_parts.SpilledNet, "_read",
+                            lambda self, j, path, spoil=spoil: failing(self, j, path, spoil=spoil))
+        with pytest.raises(ApplyError, match=rf"^public\.items: reading the net changes of spill file 2 of 5 back "
+                                             rf"from .* failed \({cause}\); set PGLOGICAL_APPLY_SPILL_DIR to a "
+                                             "directory nothing else cleans$"):
+            _apply(target, spark, batch, _planned(ITEMS, ("id",), batch))
+        assert reads and reads[-1] > 0
+        assert target.watermark(ITEMS.name) == 0x2000
+        assert _lake_rows(target, ITEMS.name) == before
+        assert list(spill.iterdir()) == []
     monkeypatch.setattr(lake_parts.SpilledNet, "_read", read)
+
+    real = pa.ipc.new_file
+
+    def full_disk(sink: object, schema: pa.Schema) -> pa.ipc.RecordBatchFileWriter:
+        if isinstance(sink, pa.NativeFile):  # a net spill file (the partitions' spill opens paths)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(sink, schema)
+
+    monkeypatch.setattr(pa.ipc, "new_file", full_disk)
+    with pytest.raises(ApplyError, match=r"^public\.items: spilling the net changes of a key partition to .* failed "
+                                         r"\(No space left on device\); set PGLOGICAL_APPLY_SPILL_DIR to a directory "
+                                         "with room$"):
+        _apply(target, spark, batch, _planned(ITEMS, ("id",), batch))
+    assert (_lake_rows(target, ITEMS.name), target.watermark(ITEMS.name)) == (before, 0x2000)
+    assert list(spill.iterdir()) == []
+    monkeypatch.setattr(pa.ipc, "new_file", real)
+
     _apply(target, spark, batch, _planned(ITEMS, ("id",), batch))
-    assert target.watermark(ITEMS.name) == 0x3000
-    live = {n: (n % 3, f"n{n}") for n in range(40)}
-    for c in changes:
-        if c.op == "D":
-            live.pop(c.old["id"])
-        elif c.old is not None:
-            live.pop(c.old["id"])
-            live[c.new["id"]] = (c.new["grp"], c.new["note"])
-        else:
-            live[c.new["id"]] = (c.new["grp"], c.new["note"])
-    assert _lake_rows(target, ITEMS.name) == sorted(((g, i, n) for i, (g, n) in live.items()), key=repr)
+    assert (_lake_rows(target, ITEMS.name), target.watermark(ITEMS.name)) == (expected, 0x3000)
+
+
+V1 = Rel("public", "v", (Col("id", pa.int64(), "bigint", True), Col("w", pa.int32(), "integer"),
+                          Col("d", pa.string(), "text")))
+V2 = replace(V1, columns=V1.columns[:2], version=2)  # d dropped
+
+
+def _left_to_spark(case: str, root: Path) -> tuple[Batch, Batch, PlannedTable, PlannedTable]:
+    """Table-batches over the in-process bounds the lakes take from Spark: a key change whose new row keeps an
+    unchanged TOAST value (the target's old row holds it), and changes staged under two schema versions."""
+    if case == "key change keeping TOAST":
+        seed = {ITEMS: [Chg("I", 1, n, new={"id": n, "grp": 0, "note": f"n{n}"}) for n in range(1, 7)]}
+        changes = {ITEMS: [Chg("U", 2, n, new={"id": n, "grp": 1, "note": f"u{n}"}) for n in (1, 3, 4)]
+                   + [Chg("U", 3, 0, old={"id": 2}, old_key_only=True, new={"id": 12, "grp": 5}, toast=("note",))]}
+    else:
+        seed = {V1: [Chg("I", 1, n, new={"id": n, "w": n, "d": f"d{n}"}) for n in range(1, 5)]}
+        changes = {V1: [Chg("U", 2, 0, new={"id": 1, "w": 5, "d": "x"}), Chg("U", 2, 1, new={"id": 1, "w": 6, "d": "y"})],
+                   V2: [Chg("I", 4, 0, new={"id": 5, "w": 7}), Chg("U", 4, 1, new={"id": 2, "w": 2}),
+                        Chg("D", 5, 0, old={"id": 3}, old_key_only=True)]}
+    write_batch(root, "slot", BatchSpec(0x1000, 0x2000, seed))
+    write_batch(root, "slot", BatchSpec(0x2000, 0x3000, changes))
+    first, batch = list_batches(str(root), "slot")
+    if case == "key change keeping TOAST":
+        return first, batch, _planned(ITEMS, ("id",), first), _planned(ITEMS, ("id",), batch)
+    return first, batch, versions_planned([V1], first, ("id",)), versions_planned([V1, V2], batch, ("id",))
+
+
+@pytest.mark.parametrize("case", ["key change keeping TOAST", "two schema versions"])
+def test_a_lake_leaves_to_spark_a_batch_the_partitions_cannot_give(spark, case, tmp_path, monkeypatch) -> None:
+    """Netted in key partitions (a bound of 3 changes): an inserted row keeping a column needs the target's rows
+    (Spark's ordered changes), and several schema versions are not netted for a lake; either way Spark applies it,
+    nothing is streamed from a spill file, no spill file is left, and each lake ends as Spark's alone leaves it."""
+    seed, batch, seed_table, table = _left_to_spark(case, tmp_path / "stage")
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    monkeypatch.setenv(partitioned.SPILL_SWITCH, str(spill))
+    monkeypatch.setenv(direct.ROWS_SWITCH, "3")
+    found = direct.batch_files(table, batch, None)
+    assert found is not None and found.partitions > 1
+    assert (found.union is None) == (case == "key change keeping TOAST")
+    routes: list[bool] = []
+    real = lake_parts.spilled
+
+    @contextlib.contextmanager
+    def noted(net: DirectNet, columns: Sequence[str]) -> Iterator[lake_parts.SpilledNet]:
+        with real(net, columns) as parts:
+            routes.append(parts.summary.needs_collected)
+            yield parts
+
+    def streamed(*_: object) -> object:
+        pytest.fail("net rows streamed from a spill file")
+
+    monkeypatch.setattr(lake_parts, "spilled", noted)
+    monkeypatch.setattr(lake_parts.SpilledNet, "pieces", streamed)
+    monkeypatch.setattr(lake_parts.SpilledNet, "buckets", streamed)
+    on_demand = SparkOnDemand(lambda: spark)
+    for name in ("delta", "iceberg"):
+        got = {}
+        for switch in ("1", "0"):
+            monkeypatch.setenv(direct.ENV_SWITCH, switch)
+            target = _lake(name, tmp_path / f"{name}-{switch}", "slot")
+            _apply(target, on_demand, seed, seed_table)
+            _apply(target, on_demand, batch, table)
+            got[switch] = (_lake_rows(target, table.target), target.watermark(table.target))
+        assert got["1"] == got["0"] and got["0"][1] == 0x3000, (name, got)
+        if case == "key change keeping TOAST":
+            assert (5, 12, "n2") in got["0"][0]  # the moved row keeps the old row's note
+    assert routes == ([True, True] if case == "key change keeping TOAST" else [])
+    assert list(spill.iterdir()) == []

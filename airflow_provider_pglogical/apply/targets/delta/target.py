@@ -57,7 +57,7 @@ from airflow_provider_pglogical.apply.transforms import FROM, LSN
 from airflow_provider_pglogical.exceptions import ApplyError, SchemaChangeError, format_lsn
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +191,7 @@ class DeltaTarget:
                 continue
             started = time.monotonic()
             changelog.check_names(table.target, table.columns)
-            rows = unwrap_notes(_arrow(changes.published(table).transform(changelog.to_changelog(table.columns))),
+            rows = unwrap_notes(stream.arrow(changes.published(table).transform(changelog.to_changelog(table.columns))),
                                 f"{where}: {table.target}", changelog.LSN)
             rows = changelog.with_truncates(rows, truncates.get(table.target, []))
             seconds["stage"] += time.monotonic() - started
@@ -223,7 +223,9 @@ class DeltaTarget:
         needs the whole table's changes, else collected whole (the reference). With ``max_merge_rows`` set, a
         table-batch of more net changes than that is merged in one commit per bucket (``apply_net_buckets``). A
         table-batch the direct path covers and that would be collected whole is read from its staged files instead
-        (``lake/direct.py``: no Spark)."""
+        (``lake/direct.py``: no Spark); one it nets in this process and that would not be collected whole (or is
+        netted in key partitions) is streamed into the same commit from its spill files instead of Spark's buckets
+        (``lake/parts.py``), unless it spans several schema versions or has no published change."""
         def streamed(chunks: stream.NetChunks, summary: stream.NetSummary) -> TableOutcome:
             per_commit = self.max_merge_rows is not None and summary.rows > self.max_merge_rows
             return self._mirror_streamed(table, plan, chunks, summary, where, seconds, per_commit=per_commit)
@@ -294,7 +296,7 @@ class DeltaTarget:
                                         or -1) >= plan.lsn:
                 continue  # loaded by an earlier (crashed or racing) run
             started = time.monotonic()
-            rows = unwrap_notes(_arrow(changes.rows(table)), f"{where}: {table.target}")
+            rows = unwrap_notes(stream.arrow(changes.rows(table)), f"{where}: {table.target}")
             seconds["stage"] += time.monotonic() - started
             started = time.monotonic()
             types = table.type_names()
@@ -599,11 +601,6 @@ def _counts(metrics: Mapping[str, object]) -> dict[str, int]:
     keep = ("num_target_rows_inserted", "num_target_rows_updated", "num_target_rows_deleted", "num_deleted_rows")
     return {k.removeprefix("num_target_rows_").removeprefix("num_"): int(v)  # type: ignore[call-overload]
             for k, v in metrics.items() if k in keep}
-
-
-def _arrow(frame: DataFrame) -> pa.Table:
-    """A Spark frame collected as Arrow on the driver (no per-row Python)."""
-    return frame.toArrow()
 
 
 def _arrow_type(f: DeltaField) -> pa.DataType:

@@ -72,7 +72,6 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.expressions import BooleanExpression
     from pyiceberg.table import FileScanTask, Table, Transaction
-    from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +203,7 @@ class IcebergTarget:
                 continue
             started = time.monotonic()
             changelog.check_names(table.target, table.columns)
-            rows = unwrap(_arrow(changes.published(table).transform(changelog.to_changelog(table.columns))),
+            rows = unwrap(stream.arrow(changes.published(table).transform(changelog.to_changelog(table.columns))),
                           f"{where}: {table.target}", changelog.LSN)
             rows = changelog.with_truncates(rows, truncates.get(table.target, []))
             seconds["stage"] += time.monotonic() - started
@@ -233,7 +232,9 @@ class IcebergTarget:
         ``chunk_rows`` is set, the table-batch staged more changes than that (or does not say how many) and no change
         needs the whole table's changes (``apply_net_stream``), else collected whole (the reference). A table-batch
         the direct path covers and that would be collected whole is read from its staged files instead
-        (``lake/direct.py``: no Spark)."""
+        (``lake/direct.py``: no Spark); one it nets in this process and that would not be collected whole (or is
+        netted in key partitions) is streamed into the same commit from its spill files instead of Spark's buckets
+        (``lake/parts.py``), unless it spans several schema versions or has no published change."""
         def streamed(net: stream.NetChunks, summary: stream.NetSummary) -> TableOutcome:
             where = f"batch {plan.start_lsn:X}-{plan.end_lsn:X}"
             chunks = net.pieces(self.chunk_rows or summary.rows)
@@ -285,7 +286,7 @@ class IcebergTarget:
             if current is not None and (lsn_property(current.properties, sync_key(plan.slot)) or -1) >= plan.lsn:
                 continue  # loaded by an earlier (crashed or racing) run
             started = time.monotonic()
-            rows = unwrap(_arrow(changes.rows(table)), f"{where}: {table.target}")
+            rows = unwrap(stream.arrow(changes.rows(table)), f"{where}: {table.target}")
             seconds["stage"] += time.monotonic() - started
             started = time.monotonic()
             types = table.type_names()
@@ -577,11 +578,6 @@ class IcebergTarget:
         tx.set_properties({watermark_key(self.slot): str(end_lsn)})
         self._commit(tx, target)
         return TableOutcome(committed=True, rows={"appended": converted.num_rows})
-
-
-def _arrow(frame: DataFrame) -> pa.Table:
-    """A Spark frame collected as Arrow on the driver (no per-row Python)."""
-    return frame.toArrow()
 
 
 def _summary(slot: str, start_lsn: int, end_lsn: int, rejects: list[merge_rules.Reject]) -> dict[str, str]:

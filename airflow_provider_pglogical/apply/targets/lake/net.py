@@ -69,7 +69,7 @@ def prepared(table: PlannedTable, rows: pa.Table, where: str, lake: Lake) -> pa.
 
 def collected(table: PlannedTable, frame: DataFrame, where: str, lake: Lake) -> pa.Table:
     """``frame`` (the net or ordered changes of ``table``) on the driver, shaped as ``apply_net`` reads it."""
-    return prepared(table, frame.toArrow(), where, lake)
+    return prepared(table, stream.arrow(frame), where, lake)
 
 
 def apply_collected(target: LakeMirror[Outcome], table: PlannedTable, plan: PlannedBatch, changes: BatchChanges,
@@ -108,12 +108,15 @@ def apply_mirror(target: LakeMirror[Outcome], table: PlannedTable, plan: Planned
     reference). The net frame stays cached for the summary and every bucket while ``streamed`` runs.
 
     ``direct``: the target reads a table-batch the direct path covers from its staged files (``lake/direct.py``)
-    when it would be collected whole anyway, and streams one the direct path nets in key partitions from them
-    (``lake/parts.py``) whatever its size; Spark is not asked for it (nor started for it)."""
+    when it would be collected whole anyway, and streams it from them otherwise (``lake/parts.py``; one netted in
+    key partitions whatever its size); Spark is not asked for it (nor started for it). A table-batch of several
+    schema versions, or with no published change, goes to Spark."""
     staged = changes.staged_rows(table) if isinstance(changes, StagedRowsSource) else None
     whole = not table.key or not any(stream.worth_streaming(rows, staged) for rows in bucket_rows)
     found = changes.direct_net(table) if direct and isinstance(changes, DirectNetSource) else None
-    if (found is not None and table.key and found.partitions > 1 and found.union is None
+    # covered but not collected whole: streamed from spill files of the net rows read here, not from Spark, which
+    # would read the staged changes again (``direct_net`` has just read them to judge the batch)
+    if (found is not None and table.key and (found.partitions > 1 or not whole) and found.union is None
             and lake_direct.readable(found)):
         outcome = _apply_partitioned(found, table, seconds, streamed)
         if outcome is not None:
@@ -143,8 +146,9 @@ def apply_mirror(target: LakeMirror[Outcome], table: PlannedTable, plan: Planned
 
 def _apply_partitioned(found: DirectNet, table: PlannedTable, seconds: dict[str, float],
                        streamed: Callable[[stream.NetChunks, NetSummary], Outcome]) -> Outcome | None:
-    """A table-batch netted in key partitions in this process, streamed into the target's one commit from their
-    spill files (``lake/parts.py``); None, having written nothing, when a change needs the whole table's changes
+    """A table-batch the direct path covers, its net rows read in this process (netted in key partitions, in one
+    piece, or a staged row group at a time) and streamed into the target's commit from spill files
+    (``lake/parts.py``); None, having written nothing, when a change needs the whole table's changes
     (an inserted row keeping a column: Spark's ordered changes) or no partition holds a change (Spark's frame
     types the empty table-batch)."""
     started = time.monotonic()
@@ -155,6 +159,6 @@ def _apply_partitioned(found: DirectNet, table: PlannedTable, seconds: dict[str,
                       table.target, "an inserted row keeps a column" if spilled.summary.needs_collected
                       else "no change")
             return None
-        log.debug("%s: %d net changes read straight from the staged files and netted in this process in %d key "
-                  "partitions", table.target, spilled.summary.rows, found.partitions)
+        log.debug("%s: %d net changes read straight from the staged files and streamed from %d spill file(s)",
+                  table.target, spilled.summary.rows, len(spilled.paths))
         return streamed(stream.NetChunks(pieces=spilled.pieces, buckets=spilled.buckets), spilled.summary)

@@ -96,13 +96,14 @@ class NetChunks:
 def frame_chunks(net: DataFrame, key: Sequence[str], rows: int) -> NetChunks:
     """``net`` (cached; ``rows`` net changes) collected one key-hash bucket at a time, ``AHEAD`` ahead."""
     def in_buckets(count: int) -> Generator[pa.Table, None, None]:
-        return prefetched([partial(_collected, f) for f in bucket_frames(net, key, count)])
+        return prefetched([partial(arrow, f) for f in bucket_frames(net, key, count)])
 
     return NetChunks(pieces=lambda chunk_rows: in_buckets(buckets(rows, chunk_rows)), buckets=in_buckets)
 
 
-def _collected(frame: DataFrame) -> pa.Table:
-    """A Spark frame collected as Arrow on the driver (no per-row Python)."""
+def arrow(frame: DataFrame) -> pa.Table:
+    """A Spark frame collected as Arrow on the driver (no per-row Python): a bucket here, a whole frame in the
+    lake targets."""
     return frame.toArrow()
 
 
