@@ -55,10 +55,12 @@ Delta and Iceberg targets (``lake/direct.net_table``).
 
 A keyless table (no replica identity: insert-only, ``PlannedTable.key`` empty) has nothing to net: Spark's
 ``transforms.to_appends`` makes every published INSERT after the cut its own row, two identical INSERTs two rows.
-``keyless_files`` hands such a table-batch over under the same conditions but for the key's: with no row filter
-and every action published, its rows are the per-row rewrite's; else the publication is applied per change and
-each INSERT it keeps is appended (``appended_rows``, a staged row group at a time). A published UPDATE or DELETE
-among its staged changes leaves it to Spark, which refuses it as the publisher does.
+``keyless_files`` hands such a table-batch over under the conditions above but the key's (several schema versions
+too, by ``schema_union``'s rule: into PostgreSQL; the lakes keep them on Spark): with no row filter, every action
+published and one schema version, its rows are the per-row rewrite's; else the publication is applied per change
+and each INSERT it keeps is appended (``appended_rows``, a staged row group at a time, whatever the batch's size).
+A published UPDATE or DELETE among its staged changes stops the batch here with the typed error Spark's path
+raises (``refuse_updates_deletes``), as the publisher refuses it.
 
 Staged files on an object store (``s3://``, ``gs://``, ``abfs://``) are read by this process, through the staging
 area's own pyarrow filesystem and credentials, when Spark's master is local (``batches.readable_here``: the driver
