@@ -439,7 +439,7 @@ def main() -> int:
                    help="only small batches crossing an ADD COLUMN … DEFAULT, in process and by Spark alternately")
     p.add_argument("--keyless", action="store_true",
                    help="only keyless small batches, the direct path and Spark's transforms alternately")
-    p.add_argument("--row-filter", default=None, help="the table's spec row filter (on id), e.g. 'id %% 2 = 0'")
+    p.add_argument("--row-filter", default=None, help="the table's spec row filter (on id; with --keyless on grp), e.g. 'id %% 2 = 0'")
     p.add_argument("--target", choices=("postgres", "iceberg"), default="postgres",
                    help="the spec's target: a PostgreSQL database, or an Iceberg mirror (SQL catalog on SQLite, "
                         "local warehouse; with --no-split)")

@@ -62,7 +62,7 @@ from airflow_provider_pglogical.apply.transforms import (
     to_ordered_changes,
     void_before,
 )
-from airflow_provider_pglogical.exceptions import ApplyError, ReplicaIdentityError, RowFilterError, format_lsn
+from airflow_provider_pglogical.exceptions import ApplyError
 from airflow_provider_pglogical.staging.reader import RelationInfo
 
 
@@ -228,14 +228,9 @@ def check_updates_deletes(changes: DataFrame, rel: RelationInfo, cfg: TableApply
     traffic passes. ``RowFilterError`` for the filter rule, ``ReplicaIdentityError`` otherwise.
     """
     count, lsn = first_update_or_delete(changes.transform(filter_actions(cfg.actions)))
-    if not count:
-        return
-    text = (f"{count} UPDATE/DELETE change(s) of {shape.source} from LSN {format_lsn(lsn)} cannot be applied: the table "
-            f"{shape.update_delete_problem}; batch {format_lsn(batch.start_lsn)}-{format_lsn(batch.end_lsn)} not "
-            "applied (PostgreSQL refuses such changes on the publisher)")
-    if planning.has_replica_identity(rel):
-        raise RowFilterError(text)
-    raise ReplicaIdentityError(text, table=shape.source, lsn=lsn)
+    if count:
+        raise planning.update_delete_error(rel, shape.source, shape.update_delete_problem or "", count, lsn,
+                                           batch.start_lsn, batch.end_lsn)
 
 
 def read_snapshot(spark: SparkSession, uri: str, files: Sequence[str]) -> DataFrame:

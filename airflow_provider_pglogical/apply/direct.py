@@ -55,10 +55,12 @@ Delta and Iceberg targets (``lake/direct.net_table``).
 
 A keyless table (no replica identity: insert-only, ``PlannedTable.key`` empty) has nothing to net: Spark's
 ``transforms.to_appends`` makes every published INSERT after the cut its own row, two identical INSERTs two rows.
-``keyless_files`` hands such a table-batch over under the same conditions but for the key's: with no row filter
-and every action published, its rows are the per-row rewrite's; else the publication is applied per change and
-each INSERT it keeps is appended (``appended_rows``, a staged row group at a time). A published UPDATE or DELETE
-among its staged changes leaves it to Spark, which refuses it as the publisher does.
+``keyless_files`` hands such a table-batch over under the conditions above but the key's (several schema versions
+too, by ``schema_union``'s rule: into PostgreSQL; the lakes keep them on Spark): with no row filter, every action
+published and one schema version, its rows are the per-row rewrite's; else the publication is applied per change
+and each INSERT it keeps is appended (``appended_rows``, a staged row group at a time, whatever the batch's size).
+A published UPDATE or DELETE among its staged changes stops the batch here with the typed error Spark's path
+raises (``refuse_updates_deletes``), as the publisher refuses it.
 
 Staged files on an object store (``s3://``, ``gs://``, ``abfs://``) are read by this process, through the staging
 area's own pyarrow filesystem and credentials, when Spark's master is local (``batches.readable_here``: the driver
@@ -91,7 +93,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from airflow_provider_pglogical.apply import filter_eval, kernels, partitioned, published, versions
+from airflow_provider_pglogical.apply import filter_eval, kernels, partitioned, planning, published, versions
 from airflow_provider_pglogical.apply.batches import (
     Batch,
     has_value_notes,
@@ -196,11 +198,21 @@ def publishes_all(cfg: TableApplyConfig) -> bool:
     return not published.transforms(cfg.row_filter, cfg.actions)
 
 
-def plain_table(table: PlannedTable) -> bool:
-    """The parts of the decision that need no file: a single-source keyed table, a row filter (if any) of the
-    covered constructs, nothing refused for UPDATE/DELETE (a truncate inside the batch is a ``Cut``)."""
-    return (enabled() and not table.parts and bool(table.key)
-            and table.update_delete_problem is None and plain_config(table.config))
+def plain_table(table: PlannedTable, *, keyed: bool = True) -> bool:
+    """The parts of the decision that need no file: a single-source table, keyed (nothing refused for
+    UPDATE/DELETE) or keyless (``keyless_files`` raises a refused change's error itself), a row filter (if any) of
+    the covered constructs (a truncate inside the batch is a ``Cut``)."""
+    return (enabled() and not table.parts and bool(table.key) == keyed
+            and (not keyed or table.update_delete_problem is None) and plain_config(table.config))
+
+
+def _staged_paths(table: PlannedTable, batch: Batch) -> tuple[str, ...]:
+    """The table-batch's staged files as paths of the staging area's own filesystem (``batch.reader.layout.fs``:
+    local, or the object store's with its credentials); none when this process does not read the batch
+    (``batch.here``)."""
+    if not batch.here:
+        return ()
+    return tuple(f"{batch.ref.path}/{rel}" for rel in batch.table_files.get(table.source, ()))
 
 
 def batch_cut(table: PlannedTable, batch: Batch, sync_lsn: int | None) -> Cut | None:
@@ -268,11 +280,10 @@ def batch_files(table: PlannedTable, batch: Batch, sync_lsn: int | None) -> Dire
     the changes the snapshot has: a cut-off the files do not show)."""
     if not table.key:
         return keyless_files(table, batch, sync_lsn)
-    files = batch.table_files.get(table.source, ())
-    if not files or not plain_table(table) or not batch.here or has_value_notes(batch, table.source):
+    paths = _staged_paths(table, batch)
+    if not paths or not plain_table(table) or has_value_notes(batch, table.source):
         return None
-    fs = batch.reader.layout.fs  # the staging area's own (local, or the object store's with its credentials)
-    paths = tuple(f"{batch.ref.path}/{rel}" for rel in files)
+    fs = batch.reader.layout.fs
     union = None
     if not same_schema(paths, table.columns, fs):
         union = schema_union(table, batch, paths, fs)
@@ -293,22 +304,29 @@ def keyless_files(table: PlannedTable, batch: Batch, sync_lsn: int | None) -> Di
 
     Nothing is netted, so repeated values do not matter. Without a row filter and with every action published the
     rows are the per-row rewrite (``net_rows``: an INSERT is an ``I`` of its new image), read a row group at a time;
-    otherwise the publication is applied per change first (``compacted`` with the empty key: ``compacted_batches``
-    appends what ``published.publish`` keeps, a row group at a time, ``appended_rows``), as for the in-process
-    netting (``in_process``: its switch and bounds, which here only decide whether the filter is judged whole or a
-    row group at a time, ``publishable``). A published UPDATE or DELETE staged for the table leaves it to Spark,
-    whose net frame refuses it with its typed error (``changes.check_updates_deletes``)."""
-    files = batch.table_files.get(table.source, ())
-    if (not files or not enabled() or table.parts or table.key or not plain_config(table.config) or not batch.here
-            or has_value_notes(batch, table.source)):
+    otherwise, or when the table-batch spans several schema versions (``schema_union``: every action published and
+    no row filter only), the publication is applied per change first (``compacted`` with the empty key:
+    ``compacted_batches`` appends what ``published.publish`` keeps, a row group at a time, ``appended_rows``), as
+    for the in-process netting (``in_process``: its switch and bounds, which here only decide whether the filter is
+    judged whole or a row group at a time, ``publishable``). A published UPDATE or DELETE staged for the table
+    stops the batch here with Spark's typed error (``refuse_updates_deletes``)."""
+    paths = _staged_paths(table, batch)
+    if not paths or not enabled() or table.parts:
         return None
     fs = batch.reader.layout.fs
-    paths = tuple(f"{batch.ref.path}/{rel}" for rel in files)
-    if not same_schema(paths, table.columns, fs) or updates_or_deletes(paths, table.config.actions, fs):
+    cut = batch_cut(table, batch, sync_lsn)
+    refuse_updates_deletes(table, batch, paths, cut, fs)
+    if not plain_table(table, keyed=False) or has_value_notes(batch, table.source):
         return None
-    net = DirectNet(table.source, table.target, paths, (), tuple(table.columns), filesystem=fs,
-                    cut=batch_cut(table, batch, sync_lsn))
-    return net if publishes_all(table.config) else netted_here(net, table, batch, judge_filter=True)
+    union = None
+    if not same_schema(paths, table.columns, fs):
+        union = schema_union(table, batch, paths, fs)
+        if union is None:
+            return None
+    net = DirectNet(table.source, table.target, paths, (), tuple(table.columns), filesystem=fs, cut=cut,
+                    union=union)
+    plain = publishes_all(table.config)
+    return net if plain and union is None else netted_here(net, table, batch, judge_filter=not plain)
 
 
 def netted_here(net: DirectNet, table: PlannedTable, batch: Batch, *, judge_filter: bool) -> DirectNet | None:
@@ -323,17 +341,27 @@ def netted_here(net: DirectNet, table: PlannedTable, batch: Batch, *, judge_filt
     return None if judge_filter and not publishable(net) else net
 
 
-def updates_or_deletes(paths: Sequence[str], actions: Sequence[str], filesystem: pafs.FileSystem | None = None
-                       ) -> bool:
-    """Whether any staged change in ``paths`` is an UPDATE or DELETE of a published action (read from ``op``)."""
-    letters = [letter for action, letter in (("update", "U"), ("delete", "D")) if action in actions]
-    if not letters:
-        return False
+def refuse_updates_deletes(table: PlannedTable, batch: Batch, paths: Sequence[str], cut: Cut | None,
+                           filesystem: pafs.FileSystem | None = None) -> None:
+    """Stop the batch with ``changes.check_updates_deletes``' error (``planning.update_delete_error``) when a
+    staged change of ``paths`` is an UPDATE or DELETE the table cannot apply, counted as Spark counts them: of a
+    published action, committed at or after the cut's sync LSN (read from ``op``, ``lsn`` and ``commit_lsn``). A
+    truncate of the batch does not spare it: Spark checks before ``transforms.void_before``."""
+    letters = [letter for action, letter in (("update", "U"), ("delete", "D")) if action in table.config.actions]
+    if table.update_delete_problem is None or not letters:
+        return
+    synced = Cut(None, cut.sync_lsn) if cut is not None and cut.sync_lsn is not None else None
+    count, first = 0, None
     for path in paths:
-        op = pq.read_table(path, columns=["op"], filesystem=filesystem).column(0)
-        if pc.any(pc.is_in(op, pa.array(letters, op.type))).as_py():
-            return True
-    return False
+        staged = after_cut(pq.read_table(path, columns=["op", "lsn", *CUT_COLUMNS], filesystem=filesystem), synced)
+        refused = staged.filter(pc.is_in(staged.column("op"), pa.array(letters, staged.column("op").type)))
+        if refused.num_rows:
+            count += refused.num_rows
+            low = pc.min(refused.column("lsn")).as_py()
+            first = low if first is None else min(first, low)
+    if count:
+        raise planning.update_delete_error(table.relation, table.source, table.update_delete_problem, count, first,
+                                           batch.start_lsn, batch.end_lsn)
 
 
 def appended_rows(staged: pa.Table, columns: Sequence[str]) -> kernels.Net:

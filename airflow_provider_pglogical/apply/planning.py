@@ -15,7 +15,7 @@ from airflow_provider_pglogical.apply.targets.base import (
     PlannedTruncate,
     TargetTable,
 )
-from airflow_provider_pglogical.exceptions import ApplyError, format_lsn
+from airflow_provider_pglogical.exceptions import ApplyError, ReplicaIdentityError, RowFilterError, format_lsn
 from airflow_provider_pglogical.staging.reader import RelationColumn, RelationInfo, TruncateEvent
 
 
@@ -125,6 +125,20 @@ def update_delete_problem(rel: RelationInfo, cfg: TableApplyConfig, filter_colum
             return (f"has a row filter on column(s) {', '.join(outside)} outside the replica identity, which cannot "
                     "judge the old row (use REPLICA IDENTITY FULL or USING INDEX on the source)")
     return None
+
+
+def update_delete_error(rel: RelationInfo, source: str, problem: str, count: int, lsn: int | None, start_lsn: int,
+                        end_lsn: int) -> ApplyError:
+    """The batch's typed error for ``count`` UPDATE/DELETE changes of ``source`` (the first at ``lsn``) that the
+    table cannot apply (``problem``: ``update_delete_problem``'s text), whichever path found them (Spark's
+    ``changes.check_updates_deletes``, this process's ``direct.keyless_files``): ``RowFilterError`` for the
+    filter rule, ``ReplicaIdentityError`` otherwise."""
+    text = (f"{count} UPDATE/DELETE change(s) of {source} from LSN {format_lsn(lsn)} cannot be applied: the table "
+            f"{problem}; batch {format_lsn(start_lsn)}-{format_lsn(end_lsn)} not applied (PostgreSQL refuses such "
+            "changes on the publisher)")
+    if has_replica_identity(rel):
+        return RowFilterError(text)
+    return ReplicaIdentityError(text, table=source, lsn=lsn)
 
 
 def check_target_columns(shape: TableShape, target: TargetTable) -> None:

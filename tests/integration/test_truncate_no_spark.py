@@ -2,7 +2,8 @@
 path applies the changes after the table's last truncate (and after the sync LSN) in the pglogical process, the
 target performs the truncate itself (CASCADE, RESTART IDENTITY) in the batch's transaction, and the target ends
 equal to a native subscriber of the same publication — rows and the owned sequences RESTART IDENTITY resets. Keyless
-tables (insert-only, a row filter among them) around a truncate, into PostgreSQL and into an Iceberg mirror, too.
+tables (insert-only, a row filter among them) around a truncate, into PostgreSQL and into an Iceberg mirror, too, and
+their refused UPDATE.
 
 Every run has JAVA_HOME pointing nowhere: a Spark start fails it (``test_cli_no_spark.run``'s pattern).
 """
@@ -209,7 +210,7 @@ def _multiset(rows: list[tuple]) -> list[tuple]:
 def test_keyless_tables_apply_without_spark_like_a_native_subscriber(pg_server, tmp_path, kind):
     """A keyless table with a row filter (the publication applied in process) and one without (the per-row route),
     into PostgreSQL and into an Iceberg mirror: identical INSERTs, rows the filter leaves out, a TRUNCATE between
-    INSERTs of one transaction and of one batch."""
+    INSERTs of one transaction and of one batch; then a published UPDATE, refused without a JVM."""
     source, native, ours = (make_database(pg_server) for _ in range(3))
     source_dsn, native_dsn, ours_dsn = pg_server.dsn(source), pg_server.dsn(native), pg_server.dsn(ours)
     catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": str(tmp_path / "warehouse")}
@@ -262,6 +263,30 @@ def test_keyless_tables_apply_without_spark_like_a_native_subscriber(pg_server, 
         assert run_without_java(str(spec), tmp_path)["apply"]["batches_applied"] == 1
         assert_native()
         assert rows_of("events") == _multiset([(8, 8, "again"), (8, 8, "again"), (10, 2, "after")])
+        if kind == "postgres":  # a batch across ADD COLUMN … DEFAULT: appended in the versions' union, no JVM
+            execute(native_dsn, "ALTER TABLE log ADD COLUMN src text DEFAULT 'x'")
+            execute(source_dsn, "INSERT INTO log VALUES (12, 'before'); ALTER TABLE log ADD COLUMN src text DEFAULT 'x';"
+                                " INSERT INTO log VALUES (13, 'after', 'y'), (13, 'after', NULL);")
+            assert run_without_java(str(spec), tmp_path)["apply"]["batches_applied"] == 1
+            assert_native()
+            added = "SELECT at, line, src FROM log WHERE at >= 12"
+            assert _multiset(query(ours_dsn, added)) == _multiset(query(native_dsn, added)) == \
+                _multiset([(12, "before", "x"), (13, "after", "y"), (13, "after", None)])
+        # An UPDATE staged while the table had a replica identity, the table keyless again by the batch's end: the
+        # batch stops in the pglogical process with the typed error Spark's path gives, and nothing of it commits.
+        execute(source_dsn, "ALTER TABLE log REPLICA IDENTITY FULL; UPDATE log SET line = 'x' WHERE at = 10; "
+                            "ALTER TABLE log REPLICA IDENTITY NOTHING; INSERT INTO log VALUES (11, 'not applied'); "
+                            "INSERT INTO events VALUES (11, 1, 'not applied');")
+        before = {table: rows_of(table) for table in EVENT_COLUMNS}
+        refused = pglogical("run", "--spec", str(spec), extra={"JAVA_HOME": str(tmp_path / "no-java-here")})
+        assert refused.returncode != 0
+        assert refused.stderr.splitlines()[-1].startswith(
+            "pglogical run: error: 1 UPDATE/DELETE change(s) of public.log from LSN"), refused.stderr[-3000:]
+        assert "starting Spark" not in refused.stderr and "JAVA_HOME" not in refused.stderr
+        after = {table: rows_of(table) for table in EVENT_COLUMNS}
+        assert after["log"] == before["log"]
+        if kind == "postgres":  # the batch's one transaction; a lake commits each table with its own watermark
+            assert after == before
     finally:
         unsubscribe(native_dsn)
         drop_slot_when_idle(source_dsn, "sub_native")

@@ -94,7 +94,8 @@ EVENTS = Rel("public", "events", (Col("at", pa.int64(), "bigint"), Col("grp", pa
                                   Col("note", pa.string(), "text")))
 KEYLESS_CONFIGS = st.sampled_from([TableApplyConfig(), TableApplyConfig(), TableApplyConfig(row_filter="grp > 0"),
                                    TableApplyConfig(row_filter="note IS NOT NULL AND at < 3"),
-                                   TableApplyConfig(actions=("insert",)), TableApplyConfig(actions=("insert", "update"))])
+                                   TableApplyConfig(actions=("insert",)), TableApplyConfig(actions=("insert", "update")),
+                                   TableApplyConfig(row_filter="grp > 0", actions=("insert", "delete"))])
 _EVENT = st.fixed_dictionaries({"at": st.integers(1, 3), "grp": st.one_of(st.none(), st.integers(-1, 2)),
                                 "note": st.one_of(st.none(), st.sampled_from(["a", "b"]))})
 

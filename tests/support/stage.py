@@ -84,6 +84,8 @@ class BatchSpec:
     end: int
     changes: dict[Rel, list[Chg]] = field(default_factory=dict)
     truncates: list[Trunc] = field(default_factory=list)
+    # Changes per row group of each table's file (None: one row group), as a drain's files of a larger batch hold.
+    row_group_size: int | None = None
 
 
 def write_batch(root: str | os.PathLike, slot: str, spec: BatchSpec) -> Path:
@@ -111,7 +113,7 @@ def write_batch(root: str | os.PathLike, slot: str, spec: BatchSpec) -> Path:
         })
         rel_path = f"tables/{quote(rel.name, safe='.')}/v{rel.version}.parquet"
         (bdir / rel_path).parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(table, bdir / rel_path)
+        pq.write_table(table, bdir / rel_path, row_group_size=spec.row_group_size)
         entry = manifest_tables.setdefault(rel.name, {"rows": 0, "files": []})
         entry["rows"] += len(changes)
         entry["files"].append(rel_path)

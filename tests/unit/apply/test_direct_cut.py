@@ -12,11 +12,15 @@ sync LSN with ``>``) shows as a disagreement here.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import tempfile
+from collections.abc import Iterator
 
+import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -25,9 +29,10 @@ from airflow_provider_pglogical.apply.batches import Batch, list_batches, read_r
 from airflow_provider_pglogical.apply.changes import SparkBatchChanges
 from airflow_provider_pglogical.apply.config import TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import Cut, PlannedTable
+from airflow_provider_pglogical.exceptions import ApplyError
 from tests.support import direct_batches
 from tests.support.case_union import rows_of
-from tests.support.stage import ITEMS, BatchSpec, Chg, Rel, Trunc, write_batch
+from tests.support.stage import ITEMS, BatchSpec, Chg, Col, Rel, Trunc, write_batch
 from tests.unit.apply import test_kernels
 
 START = 1  # the batch starts before every commit, so a sync LSN among them cuts it
@@ -65,8 +70,9 @@ def _planned(rel: Rel, key: tuple[str, ...], config: TableApplyConfig, batch: Ba
     """The table as the runner plans it: its truncates (those after the snapshot) placed by ``plan_truncates``."""
     events = snapshots.drop_synced_truncates(read_truncates(batch), {rel.name: sync} if sync is not None else {})
     truncated_at = planning.plan_truncates(events, {rel.name: (rel.name, config)}, []).position.get(rel.name)
-    return PlannedTable(rel.name, rel.name, key, tuple(c.name for c in rel.columns), read_relations(batch)[rel.name],
-                        config, truncated_at)
+    relation = read_relations(batch)[rel.name]
+    return PlannedTable(rel.name, rel.name, key, tuple(c.name for c in rel.columns), relation, config, truncated_at,
+                        update_delete_problem=planning.update_delete_problem(relation, config, ()))
 
 
 def _direct_rows(net: direct.DirectNet) -> list[tuple]:
@@ -86,51 +92,94 @@ def _direct_rows(net: direct.DirectNet) -> list[tuple]:
     return sorted(rows, key=repr)
 
 
+# Staged files of one row group, or of row groups of two changes: the direct path reads them a row group at a time.
+ROW_GROUPS = st.sampled_from([None, 2])
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(cut_batches(), st.sampled_from([None, "2"]))
-def test_a_truncated_or_synced_table_batch_handed_over_nets_as_the_spark_transforms(spark, drawn, rows_bound) -> None:
-    _compare(spark, drawn, rows_bound)
+@given(cut_batches(), st.sampled_from([None, "2"]), ROW_GROUPS)
+def test_a_truncated_or_synced_table_batch_handed_over_nets_as_the_spark_transforms(spark, drawn, rows_bound,
+                                                                                    row_group_size) -> None:
+    _compare(spark, drawn, rows_bound, row_group_size)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(cut_batches(keyless=True), st.sampled_from([None, "2"]))
-def test_a_keyless_table_batch_is_handed_over_and_appends_as_the_spark_transforms(spark, drawn, rows_bound) -> None:
+@given(cut_batches(keyless=True), st.sampled_from([None, "2"]), ROW_GROUPS)
+def test_a_keyless_table_batch_is_handed_over_and_appends_as_the_spark_transforms(spark, drawn, rows_bound,
+                                                                                  row_group_size) -> None:
     """Every INSERT its own row (identical ones too) after the cut, through the publication's filter and actions:
-    per row group, or ``appended_rows`` a row group at a time above the bound. Only a published UPDATE or DELETE
-    (refused, as the publisher refuses it) leaves the table-batch to Spark."""
-    _, _, changes, config, _, _ = drawn
-    handed = _compare(spark, drawn, rows_bound)
-    assert handed == (not direct_batches.refused(changes, config))
+    per row group, or ``appended_rows`` a row group at a time above the bound. A published UPDATE or DELETE
+    committed at or after the sync LSN (a truncate spares none) stops the batch in this process with Spark's
+    typed error, as the publisher refuses it; nothing leaves the table-batch to Spark."""
+    _, _, changes, config, _, sync = drawn
+    outcome = _compare(spark, drawn, rows_bound, row_group_size)
+    counted = [c for c in changes if sync is None or c.commit_lsn >= sync]
+    assert outcome == ("refused" if direct_batches.refused(counted, config) else "direct")
 
 
-def _compare(spark, drawn, rows_bound: str | None) -> bool:
-    """Whether ``direct.batch_files`` handed the drawn table-batch over; when it did, its rows are Spark's."""
+def _compare(spark, drawn, rows_bound: str | None, row_group_size: int | None = None) -> str:
+    """How ``direct.batch_files`` took the drawn table-batch: "direct" (its rows are Spark's), "refused" (Spark's
+    net frame raises the same error) or "spark" (not handed over)."""
     rel, key, changes, config, truncates, sync = drawn
     with tempfile.TemporaryDirectory() as root:
-        write_batch(root, "slot", BatchSpec(START, 0x2000, {rel: changes}, truncates))
+        write_batch(root, "slot", BatchSpec(START, 0x2000, {rel: changes}, truncates, row_group_size))
         (batch,) = list_batches(root, "slot")
         table = _planned(rel, key, config, batch, sync)
-        saved = os.environ.get(direct.ROWS_SWITCH)
-        if rows_bound is not None:  # above two staged changes: netted in key partitions
-            os.environ[direct.ROWS_SWITCH] = rows_bound
-        try:
-            net = direct.batch_files(table, batch, sync)
+        spark_net = SparkBatchChanges(spark, batch, {rel.name: sync} if sync is not None else None).net
+        with _rows_bound(rows_bound):
+            try:
+                net = direct.batch_files(table, batch, sync)
+            except ApplyError as refused:
+                with pytest.raises(type(refused)) as spark_refused:
+                    spark_net(table)
+                assert str(spark_refused.value) == str(refused)
+                event("refused")
+                return "refused"
             event("Spark path only" if net is None else
                   f"{'compacted' if net.compacted else 'per-row'} in {'one piece' if net.partitions <= 1 else 'parts'}")
             event("truncated" if table.truncated_at is not None else "no truncate")
             event("sync cut-off" if sync is not None else "no sync LSN")
             if net is None:
-                return False
+                return "spark"
             direct_rows = _direct_rows(net)
-        finally:
-            if saved is None:
-                os.environ.pop(direct.ROWS_SWITCH, None)
-            else:
-                os.environ[direct.ROWS_SWITCH] = saved
-        spark_rows = rows_of(SparkBatchChanges(spark, batch, {rel.name: sync} if sync is not None else None)
-                                 .net(table))
-        assert direct_rows == spark_rows
-    return True
+        assert direct_rows == rows_of(spark_net(table))
+    return "direct"
+
+
+@contextlib.contextmanager
+def _rows_bound(rows_bound: str | None) -> Iterator[None]:
+    """``PGLOGICAL_APPLY_INPROCESS_ROWS`` set to ``rows_bound`` meanwhile (None: as it is)."""
+    saved = os.environ.get(direct.ROWS_SWITCH)
+    if rows_bound is not None:  # "2": above two staged changes, netted in key partitions
+        os.environ[direct.ROWS_SWITCH] = rows_bound
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(direct.ROWS_SWITCH, None)
+        else:
+            os.environ[direct.ROWS_SWITCH] = saved
+
+
+def test_a_keyless_table_batch_of_two_schema_versions_appends_in_process_as_spark(spark, tmp_path) -> None:
+    """``ALTER TABLE events ADD COLUMN src text DEFAULT 'x'`` inside the batch: the INSERTs staged before it get the
+    fast default, as Spark's union of the versions gives them, in one piece and a row group at a time."""
+    v2 = dataclasses.replace(direct_batches.EVENTS, version=2,
+                             columns=(*direct_batches.EVENTS.columns, Col("src", pa.string(), "text", missing="{x}")))
+    before = [Chg("I", 10, i, new={"at": 1, "grp": i, "note": "old"}) for i in range(3)]
+    after = [Chg("I", 30, i, new={"at": 2, "grp": i, "note": None, "src": None if i else "y"}) for i in range(3)]
+    write_batch(tmp_path, "slot", BatchSpec(START, 0x2000, {direct_batches.EVENTS: before, v2: after},
+                                            row_group_size=2))
+    (batch,) = list_batches(str(tmp_path), "slot")
+    table = PlannedTable(v2.name, v2.name, (), tuple(c.name for c in v2.columns), read_relations(batch)[v2.name],
+                         TableApplyConfig())
+    spark_rows = rows_of(SparkBatchChanges(spark, batch).net(table))
+    assert [r[-1] for r in spark_rows].count("x") == 3  # not vacuous: the default filled in
+    for rows_bound in (None, "2"):
+        with _rows_bound(rows_bound):
+            net = direct.batch_files(table, batch, None)
+            assert net is not None and net.union is not None, rows_bound
+            assert _direct_rows(net) == spark_rows, rows_bound
 
 
 def test_a_truncate_and_a_sync_lsn_inside_the_batch_are_a_cut_not_a_reason_for_spark(tmp_path) -> None:

@@ -52,11 +52,13 @@ def readable(net: DirectNet) -> bool:
 def net_table(net: DirectNet) -> pa.Table | None:
     """The table-batch's net rows as ``BatchChanges.net`` collected as Arrow, or None when a written column's type
     is not ``flat_type`` (then Spark's frame is the way)."""
-    if not net.files or net.union is not None or not readable(net) or net.partitions > 1:
-        # a lake receives the net rows of one schema version (several: Spark's frame); in key partitions
-        # ``lake/parts.py`` streams them
+    if not net.files or net.union is not None or not readable(net) or (net.key and net.partitions > 1):
+        # a lake receives the net rows of one schema version (several: Spark's frame); a keyed table-batch in key
+        # partitions ``lake/parts.py`` streams
         return None
-    if net.compacted:  # repeated keys or unchanged TOAST: the Arrow kernels net the whole table-batch at once
+    if net.compacted and not net.key:  # keyless: the published INSERTs appended a row group at a time, any size
+        batches = list(direct.compacted_batches(direct.staged_chunks(net.files, net.filesystem), net))
+    elif net.compacted:  # repeated keys or unchanged TOAST: the Arrow kernels net the whole table-batch at once
         staged = direct.staged_changes(net.files, net.filesystem)
         batches = [direct.compacted_rows(staged, net)]
     else:

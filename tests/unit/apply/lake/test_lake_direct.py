@@ -4,19 +4,23 @@ batches by the per-row rewrite, repeated keys and unchanged TOAST by the Arrow k
 
 from __future__ import annotations
 
+import os
 import tempfile
+from unittest import mock
 
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_pglogical.apply import direct
+from airflow_provider_pglogical.apply import direct, planning
 from airflow_provider_pglogical.apply.batches import list_batches, read_relations
 from airflow_provider_pglogical.apply.changes import SparkBatchChanges
 from airflow_provider_pglogical.apply.config import TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import PlannedTable, from_column
 from airflow_provider_pglogical.apply.targets.lake import direct as lake_direct
 from airflow_provider_pglogical.apply.transforms import KEEP
+from airflow_provider_pglogical.exceptions import ReplicaIdentityError
 from tests.support.case_union import CASE, by_case, case_key, union_branches, write_case, write_union
 from tests.support.direct_batches import EVENTS, KEYLESS_CONFIGS, KEYS, case_lists, keyless_changes, refused
 from tests.support.stage import ITEMS, BatchSpec, Chg, Trunc, write_batch
@@ -65,22 +69,29 @@ def test_when_the_rule_hands_files_over_the_lake_reads_spark_s_net_rows(spark, d
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(keyless_changes(), min_size=4, max_size=4), KEYLESS_CONFIGS)
-def test_a_keyless_table_batch_reaches_the_lake_as_spark_s_appends_without_spark(spark, cases, config) -> None:
+@given(st.lists(keyless_changes(), min_size=4, max_size=4), KEYLESS_CONFIGS, st.sampled_from([None, "2"]))
+def test_a_keyless_table_batch_reaches_the_lake_as_spark_s_appends_without_spark(spark, cases, config,
+                                                                                 rows_bound) -> None:
     """Keyless table-batches (identical INSERTs, a row filter or actions left out) read from their staged files as
-    the lake receives them: Spark's appended rows in the net frame's columns, one Spark query over the cases'
-    union (the case number a written column of its own: nothing is grouped by it)."""
+    the lake receives them, in one piece or (``rows_bound`` "2") above the in-process bounds: Spark's appended rows
+    in the net frame's columns, one Spark query over the cases' union (the case number a written column of its own:
+    nothing is grouped by it). A published UPDATE or DELETE is refused in this process."""
     columns = tuple(c.name for c in EVENTS.columns)
-    with tempfile.TemporaryDirectory() as root:
+    with tempfile.TemporaryDirectory() as root, mock.patch.dict(os.environ, {direct.ROWS_SWITCH: rows_bound or ""}):
         handed: dict[int, pa.Table] = {}
         for case, changes in enumerate(cases):
             batch = write_case(root, EVENTS, changes, case)
-            table = PlannedTable(EVENTS.name, EVENTS.name, (), columns, read_relations(batch)[EVENTS.name], config)
+            table = PlannedTable(EVENTS.name, EVENTS.name, (), columns, read_relations(batch)[EVENTS.name], config,
+                                 update_delete_problem=planning.update_delete_problem(
+                                     read_relations(batch)[EVENTS.name], config, ()))
+            if refused(changes, config):
+                with pytest.raises(ReplicaIdentityError):
+                    direct.batch_files(table, batch, None)
+                continue
             net = direct.batch_files(table, batch, None)
             rows = lake_direct.net_table(net) if net is not None else None
-            assert (rows is not None) == (not refused(changes, config)), f"case {case}"
-            if rows is not None:
-                handed[case] = rows
+            assert rows is not None, f"case {case}"
+            handed[case] = rows
         if not handed:
             return
         union = write_union(root, EVENTS, {case: cases[case] for case in handed})
