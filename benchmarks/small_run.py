@@ -18,8 +18,11 @@ stage − jobs), and the session stop.
 so (``spark.started``, ``start_s``, ``apply_waited_s``) and the benchmark reports those seconds for the
 CLI's small-batch runs (the in-process split below starts its own session, not overlapped).
 
-With ``--connect``, the same small-batch runs again over a warm Spark Connect server (started once before them,
-as ``tests/support/sparkconnect.py`` starts it: local[2] executors), side by side with the cold local starts above.
+With ``--connect``, small batches (keys repeating) again over a warm Spark Connect server (started once before them,
+as ``tests/support/sparkconnect.py`` starts it: local[2] executors, warmed by one run): as the spec applies them (a
+batch netted in process starts no Spark over Connect either) and through Spark (``PGLOGICAL_APPLY_DIRECT=0``), each
+run's JSON telling whether it started Spark. With ``--code DIR`` too, those runs alternate this checkout's CLI and
+DIR's over the same server (A/B, their ratio by the medians).
 
 With ``--jvm-archive``, only needs-Spark small batches: the class archive of Spark's classes
 (``apply/jvm_archive.py``) off and on, alternating, then other JVM settings on top of it (``JVM_VARIANTS``), each
@@ -369,13 +372,21 @@ def keyless_runs(spec_path: Path, dsn: str, args: argparse.Namespace, env: dict[
 
 def connect_runs(spec_path: Path, dsn: str, args: argparse.Namespace, env: dict[str, str],
                  work: Path) -> dict[str, Any]:
-    """The small-batch runs over a Spark Connect server started (and warmed by one run) before them."""
+    """The small-batch runs over a Spark Connect server started (and warmed by one run) before them: each batch as
+    the spec and environment apply it (``as_spec``: a batch the run nets in process starts no Spark, even over
+    Connect) and one needing Spark (``needs_spark``: ``PGLOGICAL_APPLY_DIRECT=0``, every table-batch through
+    Spark's transforms). With ``--code DIR`` each run alternates this checkout's CLI and DIR's over the same
+    server (A/B); their wall seconds and whether they started Spark."""
     from scripts.harness.sparkconnect import start_server as start_connect
     from scripts.harness.sparkconnect import stop as stop_connect
 
     t0 = time.monotonic()
     process, url = start_connect({}, work / "connect-server.log")
     server_start_s = time.monotonic() - t0
+    here = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    codes = {"this_checkout": here, **({"code": env} if args.code else {})}
+    kinds = {"as_spec": {}, "needs_spark": {"PGLOGICAL_APPLY_DIRECT": "0"}}
+    runs: dict[str, list[dict[str, Any]]] = {f"{kind}/{code}": [] for kind in kinds for code in codes}
     try:
         doc = yaml.safe_load(spec_path.read_text())
         doc["spark"] = {"remote": url}
@@ -384,16 +395,25 @@ def connect_runs(spec_path: Path, dsn: str, args: argparse.Namespace, env: dict[
         spec = ["--spec", str(remote_spec)]
         base = 1_000_000 * (2 * args.repeat + 2)
         small_batch(dsn, args.changes, base)
-        warmup_s = timed_cli("run", *spec, env=env)  # the server's first plans and Python workers
-        runs_s = []
+        # the server's first plans and Python workers
+        warmup_s = timed_cli("run", *spec, env={**here, **kinds["needs_spark"]})
         for i in range(args.repeat):
-            small_batch(dsn, args.changes, base + 1_000_000 * (i + 1))
-            runs_s.append(timed_cli("run", *spec, env=env))
+            for kind, extra in kinds.items():
+                # each code goes first as often as the other (a run right after the kind switches is slower)
+                for code, code_env in list(codes.items())[::1 if i % 2 == 0 else -1]:
+                    base += 1_000_000
+                    small_batch(dsn, args.changes, base)
+                    out: list[dict[str, Any]] = []
+                    wall = timed_cli("run", *spec, env={**code_env, **extra}, out=out)
+                    runs[f"{kind}/{code}"].append({"wall_s": round(wall, 2),
+                                                   "spark_started": out[0]["apply"].get("spark_started")})
     finally:
         stop_connect(process)
+    medians = {name: round(statistics.median(r["wall_s"] for r in found), 2) for name, found in runs.items()}
+    ratios = {f"{kind}/this_checkout_vs_code": round(medians[f"{kind}/this_checkout"] / medians[f"{kind}/code"], 3)
+              for kind in kinds if args.code}
     return {"connect_server_start_s": round(server_start_s, 2), "connect_first_run_s": round(warmup_s, 2),
-            "connect_run_small_batch_s": [round(s, 2) for s in runs_s],
-            "connect_run_small_batch_median_s": round(statistics.median(runs_s), 2)}
+            "connect_runs": runs, "connect_run_small_batch_median_s": medians, **ratios}
 
 
 @contextmanager

@@ -145,7 +145,9 @@ def _connect_session(remote: str, conf: dict[str, str]) -> SparkSession:
         session = SparkSession.builder.remote(remote).getOrCreate()
         for key, value in conf.items():
             session.conf.set(key, value)
-        session.range(1).collect()  # the client connects lazily: ask the server once, here
+        # The client connects lazily: ask the server once, here. Its version is one round trip and no Spark job (a
+        # job on a warm server still costs a plan, a task and its result, on every run).
+        session.version  # noqa: B018
     except Exception as exc:
         cause = " ".join(str(exc).split())[:300] or type(exc).__name__
         raise SparkStartError(f"Spark Connect server {redacted(remote)} did not answer: {type(exc).__name__}: {cause}") from exc

@@ -83,12 +83,21 @@ from airflow_provider_pglogical.staging.target_record import TargetRecord, read_
 if TYPE_CHECKING:
     # pyspark is imported where a frame is made: a run with nothing to apply, or applying without Spark, needs none.
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 
 
 def _noop(_name: str) -> None:
     pass
+
+
+def _rows_schema() -> StructType:
+    """The COPY writers' output (rows written per partition) as a type, not DDL: over Spark Connect a DDL string
+    costs a round trip to parse."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    return StructType([StructField("rows", LongType())])
 
 
 def _task_rows(copy: Callable[[Iterable[tuple[str, int]]], Iterable[int]]
@@ -356,7 +365,7 @@ class PostgresTarget:
             # The row-group tasks as a frame (DataFrame API only: classic Spark and Spark Connect alike).
             tasks = self.spark.createDataFrame(list(plan.tasks), "file string, row_group int").repartition(slices)
             written = (tasks.mapInArrow(_task_rows(arrownet.copy_tasks(self.dsn, staging, copy_cols, plan)),
-                                        "rows long").agg(F.sum("rows")).collect()[0][0])
+                                        _rows_schema()).agg(F.sum("rows")).collect()[0][0])
         else:
             from pyspark.sql import functions as F
 
@@ -366,7 +375,7 @@ class PostgresTarget:
             if self.config.write_partitions:
                 frame = frame.repartition(self.config.write_partitions)
             text_frame, fields = copy_columns(frame, types)
-            written = (text_frame.mapInArrow(copy_partitions(self.dsn, staging, copy_cols, fields), "rows long")
+            written = (text_frame.mapInArrow(copy_partitions(self.dsn, staging, copy_cols, fields), _rows_schema())
                        .agg(F.sum("rows")).collect()[0][0])
         ops: dict[str, int] | None = None
         keep_rows: int | None = None
