@@ -86,6 +86,9 @@ SLOW_MODULES = (
     "tests/integration/test_object_store_direct.py",
     "tests/integration/test_truncate_no_spark.py",
     "tests/unit/apply/test_direct_cut.py",
+    "tests/unit/apply/test_direct_versions.py",
+    "tests/integration/test_schema_versions_no_spark.py",
+    "tests/integration/test_drain_stream.py",
     "tests/unit/test_schedule.py",  # a unit module of three pytest runs (one under xdist), not one to end a run on
 )
 
