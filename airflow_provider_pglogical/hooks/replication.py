@@ -68,12 +68,12 @@ def split_messages(messages: Sequence[bytes], bound: int, in_tx: bool) -> tuple[
                 if final_lsn >= bound:  # commits at or past the bound: the next read sends it again
                     return rows, in_tx, "bound"
                 in_tx = True
-            elif lsn >= bound:
-                return rows, in_tx, "bound"
+            # else a message: its lsn is its record's end, which may start before the bound (the peek takes it
+            # then); taken, it ends the read below, and the batch ends at its end
         elif kind == b"C":
             in_tx = False
         rows.append((lsn, 0, m[25:]))
-        if not in_tx and lsn >= bound:  # a commit ending at or past the bound: nothing more commits before it
+        if not in_tx and lsn >= bound:  # a commit or message ending at or past the bound: nothing more before it
             return rows, in_tx, "bound"
     return rows, in_tx, "more"
 

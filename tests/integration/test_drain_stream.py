@@ -106,6 +106,29 @@ def test_a_transaction_committing_past_the_bound_is_staged_by_the_next_run(drain
     assert_log_matches(uri, "s1", xids)
 
 
+def test_a_message_whose_record_ends_at_the_bound_is_staged_by_both_reads(drain_source, tmp_path):
+    """Heartbeats emitted outside transactions, each run bounded at the last one's record end (its lsn, where a
+    heartbeat emitted with flush puts the flush position). The SQL peek takes it (its record starts before the
+    bound); the streamed read takes it too, so after a second run both logs hold every heartbeat once, in the
+    same batches."""
+    cur, hook = drain_source
+    hook.create_slot("twin")
+    uri, twin_uri = str(tmp_path / "stream"), str(tmp_path / "sql")
+    streamed, through_sql = [], []
+    for run in range(2):
+        for i in range(3):
+            cur.execute("SELECT (pg_logical_emit_message(false, 'hb', %s) - '0/0')::bigint", (f"{run}-{i}",))
+        last_end = cur.fetchone()[0]  # the record's end
+        while hook.current_wal_flush_lsn() < last_end:
+            time.sleep(0.05)
+        for out, path, slot in ((streamed, uri, "s1"), (through_sql, twin_uri, "twin")):
+            wal = last_end - hook.slot_info(slot).confirmed_flush_lsn
+            out.append(drain_slot(hook, config(path, slot, max_wal_bytes=wal, read="stream" if slot == "s1" else "sql")))
+    assert [r.end_lsn for r in streamed] == [r.end_lsn for r in through_sql]
+    messages = staged(uri, "s1", "messages.parquet")
+    assert messages.equals(staged(twin_uri, "twin", "messages.parquet")) and messages.num_rows == 6
+
+
 @pytest.mark.parametrize(("kill_at", "published"), [("files_written:2", 1), ("manifest_written:2", 2)])
 def test_a_streamed_run_killed_before_or_after_a_manifest_reruns_to_one_copy(drain_source, tmp_path, pg_dsn,
                                                                              kill_at, published):
