@@ -231,6 +231,13 @@ class ReplicationStream:
         conn.close()
         if not wait:
             return
+        try:
+            self._wait_released()
+        except Exception as exc:  # noqa: BLE001 - close() runs on a failed run too: never replace its error
+            log.warning("slot %s: could not wait for its walsender (pid %d) to release it: %s", self.slot,
+                        self._pid, str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+
+    def _wait_released(self) -> None:
         started = time.monotonic()
         ended = False
         while self._slot_pid() == self._pid and (elapsed := time.monotonic() - started) < RELEASE_WAIT_S:

@@ -129,6 +129,17 @@ def test_a_message_whose_record_ends_at_the_bound_is_staged_by_both_reads(drain_
     assert messages.equals(staged(twin_uri, "twin", "messages.parquet")) and messages.num_rows == 6
 
 
+def test_closing_a_stream_whose_hook_session_died_raises_nothing(drain_source):
+    """close() runs on a failed run too: when the hook's own session (which it asks whether the slot is released)
+    is gone, it logs that and returns, leaving the run's error to be raised."""
+    cur, hook = drain_source
+    start = hook.slot_info("s1").confirmed_flush_lsn
+    stream = hook.client.stream_changes("s1", "pub", start_lsn=start, upto_lsn=hook.current_wal_flush_lsn())
+    cur.execute("SELECT pg_terminate_backend(%s)", (hook.client.session.get_backend_pid(),))
+    stream.close()
+    assert not stream.open
+
+
 @pytest.mark.parametrize(("kill_at", "published"), [("files_written:2", 1), ("manifest_written:2", 2)])
 def test_a_streamed_run_killed_before_or_after_a_manifest_reruns_to_one_copy(drain_source, tmp_path, pg_dsn,
                                                                              kill_at, published):
