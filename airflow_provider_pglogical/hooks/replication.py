@@ -172,7 +172,9 @@ class ReplicationStream:
         if ended:
             return ReplicationConnectionError(f"the stream of slot {self.slot!r} ended before its bound: {first}",
                                               hint=RUN_AGAIN)
-        return ReplicationConnectionError(f"streaming slot {self.slot!r} failed ({sqlstate or 'connection'}): {first}")
+        # The connection was accepted: the command failed, so the connection hint (pg_hba.conf) does not apply.
+        return ReplicationConnectionError(f"START_REPLICATION of slot {self.slot!r} failed ({sqlstate or 'connection'}): "
+                                          f"{first}", hint="")
 
     def blocks(self) -> Generator[list[Row], None, None]:
         """The rows up to the bound; closing the generator early closes the stream."""

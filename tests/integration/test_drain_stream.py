@@ -192,6 +192,21 @@ def test_a_missing_slot_a_busy_one_and_a_missing_publication_are_typed_one_line_
         assert "\n" not in str(err.value)
 
 
+def test_a_failed_start_replication_names_the_command_not_the_connection(drain_source):
+    """The connection was accepted and START_REPLICATION failed for a reason the SQL read has no type for (a
+    physical slot): one line naming the command, without the pg_hba.conf hint of a refused connection."""
+    from airflow_provider_pglogical.exceptions import ReplicationConnectionError
+
+    cur, hook = drain_source
+    cur.execute("SELECT pg_create_physical_replication_slot('phys', true)")
+    try:
+        with pytest.raises(ReplicationConnectionError, match="START_REPLICATION of slot 'phys' failed") as err:
+            hook.client.stream_changes("phys", "pub", start_lsn=0, upto_lsn=hook.current_wal_flush_lsn())
+    finally:
+        cur.execute("SELECT pg_drop_replication_slot('phys')")
+    assert "\n" not in str(err.value) and "pg_hba" not in str(err.value)
+
+
 def test_a_refused_replication_connection_is_one_typed_line_and_the_sql_read_it_names_works(drain_source, pg_dsn,
                                                                                              tmp_path):
     """A role the walsender refuses (no REPLICATION) gets ReplicationConnectionError naming `source.read: sql`;
