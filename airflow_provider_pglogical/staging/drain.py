@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -348,27 +348,40 @@ def gap_uncovered(config: DrainConfig, start: int) -> list[str]:
     return out if config.snapshot_tables else ["every table"]
 
 
+def gap_refusal(config: DrainConfig, last_end: int, last_name: str, start: int,
+                batch_starts: Collection[int] = ()) -> str | None:
+    """Why the drain refuses a slot at ``start`` against a staged log ending at ``last_end`` (batch ``last_name``),
+    or None when it reads on: from the log's end, replaying a visible batch starting at ``start`` (its start in
+    ``batch_starts``), or bridging a gap ``DrainConfig.allow_gap`` or snapshots cover. ``pglogical status``
+    reports the same line."""
+    if start == last_end or start in batch_starts:
+        return None
+    if start < last_end:  # no resync or gap makes a log the slot never produced its own
+        return (f"slot {config.slot!r} is at {format_lsn(start)}, behind the staged log's end {format_lsn(last_end)} "
+                f"({last_name}): the slot was moved outside this drain, or the staging area holds another slot's "
+                "batches; point staging.uri at a new location to start this slot's log afresh")
+    uncovered = [] if config.allow_gap else gap_uncovered(config, start)
+    if not uncovered:
+        return None
+    tables = " ".join(f"--table {t}" for t in uncovered) if config.snapshot_tables else "--table SCHEMA.TABLE"
+    return (f"slot {config.slot!r} is at {format_lsn(start)} but the staged log ends at {format_lsn(last_end)} "
+            f"({last_name}): the slot was moved outside this drain (or recreated) and the changes in between "
+            f"were never staged. Snapshot the tables again (pglogical resync --spec FILE {tables}), or accept "
+            "losing those changes (pglogical run --spec FILE --allow-gap)")
+
+
 def bridge_gap(layout: StagingLayout, reader: StagingReader, config: DrainConfig, last: BatchRef, start: int,
                logger: Logger = log) -> None:
     """Publish an empty batch from the staged log's end to the slot's position ``start``, when allowed
-    (``DrainConfig.allow_gap``, or snapshots covering it); else raise the ``StagingError`` naming both ways out.
+    (``DrainConfig.allow_gap``, or snapshots covering it); else raise the ``StagingError`` naming the way out
+    (``gap_refusal``).
 
     The slot is not touched: a crash after the publish leaves a contiguous log, and the cycle that follows
     stages from ``start`` as usual.
     """
-    if start < last.end_lsn:  # no resync or gap makes a log the slot never produced its own
-        raise StagingError(
-            f"slot {config.slot!r} is at {format_lsn(start)}, behind the staged log's end {format_lsn(last.end_lsn)} "
-            f"({last.name}): the slot was moved outside this drain, or the staging area holds another slot's "
-            "batches; point staging.uri at a new location to start this slot's log afresh")
-    uncovered = [] if config.allow_gap else gap_uncovered(config, start)
-    if uncovered:
-        tables = " ".join(f"--table {t}" for t in uncovered) if config.snapshot_tables else "--table SCHEMA.TABLE"
-        raise StagingError(
-            f"slot {config.slot!r} is at {format_lsn(start)} but the staged log ends at {format_lsn(last.end_lsn)} "
-            f"({last.name}): the slot was moved outside this drain (or recreated) and the changes in between "
-            f"were never staged. Snapshot the tables again (pglogical resync --spec FILE {tables}), or accept "
-            "losing those changes (pglogical run --spec FILE --allow-gap)")
+    refusal = gap_refusal(config, last.end_lsn, last.name, start)
+    if refusal is not None:
+        raise StagingError(refusal)
     logger.warning("slot %s: the staged log ends at %s, the slot is at %s; %s", config.slot,
                    format_lsn(last.end_lsn), format_lsn(start),
                    "the changes in between are lost (allow_gap)" if config.allow_gap
