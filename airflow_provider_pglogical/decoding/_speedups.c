@@ -500,9 +500,11 @@ copy_cancel(PyObject *self, PyObject *args)
  * START_REPLICATION ... LOGICAL sends 'w' XLogData (dataStart, walEnd, sendTime, then one pgoutput message)
  * and 'k' keepalives (walEnd, sendTime, replyRequested). dataStart is the `lsn` column of the SQL peek.
  * A read is bounded like the peek's upto_lsn: a transaction whose commit starts at or after `bound` (its
- * Begin's final LSN), or a message outside a transaction starting there, is not taken; with no transaction
- * open, a commit ending at or after `bound`, or a keepalive whose walEnd reaches it (the walsender has
- * decoded that far), ends the read. repl_step holds that rule for both repl_read and repl_split (the
+ * Begin's final LSN) is not taken; with no transaction open, a commit or a message ending at or after
+ * `bound` (taken), or a keepalive whose walEnd reaches it (the walsender has decoded that far), ends the
+ * read. A message outside a transaction carries its record's end, not its start: one ending past the bound
+ * may start before it (the peek takes it then), so it is taken, which loses nothing (no commit lies between
+ * the bound and it, or its Begin would have come first) and ends the batch at its end. repl_step holds that rule for both repl_read and repl_split (the
  * tests' entry, checked against the Python reference in hooks.replication). */
 enum { STEP_TAKE = 0, STEP_SKIP = 1, STEP_KEEPALIVE = 2, STEP_BOUND = 3, STEP_BAD = 4 };
 
@@ -524,7 +526,7 @@ repl_step(const unsigned char *m, Py_ssize_t n, uint64_t bound, int *in_tx, uint
             *in_tx = 1;
             return STEP_TAKE;
         }
-        return *lsn >= bound ? STEP_BOUND : STEP_TAKE;
+        return STEP_TAKE;  /* a message: the caller ends the read after it when its end reaches the bound */
     }
     if (p[0] == 'C') {
         *in_tx = 0;

@@ -68,12 +68,12 @@ def split_messages(messages: Sequence[bytes], bound: int, in_tx: bool) -> tuple[
                 if final_lsn >= bound:  # commits at or past the bound: the next read sends it again
                     return rows, in_tx, "bound"
                 in_tx = True
-            elif lsn >= bound:
-                return rows, in_tx, "bound"
+            # else a message: its lsn is its record's end, which may start before the bound (the peek takes it
+            # then); taken, it ends the read below, and the batch ends at its end
         elif kind == b"C":
             in_tx = False
         rows.append((lsn, 0, m[25:]))
-        if not in_tx and lsn >= bound:  # a commit ending at or past the bound: nothing more commits before it
+        if not in_tx and lsn >= bound:  # a commit or message ending at or past the bound: nothing more before it
             return rows, in_tx, "bound"
     return rows, in_tx, "more"
 
@@ -172,7 +172,9 @@ class ReplicationStream:
         if ended:
             return ReplicationConnectionError(f"the stream of slot {self.slot!r} ended before its bound: {first}",
                                               hint=RUN_AGAIN)
-        return ReplicationConnectionError(f"streaming slot {self.slot!r} failed ({sqlstate or 'connection'}): {first}")
+        # The connection was accepted: the command failed, so the connection hint (pg_hba.conf) does not apply.
+        return ReplicationConnectionError(f"START_REPLICATION of slot {self.slot!r} failed ({sqlstate or 'connection'}): "
+                                          f"{first}", hint="")
 
     def blocks(self) -> Generator[list[Row], None, None]:
         """The rows up to the bound; closing the generator early closes the stream."""
@@ -231,6 +233,13 @@ class ReplicationStream:
         conn.close()
         if not wait:
             return
+        try:
+            self._wait_released()
+        except Exception as exc:  # noqa: BLE001 - close() runs on a failed run too: never replace its error
+            log.warning("slot %s: could not wait for its walsender (pid %d) to release it: %s", self.slot,
+                        self._pid, str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+
+    def _wait_released(self) -> None:
         started = time.monotonic()
         ended = False
         while self._slot_pid() == self._pid and (elapsed := time.monotonic() - started) < RELEASE_WAIT_S:

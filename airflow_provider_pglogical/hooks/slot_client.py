@@ -391,14 +391,17 @@ class PgLogicalClient:
         session = self.session
         return ReplicationStream(session, slot, self.pgoutput_options(publication), start_lsn=start_lsn,
                                  bound=upto_lsn, itersize=itersize, slot_pid=lambda: self._slot_pid(slot),
-                                 terminate=self._terminate_backend)
+                                 terminate=lambda pid: self._terminate_walsender(slot, pid))
 
     def _slot_pid(self, slot: str) -> int | None:
         info = self.slot_info(slot)
         return info.active_pid if info is not None and info.active else None
 
-    def _terminate_backend(self, pid: int) -> None:
-        self._query("SELECT pg_terminate_backend(%s)", (pid,))
+    def _terminate_walsender(self, slot: str, pid: int) -> None:
+        """End ``pid`` only while it still holds ``slot``, in one statement: a pid the server reused for another
+        process between the look and the end is never ended."""
+        self._query("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
+                    " WHERE slot_name = %s AND active_pid = %s", (slot, pid))
 
     def pgoutput_options(self, publication: str | Sequence[str], *, streaming: bool = False) -> list[str]:
         """The option name/value list passed to the SQL decoding function."""

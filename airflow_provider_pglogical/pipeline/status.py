@@ -14,7 +14,7 @@ from airflow_provider_pglogical.pipeline.snapshots import sync_states
 from airflow_provider_pglogical.pipeline.source import resolved, source_client
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec
 from airflow_provider_pglogical.pipeline.target import SpecTarget, spec_target
-from airflow_provider_pglogical.staging.drain import gap_uncovered
+from airflow_provider_pglogical.staging.drain import gap_refusal
 from airflow_provider_pglogical.staging.layout import StagingLayout
 from airflow_provider_pglogical.staging.reader import StagingReader
 from airflow_provider_pglogical.staging.retention import positions, read_pruned
@@ -84,11 +84,10 @@ def status(spec: PipelineSpec, *, batches: bool = False) -> dict[str, Any]:
     elif slot is not None and slot["wal_retention"] != "ok":
         problems.append(slot["wal_retention"])
     if info is not None and info.confirmed_flush_lsn is not None and listed:
-        end, at = parse_lsn(listed[-1]["end_lsn"]), info.confirmed_flush_lsn
-        if at < end or (at > end and gap_uncovered(drain_config(spec), at)):
-            problems.append(f"slot {spec.source.slot!r} is at {format_lsn(at)} but the staged log ends at "
-                            f"{format_lsn(end)}: the slot was "
-                            "moved outside the drain (or recreated); `pglogical run` names the ways out")
+        refusal = gap_refusal(drain_config(spec), parse_lsn(listed[-1]["end_lsn"]), str(listed[-1]["batch"]),
+                              info.confirmed_flush_lsn, {parse_lsn(b["start_lsn"]) for b in listed})
+        if refusal is not None:  # the drain's own check: a slot it replays from is no problem
+            problems.append(refusal)
     if spec.targets:
         staging = staging_summary(spec, listed, None)
         if batches:

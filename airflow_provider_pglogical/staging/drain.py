@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -31,7 +31,6 @@ from airflow_provider_pglogical.progress import Progress, metered_blocks
 from airflow_provider_pglogical.staging.layout import StagingLayout
 from airflow_provider_pglogical.staging.manifest import Manifest
 from airflow_provider_pglogical.staging.reader import BatchRef, StagingReader
-from airflow_provider_pglogical.staging.retention import read_pruned
 from airflow_provider_pglogical.staging.writer import DEFAULT_ROW_GROUP_ROWS, BatchWriter, RowConverter
 
 log = logging.getLogger(__name__)
@@ -310,7 +309,7 @@ def drain_run(client: SlotClient, config: DrainConfig, *, max_batches: int | Non
     checkpoint = on_checkpoint or _noop
     results: list[DrainResult] = []
     peek: _OpenPeek | None = None
-    pending = _PendingAdvance(streamed=config.read == "stream")
+    pending = _PendingAdvance()
     with _locked(client, config, logger):
         try:
             try:
@@ -349,27 +348,40 @@ def gap_uncovered(config: DrainConfig, start: int) -> list[str]:
     return out if config.snapshot_tables else ["every table"]
 
 
+def gap_refusal(config: DrainConfig, last_end: int, last_name: str, start: int,
+                batch_starts: Collection[int] = ()) -> str | None:
+    """Why the drain refuses a slot at ``start`` against a staged log ending at ``last_end`` (batch ``last_name``),
+    or None when it reads on: from the log's end, replaying a visible batch starting at ``start`` (its start in
+    ``batch_starts``), or bridging a gap ``DrainConfig.allow_gap`` or snapshots cover. ``pglogical status``
+    reports the same line."""
+    if start == last_end or start in batch_starts:
+        return None
+    if start < last_end:  # no resync or gap makes a log the slot never produced its own
+        return (f"slot {config.slot!r} is at {format_lsn(start)}, behind the staged log's end {format_lsn(last_end)} "
+                f"({last_name}): the slot was moved outside this drain, or the staging area holds another slot's "
+                "batches; point staging.uri at a new location to start this slot's log afresh")
+    uncovered = [] if config.allow_gap else gap_uncovered(config, start)
+    if not uncovered:
+        return None
+    tables = " ".join(f"--table {t}" for t in uncovered) if config.snapshot_tables else "--table SCHEMA.TABLE"
+    return (f"slot {config.slot!r} is at {format_lsn(start)} but the staged log ends at {format_lsn(last_end)} "
+            f"({last_name}): the slot was moved outside this drain (or recreated) and the changes in between "
+            f"were never staged. Snapshot the tables again (pglogical resync --spec FILE {tables}), or accept "
+            "losing those changes (pglogical run --spec FILE --allow-gap)")
+
+
 def bridge_gap(layout: StagingLayout, reader: StagingReader, config: DrainConfig, last: BatchRef, start: int,
                logger: Logger = log) -> None:
     """Publish an empty batch from the staged log's end to the slot's position ``start``, when allowed
-    (``DrainConfig.allow_gap``, or snapshots covering it); else raise the ``StagingError`` naming both ways out.
+    (``DrainConfig.allow_gap``, or snapshots covering it); else raise the ``StagingError`` naming the way out
+    (``gap_refusal``).
 
     The slot is not touched: a crash after the publish leaves a contiguous log, and the cycle that follows
     stages from ``start`` as usual.
     """
-    if start < last.end_lsn:  # no resync or gap makes a log the slot never produced its own
-        raise StagingError(
-            f"slot {config.slot!r} is at {format_lsn(start)}, behind the staged log's end {format_lsn(last.end_lsn)} "
-            f"({last.name}): the slot was moved outside this drain, or the staging area holds another slot's "
-            "batches; point staging.uri at a new location to start this slot's log afresh")
-    uncovered = [] if config.allow_gap else gap_uncovered(config, start)
-    if uncovered:
-        tables = " ".join(f"--table {t}" for t in uncovered) if config.snapshot_tables else "--table SCHEMA.TABLE"
-        raise StagingError(
-            f"slot {config.slot!r} is at {format_lsn(start)} but the staged log ends at {format_lsn(last.end_lsn)} "
-            f"({last.name}): the slot was moved outside this drain (or recreated) and the changes in between "
-            f"were never staged. Snapshot the tables again (pglogical resync --spec FILE {tables}), or accept "
-            "losing those changes (pglogical run --spec FILE --allow-gap)")
+    refusal = gap_refusal(config, last.end_lsn, last.name, start)
+    if refusal is not None:
+        raise StagingError(refusal)
     logger.warning("slot %s: the staged log ends at %s, the slot is at %s; %s", config.slot,
                    format_lsn(last.end_lsn), format_lsn(start),
                    "the changes in between are lost (allow_gap)" if config.allow_gap
@@ -386,27 +398,6 @@ def bridge_gap(layout: StagingLayout, reader: StagingReader, config: DrainConfig
         raise
 
 
-def resume_past_pruned(layout: StagingLayout, config: DrainConfig, first: BatchRef, start: int,
-                       logger: Logger = log) -> int:
-    """Where to read from when the slot is at ``start``, before the first visible batch ``first``: that batch's
-    start when ``start`` lies in the range retention pruned (published, then applied by every target), else
-    ``start`` (the staged log's checks then refuse it).
-
-    A slot's confirmed position reaches disk only with a checkpoint after ``pg_replication_slot_advance``,
-    and not at all from a replication stream's status updates unless its restart position moves with it; a
-    server that crashes (or, before PostgreSQL 17, stops) brings the slot back to the position last written,
-    inside what the drain published already. The batches from ``first`` on are then replayed (the slot advanced
-    past them), as after a crash between a publish and its advance."""
-    pruned = read_pruned(layout)
-    if pruned is None or not pruned.covers(start) or pruned.through_lsn < first.start_lsn:
-        return start
-    logger.warning("slot %s is at %s, inside the pruned range %s-%s whose batches were published and applied "
-                   "(the server kept an older confirmed position): reading on from %s", config.slot,
-                   format_lsn(start), format_lsn(pruned.from_lsn if pruned.from_lsn is not None else start),
-                   format_lsn(pruned.through_lsn), first.name)
-    return first.start_lsn
-
-
 class _NoRelations:
     """The resolver of a batch without changes: never asked for anything."""
 
@@ -421,9 +412,8 @@ class _PendingAdvance:
     """The end of the batches ``drain_run`` has published (or found published) since it last
     advanced the slot: what the slot is advanced to before a fresh peek and when the run ends."""
 
-    def __init__(self, streamed: bool = False) -> None:
+    def __init__(self) -> None:
         self.staged_to: int | None = None  # end of the last published batch the slot is not advanced to
-        self.streamed = streamed  # batches may have been confirmed through a replication stream already
 
     def start(self, slot_lsn: int) -> int:
         """Where the next batch starts: the end of what is published, unless the slot moved past it
@@ -439,7 +429,7 @@ class _PendingAdvance:
     def advance(self, client: SlotClient, config: DrainConfig, checkpoint: Checkpoint, logger: Logger) -> None:
         if self.staged_to is None:
             return
-        advance_unless_confirmed(client, config, self.staged_to, logger, streamed=self.streamed)
+        advance_slot_to(client, config, self.staged_to, logger)
         self.staged_to = None
         checkpoint("advanced")
 
@@ -453,15 +443,17 @@ class _PendingAdvance:
             logger.warning("could not advance slot %s to the published batches' end: %s", config.slot, e)
 
 
-def advance_unless_confirmed(client: SlotClient, config: DrainConfig, end: int, logger: Logger, *,
-                             streamed: bool) -> None:
-    """Move the slot to ``end`` (a published batch's end). After a streamed read the server may have taken
-    that position from the stream's status updates already (read back here, the stream being closed):
-    the advance, which decodes from the slot's ``restart_lsn``, then runs only if it did not."""
-    if streamed and client.require_slot(config.slot).confirmed_flush_lsn >= end:
-        logger.info("slot %s confirmed to %s through the stream", config.slot, format_lsn(end))
-        return
-    client.advance_slot(config.slot, end)
+def advance_slot_to(client: SlotClient, config: DrainConfig, end: int, logger: Logger) -> None:
+    """Move the slot to ``end`` (a published batch's end) through ``pg_replication_slot_advance``, also after a
+    streamed read whose status updates confirmed it already: the advance marks the slot for the next checkpoint
+    to write (a stream's status updates alone do not), so the position survives a restart as the SQL read's does.
+    The server clamps an advance to its flush position: a slot left short of ``end`` (WAL of another history)
+    is a ``StagingError``, the slot behind everything published (the next run refuses the gap)."""
+    moved = client.advance_slot(config.slot, end)
+    if moved != end:
+        raise StagingError(f"slot {config.slot!r} advanced to {format_lsn(moved)}, not to the published batches' "
+                           f"end {format_lsn(end)}: the server's WAL does not reach it (a promoted standby or a "
+                           "restored server); point staging.uri at a new location to start this slot's log afresh")
     logger.info("slot %s advanced to %s", config.slot, format_lsn(end))
 
 
@@ -510,8 +502,6 @@ def _drain_locked(client: SlotClient, config: DrainConfig, checkpoint: Checkpoin
     if peek is not None and peek.next_start != start:
         peek.close()
         peek = None
-    if batches and start < batches[0].start_lsn:
-        start = resume_past_pruned(layout, config, batches[0], start, logger)
 
     existing = next((b for b in batches if b.start_lsn == start), None)
     if existing is not None:
@@ -521,7 +511,7 @@ def _drain_locked(client: SlotClient, config: DrainConfig, checkpoint: Checkpoin
         manifest = reader.manifest(existing)
         logger.info("batch %s already staged; advancing slot %s to %s", existing.name, config.slot, manifest.end_lsn)
         if pending is None:
-            client.advance_slot(config.slot, manifest.end_lsn_int)
+            advance_slot_to(client, config, manifest.end_lsn_int, logger)
             checkpoint("advanced")
         else:
             pending.published(manifest.end_lsn_int)
@@ -742,7 +732,7 @@ def _stage(client: SlotClient, config: DrainConfig, layout: StagingLayout, reade
     if advance and not consume:  # else drain_run advances later, once for several batches (get: consumed)
         peek.confirm(manifest.end_lsn_int)  # a stream: published, so confirmed through it, then released
         peek.close()
-        advance_unless_confirmed(client, config, manifest.end_lsn_int, logger, streamed=peek.stream is not None)
+        advance_slot_to(client, config, manifest.end_lsn_int, logger)
     if advance or consume:
         checkpoint("advanced")
     elapsed = max(time.monotonic() - t0, 1e-9)

@@ -130,18 +130,12 @@ def forget_target(layout: StagingLayout, target: str) -> list[str]:
 @dataclass(frozen=True)
 class PrunedRange:
     """What pruning removed so far: every batch ending at or before ``through_lsn`` (``batches``, ``bytes``:
-    totals over every prune of the staging area), from ``from_lsn`` (the first pruned batch's start; None in a
-    record written before it was kept)."""
+    totals over every prune of the staging area)."""
 
     through_lsn: int
     batches: int
     bytes: int
     updated_at: str = ""
-    from_lsn: int | None = None
-
-    def covers(self, lsn: int) -> bool:
-        """Whether ``lsn`` lies in the pruned range (from its start, up to but excluding its end)."""
-        return (self.from_lsn is None or self.from_lsn <= lsn) and lsn < self.through_lsn
 
     def to_summary(self) -> dict[str, object]:
         return {"through_lsn": format_lsn(self.through_lsn), "batches": self.batches, "bytes": self.bytes,
@@ -155,9 +149,8 @@ def read_pruned(layout: StagingLayout) -> PrunedRange | None:
         return None
     try:
         body = json.loads(read_text(layout, path))
-        start = body.get("from_lsn_int")
         return PrunedRange(int(body["through_lsn_int"]), int(body["batches"]), int(body["bytes"]),
-                           str(body.get("updated_at", "")), None if start is None else int(start))
+                           str(body.get("updated_at", "")))
     except (ValueError, TypeError, KeyError) as exc:
         raise StagingError(f"unreadable pruned-range record {path}: {type(exc).__name__}") from exc
 
@@ -166,8 +159,6 @@ def _write_pruned(layout: StagingLayout, pruned: PrunedRange) -> None:
     layout.fs.create_dir(layout.state_dir, recursive=True)
     body = {"through_lsn_int": pruned.through_lsn, "through_lsn": format_lsn(pruned.through_lsn),
             "batches": pruned.batches, "bytes": pruned.bytes, "updated_at": pruned.updated_at}
-    if pruned.from_lsn is not None:
-        body |= {"from_lsn_int": pruned.from_lsn, "from_lsn": format_lsn(pruned.from_lsn)}
     write_text_atomic(layout, f"{layout.state_dir}/{PRUNED}", json.dumps(body))
 
 
@@ -220,8 +211,7 @@ def prune_batches(layout: StagingLayout, batches: Sequence[tuple[BatchRef, Stage
         new = [b for _ref, b in batches if b.end_lsn > done]  # a crashed prune counted the others already
         pruned = PrunedRange(max(batches[-1][1].end_lsn, done),
                              (previous.batches if previous else 0) + len(new),
-                             (previous.bytes if previous else 0) + sum(b.bytes for b in new), _now_text(),
-                             previous.from_lsn if previous else batches[0][1].start_lsn)
+                             (previous.bytes if previous else 0) + sum(b.bytes for b in new), _now_text())
         _write_pruned(layout, pruned)
         checkpoint("recorded")
         for ref, _batch in batches:

@@ -270,3 +270,23 @@ def test_values_the_typed_columns_cannot_hold_are_staged_as_exactness_notes(pg_c
     assert [r["new"]["grid"] for r in rows] == [[1, 2, 3, 4, None, 6], [7]]
     assert dict(rows[0]["new_value_notes"]) == {"amount": "NaN", "grid": "[0:1][-2:0]"}
     assert rows[1]["new_value_notes"] == [] and rows[0]["old_value_notes"] == []
+
+
+def test_a_replayed_batch_ending_past_the_servers_wal_is_refused(drain_source, tmp_path):
+    """A published batch starting at the slot's position but ending past the server's WAL (staged from another
+    history): the server clamps the replay's advance to its flush position, and the drain raises one typed line
+    instead of taking the batch as consumed."""
+    from airflow_provider_pglogical.staging.drain import _NoRelations
+    from airflow_provider_pglogical.staging.layout import StagingLayout
+    from airflow_provider_pglogical.staging.writer import BatchWriter
+
+    _cur, hook = drain_source
+    uri = str(tmp_path / "stage")
+    start = hook.slot_info("s1").confirmed_flush_lsn
+    writer = BatchWriter(StagingLayout.from_uri(uri, "s1"), start_lsn=start, slot="s1", publication="pub",
+                         resolver=_NoRelations(), background_writes=False)
+    writer.finish_files(hook.current_wal_flush_lsn() + (1 << 30))
+    writer.publish({})
+    with pytest.raises(StagingError, match="not to the published batches' end") as err:
+        drain_slot(hook, DrainConfig(slot="s1", publication="pub", staging_uri=uri))
+    assert "\n" not in str(err.value)

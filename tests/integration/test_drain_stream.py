@@ -106,6 +106,40 @@ def test_a_transaction_committing_past_the_bound_is_staged_by_the_next_run(drain
     assert_log_matches(uri, "s1", xids)
 
 
+def test_a_message_whose_record_ends_at_the_bound_is_staged_by_both_reads(drain_source, tmp_path):
+    """Heartbeats emitted outside transactions, each run bounded at the last one's record end (its lsn, where a
+    heartbeat emitted with flush puts the flush position). The SQL peek takes it (its record starts before the
+    bound); the streamed read takes it too, so after a second run both logs hold every heartbeat once, in the
+    same batches."""
+    cur, hook = drain_source
+    hook.create_slot("twin")
+    uri, twin_uri = str(tmp_path / "stream"), str(tmp_path / "sql")
+    streamed, through_sql = [], []
+    for run in range(2):
+        for i in range(3):
+            cur.execute("SELECT (pg_logical_emit_message(false, 'hb', %s) - '0/0')::bigint", (f"{run}-{i}",))
+        last_end = cur.fetchone()[0]  # the record's end
+        while hook.current_wal_flush_lsn() < last_end:
+            time.sleep(0.05)
+        for out, path, slot in ((streamed, uri, "s1"), (through_sql, twin_uri, "twin")):
+            wal = last_end - hook.slot_info(slot).confirmed_flush_lsn
+            out.append(drain_slot(hook, config(path, slot, max_wal_bytes=wal, read="stream" if slot == "s1" else "sql")))
+    assert [r.end_lsn for r in streamed] == [r.end_lsn for r in through_sql]
+    messages = staged(uri, "s1", "messages.parquet")
+    assert messages.equals(staged(twin_uri, "twin", "messages.parquet")) and messages.num_rows == 6
+
+
+def test_closing_a_stream_whose_hook_session_died_raises_nothing(drain_source):
+    """close() runs on a failed run too: when the hook's own session (which it asks whether the slot is released)
+    is gone, it logs that and returns, leaving the run's error to be raised."""
+    cur, hook = drain_source
+    start = hook.slot_info("s1").confirmed_flush_lsn
+    stream = hook.client.stream_changes("s1", "pub", start_lsn=start, upto_lsn=hook.current_wal_flush_lsn())
+    cur.execute("SELECT pg_terminate_backend(%s)", (hook.client.session.get_backend_pid(),))
+    stream.close()
+    assert not stream.open
+
+
 @pytest.mark.parametrize(("kill_at", "published"), [("files_written:2", 1), ("manifest_written:2", 2)])
 def test_a_streamed_run_killed_before_or_after_a_manifest_reruns_to_one_copy(drain_source, tmp_path, pg_dsn,
                                                                              kill_at, published):
@@ -158,6 +192,21 @@ def test_a_missing_slot_a_busy_one_and_a_missing_publication_are_typed_one_line_
         assert "\n" not in str(err.value)
 
 
+def test_a_failed_start_replication_names_the_command_not_the_connection(drain_source):
+    """The connection was accepted and START_REPLICATION failed for a reason the SQL read has no type for (a
+    physical slot): one line naming the command, without the pg_hba.conf hint of a refused connection."""
+    from airflow_provider_pglogical.exceptions import ReplicationConnectionError
+
+    cur, hook = drain_source
+    cur.execute("SELECT pg_create_physical_replication_slot('phys', true)")
+    try:
+        with pytest.raises(ReplicationConnectionError, match="START_REPLICATION of slot 'phys' failed") as err:
+            hook.client.stream_changes("phys", "pub", start_lsn=0, upto_lsn=hook.current_wal_flush_lsn())
+    finally:
+        cur.execute("SELECT pg_drop_replication_slot('phys')")
+    assert "\n" not in str(err.value) and "pg_hba" not in str(err.value)
+
+
 def test_a_refused_replication_connection_is_one_typed_line_and_the_sql_read_it_names_works(drain_source, pg_dsn,
                                                                                              tmp_path):
     """A role the walsender refuses (no REPLICATION) gets ReplicationConnectionError naming `source.read: sql`;
@@ -207,16 +256,17 @@ def test_a_stream_the_server_ends_mid_run_confirms_nothing_unpublished_and_the_r
     assert_log_matches(uri, "s1", xids)
 
 
-def test_a_slot_a_crash_brings_back_into_the_pruned_range_reads_on_after_the_published_batches(tmp_path):
-    """A streamed run's status updates move the slot in the server's memory only; retention then prunes all but the
-    newest batch, and the server crashes (no checkpoint wrote the slot). The slot comes back inside the pruned
-    range, where no visible batch starts: the next run replays the visible batch, advances past it and stages the
-    transactions committed since, each once after the ones kept."""
+def test_a_slot_a_crash_brings_back_behind_the_staged_log_is_refused_and_nothing_moves(tmp_path):
+    """A streamed run, retention pruning all but the newest batch, then a server crash before any checkpoint: the
+    slot comes back to the position last written, inside the pruned range. Whether the WAL there is the one the
+    log was staged from (a crash) or another history's (a promoted standby, a restored server) is not known from
+    the position, so the next run refuses it as a slot moved outside the drain, staging and advancing nothing."""
     import psycopg2
 
+    from airflow_provider_pglogical.exceptions import StagingError
     from airflow_provider_pglogical.hooks import PgLogicalHook
     from airflow_provider_pglogical.staging.layout import StagingLayout
-    from airflow_provider_pglogical.staging.retention import prune_batches, read_pruned, staged_batches
+    from airflow_provider_pglogical.staging.retention import prune_batches, staged_batches
     from scripts.harness.pgserver import crash_and_restart, start_server, stop_server
     from tests.support.drain import SCHEMA_SQL, staged_xids
 
@@ -236,23 +286,18 @@ def test_a_slot_a_crash_brings_back_into_the_pruned_range_reads_on_after_the_pub
         assert len(results) > 2 and hook_confirmed(server) == results[-1].end_lsn
         prune_batches(StagingLayout.from_uri(uri, "s1"), staged_batches(reader)[:-1])
         kept, first = staged_xids(uri, "s1"), reader.batches()[0]
-        assert read_pruned(reader.layout).covers(results[0].start_lsn)
 
         crash_and_restart(server)
-        assert hook_confirmed(server) < first.start_lsn  # back inside the pruned range: the case under test
-        conn = psycopg2.connect(server.dsn())
-        conn.autocommit = True
-        later = workload(conn.cursor(), 5, start=100)
-        conn.close()
+        behind = hook_confirmed(server)
+        assert behind < first.start_lsn  # back inside the pruned range: the case under test
         hook = PgLogicalHook.from_dsn(server.dsn())
         try:
-            rerun = drain_run(hook, config(uri, "s1", read="stream"))
+            with pytest.raises(StagingError, match="moved outside this drain") as err:
+                drain_run(hook, config(uri, "s1", read="stream"))
         finally:
             hook.close()
-        assert rerun[0].replayed and rerun[0].start_lsn == first.start_lsn
-        assert staged_xids(uri, "s1") == kept + later
-        StagingReader.from_uri(uri, "s1").batches(check=True)
-        assert hook_confirmed(server) == rerun[-1].end_lsn
+        assert "\n" not in str(err.value)
+        assert staged_xids(uri, "s1") == kept and hook_confirmed(server) == behind
     finally:
         stop_server(server)
 
