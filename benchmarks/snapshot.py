@@ -7,7 +7,8 @@ Prints one JSON object with the timings and the ratios. ``--one-table``: all row
 ``--code DIR``: also time our snapshot + apply with another checkout's package (e.g. a ``git worktree`` of an older
 commit, its compiled reader built), in a child process against the same source rows, right after ours.
 Ours loads each table as the snapshot publishes it, while the others are read (``pglogical run``'s overlapped
-load), unless ``--no-overlap``; the ``--code`` run likewise unless ``--code-no-overlap`` (a package without that
+load; a table read alone in several chunks is COPYed chunk by chunk while it is read), unless ``--no-overlap``;
+the ``--code`` run likewise unless ``--code-no-overlap`` (a package without that
 loader applies after the snapshot). ``snapshot_cpu_s`` is this process's and its readers' CPU during the snapshot:
 with the overlap it includes the loaders' threads (``snapshot_cpu_includes_loads``), so the CPU ratio of two runs
 is printed only when both loaded the same way.
@@ -148,8 +149,10 @@ def ours(src_dsn: str, target_dsn: str, uri: str, parallelism: int, chunk_bytes:
     from airflow_provider_pglogical.apply.runner import apply_slot
 
     loader = None if skip_apply or no_overlap else overlapped_loader(target_dsn, uri, slot)
-    snapshot_s, staged = snapshot_only(src_dsn, uri, parallelism, chunk_bytes, slot,
-                                       loader.published if loader is not None else None)
+    # The loader itself follows the chunks of a table read alone (streamed into its COPY while read); a package
+    # whose loader is not callable hears of publications only
+    listener = loader if callable(loader) else loader.published if loader is not None else None
+    snapshot_s, staged = snapshot_only(src_dsn, uri, parallelism, chunk_bytes, slot, listener)
     overlap: dict[str, Any] = {}
     if loader is not None:  # the loads still running when the snapshot ended count as the apply's
         t1 = time.monotonic()

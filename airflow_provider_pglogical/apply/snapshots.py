@@ -36,6 +36,7 @@ from airflow_provider_pglogical.snapshot.links import linked_components
 from airflow_provider_pglogical.staging.reader import RelationInfo, TruncateEvent
 
 if TYPE_CHECKING:
+    import pyarrow.parquet as pq
     from pyspark.sql import SparkSession
 
     from airflow_provider_pglogical.apply.changes import SnapshotFiles
@@ -56,12 +57,16 @@ def snapshot_has_notes(layout: SnapshotLayout, ref_path: str, files: Sequence[st
 
     for rel in files:
         with naming_file(f"staged snapshot {ref_path.rsplit('/', 2)[-2]}/{ref_path.rsplit('/', 1)[-1]}", rel):
-            parquet = pq.ParquetFile(f"{ref_path}/{rel}", filesystem=layout.fs)
-            present = [c for c in NOTES_COLUMNS if c in parquet.schema_arrow.names]
-            if present and any(len(chunk.keys) for column in parquet.read(columns=present).columns
-                               for chunk in column.chunks):
+            if file_has_notes(pq.ParquetFile(f"{ref_path}/{rel}", filesystem=layout.fs)):
                 return True
     return False
+
+
+def file_has_notes(parquet: pq.ParquetFile) -> bool:
+    """Whether any row of one staged snapshot file carries an exactness note (its notes columns read only)."""
+    present = [c for c in NOTES_COLUMNS if c in parquet.schema_arrow.names]
+    return bool(present) and any(len(chunk.keys) for column in parquet.read(columns=present).columns
+                                 for chunk in column.chunks)
 
 
 def _uri(layout: SnapshotLayout, path: str) -> str:
@@ -240,23 +245,29 @@ def pending_snapshots(config: ApplyConfig, target: Target,
         planned: dict[str, PlannedTable] = {}
         uris: dict[str, Any] = {}
         for source, cfg, manifest, snaps in groups[lsn]:
-            rel = relation_info(manifest)
-            name = planning.target_name(source, cfg)
-            columns = planning.written_columns(rel, cfg)
-            existing = target.describe(name)
-            if existing is None:
-                target.create_table(name, planning.column_types(rel, columns, name),
-                                    planning.created_key(rel, cfg, columns))
-                existing = target.describe(name)
-            if existing is None:
-                raise ApplyError(f"target table {name} does not exist after CREATE TABLE")
-            shape = planning.TableShape(source, name, planning.choose_key(rel, cfg, existing, columns), columns)
-            planning.check_target_columns(shape, existing)
-            planned[name] = routed_table(source, name, shape, rel, cfg, manifest.parts, existing)
+            table = planned_table(target, source, cfg, relation_info(manifest), manifest.parts)
+            planned[table.target] = table
             uris.update(snaps)
         order = planning.parents_first(sorted(planned), fks)
         out.append((PlannedSnapshot(config.slot, lsn, tuple(planned[t] for t in order)), uris))
     return out
+
+
+def planned_table(target: Target, source: str, cfg: TableApplyConfig, rel: RelationInfo,
+                  parts: Sequence[Mapping[str, Any]] = ()) -> PlannedTable:
+    """The planned table of ``source``'s snapshot (``rel``: its relation as staged), its target table created
+    when missing and its columns checked against the target's."""
+    name = planning.target_name(source, cfg)
+    columns = planning.written_columns(rel, cfg)
+    existing = target.describe(name)
+    if existing is None:
+        target.create_table(name, planning.column_types(rel, columns, name), planning.created_key(rel, cfg, columns))
+        existing = target.describe(name)
+    if existing is None:
+        raise ApplyError(f"target table {name} does not exist after CREATE TABLE")
+    shape = planning.TableShape(source, name, planning.choose_key(rel, cfg, existing, columns), columns)
+    planning.check_target_columns(shape, existing)
+    return routed_table(source, name, shape, rel, cfg, parts, existing)
 
 
 def routed_table(source: str, target: str, shape: planning.TableShape, rel: RelationInfo, cfg: TableApplyConfig,

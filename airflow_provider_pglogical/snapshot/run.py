@@ -13,6 +13,11 @@ Exactly once, by the order of durable steps (like the drain):
 5. ``done``: the request is removed — the apply loads the snapshot from now on; ``on_published`` hears of it
    then, so a process that applies too may load the set while the other tables are still read.
 
+An ``on_published`` that is a ``ChunkListener`` also hears of each chunk of a table read alone (not linked to
+others, not routed) as soon as its file is whole, and is asked (``publishing``) before that table's files move,
+so that a loader may stream the table's chunks into its target while the rest is read; the loader commits only
+once the table is published (``apply/targets/postgres/streamed.py``).
+
 Tables linked by the source's foreign keys (either way, transitively) are one unit: each is
 published once all of them are copied, and their requests are removed only after the last
 manifest, so a target always gets them at one LSN and loads them in one transaction (a
@@ -52,7 +57,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from airflow_provider_pglogical import exceptions
 from airflow_provider_pglogical.exceptions import SnapshotError, format_lsn
@@ -80,6 +85,36 @@ Checkpoint = Callable[[str], None]
 # Called with the tables of a linked set once their manifests are written and requests removed: from then on the
 # apply may load them, while the snapshot still reads the other tables (``pipeline/snapshots.py``).
 Published = Callable[[list[str]], None]
+
+
+@dataclass(frozen=True)
+class WrittenChunk:
+    """A chunk file of a table read alone, whole under its unpublished directory (``path``, in the staging
+    area's filesystem); ``chunks``: how many the table has; ``relation``/``row_filter``: as its manifest will say."""
+
+    table: str
+    lsn: int
+    index: int
+    chunks: int
+    path: str
+    sha256: str
+    rows: int
+    relation: dict[str, Any]
+    row_filter: str | None
+
+
+@runtime_checkable
+class ChunkListener(Protocol):
+    """An ``on_published`` that also follows the chunks of tables read alone (``WrittenChunk``)."""
+
+    def __call__(self, tables: list[str]) -> None: ...
+
+    def chunk_written(self, chunk: WrittenChunk) -> None:
+        """Never raises, never waits long: the reading goes on."""
+
+    def publishing(self, table: str) -> None:
+        """Called before the table's files move to their published directory: returns once nothing reads them
+        where they were written."""
 
 
 def _noop(_name: str) -> None:
@@ -317,10 +352,17 @@ def _copy_tables(job: SnapshotJob, layout: SnapshotLayout, reads: dict[str, Tabl
     seconds: dict[str, float] = {}
     started = {t: time.monotonic() for t in tasks}
 
+    listener = on_published if isinstance(on_published, ChunkListener) else None
+
     def finished(res: ChunkResult) -> None:
         done[res.table].append(res)
-        checkpoint("chunk_written")
         table, read = res.table, reads[res.table]
+        alone = len(linked[table]) == 1 and not read.routed
+        if listener is not None and alone:
+            listener.chunk_written(WrittenChunk(table, exported.lsn, res.index, len(tasks[table]),
+                                                tasks[table][res.index].path, res.sha256, res.rows, read.relation,
+                                                read.row_filter))
+        checkpoint("chunk_written")
         rows = sum(r.rows for r in done[table])
         copied = sum(r.copied_bytes for r in done[table])
         elapsed = max(time.monotonic() - started[table], 1e-6)
@@ -338,6 +380,8 @@ def _copy_tables(job: SnapshotJob, layout: SnapshotLayout, reads: dict[str, Tabl
             if any(len(done[t]) < len(tasks[t]) for t in group):
                 return  # published with the last of its linked tables
             exported.check_alive()  # the snapshot must have been valid until every chunk was read
+            if listener is not None and alone:
+                listener.publishing(table)
             for t in group:
                 result.tables[t] = _publish(job, layout, reads[t], exported, requests[t], done[t], tasks[t],
                                             seconds[t], checkpoint)

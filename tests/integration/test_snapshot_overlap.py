@@ -165,10 +165,7 @@ def test_the_overlapped_load_ends_as_the_load_after_the_snapshot(pg_server, pg_d
     """The same staged snapshot into two targets: one loaded while the snapshot reads, then the apply; the other by
     the apply after the snapshot only (the reference path). Rows, sync marks and watermarks are the same."""
     source = pg_dsn
-    (_, overlapped), (_, reference) = make_target(pg_server), make_target(pg_server)
-    execute(source, SNAP_SCHEMA_SQL)
-    for target in (overlapped, reference):
-        execute(target, target_sql)
+    overlapped, reference = two_targets(pg_server, source, target_sql)
     uri = str(tmp_path / "stage")
     config = ApplyConfig(slot="s1", staging_root=uri, tables={})
     with loader_of(overlapped, uri) as loader:
@@ -177,11 +174,95 @@ def test_the_overlapped_load_ends_as_the_load_after_the_snapshot(pg_server, pg_d
     assert set(loader.rows) == ({f"public.{t}" for t in TABLES} if target_sql == TARGET_SQL else set())
     for target in (overlapped, reference):
         apply_slot(refusing_session(True), config, target)
+    assert_same_as(overlapped, reference)
+
+
+def two_targets(pg_server, source: str, target_sql: str) -> tuple[str, str]:
+    """The source's snapshot schema and two fresh targets with ``target_sql``: one to load while the snapshot
+    reads, one for the load after it (the reference path)."""
+    (_, first), (_, second) = make_target(pg_server), make_target(pg_server)
+    execute(source, SNAP_SCHEMA_SQL)
+    for target in (first, second):
+        execute(target, target_sql)
+    return first, second
+
+
+def assert_same_as(target: str, reference: str) -> None:
+    """Rows, sync marks and watermarks the same in both targets."""
     for table in TABLES:
         rows = f"SELECT t::text FROM {table} t ORDER BY id"  # noqa: S608 - the module's names
-        assert query(overlapped, rows) == query(reference, rows) != [], table
+        assert query(target, rows) == query(reference, rows) != [], table
     for bookkeeping in BOOKKEEPING:
-        assert query(overlapped, bookkeeping) == query(reference, bookkeeping) != [], bookkeeping
+        assert query(target, bookkeeping) == query(reference, bookkeeping) != [], bookkeeping
+
+
+def copying_into(target: str, table: str) -> int:
+    """Rows a COPY into ``table`` in progress on the target has taken so far (0: no such COPY)."""
+    found = query(target, f"SELECT tuples_processed FROM pg_stat_progress_copy WHERE relid = '{table}'::regclass")
+    return int(found[0][0]) if found else 0
+
+
+def test_a_table_read_alone_is_copied_into_the_target_while_its_later_chunks_are_read(pg_server, pg_dsn, tmp_path):
+    """``wide`` (read alone, in several chunks) streams into its target table: when its first chunk is written,
+    the snapshot holds its reading until the target's ``pg_stat_progress_copy`` shows a COPY into ``wide`` with
+    rows — while the other chunks are not read yet. The end state equals the load after the snapshot into another
+    target (rows, sync marks, watermarks). Without the streaming the wait runs out: nothing COPYs before the
+    table is published."""
+    source = pg_dsn
+    streamed, reference = two_targets(pg_server, source, TARGET_SQL)
+    uri = str(tmp_path / "stage")
+    seen: dict[str, int] = {"published": 0}
+
+    def hold(point: str) -> None:
+        if point == "done":
+            seen["published"] += 1
+        elif point == "chunk_written" and seen["published"] == 2 and "copying" not in seen:  # wide's first chunk
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not copying_into(streamed, "wide"):
+                time.sleep(0.05)
+            seen["copying"] = copying_into(streamed, "wide")
+            seen["marked"] = "public.wide" in synced(streamed)  # committed only once published
+
+    with loader_of(streamed, uri) as loader:
+        result = initial_snapshot(job(source, uri), on_checkpoint=hold, on_published=loader)
+    layout = SnapshotLayout.from_uri(uri, "s1")
+    wide = layout.manifest(layout.latest("public.wide"))
+    assert 0 < seen["copying"] < wide.rows and not seen["marked"], seen
+    assert wide.chunks >= 3 and loader.left == {}, loader.summary()
+    assert set(loader.rows) == {f"public.{t}" for t in TABLES} and loader.rows["public.wide"] == {
+        "snapshot_rows": wide.rows}
+    assert [(t["tables"], t["streamed_chunks"]) for t in loader.timeline if "streamed_chunks" in t] == [
+        (["public.wide"], wide.chunks)], loader.timeline
+    config = ApplyConfig(slot="s1", staging_root=uri, tables={})
+    assert not any(r.applied for r in apply_slot(refusing_session(True), config, streamed))
+    apply_slot(refusing_session(True), config, reference)
+    assert synced(streamed) == {f"public.{t}": format_lsn(result.lsn) for t in TABLES}
+    assert_same_as(streamed, reference)
+
+
+def test_a_kill_while_a_table_streams_leaves_its_target_untouched_and_the_rerun_exact(pg_server, pg_dsn, tmp_path):
+    """The process dies inside the streamed COPY of ``wide`` (its first chunk sent, the others not read): the
+    target table keeps its old row and no sync mark — the transaction died with the connection — and the next
+    run's snapshot, streamed again, leaves it equal to the source."""
+    source = pg_dsn
+    _, target = make_target(pg_server)
+    execute(source, SNAP_SCHEMA_SQL)
+    execute(target, TARGET_SQL + "INSERT INTO wide VALUES (-1, 'before', '{}', now());")
+    before = query(target, "SELECT t::text FROM wide t")
+    uri = str(tmp_path / "stage")
+    killed_while_wide_is_read(source, target, uri, ["public.wide"], "snapshot_copying:1", streamed=True)
+    assert query(target, "SELECT t::text FROM wide t") == before and synced(target) == {}
+
+    wide = SnapshotJob(dsn=source, slot="s1", publication="pub", staging_uri=uri, tables={"public.wide": (None, None)},
+                       settings=SnapshotSettings(parallelism=1, chunk_bytes=CHUNK_BYTES))
+    with loader_of(target, uri) as loader:
+        again = sync_pending(wide, on_published=loader)
+    assert loader.left == {} and [t["streamed_chunks"] for t in loader.timeline] == [again.tables["public.wide"][
+        "chunks"]], loader.summary()
+    config = ApplyConfig(slot="s1", staging_root=uri, tables={})
+    assert not any(r.applied for r in apply_slot(refusing_session(True), config, target))
+    rows = "SELECT t::text FROM wide t ORDER BY id"
+    assert query(target, rows) == query(source, rows) and synced(target) == {"public.wide": format_lsn(again.lsn)}
 
 
 TWO_SETS_SQL = """
@@ -230,6 +311,23 @@ def test_the_loaders_load_at_most_parallel_groups_groups_at_once(pg_server, pg_d
     assert most[0] == PARALLEL_GROUPS
 
 
+def killed_while_wide_is_read(source: str, target: str, uri: str, tables: list[str], kill_at: str, *,
+                              streamed: bool = False) -> None:
+    """Run the snapshot with its loader in a child process killed at ``kill_at`` (``snapshot_overlap_child``) while
+    ``wide`` is still read; return once the killed process's backends on the target have ended."""
+    args = {"source": source, "target": target, "slot": "s1", "publication": "pub", "staging_uri": uri,
+            "tables": tables, "chunk_bytes": CHUNK_BYTES, "kill_at": kill_at, "streamed": streamed}
+    proc = subprocess.run([sys.executable, "-m", "tests.support.snapshot_overlap_child", json.dumps(args)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == KILLED, proc.stderr[-3000:]
+    layout = SnapshotLayout.from_uri(uri, "s1")
+    assert layout.latest("public.wide") is None and set(layout.requests()) == {"public.wide"}  # killed mid-read
+    deadline = time.monotonic() + 60  # the killed process's backends end when they see the socket close
+    while query(target, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND pid <> pg_backend_pid()") != [(0,)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 @pytest.mark.parametrize("kill_at", ["snapshot_copying:1", "snapshot_committed:1"])
 def test_a_kill_inside_the_overlapped_window_reruns_to_an_exact_copy(pg_server, pg_dsn, tmp_path, kill_at):
     """The process dies inside the first set's load (mid-COPY) or right after its COMMIT, while ``wide`` is still
@@ -240,17 +338,7 @@ def test_a_kill_inside_the_overlapped_window_reruns_to_an_exact_copy(pg_server, 
     execute(source, SNAP_SCHEMA_SQL)
     execute(target, TARGET_SQL)
     uri = str(tmp_path / "stage")
-    args = {"source": source, "target": target, "slot": "s1", "publication": "pub", "staging_uri": uri,
-            "tables": [f"public.{t}" for t in TABLES], "chunk_bytes": CHUNK_BYTES, "kill_at": kill_at}
-    proc = subprocess.run([sys.executable, "-m", "tests.support.snapshot_overlap_child", json.dumps(args)],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == KILLED, proc.stderr[-3000:]
-    layout = SnapshotLayout.from_uri(uri, "s1")
-    assert layout.latest("public.wide") is None and set(layout.requests()) == {"public.wide"}  # killed mid-read
-    deadline = time.monotonic() + 60  # the killed process's backends end when they see the socket close
-    while query(target, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                        "AND pid <> pg_backend_pid()") != [(0,)] and time.monotonic() < deadline:
-        time.sleep(0.1)
+    killed_while_wide_is_read(source, target, uri, [f"public.{t}" for t in TABLES], kill_at)
     if kill_at.startswith("snapshot_committed"):
         assert set(synced(target)) == {"public.parents", "public.children"}
     else:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -36,6 +36,9 @@ from airflow_provider_pglogical.exceptions import ApplyError
 from airflow_provider_pglogical.staging.layout import is_local_filesystem
 
 CHUNK_ROWS = 65_536
+# A staged file by its path in the plan's filesystem, or its bytes already read (a snapshot chunk streamed into
+# its COPY while the snapshot reads on: ``streamed.py`` hashes what it loads)
+StagedFile: TypeAlias = "str | pa.Buffer"
 
 
 @dataclass(frozen=True)
@@ -150,11 +153,11 @@ class RowsPlan:
 
     columns: tuple[str, ...]
     kinds: tuple[str, ...]
-    tasks: tuple[tuple[str, int], ...]  # (file, row group)
+    tasks: tuple[tuple[StagedFile, int], ...]  # (file, row group)
     filesystem: pafs.FileSystem | None = field(default=None, compare=False, repr=False)  # of the files; None: local
 
 
-def plan_rows(files: Sequence[str], columns: Sequence[str], types: Mapping[str, PgType],
+def plan_rows(files: Sequence[StagedFile], columns: Sequence[str], types: Mapping[str, PgType],
               filesystem: pafs.FileSystem | None = None) -> RowsPlan | None:
     """The plan for printing a snapshot's rows (``SnapshotChanges.direct_rows``), or None when a column needs the
     JVM's text — as ``plan_direct`` decides, on the ``new`` image only, and with arrays of text or plain scalars
@@ -162,7 +165,7 @@ def plan_rows(files: Sequence[str], columns: Sequence[str], types: Mapping[str, 
     if not files or not columns or any(c in types and not _scalar_array(types[c]) for c in columns):
         return None
     kinds: list[str] | None = None
-    tasks: list[tuple[str, int]] = []
+    tasks: list[tuple[StagedFile, int]] = []
     for path in files:
         parquet = pq.ParquetFile(path, filesystem=filesystem)
         temporal: list[str] = []
@@ -179,12 +182,12 @@ def _scalar_array(tree: PgType) -> bool:
     return tree.kind == ARRAY and tree.element is not None and tree.element.kind == SCALAR
 
 
-def row_text(plan: RowsPlan, chunk_bytes: int) -> Callable[[Iterable[tuple[str, int]]], Iterator[bytes]]:
+def row_text(plan: RowsPlan, chunk_bytes: int) -> Callable[[Iterable[tuple[StagedFile, int]]], Iterator[bytes]]:
     """A ``mapPartitions`` function over ``plan.tasks``: each row group's ``new`` columns read with pyarrow and
     printed by ``arrowtext``, yielded in chunks of whole lines of about ``chunk_bytes``."""
     fields = [arrowtext.Field(k, c) for k, c in zip(plan.kinds, plan.columns, strict=True)]
 
-    def run(tasks: Iterable[tuple[str, int]]) -> Iterator[bytes]:
+    def run(tasks: Iterable[tuple[StagedFile, int]]) -> Iterator[bytes]:
         parts: list[bytes] = []
         size = 0
         for path, rg in tasks:

@@ -14,6 +14,11 @@ group before the group's transaction begins. Of a set whose load failed, for tha
 atomic groups that did not commit are left to the apply that follows the snapshot (the apply loads them, or
 reports the error itself); those that committed it skips by their sync marks. A set a foreign key of the target links to a table not loaded yet is left
 too (``snapshots.linked_outside``): the apply loads them together, as it does without the overlap.
+
+A table read alone in several chunks is not even waited for: handed to the snapshot as its ``on_published``
+(a ``snapshot.run.ChunkListener``), the loader streams each chunk into the table's COPY as its file is written, in
+a transaction that commits once the table is published (``streamed.py``); a table it does not take that way is
+loaded after its publication as above.
 """
 
 from __future__ import annotations
@@ -32,10 +37,17 @@ from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import qualified
 from airflow_provider_pglogical.apply.targets.postgres.progress import SYNC_TABLE, ensure_sync_table
 from airflow_provider_pglogical.apply.targets.postgres.snapshot import PARALLEL_GROUPS
+from airflow_provider_pglogical.apply.targets.postgres.streamed import (
+    PUBLISHED,
+    ChunkStream,
+    NotStreamed,
+    load_streamed,
+)
 from airflow_provider_pglogical.apply.without_spark import needed_spark
 from airflow_provider_pglogical.exceptions import format_lsn
 from airflow_provider_pglogical.history.recorder import error_line
 from airflow_provider_pglogical.snapshot.layout import SnapshotLayout
+from airflow_provider_pglogical.snapshot.run import WrittenChunk
 
 if TYPE_CHECKING:
     from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget
@@ -51,7 +63,9 @@ class OverlappedLoad:
 
     ``make``: the target (its session ``without_spark.refusing_session``) and the apply config, made at the
     first publication.
-    ``published`` never raises and never waits for a load: the snapshot's reading goes on."""
+    ``published`` never raises and never waits for a load: the snapshot's reading goes on. Called as the
+    snapshot's ``on_published`` (``snapshot.run.ChunkListener``), it also streams each table read alone into the
+    target while the table is read (``streamed.py``)."""
 
     def __init__(self, make: Callable[[], tuple[PostgresTarget, ApplyConfig]], *, workers: int = PARALLEL_GROUPS,
                  log: Log | None = None) -> None:
@@ -68,13 +82,45 @@ class OverlappedLoad:
         self._first: float | None = None
         self._failed: str | None = None  # why the session did not open
         self._closed = False
+        self._session: tuple[PostgresTarget, ApplyConfig] | None = None  # once open, for the streamed tables
+        self._opened = threading.Event()  # the session opened, or failed to
+        self._streams: dict[str, ChunkStream] = {}  # source table → its chunks streamed while it is read
+        self._streaming: list[threading.Thread] = []
+
+    def __call__(self, tables: list[str]) -> None:
+        self.published(tables)
 
     def published(self, tables: Sequence[str]) -> None:
         self._first = self._first if self._first is not None else time.monotonic()
+        stream = self._streams.get(tables[0]) if len(tables) == 1 else None
+        if stream is not None and stream.publish(self._since_first()):
+            return  # its loader commits it now
         self._queue.put((self._since_first(), *tables))
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="snapshot-overlap", daemon=True)
-            self._thread.start()
+        self._start()
+
+    def chunk_written(self, chunk: WrittenChunk) -> None:
+        """A chunk of a table read alone is whole: a table of several chunks is streamed into its COPY."""
+        if chunk.chunks < 2 or self._closed:
+            return  # one chunk: loaded on its publication, nothing to overlap
+        with self._lock:
+            stream = self._streams.get(chunk.table)
+            if stream is None or stream.lsn != chunk.lsn:
+                stream = self._streams[chunk.table] = ChunkStream(chunk)
+                thread = threading.Thread(target=self._stream, args=(stream,), name="snapshot-stream", daemon=True)
+                self._streaming.append(thread)
+                thread.start()
+        stream.add(chunk)
+        self._start()
+
+    def publishing(self, table: str) -> None:
+        if (stream := self._streams.get(table)) is not None:
+            stream.publishing()
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="snapshot-overlap", daemon=True)
+                self._thread.start()
 
     def close(self) -> None:
         """Wait for every published set's load and end the session (the slot's apply lock, the connections): the
@@ -82,6 +128,8 @@ class OverlappedLoad:
         if self._thread is None or self._closed:
             return
         self._closed = True
+        for stream in list(self._streams.values()):
+            stream.end()
         for _ in range(self._workers):
             self._queue.put(None)
         self._thread.join()
@@ -108,16 +156,49 @@ class OverlappedLoad:
             with target.session(config.slot):
                 # Once, before the loaders: two CREATE TABLE IF NOT EXISTS at once can both try to create it
                 ensure_sync_table(target.conn, qualified(target.bookkeeping_schema, SYNC_TABLE))
+                self._session = target, config
+                self._opened.set()
                 threads = [threading.Thread(target=self._work, args=(target, config), name=f"snapshot-overlap-{i}",
                                             daemon=True) for i in range(self._workers)]
                 for thread in threads:
                     thread.start()
                 for thread in threads:
                     thread.join()
+                for thread in self._streaming:  # ``close`` ended their streams: none starts any more
+                    thread.join()
         except Exception as exc:  # noqa: BLE001 - the apply after the snapshot loads every set, or reports it
             self._failed = _why(exc)
             self._leave(self._drain(), self._failed)
+        finally:
+            self._opened.set()
         self.seconds = time.monotonic() - started
+
+    def _stream(self, stream: ChunkStream) -> None:
+        """Stream one table's chunks into its target (``streamed.load_streamed``); a table not taken is loaded
+        on its publication, one that failed after it was handed over is left to the apply, saying why."""
+        try:
+            self._opened.wait()
+            if self._session is None:
+                raise NotStreamed("the target session did not open")
+            target, config = self._session
+            with target.sibling() as mine:
+                rows = load_streamed(mine, config, stream)
+            with self._lock:
+                self.rows.update(rows)
+                self.timeline.append({"tables": [stream.table], "published_s": stream.published_s,
+                                      "loaded_s": self._since_first(), "streamed_chunks": stream.chunks})
+            for table in rows:
+                self._log(f"snapshot of {table} at {format_lsn(stream.lsn)} loaded while it was read "
+                          f"({stream.chunks} chunks COPYed as written)")
+        except NotStreamed as exc:
+            stream.drop()
+            log.debug("%s", exc)
+        except Exception as exc:  # noqa: BLE001 - the apply loads it (or reports the error itself)
+            stream.drop()
+            if stream.state == PUBLISHED:
+                self._leave([stream.table], _why(exc))
+            else:
+                log.debug("snapshot of %s not streamed: %s", stream.table, _why(exc))
 
     def _drain(self) -> list[str]:
         """The sets published but not taken by a loader (their session never opened)."""

@@ -294,28 +294,38 @@ def _load_group(target: Any, plan: PlannedSnapshot, sync_table: str, group: Sequ
                 copy_s += time.monotonic() - copy_started
                 rows[t.target] = {"snapshot_rows": inserted}
                 target.checkpoint("snapshot_loaded")
-                cur.execute(sql.SQL(
-                    "INSERT INTO {} (slot, target_table, end_lsn) VALUES (%s, %s, %s::pg_lsn) "
-                    "ON CONFLICT (slot, target_table) DO UPDATE SET end_lsn = EXCLUDED.end_lsn, applied_at = now()"
-                ).format(ident(progress)), (plan.slot, t.target, format_lsn(plan.lsn)))
-                cur.execute(sql.SQL(
-                    "INSERT INTO {} (slot, target_table, sync_lsn, rows) VALUES (%s, %s, %s::pg_lsn, %s) "
-                    "ON CONFLICT (slot, target_table) DO UPDATE SET sync_lsn = EXCLUDED.sync_lsn, "
-                    "rows = EXCLUDED.rows, synced_at = now()"
-                ).format(ident(sync_table)), (plan.slot, t.target, format_lsn(plan.lsn), inserted))
+                mark_synced(cur, progress, sync_table, plan.slot, t.target, plan.lsn, inserted)
             cur.execute("SET CONSTRAINTS ALL IMMEDIATE")
             target.checkpoint("snapshot_before_commit")
         conn.commit()
         target.checkpoint("snapshot_committed")
     except psycopg2.Error as exc:
         conn.rollback()
-        # input-function messages quote the value (``…: "abc"``): never row data in an error
-        primary = _QUOTED_VALUE.sub("", (exc.diag.message_primary if exc.diag else None) or type(exc).__name__)
-        hint = ""
-        if exc.pgcode == "0A000":  # TRUNCATE of a table other target tables reference
-            hint = "; resync the tables referencing it together with it (--table for each)"
-        raise ApplyError(f"snapshot at {format_lsn(plan.lsn)} of {names} "
-                         f"not applied: [{exc.pgcode}] {primary}{hint}") from None
+        raise load_error(exc, plan.lsn, names) from None
     finally:
         conn.close()
     return rows, copy_s
+
+
+def mark_synced(cur: Any, progress: str, sync_table: str, slot: str, table: str, lsn: int, rows: int) -> None:
+    """Inside a table's load transaction: its watermark *to* the snapshot's LSN (backwards too: a resync) and its
+    sync LSN with the rows loaded."""
+    cur.execute(sql.SQL(
+        "INSERT INTO {} (slot, target_table, end_lsn) VALUES (%s, %s, %s::pg_lsn) "
+        "ON CONFLICT (slot, target_table) DO UPDATE SET end_lsn = EXCLUDED.end_lsn, applied_at = now()"
+    ).format(ident(progress)), (slot, table, format_lsn(lsn)))
+    cur.execute(sql.SQL(
+        "INSERT INTO {} (slot, target_table, sync_lsn, rows) VALUES (%s, %s, %s::pg_lsn, %s) "
+        "ON CONFLICT (slot, target_table) DO UPDATE SET sync_lsn = EXCLUDED.sync_lsn, "
+        "rows = EXCLUDED.rows, synced_at = now()"
+    ).format(ident(sync_table)), (slot, table, format_lsn(lsn), rows))
+
+
+def load_error(exc: psycopg2.Error, lsn: int, names: str) -> ApplyError:
+    """A load transaction's server error as ours, without the row value an input function's message quotes."""
+    # input-function messages quote the value (``…: "abc"``): never row data in an error
+    primary = _QUOTED_VALUE.sub("", (exc.diag.message_primary if exc.diag else None) or type(exc).__name__)
+    hint = ""
+    if exc.pgcode == "0A000":  # TRUNCATE of a table other target tables reference
+        hint = "; resync the tables referencing it together with it (--table for each)"
+    return ApplyError(f"snapshot at {format_lsn(lsn)} of {names} not applied: [{exc.pgcode}] {primary}{hint}")
