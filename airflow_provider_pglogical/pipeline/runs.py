@@ -332,7 +332,7 @@ def run_pending(spec: PipelineSpec, *, master: str | None = None, max_batches: i
                     starter.master), log=log) as loader:
                 decoded = decode_pending(spec, max_batches=max_batches, log=log, on_changes=on_changes,
                                          on_snapshot=on_snapshot, allow_gap=allow_gap, recorder=recorder,
-                                         on_published=loader,
+                                         on_published=loader.listener() if loader is not None else None,
                                          on_snapshots_done=loader.close if loader is not None else None)
             applied = apply_pending(spec, master=master, log=log, spark=starter, recorder=recorder)
         finally:

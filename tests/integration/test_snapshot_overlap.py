@@ -17,7 +17,7 @@ import pytest
 from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.direct import ENV_SWITCH
 from airflow_provider_pglogical.apply.runner import apply_slot
-from airflow_provider_pglogical.apply.targets.postgres.overlap import OverlappedLoad, _why
+from airflow_provider_pglogical.apply.targets.postgres.overlap import STREAM_SWITCH, OverlappedLoad, _why
 from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget
 from airflow_provider_pglogical.apply.without_spark import refusing_session
 from airflow_provider_pglogical.exceptions import format_lsn
@@ -448,3 +448,14 @@ def test_a_loaders_reason_names_the_servers_error_without_a_rows_value(pg_dsn):
     assert reasons[0] == "InvalidTextRepresentation (SQLSTATE 22P02; the server's message quotes a row's value)"
     assert reasons[1].startswith("UniqueViolation (SQLSTATE 23505): duplicate key value violates unique constraint")
     assert not any("secret-value" in r or "424242" in r for r in reasons), reasons
+
+
+def test_pglogical_run_streams_a_table_while_it_is_read_only_when_switched_on(monkeypatch):
+    """``pglogical run`` hands the snapshot the loader's ``published`` (load each set once published) unless
+    ``PGLOGICAL_SNAPSHOT_STREAM_LOAD`` is on: streaming holds the target table's lock for the whole read."""
+    loader = OverlappedLoad(lambda: pytest.fail("no table was published"))
+    monkeypatch.delenv(STREAM_SWITCH, raising=False)
+    assert loader.listener() == loader.published
+    monkeypatch.setenv(STREAM_SWITCH, "1")
+    assert loader.listener() is loader
+    loader.close()

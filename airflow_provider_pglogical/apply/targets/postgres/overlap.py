@@ -24,6 +24,7 @@ loaded after its publication as above.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -55,6 +56,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Log = Callable[[str], None]
+
+
+STREAM_SWITCH = "PGLOGICAL_SNAPSHOT_STREAM_LOAD"
+
+
+def streams_while_read() -> bool:
+    """Whether a table the snapshot reads alone is streamed into its target while it is read (``streamed.py``).
+    Opt-in (``PGLOGICAL_SNAPSHOT_STREAM_LOAD=1``): the target table's ``TRUNCATE`` lock is then held for the whole
+    read, not just the load (a resync of a live table blocks its readers that long), and a lock another session
+    holds on the target table holds up the snapshot's publication of it."""
+    return os.environ.get(STREAM_SWITCH, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 class OverlappedLoad:
@@ -89,6 +101,12 @@ class OverlappedLoad:
 
     def __call__(self, tables: list[str]) -> None:
         self.published(tables)
+
+    def listener(self) -> Callable[[list[str]], None]:
+        """What ``pglogical run`` hands the snapshot as ``on_published``: the loader itself, which also streams a
+        table read alone into its target while it is read, when ``PGLOGICAL_SNAPSHOT_STREAM_LOAD`` is on
+        (``streams_while_read``); else its ``published``, which loads each set once it is published."""
+        return self if streams_while_read() else self.published
 
     def published(self, tables: Sequence[str]) -> None:
         self._first = self._first if self._first is not None else time.monotonic()
