@@ -84,3 +84,23 @@ def test_a_snapshot_chunk_is_checked_against_its_record(tmp_path):
     layout.publish(ref.path, _manifest(files=["chunks/c00000.parquet"], rows=4, file_records=records))
     with pytest.raises(StagingCorruptError, match="counts 4 rows, its file records 3; stage it again"):
         layout.verify(ref, layout.manifest(ref))
+
+
+def test_a_request_closed_between_the_listing_and_its_read_is_left_out(tmp_path, monkeypatch):
+    """The snapshot closes a published set's requests while a loader of another set lists them (``pglogical run``'s
+    overlapped load): the closed one is left out instead of failing the loader's planning."""
+    from airflow_provider_pglogical.snapshot import layout as layout_module
+    from airflow_provider_pglogical.snapshot.layout import SnapshotLayout
+
+    layout = SnapshotLayout.from_uri(str(tmp_path), "s1")
+    layout.request("public.a", "initial")
+    layout.request("public.b", "initial")
+    real = layout_module.read_text
+
+    def closing_b_first(staging, path):  # the snapshot's close_request lands between the listing and this read
+        if path == layout._request_path("public.b"):
+            layout.close_request("public.b")
+        return real(staging, path)
+
+    monkeypatch.setattr(layout_module, "read_text", closing_b_first)
+    assert set(layout.requests()) == {"public.a"}
