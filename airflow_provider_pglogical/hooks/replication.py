@@ -139,7 +139,9 @@ class ReplicationStream:
     ``active_pid`` (None when free): a walsender decoding a long stretch with nothing to send does not
     look at its connection, so ours (the replication connection's own server process) still holding the
     slot after ``EXIT_WAIT_S`` is ended (``pg_terminate_backend`` through ``terminate``); a status update
-    it had not read is then lost, and the drain advances the slot through SQL instead.
+    it had not read is then lost, and the drain advances the slot through SQL instead. ``read_ahead``: bytes
+    of rows a thread of the stream's own reads ahead of ``blocks()``' consumer (None: ``read_ahead_bytes()``;
+    0: read on the consumer's thread); a position confirmed meanwhile is sent by that thread after its current read.
     """
 
     def __init__(self, session: psycopg2.extensions.connection, slot: str, options: Sequence[str], *,
