@@ -108,9 +108,10 @@ def test_the_walsender_sends_on_while_the_decoder_holds_a_block(drain_source):
     blocks = stream.blocks()
     try:
         assert next(blocks)
-        deadline = time.monotonic() + 30
+        deadline, sent = time.monotonic() + 30, 0
         while time.monotonic() < deadline:
-            cur.execute("SELECT sent_lsn - '0/0' FROM pg_stat_replication WHERE pid = %s", (stream._pid,))
+            cur.execute("SELECT coalesce(max(sent_lsn - '0/0'), 0) FROM pg_stat_replication WHERE pid = %s",
+                        (stream._pid,))
             (sent,) = cur.fetchone()
             if sent > after_first:
                 break
