@@ -29,6 +29,9 @@ replication connection (``DrainConfig.read='stream'``) right after the SQL drain
 to the raw fetch and to the SQL drain, in the same output (``--read stream-first``: the streamed drain before the SQL
 one); the server then runs with PostgreSQL's default
 ``wal_sender_timeout`` (60 s) instead of the harness's 0.
+``--stream-reference after`` (or ``before``): with ``--read stream``, also drain a third twin slot through the
+stream read on the decoder's thread (``PGLOGICAL_STREAM_READ_AHEAD=0``, the reference without read-ahead) right
+after (before) the streamed drain: ``stream_reference_drain_s`` and ``ratio_stream_drain_over_stream_reference``.
 ``--ab-code DIR``: also drain a second slot (created before the workload, so it holds the same changes) with the
 package at ``DIR`` (e.g. ``git worktree``/``git archive`` of the old commit) in a subprocess, fetch and drains
 interleaved, for an A/B of two versions on the same data under the same load.
@@ -74,6 +77,7 @@ from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfi
 from airflow_provider_pglogical.apply.runner import apply_slot  # noqa: E402
 from airflow_provider_pglogical.environ import scoped  # noqa: E402
 from airflow_provider_pglogical.hooks import PgLogicalHook  # noqa: E402
+from airflow_provider_pglogical.hooks.replication import READ_AHEAD_ENV  # noqa: E402
 from airflow_provider_pglogical.hooks.slot_client import PgLogicalClient  # noqa: E402
 from scripts.harness.pgserver import (  # noqa: E402
     execute,
@@ -204,7 +208,26 @@ def raw_fetch(dsn: str, slot: str, publication: str, *, cursor: bool = True) -> 
         client.close()
 
 
-RAW_FETCH_CPU: list[float] = []  # client CPU seconds of each raw fetch (the server's are not counted)
+def raw_stream_fetch(dsn: str, slot: str, publication: str) -> tuple[int, float]:
+    """The slot's data over a replication connection up to the flush position (what the streamed drain reads),
+    counted only and never confirmed: the walsender's decoding and sending, the streamed drain's floor."""
+    client = PgLogicalClient.from_dsn(dsn)
+    try:
+        t0, c0 = time.monotonic(), time.process_time()
+        start = client.require_slot(slot).confirmed_flush_lsn
+        stream = client.stream_changes(slot, publication, start_lsn=start, upto_lsn=client.current_wal_flush_lsn(),
+                                       itersize=5000)
+        try:
+            n = sum(len(block) for block in stream.blocks())
+        finally:
+            stream.close()
+        RAW_FETCH_CPU.append(round(time.process_time() - c0, 2))
+        return n, time.monotonic() - t0
+    finally:
+        client.close()
+
+
+RAW_FETCH_CPU: list[float] = []  # client CPU seconds of each raw fetch, the stream's last (the server's are not counted)
 
 
 def drain_elsewhere(code: str, dsn: str, staging: str, slot: str, drain_kw: dict[str, int]) -> float:
@@ -339,6 +362,9 @@ def main() -> int:
     p.add_argument("--read", choices=("sql", "stream", "stream-first"), default="sql",
                    help="stream: also drain a twin slot through a replication connection, after the SQL drain "
                         "(stream-first: before it)")
+    p.add_argument("--stream-reference", choices=("after", "before"), default=None,
+                   help="with --read stream: also drain a twin slot streamed without read-ahead, after (before) "
+                        "the streamed drain")
     p.add_argument("--ab-code", default=None, help="also drain a twin slot with the package found in this directory")
     p.add_argument("--delta-reference", action="store_true", help="also apply to Delta with the direct path and "
                    "the append of absent keys switched off (every batch through Spark and a MERGE)")
@@ -391,6 +417,8 @@ def main() -> int:
             PgLogicalHook.from_dsn(src_dsn).create_slot("ours_ab")
         if streaming:
             PgLogicalHook.from_dsn(src_dsn).create_slot("ours_stream")
+        if streaming and args.stream_reference:
+            PgLogicalHook.from_dsn(src_dsn).create_slot("ours_stream_ref")
         t0 = time.monotonic()
         counts = (filtered_workload(src_dsn, changes) if filtered else big_workload(src_dsn, changes) if big
                   else workload(src_dsn, changes, args.tx_rows))
@@ -404,6 +432,8 @@ def main() -> int:
                                                "ours_ab", drain_kw)
             ab["ab_raw_fetch_after_s"] = round(raw_fetch(src_dsn, "ours", "pub_all")[1], 2)
         ab["raw_copy_fetch_s"] = round(raw_fetch(src_dsn, "ours", "pub_all", cursor=False)[1], 2)
+        if streaming:
+            ab["raw_stream_fetch_s"] = round(raw_stream_fetch(src_dsn, "ours", "pub_all")[1], 2)
 
         native_s = None
         if not args.skip_apply:
@@ -412,13 +442,30 @@ def main() -> int:
             wait_for_subscriber(src_dsn, native_dsn, name="sub_bench", timeout=3600)
             native_s = time.monotonic() - t0
 
+        def drain_stream_reference() -> dict[str, object]:
+            t0, c0 = time.monotonic(), time.process_time()
+            with scoped({READ_AHEAD_ENV: "0"}):
+                drain_all(src_dsn, scratch("pglogical-bench-stream-ref-"), slot="ours_stream_ref", read="stream",
+                          **drain_kw)
+            return {"stream_reference_drain_s": round(time.monotonic() - t0, 2),
+                    "stream_reference_drain_cpu_s": round(time.process_time() - c0, 2),
+                    "stream_reference_order": args.stream_reference}
+
         def drain_streamed() -> tuple[float, dict[str, object]]:
+            reference = drain_stream_reference() if args.stream_reference == "before" else {}
             t0, c0 = time.monotonic(), time.process_time()
             stream_batches = drain_all(src_dsn, scratch("pglogical-bench-stream-"), slot="ours_stream", read="stream",
                                        **drain_kw)
             stream_s = time.monotonic() - t0
-            return stream_s, {"stream_drain_s": round(stream_s, 2), "stream_batches": stream_batches,
-                              "stream_drain_cpu_s": round(time.process_time() - c0, 2), "stream_order": args.read}
+            out: dict[str, object] = {"stream_drain_s": round(stream_s, 2), "stream_batches": stream_batches,
+                                      "stream_drain_cpu_s": round(time.process_time() - c0, 2),
+                                      "stream_order": args.read}
+            if args.stream_reference == "after":
+                reference = drain_stream_reference()
+            if reference:
+                out.update(reference, ratio_stream_drain_over_stream_reference=round(
+                    stream_s / float(reference["stream_reference_drain_s"]), 2))
+            return stream_s, out
 
         stream_s, streamed = drain_streamed() if args.read == "stream-first" else (0.0, {})
         staging = scratch("pglogical-bench-")

@@ -16,12 +16,15 @@ busy. The walsender holds the slot while the stream is open;
 ``close()`` returns once the server has released it, so the slot can be read or advanced through SQL.
 
 The compiled module's libpq reads the stream (COPY BOTH, socket waits without the GIL); ``split_messages``
-is the Python reference of its bound rule.
+is the Python reference of its bound rule. A thread of the stream's own reads it up to ``READ_AHEAD_BYTES``
+ahead of the decoder (``hooks.readahead``), so the walsender is not kept waiting on a full socket while the
+client stages; ``PGLOGICAL_STREAM_READ_AHEAD=0`` reads it on the decoder's thread instead (the reference).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import struct
 import threading
 import time
@@ -34,6 +37,7 @@ import psycopg2
 from airflow_provider_pglogical.decoding import speedups
 from airflow_provider_pglogical.exceptions import ReplicationConnectionError, format_lsn
 from airflow_provider_pglogical.hooks import copystream, errors
+from airflow_provider_pglogical.hooks.readahead import ReadAhead
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +48,11 @@ IDLE_WAIT_MS = 1000  # nothing for this long: ask the walsender for a keepalive 
 EXIT_WAIT_S = 1.0  # how long close() lets the walsender notice the closed connection before ending it
 RELEASE_WAIT_S = 10.0  # how long close() waits for the walsender to release the slot
 HEARTBEAT_S = 1.0  # status updates while nothing reads the stream (a batch being published): wal_sender_timeout
+# Bytes of rows (messages and their Python objects) read ahead of the decoder: a walsender replaying a large
+# transaction at its commit sends without waiting for the client up to this much.
+READ_AHEAD_BYTES = 64 << 20
+READ_AHEAD_ENV = "PGLOGICAL_STREAM_READ_AHEAD"  # bytes to read ahead instead; 0: read on the decoder's thread
+ROW_OVERHEAD = 128  # bytes of a row's tuple, int and bytes objects beside its message
 RUN_AGAIN = "run the drain again: it reads on from the last published batch (nothing past it was confirmed)"
 
 
@@ -76,6 +85,22 @@ def split_messages(messages: Sequence[bytes], bound: int, in_tx: bool) -> tuple[
         if not in_tx and lsn >= bound:  # a commit or message ending at or past the bound: nothing more before it
             return rows, in_tx, "bound"
     return rows, in_tx, "more"
+
+
+def read_ahead_bytes() -> int:
+    """``READ_AHEAD_BYTES``, or the bytes ``PGLOGICAL_STREAM_READ_AHEAD`` gives (0: no read-ahead)."""
+    value = os.environ.get(READ_AHEAD_ENV, "").strip()
+    if not value:
+        return READ_AHEAD_BYTES
+    try:
+        return max(int(value), 0)
+    except ValueError:
+        raise ValueError(f"{READ_AHEAD_ENV}={value!r} is not a number of bytes (0 reads without read-ahead)") from None
+
+
+def block_bytes(block: Sequence[Row]) -> int:
+    """What a block of rows holds in memory, about: its messages and ``ROW_OVERHEAD`` a row."""
+    return sum(len(row[2]) for row in block) + ROW_OVERHEAD * len(block)
 
 
 def _heartbeat(stream: weakref.ref[ReplicationStream], stopped: threading.Event) -> None:
@@ -114,12 +139,14 @@ class ReplicationStream:
     ``active_pid`` (None when free): a walsender decoding a long stretch with nothing to send does not
     look at its connection, so ours (the replication connection's own server process) still holding the
     slot after ``EXIT_WAIT_S`` is ended (``pg_terminate_backend`` through ``terminate``); a status update
-    it had not read is then lost, and the drain advances the slot through SQL instead.
+    it had not read is then lost, and the drain advances the slot through SQL instead. ``read_ahead``: bytes
+    of rows a thread of the stream's own reads ahead of ``blocks()``' consumer (None: ``read_ahead_bytes()``;
+    0: read on the consumer's thread); a position confirmed meanwhile is sent by that thread after its current read.
     """
 
     def __init__(self, session: psycopg2.extensions.connection, slot: str, options: Sequence[str], *,
                  start_lsn: int, bound: int, itersize: int, slot_pid: Callable[[], int | None],
-                 terminate: Callable[[int], None]) -> None:
+                 terminate: Callable[[int], None], read_ahead: int | None = None) -> None:
         if not available():
             raise ReplicationConnectionError(
                 "the streamed read needs the compiled module built with libpq (pip install with libpq headers)",
@@ -128,6 +155,9 @@ class ReplicationStream:
         self.confirmed = start_lsn
         self._slot_pid, self._terminate = slot_pid, terminate
         self.done = False  # read to the bound
+        self.read_ahead = read_ahead_bytes() if read_ahead is None else max(int(read_ahead), 0)
+        self._ahead: ReadAhead[Row] | None = None
+        self._report = False  # a confirmed position for the read-ahead thread to send after its current read
         self._compiled: Any = cast(Any, speedups.compiled)  # checked by available()
         try:
             self._conn: copystream.LibpqConnection | None = copystream.LibpqConnection.like(
@@ -178,28 +208,40 @@ class ReplicationStream:
 
     def blocks(self) -> Generator[list[Row], None, None]:
         """The rows up to the bound; closing the generator early closes the stream."""
-        in_tx = False
         done = False
         try:
-            while True:
-                if self._conn is None:  # closed by a failed status update: the rest was never read
-                    raise ReplicationConnectionError(f"the stream of slot {self.slot!r} ended before its bound",
-                                                     hint=RUN_AGAIN)
-                with self._using:
-                    rows, in_tx, state, error = self._compiled.repl_read(
-                        self._conn.handle, self.itersize, self.bound, in_tx, self.confirmed, IDLE_WAIT_MS)
-                if rows:
-                    yield rows
-                if state == "bound":
-                    done = self.done = True
-                    return
-                if state == "ended":
-                    raise self._failed(*(error or ("", "the server ended the stream")), ended=True)
-                if state == "idle":  # ask for the walsender's position: a keepalive (its walEnd) answers
-                    self._status(self.confirmed, reply=True)
+            if self.read_ahead > 0:
+                self._ahead = ReadAhead(self._read(), self.read_ahead, block_bytes,
+                                        name=f"replication-read-{self.slot}")
+                yield from self._ahead
+            else:
+                yield from self._read()
+            done = self.done = True
         finally:
             if not done:
                 self.close()
+
+    def _read(self) -> Generator[list[Row], None, None]:
+        """The rows up to the bound, read on the thread iterating it."""
+        in_tx = False
+        while True:
+            if self._conn is None or self._stopped.is_set():  # closed: the rest is never read
+                raise ReplicationConnectionError(f"the stream of slot {self.slot!r} ended before its bound",
+                                                 hint=RUN_AGAIN)
+            if self._report:
+                self._report = False
+                self._status(self.confirmed, reply=False)
+            with self._using:
+                rows, in_tx, state, error = self._compiled.repl_read(
+                    self._conn.handle, self.itersize, self.bound, in_tx, self.confirmed, IDLE_WAIT_MS)
+            if rows:
+                yield rows
+            if state == "bound":
+                return
+            if state == "ended":
+                raise self._failed(*(error or ("", "the server ended the stream")), ended=True)
+            if state == "idle":  # ask for the walsender's position: a keepalive (its walEnd) answers
+                self._status(self.confirmed, reply=True)
 
     @property
     def open(self) -> bool:
@@ -209,7 +251,9 @@ class ReplicationStream:
         """Report ``lsn`` as written, flushed and applied: the slot's ``confirmed_flush_lsn`` moves there."""
         if lsn > self.confirmed:
             self.confirmed = lsn
-        if self._conn is not None:
+        if self._ahead is not None and self._ahead.running:
+            self._report = True  # sent by the reading thread after its current read (else by the heartbeat)
+        elif self._conn is not None:
             self._status(self.confirmed, reply=False)
 
     def _status(self, lsn: int, *, reply: bool) -> None:
@@ -225,11 +269,16 @@ class ReplicationStream:
         walsender (this connection's server process) to release the slot, ending it if it has not noticed
         after ``EXIT_WAIT_S``. No other process is ever ended: a slot held by another pid is not ours."""
         self._stopped.set()
+        if self._ahead is not None:  # stopped before the connection closes under it
+            self._ahead.close()
         if self._heartbeat is not None:  # none when START_REPLICATION was refused
             self._heartbeat.join()
         conn, self._conn = self._conn, None
         if conn is None:
             return
+        if self._report:  # best effort: the drain advances the slot through SQL after the stream anyway
+            self._report = False
+            self._compiled.repl_status(conn.handle, self.confirmed, False)
         conn.close()
         if not wait:
             return

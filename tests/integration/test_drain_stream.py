@@ -70,10 +70,14 @@ def random_workload(cur, seed: int) -> list[int]:
     return xids
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_the_streamed_drain_stages_what_the_sql_peek_stages(drain_source, tmp_path, seed):
+@pytest.mark.parametrize(("seed", "read_ahead"), [(1, None), (2, "1"), (3, "0")])
+def test_the_streamed_drain_stages_what_the_sql_peek_stages(drain_source, tmp_path, monkeypatch, seed, read_ahead):
     """Several batches cut by max_changes from one stream, a memory budget that makes transactions spill; the
-    twin slot read through SQL stages the same log, and the streamed slot is confirmed to the last batch's end."""
+    twin slot read through SQL stages the same log, and the streamed slot is confirmed to the last batch's end.
+    The stream read ahead of the decoder (the default), one block ahead at most (the reading thread waits for
+    the decoder at every block), and on the decoder's thread (the reference)."""
+    if read_ahead is not None:
+        monkeypatch.setenv(replication.READ_AHEAD_ENV, read_ahead)
     cur, hook = drain_source
     hook.create_slot("twin")
     xids = random_workload(cur, seed)
@@ -86,6 +90,38 @@ def test_the_streamed_drain_stages_what_the_sql_peek_stages(drain_source, tmp_pa
     assert staged(uri, "s1", "messages.parquet").equals(staged(twin_uri, "twin", "messages.parquet"))
     info = hook.slot_info("s1")
     assert not info.active and info.confirmed_flush_lsn == streamed[-1].end_lsn
+
+
+def test_the_walsender_sends_on_while_the_decoder_holds_a_block(drain_source):
+    """A transaction whose messages outgrow the sockets' buffers, then another: while the decoder holds the first
+    block (staging it), the stream's own thread reads on, so the walsender replays the whole first transaction
+    and goes on into the next one's WAL (its ``sent_lsn``); read on the decoder's thread, the walsender waited
+    on the full socket inside the first one."""
+    cur, hook = drain_source
+    run_tx(cur, [("INSERT INTO events (account, kind, payload) SELECT g, 'bulk', repeat(md5(g::text), 64) "
+                  "FROM generate_series(1, 30000) g", ())])  # ~60 MB of messages, little WAL (compressed values)
+    cur.execute("SELECT pg_current_wal_insert_lsn() - '0/0'")
+    (after_first,) = cur.fetchone()
+    xids = workload(cur, 3)
+    start = hook.slot_info("s1").confirmed_flush_lsn
+    stream = hook.client.stream_changes("s1", "pub", start_lsn=start, upto_lsn=hook.current_wal_flush_lsn())
+    blocks = stream.blocks()
+    try:
+        assert next(blocks)
+        deadline, sent = time.monotonic() + 30, 0
+        while time.monotonic() < deadline:
+            cur.execute("SELECT coalesce(max(sent_lsn - '0/0'), 0) FROM pg_stat_replication WHERE pid = %s",
+                        (stream._pid,))
+            (sent,) = cur.fetchone()
+            if sent > after_first:
+                break
+            time.sleep(0.05)
+        assert sent > after_first, "the walsender still waits inside the first transaction"
+        taken = sum(len(block) for block in blocks)  # the rest, as the decoder would take it
+        assert taken >= 30000 + 2 * len(xids) - 2000 and stream.done
+    finally:
+        blocks.close()
+        stream.close()
 
 
 def test_a_transaction_committing_past_the_bound_is_staged_by_the_next_run(drain_source, tmp_path):
@@ -309,7 +345,8 @@ def hook_confirmed(server) -> int:
     return int(lsn)
 
 
-def test_a_batch_published_for_longer_than_wal_sender_timeout_keeps_the_stream(drain_source, tmp_path, pg_server):
+def test_a_batch_published_for_longer_than_wal_sender_timeout_keeps_the_stream(drain_source, tmp_path, pg_server,
+                                                                               monkeypatch):
     """Nothing reads the stream while a batch is written and published; the stream's status updates meanwhile keep
     the walsender from ending it (wal_sender_timeout), so one run stages every batch."""
     from scripts.harness.pgserver import execute
@@ -323,6 +360,8 @@ def test_a_batch_published_for_longer_than_wal_sender_timeout_keeps_the_stream(d
         if name == "files_written" and not StagingReader.from_uri(uri, "s1").batches():
             time.sleep(3)  # the first batch's upload outlasts the server's patience
 
+    # One block ahead at most: the stream's reading thread waits for the decoder while the batch is published.
+    monkeypatch.setenv(replication.READ_AHEAD_ENV, "1")
     execute(pg_server.dsn(), "ALTER SYSTEM SET wal_sender_timeout = '1500ms'", "SELECT pg_reload_conf()")
     try:
         results = drain_run(hook, config(uri, "s1", max_changes=1000, read="stream"), on_checkpoint=slow_publish)

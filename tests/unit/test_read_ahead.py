@@ -1,0 +1,65 @@
+"""``hooks.readahead.ReadAhead`` against iterating its source directly (the streamed read's reference path)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from airflow_provider_pglogical.hooks.readahead import ReadAhead
+
+
+class Broken(Exception):
+    pass
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 9), max_size=6), max_size=25), st.integers(1, 40), st.booleans(),
+       st.one_of(st.none(), st.integers(0, 25)), st.lists(st.sampled_from([0.0, 0.0, 0.0005]), max_size=30))
+def test_read_ahead_gives_the_sources_blocks_in_order_and_holds_at_most_its_bound(blocks, limit, fails, stop_after,
+                                                                                   pauses):
+    """The consumer gets the source's blocks in order, then the source's error (none early, none lost); the
+    thread asks the source for a block only while less than the bound waits (so at most the bound plus one block
+    is held); a consumer stopping early closes the source on the thread, which then ends."""
+    size = len  # a block's bytes: its length (empty blocks weigh nothing)
+    seen_held: list[int] = []
+    closed = threading.Event()
+    holder: list[ReadAhead[int]] = []
+
+    def source():
+        try:
+            for block in blocks:
+                if holder:
+                    seen_held.append(holder[0].held)
+                yield block
+            if fails:
+                raise Broken("the stream ended")
+        finally:
+            closed.set()
+
+    ahead = ReadAhead(source(), limit, size, name="test-read-ahead")
+    holder.append(ahead)
+    deadline = time.monotonic() + 5  # the consumer starts late: the thread fills the bound, or takes everything
+    while ahead.running and ahead.held < limit and time.monotonic() < deadline:
+        time.sleep(0.0002)
+    seen_held.append(ahead.held)
+    got: list[list[int]] = []
+    raised = None
+    try:
+        for i, block in enumerate(ahead):
+            if stop_after is not None and i >= stop_after:
+                break
+            got.append(block)
+            time.sleep(pauses[i] if i < len(pauses) else 0.0)
+    except Broken as exc:
+        raised = exc
+    finally:
+        ahead.close()
+    assert closed.wait(5) and not ahead.running
+    expected = blocks if stop_after is None else blocks[:stop_after]
+    assert got == expected
+    assert (raised is not None) == (fails and (stop_after is None or stop_after >= len(blocks)))
+    biggest = max((size(b) for b in blocks), default=0)
+    assert all(held < limit + biggest for held in seen_held)
