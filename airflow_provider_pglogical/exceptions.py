@@ -134,6 +134,15 @@ class ApplyError(PgLogicalError):
     """Applying staged changes to a target failed before anything was committed."""
 
 
+class CaseInsensitiveNamesError(ApplyError):
+    """A target whose names are case-insensitive (Delta Lake's columns) cannot hold names PostgreSQL keeps apart
+    (``"Val"`` and ``val``); nothing was committed. ``table`` is the target table, ``columns`` the clashing names."""
+
+    def __init__(self, message: str, *, table: str, columns: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.table, self.columns = table, columns
+
+
 class WatermarksMissingError(ApplyError):
     """The staging area says batches were applied to the target, but the target holds no watermark of the slot."""
 

@@ -69,6 +69,7 @@ SLOW_MODULES = (
     "tests/integration/test_delta_crash.py",
     "tests/integration/test_cli.py",
     "tests/integration/test_cli_no_spark.py",
+    "tests/integration/test_case_sensitive_names.py",
     "tests/integration/test_jvm_archive.py",
     "tests/integration/test_apply_composites.py",
     "tests/integration/test_snapshot_routed.py",

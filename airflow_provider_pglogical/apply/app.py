@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from airflow_provider_pglogical.apply.dsn import read_dsn
     from airflow_provider_pglogical.apply.runner import apply_slot
-    from airflow_provider_pglogical.apply.sparkenv import check_pyspark_install
+    from airflow_provider_pglogical.apply.sparkenv import SESSION_CONF, check_pyspark_install
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     argv = sys.argv[1:] if argv is None else argv
@@ -93,8 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{type(e).__name__}: {e}", file=sys.stderr)
         return 2
     check_pyspark_install()
-    spark = (SparkSession.builder.appName(f"pglogical-apply-{config.slot}")
-             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    spark = SparkSession.builder.appName(f"pglogical-apply-{config.slot}").config(map={**SESSION_CONF}).getOrCreate()
     try:
         reports = apply_slot(spark, config, dsn, on_batch=batch_report_writer(report_file(argv)))
     finally:

@@ -30,10 +30,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
-# What a Spark session needs to read staged files: TIME columns (time64 Parquet) are refused without
-# timeType; timestamps without time zone stay wall-clock microseconds in UTC.
-READ_CONF = {"spark.sql.session.timeZone": "UTC", "spark.sql.timeType.enabled": "true"}
-
 # Every staged metadata column gets this prefix in the working frame so a source column named
 # e.g. "op" can never collide with it.
 META = "_pgl_"
@@ -43,7 +39,7 @@ CHANGE_META_COLUMNS = ("commit_lsn", "end_lsn", "lsn", "tx_order", "xid", "commi
 # before it, or added after it); its image's fields for them are null *without meaning NULL*.
 ABSENT = META + "absent"
 
-__all__ = ["ABSENT", "CHANGE_META_COLUMNS", "META", "NOTES_COLUMNS", "READ_CONF", "Batch", "RelationColumn", "RelationInfo",
+__all__ = ["ABSENT", "CHANGE_META_COLUMNS", "META", "NOTES_COLUMNS", "Batch", "RelationColumn", "RelationInfo",
            "TruncateEvent", "has_value_notes", "read_by_executors", "readable_here", "verify", "image_type", "is_local",
            "keys_never_repeat", "list_batches",
            "read_changes",

@@ -7,8 +7,8 @@ three-valued logic. It covers only constructs whose Spark result it reproduces e
 and raises ``NotCovered`` for anything else — then the batch goes to Spark as before:
 
 * columns of integer (int16/32/64), floating-point (float32/64), decimal128, boolean, string, date and timestamp
-  images, referenced by a plain lower-case name (Spark resolves names case-insensitively: a name that two fields
-  share up to case, a keyword or a quoted name is refused);
+  images, referenced by a plain lower-case name, resolved exactly as PostgreSQL and the apply's case-sensitive Spark
+  resolve it (``"Val"`` is not ``val``; a keyword or a quoted name is refused);
 * constants: integers that fit 64 bits, decimal literals without exponent (``1.50``), strings without backslash
   (Spark reads a backslash as an escape, PostgreSQL does not), ``TRUE``/``FALSE``/``NULL``;
 * ``AND``/``OR``/``NOT``, ``IS [NOT] NULL``, ``IS [NOT] DISTINCT FROM``, ``=``, ``<>``/``!=``, ``<``, ``<=``,
@@ -194,10 +194,9 @@ class _Compiler:
             kind: Kind = _ANY
             field = name
         else:
-            same = [f for f in self.fields if f.lower() == name]
-            if len(same) != 1:
-                raise NotCovered("a name no field or several fields have")
-            field = same[0]
+            if name not in self.fields:  # exact: the apply's Spark resolves names case-sensitively too
+                raise NotCovered("a name no field has")
+            field = name
             found = kind_of(self.fields[field])
             if found is None:
                 raise NotCovered("a column type")

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from airflow_provider_pglogical.apply.batches import META
 from airflow_provider_pglogical.apply.filter_eval import covers
 from airflow_provider_pglogical.exceptions import ApplyError, RowFilterError
-from airflow_provider_pglogical.row_filter import parse_expression
+from airflow_provider_pglogical.row_filter import canonical, parse_expression
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -78,7 +78,7 @@ def _walk(tree: ast.Node) -> set[str]:
             fields = node.fields or ()
             if len(fields) != 1 or not isinstance(fields[0], ast.String):
                 raise RowFilterError("row filter: qualified column reference or * is not supported")
-            columns.add(str(fields[0].sval).lower())
+            columns.add(str(fields[0].sval))  # as PostgreSQL's parser folded it: names match exactly
             continue
         if isinstance(node, ast.A_Const) and isinstance(node.val, ast.String) and _MISREAD.search(str(node.val.sval)):
             # PostgreSQL's 'it''s' is "its" to Spark's parser, a backslash escapes there, ${…} is substituted.
@@ -126,14 +126,12 @@ def validate_row_filter(spark: SparkSession | None, expression: str, *, table: s
     rather than filtered differently from PostgreSQL.
     """
     refs = referenced_columns(spark, expression)
-    known = {c.lower() for c in columns}
-    unknown = sorted(refs - known)
+    unknown = sorted(refs - set(columns))  # exact, as PostgreSQL's: "Val" is not val
     if unknown:
         raise RowFilterError(f"row filter of {table} references unknown column(s) {', '.join(unknown)}")
     if types is not None:
-        by_name = {c.lower(): t for c, t in types.items()}
-        unsupported = sorted(f"{c} ({by_name.get(c) or 'unknown type'})" for c in refs
-                             if not _FILTERABLE_TYPE.fullmatch(by_name.get(c) or ""))
+        unsupported = sorted(f"{c} ({types.get(c) or 'unknown type'})" for c in refs
+                             if not _FILTERABLE_TYPE.fullmatch(types.get(c) or ""))
         if unsupported:
             raise RowFilterError(
                 f"row filter of {table} references column(s) {', '.join(unsupported)} whose staged values do not "
@@ -159,11 +157,14 @@ def apply_row_filter(expression: str | None, columns: Sequence[str]) -> Callable
     pgoutput copies over from the old tuple before evaluating.
     """
 
+    # Deparsed: unquoted names folded to lower case as PostgreSQL folds them (``Val > 1`` reads column val), which
+    # the session's case-sensitive resolution then finds exactly (a spec's filter is deparsed already).
+    text = canonical(expression) if expression else None
+
     def step(df: DataFrame) -> DataFrame:
-        if not expression:
+        if not text:
             return df
-        m = _match(_match(df, "old", expression, columns, META + "old_match"), "new", expression, columns,
-                   META + "new_match")
+        m = _match(_match(df, "old", text, columns, META + "old_match"), "new", text, columns, META + "new_match")
         op, om, nm, has_old = F.col(META + "op"), F.col(META + "old_match"), F.col(META + "new_match"), \
             F.col(META + "old").isNotNull()
         new_op = (F.when(op == "I", F.when(nm, F.lit("I")))

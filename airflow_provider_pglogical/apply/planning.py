@@ -120,7 +120,7 @@ def update_delete_problem(rel: RelationInfo, cfg: TableApplyConfig, filter_colum
     if not has_replica_identity(rel):
         return "has no replica identity (no primary key, or REPLICA IDENTITY NOTHING), so it is applied insert-only"
     if rel.replica_identity != "f":
-        outside = sorted({c.lower() for c in filter_columns} - {c.lower() for c in rel.identity_columns})
+        outside = sorted(set(filter_columns) - set(rel.identity_columns))  # exact: "Val" does not cover val
         if outside:
             return (f"has a row filter on column(s) {', '.join(outside)} outside the replica identity, which cannot "
                     "judge the old row (use REPLICA IDENTITY FULL or USING INDEX on the source)")

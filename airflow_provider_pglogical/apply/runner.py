@@ -17,7 +17,6 @@ from pyspark.sql import SparkSession
 
 from airflow_provider_pglogical.apply import planning, snapshots
 from airflow_provider_pglogical.apply.batches import (
-    READ_CONF,
     Batch,
     list_batches,
     read_relation_versions,
@@ -30,6 +29,7 @@ from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.filter_eval import covers
 from airflow_provider_pglogical.apply.filters import referenced_columns, validate_row_filter
 from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
+from airflow_provider_pglogical.apply.sparkenv import SESSION_CONF
 from airflow_provider_pglogical.apply.targets.base import BatchReport, Target, TargetTable
 from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget
 from airflow_provider_pglogical.exceptions import ApplyError
@@ -82,7 +82,7 @@ def apply_slot(spark: SparkSession | SparkOnDemand, config: ApplyConfig, dsn: st
     on demand (``SparkOnDemand``: only when a step builds a Spark frame).
     """
     spark = SparkOnDemand.of(spark)
-    spark.conf(READ_CONF)
+    spark.conf(SESSION_CONF)  # on a session handed over too (a user's, spark-submit's)
     batches = list_batches(config.staging_root, config.slot, spark.local_master)
     if config.max_batches is not None:
         batches = batches[: config.max_batches]

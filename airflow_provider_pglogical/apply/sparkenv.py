@@ -27,6 +27,12 @@ SPARK_CONNECT_SCHEME = "sc://"  # a Spark Connect server's URL (``sc://host:port
 # Local Spark talks to itself only: bind to loopback instead of whatever the hostname resolves to
 # (an unresolvable container hostname would otherwise stop the driver from starting).
 LOCAL_DRIVER_CONF = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+# What every Spark session the apply runs in is given (built with it, or set at runtime on a session handed over or
+# a Spark Connect client's): TIME columns (time64 Parquet) are refused without timeType; timestamps without time
+# zone stay wall-clock microseconds in UTC; names resolve case-sensitively, as PostgreSQL's do (columns "Val" and val
+# of one table, tables "T" and t of one schema are distinct; Spark's default would merge or refuse them).
+SESSION_CONF = {"spark.sql.session.timeZone": "UTC", "spark.sql.timeType.enabled": "true",
+                "spark.sql.caseSensitive": "true"}
 _CONNECT_TOKEN = re.compile(r"(;\s*token\s*=)[^;]*", re.IGNORECASE)  # a Connect URL's parameters: /;key=value;…
 
 

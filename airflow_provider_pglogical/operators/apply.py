@@ -17,7 +17,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 import airflow_provider_pglogical
 from airflow_provider_pglogical.apply import jvm_archive
 from airflow_provider_pglogical.apply.config import TableApplyConfig
-from airflow_provider_pglogical.apply.sparkenv import LOCAL_DRIVER_CONF, is_local, spark_submit_env
+from airflow_provider_pglogical.apply.sparkenv import LOCAL_DRIVER_CONF, SESSION_CONF, is_local, spark_submit_env
 from airflow_provider_pglogical.environ import scoped
 from airflow_provider_pglogical.exceptions import ApplyError, SpecError, format_lsn
 from airflow_provider_pglogical.history.recorder import Stopwatch, recording
@@ -70,8 +70,9 @@ def prepare_submit(op: SparkSubmitOperator, master: str, workdir: str, python: s
                    staging_conn_id: str | None, secrets: Mapping[str, str] | None = None) -> dict[str, str]:
     """Settle what every app this package submits needs on ``op`` before its ``execute``: the package zipped into
     ``workdir`` and shipped with ``--py-files``, the interpreter (this one for ``local`` masters), a loopback
-    driver for ``local``, UTC session time. Returns the spark-submit process's environment: the interpreter and
-    PATH additions, ``op``'s own ``env_vars``, ``staging_conn_id``'s credentials and ``secrets`` (the target's),
+    driver for ``local``, the session settings the apply relies on (``SESSION_CONF``: UTC, case-sensitive names).
+    Returns the spark-submit process's environment: the interpreter and PATH additions, ``op``'s own ``env_vars``,
+    ``staging_conn_id``'s credentials and ``secrets`` (the target's),
     never on the command line (``submit_secrets``)."""
     op.py_files = ",".join(p for p in [build_package_zip(workdir), op.py_files] if p)
     op.conf = dict(op.conf or {})
@@ -83,7 +84,8 @@ def prepare_submit(op: SparkSubmitOperator, master: str, workdir: str, python: s
         for key, value in LOCAL_DRIVER_CONF.items():
             op.conf.setdefault(key, value)
         op.conf = jvm_archive.driver_conf(master, op.conf, {**os.environ, **(op.env_vars or {})})
-    op.conf.setdefault("spark.sql.session.timeZone", "UTC")
+    for key, value in SESSION_CONF.items():
+        op.conf.setdefault(key, value)
     staging = connection_credentials(staging_uri, staging_conn_id).environment() if staging_conn_id else {}
     return {**spark_submit_env(master, python), **(op.env_vars or {}),
             **submit_secrets(master, staging, secrets or {})}

@@ -16,6 +16,7 @@ from airflow_provider_pglogical.apply import jvm_archive, planning
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.sparkenv import (
     LOCAL_DRIVER_CONF,
+    SESSION_CONF,
     check_pyspark_install,
     is_connect,
     is_local,
@@ -110,9 +111,9 @@ def new_spark_session(master: str | None = None, conf: dict[str, str] | None = N
 
     master = master or DEFAULT_MASTER
     if is_remote(master):
-        return _connect_session(master, conf or {})
+        return _connect_session(master, {**SESSION_CONF, **(conf or {})})
     options = {"spark.master": master, "spark.app.name": "pglogical-apply", "spark.ui.enabled": "false",
-               "spark.ui.showConsoleProgress": "false", "spark.sql.shuffle.partitions": "4"}
+               "spark.ui.showConsoleProgress": "false", "spark.sql.shuffle.partitions": "4", **SESSION_CONF}
     if is_local(master):
         # Python workers must import pyarrow and this package: the interpreter it is installed in.
         use_package_python()

@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from airflow_provider_pglogical.apply.sparkenv import SESSION_CONF
 from airflow_provider_pglogical.pipeline.fanout import select_views
 from airflow_provider_pglogical.pipeline.runs import SparkStarter, apply_pending
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec, load_spec
@@ -67,8 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     spec = one_target(load_spec(args.spec), args.target)
     if args.credentials_from_env:
         spec = replace(spec, target=replace(spec.target, conn_id=None))
-    spark = (SparkSession.builder.appName(f"pglogical-apply-{spec.source.slot}")
-             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    spark = SparkSession.builder.appName(f"pglogical-apply-{spec.source.slot}").config(map={**SESSION_CONF}).getOrCreate()
     try:
         result = apply_pending(spec, max_batches=args.max_batches, log=_log, spark=GivenSession(spark),
                                tool="spark-submit")

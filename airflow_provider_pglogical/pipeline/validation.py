@@ -588,7 +588,7 @@ class SpecValidator:
         except RowFilterError as exc:
             self.err(path, str(exc))
             return None
-        missing = sorted(parsed.columns - {c.lower() for c in columns or ()}) if columns is not None else []
+        missing = sorted(parsed.columns - set(columns)) if columns is not None else []  # exact, as PostgreSQL's
         if missing:
             self.err(path, f"references column(s) {', '.join(missing)} not in columns")
         return parsed.sql

@@ -34,10 +34,10 @@ def submit_env() -> dict[str, str]:
 
 def local_session(app_name: str) -> Any:
     """A local[2] SparkSession configured like the package's own local sessions (its interpreter for Python
-    workers, driver on loopback), UTC, no UI, four shuffle partitions, the test JVM options."""
+    workers, driver on loopback, ``SESSION_CONF``), no UI, four shuffle partitions, the test JVM options."""
     from pyspark.sql import SparkSession
 
-    from airflow_provider_pglogical.apply.sparkenv import LOCAL_DRIVER_CONF, use_package_python
+    from airflow_provider_pglogical.apply.sparkenv import LOCAL_DRIVER_CONF, SESSION_CONF, use_package_python
 
     use_package_python()
     builder = (
@@ -45,7 +45,7 @@ def local_session(app_name: str) -> Any:
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.sql.session.timeZone", "UTC")
+        .config(map={**SESSION_CONF})
         .config("spark.driver.extraJavaOptions", TEST_JVM_OPTIONS)
     )
     for key, value in LOCAL_DRIVER_CONF.items():

@@ -4,7 +4,8 @@
   timestamps and NULLs under AND/OR/NOT, comparisons, IN, BETWEEN, IS [NOT] NULL, IS [NOT] DISTINCT FROM, LIKE,
   ILIKE, ``||``, arithmetic, lower/upper/length/abs, COALESCE) over random images, the evaluator gives Spark's
   ``F.expr`` of the same deparsed text row by row — TRUE, FALSE and NULL — wherever it answers at all; where it does
-  not (``NotCovered``), the batch would go to Spark.
+  not (``NotCovered``), the batch would go to Spark. The images also hold fields ``T`` and ``I32``, which differ from
+  ``t`` and ``i32`` only by case: both sides resolve names exactly (the apply's Spark is case-sensitive).
 * On random table-batches with repeated keys, key changes, unchanged TOAST under key-only and full old images, a
   random filter and random published actions, the compacted rows the target prints (``direct.compacted_rows``:
   the publication per change, then the kernels' netting) are ``SparkBatchChanges.net``'s frame.
@@ -37,7 +38,9 @@ from tests.unit.apply.test_kernels import _rows, _staged, case_lists
 
 SCHEMA = pa.schema([("i16", pa.int16()), ("i32", pa.int32()), ("i64", pa.int64()), ("f32", pa.float32()),
                     ("f64", pa.float64()), ("d", pa.decimal128(7, 2)), ("b", pa.bool_()), ("t", pa.string()),
-                    ("u", pa.string()), ("dt", pa.date32()), ("ts", pa.timestamp("us", tz="UTC"))])
+                    ("u", pa.string()), ("dt", pa.date32()), ("ts", pa.timestamp("us", tz="UTC")),
+                    # Names PostgreSQL keeps apart from t and i32 (a filter can name only those): never theirs.
+                    ("T", pa.string()), ("I32", pa.int32())])
 INTS = {"i16": 2**15, "i32": 2**31, "i64": 2**63}
 
 
@@ -58,6 +61,7 @@ ROW = st.fixed_dictionaries({
     "dt": st.one_of(st.none(), st.dates(dt.date(1990, 1, 1), dt.date(1990, 1, 4))),
     "ts": st.one_of(st.none(), st.datetimes(dt.datetime(2000, 1, 1), dt.datetime(2000, 1, 1, 0, 0, 3),
                                             timezones=st.just(dt.UTC))),
+    "T": st.one_of(st.none(), TEXTS), "I32": st.one_of(st.none(), _int("i32")),
 })
 
 

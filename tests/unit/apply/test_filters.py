@@ -83,6 +83,17 @@ def test_unknown_columns_are_rejected_by_name(spark):
                             replica_identity="d", actions=["insert"])
 
 
+def test_names_differing_only_by_case_are_distinct_columns_as_in_postgresql(changes_frame):
+    # PostgreSQL folds the unquoted GRP to grp; "Val" is not val (an unknown column, as CREATE PUBLICATION says).
+    frame = changes_frame(ITEMS_FULL, [Chg("I", 10, 0, new={"id": 1, "grp": 5}), Chg("I", 10, 1, new={"id": 2, "grp": 1})])
+    assert run(frame, "GRP >= 5") == [(0, "I")]
+    with pytest.raises(RowFilterError, match="unknown column.*val"):
+        validate_row_filter(None, "val = 1", table="public.t", columns=["id", "Val"], identity=["id"],
+                            replica_identity="d", actions=["insert"])
+    assert validate_row_filter(None, "val = 1", table="public.t", columns=["id", "Val", "val"], identity=["id"],
+                               replica_identity="d", actions=["insert"], types={"Val": "text", "val": "integer"}) == {"val"}
+
+
 def test_non_identity_columns_are_judged_when_an_update_arrives_not_up_front(spark):
     # PostgreSQL checks the rule at UPDATE/DELETE time (planning.update_delete_problem, runner).
     assert validate_row_filter(spark, "grp = 1", table="public.items", columns=COLS, identity=["id"],

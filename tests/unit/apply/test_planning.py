@@ -68,6 +68,9 @@ def test_filter_columns_outside_the_identity_block_updates_and_deletes_only():
     assert update_delete_problem(FULL, TableApplyConfig(), ("v",)) is None
     assert update_delete_problem(REL, TableApplyConfig(actions=("insert",)), ("v",)) is None
     assert "outside" in update_delete_problem(REL, TableApplyConfig(actions=("delete",)), ("v",))
+    # "V" in the identity does not cover a filter on v: PostgreSQL's names are case-sensitive.
+    cased = RelationInfo("public", "t", "d", (RelationColumn("V", "int", True), RelationColumn("v", "text", False)))
+    assert "column(s) v outside" in update_delete_problem(cased, TableApplyConfig(), ("v",))
 
 
 def test_a_column_list_must_cover_the_identity_while_updates_are_applied():

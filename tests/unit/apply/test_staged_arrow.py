@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from airflow_provider_pglogical.apply.batches import READ_CONF
+from airflow_provider_pglogical.apply.sparkenv import SESSION_CONF
 from airflow_provider_pglogical.apply.staged_arrow import decimal_text, spark_readable, to_spark_arrow
 
 IMAGE = pa.struct([("id", pa.int32()), ("lsn", pa.uint64()), ("small", pa.uint32()), ("ts", pa.timestamp("us")),
@@ -32,7 +32,7 @@ def _staged() -> pa.Table:
 
 @pytest.fixture
 def session(spark):
-    for key, value in READ_CONF.items():
+    for key, value in SESSION_CONF.items():
         spark.conf.set(key, value)
     return spark
 

@@ -42,6 +42,7 @@ from airflow_provider_pglogical.apply.targets.base import (
 )
 from airflow_provider_pglogical.apply.targets.delta import changelog, mirror
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation, app_id, sync_app_id
+from airflow_provider_pglogical.apply.targets.delta.names import check_case_distinct
 from airflow_provider_pglogical.apply.targets.delta.types import (
     DELTA,
     Lake,
@@ -173,6 +174,8 @@ class DeltaTarget:
         seconds = {"stage": 0.0, "apply": 0.0}
         outcomes: dict[str, TableOutcome] = {}
         for table in plan.tables:
+            own = changelog.LEADING + table.columns + changelog.TRAILING if self.mode != "mirror" else table.columns
+            check_case_distinct(where, table.target, own)
             if table.conflict == "strict":
                 raise ApplyError(f"{table.target}: conflict 'strict' is not supported by the Delta target "
                                  "(it has no unique keys)")
@@ -288,6 +291,8 @@ class DeltaTarget:
         if self.mode != "mirror":
             raise ApplyError(f"{where} of {', '.join(t.target for t in plan.tables)}: a Delta change feed "
                              "(mode changelog) does not load snapshots; use mode mirror")
+        for table in plan.tables:
+            check_case_distinct(where, table.target, table.columns)
         result = BatchResult(applied=False)
         seconds = {"stage": 0.0, "apply": 0.0}
         for table in plan.tables:

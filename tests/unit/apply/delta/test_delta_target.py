@@ -10,9 +10,10 @@ from deltalake import DeltaTable
 
 from airflow_provider_pglogical.apply.targets.base import COMMIT, ORDER
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation, app_id
+from airflow_provider_pglogical.apply.targets.delta.names import case_clashes, check_case_distinct
 from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
 from airflow_provider_pglogical.apply.transforms import FROM, KEEP, KIND, LSN, TOUCHED
-from airflow_provider_pglogical.exceptions import ApplyError, UnresolvableToastError
+from airflow_provider_pglogical.exceptions import ApplyError, CaseInsensitiveNamesError, UnresolvableToastError
 
 COLUMNS = ("id", "n", "body")
 TYPES = {"id": "integer", "n": "integer", "body": "text"}
@@ -236,3 +237,13 @@ def test_folded_exactness_notes_are_unwrapped_or_refused_naming_column_and_lsn()
         [{"_pgl_value": [1], "_pgl_note": None, "_pgl_element_notes": ["NaN"]}, None], arrays))
     with pytest.raises(DeltaValueError, match=r"column a \(change at LSN 10\)"):
         unwrap_notes(element, "batch 0-10: public.t", LSN)
+
+
+def test_columns_differing_only_by_case_are_found_with_the_changelog_columns():
+    assert case_clashes(["id", "Val", "val", "x", "VAL"]) == [("Val", "val", "VAL")]
+    assert case_clashes(["id", "val"]) == []
+    # A change feed's own columns count too: a source column _OP is Delta's _op.
+    with pytest.raises(CaseInsensitiveNamesError, match='"_op" and "_OP"') as info:
+        check_case_distinct("batch 1-2", "public.t", ("_op", "id", "_OP"))
+    assert info.value.table == "public.t" and info.value.columns == ("_op", "_OP")
+    assert "\n" not in str(info.value) and "columns:" in str(info.value)
