@@ -136,8 +136,8 @@ class OverlappedLoad:
     def publishing(self, table: str, lsn: int) -> None:
         stream = self._handed[table] = self._streams.get((table, lsn))
         if stream is not None and stream.publishing():
-            self._log(f"snapshot of {table} at {format_lsn(lsn)} not streamed while it was read: no load slot "
-                      "freed before its last chunk was written")
+            self._log(f"snapshot of {table} at {format_lsn(lsn)} not streamed while it was read: its loader had not "
+                      "started (no load slot free, or no target session) when its last chunk was written")
 
     def _schedule(self) -> None:
         """Once the session is open, each new stream's loader starts as soon as one of the target's load slots is
