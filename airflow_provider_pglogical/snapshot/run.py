@@ -112,9 +112,10 @@ class ChunkListener(Protocol):
     def chunk_written(self, chunk: WrittenChunk) -> None:
         """Never raises, never waits long: the reading goes on."""
 
-    def publishing(self, table: str) -> None:
-        """Called before the table's files move to their published directory: returns once nothing reads them
-        where they were written."""
+    def publishing(self, table: str, lsn: int) -> None:
+        """Called before the files of the table's snapshot at ``lsn`` move to their published directory (the
+        next call with ``table`` is of that publication): returns once nothing reads them where they were
+        written."""
 
 
 def _noop(_name: str) -> None:
@@ -381,7 +382,7 @@ def _copy_tables(job: SnapshotJob, layout: SnapshotLayout, reads: dict[str, Tabl
                 return  # published with the last of its linked tables
             exported.check_alive()  # the snapshot must have been valid until every chunk was read
             if listener is not None and alone:
-                listener.publishing(table)
+                listener.publishing(table, exported.lsn)
             for t in group:
                 result.tables[t] = _publish(job, layout, reads[t], exported, requests[t], done[t], tasks[t],
                                             seconds[t], checkpoint)

@@ -22,7 +22,14 @@ from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTar
 from airflow_provider_pglogical.apply.without_spark import refusing_session
 from airflow_provider_pglogical.exceptions import format_lsn
 from airflow_provider_pglogical.snapshot.layout import SnapshotLayout
-from airflow_provider_pglogical.snapshot.run import SnapshotJob, SnapshotSettings, initial_snapshot, sync_pending
+from airflow_provider_pglogical.snapshot.run import (
+    SnapshotJob,
+    SnapshotSettings,
+    WrittenChunk,
+    initial_snapshot,
+    request_resync,
+    sync_pending,
+)
 from scripts.harness.pgserver import execute, make_target, query
 from tests.conftest import REPO_ROOT
 from tests.integration.test_cli_no_spark import DOCS, ITEMS, pipeline, spec_file  # noqa: F401 (fixture)
@@ -46,9 +53,15 @@ def job(source: str, uri: str) -> SnapshotJob:
                        settings=SnapshotSettings(initial=True, parallelism=1, chunk_bytes=CHUNK_BYTES))
 
 
-def loader_of(target: str, uri: str) -> OverlappedLoad:
+def loader_of(target: str, uri: str, *, on_checkpoint=None, log=None) -> OverlappedLoad:
     config = ApplyConfig(slot="s1", staging_root=uri, tables={})
-    return OverlappedLoad(lambda: (PostgresTarget(refusing_session(True), config, target), config))
+    return OverlappedLoad(lambda: (PostgresTarget(refusing_session(True), config, target, on_checkpoint=on_checkpoint),
+                                   config), log=log)
+
+
+def wide_job(source: str, uri: str, *, initial: bool = False, chunk_bytes: int = CHUNK_BYTES) -> SnapshotJob:
+    return SnapshotJob(dsn=source, slot="s1", publication="pub", staging_uri=uri, tables={"public.wide": (None, None)},
+                       settings=SnapshotSettings(initial=initial, parallelism=1, chunk_bytes=chunk_bytes))
 
 
 def synced(target: str) -> dict[str, str]:
@@ -240,29 +253,131 @@ def test_a_table_read_alone_is_copied_into_the_target_while_its_later_chunks_are
     assert_same_as(streamed, reference)
 
 
+def target_with_an_old_wide_row(pg_server, source: str) -> tuple[str, list[tuple[str]]]:
+    """The source's snapshot schema, and a fresh target whose ``wide`` holds one row the snapshot has not."""
+    _, target = make_target(pg_server)
+    execute(source, SNAP_SCHEMA_SQL)
+    execute(target, TARGET_SQL + "INSERT INTO wide VALUES (-1, 'before', '{}', now());")
+    return target, query(target, "SELECT t::text FROM wide t")
+
+
 def test_a_kill_while_a_table_streams_leaves_its_target_untouched_and_the_rerun_exact(pg_server, pg_dsn, tmp_path):
     """The process dies inside the streamed COPY of ``wide`` (its first chunk sent, the others not read): the
     target table keeps its old row and no sync mark — the transaction died with the connection — and the next
     run's snapshot, streamed again, leaves it equal to the source."""
     source = pg_dsn
-    _, target = make_target(pg_server)
-    execute(source, SNAP_SCHEMA_SQL)
-    execute(target, TARGET_SQL + "INSERT INTO wide VALUES (-1, 'before', '{}', now());")
-    before = query(target, "SELECT t::text FROM wide t")
+    target, before = target_with_an_old_wide_row(pg_server, source)
     uri = str(tmp_path / "stage")
     killed_while_wide_is_read(source, target, uri, ["public.wide"], "snapshot_copying:1", streamed=True)
     assert query(target, "SELECT t::text FROM wide t") == before and synced(target) == {}
 
-    wide = SnapshotJob(dsn=source, slot="s1", publication="pub", staging_uri=uri, tables={"public.wide": (None, None)},
-                       settings=SnapshotSettings(parallelism=1, chunk_bytes=CHUNK_BYTES))
     with loader_of(target, uri) as loader:
-        again = sync_pending(wide, on_published=loader)
+        again = sync_pending(wide_job(source, uri), on_published=loader)
     assert loader.left == {} and [t["streamed_chunks"] for t in loader.timeline] == [again.tables["public.wide"][
         "chunks"]], loader.summary()
     config = ApplyConfig(slot="s1", staging_root=uri, tables={})
     assert not any(r.applied for r in apply_slot(refusing_session(True), config, target))
     rows = "SELECT t::text FROM wide t ORDER BY id"
     assert query(target, rows) == query(source, rows) and synced(target) == {"public.wide": format_lsn(again.lsn)}
+
+
+def test_a_stream_the_snapshot_ends_before_says_why_and_commits_nothing(pg_server, pg_dsn, tmp_path):
+    """The snapshot fails once ``wide``'s first chunk is in the target's COPY: the loader's own reason, raised
+    inside that COPY (the snapshot ended before the next chunk), is the log's one line for it — not the server's
+    error that ended the COPY — and the target table keeps its old row and no sync mark."""
+    source = pg_dsn
+    target, before = target_with_an_old_wide_row(pg_server, source)
+    uri = str(tmp_path / "stage")
+    said: list[str] = []
+
+    def fail_once_copying(point: str) -> None:
+        if point == "chunk_written":
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not copying_into(target, "wide"):
+                time.sleep(0.05)
+            raise RuntimeError("the snapshot stopped")
+
+    with pytest.raises(RuntimeError, match="the snapshot stopped"), loader_of(target, uri, log=said.append) as loader:
+        initial_snapshot(wide_job(source, uri, initial=True), on_checkpoint=fail_once_copying, on_published=loader)
+    assert [line.split(" not streamed while it was read: ")[1] for line in said if "public.wide" in line] == [
+        "the snapshot of public.wide ended before its chunk 1 was written"], said
+    assert query(target, "SELECT t::text FROM wide t") == before and synced(target) == {}
+
+
+def test_a_later_snapshot_of_a_streamed_table_is_loaded_as_its_own(pg_server, pg_dsn, tmp_path):
+    """``wide`` streams while the initial snapshot reads it; a resync in the same run snapshots it again, in one
+    chunk, after a change: that publication is loaded as its own (rows and sync mark of the resync), never taken
+    for the first snapshot's stream, which had committed."""
+    source = pg_dsn
+    _, target = make_target(pg_server)
+    execute(source, SNAP_SCHEMA_SQL)
+    execute(target, TARGET_SQL)
+    uri = str(tmp_path / "stage")
+    with loader_of(target, uri) as loader:
+        first = initial_snapshot(wide_job(source, uri, initial=True), on_published=loader)
+        execute(source, "UPDATE wide SET payload = 'resynced' WHERE id = 1")
+        request_resync(wide_job(source, uri), ["public.wide"])
+        again = sync_pending(wide_job(source, uri, chunk_bytes=64 << 20), on_published=loader)
+    assert first.tables["public.wide"]["chunks"] >= 3 and again.tables["public.wide"]["chunks"] == 1
+    assert loader.left == {} and len(loader.timeline) == 2, loader.summary()
+    assert synced(target) == {"public.wide": format_lsn(again.lsn)}, loader.summary()
+    rows = "SELECT t::text FROM wide t ORDER BY id"
+    assert query(target, rows) == query(source, rows)
+
+
+def test_a_streamed_tables_loader_starts_only_once_a_load_slot_frees(pg_server, pg_dsn, tmp_path):
+    """parents and children load as two groups (the target does not link them), both held inside their COPY
+    when ``wide``'s first chunk is handed to the loader: with every load slot taken, no loader of ``wide`` runs
+    (none waits for a slot). Released, their slots free and ``wide``'s loader starts in one, COPYing it before
+    its other chunks are read; it ends as the load after the snapshot."""
+    source = pg_dsn
+    _, target = make_target(pg_server)
+    execute(source, SNAP_SCHEMA_SQL)
+    execute(target, TARGET_SQL.replace(" REFERENCES parents(id) ON DELETE CASCADE", ""))
+    uri = str(tmp_path / "stage")
+    changed, released = threading.Condition(), threading.Event()
+    held: list[str] = []
+    seen: dict[str, object] = {}
+
+    def hold_groups(point: str) -> None:
+        if point == "snapshot_copying" and threading.current_thread().name.startswith("snapshot-group"):
+            with changed:
+                held.append(threading.current_thread().name)
+                changed.notify_all()
+            released.wait(60)
+
+    class FirstChunkOnceHeld:
+        """The loader as the snapshot's listener; ``wide``'s first chunk reaches it once both groups hold."""
+
+        def __init__(self, loader: OverlappedLoad) -> None:
+            self.loader = loader
+
+        def __call__(self, tables: list[str]) -> None:
+            self.loader(tables)
+
+        def publishing(self, *args: object) -> None:
+            self.loader.publishing(*args)
+
+        def chunk_written(self, chunk: WrittenChunk) -> None:
+            if chunk.table != "public.wide" or chunk.index:
+                return self.loader.chunk_written(chunk)
+            with changed:
+                seen["held"] = changed.wait_for(lambda: len(held) == 2, timeout=60)
+            self.loader.chunk_written(chunk)
+            seen["loaders"] = [t.name for t in threading.enumerate() if t.name == "snapshot-stream"]
+            released.set()
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not copying_into(target, "wide"):
+                time.sleep(0.05)
+            seen["copying"] = copying_into(target, "wide")
+            return None
+
+    with loader_of(target, uri, on_checkpoint=hold_groups) as loader:
+        initial_snapshot(job(source, uri), on_published=FirstChunkOnceHeld(loader))
+    assert seen["held"] and seen["loaders"] == [] and seen["copying"], seen
+    assert loader.left == {} and set(loader.rows) == {f"public.{t}" for t in TABLES}, loader.summary()
+    assert [t["tables"] for t in loader.timeline if "streamed_chunks" in t] == [["public.wide"]], loader.timeline
+    assert_equal(source, target)
 
 
 TWO_SETS_SQL = """

@@ -23,6 +23,7 @@ loaded after its publication as above.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import queue
@@ -95,8 +96,11 @@ class OverlappedLoad:
         self._failed: str | None = None  # why the session did not open
         self._closed = False
         self._session: tuple[PostgresTarget, ApplyConfig] | None = None  # once open, for the streamed tables
-        self._opened = threading.Event()  # the session opened, or failed to
-        self._streams: dict[str, ChunkStream] = {}  # source table → its chunks streamed while it is read
+        # (source table, snapshot LSN) → its chunks streamed while it is read: a publication is answered only by
+        # the stream of that snapshot (``publishing``), never by an earlier one of the same table
+        self._streams: dict[tuple[str, int], ChunkStream] = {}
+        self._handed: dict[str, ChunkStream | None] = {}  # source table → the stream of its publication under way
+        self._unscheduled: list[ChunkStream] = []  # streams whose loader waits for the session to open
         self._streaming: list[threading.Thread] = []
 
     def __call__(self, tables: list[str]) -> None:
@@ -110,7 +114,7 @@ class OverlappedLoad:
 
     def published(self, tables: Sequence[str]) -> None:
         self._first = self._first if self._first is not None else time.monotonic()
-        stream = self._streams.get(tables[0]) if len(tables) == 1 else None
+        stream = self._handed.pop(tables[0], None) if len(tables) == 1 else None
         if stream is not None and stream.publish(self._since_first()):
             return  # its loader commits it now
         self._queue.put((self._since_first(), *tables))
@@ -121,18 +125,42 @@ class OverlappedLoad:
         if chunk.chunks < 2 or self._closed:
             return  # one chunk: loaded on its publication, nothing to overlap
         with self._lock:
-            stream = self._streams.get(chunk.table)
-            if stream is None or stream.lsn != chunk.lsn:
-                stream = self._streams[chunk.table] = ChunkStream(chunk)
-                thread = threading.Thread(target=self._stream, args=(stream,), name="snapshot-stream", daemon=True)
-                self._streaming.append(thread)
-                thread.start()
+            stream = self._streams.get((chunk.table, chunk.lsn))
+            if stream is None:
+                stream = self._streams[chunk.table, chunk.lsn] = ChunkStream(chunk)
+                self._unscheduled.append(stream)
         stream.add(chunk)
         self._start()
+        self._schedule()
 
-    def publishing(self, table: str) -> None:
-        if (stream := self._streams.get(table)) is not None:
-            stream.publishing()
+    def publishing(self, table: str, lsn: int) -> None:
+        stream = self._handed[table] = self._streams.get((table, lsn))
+        if stream is not None and stream.publishing():
+            self._log(f"snapshot of {table} at {format_lsn(lsn)} not streamed while it was read: its loader had not "
+                      "started (no load slot free, or no target session) when its last chunk was written")
+
+    def _schedule(self) -> None:
+        """Once the session is open, each new stream's loader starts as soon as one of the target's load slots is
+        free (``LoadSlots.start_when_free``): none waits for a slot on a thread and connection of its own."""
+        if self._session is None:
+            return  # ``_run`` schedules them once it opens
+        target, config = self._session
+        with self._lock:
+            streams, self._unscheduled = self._unscheduled, []
+        for stream in streams:
+            target.group_loads.start_when_free(functools.partial(self._start_stream, stream, target, config))
+
+    def _start_stream(self, stream: ChunkStream, target: PostgresTarget, config: ApplyConfig) -> bool:
+        """In a load slot just freed: start ``stream``'s loader, unless the table was read whole before (it is
+        loaded after its publication) or the snapshot's steps ended."""
+        if not stream.claim():
+            return False
+        thread = threading.Thread(target=self._stream, args=(stream, target, config), name="snapshot-stream",
+                                  daemon=True)
+        with self._lock:
+            self._streaming.append(thread)
+        thread.start()
+        return True
 
     def _start(self) -> None:
         with self._lock:
@@ -175,30 +203,26 @@ class OverlappedLoad:
                 # Once, before the loaders: two CREATE TABLE IF NOT EXISTS at once can both try to create it
                 ensure_sync_table(target.conn, qualified(target.bookkeeping_schema, SYNC_TABLE))
                 self._session = target, config
-                self._opened.set()
+                self._schedule()
                 threads = [threading.Thread(target=self._work, args=(target, config), name=f"snapshot-overlap-{i}",
                                             daemon=True) for i in range(self._workers)]
                 for thread in threads:
                     thread.start()
                 for thread in threads:
                     thread.join()
-                for thread in self._streaming:  # ``close`` ended their streams: none starts any more
-                    thread.join()
+                while streaming := [t for t in self._streaming if t.is_alive()]:  # one may start another's
+                    for thread in streaming:  # ``close`` ended their streams: none starts once these end
+                        thread.join()
         except Exception as exc:  # noqa: BLE001 - the apply after the snapshot loads every set, or reports it
             self._failed = _why(exc)
             self._leave(self._drain(), self._failed)
-        finally:
-            self._opened.set()
         self.seconds = time.monotonic() - started
 
-    def _stream(self, stream: ChunkStream) -> None:
-        """Stream one table's chunks into its target (``streamed.load_streamed``); a table not taken is loaded
-        on its publication, one that failed after it was handed over is left to the apply, saying why."""
+    def _stream(self, stream: ChunkStream, target: PostgresTarget, config: ApplyConfig) -> None:
+        """Stream one table's chunks into its target (``streamed.load_streamed``) in the load slot it was started
+        in, released at the end; a table not taken is loaded on its publication (the log says why), one that
+        failed after it was handed over is left to the apply, saying why."""
         try:
-            self._opened.wait()
-            if self._session is None:
-                raise NotStreamed("the target session did not open")
-            target, config = self._session
             with target.sibling() as mine:
                 rows = load_streamed(mine, config, stream)
             with self._lock:
@@ -208,15 +232,16 @@ class OverlappedLoad:
             for table in rows:
                 self._log(f"snapshot of {table} at {format_lsn(stream.lsn)} loaded while it was read "
                           f"({stream.chunks} chunks COPYed as written)")
-        except NotStreamed as exc:
+        except Exception as exc:  # noqa: BLE001 - loaded after its publication, or by the apply (which reports it)
             stream.drop()
-            log.debug("%s", exc)
-        except Exception as exc:  # noqa: BLE001 - the apply loads it (or reports the error itself)
-            stream.drop()
+            why = str(exc) if isinstance(exc, NotStreamed) else _why(exc)
             if stream.state == PUBLISHED:
-                self._leave([stream.table], _why(exc))
+                self._leave([stream.table], why)
             else:
-                log.debug("snapshot of %s not streamed: %s", stream.table, _why(exc))
+                self._log(f"snapshot of {stream.table} at {format_lsn(stream.lsn)} not streamed while it was read: "
+                          f"{why}")
+        finally:
+            target.group_loads.release()
 
     def _drain(self) -> list[str]:
         """The sets published but not taken by a loader (their session never opened)."""

@@ -50,7 +50,7 @@ from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import
 from airflow_provider_pglogical.apply.targets.postgres.catalog import ident
 from airflow_provider_pglogical.apply.targets.postgres.progress import SYNC_TABLE, ensure_sync_table, sync_marks
 from airflow_provider_pglogical.apply.targets.postgres.replication_role import set_replication_role
-from airflow_provider_pglogical.apply.targets.postgres.target_types import describe_types
+from airflow_provider_pglogical.apply.targets.postgres.target_types import PgType, describe_types
 from airflow_provider_pglogical.exceptions import ApplyError, format_lsn
 from airflow_provider_pglogical.snapshot.links import linked_components
 
@@ -67,6 +67,50 @@ CHECKPOINTS = ("snapshot_copying", "snapshot_loaded", "snapshot_before_commit", 
 PARALLEL_GROUPS = 2  # groups loaded at once: native's max_sync_workers_per_subscription default
 CHUNK_BYTES = 4 << 20  # COPY data handed from the executors to the loading connection per chunk
 _QUOTED_VALUE = re.compile(r':\s*".*', re.S)
+
+
+class LoadSlots:
+    """At most ``n`` snapshot load transactions at once (``PostgresTarget.group_loads``, shared by its siblings).
+    A load either waits for a slot (``with slots:``), or is started once one is free (``start_when_free``): a
+    loader that could only wait is not started, and holds no thread or connection, before it can load."""
+
+    def __init__(self, n: int) -> None:
+        self._free = n
+        self._changed = threading.Condition()
+        self._starts: deque[Callable[[], bool]] = deque()
+
+    def __enter__(self) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: self._free > 0)
+            self._free -= 1
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def start_when_free(self, start: Callable[[], bool]) -> None:
+        """Call ``start`` holding a slot, now or once one frees: it returns whether it loads (then it calls
+        ``release`` once its load ends), else the slot goes on."""
+        with self._changed:
+            self._starts.append(start)
+        self._hand_over()
+
+    def release(self) -> None:
+        with self._changed:
+            self._free += 1
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        """A free slot to the first waiting start that still loads; what is left to the loads that wait."""
+        while True:
+            with self._changed:
+                if not self._starts or self._free == 0:
+                    self._changed.notify_all()
+                    return
+                start = self._starts.popleft()
+                self._free -= 1
+            if not start():
+                with self._changed:
+                    self._free += 1
 
 
 class CachedText:
@@ -120,6 +164,16 @@ class StreamedText:
         pass
 
 
+def streamed_text(target: Any, plan: arrownet.RowsPlan) -> StreamedText:
+    """``plan``'s rows printed by this process while the COPY sends them, on its cores."""
+    return StreamedText(plan, target.config.write_partitions or os.cpu_count() or 1)
+
+
+def column_types(target: Any, table: PlannedTable) -> dict[str, PgType]:
+    """The target columns' types, as the COPY text of ``table``'s rows is printed for them."""
+    return describe_types(target.conn, [(c, target._existing(table.target).columns[c]) for c in table.columns])
+
+
 def copy_text(frame: DataFrame, types: Any) -> CachedText:
     """The frame's rows as COPY text (``copytext.copy_columns``, ``arrowtext``), cached."""
     from pyspark import StorageLevel
@@ -157,27 +211,31 @@ def table_text(target: Any, changes: Any, table: PlannedTable, types: Any) -> Ca
     plan = arrownet.plan_rows(found.files, table.columns, types, found.filesystem) if found else None
     if plan is None:
         return copy_text(changes.rows(table), types)
-    threads = target.config.write_partitions or os.cpu_count() or 1  # this process prints: its cores
-    log.debug("snapshot of %s printed straight from the staged files (%d row groups, %d threads)", table.target,
-              len(plan.tasks), threads)
-    return StreamedText(plan, threads)
+    log.debug("snapshot of %s printed straight from the staged files (%d row groups)", table.target, len(plan.tasks))
+    return streamed_text(target, plan)
 
 
 class _Feed:
     """The file object ``copy_expert`` reads: each ``read`` returns the next whole chunk; ``on_sent`` is
-    called when the second is asked for (the first is in the COPY)."""
+    called when the second is asked for (the first is in the COPY). ``failed``: what a ``read`` raised —
+    psycopg2 ends the COPY with it flattened into its own error's text."""
 
     def __init__(self, chunks: Iterator[bytes], on_sent: Callable[[], None]) -> None:
         self._chunks, self._on_sent, self._sent = chunks, on_sent, 0
+        self.failed: BaseException | None = None
 
     def read(self, _size: int = -1) -> bytes:
-        if self._sent == 1:
-            self._on_sent()
-        for data in self._chunks:
-            if data:
-                self._sent += 1
-                return data
-        return b""
+        try:
+            if self._sent == 1:
+                self._on_sent()
+            for data in self._chunks:
+                if data:
+                    self._sent += 1
+                    return data
+            return b""
+        except BaseException as exc:
+            self.failed = exc
+            raise
 
     def readline(self, _size: int = -1) -> bytes:  # never called by COPY FROM; part of the file API
         return self.read()
@@ -186,9 +244,16 @@ class _Feed:
 def copy_into(cur: Any, table: str, columns: Sequence[str], chunks: Iterator[bytes],
               on_sent: Callable[[], None] = lambda: None) -> int:
     """``COPY table (columns) FROM STDIN`` of text chunks on ``cur``'s connection (inside its transaction);
-    the row count PostgreSQL reports."""
+    the row count PostgreSQL reports. What ``chunks`` or ``on_sent`` raised is raised as it is, not as the
+    server's error that ended the COPY."""
     statement = sql.SQL("COPY {} ({}) FROM STDIN").format(ident(table), sql.SQL(", ").join(map(sql.Identifier, columns)))
-    cur.copy_expert(statement.as_string(cur), _Feed(chunks, on_sent), size=CHUNK_BYTES)
+    feed = _Feed(chunks, on_sent)
+    try:
+        cur.copy_expert(statement.as_string(cur), feed, size=CHUNK_BYTES)
+    except psycopg2.Error:
+        if feed.failed is not None:
+            raise feed.failed from None
+        raise
     return int(cur.rowcount)
 
 
@@ -216,9 +281,7 @@ def apply_snapshot(target: Any, plan: PlannedSnapshot, changes: Any) -> BatchRes
               if any(marks.get(t.target, -1) < plan.lsn for t in g)]
     if not groups:
         return result  # loaded by an earlier run (each group checked again inside its transaction)
-    types = {}
-    for t in (t for g in groups for t in g):
-        types[t.target] = describe_types(conn, [(c, target._existing(t.target).columns[c]) for c in t.columns])
+    types = {t.target: column_types(target, t) for g in groups for t in g}
     conn.commit()
     seconds = {"stage": 0.0, "apply": 0.0, "copy": 0.0}
     lock = threading.Lock()
@@ -232,7 +295,8 @@ def apply_snapshot(target: Any, plan: PlannedSnapshot, changes: Any) -> BatchRes
         texts = {t.target: table_text(target, changes, t, types[t.target]) for t in group}
         try:
             staged_at = time.monotonic()
-            rows, copy_s = _load_group(target, plan, sync_table, group, texts)
+            rows, copy_s = load_transaction(target, plan.slot, plan.lsn, sync_table, group,
+                                            lambda t: texts[t.target].chunks())
         finally:
             for text in texts.values():
                 text.unpersist()
@@ -268,40 +332,43 @@ def apply_snapshot(target: Any, plan: PlannedSnapshot, changes: Any) -> BatchRes
     return result
 
 
-def _load_group(target: Any, plan: PlannedSnapshot, sync_table: str, group: Sequence[PlannedTable],
-                texts: dict[str, CachedText | StreamedText]) -> tuple[dict[str, dict[str, int]], float]:
-    """One group's transaction on its own connection: TRUNCATE, COPY parents first, watermarks + sync LSNs, COMMIT.
+def load_transaction(target: Any, slot: str, lsn: int, sync_table: str, group: Sequence[PlannedTable],
+                     chunks: Callable[[PlannedTable], Iterator[bytes]],
+                     copied: Callable[[PlannedTable, int], None] = lambda _table, _rows: None,
+                     ) -> tuple[dict[str, dict[str, int]], float]:
+    """One atomic group's transaction on a connection of its own: TRUNCATE, COPY of each table's ``chunks``
+    (parents first) — ``copied`` with its row count, which may stop the load by raising — its watermark and sync
+    LSN, COMMIT. The rows committed by target table (none when the sync marks show the group loaded at ``lsn``)
+    and the seconds the COPYs took.
 
     The run's slot lock is held by the driver's session connection (``PostgresTarget.session``), so no other
     apply of the slot writes these marks; they are read again here, inside the transaction that sets them."""
-    progress = target.config.progress_table
     rows: dict[str, dict[str, int]] = {}
     copy_s = 0.0
-    names = ", ".join(t.target for t in group)
     conn = psycopg2.connect(target.dsn)
     try:
         set_replication_role(conn, target.config.session_replication_role)  # like a native table sync worker
         with conn.cursor() as cur:
-            marks = sync_marks(conn, plan.slot, sync_table)
-            if all(marks.get(t.target, -1) >= plan.lsn for t in group):
+            marks = sync_marks(conn, slot, sync_table)
+            if all(marks.get(t.target, -1) >= lsn for t in group):
                 conn.rollback()
                 return rows, copy_s
             cur.execute(sql.SQL("TRUNCATE {}").format(sql.SQL(", ").join(ident(t.target) for t in group)))
             for t in group:
                 copy_started = time.monotonic()
-                inserted = copy_into(cur, t.target, t.columns, texts[t.target].chunks(),
-                                     lambda: target.checkpoint("snapshot_copying"))
+                inserted = copy_into(cur, t.target, t.columns, chunks(t), lambda: target.checkpoint("snapshot_copying"))
                 copy_s += time.monotonic() - copy_started
-                rows[t.target] = {"snapshot_rows": inserted}
                 target.checkpoint("snapshot_loaded")
-                mark_synced(cur, progress, sync_table, plan.slot, t.target, plan.lsn, inserted)
+                copied(t, inserted)
+                rows[t.target] = {"snapshot_rows": inserted}
+                mark_synced(cur, target.config.progress_table, sync_table, slot, t.target, lsn, inserted)
             cur.execute("SET CONSTRAINTS ALL IMMEDIATE")
             target.checkpoint("snapshot_before_commit")
         conn.commit()
         target.checkpoint("snapshot_committed")
     except psycopg2.Error as exc:
         conn.rollback()
-        raise load_error(exc, plan.lsn, names) from None
+        raise load_error(exc, lsn, ", ".join(t.target for t in group)) from None
     finally:
         conn.close()
     return rows, copy_s

@@ -7,7 +7,7 @@ chunk (``snapshot/run.py`` ``ChunkListener``), a loader under the overlapped loa
 the snapshot writes it — read once into memory, its SHA-256 taken from those bytes, printed like the load after
 the snapshot prints them (``snapshot.StreamedText``). The transaction sets the sync marks and commits only once
 the table is published and its manifest names, chunk by chunk, the very bytes that were COPYed, and the rows:
-exactly what the load after the snapshot (``snapshot._load_group``) writes, in one transaction.
+exactly what the load after the snapshot writes, in the same transaction (``snapshot.load_transaction``).
 
 Nothing partial is ever committed: a snapshot that fails or dies before publishing the table takes the
 transaction with it (rolled back, or gone with the connection), and the table is loaded as without this. A
@@ -22,31 +22,21 @@ it was written (``ChunkStream.publishing``); a loader that has not begun its COP
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-import psycopg2
 import pyarrow as pa
 import pyarrow.parquet as pq
-from psycopg2 import sql
 
 from airflow_provider_pglogical.apply import direct, snapshots
 from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.targets.base import PlannedTable
 from airflow_provider_pglogical.apply.targets.postgres import arrownet
 from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import qualified
-from airflow_provider_pglogical.apply.targets.postgres.catalog import ident
-from airflow_provider_pglogical.apply.targets.postgres.progress import SYNC_TABLE, sync_marks
-from airflow_provider_pglogical.apply.targets.postgres.replication_role import set_replication_role
-from airflow_provider_pglogical.apply.targets.postgres.snapshot import (
-    StreamedText,
-    copy_into,
-    load_error,
-    mark_synced,
-)
-from airflow_provider_pglogical.apply.targets.postgres.target_types import PgType, describe_types
+from airflow_provider_pglogical.apply.targets.postgres.progress import SYNC_TABLE
+from airflow_provider_pglogical.apply.targets.postgres.snapshot import column_types, load_transaction, streamed_text
+from airflow_provider_pglogical.apply.targets.postgres.target_types import PgType
 from airflow_provider_pglogical.exceptions import ApplyError, format_lsn
 from airflow_provider_pglogical.snapshot.layout import SnapshotLayout
 from airflow_provider_pglogical.snapshot.run import WrittenChunk
@@ -78,12 +68,21 @@ class ChunkStream:
         self.published_s: float | None = None  # when handed over, in the overlapped load's timeline
         self._written: dict[int, WrittenChunk] = {}
         self._ended = False
+        self._claimed = False  # a loader was started for it
         self._changed = threading.Condition()
 
     def add(self, chunk: WrittenChunk) -> None:
         with self._changed:
             self._written[chunk.index] = chunk
             self._changed.notify_all()
+
+    def claim(self) -> bool:
+        """A loader may start for it (once: while its chunks are still being written and nobody else did)."""
+        with self._changed:
+            if self.state != WAITING or self._ended or self._claimed:
+                return False
+            self._claimed = True
+            return True
 
     def begin(self) -> bool:
         """The loader's COPY begins: False when the table is no longer its to load."""
@@ -114,13 +113,14 @@ class ChunkStream:
                 self.state = DROPPED
             self._changed.notify_all()
 
-    def publishing(self) -> None:
+    def publishing(self) -> bool:
         """Before the files move: wait while the loader, copying, has chunks still to read; a loader not copying
-        yet is not waited for (the table is then loaded after its publication)."""
+        yet is not waited for (the table is then loaded after its publication). Whether no loader was started."""
         with self._changed:
             if self.state == WAITING:
                 self.state = DROPPED
             self._changed.wait_for(lambda: self.state != COPYING or self.read == self.chunks)
+            return not self._claimed
 
     def publish(self, at_s: float) -> bool:
         """The table is published (``at_s``: when, in the overlapped load's timeline): whether the loader takes it
@@ -160,66 +160,37 @@ def plan_streamed(target: PostgresTarget, config: ApplyConfig, stream: ChunkStre
 
 
 def load_streamed(target: PostgresTarget, config: ApplyConfig, stream: ChunkStream) -> dict[str, dict[str, int]]:
-    """Load ``stream``'s table in one transaction while the snapshot writes its chunks; its rows committed
-    (``snapshot_rows`` by target table, as the load after the snapshot reports them; none when it was loaded
-    before). ``NotStreamed`` when rolled back before the snapshot handed the table over: it is loaded after its
-    publication. Any other failure after the handover: the apply after the snapshot loads the table."""
+    """Load ``stream``'s table in one transaction (``snapshot.load_transaction``, as the load after the snapshot)
+    while the snapshot writes its chunks, in a load slot of the target the caller holds
+    (``LoadSlots.start_when_free``); its rows committed (``snapshot_rows`` by target table; none when it was
+    loaded before). ``NotStreamed`` when rolled back before the snapshot handed the table over: it is loaded
+    after its publication. Any other failure after the handover: the apply after the snapshot loads the table."""
     table = plan_streamed(target, config, stream)
-    types = describe_types(target.conn, [(c, target._existing(table.target).columns[c]) for c in table.columns])
+    types = column_types(target, table)
     target.conn.commit()
     layout = SnapshotLayout.from_uri(config.staging_root, config.slot)
-    sync_table = qualified(target.bookkeeping_schema, SYNC_TABLE)
-    with target.group_loads:  # shared with the overlapped load's groups: PARALLEL_GROUPS transactions in all
-        if not stream.begin():
-            raise NotStreamed(f"{stream.table} was read before its loader could begin")
-        try:
-            inserted = _transaction(target, layout, sync_table, table, types, stream)
-            return {} if inserted is None else {table.target: {"snapshot_rows": inserted}}
-        finally:
-            stream.drop()  # whatever happened, nothing reads the chunks any more
-
-
-def _transaction(target: PostgresTarget, layout: SnapshotLayout, sync_table: str, table: PlannedTable,
-                 types: dict[str, PgType], stream: ChunkStream) -> int | None:
-    conn = psycopg2.connect(target.dsn)
+    if not stream.begin():
+        raise NotStreamed(f"{stream.table} was read before its loader could begin")
     try:
-        set_replication_role(conn, target.config.session_replication_role)  # like a native table sync worker
-        with conn.cursor() as cur:
-            cur.execute(sql.SQL("TRUNCATE {}").format(ident(table.target)))
-            try:
-                inserted = copy_into(cur, table.target, table.columns, _chunk_text(target, layout, table, types,
-                                                                                   stream),
-                                     lambda: target.checkpoint("snapshot_copying"))
-            except NotStreamed:
-                conn.rollback()
-                raise
-            target.checkpoint("snapshot_loaded")
-            if not stream.wait_published():
-                conn.rollback()
-                raise NotStreamed(f"the snapshot ended without publishing {stream.table}")
-            _verify(layout, stream, inserted)
-            if sync_marks(conn, target.config.slot, sync_table).get(table.target, -1) >= stream.lsn:
-                conn.rollback()  # loaded before (cannot be: the snapshot is new; the load after it checks too)
-                return None
-            mark_synced(cur, target.config.progress_table, sync_table, target.config.slot, table.target, stream.lsn,
-                        inserted)
-            cur.execute("SET CONSTRAINTS ALL IMMEDIATE")
-            target.checkpoint("snapshot_before_commit")
-        conn.commit()
-        target.checkpoint("snapshot_committed")
-        return inserted
-    except psycopg2.Error as exc:
-        conn.rollback()
-        raise load_error(exc, stream.lsn, table.target) from None
+        rows, _copy_s = load_transaction(
+            target, target.config.slot, stream.lsn, qualified(target.bookkeeping_schema, SYNC_TABLE), (table,),
+            lambda t: _chunk_text(target, layout, t, types, stream), lambda _t, inserted: _handed_over(layout, stream, inserted))
+        return rows
     finally:
-        conn.close()
+        stream.drop()  # whatever happened, nothing reads the chunks any more
+
+
+def _handed_over(layout: SnapshotLayout, stream: ChunkStream, rows: int) -> None:
+    """Before the sync marks: the snapshot published the table, and its manifest names the chunks COPYed."""
+    if not stream.wait_published():
+        raise NotStreamed(f"the snapshot ended without publishing {stream.table}")
+    _verify(layout, stream, rows)
 
 
 def _chunk_text(target: PostgresTarget, layout: SnapshotLayout, table: PlannedTable,
                 types: dict[str, PgType], stream: ChunkStream) -> Iterator[bytes]:
     """The COPY text of every chunk in order, each as soon as it is written: read once, hashed, checked to be
     plain rows (no exactness note, printable columns), then printed while the COPY sends it."""
-    threads = target.config.write_partitions or os.cpu_count() or 1
     for index in range(stream.chunks):
         chunk = stream.take(index)
         with layout.fs.open_input_stream(chunk.path) as f:
@@ -234,7 +205,7 @@ def _chunk_text(target: PostgresTarget, layout: SnapshotLayout, table: PlannedTa
         if plan is None:
             raise NotStreamed(f"the rows of {stream.table} need Spark's transforms")
         stream.was_read(index, digest)
-        yield from StreamedText(plan, threads).chunks()
+        yield from streamed_text(target, plan).chunks()
 
 
 def _verify(layout: SnapshotLayout, stream: ChunkStream, inserted: int) -> None:

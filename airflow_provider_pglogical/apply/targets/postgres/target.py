@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -129,7 +128,7 @@ class PostgresTarget:
         self._conn: Any = None
         # Snapshot groups loading at once, shared with this target's siblings: at most PARALLEL_GROUPS load
         # transactions (and their connections) however many threads load sets (``overlap.OverlappedLoad``).
-        self.group_loads = threading.BoundedSemaphore(snapshot.PARALLEL_GROUPS)
+        self.group_loads = snapshot.LoadSlots(snapshot.PARALLEL_GROUPS)
 
     @property
     def spark(self) -> SparkSession:
