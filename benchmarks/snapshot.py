@@ -32,6 +32,7 @@ CODE_ENV = "SNAPSHOT_BENCH_CODE"
 sys.path.insert(0, os.environ.get(CODE_ENV) or str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+from airflow_provider_pglogical.hooks.sizes import parse_size  # noqa: E402 - pure; the checkout's own
 from scripts.harness.pgserver import (  # noqa: E402
     execute,
     make_database,  # noqa: E402
@@ -210,7 +211,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=5_000_000)
     p.add_argument("--parallelism", type=int, default=2)
-    p.add_argument("--chunk-size", type=int, default=64 << 20, help="heap bytes per chunk")
+    p.add_argument("--chunk-size", type=parse_size, default=64 << 20,
+                   help="heap bytes per chunk: a byte count or a size such as 64MB (binary units)")
     p.add_argument("--master", default="local[2]")
     p.add_argument("--skip-apply", action="store_true", help="time the snapshot only (no Spark)")
     p.add_argument("--also-parallelism", type=int, nargs="*", default=[],

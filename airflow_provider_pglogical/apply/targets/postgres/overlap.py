@@ -142,9 +142,10 @@ class OverlappedLoad:
     def _schedule(self) -> None:
         """Once the session is open, each new stream's loader starts as soon as one of the target's load slots is
         free (``LoadSlots.start_when_free``): none waits for a slot on a thread and connection of its own."""
-        if self._session is None:
+        session = self._session  # read once: ``_run`` clears it when the session ends
+        if session is None:
             return  # ``_run`` schedules them once it opens
-        target, config = self._session
+        target, config = session
         with self._lock:
             streams, self._unscheduled = self._unscheduled, []
         for stream in streams:
@@ -157,9 +158,15 @@ class OverlappedLoad:
             return False
         thread = threading.Thread(target=self._stream, args=(stream, target, config), name="snapshot-stream",
                                   daemon=True)
-        with self._lock:
+        try:
+            thread.start()
+        except RuntimeError as exc:  # no thread to be had: the slot goes on, the table loads after its publication
+            stream.drop()
+            self._log(f"snapshot of {stream.table} at {format_lsn(stream.lsn)} not streamed while it was read: its "
+                      f"loader did not start ({exc})")
+            return False
+        with self._lock:  # after its start: ``_run`` joins only threads that ran (an unstarted one cannot be joined)
             self._streaming.append(thread)
-        thread.start()
         return True
 
     def _start(self) -> None:
@@ -203,16 +210,19 @@ class OverlappedLoad:
                 # Once, before the loaders: two CREATE TABLE IF NOT EXISTS at once can both try to create it
                 ensure_sync_table(target.conn, qualified(target.bookkeeping_schema, SYNC_TABLE))
                 self._session = target, config
-                self._schedule()
-                threads = [threading.Thread(target=self._work, args=(target, config), name=f"snapshot-overlap-{i}",
-                                            daemon=True) for i in range(self._workers)]
-                for thread in threads:
-                    thread.start()
-                for thread in threads:
-                    thread.join()
-                while streaming := [t for t in self._streaming if t.is_alive()]:  # one may start another's
-                    for thread in streaming:  # ``close`` ended their streams: none starts once these end
+                try:
+                    self._schedule()
+                    threads = [threading.Thread(target=self._work, args=(target, config),
+                                                name=f"snapshot-overlap-{i}", daemon=True) for i in range(self._workers)]
+                    for thread in threads:
+                        thread.start()
+                    for thread in threads:
                         thread.join()
+                    while streaming := [t for t in self._streaming if t.is_alive()]:  # one may start another's
+                        for thread in streaming:  # ``close`` ended their streams: none starts once these end
+                            thread.join()
+                finally:
+                    self._session = None  # its lock and connections end here: no loader starts under it any more
         except Exception as exc:  # noqa: BLE001 - the apply after the snapshot loads every set, or reports it
             self._failed = _why(exc)
             self._leave(self._drain(), self._failed)

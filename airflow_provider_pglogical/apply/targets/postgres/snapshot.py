@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg2
 import pyarrow as pa
-from psycopg2 import sql
+from psycopg2 import errorcodes, sql
 
 from airflow_provider_pglogical.apply.targets.base import BatchResult, DirectRowsSource, PlannedSnapshot, PlannedTable
 from airflow_provider_pglogical.apply.targets.postgres import arrownet, arrowtext
@@ -51,7 +51,7 @@ from airflow_provider_pglogical.apply.targets.postgres.catalog import ident
 from airflow_provider_pglogical.apply.targets.postgres.progress import SYNC_TABLE, ensure_sync_table, sync_marks
 from airflow_provider_pglogical.apply.targets.postgres.replication_role import set_replication_role
 from airflow_provider_pglogical.apply.targets.postgres.target_types import PgType, describe_types
-from airflow_provider_pglogical.exceptions import ApplyError, format_lsn
+from airflow_provider_pglogical.exceptions import ApplyError, PgLogicalError, format_lsn
 from airflow_provider_pglogical.snapshot.links import linked_components
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,9 @@ class LoadSlots:
         self._hand_over()
 
     def _hand_over(self) -> None:
-        """A free slot to the first waiting start that still loads; what is left to the loads that wait."""
+        """A free slot to the first waiting start that still loads; what is left to the loads that wait. Never
+        raises: it runs in ``release`` (another load's end, maybe after its COMMIT), and a start that raised
+        gives its slot back like one that declined."""
         while True:
             with self._changed:
                 if not self._starts or self._free == 0:
@@ -108,7 +110,12 @@ class LoadSlots:
                     return
                 start = self._starts.popleft()
                 self._free -= 1
-            if not start():
+            try:
+                loads = start()
+            except BaseException:  # noqa: BLE001 - a lost slot would hold every later load forever
+                log.exception("a snapshot loader failed to start; its table is loaded after its publication")
+                loads = False
+            if not loads:
                 with self._changed:
                     self._free += 1
 
@@ -241,19 +248,46 @@ class _Feed:
         return self.read()
 
 
+class FeedError(Exception):
+    """What a COPY's feed (``chunks`` or ``on_sent`` of ``copy_into``) raised that is not ours to raise as it is:
+    a read of the staged rows that failed (``OSError`` of an object store, a Spark job's error)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(feed_error_line(cause))
+        self.cause = cause
+
+
+FEED_LINE_CHARS = 200  # of a foreign error's first line in ours: a Spark job's error holds its whole Java stack
+
+
+def feed_error_line(exc: BaseException) -> str:
+    """``Type: first line`` of a foreign error, capped at ``FEED_LINE_CHARS``."""
+    lines = str(exc).strip().splitlines()
+    first = lines[0].strip() if lines else ""
+    if len(first) > FEED_LINE_CHARS:
+        first = first[:FEED_LINE_CHARS - 1] + "…"
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
 def copy_into(cur: Any, table: str, columns: Sequence[str], chunks: Iterator[bytes],
-              on_sent: Callable[[], None] = lambda: None) -> int:
+              on_sent: Callable[[], None] = lambda: None,
+              passed: tuple[type[BaseException], ...] = ()) -> int:
     """``COPY table (columns) FROM STDIN`` of text chunks on ``cur``'s connection (inside its transaction);
-    the row count PostgreSQL reports. What ``chunks`` or ``on_sent`` raised is raised as it is, not as the
-    server's error that ended the COPY."""
+    the row count PostgreSQL reports. What ``chunks`` or ``on_sent`` raised, not the server's error that ended the
+    COPY with it (``COPY from stdin failed``, SQLSTATE 57014): as it is when ours (``PgLogicalError``), an
+    interrupt or one of ``passed``, else as ``FeedError``. A server error raised before (a row it rejected) is
+    raised as it is: the server reports it only once the feed ends, whatever the feed raised meanwhile."""
     statement = sql.SQL("COPY {} ({}) FROM STDIN").format(ident(table), sql.SQL(", ").join(map(sql.Identifier, columns)))
     feed = _Feed(chunks, on_sent)
     try:
         cur.copy_expert(statement.as_string(cur), feed, size=CHUNK_BYTES)
-    except psycopg2.Error:
-        if feed.failed is not None:
-            raise feed.failed from None
-        raise
+    except psycopg2.Error as exc:
+        failed = feed.failed
+        if failed is None or exc.pgcode != errorcodes.QUERY_CANCELED:  # the server's error came first: its own
+            raise
+        if isinstance(failed, (PgLogicalError, KeyboardInterrupt, SystemExit, *passed)):
+            raise failed from None
+        raise FeedError(failed) from failed
     return int(cur.rowcount)
 
 
@@ -335,28 +369,37 @@ def apply_snapshot(target: Any, plan: PlannedSnapshot, changes: Any) -> BatchRes
 def load_transaction(target: Any, slot: str, lsn: int, sync_table: str, group: Sequence[PlannedTable],
                      chunks: Callable[[PlannedTable], Iterator[bytes]],
                      copied: Callable[[PlannedTable, int], None] = lambda _table, _rows: None,
+                     passed: tuple[type[BaseException], ...] = (),
                      ) -> tuple[dict[str, dict[str, int]], float]:
     """One atomic group's transaction on a connection of its own: TRUNCATE, COPY of each table's ``chunks``
     (parents first) — ``copied`` with its row count, which may stop the load by raising — its watermark and sync
     LSN, COMMIT. The rows committed by target table (none when the sync marks show the group loaded at ``lsn``)
-    and the seconds the COPYs took.
+    and the seconds the COPYs took. Errors are ``ApplyError``s naming the snapshot and the group, except ours
+    and ``passed`` (what a ``chunks`` or ``copied`` of the caller raises on purpose), raised as they are.
 
     The run's slot lock is held by the driver's session connection (``PostgresTarget.session``), so no other
-    apply of the slot writes these marks; they are read again here, inside the transaction that sets them."""
+    apply of the slot writes these marks; they are read again here, inside the transaction that sets them, once
+    before and once after ``TRUNCATE`` takes its lock: another load of these tables (a streamed one of a later
+    snapshot) may have committed while this one waited for it."""
     rows: dict[str, dict[str, int]] = {}
     copy_s = 0.0
+    names = ", ".join(t.target for t in group)
     conn = psycopg2.connect(target.dsn)
     try:
         set_replication_role(conn, target.config.session_replication_role)  # like a native table sync worker
         with conn.cursor() as cur:
-            marks = sync_marks(conn, slot, sync_table)
-            if all(marks.get(t.target, -1) >= lsn for t in group):
+            before = sync_marks(conn, slot, sync_table)
+            if all(before.get(t.target, -1) >= lsn for t in group):
                 conn.rollback()
                 return rows, copy_s
             cur.execute(sql.SQL("TRUNCATE {}").format(sql.SQL(", ").join(ident(t.target) for t in group)))
+            if loaded_while_waiting(before, sync_marks(conn, slot, sync_table), group, lsn):
+                conn.rollback()
+                return rows, copy_s
             for t in group:
                 copy_started = time.monotonic()
-                inserted = copy_into(cur, t.target, t.columns, chunks(t), lambda: target.checkpoint("snapshot_copying"))
+                inserted = copy_into(cur, t.target, t.columns, chunks(t), lambda: target.checkpoint("snapshot_copying"),
+                                     passed)
                 copy_s += time.monotonic() - copy_started
                 target.checkpoint("snapshot_loaded")
                 copied(t, inserted)
@@ -368,10 +411,21 @@ def load_transaction(target: Any, slot: str, lsn: int, sync_table: str, group: S
         target.checkpoint("snapshot_committed")
     except psycopg2.Error as exc:
         conn.rollback()
-        raise load_error(exc, lsn, ", ".join(t.target for t in group)) from None
+        raise load_error(exc, lsn, names) from None
+    except FeedError as exc:
+        conn.rollback()
+        raise ApplyError(f"snapshot at {format_lsn(lsn)} of {names} not applied: its staged rows could not be read "
+                         f"({exc}); nothing of it was committed, rerun the apply to load it whole") from exc.cause
     finally:
         conn.close()
     return rows, copy_s
+
+
+def loaded_while_waiting(before: dict[str, int], after: dict[str, int], group: Sequence[PlannedTable],
+                         lsn: int) -> bool:
+    """Whether a table of ``group`` was loaded at ``lsn`` or later between the sync marks read ``before`` and
+    ``after`` TRUNCATE took its lock: loading this snapshot would move its marks back."""
+    return any(after.get(t.target, -1) >= lsn and after.get(t.target) != before.get(t.target) for t in group)
 
 
 def mark_synced(cur: Any, progress: str, sync_table: str, slot: str, table: str, lsn: int, rows: int) -> None:

@@ -124,12 +124,13 @@ class ChunkStream:
 
     def publish(self, at_s: float) -> bool:
         """The table is published (``at_s``: when, in the overlapped load's timeline): whether the loader takes it
-        (it read every chunk and is still copying)."""
+        (it read every chunk and is still copying). Once only: a stream already published answers no later set."""
         with self._changed:
-            if self.state == COPYING and self.read == self.chunks:
+            taken = self.state == COPYING and self.read == self.chunks
+            if taken:
                 self.state, self.published_s = PUBLISHED, at_s
             self._changed.notify_all()
-            return self.state == PUBLISHED
+            return taken
 
     def end(self) -> None:
         """The snapshot's steps are over: a table not handed over by now never will be."""
@@ -174,7 +175,8 @@ def load_streamed(target: PostgresTarget, config: ApplyConfig, stream: ChunkStre
     try:
         rows, _copy_s = load_transaction(
             target, target.config.slot, stream.lsn, qualified(target.bookkeeping_schema, SYNC_TABLE), (table,),
-            lambda t: _chunk_text(target, layout, t, types, stream), lambda _t, inserted: _handed_over(layout, stream, inserted))
+            lambda t: _chunk_text(target, layout, t, types, stream),
+            lambda _t, inserted: _handed_over(layout, stream, inserted), passed=(NotStreamed,))
         return rows
     finally:
         stream.drop()  # whatever happened, nothing reads the chunks any more

@@ -1,0 +1,140 @@
+"""``snapshot.load_transaction``, the one load transaction of a snapshot's atomic group (the load after the snapshot
+and the streamed load), against a real PostgreSQL: a read of the staged rows failing mid-COPY is one typed line
+naming the snapshot and the table, with nothing committed; a load that waited for ``TRUNCATE``'s lock while another
+load of the table committed a later snapshot leaves that one in place."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import psycopg2
+import pytest
+
+from airflow_provider_pglogical.apply.targets.postgres.progress import (
+    PROGRESS_TABLE,
+    SYNC_TABLE,
+    ensure_bookkeeping,
+    ensure_sync_table,
+    sync_marks,
+)
+from airflow_provider_pglogical.apply.targets.postgres.snapshot import FEED_LINE_CHARS, load_transaction, mark_synced
+from airflow_provider_pglogical.exceptions import ApplyError, PgLogicalError
+from scripts.harness.pgserver import execute, make_target, query
+
+SLOT = "loadtx"
+TABLE = SimpleNamespace(target="public.t", columns=("id", "v"))
+L1, L2 = 0x1000, 0x2000
+
+
+class JavaError(Exception):
+    """Like py4j's ``Py4JJavaError``: its text is the whole Java stack, the first line a call's."""
+
+
+def _target(pg_server: Any) -> tuple[str, Any]:
+    _, dsn = make_target(pg_server)
+    execute(dsn, "CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t VALUES (1, 'kept')")
+    conn = psycopg2.connect(dsn)
+    ensure_bookkeeping(conn, PROGRESS_TABLE, "pglogical_rejects")
+    ensure_sync_table(conn, SYNC_TABLE)
+    conn.commit()
+    conn.close()
+    config = SimpleNamespace(session_replication_role="origin", progress_table=PROGRESS_TABLE)
+    return dsn, SimpleNamespace(dsn=dsn, config=config, checkpoint=lambda _point: None)
+
+
+def _marks(dsn: str) -> dict[str, int]:
+    conn = psycopg2.connect(dsn)
+    try:
+        return sync_marks(conn, SLOT, SYNC_TABLE)
+    finally:
+        conn.close()
+
+
+def test_a_read_failing_mid_copy_is_one_typed_line_and_commits_nothing(pg_server):
+    dsn, target = _target(pg_server)
+    stack = ("An error occurred while calling o85.toLocalIterator.\n: org.apache.spark.SparkException: "
+             + "at org.apache.spark.Stage.run(Stage.scala:1) " * 40)
+    for failure, shown in ((OSError("s3://bucket/stage/c00001.parquet: connection reset"),
+                            "OSError: s3://bucket/stage/c00001.parquet: connection reset"),
+                           (JavaError(stack), "JavaError: An error occurred while calling o85.toLocalIterator.")):
+        def chunks(_table: Any, failure: BaseException = failure) -> Iterator[bytes]:
+            yield b"2\tloaded\n"
+            raise failure
+
+        with pytest.raises(ApplyError) as raised:
+            load_transaction(target, SLOT, L1, SYNC_TABLE, (TABLE,), chunks)
+        message = str(raised.value)
+        assert message == (f"snapshot at 0/1000 of public.t not applied: its staged rows could not be read ({shown}); "
+                           "nothing of it was committed, rerun the apply to load it whole"), message
+        assert raised.value.__cause__ is failure
+        assert len(message) < 200 + FEED_LINE_CHARS
+        assert query(dsn, "SELECT id, v FROM t") == [(1, "kept")] and _marks(dsn) == {}
+
+    class Declined(Exception):
+        """What a caller's ``chunks`` raises on purpose (the streamed load's ``NotStreamed``)."""
+
+    def declined(_table: Any) -> Iterator[bytes]:
+        yield b"2\tloaded\n"
+        raise Declined("the snapshot ended before its chunk 1 was written")
+
+    for passed in ((Declined,), ()):
+        with pytest.raises(Declined if passed else ApplyError,
+                           match="chunk 1 was written$" if passed else r"\(Declined: the snapshot ended"):
+            load_transaction(target, SLOT, L1, SYNC_TABLE, (TABLE,), declined, passed=passed)
+
+    def ours(_table: Any) -> Iterator[bytes]:
+        yield b"2\tloaded\n"
+        raise PgLogicalError("staged file changed under the load")
+
+    with pytest.raises(PgLogicalError, match="^staged file changed under the load$"):
+        load_transaction(target, SLOT, L1, SYNC_TABLE, (TABLE,), ours)
+    def bad_row_then(failure: BaseException | None) -> Any:
+        def chunks(_table: Any) -> Iterator[bytes]:
+            yield b"x\tloaded\n"
+            if failure is not None:
+                raise failure
+        return chunks
+
+    # the server's own error stays the server's, one line without the row's value, even when the feed failed after
+    # the server had ended the COPY (it says so only once the feed ends)
+    for failure in (None, OSError("connection reset")):
+        with pytest.raises(ApplyError, match=r"^snapshot at 0/1000 of public.t not applied: \[22P02\] invalid "
+                                             r"input syntax for type integer$"):
+            load_transaction(target, SLOT, L1, SYNC_TABLE, (TABLE,), bad_row_then(failure))
+    assert query(dsn, "SELECT id, v FROM t") == [(1, "kept")] and _marks(dsn) == {}
+    # the way out the message names: the rerun loads the table whole
+    rows, _ = load_transaction(target, SLOT, L1, SYNC_TABLE, (TABLE,), lambda _t: iter([b"2\tloaded\n"]))
+    assert rows == {"public.t": {"snapshot_rows": 1}} and query(dsn, "SELECT id, v FROM t") == [(2, "loaded")]
+    assert _marks(dsn) == {"public.t": L1}
+
+
+def test_a_load_waiting_for_truncates_lock_leaves_a_later_snapshot_committed_meanwhile(pg_server):
+    """A load of ``t`` at L1 reads the sync marks (none), then waits for ``TRUNCATE``'s lock held by a load of
+    ``t`` at L2 (a streamed one) that commits: the L1 load rolls back, rows and marks stay L2's."""
+    dsn, target = _target(pg_server)
+    later = psycopg2.connect(dsn)
+    try:
+        with later.cursor() as cur:
+            cur.execute("TRUNCATE t")
+            cur.execute("INSERT INTO t VALUES (3, 'later')")
+            mark_synced(cur, PROGRESS_TABLE, SYNC_TABLE, SLOT, "public.t", L2, 1)
+        # the sync marks' rows are locked by the later load: the L1 load's first read of them does not wait
+        result: list[Any] = []
+        loading = threading.Thread(target=lambda: result.append(
+            load_transaction(target, SLOT, L1, SYNC_TABLE, (TABLE,), lambda _t: iter([b"1\tearlier\n"]))))
+        loading.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not query(
+                dsn, "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'TRUNCATE%'"):
+            time.sleep(0.02)
+        assert loading.is_alive(), result  # not vacuous: it waits for the lock
+        later.commit()
+    finally:
+        later.close()
+    loading.join(30)
+    assert result == [({}, 0.0)]
+    assert query(dsn, "SELECT id, v FROM t") == [(3, "later")] and _marks(dsn) == {"public.t": L2}
