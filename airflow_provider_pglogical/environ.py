@@ -1,10 +1,11 @@
-"""Variables set in this process's environment for a block: the in-process apply of the CLI and of the Airflow
-worker (a lake's credentials, an operator's ``env_vars``), and the benchmarks' switches."""
+"""This process's environment: variables set for a block (the in-process apply of the CLI and of the Airflow
+worker: a lake's credentials, an operator's ``env_vars``; the benchmarks' switches), and tuning variables read as
+whole numbers."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
 
@@ -21,3 +22,18 @@ def scoped(variables: Mapping[str, str]) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def whole_number(name: str, default: int, unit: str, zero: str, error: Callable[[str], Exception]) -> int:
+    """Variable ``name`` as a count of ``unit`` (``default`` when unset or blank; ``zero``: what 0 means). Anything
+    else, or a negative count, raises ``error`` with one line naming 0 and the default."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise error(f"{name}={text!r} is not a whole number of {unit} ({zero}; unset means {default})") from None
+    if value < 0:
+        raise error(f"{name}={value} is negative ({zero}; unset means {default})")
+    return value

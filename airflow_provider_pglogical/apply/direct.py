@@ -104,6 +104,7 @@ from airflow_provider_pglogical.apply.batches import (
 )
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import Cut, DirectNet, DirectRows, PlannedTable
+from airflow_provider_pglogical.environ import whole_number
 from airflow_provider_pglogical.exceptions import ApplyError, RowFilterError
 from airflow_provider_pglogical.row_filter import canonical
 from airflow_provider_pglogical.staging.layout import resolve_filesystem
@@ -139,27 +140,14 @@ def enabled() -> bool:
 def inprocess_rows() -> int:
     """Most staged changes netted in this process in one piece (``PGLOGICAL_APPLY_INPROCESS_ROWS``): a whole
     table-batch, or on average a key partition of a larger one; 0: none netted here."""
-    return _whole_number(ROWS_SWITCH, INPROCESS_ROWS, "staged changes", "0 switches the in-process netting off")
+    return whole_number(ROWS_SWITCH, INPROCESS_ROWS, "staged changes", "0 switches the in-process netting off",
+                        ApplyError)
 
 
 def inprocess_bytes() -> int:
     """Most uncompressed staged bytes netted in this process in one piece (``PGLOGICAL_APPLY_INPROCESS_BYTES``): a
     whole table-batch, or on average a key partition of a larger one; 0: no byte bound."""
-    return _whole_number(BYTES_SWITCH, INPROCESS_BYTES, "bytes", "0 switches the byte bound off")
-
-
-def _whole_number(switch: str, default: int, unit: str, zero: str) -> int:
-    """Variable ``switch`` as a count of ``unit`` (``default`` when unset; ``zero``: what 0 means)."""
-    text = os.environ.get(switch, "").strip()
-    if not text:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise ApplyError(f"{switch}={text!r} is not a whole number of {unit} ({zero}; unset means {default})") from None
-    if value < 0:
-        raise ApplyError(f"{switch}={value} is negative ({zero})")
-    return value
+    return whole_number(BYTES_SWITCH, INPROCESS_BYTES, "bytes", "0 switches the byte bound off", ApplyError)
 
 
 def staged_bytes(paths: Sequence[str], fs: pafs.FileSystem | None = None) -> tuple[int, int]:

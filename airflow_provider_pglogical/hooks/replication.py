@@ -18,13 +18,13 @@ busy. The walsender holds the slot while the stream is open;
 The compiled module's libpq reads the stream (COPY BOTH, socket waits without the GIL); ``split_messages``
 is the Python reference of its bound rule. A thread of the stream's own reads it up to ``READ_AHEAD_BYTES``
 ahead of the decoder (``hooks.readahead``), so the walsender is not kept waiting on a full socket while the
-client stages; ``PGLOGICAL_STREAM_READ_AHEAD=0`` reads it on the decoder's thread instead (the reference).
+client stages; ``PGLOGICAL_STREAM_READ_AHEAD=0`` reads it on the decoder's thread instead (the reference). Either
+way ``blocks()`` ends only at the bound: a stream stopped before it (closed, or broken) raises.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import struct
 import threading
 import time
@@ -35,9 +35,10 @@ from typing import Any, Literal, cast
 import psycopg2
 
 from airflow_provider_pglogical.decoding import speedups
-from airflow_provider_pglogical.exceptions import ReplicationConnectionError, format_lsn
+from airflow_provider_pglogical.environ import whole_number
+from airflow_provider_pglogical.exceptions import ReplicationConnectionError, StagingError, format_lsn
 from airflow_provider_pglogical.hooks import copystream, errors
-from airflow_provider_pglogical.hooks.readahead import ReadAhead
+from airflow_provider_pglogical.hooks.readahead import ReadAhead, ReadAheadClosed
 
 log = logging.getLogger(__name__)
 
@@ -88,14 +89,9 @@ def split_messages(messages: Sequence[bytes], bound: int, in_tx: bool) -> tuple[
 
 
 def read_ahead_bytes() -> int:
-    """``READ_AHEAD_BYTES``, or the bytes ``PGLOGICAL_STREAM_READ_AHEAD`` gives (0: no read-ahead)."""
-    value = os.environ.get(READ_AHEAD_ENV, "").strip()
-    if not value:
-        return READ_AHEAD_BYTES
-    try:
-        return max(int(value), 0)
-    except ValueError:
-        raise ValueError(f"{READ_AHEAD_ENV}={value!r} is not a number of bytes (0 reads without read-ahead)") from None
+    """``READ_AHEAD_BYTES``, or the bytes ``PGLOGICAL_STREAM_READ_AHEAD`` gives (0: no read-ahead); anything but a
+    whole number of bytes is a ``StagingError``."""
+    return whole_number(READ_AHEAD_ENV, READ_AHEAD_BYTES, "bytes", "0 reads on the decoder's thread", StagingError)
 
 
 def block_bytes(block: Sequence[Row]) -> int:
@@ -135,7 +131,8 @@ class ReplicationStream:
     ``blocks()`` yields the peek-shaped ``(lsn, 0, data)`` rows in lists of up to ``itersize`` and ends at
     the bound with the stream still open, so the last batch's end can be confirmed through it too;
     ``confirm(lsn)`` reports ``lsn`` as flushed (only ever a published batch's end); ``close()`` ends the
-    stream and returns once the server has released the slot. ``slot_pid`` gives the slot's
+    stream and returns once the server has released the slot. Every reader calls ``close()`` (in a ``finally``):
+    the read-ahead thread waits for its consumer until then, the walsender holding the slot. ``slot_pid`` gives the slot's
     ``active_pid`` (None when free): a walsender decoding a long stretch with nothing to send does not
     look at its connection, so ours (the replication connection's own server process) still holding the
     slot after ``EXIT_WAIT_S`` is ended (``pg_terminate_backend`` through ``terminate``); a status update
@@ -154,7 +151,8 @@ class ReplicationStream:
         self.slot, self.bound, self.itersize = slot, bound, max(int(itersize), 1)
         self.confirmed = start_lsn
         self._slot_pid, self._terminate = slot_pid, terminate
-        self.done = False  # read to the bound
+        self.done = False  # every row up to the bound given to blocks()' consumer
+        self._reached = False  # the read (on whichever thread) reached the bound
         self.read_ahead = read_ahead_bytes() if read_ahead is None else max(int(read_ahead), 0)
         self._ahead: ReadAhead[Row] | None = None
         self._report = False  # a confirmed position for the read-ahead thread to send after its current read
@@ -175,7 +173,8 @@ class ReplicationStream:
         if refused is not None:
             self.close(wait=False)  # never ours: the slot may be another consumer's
             raise self._failed(*refused)
-        # The thread holds the stream weakly: one dropped without close() is not kept alive (holding the slot).
+        # The heartbeat holds the stream weakly: one dropped unread without close() is not kept alive (holding the
+        # slot). A read-ahead thread holds it until close(), which every reader calls (``blocks()`` on its own end).
         self._heartbeat = threading.Thread(target=_heartbeat, args=(weakref.ref(self), self._stopped),
                                            name=f"replication-heartbeat-{slot}", daemon=True)
         self._heartbeat.start()
@@ -207,41 +206,51 @@ class ReplicationStream:
                                           f"{first}", hint="")
 
     def blocks(self) -> Generator[list[Row], None, None]:
-        """The rows up to the bound; closing the generator early closes the stream."""
+        """The rows up to the bound; closing the generator early closes the stream. A stream closed (or broken)
+        before its bound raises ``ReplicationConnectionError``, never ends: what was read ahead and not given is
+        gone, and a drain taking that end as the bound's would publish past transactions it never staged."""
         done = False
         try:
             if self.read_ahead > 0:
                 self._ahead = ReadAhead(self._read(), self.read_ahead, block_bytes,
                                         name=f"replication-read-{self.slot}")
-                yield from self._ahead
+                try:
+                    yield from self._ahead
+                except ReadAheadClosed:
+                    raise self._ended_early() from None
             else:
                 yield from self._read()
+            if not self._reached:  # never reported as read to the bound
+                raise self._ended_early()
             done = self.done = True
         finally:
             if not done:
                 self.close()
+
+    def _ended_early(self) -> ReplicationConnectionError:
+        return ReplicationConnectionError(f"the stream of slot {self.slot!r} ended before its bound", hint=RUN_AGAIN)
 
     def _read(self) -> Generator[list[Row], None, None]:
         """The rows up to the bound, read on the thread iterating it."""
         in_tx = False
         while True:
             if self._conn is None or self._stopped.is_set():  # closed: the rest is never read
-                raise ReplicationConnectionError(f"the stream of slot {self.slot!r} ended before its bound",
-                                                 hint=RUN_AGAIN)
+                raise self._ended_early()
             if self._report:
                 self._report = False
-                self._status(self.confirmed, reply=False)
+                self._status(reply=False)
             with self._using:
                 rows, in_tx, state, error = self._compiled.repl_read(
                     self._conn.handle, self.itersize, self.bound, in_tx, self.confirmed, IDLE_WAIT_MS)
             if rows:
                 yield rows
             if state == "bound":
+                self._reached = True
                 return
             if state == "ended":
                 raise self._failed(*(error or ("", "the server ended the stream")), ended=True)
             if state == "idle":  # ask for the walsender's position: a keepalive (its walEnd) answers
-                self._status(self.confirmed, reply=True)
+                self._status(reply=True)
 
     @property
     def open(self) -> bool:
@@ -254,12 +263,14 @@ class ReplicationStream:
         if self._ahead is not None and self._ahead.running:
             self._report = True  # sent by the reading thread after its current read (else by the heartbeat)
         elif self._conn is not None:
-            self._status(self.confirmed, reply=False)
+            self._status(reply=False)
 
-    def _status(self, lsn: int, *, reply: bool) -> None:
+    def _status(self, *, reply: bool) -> None:
+        """The confirmed position, read under the lock: a later confirm's position is never overtaken by an
+        earlier one's, so the position sent never goes backwards."""
         assert self._conn is not None
         with self._using:
-            failed = self._compiled.repl_status(self._conn.handle, lsn, reply)
+            failed = self._compiled.repl_status(self._conn.handle, self.confirmed, reply)
         if failed is not None:
             raise ReplicationConnectionError(f"streaming slot {self.slot!r} failed: {str(failed).strip()}",
                                              hint=RUN_AGAIN)

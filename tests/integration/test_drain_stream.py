@@ -20,7 +20,7 @@ from airflow_provider_pglogical.staging import StagingReader
 from airflow_provider_pglogical.staging.drain import DrainConfig, drain_run, drain_slot
 from tests.conftest import REPO_ROOT
 from tests.integration.test_drain_run import assert_same_staged_log
-from tests.support.drain import assert_log_matches, run_tx, staged, workload
+from tests.support.drain import assert_log_matches, run_tx, staged, staged_xids, workload
 from tests.support.drain_child import KILLED
 
 pytestmark = pytest.mark.skipif(not replication.available(), reason="compiled helpers not built with libpq")
@@ -92,11 +92,13 @@ def test_the_streamed_drain_stages_what_the_sql_peek_stages(drain_source, tmp_pa
     assert not info.active and info.confirmed_flush_lsn == streamed[-1].end_lsn
 
 
-def test_the_walsender_sends_on_while_the_decoder_holds_a_block(drain_source):
+def test_the_walsender_sends_on_while_the_decoder_holds_a_block(drain_source, monkeypatch):
     """A transaction whose messages outgrow the sockets' buffers, then another: while the decoder holds the first
     block (staging it), the stream's own thread reads on, so the walsender replays the whole first transaction
     and goes on into the next one's WAL (its ``sent_lsn``); read on the decoder's thread, the walsender waited
-    on the full socket inside the first one."""
+    on the full socket inside the first one. The read-ahead is set well above the first transaction's ~67 MB of
+    rows (``block_bytes``), whatever the environment says."""
+    monkeypatch.setenv(replication.READ_AHEAD_ENV, str(128 << 20))
     cur, hook = drain_source
     run_tx(cur, [("INSERT INTO events (account, kind, payload) SELECT g, 'bulk', repeat(md5(g::text), 64) "
                   "FROM generate_series(1, 30000) g", ())])  # ~60 MB of messages, little WAL (compressed values)
@@ -267,29 +269,43 @@ def test_a_refused_replication_connection_is_one_typed_line_and_the_sql_read_it_
     assert_log_matches(str(tmp_path / "sql"), "s1", xids)
 
 
-def test_a_stream_the_server_ends_mid_run_confirms_nothing_unpublished_and_the_rerun_reads_on(drain_source,
-                                                                                               tmp_path):
-    """The walsender ended after the first batch's manifest (as a wal_sender_timeout would). What it had sent is
-    still read and staged; if the run needed more, it fails with one typed line. Either way the slot ends at the
-    last published batch, and the next run leaves every transaction staged exactly once."""
+@pytest.mark.parametrize("empty_advance_bytes", [None, 1])
+def test_a_stream_the_server_ends_mid_run_confirms_nothing_unpublished_and_the_rerun_reads_on(
+        drain_source, tmp_path, monkeypatch, empty_advance_bytes):
+    """The walsender ended after the first batch's manifest (as a wal_sender_timeout would), the read-ahead thread
+    having read to the bound: confirming that batch fails and closes the stream, dropping the rows read ahead. The
+    run then fails with one typed line rather than taking the stream's end for the bound's (which, with
+    ``empty_advance_bytes`` reached, would publish an empty batch at the bound and advance the slot past
+    transactions never staged). The slot ends at the last published batch, and the next run leaves every
+    transaction staged exactly once, as the SQL drain of a twin slot stages them."""
     from airflow_provider_pglogical.exceptions import ReplicationConnectionError
 
+    monkeypatch.setenv(replication.READ_AHEAD_ENV, str(replication.READ_AHEAD_BYTES))
     cur, hook = drain_source
+    hook.create_slot("twin")
     xids = workload(cur, 40)
-    uri = str(tmp_path / "stage")
+    uri, twin_uri = str(tmp_path / "stage"), str(tmp_path / "sql")
+    kw = {"max_changes": 25, "empty_advance_bytes": empty_advance_bytes}
 
     def end_the_walsender(name: str) -> None:
         if name == "manifest_written" and not StagingReader.from_uri(uri, "s1").batches()[1:]:
             cur.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 's1'")
+            deadline = time.monotonic() + 30
+            while hook.slot_info("s1").active and time.monotonic() < deadline:
+                time.sleep(0.05)
+            # Two heartbeats: the first write to the dead connection fails silently, the second reads its end, so
+            # the batch's confirmation fails (and the reading thread has long read everything to the bound).
+            time.sleep(2.5 * replication.HEARTBEAT_S)
 
-    try:
-        drain_run(hook, config(uri, "s1", max_changes=25, read="stream", itersize=10), on_checkpoint=end_the_walsender)
-    except ReplicationConnectionError as err:
-        assert "\n" not in str(err) and "run the drain again" in str(err)
+    with pytest.raises(ReplicationConnectionError) as err:
+        drain_run(hook, config(uri, "s1", read="stream", itersize=10, **kw), on_checkpoint=end_the_walsender)
+    assert "\n" not in str(err.value) and "run the drain again" in str(err.value)
     published = StagingReader.from_uri(uri, "s1").batches()
     assert published and hook.slot_info("s1").confirmed_flush_lsn == published[-1].end_lsn
-    drain_run(hook, config(uri, "s1", max_changes=25, read="stream"))
+    drain_run(hook, config(uri, "s1", read="stream", **kw))
+    drain_run(hook, config(twin_uri, "twin", read="sql", **kw))
     assert_log_matches(uri, "s1", xids)
+    assert staged_xids(uri, "s1") == staged_xids(twin_uri, "twin")
 
 
 def test_a_slot_a_crash_brings_back_behind_the_staged_log_is_refused_and_nothing_moves(tmp_path):

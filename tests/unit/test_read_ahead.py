@@ -5,10 +5,11 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_pglogical.hooks.readahead import ReadAhead
+from airflow_provider_pglogical.hooks.readahead import ReadAhead, ReadAheadClosed
 
 
 class Broken(Exception):
@@ -21,9 +22,11 @@ class Broken(Exception):
 def test_read_ahead_gives_the_sources_blocks_in_order_and_holds_at_most_its_bound(blocks, limit, fails, stop_after,
                                                                                    pauses):
     """The consumer gets the source's blocks in order, then the source's error (none early, none lost); the
-    thread asks the source for a block only while less than the bound waits (so at most the bound plus one block
-    is held); a consumer stopping early closes the source on the thread, which then ends."""
+    thread asks the source for a block only while less than the bound waits (so less than the bound plus one block
+    is held); a consumer stopping early closes the source on the thread, which then ends; iterated after close()
+    it raises, never ending as the source would."""
     size = len  # a block's bytes: its length (empty blocks weigh nothing)
+    asked_held: list[int] = []  # bytes waiting whenever the thread asks the source for a block
     seen_held: list[int] = []
     closed = threading.Event()
     holder: list[ReadAhead[int]] = []
@@ -32,7 +35,7 @@ def test_read_ahead_gives_the_sources_blocks_in_order_and_holds_at_most_its_boun
         try:
             for block in blocks:
                 if holder:
-                    seen_held.append(holder[0].held)
+                    asked_held.append(holder[0].held)
                 yield block
             if fails:
                 raise Broken("the stream ended")
@@ -62,4 +65,32 @@ def test_read_ahead_gives_the_sources_blocks_in_order_and_holds_at_most_its_boun
     assert got == expected
     assert (raised is not None) == (fails and (stop_after is None or stop_after >= len(blocks)))
     biggest = max((size(b) for b in blocks), default=0)
+    assert all(held < limit for held in asked_held)
     assert all(held < limit + biggest for held in seen_held)
+    with pytest.raises(ReadAheadClosed):
+        next(iter(ahead))
+
+
+class ClosingFails:
+    """A source whose ``close()`` fails (a connection that breaks as it is closed)."""
+
+    def __init__(self, blocks: list[list[int]]) -> None:
+        self.blocks = iter(blocks)
+
+    def __iter__(self) -> ClosingFails:
+        return self
+
+    def __next__(self) -> list[int]:
+        return next(self.blocks)
+
+    def close(self) -> None:
+        raise Broken("closing failed")
+
+
+def test_an_error_closing_the_source_reaches_the_consumer_after_the_blocks():
+    ahead = ReadAhead(ClosingFails([[1], [2, 3]]), 10, len, name="test-read-ahead-close")
+    got: list[list[int]] = []
+    with pytest.raises(Broken, match="closing failed"):
+        got.extend(ahead)
+    ahead.close()
+    assert got == [[1], [2, 3]]
