@@ -12,6 +12,7 @@ import pytest
 
 from scripts.harness.pgserver import PgServer, drop_database, make_database, start_server, stop_server
 from tests.support.classarchive import ensure_archive
+from tests.support.objstores import shared_azurite  # noqa: F401  (fixture: Azurite, started once per process)
 from tests.support.s3server import s3  # noqa: F401  (fixture: a real S3 server on 127.0.0.1)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 import pyarrow.fs as pafs
 
 from airflow_provider_pglogical.history.record import RunRecord, name_time, now, record_name
-from airflow_provider_pglogical.staging.layout import StagingLayout
+from airflow_provider_pglogical.staging.layout import StagingLayout, make_dirs
 from airflow_provider_pglogical.staging.manifest import read_text, write_text_atomic
 
 HISTORY_DIR = "history"
@@ -58,7 +58,7 @@ class RunHistory:
 
     def append(self, record: RunRecord) -> str:
         """Write the record (atomically) and prune; returns its path."""
-        self.layout.fs.create_dir(self.directory, recursive=True)
+        make_dirs(self.layout.fs, self.directory)
         path = f"{self.directory}/{record_name(record)}"
         write_text_atomic(self.layout, path, record.to_json())
         self.prune()

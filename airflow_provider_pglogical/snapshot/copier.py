@@ -25,7 +25,7 @@ from airflow_provider_pglogical.exceptions import SnapshotConnectionLostError, S
 from airflow_provider_pglogical.hooks.cursor import use_server_encoding
 from airflow_provider_pglogical.snapshot.copyframe import TRAILER, frame_copy_block, header_length, join_rows
 from airflow_provider_pglogical.staging import schema as S
-from airflow_provider_pglogical.staging.layout import move_file, resolve_filesystem
+from airflow_provider_pglogical.staging.layout import make_dirs, move_file, resolve_filesystem
 from airflow_provider_pglogical.staging.manifest import hash_file
 
 if TYPE_CHECKING:
@@ -169,7 +169,7 @@ class _ParquetSink:
                   images.notes]
         table = pa.Table.from_arrays(arrays, schema=self.schema)
         if self.writer is None:
-            self.fs.create_dir(self.tmp.rsplit("/", 1)[0], recursive=True)
+            make_dirs(self.fs, self.tmp.rsplit("/", 1)[0])
             # No dictionary pages: a snapshot's columns are mostly distinct values (keys, timestamps, amounts),
             # where dictionary encoding only costs time; zstd alone wrote 500k orders rows 1.9x faster and 48%
             # smaller (docs/performance.md). Readers see no difference.

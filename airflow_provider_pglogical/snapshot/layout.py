@@ -31,6 +31,7 @@ from airflow_provider_pglogical.staging.layout import (
     MANIFEST,
     PARTIAL_PREFIX,
     StagingLayout,
+    make_dirs,
     quote_name,
     unquote_name,
 )
@@ -238,7 +239,7 @@ class SnapshotLayout:
             return existing
         body = {"table": table, "reason": reason, "request_id": f"{time.time_ns():x}",
                 "requested_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
-        self.fs.create_dir(f"{self.root}/{REQUESTS}", recursive=True)
+        make_dirs(self.fs, f"{self.root}/{REQUESTS}")
         write_text_atomic(self.staging, self._request_path(table), json.dumps(body) + "\n")
         return body
 
@@ -262,7 +263,7 @@ class SnapshotLayout:
                 self.fs.delete_file(path)
 
     def write_progress(self, table: str, body: dict[str, Any]) -> None:
-        self.fs.create_dir(f"{self.root}/{PROGRESS}", recursive=True)
+        make_dirs(self.fs, f"{self.root}/{PROGRESS}")
         write_text_atomic(self.staging, self._progress_path(table), json.dumps(body) + "\n")
 
     def progress(self, table: str) -> dict[str, Any] | None:

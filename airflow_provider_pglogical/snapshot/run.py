@@ -72,6 +72,7 @@ from airflow_provider_pglogical.snapshot.source import (
     foreign_key_links,
 )
 from airflow_provider_pglogical.staging.credentials import process_environment
+from airflow_provider_pglogical.staging.layout import make_dirs
 from airflow_provider_pglogical.staging.manifest import FileRecord
 
 log = logging.getLogger(__name__)
@@ -335,7 +336,7 @@ def _copy_tables(job: SnapshotJob, layout: SnapshotLayout, reads: dict[str, Tabl
             logger.info("removing unpublished snapshot leftover %s", leftover)
             layout.fs.delete_dir(leftover)
         partial = layout.partial_dir(table, exported.lsn)
-        layout.fs.create_dir(f"{partial}/chunks", recursive=True)
+        make_dirs(layout.fs, f"{partial}/chunks")
         tasks[table] = []
         # A routed partitioned table: every leaf read on its own, in the same exported snapshot, its files
         # ``chunks/p<leaf>-c<chunk>`` (one part per leaf in the manifest); otherwise the table itself.

@@ -39,6 +39,14 @@ def is_local_filesystem(fs: pafs.FileSystem | None) -> bool:
     return fs is None or isinstance(fs, pafs.LocalFileSystem)
 
 
+def make_dirs(fs: pafs.FileSystem, path: str) -> None:
+    """The directory ``path`` and its parents, where ``fs`` has directories. S3 has none: an object's key makes its
+    prefix, which listings and ``get_file_info`` find, while a marker object per level would cost a bucket check
+    and a PUT per level before every file written (nothing is read from a marker)."""
+    if not isinstance(fs, pafs.S3FileSystem):
+        fs.create_dir(path, recursive=True)
+
+
 def resolve_filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     """A pyarrow filesystem and root path for a URI (``s3://``, ``gs://``, ``abfs://``, ``file://``…) or a local
     path; credentials registered for the URI's root (``staging/credentials.py``) come first, then GCS and Azure
@@ -176,6 +184,6 @@ class StagingLayout:
         for info in self.fs.get_file_info(pafs.FileSelector(src, recursive=True)):
             if info.type == pafs.FileType.File:
                 target = dst + info.path[len(src):]
-                self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+                make_dirs(self.fs, target.rsplit("/", 1)[0])
                 move_file(self.fs, info.path, target)
         self.fs.delete_dir(src)

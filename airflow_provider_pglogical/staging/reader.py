@@ -13,7 +13,14 @@ import pyarrow.parquet as pq
 
 from airflow_provider_pglogical.exceptions import StagingError, format_lsn
 from airflow_provider_pglogical.relation_shape import RelationShape
-from airflow_provider_pglogical.staging.layout import MANIFEST, RELATION_STATE, RELATIONS, TRUNCATES, StagingLayout
+from airflow_provider_pglogical.staging.layout import (
+    MANIFEST,
+    RELATION_STATE,
+    RELATIONS,
+    TRUNCATES,
+    StagingLayout,
+    make_dirs,
+)
 from airflow_provider_pglogical.staging.manifest import (
     Manifest,
     read_manifest,
@@ -180,7 +187,7 @@ class StagingReader:
 
     def save_state_copy(self, state: Any, end_lsn: int) -> None:
         """Keep a slot-level copy so numbering survives pruning of every batch."""
-        self.layout.fs.create_dir(self.layout.state_dir, recursive=True)
+        make_dirs(self.layout.fs, self.layout.state_dir)
         body = {"end_lsn_int": end_lsn, "end_lsn": format_lsn(end_lsn), "relations": state}
         write_text_atomic(self.layout, f"{self.layout.state_dir}/{STATE_FILE}", json.dumps(body, ensure_ascii=False))
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from airflow_provider_pglogical.exceptions import StagingError, format_lsn
-from airflow_provider_pglogical.staging.layout import MANIFEST, StagingLayout, quote_name, unquote_name
+from airflow_provider_pglogical.staging.layout import MANIFEST, StagingLayout, make_dirs, quote_name, unquote_name
 from airflow_provider_pglogical.staging.manifest import read_text, write_text_atomic
 from airflow_provider_pglogical.staging.reader import BatchRef, StagingReader
 from airflow_provider_pglogical.staging.target_record import record_path
@@ -53,7 +53,7 @@ def record_position(layout: StagingLayout, target: str, applied_through_lsn: int
     """Record that ``target`` is done with every batch ending at or before ``applied_through_lsn`` (None: it
     applies from the first staged batch, e.g. after a reset), replacing its previous record atomically. ``name``:
     the spec's name for it (``targets:``), so it can be retired by that name once the spec no longer lists it."""
-    layout.fs.create_dir(layout.state_dir, recursive=True)
+    make_dirs(layout.fs, layout.state_dir)
     body = {"target": target, "applied_through_lsn_int": applied_through_lsn,
             "applied_through_lsn": None if applied_through_lsn is None else format_lsn(applied_through_lsn),
             "recorded_at": _now_text(), **({"name": name} if name else {})}
@@ -156,7 +156,7 @@ def read_pruned(layout: StagingLayout) -> PrunedRange | None:
 
 
 def _write_pruned(layout: StagingLayout, pruned: PrunedRange) -> None:
-    layout.fs.create_dir(layout.state_dir, recursive=True)
+    make_dirs(layout.fs, layout.state_dir)
     body = {"through_lsn_int": pruned.through_lsn, "through_lsn": format_lsn(pruned.through_lsn),
             "batches": pruned.batches, "bytes": pruned.bytes, "updated_at": pruned.updated_at}
     write_text_atomic(layout, f"{layout.state_dir}/{PRUNED}", json.dumps(body))

@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass
 
 from airflow_provider_pglogical.exceptions import StagingError, WatermarksMissingError
-from airflow_provider_pglogical.staging.layout import StagingLayout, quote_name
+from airflow_provider_pglogical.staging.layout import StagingLayout, make_dirs, quote_name
 from airflow_provider_pglogical.staging.manifest import read_text, write_text_atomic
 
 
@@ -59,5 +59,5 @@ def read_record(staging_uri: str, slot: str, target: str) -> TargetRecord | None
 def write_record(staging_uri: str, slot: str, target: str, record: TargetRecord) -> None:
     """Replace the record of ``target`` (atomically: readers see the old or the new one)."""
     layout = StagingLayout.from_uri(staging_uri, slot)
-    layout.fs.create_dir(layout.state_dir, recursive=True)
+    make_dirs(layout.fs, layout.state_dir)
     write_text_atomic(layout, record_path(layout, target), json.dumps(asdict(record)))

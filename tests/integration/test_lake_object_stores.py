@@ -6,8 +6,8 @@ one, a ``google_cloud_platform`` one), resolved as staging's are. The staging ar
 the lake. Delta goes through delta-rs (``object_store``), Iceberg's files through staging's own filesystems
 (``apply/targets/iceberg/fileio.py``); both are read back here with deltalake and pyiceberg.
 
-One Azurite and one GCS emulator serve the whole module (started when a test first needs them); each test gets a
-container or bucket of its own, so what it finds on the store is its own.
+The test process's Azurite (``shared_azurite``) and one GCS emulator (started when a test first needs it) serve the
+whole module; each test gets a container or bucket of its own, so what it finds on the store is its own.
 
 Delta on GCS has no end-to-end case: ``object_store`` speaks GCS's XML API (``PUT``/``GET /<bucket>/<object>``,
 ``GET /<bucket>?list-type=2``), which gcp-storage-emulator does not serve (501). What can be tested is that its
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,6 @@ from tests.support.objstores import (
     STORAGE_VARIABLES,
     AzuriteServer,
     GcsServer,
-    azurite_server,
     gcs_connection,
     gcs_server,
     wasb_connection,
@@ -48,8 +47,6 @@ from tests.support.spark import TEST_SPARK_CONF
 
 DDL = "CREATE TABLE items (id int PRIMARY KEY, name text, price numeric(12,2))"
 
-SERVERS: dict[str, Callable[[Path], AbstractContextManager[Any]]] = {
-    "azure": lambda tmp: azurite_server(tmp / "azurite"), "gcs": lambda _: gcs_server()}
 STORES: dict[str, tuple[str, Callable[[Any], str]]] = {  # store → (its server, the lake's root on it)
     "azure-abfss": ("azure", lambda s: f"abfss://{s.container}@{AZURITE_ACCOUNT}.dfs.core.windows.net/lake"),
     "azure-az": ("azure", lambda s: f"az://{s.container}/lake"),
@@ -60,15 +57,15 @@ CONNECTIONS: dict[str, Callable[[Any], dict[str, Any]]] = {
 
 
 @pytest.fixture(scope="module")
-def stores(tmp_path_factory) -> Iterator[Callable[[str], Any]]:
-    """``store`` → a running server of that store with a new container or bucket: each emulator starts once, on
-    its first use in this module."""
-    started: dict[str, AzuriteServer | GcsServer] = {}
+def stores(shared_azurite: AzuriteServer) -> Iterator[Callable[[str], Any]]:
+    """``store`` → a running server of that store with a new container or bucket: the process's Azurite, and a GCS
+    emulator started on its first use in this module."""
+    started: dict[str, AzuriteServer | GcsServer] = {"azure": shared_azurite}
     with ExitStack() as stack:
         def fresh(store: str) -> Any:
             kind = STORES[store][0]
             if kind not in started:
-                started[kind] = stack.enter_context(SERVERS[kind](tmp_path_factory.mktemp(kind)))
+                started[kind] = stack.enter_context(gcs_server())
             return started[kind].fresh()
 
         yield fresh

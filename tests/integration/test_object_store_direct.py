@@ -10,16 +10,19 @@ pickled), and both end equal too."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from deltalake import DeltaTable
 
 from scripts.harness.pgserver import execute, make_database, query
 from scripts.harness.subscriber import subscribe, unsubscribe, wait_for_subscriber
 from tests.integration.test_cli_no_spark import run
-from tests.support.s3server import S3Server
+from tests.support.cli import create_replication
+from tests.support.s3server import S3Server, s3_server
 from tests.support.spark import TEST_SPARK_CONF
 
 TABLES = """
@@ -32,6 +35,14 @@ FILTER = "qty > 10 AND note IS DISTINCT FROM 'hidden'"
 ITEMS = "SELECT id, qty, label, price, seen FROM items ORDER BY id"
 ORDERS = "SELECT id, qty, note FROM orders ORDER BY id"
 ZETA = "SELECT id, v FROM zeta ORDER BY id"
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[S3Server]:
+    """One S3 server for the module: each test stages under a prefix of its own, and its commands get the
+    credentials in their environment (``S3Server.env``), so none is set in this process."""
+    with s3_server() as server:
+        yield server
 
 
 def _drop(server: Any, name: str) -> None:
@@ -65,7 +76,7 @@ def test_batches_staged_on_s3_apply_without_java_and_end_as_a_native_subscriber(
     env = s3.env()  # the credentials as a deployment gives them: the environment, never the spec or a command line
     try:
         first, _ = run(str(spec), tmp_path, java=False, env=env)  # creates publication and slot: nothing to apply
-        assert first["apply"]["batches_seen"] == 0
+        assert first["apply"]["batches_seen"] == 0 and first["spark"]["started"] is None
 
         # Plain: 100 inserts, each key once.
         execute(source_dsn, "INSERT INTO items SELECT g, g, md5(g::text), g * 0.01, "
@@ -158,6 +169,11 @@ def test_an_initial_snapshot_staged_on_s3_loads_without_java_and_changes_follow(
         _no_spark(*run(str(spec), tmp_path, java=False, env=env), changes=100)
         assert query(target_dsn, ZETA) == query(source_dsn, ZETA)
         assert query(target_dsn, ITEMS) == query(source_dsn, ITEMS)
+        # Records and history are written by key: no directory marker (a PUT per level) above them on S3 (pyarrow
+        # leaves one only where it deleted a directory's last file: a moved batch's, a closed snapshot request's).
+        staged, slot = s3.keys("snap-staging/"), "snap-staging/s3_snap_slot"
+        assert any(k.endswith("/_manifest.json") for k in staged) and any(k.startswith(f"{slot}/history/") for k in staged)
+        assert not {"snap-staging/", f"{slot}/", f"{slot}/state/", f"{slot}/history/"} & set(staged), staged
     finally:
         for name in (source, target):
             _drop(pg_server, name)
@@ -187,7 +203,7 @@ def test_a_delta_mirror_applies_batches_staged_on_s3_without_java_as_a_native_su
     spec.write_text(yaml.safe_dump(json.loads(json.dumps(doc))))
     env = s3.env()
     try:
-        run(str(spec), tmp_path, java=False, env=env)  # creates publication and slot: nothing to apply
+        create_replication(spec)  # what a first run creates (the first test runs one on S3 staging)
         execute(source_dsn, """BEGIN;
             INSERT INTO items SELECT g, g, md5(g::text), g * 0.01, NULL FROM generate_series(1, 60) g;
             INSERT INTO orders SELECT g, g, CASE WHEN g % 7 = 0 THEN 'hidden' END FROM generate_series(1, 40) g;

@@ -34,7 +34,6 @@ from tests.support.objstores import (
     STORAGE_VARIABLES,
     AzuriteServer,
     GcsServer,
-    azurite_server,
     gcs_connection,
     gcs_server,
     wasb_connection,
@@ -57,9 +56,9 @@ STORES: dict[str, tuple[str, Callable[[Any], str], Callable[[Any], dict[str, Any
 }
 
 
-# One server of each store for the module (Azurite takes seconds of CPU to start): every test stages under its own
-# slot's prefix (``staging/<slot>/``) and reads back only that prefix, so the tests sharing it see none of each
-# other's objects.
+# One server of each store for the module (Azurite, which takes seconds of CPU to start, is the process's:
+# ``shared_azurite``, a container of the module's own): every test stages under its own slot's prefix
+# (``staging/<slot>/``) and reads back only that prefix, so the tests sharing it see none of each other's objects.
 @pytest.fixture(scope="module")
 def gcs() -> Iterator[GcsServer]:
     with gcs_server() as server:
@@ -67,9 +66,8 @@ def gcs() -> Iterator[GcsServer]:
 
 
 @pytest.fixture(scope="module")
-def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteServer]:
-    with azurite_server(tmp_path_factory.mktemp("azurite")) as server:
-        yield server
+def azurite(shared_azurite: AzuriteServer) -> AzuriteServer:
+    return shared_azurite.fresh()
 
 
 @pytest.fixture

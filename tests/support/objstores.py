@@ -36,13 +36,17 @@ GCS_PROJECT = "pglogical-test"
 STORAGE_VARIABLES = ("AWS_", "AZURE_", "GOOGLE_", "STORAGE_EMULATOR_HOST")
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+def _stop(process: subprocess.Popen[bytes], grace: float) -> None:
+    """SIGTERM, then SIGKILL after ``grace`` seconds (0: SIGKILL at once)."""
+    if grace:
+        process.terminate()
+        try:
+            process.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+    process.kill()
+    process.wait()
 
 
 def keys(fs: pafs.FileSystem, root: str, prefix: str) -> list[str]:
@@ -84,26 +88,36 @@ class AzuriteServer:
 
 
 @contextmanager
-def _emulator(command: list[str], port: int, what: str) -> Iterator[None]:
-    """``command`` running until the block ends, once it listens on ``port``."""
+def _emulator(command: list[str], port: int, what: str, grace: float = 10) -> Iterator[None]:
+    """``command`` running until the block ends, once it listens on ``port``; stopped as ``_stop`` does."""
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for_port(port, process, what, timeout=60)
         yield
     finally:
-        _stop(process)
+        _stop(process, grace)
 
 
 @contextmanager
 def azurite_server(workdir: Path) -> Iterator[AzuriteServer]:
-    """Azurite's blob service with one empty container, its data under ``workdir``."""
+    """Azurite's blob service with one empty container, its data under ``workdir``. Killed at the end: on SIGTERM it
+    waits for its clients' keep-alive connections to close (pyarrow's in this process keep theirs), 10 s a stop, and
+    nothing of its data outlives the test."""
     if not AZURITE.exists():
         pytest.fail("Azurite missing: run `make azurite`")
     port = free_port()
     workdir.mkdir(parents=True, exist_ok=True)
     with _emulator([str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(workdir),
-                    "--skipApiVersionCheck", "--silent"], port, "azurite"):
+                    "--skipApiVersionCheck", "--silent"], port, "azurite", grace=0):
         yield AzuriteServer(f"http://127.0.0.1:{port}", "").fresh()
+
+
+@pytest.fixture(scope="session")
+def shared_azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteServer]:
+    """One Azurite for every module of a test process that needs one (its start costs ~3 CPU-seconds and, under
+    load, ~20 s): each module or test takes a container of its own (``fresh``), so none sees another's objects."""
+    with azurite_server(tmp_path_factory.mktemp("azurite")) as server:
+        yield server
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,6 @@ from tests.support.objstores import (
     AZURITE_ACCOUNT,
     STORAGE_VARIABLES,
     AzuriteServer,
-    azurite_server,
     gcs_server,
     wasb_connection,
 )
@@ -35,12 +34,11 @@ TEST_DAGS = Path(__file__).parent / "dags"
 DAG_ID = "pglogical_test_object_store_staging"
 
 
-# One Azurite for the module (its start costs seconds of CPU): each test stages into a container of its own
-# (``fresh``), so the tests sharing the server see none of each other's objects.
+# The process's Azurite (its start costs seconds of CPU: ``shared_azurite``): each test stages into a container of
+# its own (``fresh``), so the tests sharing the server see none of each other's objects.
 @pytest.fixture(scope="module")
-def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteServer]:
-    with azurite_server(tmp_path_factory.mktemp("azurite")) as server:
-        yield server
+def azurite(shared_azurite: AzuriteServer) -> AzuriteServer:
+    return shared_azurite
 
 
 @pytest.fixture
