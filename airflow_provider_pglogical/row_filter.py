@@ -126,7 +126,7 @@ def fold_hint(unknown: Sequence[str], columns: Collection[str]) -> str:
     by_lower = {c.lower(): c for c in columns}
     quote = sorted({f'"{by_lower[u.lower()]}"' for u in unknown if u.lower() in by_lower})
     return ("unquoted names fold to lower case, as in PostgreSQL; quote a mixed-case column"
-            + (f" (write {', '.join(quote)})" if quote else ""))
+            + (f" (the table has {', '.join(quote)})" if quote else ""))
 
 
 def conjunction(filters: Sequence[str | None]) -> str | None:

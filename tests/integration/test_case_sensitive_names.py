@@ -6,7 +6,7 @@ case-insensitively unless ``spark.sql.caseSensitive`` is set (the apply sets it)
 quoted, as PostgreSQL's publication needs it (a spec refused it before quoted names were read). A Delta target, whose
 protocol refuses two columns differing only by case, stops before anything commits, and applies once ``columns:``
 leaves one out; a later batch writing ``"Val"`` to the Delta table that holds ``val`` is refused before any table of
-the batch commits (before, delta-rs refused it after "T" had committed). All pipelines read one source, each from a
+the batch commits (before, delta-rs stopped it with a plain "Schema error: Duplicate field name"). All pipelines read one source, each from a
 slot of its own, created before the changes."""
 
 from __future__ import annotations

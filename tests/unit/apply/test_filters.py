@@ -120,8 +120,8 @@ def test_a_quoted_name_reads_its_own_column_and_an_unquoted_one_the_folded_colum
 
 def test_an_unquoted_name_folding_away_from_a_mixed_case_column_is_refused_saying_to_quote_it():
     with pytest.raises(RowFilterError, match=r'^row filter of public.orders references unknown column\(s\) region: '
-                                             r'unquoted names fold to lower case.*quote a mixed-case column \(write '
-                                             r'"Region"\)$'):
+                                             r'unquoted names fold to lower case.*quote a mixed-case column \(the table '
+                                             r'has "Region"\)$'):
         validate_row_filter(None, "Region = 'eu'", table="public.orders", columns=["id", "Region"], identity=["id"],
                             replica_identity="d", actions=["insert"])
 
