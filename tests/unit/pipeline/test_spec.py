@@ -311,6 +311,15 @@ def test_a_row_filter_of_a_table_with_columns_may_use_only_those():
         with_change("tables/public.orders/row_filter", "customer_id = 1"))
 
 
+def test_a_row_filter_names_a_mixed_case_column_quoted_as_postgresql_does():
+    table = {"columns": ["id", "Region"], "row_filter": "\"Region\" = 'eu'"}
+    assert parse_spec(with_change("tables/public.orders", table), env={}).tables["public.orders"].row_filter == \
+        "\"Region\" = 'eu'"
+    assert ("tables.public.orders.row_filter: references column(s) region not in columns: unquoted names fold to "
+            'lower case, as in PostgreSQL; quote a mixed-case column (the table has "Region")') in error_of(
+        with_change("tables/public.orders", {**table, "row_filter": "Region = 'eu'"}))
+
+
 def test_quotes_and_semicolons_inside_string_literals_are_fine_in_a_row_filter():
     spec = parse_spec(with_change("tables/public.orders/row_filter", "note = 'it''s; \"ok\" (really'"), env={})
     assert spec.tables["public.orders"].row_filter == "note = 'it''s; \"ok\" (really'"
