@@ -32,7 +32,7 @@ def cmd_validate(spec: PipelineSpec, args: argparse.Namespace) -> dict[str, Any]
     if args.source:
         from airflow_provider_pglogical.pipeline.source import check_column_lists, source_client
 
-        progress("checking the column lists against the source catalog")
+        progress("checking the column lists and row filters against the source catalog")
         with source_client(spec) as client:
             check_column_lists(spec, client)
     if args.filters:

@@ -15,7 +15,8 @@ Without a catalog some of PostgreSQL's rules can only be judged by name: a funct
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import re
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 from pglast import ast, parse_sql
@@ -29,6 +30,7 @@ from airflow_provider_pglogical.exceptions import RowFilterError
 # second statement, FROM, UNION, ORDER BY, LIMIT ...) means the text was more than one expression.
 _PREFIX = "SELECT 1 WHERE "
 _BARE = parse_sql("SELECT 1")[0].stmt
+_PLACEHOLDER = re.compile("pglogical_column_")  # stands for a column while deparsing for Spark
 
 # PostgreSQL's system columns (pg_attribute attnum < 0); publications refuse them.
 SYSTEM_COLUMNS = frozenset({"ctid", "xmin", "xmax", "cmin", "cmax", "tableoid"})
@@ -79,7 +81,7 @@ _REFUSED = {
 @dataclass(frozen=True)
 class RowFilter:
     """A checked row filter: ``sql`` is its tree deparsed (what every evaluator gets), ``columns`` the
-    columns it references (lower case, as the parser folds them)."""
+    columns it references (as the parser reads them: an unquoted name folded to lower case, a quoted one as written)."""
 
     sql: str
     columns: frozenset[str]
@@ -99,6 +101,32 @@ def canonical(text: str) -> str:
     """One expression PostgreSQL wrote (a publication's ``pg_get_expr``) deparsed from its parse tree,
     without the spec rules: the server already enforced its own when the publication was created."""
     return _deparse(parse_expression(text))
+
+
+def spark_sql(text: str) -> str:
+    """The expression deparsed for Spark's SQL parser: as :func:`canonical`, every column name backtick-quoted
+    (Spark reads ``"Val"`` as a string), so the case-sensitive session resolves the very name PostgreSQL's parser
+    read: ``"Val"`` is column Val, ``Val`` column val."""
+    tree = parse_expression(text)
+    if _PLACEHOLDER.search(_deparse(tree)):
+        raise RowFilterError("cannot be written back unambiguously")
+    names: list[str] = []
+    for node in _walk(tree):
+        if isinstance(node, ast.ColumnRef) and len(fields := node.fields or ()) == 1 \
+                and isinstance(fields[0], ast.String):
+            names.append(str(fields[0].sval))
+            fields[0].sval = f"{_PLACEHOLDER.pattern}{len(names) - 1}_"
+    quoted = ["`" + n.replace("`", "``") + "`" for n in names]
+    return re.sub(_PLACEHOLDER.pattern + r"(\d+)_", lambda m: quoted[int(m.group(1))], str(RawStream()(tree)))
+
+
+def fold_hint(unknown: Sequence[str], columns: Collection[str]) -> str:
+    """What follows an error naming filter names a table lacks: unquoted names fold, and the quoted spelling of a
+    column a name only folded away from (``Region`` read as region where the table has "Region")."""
+    by_lower = {c.lower(): c for c in columns}
+    quote = sorted({f'"{by_lower[u.lower()]}"' for u in unknown if u.lower() in by_lower})
+    return ("unquoted names fold to lower case, as in PostgreSQL; quote a mixed-case column"
+            + (f" (the table has {', '.join(quote)})" if quote else ""))
 
 
 def conjunction(filters: Sequence[str | None]) -> str | None:
@@ -171,13 +199,10 @@ def _check(node: ast.Node, columns: set[str]) -> None:  # noqa: C901 - one branc
         if len(fields) != 1 or not isinstance(fields[0], ast.String):
             raise RowFilterError("only columns of the table itself may be referenced (no table "
                                  "qualification or *)")
-        name = fields[0].sval
-        if name in SYSTEM_COLUMNS:
-            raise RowFilterError(f"system column {name} is not allowed")
-        if RawStream()(node) != name:  # needs double quotes, which Spark reads as a string literal
-            raise RowFilterError("double-quoted identifiers are not supported (Spark would read "
-                                 "them as strings)")
-        columns.add(name)
+        column = str(fields[0].sval)
+        if column in SYSTEM_COLUMNS:
+            raise RowFilterError(f"system column {column} is not allowed")
+        columns.add(column)  # a quoted name as written, an unquoted one folded (Spark gets it backtick-quoted)
     elif isinstance(node, ast.A_Expr):
         if node.kind not in _EXPR_KINDS:
             kind = node.kind.name.removeprefix("AEXPR_") if node.kind is not None else "operator"

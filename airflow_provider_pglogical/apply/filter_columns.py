@@ -156,7 +156,7 @@ class _Compiler:
         raise _Unexact(type(node).__name__)
 
     def column(self, node: ast.ColumnRef) -> tuple[Kind, ColumnEval]:
-        field = str((node.fields or ())[0].sval)  # the reference checked it: one plain lower-case field name
+        field = str((node.fields or ())[0].sval)  # the reference checked it: one field name, matched exactly
         kind = filter_eval.kind_of(self.fields[field])
         if kind is None or kind[0] not in ("int", "float", "bool", "text"):
             raise _Unexact("a decimal, date or timestamp column")

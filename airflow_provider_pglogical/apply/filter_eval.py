@@ -1,14 +1,15 @@
 """Row filters evaluated in this process over Arrow images, with the answers the Spark path gives: no JVM.
 
-The Spark path evaluates a filter as ``F.expr(<the spec's deparsed filter>)`` over an image's fields
+The Spark path evaluates a filter as ``F.expr(<the spec's filter deparsed for Spark>)`` over an image's fields
 (``filters._match``). ``compile_filter`` turns the same text's PostgreSQL parse tree (``pglast``) into a per-row
 Python evaluator for the images of one staged schema, returning True / False / None (NULL) per row with SQL's
 three-valued logic. It covers only constructs whose Spark result it reproduces exactly for the staged Arrow types,
 and raises ``NotCovered`` for anything else — then the batch goes to Spark as before:
 
 * columns of integer (int16/32/64), floating-point (float32/64), decimal128, boolean, string, date and timestamp
-  images, referenced by a plain lower-case name, resolved exactly as PostgreSQL and the apply's case-sensitive Spark
-  resolve it (``"Val"`` is not ``val``; a keyword or a quoted name is refused);
+  images, referenced by name as PostgreSQL's parser reads it (a quoted name as written, an unquoted one folded to
+  lower case) and resolved exactly, as the apply's case-sensitive Spark resolves the backtick-quoted name it gets
+  (``"Val"`` is column Val, ``Val`` column val);
 * constants: integers that fit 64 bits, decimal literals without exponent (``1.50``), strings without backslash
   (Spark reads a backslash as an escape, PostgreSQL does not), ``TRUE``/``FALSE``/``NULL``;
 * ``AND``/``OR``/``NOT``, ``IS [NOT] NULL``, ``IS [NOT] DISTINCT FROM``, ``=``, ``<>``/``!=``, ``<``, ``<=``,
@@ -70,15 +71,6 @@ _INT_RANGE = {16: (-(2**15), 2**15 - 1), 32: (-(2**31), 2**31 - 1), 64: (-(2**63
 _DECIMAL_DIGITS = {16: 5, 32: 10, 64: 20}  # Spark's DecimalType.forType of each integer width
 COMPARISONS = frozenset({"=", "<>", "!=", "<", "<=", ">", ">="})
 ARITHMETIC = frozenset({"+", "-", "*", "%"})
-_NAME = re.compile(r"[a-z_][a-z0-9_]*")
-# Words Spark's expression parser reads as something else than a column, or refuses, when bare.
-_KEYWORDS = frozenset({
-    "all", "and", "any", "array", "between", "binary", "case", "cast", "current_date", "current_time",
-    "current_timestamp", "current_user", "date", "distinct", "else", "end", "exists", "false", "from", "in",
-    "interval", "is", "like", "ilike", "map", "not", "null", "or", "rlike", "regexp", "session_user", "some",
-    "struct", "then", "time", "timestamp", "timestamp_ltz", "timestamp_ntz", "true", "unknown", "user", "when", "x",
-})
-_DOUBLE_QUOTE_OUTSIDE_STRING = re.compile(r"""^(?:[^'"]|'(?:[^']|'')*')*\"""")
 
 
 def kind_of(dtype: pa.DataType) -> Kind | None:
@@ -143,8 +135,6 @@ def compile_filter(expression: str, fields: Mapping[str, pa.DataType]) -> Compil
 
 @lru_cache(maxsize=256)
 def _compile(expression: str, fields: tuple[tuple[str, pa.DataType], ...] | None) -> CompiledFilter:
-    if _DOUBLE_QUOTE_OUTSIDE_STRING.match(expression):
-        raise NotCovered("a double-quoted name")  # Spark reads "x" as a string
     try:
         where = parse_expression(expression)
     except RowFilterError:
@@ -188,8 +178,6 @@ class _Compiler:
         if len(fields) != 1 or not isinstance(fields[0], ast.String):
             raise NotCovered("qualified name")
         name = str(fields[0].sval)
-        if not _NAME.fullmatch(name) or name in _KEYWORDS:
-            raise NotCovered("a name Spark may read otherwise")
         if self.fields is None:
             kind: Kind = _ANY
             field = name

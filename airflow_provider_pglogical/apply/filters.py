@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from airflow_provider_pglogical.apply.batches import META
 from airflow_provider_pglogical.apply.filter_eval import covers
 from airflow_provider_pglogical.exceptions import ApplyError, RowFilterError
-from airflow_provider_pglogical.row_filter import canonical, parse_expression
+from airflow_provider_pglogical.row_filter import fold_hint, parse_expression, spark_sql
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -32,7 +32,6 @@ ALLOWED_FUNCTIONS = frozenset({"lower", "upper", "length", "abs"})
 _ALLOWED_NODES = (ast.ColumnRef, ast.A_Const, ast.BoolExpr, ast.NullTest, ast.BooleanTest, ast.TypeCast,
                   ast.TypeName, ast.CoalesceExpr, ast.String, ast.Integer, ast.Float, ast.Boolean)
 _MISREAD = re.compile(r"['\\]|\$\{")
-_DOUBLE_QUOTE_OUTSIDE_STRING = re.compile(r"""^(?:[^'"]|'(?:[^']|'')*')*\"""")
 
 
 def referenced_columns(spark: SparkSession | None, expression: str) -> frozenset[str]:
@@ -44,11 +43,9 @@ def referenced_columns(spark: SparkSession | None, expression: str) -> frozenset
     None: no Spark parse, for a filter of ``filter_eval``'s subset only (constructs Spark reads as PostgreSQL
     does, which this process evaluates: ``filter_eval.covers``).
     """
-    if _DOUBLE_QUOTE_OUTSIDE_STRING.match(expression):
-        # Spark reads "x" as a string literal, PostgreSQL as an identifier: refuse the ambiguity.
-        raise RowFilterError("row filter: double-quoted identifiers are not supported")
     try:
         where = parse_expression(expression)
+        spark_text = spark_sql(expression)
     except RowFilterError as exc:
         raise RowFilterError(f"row filter: invalid expression ({exc})") from None
     columns = _walk(where)
@@ -57,7 +54,7 @@ def referenced_columns(spark: SparkSession | None, expression: str) -> frozenset
             raise ApplyError("row filter: checked without Spark, but not evaluated in process")
         return frozenset(columns)
     try:
-        spark.sql(f"EXPLAIN SELECT 1 WHERE {expression}").collect()
+        spark.sql(f"EXPLAIN SELECT 1 WHERE {spark_text}").collect()
     except Exception as exc:  # Spark's ParseException (classic and Connect raise different classes)
         raise RowFilterError("row filter: invalid expression (Spark's parser does not read it)") from exc
     return frozenset(columns)
@@ -78,7 +75,7 @@ def _walk(tree: ast.Node) -> set[str]:
             fields = node.fields or ()
             if len(fields) != 1 or not isinstance(fields[0], ast.String):
                 raise RowFilterError("row filter: qualified column reference or * is not supported")
-            columns.add(str(fields[0].sval))  # as PostgreSQL's parser folded it: names match exactly
+            columns.add(str(fields[0].sval))  # as PostgreSQL's parser read it (quoted kept, unquoted folded)
             continue
         if isinstance(node, ast.A_Const) and isinstance(node.val, ast.String) and _MISREAD.search(str(node.val.sval)):
             # PostgreSQL's 'it''s' is "its" to Spark's parser, a backslash escapes there, ${…} is substituted.
@@ -128,7 +125,8 @@ def validate_row_filter(spark: SparkSession | None, expression: str, *, table: s
     refs = referenced_columns(spark, expression)
     unknown = sorted(refs - set(columns))  # exact, as PostgreSQL's: "Val" is not val
     if unknown:
-        raise RowFilterError(f"row filter of {table} references unknown column(s) {', '.join(unknown)}")
+        raise RowFilterError(f"row filter of {table} references unknown column(s) {', '.join(unknown)}: "
+                             f"{fold_hint(unknown, columns)}")
     if types is not None:
         unsupported = sorted(f"{c} ({types.get(c) or 'unknown type'})" for c in refs
                              if not _FILTERABLE_TYPE.fullmatch(types.get(c) or ""))
@@ -157,9 +155,9 @@ def apply_row_filter(expression: str | None, columns: Sequence[str]) -> Callable
     pgoutput copies over from the old tuple before evaluating.
     """
 
-    # Deparsed: unquoted names folded to lower case as PostgreSQL folds them (``Val > 1`` reads column val), which
-    # the session's case-sensitive resolution then finds exactly (a spec's filter is deparsed already).
-    text = canonical(expression) if expression else None
+    # Deparsed for Spark: every name backtick-quoted as PostgreSQL's parser read it (``Val > 1`` reads column val,
+    # ``"Val" > 1`` column Val), which the session's case-sensitive resolution then finds exactly.
+    text = spark_sql(expression) if expression else None
 
     def step(df: DataFrame) -> DataFrame:
         if not text:

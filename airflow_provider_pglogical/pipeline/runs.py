@@ -144,15 +144,23 @@ def _connect_session(remote: str, conf: dict[str, str]) -> SparkSession:
 
     try:
         session = SparkSession.builder.remote(remote).getOrCreate()
-        for key, value in conf.items():
-            session.conf.set(key, value)
         # The client connects lazily: ask the server once, here. Its version is one round trip and no Spark job (a
         # job on a warm server still costs a plan, a task and its result, on every run).
         session.version  # noqa: B018
     except Exception as exc:
-        cause = " ".join(str(exc).split())[:300] or type(exc).__name__
-        raise SparkStartError(f"Spark Connect server {redacted(remote)} did not answer: {type(exc).__name__}: {cause}") from exc
+        raise SparkStartError(f"Spark Connect server {redacted(remote)} did not answer: {_cause(exc)}") from exc
+    for key, value in conf.items():  # the server answered: a setting it refuses is that setting's problem
+        try:
+            session.conf.set(key, value)
+        except Exception as exc:
+            raise SparkStartError(f"Spark Connect server {redacted(remote)} refused the session setting "
+                                  f"{key}={value}: {_cause(exc)}") from exc
     return session
+
+
+def _cause(exc: BaseException) -> str:
+    """``Type: message`` on one line, at most 300 characters of the message."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:300] or type(exc).__name__}"
 
 
 # The log files of the JVMs this process started (``silence_spark_logs``): kept when the command fails (a

@@ -19,6 +19,7 @@ from airflow_provider_pglogical.exceptions import (
 from airflow_provider_pglogical.hooks.slot_client import PLUGIN, PgLogicalClient
 from airflow_provider_pglogical.hooks.slots import check_wal_retention, slot_lag_bytes, slot_summary
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec, TableSpec, split_qualified
+from airflow_provider_pglogical.row_filter import fold_hint, parse_row_filter
 
 
 def source_client(spec: PipelineSpec) -> PgLogicalClient:
@@ -37,20 +38,25 @@ def publication_marker(spec: PipelineSpec) -> str:
 
 
 def check_column_lists(spec: PipelineSpec, client: PgLogicalClient) -> None:
-    """Every column a spec table's column list names exists in the table on the source (a SpecError
-    naming the first that does not), so a typo fails before anything is staged or the slot advanced."""
+    """Every column a spec table's column list or row filter names exists in the table on the source (a SpecError
+    naming the first that does not), so a typo or a mixed-case name left unquoted in a filter fails before anything
+    is staged or the slot advanced."""
     for target, view in spec.target_views().items():  # each target's own lists (``targets:`` has several)
         where = f"targets.{target}.tables" if spec.targets else "tables"
         for name, table in sorted(view.tables.items()):
-            if table.columns is None or name.endswith("*"):
+            if (table.columns is None and table.row_filter is None) or name.endswith("*"):
                 continue
             existing = client.table_columns(name)
             if existing is None:
                 continue  # a missing table: the publication check names it
-            missing = [c for c in table.columns if c not in existing]
+            missing = [c for c in table.columns or () if c not in existing]
             if missing:
                 raise SpecError(f"{spec.origin}: {where}.{name}.columns: column {missing[0]!r} does not exist in "
                                 f"{name} on the source")
+            unknown = sorted(parse_row_filter(table.row_filter).columns - set(existing)) if table.row_filter else []
+            if unknown:  # exact, as PostgreSQL's: an unquoted name is folded to lower case
+                raise SpecError(f"{spec.origin}: {where}.{name}.row_filter: column(s) {', '.join(unknown)} do not "
+                                f"exist in {name} on the source: {fold_hint(unknown, existing)}")
 
 
 def ensure_replication(spec: PipelineSpec, client: PgLogicalClient) -> dict[str, Any]:

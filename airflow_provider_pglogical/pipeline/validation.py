@@ -41,7 +41,7 @@ from airflow_provider_pglogical.pipeline.model import (
     TruncateSpec,
     union_tables,
 )
-from airflow_provider_pglogical.row_filter import parse_row_filter
+from airflow_provider_pglogical.row_filter import fold_hint, parse_row_filter
 from airflow_provider_pglogical.staging.drain import DRAIN_READS, drain_read
 
 DURATION = re.compile(r"(\d+)\s*([smhdw]?)")
@@ -589,8 +589,8 @@ class SpecValidator:
             self.err(path, str(exc))
             return None
         missing = sorted(parsed.columns - set(columns)) if columns is not None else []  # exact, as PostgreSQL's
-        if missing:
-            self.err(path, f"references column(s) {', '.join(missing)} not in columns")
+        if missing and columns is not None:
+            self.err(path, f"references column(s) {', '.join(missing)} not in columns: {fold_hint(missing, columns)}")
         return parsed.sql
 
     def truncate(self, value: Any, path: str) -> TruncateSpec:

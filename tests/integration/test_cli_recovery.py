@@ -163,6 +163,14 @@ def test_a_column_list_naming_a_missing_column_fails_before_anything_is_staged(t
         assert failed.stderr.strip().splitlines()[-1] == (
             f"pglogical {command}: error: {spec}: tables.public.accounts.columns: column 'balanse' does not exist "
             "in public.accounts on the source")
+    # A row filter's names too, with or without a column list: a quoted name keeps its case, as in PostgreSQL.
+    doc["tables"]["public.accounts"] = {"row_filter": '"Balance" > 0'}
+    spec.write_text(yaml.safe_dump(doc))
+    failed = pglogical("validate", "--spec", str(spec), "--source")
+    assert failed.returncode == 1 and failed.stderr.strip().splitlines()[-1] == (
+        f"pglogical validate: error: {spec}: tables.public.accounts.row_filter: column(s) Balance do not exist in "
+        'public.accounts on the source: unquoted names fold to lower case, as in PostgreSQL; quote a mixed-case '
+        'column (the table has "balance")')
     assert query(p["source"], "SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
                               "WHERE slot_name = 'accounts_slot'") == before
     assert not (tmp_path / "staging_accounts" / "accounts_slot" / "batches").exists() or not any(

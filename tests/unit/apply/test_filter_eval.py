@@ -5,7 +5,8 @@
   ILIKE, ``||``, arithmetic, lower/upper/length/abs, COALESCE) over random images, the evaluator gives Spark's
   ``F.expr`` of the same deparsed text row by row — TRUE, FALSE and NULL — wherever it answers at all; where it does
   not (``NotCovered``), the batch would go to Spark. The images also hold fields ``T`` and ``I32``, which differ from
-  ``t`` and ``i32`` only by case: both sides resolve names exactly (the apply's Spark is case-sensitive).
+  ``t`` and ``i32`` only by case and which filters name quoted (``"T"``): both sides resolve names exactly (the
+  apply's Spark is case-sensitive and gets every name backtick-quoted, ``row_filter.spark_sql``).
 * On random table-batches with repeated keys, key changes, unchanged TOAST under key-only and full old images, a
   random filter and random published actions, the compacted rows the target prints (``direct.compacted_rows``:
   the publication per change, then the kernels' netting) are ``SparkBatchChanges.net``'s frame.
@@ -30,7 +31,7 @@ from airflow_provider_pglogical.apply.batches import list_batches, read_relation
 from airflow_provider_pglogical.apply.changes import SparkBatchChanges
 from airflow_provider_pglogical.apply.config import TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import PlannedTable
-from airflow_provider_pglogical.row_filter import canonical
+from airflow_provider_pglogical.row_filter import canonical, spark_sql
 from tests.support.case_union import CASE, by_case, case_key, union_branches, write_case, write_union
 from tests.support.stage import BatchSpec, Chg, write_batch
 from tests.unit.apply.conftest import ITEMS_FULL, PAIRS
@@ -70,7 +71,7 @@ def _p(text: str) -> str:
 
 
 def _ints(depth: int) -> st.SearchStrategy[str]:
-    leaf = st.one_of(st.sampled_from(["i16", "i32", "i64"]), st.integers(-5, 5).map(str),
+    leaf = st.one_of(st.sampled_from(["i16", "i32", "i64", '"I32"']), st.integers(-5, 5).map(str),
                      st.sampled_from(["2147483647", "-2147483648", "3000000000", "9223372036854775807", "NULL"]),
                      st.just("length(t)"))
     if depth <= 0:
@@ -82,7 +83,7 @@ def _ints(depth: int) -> st.SearchStrategy[str]:
 
 
 def _texts(depth: int) -> st.SearchStrategy[str]:
-    leaf = st.one_of(st.sampled_from(["t", "u", "NULL"]),
+    leaf = st.one_of(st.sampled_from(["t", "u", '"T"', "NULL"]),
                      TEXTS.filter(lambda s: "\\" not in s and "\n" not in s).map(lambda s: "'" + s.replace("'", "''") + "'"))
     if depth <= 0:
         return leaf
@@ -131,7 +132,7 @@ def _filters(depth: int = 2) -> st.SearchStrategy[str]:
 
 def _spark_values(spark, path: str, expressions: list[str]) -> list[list]:
     df = spark.read.parquet(path)
-    rows = df.select(F.col("n"), *[F.expr(e).alias(f"e{i}") for i, e in enumerate(expressions)]).collect()
+    rows = df.select(F.col("n"), *[F.expr(spark_sql(e)).alias(f"e{i}") for i, e in enumerate(expressions)]).collect()
     rows = sorted(rows, key=lambda r: r[0])
     return [[r[i + 1] for r in rows] for i in range(len(expressions))]
 
@@ -160,7 +161,7 @@ def test_the_evaluator_gives_sparks_answer_for_every_row_it_covers(spark, rows, 
 
 @pytest.mark.parametrize("expression", [
     "i32 / 2 = 1", "i32::bigint = 1", "t = 1", "f32 = 1", "f64 = 1.5", "i32 ~~ 'a'", "t LIKE 'a' ESCAPE '!'",
-    "\"t\" = 'a'", "t = 'a\\b'", "f64 = 1e3", "pg_catalog.lower(t) = 'a'", "d + 1 > 0", "f64 + 1 > 0",
+    "t = 'a\\b'", "f64 = 1e3", "pg_catalog.lower(t) = 'a'", "d + 1 > 0", "f64 + 1 > 0",
     "dt = '2020-01-01'", "b IS TRUE", "CASE WHEN b THEN TRUE END", "i32 = 12345678901234567890123",
     "COALESCE(i32, t) = 'a'", "t = u COLLATE \"C\"", "i32", "t = 'it''s'", "t = '${x}'", "i64 IN (f64, 5)",
     "i32 IN (1, 2.5)", "NULL IN (1, 'a')", "d NOT IN (12345678901234567890123456789.0, 0.1234567890123456789012345678)"])

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 
 from airflow_provider_pglogical.apply.filters import apply_row_filter, referenced_columns, validate_row_filter
 from airflow_provider_pglogical.apply.transforms import resolve_toast_from_old
 from airflow_provider_pglogical.exceptions import RowFilterError
-from tests.support.stage import Chg
+from tests.support.stage import Chg, Col, Rel
 from tests.unit.apply.conftest import ITEMS, ITEMS_FULL
 
 COLS = ["id", "grp", "note"]
@@ -70,7 +71,7 @@ def test_references_are_read_from_the_parse_tree(spark):
     assert referenced_columns(spark, "'a' = 'b'") == frozenset()
 
 
-@pytest.mark.parametrize("expression", ["id >", "a / 2 = 1", "(SELECT 1) = id", 'id = "x"', "t.id = 1",
+@pytest.mark.parametrize("expression", ["id >", "a / 2 = 1", "(SELECT 1) = id", "t.id = 1",
                                         "rand() > 0.5", "note = 'it''s'", "note = 'a\\b'", "note = '${x}'"])
 def test_unsupported_or_invalid_filters_raise_row_filter_error(spark, expression):
     with pytest.raises(RowFilterError):
@@ -92,6 +93,37 @@ def test_names_differing_only_by_case_are_distinct_columns_as_in_postgresql(chan
                             replica_identity="d", actions=["insert"])
     assert validate_row_filter(None, "val = 1", table="public.t", columns=["id", "Val", "val"], identity=["id"],
                                replica_identity="d", actions=["insert"], types={"Val": "text", "val": "integer"}) == {"val"}
+
+
+CASED = Rel("public", "cased", (Col("id", pa.int64(), "bigint", True), Col("Val", pa.int64(), "bigint"),
+                                Col("val", pa.int64(), "bigint")), replica_identity="f")
+
+
+def test_a_quoted_name_reads_its_own_column_and_an_unquoted_one_the_folded_column(changes_frame):
+    # Val and val hold opposite values: a filter reading the other column (or neither) selects other changes.
+    frame = changes_frame(CASED, [
+        Chg("I", 10, 0, new={"id": 1, "Val": 5, "val": 0}),
+        Chg("I", 10, 1, new={"id": 2, "Val": 0, "val": 5}),
+        Chg("U", 10, 2, old={"id": 3, "Val": 5, "val": 0}, new={"id": 3, "Val": 0, "val": 5}),  # "Val" leaves: D
+    ])
+    columns = ["id", "Val", "val"]
+
+    def kept(expression: str) -> list[tuple[int, str]]:
+        df = frame.transform(resolve_toast_from_old(columns, columns)).transform(apply_row_filter(expression, columns))
+        return sorted((r["_pgl_tx_order"], r["_pgl_op"]) for r in df.collect())
+
+    assert kept('"Val" >= 5') == [(0, "I"), (2, "D")]
+    assert kept("Val >= 5") == kept("val >= 5") == [(1, "I"), (2, "I")]
+    assert validate_row_filter(None, '"Val" >= 5', table="public.cased", columns=columns, identity=["id"],
+                               replica_identity="f", actions=["insert"]) == {"Val"}
+
+
+def test_an_unquoted_name_folding_away_from_a_mixed_case_column_is_refused_saying_to_quote_it():
+    with pytest.raises(RowFilterError, match=r'^row filter of public.orders references unknown column\(s\) region: '
+                                             r'unquoted names fold to lower case.*quote a mixed-case column \(the table '
+                                             r'has "Region"\)$'):
+        validate_row_filter(None, "Region = 'eu'", table="public.orders", columns=["id", "Region"], identity=["id"],
+                            replica_identity="d", actions=["insert"])
 
 
 def test_non_identity_columns_are_judged_when_an_update_arrives_not_up_front(spark):

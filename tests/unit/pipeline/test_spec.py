@@ -291,7 +291,6 @@ def test_a_row_filter_that_is_not_a_string_is_an_error():
     ("(amount > 100", "does not parse: syntax error at end of input"),
     ("amount > 100)", 'does not parse: syntax error at or near ")" (at character 13)'),
     ("amount > 100; DROP TABLE x", "must be a single expression"),
-    ('"Amount" > 100', "double-quoted identifiers are not supported"),
     ("/* ( */ true) OR (true /* ) */", 'does not parse: syntax error at or near ")" (at character 13)'),
     ("pg_sleep(0.2) IS NOT NULL", "function pg_sleep is not allowed (only immutable built-in functions)"),
     ("id > (SELECT v FROM public.secret WHERE id = 17)::int", "subqueries are not allowed"),
@@ -310,6 +309,15 @@ def test_a_row_filter_is_kept_as_deparsed_from_its_parse_tree_without_comments()
 def test_a_row_filter_of_a_table_with_columns_may_use_only_those():
     assert "tables.public.orders.row_filter: references column(s) customer_id not in columns" in error_of(
         with_change("tables/public.orders/row_filter", "customer_id = 1"))
+
+
+def test_a_row_filter_names_a_mixed_case_column_quoted_as_postgresql_does():
+    table = {"columns": ["id", "Region"], "row_filter": "\"Region\" = 'eu'"}
+    assert parse_spec(with_change("tables/public.orders", table), env={}).tables["public.orders"].row_filter == \
+        "\"Region\" = 'eu'"
+    assert ("tables.public.orders.row_filter: references column(s) region not in columns: unquoted names fold to "
+            'lower case, as in PostgreSQL; quote a mixed-case column (the table has "Region")') in error_of(
+        with_change("tables/public.orders", {**table, "row_filter": "Region = 'eu'"}))
 
 
 def test_quotes_and_semicolons_inside_string_literals_are_fine_in_a_row_filter():

@@ -173,9 +173,11 @@ class DeltaTarget:
         where = f"batch {plan.start_lsn:X}-{plan.end_lsn:X}"
         seconds = {"stage": 0.0, "apply": 0.0}
         outcomes: dict[str, TableOutcome] = {}
-        for table in plan.tables:
+        for table in plan.tables:  # every refusal before the first table commits: the watermarks stay unmoved
+            if self.mode != "mirror":
+                changelog.check_names(table.target, table.columns)
             own = changelog.LEADING + table.columns + changelog.TRAILING if self.mode != "mirror" else table.columns
-            check_case_distinct(where, table.target, own)
+            self._check_case_distinct(where, table.target, own)
             if table.conflict == "strict":
                 raise ApplyError(f"{table.target}: conflict 'strict' is not supported by the Delta target "
                                  "(it has no unique keys)")
@@ -193,7 +195,6 @@ class DeltaTarget:
                 outcomes[table.target] = self._mirror(table, plan, changes, where, seconds)
                 continue
             started = time.monotonic()
-            changelog.check_names(table.target, table.columns)
             rows = unwrap_notes(stream.arrow(changes.published(table).transform(changelog.to_changelog(table.columns))),
                                 f"{where}: {table.target}", changelog.LSN)
             rows = changelog.with_truncates(rows, truncates.get(table.target, []))
@@ -292,7 +293,7 @@ class DeltaTarget:
             raise ApplyError(f"{where} of {', '.join(t.target for t in plan.tables)}: a Delta change feed "
                              "(mode changelog) does not load snapshots; use mode mirror")
         for table in plan.tables:
-            check_case_distinct(where, table.target, table.columns)
+            self._check_case_distinct(where, table.target, table.columns)
         result = BatchResult(applied=False)
         seconds = {"stage": 0.0, "apply": 0.0}
         for table in plan.tables:
@@ -372,6 +373,13 @@ class DeltaTarget:
     def watermark(self, target: str, slot: str | None = None) -> int | None:
         table = self.location.open(target)
         return None if table is None else table.transaction_version(app_id(slot or self.slot, target))
+
+    def _check_case_distinct(self, where: str, target: str, columns: Sequence[str]) -> None:
+        """``check_case_distinct`` of the columns written together with those the Delta table has already: a column
+        the source dropped stays in the table, and a later one differing from it only by case would clash there."""
+        dt = self.location.open(target)
+        existing = [f.name for f in dt.schema().fields] if dt is not None else []
+        check_case_distinct(where, target, list(dict.fromkeys([*columns, *existing])))
 
     def _table(self, target: str, schema: pa.Schema, where: str,
                type_names: Mapping[str, str | None] | None = None) -> DeltaTable:

@@ -54,14 +54,6 @@ ARROW_MAX_DECIMAL_SCALE = 6
 
 _ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"))  # backslash first
 
-# The Spark session both COPY texts are made in (here, and ``copytext``'s from the JVM): set on the target's session
-# before it starts, and free of pyspark so that a run that never starts Spark does not import it.
-SESSION_CONF = {
-    "spark.sql.session.timeZone": "UTC",  # timestamp without time zone → micros
-    "spark.sql.timeType.enabled": "true",  # Spark 4 refuses to read time64 Parquet columns without it
-}
-
-
 def arrow_kind(dtype: pa.DataType, *, arrays: bool = False) -> str | None:
     """The kind of a staged Arrow type (as ``copytext._arrow_kind`` decides on Spark's), or None: not printed here.
     ``arrays``: also flat lists of text or plain scalars (``ARRAY_TEXT`` / ``ARRAY_PLAIN``), printed as

@@ -30,6 +30,7 @@ from pyspark.sql.types import (
 )
 
 from airflow_provider_pglogical.apply.notes import ELEMENT_NOTES, NOTE, VALUE, is_folded
+from airflow_provider_pglogical.apply.sparkenv import SESSION_CONF as SESSION_CONF  # the COPY text's session
 from airflow_provider_pglogical.apply.sparktypes import TimeType
 from airflow_provider_pglogical.apply.targets.postgres import arrowtext
 from airflow_provider_pglogical.apply.targets.postgres.target_types import (
@@ -51,7 +52,6 @@ from airflow_provider_pglogical.apply.targets.postgres.temporal_text import (
 )
 
 NULL = "\\N"
-SESSION_CONF = arrowtext.SESSION_CONF
 RANGE_FIELDS = ("lower", "upper", "lower_inclusive", "upper_inclusive", "empty")  # decoding/values/ranges.py
 # Characters for which record_out / range_out quote a field / bound (so do we; an empty text is
 # quoted too). \s is C's isspace. Quoting more than needed is harmless, less is not.

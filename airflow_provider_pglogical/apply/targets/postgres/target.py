@@ -31,7 +31,7 @@ from psycopg2 import sql
 from airflow_provider_pglogical.apply import planning
 from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
-from airflow_provider_pglogical.apply.sparkenv import task_slots
+from airflow_provider_pglogical.apply.sparkenv import SESSION_CONF, task_slots
 from airflow_provider_pglogical.apply.targets.base import (
     BatchChanges,
     BatchResult,
@@ -44,7 +44,6 @@ from airflow_provider_pglogical.apply.targets.base import (
 )
 from airflow_provider_pglogical.apply.targets.postgres import (
     arrownet,
-    arrowtext,
     catalog,
     ordered,
     progress,
@@ -143,7 +142,7 @@ class PostgresTarget:
 
     @contextmanager
     def session(self, slot: str) -> Iterator[None]:
-        self.on_demand.conf(arrowtext.SESSION_CONF)  # what the COPY text relies on (UTC, readable TIME columns)
+        self.on_demand.conf(SESSION_CONF)  # what the COPY text relies on (UTC, readable TIME columns), exact names
         self._conn = self._open_conn()
         try:
             # One apply per slot and target at a time: staging table names are per (slot, batch).

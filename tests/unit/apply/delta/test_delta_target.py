@@ -8,7 +8,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from airflow_provider_pglogical.apply.targets.base import COMMIT, ORDER
+from airflow_provider_pglogical.apply.batches import RelationColumn, RelationInfo
+from airflow_provider_pglogical.apply.config import TableApplyConfig
+from airflow_provider_pglogical.apply.targets.base import COMMIT, ORDER, PlannedBatch, PlannedSnapshot, PlannedTable
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation, app_id
 from airflow_provider_pglogical.apply.targets.delta.names import case_clashes, check_case_distinct
 from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
@@ -247,3 +249,25 @@ def test_columns_differing_only_by_case_are_found_with_the_changelog_columns():
         check_case_distinct("batch 1-2", "public.t", ("_op", "id", "_OP"))
     assert info.value.table == "public.t" and info.value.columns == ("_op", "_OP")
     assert "\n" not in str(info.value) and "columns:" in str(info.value)
+
+
+def _planned(*columns: str) -> PlannedTable:
+    relation = RelationInfo("public", "t", "d", tuple(RelationColumn(c, "integer", c == "id") for c in columns))
+    return PlannedTable("public.t", "public.t", ("id",), columns, relation, TableApplyConfig())
+
+
+def test_a_clash_with_the_changelog_columns_or_the_tables_own_columns_is_refused_before_anything_commits(tmp_path):
+    """``changes`` is never read: every refusal comes before the first table of a batch or snapshot commits."""
+    location = DeltaLocation(str(tmp_path / "lake"))
+    feed = DeltaTarget(location, "s1", mode="changelog")
+    with pytest.raises(CaseInsensitiveNamesError, match='"_op" and "_OP"'):  # the feed's own _op column
+        feed.apply_batch(PlannedBatch("s1", 10, 20, (_planned("id", "_OP"),)), changes=None)
+    mirror = DeltaTarget(location, "s1")
+    apply(mirror, 0, 10, [("I", [], None, 1, 1, "a")])  # the table holds body: a source that dropped it …
+    assert mirror.apply_batch(PlannedBatch("s1", 0, 10, (_planned("id", "n", "_OP"),)), changes=None).applied is False
+    for planned in (_planned("id", "n", "Body"), _planned("id", "N")):  # … and adds "Body"; or a column renamed
+        with pytest.raises(CaseInsensitiveNamesError, match="differ only by case"):
+            mirror.apply_batch(PlannedBatch("s1", 10, 20, (planned,)), changes=None)
+        with pytest.raises(CaseInsensitiveNamesError, match="differ only by case"):
+            mirror.apply_snapshot(PlannedSnapshot("s1", 20, (planned,)), changes=None)
+    assert mirror.watermark("public.t", "s1") == 10
