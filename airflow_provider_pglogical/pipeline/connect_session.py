@@ -58,17 +58,21 @@ def session_key(remote: str, pipeline: str, conf: Mapping[str, str]) -> str:
 
 class KeptSession:
     """The id of the session kept for one key, in a file of ``sessions_dir``. ``current()`` reads it (a new id when
-    there is none or it is unreadable); ``renew()`` replaces it (the server closed the old one). A file that cannot
-    be written only means the next run opens a session of its own: the id is never needed for correctness."""
+    there is none or it is unreadable); ``renew()`` replaces it (the server closed the old one). ``saved`` tells
+    whether the id is in the file: one that could not be written is no next run's, so its session is released at the
+    run's end as a session of its own (the id is never needed for correctness)."""
 
     def __init__(self, key: str, directory: Path | None = None) -> None:
         self.path = (directory or sessions_dir()) / f"{key}.session"
+        self.saved = False
 
     def current(self) -> str:
         try:
-            return str(uuid.UUID(self.path.read_text().strip(), version=4))
+            found = str(uuid.UUID(self.path.read_text().strip(), version=4))
         except (OSError, ValueError):
             return self.renew()
+        self.saved = True
+        return found
 
     def renew(self) -> str:
         new = str(uuid.uuid4())
@@ -77,8 +81,9 @@ class KeptSession:
             partial = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
             partial.write_text(new + "\n")
             partial.replace(self.path)
+            self.saved = True
         except OSError:
-            pass
+            self.saved = False
         return new
 
 

@@ -155,12 +155,14 @@ def _connect_session(remote: str, conf: dict[str, str], pipeline: str | None = N
         connect_session.session_key(remote, pipeline, conf))
     try:
         try:
-            return _open_connect(remote if kept is None else connect_session.with_session_id(remote, kept.current()),
-                                 conf, keep=given or kept is not None)
+            if kept is None:
+                return _open_connect(remote, conf, keep=given)
+            return _open_connect(connect_session.with_session_id(remote, kept.current()), conf, keep=kept.saved)
         except Exception as exc:
             if kept is None or not connect_session.is_closed_session(exc):
                 raise
-            return _open_connect(connect_session.with_session_id(remote, kept.renew()), conf, keep=True)
+            renewed = kept.renew()
+            return _open_connect(connect_session.with_session_id(remote, renewed), conf, keep=kept.saved)
     except Exception as exc:
         cause = " ".join(str(exc).split())[:300] or type(exc).__name__
         raise SparkStartError(f"Spark Connect server {redacted(remote)} did not answer: {type(exc).__name__}: {cause}") from exc

@@ -49,7 +49,9 @@ def test_the_kept_id_is_read_back_renewed_and_never_needed(tmp_path: Path):
     assert kept.current() not in (renewed, "not a uuid")
     blocked = tmp_path / "file"
     blocked.write_text("")
-    assert KeptSession("k", blocked).current()  # an unwritable directory: a fresh id each time, no error
+    unsaved = KeptSession("k", blocked)
+    assert unsaved.current() != unsaved.current() and not unsaved.saved  # a fresh id each time, released, no error
+    assert kept.saved
 
 
 def test_closed_session_errors_are_told_from_others():
