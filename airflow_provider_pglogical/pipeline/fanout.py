@@ -16,7 +16,13 @@ from typing import Any
 from airflow_provider_pglogical.exceptions import SpecError
 from airflow_provider_pglogical.history.recorder import RunRecorder, recording
 from airflow_provider_pglogical.pipeline.retention import check_window
-from airflow_provider_pglogical.pipeline.runs import SparkStarter, apply_pending, decode_pending, spark_expected
+from airflow_provider_pglogical.pipeline.runs import (
+    SparkStarter,
+    apply_pending,
+    decode_pending,
+    pipeline_name,
+    spark_expected,
+)
 from airflow_provider_pglogical.pipeline.spec import PipelineSpec
 from airflow_provider_pglogical.pipeline.target import spec_target
 
@@ -83,7 +89,7 @@ def run_targets(spec: PipelineSpec, names: Sequence[str] | None = None, *, maste
     chosen target as ``apply_targets`` does, on one Spark session, started while the drain runs when every chosen
     target allows it and one surely needs it, else on demand. Recorded as one ``run``; it fails in the history when a target failed."""
     views = select_views(spec, names)
-    starter = SparkStarter(master or spec.spark.where, spec.spark.conf, log=log)
+    starter = SparkStarter(master or spec.spark.where, spec.spark.conf, log=log, pipeline=pipeline_name(spec))
     # Started during the drain only when some target surely needs it (``runs.spark_expected``), as for one target.
     may_start = all(spec_target(view).early_spark_start for view in views.values())
     early = may_start and any(spark_expected(view, starter.master) for view in views.values())

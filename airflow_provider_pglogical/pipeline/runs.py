@@ -100,8 +100,12 @@ def silence_spark_logs() -> None:
     logging.getLogger("py4j").setLevel(logging.CRITICAL + 1)
 
 
-def new_spark_session(master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
+def new_spark_session(master: str | None = None, conf: dict[str, str] | None = None, *,
+                      pipeline: str | None = None) -> SparkSession:
     """A started Spark session for in-process apply (the CLI; the DAG uses spark-submit instead).
+
+    ``pipeline`` (its staging URI and slot): over a Spark Connect server, the session that pipeline's previous run
+    left open on the server is reopened (``connect_session``), its Python workers warm.
 
     A JVM that does not come up raises ``SparkStartError`` naming the master and the cause (its own
     output, e.g. an unrecognised JVM option, went to stderr before it, or to its log file after
@@ -111,7 +115,7 @@ def new_spark_session(master: str | None = None, conf: dict[str, str] | None = N
 
     master = master or DEFAULT_MASTER
     if is_remote(master):
-        return _connect_session(master, {**SESSION_CONF, **(conf or {})})
+        return _connect_session(master, {**SESSION_CONF, **(conf or {})}, pipeline)
     options = {"spark.master": master, "spark.app.name": "pglogical-apply", "spark.ui.enabled": "false",
                "spark.ui.showConsoleProgress": "false", "spark.sql.shuffle.partitions": "4", **SESSION_CONF}
     if is_local(master):
@@ -136,25 +140,57 @@ def new_spark_session(master: str | None = None, conf: dict[str, str] | None = N
         raise SparkStartError(f"Spark ({redacted(master)}) did not start: {type(exc).__name__}: {cause}{where}") from exc
 
 
-def _connect_session(remote: str, conf: dict[str, str]) -> SparkSession:
+def _connect_session(remote: str, conf: dict[str, str], pipeline: str | None = None) -> SparkSession:
     """A Spark Connect client session of the server at ``remote`` (``sc://host:port``). The server owns the
     cluster's settings; ``conf`` may carry session settings (``spark.sql.*``) only. A server that does not
-    answer raises ``SparkStartError`` naming it."""
+    answer raises ``SparkStartError`` naming it.
+
+    With ``pipeline``, the session is the one kept for it on the server (``connect_session.KeptSession``; a new one
+    when the server closed it), and stopping the client leaves it open; a URL naming its ``session_id`` is kept as
+    it is. Without, the session is the run's own and stopping releases it.
+    """
+    from airflow_provider_pglogical.pipeline import connect_session
+
+    given = connect_session.SESSION_ID_PARAM in connect_session.url_params(remote)
+    kept = None if given or pipeline is None else connect_session.KeptSession(
+        connect_session.session_key(remote, pipeline, conf))
+    try:
+        try:
+            if kept is None:
+                return _open_connect(remote, conf, keep=given)
+            return _open_connect(connect_session.with_session_id(remote, kept.current()), conf, keep=kept.saved)
+        except Exception as exc:
+            if kept is None or not connect_session.is_closed_session(exc):
+                raise
+            renewed = kept.renew()
+            return _open_connect(connect_session.with_session_id(remote, renewed), conf, keep=kept.saved)
+    except SparkStartError:
+        raise
+    except Exception as exc:
+        raise SparkStartError(f"Spark Connect server {redacted(remote)} did not answer: {_cause(exc)}") from exc
+
+
+def _open_connect(remote: str, conf: dict[str, str], *, keep: bool) -> SparkSession:
+    """The client session of ``remote``, its settings set, the server asked once. ``keep``: ``stop()`` closes the
+    client only, leaving the server's session (and its Python workers) for the next run."""
     from pyspark.sql import SparkSession
 
+    session = SparkSession.builder.remote(remote).getOrCreate()
+    session.release_session_on_close = not keep  # type: ignore[attr-defined]
     try:
-        session = SparkSession.builder.remote(remote).getOrCreate()
         # The client connects lazily: ask the server once, here. Its version is one round trip and no Spark job (a
         # job on a warm server still costs a plan, a task and its result, on every run).
         session.version  # noqa: B018
-    except Exception as exc:
-        raise SparkStartError(f"Spark Connect server {redacted(remote)} did not answer: {_cause(exc)}") from exc
-    for key, value in conf.items():  # the server answered: a setting it refuses is that setting's problem
-        try:
-            session.conf.set(key, value)
-        except Exception as exc:
-            raise SparkStartError(f"Spark Connect server {redacted(remote)} refused the session setting "
-                                  f"{key}={value}: {_cause(exc)}") from exc
+        for key, value in conf.items():  # the server answered: a setting it refuses is that setting's problem
+            try:
+                session.conf.set(key, value)
+            except Exception as exc:
+                raise SparkStartError(f"Spark Connect server {redacted(remote)} refused the session setting "
+                                      f"{key}={value}: {_cause(exc)}") from exc
+    except BaseException:
+        session.release_session_on_close = False  # type: ignore[attr-defined]  # nothing of ours to release
+        session.stop()
+        raise
     return session
 
 
@@ -230,12 +266,15 @@ class SparkStarter:
     the start and returns the session, or raises its error (``SparkStartError``) in the calling
     thread — so a JVM that fails to start fails the apply, never the drain, whose slot advance keeps
     following the durable manifest as before. ``stop()`` waits for a start under way and stops the
-    session. ``early`` tells whether the start began before the apply asked for the session.
+    session. ``early`` tells whether the start began before the apply asked for the session. ``pipeline``: the
+    pipeline the session is for (``new_spark_session``: a Connect server's session kept from run to run).
     """
 
-    def __init__(self, master: str | None = None, conf: dict[str, str] | None = None, *, log: Log = _quiet) -> None:
+    def __init__(self, master: str | None = None, conf: dict[str, str] | None = None, *, log: Log = _quiet,
+                 pipeline: str | None = None) -> None:
         self.master = master or DEFAULT_MASTER
         self.conf = dict(conf or {})
+        self.pipeline = pipeline
         self.log = log
         self.early = False
         self.start_s: float | None = None  # JVM start to session ready
@@ -243,6 +282,7 @@ class SparkStarter:
         self._thread: threading.Thread | None = None
         self._session: SparkSession | None = None
         self._error: BaseException | None = None
+        self.connect_session: str | None = None  # the Connect server's session id, over a Connect server
 
     @property
     def started(self) -> bool:
@@ -267,7 +307,9 @@ class SparkStarter:
     def _run(self) -> None:
         t0 = time.monotonic()
         try:
-            self._session = new_spark_session(self.master, self.conf)
+            self._session = new_spark_session(self.master, self.conf, pipeline=self.pipeline)
+            if is_connect(self._session):
+                self.connect_session = str(self._session.session_id)  # type: ignore[attr-defined]
         except BaseException as exc:  # noqa: BLE001 - handed over to the thread that asks for the session
             self._error = exc
         self.start_s = time.monotonic() - t0
@@ -305,7 +347,8 @@ class SparkStarter:
         """For the run's JSON: whether Spark was started, during the drain or for the apply, and the seconds."""
         started = "during the drain" if self.early else ("for the apply" if self.started else None)
         return {"started": started, "start_s": None if self.start_s is None else round(self.start_s, 2),
-                "apply_waited_s": None if self.waited_s is None else round(self.waited_s, 2)}
+                "apply_waited_s": None if self.waited_s is None else round(self.waited_s, 2),
+                **({"connect_session": self.connect_session} if self.connect_session else {})}
 
 
 def run_pending(spec: PipelineSpec, *, master: str | None = None, max_batches: int | None = None,
@@ -319,7 +362,7 @@ def run_pending(spec: PipelineSpec, *, master: str | None = None, max_batches: i
     an empty slot start no JVM. Recorded in the slot's run history as one ``run``
     (docs/staging-format.md#run-history).
     """
-    starter = SparkStarter(master or spec.spark.where, spec.spark.conf, log=log)
+    starter = SparkStarter(master or spec.spark.where, spec.spark.conf, log=log, pipeline=pipeline_name(spec))
     may_start = spec_target(spec).early_spark_start
     early = may_start and spark_expected(spec, starter.master)
     early_for_snapshot = may_start and spark_expected(spec, starter.master, snapshot=True)
@@ -349,6 +392,11 @@ def run_pending(spec: PipelineSpec, *, master: str | None = None, max_batches: i
     overlapped = {"snapshot_loaded_while_reading": loader.summary()} \
         if loader is not None and (loader.rows or loader.left) else {}
     return {"decode": decoded, **overlapped, "apply": applied, "spark": starter.summary()}
+
+
+def pipeline_name(spec: PipelineSpec) -> str:
+    """What tells one pipeline from another on a shared Spark Connect server: its staging URI and slot."""
+    return f"{spec.staging.uri}#{spec.source.slot}"
 
 
 def spark_expected(spec: PipelineSpec, master: str | None = None, *, snapshot: bool = False) -> bool:
@@ -403,7 +451,8 @@ def _apply_pending(spec: PipelineSpec, *, master: str | None, max_batches: int |
     from airflow_provider_pglogical.apply.runner import apply_slot  # imports pyspark: only when there is work
 
     # One apply path: the shared runner plans every batch and hands it to the spec's target.
-    with target.environment(), _apply_session(spark, master or spec.spark.where, spec.spark.conf, log) as session:
+    with target.environment(), _apply_session(spark, master or spec.spark.where, spec.spark.conf, log,
+                                              pipeline_name(spec)) as session:
         reports = apply_slot(session, config, target=target.for_apply(session, config))
         spark_started = session.started
     if not spark_started:
@@ -425,12 +474,12 @@ def _apply_pending(spec: PipelineSpec, *, master: str | None, max_batches: int |
 
 @contextmanager
 def _apply_session(starter: SparkStarter | None, master: str | None, conf: dict[str, str],
-                   log: Log) -> Iterator[SparkOnDemand]:
+                   log: Log, pipeline: str | None = None) -> Iterator[SparkOnDemand]:
     """The apply's session on demand: ``starter``'s (started during the drain, or when a step asks; its owner stops
     it), else one of its own, stopped after the block if a step started it."""
     from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
 
-    used = starter or SparkStarter(master, conf, log=log)
+    used = starter or SparkStarter(master, conf, log=log, pipeline=pipeline)
 
     def start() -> SparkSession:
         if not used.started:  # else it started during the drain

@@ -5,13 +5,15 @@ server's executors only — the client, whose S3 key differs, reads manifests an
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from airflow_provider_pglogical.hooks import PgLogicalHook
-from scripts.harness.subscriber import run_script
+from scripts.harness.subscriber import run_script, wait_for_subscriber
 from scripts.harness.userenv import run_as_user, venv_script
-from tests.integration.test_native_equivalence import TABLES_SQL
+from tests.integration.test_native_equivalence import TABLES_SQL, table_rows
 from tests.support.cluster import spark_connect  # noqa: F401 (fixture)
 from tests.support.remote_specs import (
     BATCH_ONE,
@@ -67,6 +69,30 @@ def test_run_matches_a_native_subscriber_reading_s3_on_the_executors_only(
         if where == "connect":
             assert recorded.reads(DRIVER_KEY, "/tables/") == 0
         assert recorded.reads(DRIVER_KEY, "_manifest.json") > 0  # the client planned from the manifests
+        if where == "connect":
+            assert_the_session_is_kept_and_reopened(dbs, spec, driver_env, spark_connect.url, report)
     finally:
         recorded.stop()
         dbs.drop()
+
+
+def assert_the_session_is_kept_and_reopened(dbs: Databases, spec: Path, driver_env: dict[str, str], url: str,
+                                            report: dict[str, Any]) -> None:
+    """The run left its Connect session open on the server (the next run's Python workers are warm); once the
+    server closed it, the next run opens a new one by itself."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    kept = report["spark"]["connect_session"]
+    client = ConnectSession.builder.remote(f"{url}/;session_id={kept}").create()
+    try:
+        assert client.version  # a released session would be refused (INVALID_HANDLE.SESSION_CLOSED)
+    finally:
+        client.stop()  # releases it: the server closes the session for good
+    run_script(dbs.source, ["UPDATE cols SET a = 'a2c' WHERE id = 2;"])
+    result = run_as_user([venv_script("pglogical"), "run", "--spec", str(spec)], driver_env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    again = json.loads(result.stdout)
+    assert again["apply"]["spark_started"] and again["spark"]["connect_session"] not in (None, kept), again
+    wait_for_subscriber(dbs.source, dbs.native)
+    rows = table_rows(dbs.ours, "cols")
+    assert rows == table_rows(dbs.native, "cols") and [r[:2] for r in rows] == [(2, "a2c")]

@@ -1,0 +1,93 @@
+"""A Spark Connect server session kept from one run of a pipeline to the next.
+
+A Connect server starts Python workers per client session (each session has its own worker environment), so a run
+that opened a session of its own paid for a new worker daemon, its workers and their imports on every run — seconds
+of a small batch's apply. A run of a pipeline instead reopens the session its previous run left on the server
+(``sc://host:port/;session_id=<uuid>``) and leaves it open at its end, and the server's workers stay warm for the
+next run. Nothing of the session's state is relied upon: the run sets its settings each time, and the session's id
+is keyed by the server, the pipeline (staging URI and slot), the settings and this package's version — so runs of
+two pipelines never share one, and changed settings or an upgraded package get a fresh session. A session the
+server closed (released, or idle past the server's timeout) is replaced by a new one transparently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from urllib.parse import unquote
+
+SESSION_ID_PARAM = "session_id"
+# The server's answer for a session id it closed: that id cannot be opened again (the server keeps its tombstone).
+CLOSED_SESSION_ERRORS = ("INVALID_HANDLE.SESSION_CLOSED", "INVALID_HANDLE.SESSION_NOT_FOUND")
+
+
+def url_params(remote: str) -> dict[str, str]:
+    """The ``;key=value`` parameters of a Connect URL (``sc://host:port/;token=…;session_id=…``)."""
+    _, _, params = remote.partition("/;")
+    return {k: unquote(v) for k, _, v in (p.partition("=") for p in params.split(";") if p)}
+
+
+def with_session_id(remote: str, session_id: str) -> str:
+    """``remote`` with the parameter ``session_id`` added (its other parameters kept)."""
+    base, sep, params = remote.partition("/;")
+    if not sep:
+        base = remote.rstrip("/")
+    return f"{base}/;" + ";".join(p for p in (params, f"{SESSION_ID_PARAM}={session_id}") if p)
+
+
+def sessions_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Where the kept sessions' ids live: the user's cache directory's ``pglogical/connect``."""
+    environ = os.environ if environ is None else environ
+    cache = environ.get("XDG_CACHE_HOME") or str(Path(environ.get("HOME") or Path.home()) / ".cache")
+    return Path(cache) / "pglogical" / "connect"
+
+
+def session_key(remote: str, pipeline: str, conf: Mapping[str, str]) -> str:
+    """What the kept session is for: the server (its URL without parameters), the pipeline, the settings and this
+    package's version (the server's workers keep the modules they imported)."""
+    from airflow_provider_pglogical import __version__
+
+    server = remote.partition("/;")[0].rstrip("/")
+    text = json.dumps([server, pipeline, sorted(conf.items()), __version__])
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+class KeptSession:
+    """The id of the session kept for one key, in a file of ``sessions_dir``. ``current()`` reads it (a new id when
+    there is none or it is unreadable); ``renew()`` replaces it (the server closed the old one). ``saved`` tells
+    whether the id is in the file: one that could not be written is no next run's, so its session is released at the
+    run's end as a session of its own (the id is never needed for correctness)."""
+
+    def __init__(self, key: str, directory: Path | None = None) -> None:
+        self.path = (directory or sessions_dir()) / f"{key}.session"
+        self.saved = False
+
+    def current(self) -> str:
+        try:
+            found = str(uuid.UUID(self.path.read_text().strip(), version=4))
+        except (OSError, ValueError):
+            return self.renew()
+        self.saved = True
+        return found
+
+    def renew(self) -> str:
+        new = str(uuid.uuid4())
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            partial = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+            partial.write_text(new + "\n")
+            partial.replace(self.path)
+            self.saved = True
+        except OSError:
+            self.saved = False
+        return new
+
+
+def is_closed_session(exc: BaseException) -> bool:
+    """Whether ``exc`` is the server refusing a session id it closed."""
+    text = str(exc)
+    return any(name in text for name in CLOSED_SESSION_ERRORS)
