@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -125,6 +126,21 @@ def test_a_waiting_group_load_wakes_once_starts_in_line_refuse():
     slots.release()
     assert entered.wait(WAIT_S)
     assert refused == [0, 1, 2]
+
+
+def test_a_slot_released_more_often_than_taken_raises():
+    """Like ``threading.BoundedSemaphore``: an extra ``release`` would let one load more run at once."""
+    slots = LoadSlots(2)
+    with pytest.raises(ValueError, match="released more often than taken"):
+        slots.release()
+    with slots:
+        pass
+    with pytest.raises(ValueError, match="released more often than taken"):
+        slots.release()
+    slots.start_when_free(lambda: True)  # a stream's loader holds one until it releases it
+    slots.release()
+    with pytest.raises(ValueError):
+        slots.release()
 
 
 def test_a_published_stream_answers_no_later_publication():
