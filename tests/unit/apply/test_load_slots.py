@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from airflow_provider_pglogical.apply.targets.postgres.overlap import OverlappedLoad
 from airflow_provider_pglogical.apply.targets.postgres.snapshot import PARALLEL_GROUPS, LoadSlots
 from airflow_provider_pglogical.apply.targets.postgres.streamed import PUBLISHED, ChunkStream
 from airflow_provider_pglogical.snapshot.run import WrittenChunk
@@ -153,3 +154,17 @@ def test_a_published_stream_answers_no_later_publication():
     stream.was_read(0, "0" * 64)
     assert stream.publish(1.0) and stream.state == PUBLISHED
     assert not stream.publish(2.0) and stream.published_s == 1.0
+
+
+def test_a_slot_freed_after_the_session_ended_starts_no_loader():
+    """A stream's start handed a slot once the overlapped load's session ended (or under another session than it
+    was scheduled for) declines without claiming the stream: the table loads after its publication."""
+    first = WrittenChunk(table="public.wide", lsn=16, index=0, chunks=2, path="c0", sha256="0" * 64, rows=1,
+                         relation={}, row_filter=None)
+    stream = ChunkStream(first)
+    loader = OverlappedLoad(lambda: (object(), object()), log=lambda _m: None)  # type: ignore[arg-type,return-value]
+    target, other = object(), object()
+    assert not loader._start_stream(stream, target, object())  # type: ignore[arg-type]
+    loader._session = other, object()  # type: ignore[assignment]
+    assert not loader._start_stream(stream, target, object())  # type: ignore[arg-type]
+    assert stream.claim() and not loader._streaming  # unclaimed until now, no loader thread
