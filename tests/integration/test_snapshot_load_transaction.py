@@ -5,6 +5,8 @@ load of the table committed a later snapshot leaves that one in place."""
 
 from __future__ import annotations
 
+import errno
+import shlex
 import threading
 import time
 from collections.abc import Iterator
@@ -12,8 +14,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import psycopg2
+import pyarrow as pa
 import pytest
 
+from airflow_provider_pglogical.apply.targets.postgres.overlap import _why
 from airflow_provider_pglogical.apply.targets.postgres.progress import (
     PROGRESS_TABLE,
     SYNC_TABLE,
@@ -22,16 +26,24 @@ from airflow_provider_pglogical.apply.targets.postgres.progress import (
     sync_marks,
 )
 from airflow_provider_pglogical.apply.targets.postgres.snapshot import FEED_LINE_CHARS, load_transaction, mark_synced
+from airflow_provider_pglogical.cli import build_parser
 from airflow_provider_pglogical.exceptions import ApplyError, PgLogicalError
+from airflow_provider_pglogical.history.recorder import error_line
 from scripts.harness.pgserver import execute, make_target, query
 
 SLOT = "loadtx"
-TABLE = SimpleNamespace(target="public.t", columns=("id", "v"))
+TABLE = SimpleNamespace(source="public.t", target="public.t", columns=("id", "v"))
 L1, L2 = 0x1000, 0x2000
 
 
 class JavaError(Exception):
     """Like py4j's ``Py4JJavaError``: its text is the whole Java stack, the first line a call's."""
+
+    __module__ = "py4j.protocol"
+
+
+RERUN = "rerun the apply to load it whole"
+RESYNC = "stage the table again: pglogical resync --table public.t"
 
 
 def _target(pg_server: Any) -> tuple[str, Any]:
@@ -58,9 +70,27 @@ def test_a_read_failing_mid_copy_is_one_typed_line_and_commits_nothing(pg_server
     dsn, target = _target(pg_server)
     stack = ("An error occurred while calling o85.toLocalIterator.\n: org.apache.spark.SparkException: "
              + "at org.apache.spark.Stage.run(Stage.scala:1) " * 40)
-    for failure, shown in ((OSError("s3://bucket/stage/c00001.parquet: connection reset"),
-                            "OSError: s3://bucket/stage/c00001.parquet: connection reset"),
-                           (JavaError(stack), "JavaError: An error occurred while calling o85.toLocalIterator.")):
+    long_first = "x" * 500 + "\nat org.apache.spark.Stage.run(Stage.scala:1)"
+    cases: list[tuple[BaseException, str, str]] = [
+        (OSError("s3://bucket/stage/c00001.parquet: connection reset"),
+         "OSError: s3://bucket/stage/c00001.parquet: connection reset", RERUN),
+        (JavaError(stack), "JavaError: An error occurred while calling o85.toLocalIterator.", RERUN),
+        (JavaError(long_first), f"JavaError: {'x' * (FEED_LINE_CHARS - 1)}…", RERUN),
+        # a value quoted by a parser or a conversion never reaches our line (nor the run's history)
+        (pa.ArrowInvalid("Failed to parse string: 'alice@x' as a scalar of type int64"),
+         "ArrowInvalid: Failed to parse string", RESYNC),
+        (ValueError("invalid literal for int() with base 10: 'alice@x'"),
+         "ValueError: invalid literal for int() with base 10", RESYNC),
+        (KeyError("alice@x"), "KeyError", RESYNC),
+        (ValueError('row "alice@x" has too many fields'), "ValueError: row", RESYNC),
+        # a pruned or unreadable staged file fails every rerun the same way: the way out that exists
+        (FileNotFoundError(errno.ENOENT, "No such file or directory", "/stage/c00001.parquet"),
+         "FileNotFoundError: /stage/c00001.parquet: No such file or directory", RESYNC),
+        (PermissionError(errno.EACCES, "Permission denied", "/stage/c00001.parquet"),
+         "PermissionError: /stage/c00001.parquet: Permission denied",
+         "give the apply read access to the staging area, then rerun it"),
+    ]
+    for failure, shown, way_out in cases:
         def chunks(_table: Any, failure: BaseException = failure) -> Iterator[bytes]:
             yield b"2\tloaded\n"
             raise failure
@@ -68,11 +98,22 @@ def test_a_read_failing_mid_copy_is_one_typed_line_and_commits_nothing(pg_server
         with pytest.raises(ApplyError) as raised:
             load_transaction(target, SLOT, L1, SYNC_TABLE, (TABLE,), chunks)
         message = str(raised.value)
-        assert message == (f"snapshot at 0/1000 of public.t not applied: its staged rows could not be read ({shown}); "
-                           "nothing of it was committed, rerun the apply to load it whole"), message
+        reason = f"snapshot at 0/1000 of public.t not applied: its staged rows could not be read ({shown}); " \
+                 "nothing of it was committed"
+        assert message == f"{reason}; {way_out}", message
         assert raised.value.__cause__ is failure
         assert len(message) < 200 + FEED_LINE_CHARS
+        for line in (message, error_line(raised.value), _why(raised.value)):
+            assert "alice@x" not in line, line
+        # the overlapped and streamed loads log it without a way out: the table is loaded again after its
+        # publication, or by the apply, whose own error names it
+        assert _why(raised.value) == reason
         assert query(dsn, "SELECT id, v FROM t") == [(1, "kept")] and _marks(dsn) == {}
+    capped = cases[2][1].removeprefix("JavaError: ")  # the 500-character first line: capped, marked as cut
+    assert len(capped) == FEED_LINE_CHARS and capped.endswith("…")
+    # the resync way out is a command that exists, with the option the message names
+    resync = shlex.split(RESYNC.split(": ", 1)[1])
+    assert build_parser().parse_args([*resync[1:], "--spec", "spec.yaml"]).table == ["public.t"]
 
     class Declined(Exception):
         """What a caller's ``chunks`` raises on purpose (the streamed load's ``NotStreamed``)."""

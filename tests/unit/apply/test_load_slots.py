@@ -7,9 +7,11 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from airflow_provider_pglogical.apply.targets.postgres.overlap import OverlappedLoad
 from airflow_provider_pglogical.apply.targets.postgres.snapshot import PARALLEL_GROUPS, LoadSlots
 from airflow_provider_pglogical.apply.targets.postgres.streamed import PUBLISHED, ChunkStream
 from airflow_provider_pglogical.snapshot.run import WrittenChunk
@@ -127,6 +129,21 @@ def test_a_waiting_group_load_wakes_once_starts_in_line_refuse():
     assert refused == [0, 1, 2]
 
 
+def test_a_slot_released_more_often_than_taken_raises():
+    """Like ``threading.BoundedSemaphore``: an extra ``release`` would let one load more run at once."""
+    slots = LoadSlots(2)
+    with pytest.raises(ValueError, match="released more often than taken"):
+        slots.release()
+    with slots:
+        pass
+    with pytest.raises(ValueError, match="released more often than taken"):
+        slots.release()
+    slots.start_when_free(lambda: True)  # a stream's loader holds one until it releases it
+    slots.release()
+    with pytest.raises(ValueError):
+        slots.release()
+
+
 def test_a_published_stream_answers_no_later_publication():
     """A stream takes the publication it was read for; a later one (another set naming the table) is not its."""
     first = WrittenChunk(table="public.wide", lsn=16, index=0, chunks=1, path="c0", sha256="0" * 64, rows=1,
@@ -137,3 +154,17 @@ def test_a_published_stream_answers_no_later_publication():
     stream.was_read(0, "0" * 64)
     assert stream.publish(1.0) and stream.state == PUBLISHED
     assert not stream.publish(2.0) and stream.published_s == 1.0
+
+
+def test_a_slot_freed_after_the_session_ended_starts_no_loader():
+    """A stream's start handed a slot once the overlapped load's session ended (or under another session than it
+    was scheduled for) declines without claiming the stream: the table loads after its publication."""
+    first = WrittenChunk(table="public.wide", lsn=16, index=0, chunks=2, path="c0", sha256="0" * 64, rows=1,
+                         relation={}, row_filter=None)
+    stream = ChunkStream(first)
+    loader = OverlappedLoad(lambda: (object(), object()), log=lambda _m: None)  # type: ignore[arg-type,return-value]
+    target, other = object(), object()
+    assert not loader._start_stream(stream, target, object())  # type: ignore[arg-type]
+    loader._session = other, object()  # type: ignore[assignment]
+    assert not loader._start_stream(stream, target, object())  # type: ignore[arg-type]
+    assert stream.claim() and not loader._streaming  # unclaimed until now, no loader thread

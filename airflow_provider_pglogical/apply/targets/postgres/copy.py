@@ -132,7 +132,8 @@ def copy_chunks(dsn: str, staging: str, columns: Sequence[str], chunks: Iterator
     return reader.rows
 
 
-_QUOTED_VALUE = re.compile(r':\s*".*', re.S)
+# what an input function's message quotes (``…: "abc"``, ``…: 'abc'``): the value and all after it
+QUOTED_VALUE = re.compile(r""":\s*["'].*""", re.S)
 _COPY_POSITION = re.compile(r"line (\d+), column ([^:]+)")
 
 
@@ -143,7 +144,7 @@ def copy_error(staging: str, exc: psycopg2.Error, copied: int) -> ApplyError:
     the problem, its SQLSTATE and its position may go there, never row data.
     """
     diag = exc.diag
-    primary = _QUOTED_VALUE.sub("", (diag.message_primary if diag else None) or type(exc).__name__)
+    primary = QUOTED_VALUE.sub("", (diag.message_primary if diag else None) or type(exc).__name__)
     where = _COPY_POSITION.search((diag.context if diag else None) or "")
     position = f" (line {int(where.group(1)) + copied} of this partition, column {where.group(2)})" if where else ""
     return ApplyError(f"COPY into {staging} failed{position}: [{exc.pgcode}] {primary}")

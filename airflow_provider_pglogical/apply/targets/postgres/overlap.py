@@ -38,7 +38,7 @@ from airflow_provider_pglogical.apply import snapshots
 from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import qualified
 from airflow_provider_pglogical.apply.targets.postgres.progress import SYNC_TABLE, ensure_sync_table
-from airflow_provider_pglogical.apply.targets.postgres.snapshot import PARALLEL_GROUPS
+from airflow_provider_pglogical.apply.targets.postgres.snapshot import PARALLEL_GROUPS, UnreadRows
 from airflow_provider_pglogical.apply.targets.postgres.streamed import (
     PUBLISHED,
     ChunkStream,
@@ -142,32 +142,34 @@ class OverlappedLoad:
     def _schedule(self) -> None:
         """Once the session is open, each new stream's loader starts as soon as one of the target's load slots is
         free (``LoadSlots.start_when_free``): none waits for a slot on a thread and connection of its own."""
-        session = self._session  # read once: ``_run`` clears it when the session ends
-        if session is None:
-            return  # ``_run`` schedules them once it opens
-        target, config = session
-        with self._lock:
+        with self._lock:  # ``_run`` sets and clears the session under the lock
+            session = self._session
+            if session is None:
+                return  # ``_run`` schedules them once it opens
             streams, self._unscheduled = self._unscheduled, []
+        target, config = session
         for stream in streams:
             target.group_loads.start_when_free(functools.partial(self._start_stream, stream, target, config))
 
     def _start_stream(self, stream: ChunkStream, target: PostgresTarget, config: ApplyConfig) -> bool:
         """In a load slot just freed: start ``stream``'s loader, unless the table was read whole before (it is
-        loaded after its publication) or the snapshot's steps ended."""
-        if not stream.claim():
-            return False
-        thread = threading.Thread(target=self._stream, args=(stream, target, config), name="snapshot-stream",
-                                  daemon=True)
-        try:
-            thread.start()
-        except RuntimeError as exc:  # no thread to be had: the slot goes on, the table loads after its publication
-            stream.drop()
-            self._log(f"snapshot of {stream.table} at {format_lsn(stream.lsn)} not streamed while it was read: its "
-                      f"loader did not start ({exc})")
-            return False
-        with self._lock:  # after its start: ``_run`` joins only threads that ran (an unstarted one cannot be joined)
-            self._streaming.append(thread)
-        return True
+        loaded after its publication), the snapshot's steps ended, or the session it was scheduled under did."""
+        with self._lock:  # checked again, and started and listed under it: ``_run``'s last join pass sees it
+            if self._session is None or self._session[0] is not target or not stream.claim():
+                return False
+            thread = threading.Thread(target=self._stream, args=(stream, target, config), name="snapshot-stream",
+                                      daemon=True)
+            try:
+                thread.start()
+            except RuntimeError as exc:  # no thread to be had: the slot goes on, the table loads after publication
+                stream.drop()
+                why = exc
+            else:
+                self._streaming.append(thread)
+                return True
+        self._log(f"snapshot of {stream.table} at {format_lsn(stream.lsn)} not streamed while it was read: its "
+                  f"loader did not start ({why})")
+        return False
 
     def _start(self) -> None:
         with self._lock:
@@ -209,7 +211,8 @@ class OverlappedLoad:
             with target.session(config.slot):
                 # Once, before the loaders: two CREATE TABLE IF NOT EXISTS at once can both try to create it
                 ensure_sync_table(target.conn, qualified(target.bookkeeping_schema, SYNC_TABLE))
-                self._session = target, config
+                with self._lock:
+                    self._session = target, config
                 try:
                     self._schedule()
                     threads = [threading.Thread(target=self._work, args=(target, config),
@@ -218,11 +221,13 @@ class OverlappedLoad:
                         thread.start()
                     for thread in threads:
                         thread.join()
-                    while streaming := [t for t in self._streaming if t.is_alive()]:  # one may start another's
-                        for thread in streaming:  # ``close`` ended their streams: none starts once these end
-                            thread.join()
                 finally:
-                    self._session = None  # its lock and connections end here: no loader starts under it any more
+                    with self._lock:  # no loader starts under it any more (``_start_stream`` checks under the lock)
+                        self._session = None
+                    # the loaders started before: their connections must end while the session still holds the lock
+                    while streaming := [t for t in self._streaming if t.is_alive()]:
+                        for thread in streaming:
+                            thread.join()
         except Exception as exc:  # noqa: BLE001 - the apply after the snapshot loads every set, or reports it
             self._failed = _why(exc)
             self._leave(self._drain(), self._failed)
@@ -324,7 +329,11 @@ class OverlappedLoad:
 def _why(exc: BaseException) -> str:
     """A loader's error as one line that quotes no row value (it goes into the run's JSON and log): ours with its
     message, a server error by its SQLSTATE and primary message (a data exception, class 22, by its SQLSTATE
-    alone: its message quotes the value), a connection's failure by its first line, anything else by its type."""
+    alone: its message quotes the value), a connection's failure by its first line, a failed read of staged rows
+    without the way out (the table is loaded again after its publication, or by the apply, which names it),
+    anything else by its type."""
+    if isinstance(exc, UnreadRows):
+        return exc.reason
     code = getattr(exc, "pgcode", None)
     if isinstance(exc, psycopg2.Error) and code:
         if code.startswith("22"):

@@ -30,9 +30,9 @@ after COMMIT the sync marks make the rerun skip the group, and the groups not co
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
-import re
 import threading
 import time
 from collections import deque
@@ -48,6 +48,7 @@ from airflow_provider_pglogical.apply.targets.base import BatchResult, DirectRow
 from airflow_provider_pglogical.apply.targets.postgres import arrownet, arrowtext
 from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import qualified
 from airflow_provider_pglogical.apply.targets.postgres.catalog import ident
+from airflow_provider_pglogical.apply.targets.postgres.copy import QUOTED_VALUE
 from airflow_provider_pglogical.apply.targets.postgres.progress import SYNC_TABLE, ensure_sync_table, sync_marks
 from airflow_provider_pglogical.apply.targets.postgres.replication_role import set_replication_role
 from airflow_provider_pglogical.apply.targets.postgres.target_types import PgType, describe_types
@@ -66,7 +67,6 @@ CHECKPOINTS = ("snapshot_copying", "snapshot_loaded", "snapshot_before_commit", 
 
 PARALLEL_GROUPS = 2  # groups loaded at once: native's max_sync_workers_per_subscription default
 CHUNK_BYTES = 4 << 20  # COPY data handed from the executors to the loading connection per chunk
-_QUOTED_VALUE = re.compile(r':\s*".*', re.S)
 
 
 class LoadSlots:
@@ -75,7 +75,7 @@ class LoadSlots:
     loader that could only wait is not started, and holds no thread or connection, before it can load."""
 
     def __init__(self, n: int) -> None:
-        self._free = n
+        self._n = self._free = n
         self._changed = threading.Condition()
         self._starts: deque[Callable[[], bool]] = deque()
 
@@ -95,7 +95,11 @@ class LoadSlots:
         self._hand_over()
 
     def release(self) -> None:
+        """A slot back, like ``threading.BoundedSemaphore.release``: one more than were taken is a bug that would
+        let more loads run at once than there are slots, so it raises ``ValueError``."""
         with self._changed:
+            if self._free >= self._n:
+                raise ValueError(f"load slot released more often than taken (all {self._n} are free)")
             self._free += 1
         self._hand_over()
 
@@ -257,16 +261,63 @@ class FeedError(Exception):
         self.cause = cause
 
 
+class UnreadRows(ApplyError):
+    """A load transaction rolled back because its staged rows could not be read. ``reason``: the message without
+    its way out, for a caller whose table is loaded again anyway (the streamed load, the overlapped one)."""
+
+    def __init__(self, reason: str, way_out: str) -> None:
+        super().__init__(f"{reason}; {way_out}")
+        self.reason = reason
+
+
 FEED_LINE_CHARS = 200  # of a foreign error's first line in ours: a Spark job's error holds its whole Java stack
+_TRANSIENT_ERRNOS = frozenset({errno.ECONNRESET, errno.ECONNREFUSED, errno.ECONNABORTED, errno.ETIMEDOUT,
+                               errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN, errno.EPIPE, errno.EAGAIN})
+_TRANSIENT_WORDS = ("connection", "timed out", "timeout", "temporarily", "throttl", "slow down", "unavailable")
 
 
 def feed_error_line(exc: BaseException) -> str:
-    """``Type: first line`` of a foreign error, capped at ``FEED_LINE_CHARS``."""
-    lines = str(exc).strip().splitlines()
-    first = lines[0].strip() if lines else ""
+    """``Type: first line`` of a foreign error, capped at ``FEED_LINE_CHARS``, without what it quotes: a parser's
+    message quotes the row's value (``Failed to parse string: 'alice@x'``), so the line ends before the first
+    quote (``QUOTED_VALUE``, the rule of the server's input-function messages, then any other quote). An
+    ``OSError`` that carries them is its file name and the system's reason."""
+    if isinstance(exc, OSError) and exc.strerror:
+        first = f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    else:
+        lines = str(exc).strip().splitlines()
+        first = QUOTED_VALUE.sub("", lines[0]) if lines else ""
+    first = first.split("'", 1)[0].split('"', 1)[0].strip()
     if len(first) > FEED_LINE_CHARS:
         first = first[:FEED_LINE_CHARS - 1] + "…"
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def rerun_helps(exc: BaseException) -> bool:
+    """Whether a read of staged rows that failed may well succeed again: a lost connection or a timeout of the
+    object store, a Spark job's failure (an executor lost). A missing, damaged or unreadable file fails the same
+    way on every rerun."""
+    if type(exc).__module__.startswith(("py4j", "pyspark")):
+        return True
+    if isinstance(exc, (ConnectionError, TimeoutError)):
+        return True
+    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)):
+        return False
+    if isinstance(exc, OSError):
+        return exc.errno in _TRANSIENT_ERRNOS or any(w in str(exc).lower() for w in _TRANSIENT_WORDS)
+    return False
+
+
+def unread_rows(lsn: int, names: str, table: PlannedTable, exc: FeedError) -> UnreadRows:
+    """A load transaction's failed read of ``table``'s staged rows, with the way out that exists for its cause."""
+    reason = (f"snapshot at {format_lsn(lsn)} of {names} not applied: its staged rows could not be read ({exc}); "
+              "nothing of it was committed")
+    if rerun_helps(exc.cause):
+        way_out = "rerun the apply to load it whole"
+    elif isinstance(exc.cause, PermissionError):
+        way_out = "give the apply read access to the staging area, then rerun it"
+    else:  # lost or damaged: a snapshot taken again replaces it
+        way_out = f"stage the table again: pglogical resync --table {table.source}"
+    return UnreadRows(reason, way_out)
 
 
 def copy_into(cur: Any, table: str, columns: Sequence[str], chunks: Iterator[bytes],
@@ -384,6 +435,7 @@ def load_transaction(target: Any, slot: str, lsn: int, sync_table: str, group: S
     rows: dict[str, dict[str, int]] = {}
     copy_s = 0.0
     names = ", ".join(t.target for t in group)
+    copying = group[0]
     conn = psycopg2.connect(target.dsn)
     try:
         set_replication_role(conn, target.config.session_replication_role)  # like a native table sync worker
@@ -397,6 +449,7 @@ def load_transaction(target: Any, slot: str, lsn: int, sync_table: str, group: S
                 conn.rollback()
                 return rows, copy_s
             for t in group:
+                copying = t
                 copy_started = time.monotonic()
                 inserted = copy_into(cur, t.target, t.columns, chunks(t), lambda: target.checkpoint("snapshot_copying"),
                                      passed)
@@ -414,8 +467,7 @@ def load_transaction(target: Any, slot: str, lsn: int, sync_table: str, group: S
         raise load_error(exc, lsn, names) from None
     except FeedError as exc:
         conn.rollback()
-        raise ApplyError(f"snapshot at {format_lsn(lsn)} of {names} not applied: its staged rows could not be read "
-                         f"({exc}); nothing of it was committed, rerun the apply to load it whole") from exc.cause
+        raise unread_rows(lsn, names, copying, exc) from exc.cause
     finally:
         conn.close()
     return rows, copy_s
@@ -445,7 +497,7 @@ def mark_synced(cur: Any, progress: str, sync_table: str, slot: str, table: str,
 def load_error(exc: psycopg2.Error, lsn: int, names: str) -> ApplyError:
     """A load transaction's server error as ours, without the row value an input function's message quotes."""
     # input-function messages quote the value (``…: "abc"``): never row data in an error
-    primary = _QUOTED_VALUE.sub("", (exc.diag.message_primary if exc.diag else None) or type(exc).__name__)
+    primary = QUOTED_VALUE.sub("", (exc.diag.message_primary if exc.diag else None) or type(exc).__name__)
     hint = ""
     if exc.pgcode == "0A000":  # TRUNCATE of a table other target tables reference
         hint = "; resync the tables referencing it together with it (--table for each)"
