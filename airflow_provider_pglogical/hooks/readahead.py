@@ -5,8 +5,9 @@ client that reads only between staging its blocks keeps it waiting, so the serve
 transaction starts only once the client has caught up. Taking the blocks on a thread of their own (the compiled
 reader waits on the socket without the GIL) lets the walsender go on while the client stages. Nothing changes
 but when the blocks are taken: the consumer gets the same blocks in the same order, and the source's error
-after the last block it gave; a read-ahead closed before its end (the blocks it held dropped) raises when read on,
-never ends as its source would.
+after the last block it gave; a read-ahead closed before its end (blocks or an error it held dropped, or its thread
+stopped before its source ended) raises when read on, never ends as its source would. One closed after its thread
+reached the source's end and gave everything ends as its source would.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ class ReadAhead(Generic[T]):
     only while fewer than ``limit`` bytes (``size`` of each block) wait for the consumer, so the blocks taken and not
     yet given hold less than ``limit`` plus the last one. ``close()`` stops the thread (it finishes the block it is
     taking), then closes ``source`` on it; the blocks not given are dropped, and iterating it after that raises
-    ``ReadAheadClosed`` (never the end of the source). A consumer that does not iterate to the end must call
+    ``ReadAheadClosed`` (never the end of the source) unless nothing was dropped: the thread had reached the
+    source's end and every block and error was given, so it ends as the source would. A consumer that does not iterate to the end must call
     ``close()``: until then the thread waits for it, holding ``source`` open."""
 
     def __init__(self, source: Iterator[list[T]], limit: int, size: Callable[[list[T]], int], *, name: str) -> None:
@@ -38,6 +40,7 @@ class ReadAhead(Generic[T]):
         self._held = 0  # bytes in _ready
         self._changed = threading.Condition()
         self._stopped = False  # close() was called
+        self._dropped = False  # close() found blocks, an error or the source's end not yet given
         self._finished = False  # the thread has taken its last block
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._take, name=name, daemon=True)
@@ -97,7 +100,7 @@ class ReadAhead(Generic[T]):
             with self._changed:
                 while not self._ready and not self._finished and not self._stopped:
                     self._changed.wait()
-                if self._stopped:
+                if self._dropped:
                     raise ReadAheadClosed("blocks read ahead were dropped by close()")
                 if not self._ready:
                     error, self._error = self._error, None
@@ -114,6 +117,9 @@ class ReadAhead(Generic[T]):
         Never raises: it runs on failed reads too (an error closing the source reaches a consumer that iterates
         to the end)."""
         with self._changed:
+            # Sticky: a second close() finds the thread finished and nothing ready, yet the first one dropped.
+            self._dropped = (self._dropped or bool(self._ready) or not self._finished
+                             or self._error is not None)
             self._stopped = True
             self._ready.clear()
             self._held = 0

@@ -57,6 +57,12 @@ ROW_OVERHEAD = 128  # bytes of a row's tuple, int and bytes objects beside its m
 RUN_AGAIN = "run the drain again: it reads on from the last published batch (nothing past it was confirmed)"
 
 
+def first_line(text: str, default: str) -> str:
+    """The first line of libpq's message (its further lines are hints such as "This probably means the server
+    terminated abnormally"), so the error raised is one line; ``default`` when it is empty."""
+    return text.strip().splitlines()[0] if text.strip() else default
+
+
 def split_messages(messages: Sequence[bytes], bound: int, in_tx: bool) -> tuple[list[Row], bool, SplitState]:
     """The rows ``messages`` (CopyData of a replication stream) give up to ``bound``, whether a transaction is
     still open after them, and where the split stopped: ``'bound'`` (the read ends), ``'keepalive'`` (the
@@ -161,7 +167,7 @@ class ReplicationStream:
             self._conn: copystream.LibpqConnection | None = copystream.LibpqConnection.like(
                 session, replication="database", client_encoding=session.encoding)
         except (psycopg2.OperationalError, copystream.UnsupportedConnection) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            first = first_line(str(exc), type(exc).__name__)
             raise ReplicationConnectionError(f"the server refused a replication connection for slot {slot!r}: "
                                              f"{first}") from None
         self._pid = self._conn.backend_pid()  # our walsender, once START_REPLICATION is accepted
@@ -197,7 +203,7 @@ class ReplicationStream:
         typed = errors.translate_state(sqlstate, message, slot=self.slot)
         if typed is not None:
             return typed
-        first = message.strip().splitlines()[0] if message.strip() else "connection lost"
+        first = first_line(message, "connection lost")
         if ended:
             return ReplicationConnectionError(f"the stream of slot {self.slot!r} ended before its bound: {first}",
                                               hint=RUN_AGAIN)
@@ -272,7 +278,8 @@ class ReplicationStream:
         with self._using:
             failed = self._compiled.repl_status(self._conn.handle, self.confirmed, reply)
         if failed is not None:
-            raise ReplicationConnectionError(f"streaming slot {self.slot!r} failed: {str(failed).strip()}",
+            raise ReplicationConnectionError(f"streaming slot {self.slot!r} failed: "
+                                             f"{first_line(str(failed), 'connection lost')}",
                                              hint=RUN_AGAIN)
 
     def close(self, *, wait: bool = True) -> None:
@@ -297,7 +304,7 @@ class ReplicationStream:
             self._wait_released()
         except Exception as exc:  # noqa: BLE001 - close() runs on a failed run too: never replace its error
             log.warning("slot %s: could not wait for its walsender (pid %d) to release it: %s", self.slot,
-                        self._pid, str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+                        self._pid, first_line(str(exc), type(exc).__name__))
 
     def _wait_released(self) -> None:
         started = time.monotonic()

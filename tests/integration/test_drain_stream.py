@@ -8,6 +8,7 @@ crash windows: a run killed before or after a manifest leaves exactly one copy a
 from __future__ import annotations
 
 import json
+import logging
 import random
 import subprocess
 import sys
@@ -76,7 +77,9 @@ def test_the_streamed_drain_stages_what_the_sql_peek_stages(drain_source, tmp_pa
     twin slot read through SQL stages the same log, and the streamed slot is confirmed to the last batch's end.
     The stream read ahead of the decoder (the default), one block ahead at most (the reading thread waits for
     the decoder at every block), and on the decoder's thread (the reference)."""
-    if read_ahead is not None:
+    if read_ahead is None:  # the default, whatever the environment says
+        monkeypatch.delenv(replication.READ_AHEAD_ENV, raising=False)
+    else:
         monkeypatch.setenv(replication.READ_AHEAD_ENV, read_ahead)
     cur, hook = drain_source
     hook.create_slot("twin")
@@ -269,37 +272,62 @@ def test_a_refused_replication_connection_is_one_typed_line_and_the_sql_read_it_
     assert_log_matches(str(tmp_path / "sql"), "s1", xids)
 
 
-@pytest.mark.parametrize("empty_advance_bytes", [None, 1])
+@pytest.mark.parametrize(("read_to_the_bound", "empty_advance_bytes"), [(True, None), (True, 1), (False, None)])
 def test_a_stream_the_server_ends_mid_run_confirms_nothing_unpublished_and_the_rerun_reads_on(
-        drain_source, tmp_path, monkeypatch, empty_advance_bytes):
-    """The walsender ended after the first batch's manifest (as a wal_sender_timeout would), the read-ahead thread
-    having read to the bound: confirming that batch fails and closes the stream, dropping the rows read ahead. The
-    run then fails with one typed line rather than taking the stream's end for the bound's (which, with
-    ``empty_advance_bytes`` reached, would publish an empty batch at the bound and advance the slot past
-    transactions never staged). The slot ends at the last published batch, and the next run leaves every
-    transaction staged exactly once, as the SQL drain of a twin slot stages them."""
+        drain_source, tmp_path, monkeypatch, caplog, read_to_the_bound, empty_advance_bytes):
+    """The walsender ended after the first batch's manifest (as a wal_sender_timeout would). With the read-ahead
+    thread having read to the bound (waited for, so the confirmation is sent at once, not left to the thread):
+    confirming that batch fails and closes the stream, dropping the rows read ahead. The run then fails with one
+    typed line rather than taking the stream's end for the bound's (which, with ``empty_advance_bytes`` reached,
+    would publish an empty batch at the bound and advance the slot past transactions never staged). With the
+    thread still reading (one block ahead, waiting for the decoder), it sends the confirmation and its failure is
+    that one line too. The slot ends at the last published batch, and the next run leaves every transaction
+    staged exactly once, as the SQL drain of a twin slot stages them."""
     from airflow_provider_pglogical.exceptions import ReplicationConnectionError
 
-    monkeypatch.setenv(replication.READ_AHEAD_ENV, str(replication.READ_AHEAD_BYTES))
+    monkeypatch.setenv(replication.READ_AHEAD_ENV, str(replication.READ_AHEAD_BYTES) if read_to_the_bound else "1")
     cur, hook = drain_source
     hook.create_slot("twin")
     xids = workload(cur, 40)
     uri, twin_uri = str(tmp_path / "stage"), str(tmp_path / "sql")
     kw = {"max_changes": 25, "empty_advance_bytes": empty_advance_bytes}
+    streams: list[replication.ReplicationStream] = []
+    opened = hook.stream_changes
+
+    def stream_changes(*args, **kwargs):
+        streams.append(opened(*args, **kwargs))
+        return streams[-1]
+
+    monkeypatch.setattr(hook, "stream_changes", stream_changes)
+    held_before_confirm: list[int] = []
 
     def end_the_walsender(name: str) -> None:
         if name == "manifest_written" and not StagingReader.from_uri(uri, "s1").batches()[1:]:
+            ahead = streams[-1]._ahead
+            assert ahead is not None
+            deadline = time.monotonic() + 30
+            while read_to_the_bound and ahead.running and time.monotonic() < deadline:  # it reads on to the bound
+                time.sleep(0.05)
+            assert ahead.running != read_to_the_bound
+            held_before_confirm.append(ahead.held)
             cur.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 's1'")
             deadline = time.monotonic() + 30
             while hook.slot_info("s1").active and time.monotonic() < deadline:
                 time.sleep(0.05)
             # Two heartbeats: the first write to the dead connection fails silently, the second reads its end, so
-            # the batch's confirmation fails (and the reading thread has long read everything to the bound).
+            # the batch's confirmation fails.
             time.sleep(2.5 * replication.HEARTBEAT_S)
 
-    with pytest.raises(ReplicationConnectionError) as err:
+    with caplog.at_level(logging.WARNING, logger="airflow_provider_pglogical.staging.drain"), \
+            pytest.raises(ReplicationConnectionError) as err:
         drain_run(hook, config(uri, "s1", read="stream", itersize=10, **kw), on_checkpoint=end_the_walsender)
     assert "\n" not in str(err.value) and "run the drain again" in str(err.value)
+    assert held_before_confirm and held_before_confirm[0] > 0  # rows read ahead and not yet decoded
+    failed = [r.getMessage() for r in caplog.records if "the slot is advanced through SQL" in r.getMessage()]
+    if read_to_the_bound:  # the path under test: the confirmation failed and closed the stream, dropping them
+        assert len(failed) == 1 and "streaming slot 's1' failed" in failed[0], failed
+    else:
+        assert not failed
     published = StagingReader.from_uri(uri, "s1").batches()
     assert published and hook.slot_info("s1").confirmed_flush_lsn == published[-1].end_lsn
     drain_run(hook, config(uri, "s1", read="stream", **kw))
