@@ -10,6 +10,11 @@ subscriber's (the kill happens in that run, not in one of its own: an applicatio
 executor JVMs). A Delta target on the
 same cluster — the spec app spark-submitted to its master, and ``pglogical run`` over the Connect server on it —
 ends as the native subscriber's tables too.
+
+Over the Connect server each test applies the snapshot in one run and the changes in a second (a run finding
+the target a previous one left); where every apply is an application of its own (``spark.master``, spark-submit),
+the snapshot is staged by ``pglogical decode`` and one application loads it and applies the changes' batch: a
+second application would cost three more JVMs and check nothing the Connect runs do not.
 """
 
 from __future__ import annotations
@@ -63,12 +68,24 @@ def cluster_spec(path: Path, dbs: Databases, cluster: Cluster, spark: dict, *, s
                       target=target or {"kind": "postgres", "dsn": dbs.uri("ours")}, spark=spark, snapshot=snapshot)
 
 
-def run(spec: Path, cluster: Cluster) -> dict:
-    """``pglogical run`` as the user types it, with the driver's S3 key (not the executors')."""
-    result = run_as_user([venv_script("pglogical"), "run", "--spec", str(spec)], s3_env(cluster.s3, DRIVER_KEY),
+def run(spec: Path, cluster: Cluster, command: str = "run") -> dict:
+    """``pglogical run`` (or ``command``) as the user types it, with the driver's S3 key (not the executors')."""
+    result = run_as_user([venv_script("pglogical"), command, "--spec", str(spec)], s3_env(cluster.s3, DRIVER_KEY),
                          timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout)
+
+
+def stage_snapshot(spec: Path, cluster: Cluster) -> dict:
+    """``pglogical decode``: the slot made with its exported snapshot, the snapshot staged (no Spark); as ``run``
+    reports it."""
+    return {"decode": run(spec, cluster, "decode")}
+
+
+def applied_by_changes_run(where: str) -> int:
+    """What the run of the changes reports applied: their one batch, and where it also loads the snapshot
+    (``submit``: one application for both) the snapshot's load, which the apply reports as a batch of its own."""
+    return 2 if where == "submit" else 1
 
 
 def tasks_per_worker(cluster: Cluster) -> list[int]:
@@ -95,7 +112,10 @@ def test_a_delta_target_on_two_workers_matches_a_native_subscriber(
     """The Delta target through spark-submit of ``spark_apps/apply_spec.py`` to the cluster, and through
     ``pglogical run`` as a client of the Connect server on the cluster: the snapshot and the workload's changes
     end as the native subscriber's tables (read with delta-rs), tasks ran on both workers, and no driver read a
-    row-change file. The tables are local: delta-rs commits from the driver (or Connect client) process."""
+    row-change file. The tables are local: delta-rs commits from the driver (or Connect client) process.
+
+    Over Connect a run loads the snapshot and a second one applies the changes; spark-submit's one application
+    does both (the module's docstring says why)."""
     lake = DeltaLocation(str(tmp_path / "lake"))
     spark = ({"remote": request.getfixturevalue("cluster_connect")} if where == "connect"
              else {"master": spark_cluster.spark.master_url})
@@ -106,11 +126,13 @@ def test_a_delta_target_on_two_workers_matches_a_native_subscriber(
     recorded = spark_cluster.requests
     try:
         recorded.start()
-        first = step(spec, spark_cluster)
+        first = (stage_snapshot if where == "submit" else run)(spec, spark_cluster)
         assert first["decode"]["snapshot"]["initial"]["tables"]["public.cols"]["rows"] == 5000, first
         for script in (BATCH_ONE, BATCH_TWO):
             run_script(databases.source, script)
-        assert step(spec, spark_cluster)["apply"]["batches_applied"] == 1
+        changes = step(spec, spark_cluster)
+        assert len(changes["decode"]["batches"]) == 1, changes
+        assert changes["apply"]["batches_applied"] == applied_by_changes_run(where), changes
         recorded.stop()
         assert_delta_equals_native(databases, lake)
         tasks_after = tasks_per_worker(spark_cluster)
@@ -148,11 +170,12 @@ def run_losing_worker1(spec: Path, cluster: Cluster) -> tuple[dict, str]:
 def test_snapshot_and_changes_on_two_workers_match_a_native_subscriber(
         spark_cluster, request, databases, tmp_path, where):  # noqa: F811 (the fixtures imported above)
     """``spark.remote`` of a Connect server whose application runs on the cluster (its driver without S3
-    credentials) and ``spark.master: spark://…`` (the driver in ``pglogical``): a run with the snapshot, then one
-    with the workload's changes (each run of the latter is an application of its own, with a JVM and two
-    executors).
+    credentials) and ``spark.master: spark://…`` (the driver in ``pglogical``): over Connect a run with the
+    snapshot, then one with the workload's changes; under ``spark.master`` (each run an application of its own,
+    with a JVM and two executors) the snapshot staged by ``pglogical decode``, then one run loading it and
+    applying the changes.
 
-    The second run of ``spark.master`` loses a worker while its executor reads the batch: worker 1's JVM and its
+    The run of ``spark.master`` loses a worker while its executor reads the changes' batch: worker 1's JVM and its
     executor are SIGKILLed once both workers' executors are inside a read of a row-change file. Spark runs the lost
     task again on worker 2, the run ends, and the target is the native subscriber's: nothing lost, nothing applied
     twice (every progress row is the slot's confirmed end). So this runs last of the cluster's modules
@@ -165,13 +188,14 @@ def test_snapshot_and_changes_on_two_workers_match_a_native_subscriber(
     recorded = spark_cluster.requests
     try:
         recorded.start()
-        snapshot = run(spec, spark_cluster)
+        snapshot = (stage_snapshot if where == "submit" else run)(spec, spark_cluster)
         assert snapshot["decode"]["snapshot"]["initial"]["tables"]["public.cols"]["rows"] == 5000, snapshot
         for script in (BATCH_ONE, BATCH_TWO):  # one batch (test_native_equivalence applies them as two)
             run_script(databases.source, script)
         changes, killed_app = (run_losing_worker1(spec, spark_cluster) if where == "submit"
                                else (run(spec, spark_cluster), None))
-        assert changes["apply"]["batches_applied"] == 1
+        assert len(changes["decode"]["batches"]) == 1, changes
+        assert changes["apply"]["batches_applied"] == applied_by_changes_run(where), changes
         recorded.stop()
         assert_postgres_equals_native(databases)
         assert table_rows(databases.ours, "cols")[-1] == (5999, "a5999", None, 5999)  # the snapshot's column list

@@ -79,9 +79,12 @@ class Cluster:
 
     def conf(self) -> dict[str, str]:
         """A spec's ``spark.conf`` for this cluster (no S3 settings: the executors have their own); its driver and
-        executors with the suite's JVM options (tests/support/spark.py)."""
+        executors with the suite's JVM options (tests/support/spark.py), no UI and four shuffle partitions (what
+        ``pglogical run`` and the Connect server set themselves; a spark-submit of the spec app would otherwise
+        start a web UI and plan 200)."""
         return {**app_conf(executors=len(self.spark.workers)), "spark.driver.extraJavaOptions": TEST_JVM_OPTIONS,
-                "spark.executor.extraJavaOptions": TEST_JVM_OPTIONS}
+                "spark.executor.extraJavaOptions": TEST_JVM_OPTIONS, "spark.ui.enabled": "false",
+                "spark.sql.shuffle.partitions": "4"}
 
     def connect_conf(self) -> dict[str, str]:
         """The Connect server application's: ``conf`` with executors of more than half a worker's memory, so that
