@@ -8,7 +8,7 @@ process reads the staged files itself and none of these runs needs a JVM: ``JAVA
 would fail the run. With ``--code DIR`` every step runs for this checkout and for DIR's package (``PYTHONPATH=DIR``,
 e.g. an exported older tree) alternately, each on a slot and target of its own, side by side.
 
-Usage: python benchmarks/object_store_runs.py [--repeat 3] [--code DIR] [--json FILE]
+Usage: python benchmarks/object_store_runs.py [--repeat 3] [--code DIR] [--json FILE] [--paths]
 Prints one JSON object; the 1-minute load average is recorded before and after.
 """
 
@@ -17,11 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import resource
 import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,7 +42,8 @@ Requests = list[tuple[str, str]]
 
 @contextmanager
 def counted_s3() -> Iterator[tuple[str, dict[str, str], Requests]]:
-    """A moto S3 server with one bucket, the environment that reaches it, and the (method, path) of every request."""
+    """A moto S3 server with one bucket, the environment that reaches it, and the (method, path) of every request
+    (a listing's path ends with ``?prefix=`` and the prefix it lists)."""
     import boto3
     from moto.server import ThreadedMotoServer
 
@@ -52,7 +55,8 @@ def counted_s3() -> Iterator[tuple[str, dict[str, str], Requests]]:
     app = moto._server.app
 
     def counting(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
-        seen.append((environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")))
+        listed = re.search(r"(?:^|&)prefix=([^&]*)", environ.get("QUERY_STRING", ""))
+        seen.append((environ["REQUEST_METHOD"], environ.get("PATH_INFO", "") + (f"?prefix={listed[1]}" if listed else "")))
         return app(environ, start_response)
 
     moto._server.app = counting
@@ -69,8 +73,14 @@ def counted_s3() -> Iterator[tuple[str, dict[str, str], Requests]]:
         moto.stop()
 
 
-def measured_run(spec: Path, env: dict[str, str], seen: Requests) -> dict[str, Any]:
-    """One ``pglogical run``: wall and CPU seconds (the command and what it started), the store's requests, Spark."""
+def by_path(seen: Requests) -> dict[str, int]:
+    """Requests per method and path, LSNs and times in names (hex or digit runs of 8 or more) shown as ``<n>``."""
+    return dict(sorted(Counter(f"{m} {re.sub(r'[0-9A-Fa-f]{8,}|[0-9]{8}T[0-9]+Z', '<n>', p)}" for m, p in seen).items()))
+
+
+def measured_run(spec: Path, env: dict[str, str], seen: Requests, paths: bool = False) -> dict[str, Any]:
+    """One ``pglogical run``: wall and CPU seconds (the command and what it started), the store's requests (per path
+    when ``paths``), Spark."""
     seen.clear()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
@@ -83,7 +93,8 @@ def measured_run(spec: Path, env: dict[str, str], seen: Requests) -> dict[str, A
     return {"wall_s": round(wall, 2),
             "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 2),
             "requests": len(seen), "marker_puts": sum(m == "PUT" and p.endswith("/") for m, p in seen),
-            "spark_started": (out.get("spark") or {}).get("started"), "batches_applied": out["apply"]["batches_applied"]}
+            "spark_started": (out.get("spark") or {}).get("started"), "batches_applied": out["apply"]["batches_applied"],
+            **({"by_path": by_path(seen)} if paths else {})}
 
 
 def main() -> int:
@@ -91,6 +102,7 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=3, help="empty runs and 100-change batches per checkout")
     p.add_argument("--code", type=Path, default=None, help="also run the CLI with this checkout's package (PYTHONPATH)")
     p.add_argument("--json", type=Path, default=None, help="also write the result to this file")
+    p.add_argument("--paths", action="store_true", help="also count each run's requests per method and path")
     args = p.parse_args()
     load_before = float(Path("/proc/loadavg").read_text().split()[0])
     server = start_server()
@@ -121,7 +133,7 @@ def main() -> int:
                         execute(dsn, f"INSERT INTO t SELECT g, g, md5(g::text) FROM generate_series({base + 1}, "
                                      f"{base + 60}) g; UPDATE t SET a = -a WHERE id BETWEEN {base + 1} AND {base + 30};"
                                      f"DELETE FROM t WHERE id BETWEEN {base + 51} AND {base + 60}")
-                    runs.setdefault(f"{kind}/{name}", []).append(measured_run(spec, env, seen))
+                    runs.setdefault(f"{kind}/{name}", []).append(measured_run(spec, env, seen, args.paths))
     finally:
         stop_server(server)
     medians = {key: {m: statistics.median(r[m] for r in found) for m in ("wall_s", "cpu_s", "requests")}

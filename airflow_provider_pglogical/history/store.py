@@ -15,8 +15,6 @@ import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-import pyarrow.fs as pafs
-
 from airflow_provider_pglogical.history.record import RunRecord, name_time, now, record_name
 from airflow_provider_pglogical.staging.layout import StagingLayout, make_dirs
 from airflow_provider_pglogical.staging.manifest import read_text, write_text_atomic
@@ -50,11 +48,7 @@ class RunHistory:
 
     def names(self) -> list[str]:
         """Record file names, oldest first (temp files and anything else skipped)."""
-        if not self.layout.exists(self.directory):
-            return []
-        infos = self.layout.fs.get_file_info(pafs.FileSelector(self.directory))
-        return sorted(i.base_name for i in infos
-                      if i.type == pafs.FileType.File and name_time(i.base_name) is not None)
+        return sorted(i.base_name for i in self.layout.files(self.directory) if name_time(i.base_name) is not None)
 
     def append(self, record: RunRecord) -> str:
         """Write the record (atomically) and prune; returns its path."""

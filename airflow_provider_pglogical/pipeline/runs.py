@@ -690,12 +690,8 @@ def _staging_area(spec: PipelineSpec, *, remove: bool, dry_run: bool, log: Log =
     where = layout.uri_for(layout.slot_dir)
     if not remove:
         return {"path": where, "remove": False}
-    import pyarrow.fs as pafs
-
-    exists = layout.exists(layout.slot_dir)
-    files = sum(1 for info in layout.fs.get_file_info(pafs.FileSelector(layout.slot_dir, recursive=True))
-                if info.type == pafs.FileType.File) if exists else 0
-    if exists and not dry_run:
+    files = len(layout.files(layout.slot_dir, recursive=True))
+    if not dry_run and (files or layout.exists(layout.slot_dir)):  # asked again only of an area with no file
         layout.delete_dir(layout.slot_dir)
         log(f"removed the staging area {where} ({files} file(s))")
     return {"path": where, "remove": True, "files": files}

@@ -128,6 +128,12 @@ class StagingLayout:
     def exists(self, path: str) -> bool:
         return bool(self.fs.get_file_info(path).type != pafs.FileType.NotFound)
 
+    def files(self, path: str, *, recursive: bool = False) -> list[pafs.FileInfo]:
+        """The files under ``path`` (none when it does not exist): one listing, no existence check before it that
+        the path could stop passing before the listing runs."""
+        selector = pafs.FileSelector(path, recursive=recursive, allow_not_found=True)
+        return [info for info in self.fs.get_file_info(selector) if info.type == pafs.FileType.File]
+
     def children(self, path: str) -> list[pafs.FileInfo]:
         """The files and directories directly under ``path``.
 
@@ -181,9 +187,11 @@ class StagingLayout:
         if self.is_local:
             self.fs.move(src, dst)
             return
-        for info in self.fs.get_file_info(pafs.FileSelector(src, recursive=True)):
-            if info.type == pafs.FileType.File:
-                target = dst + info.path[len(src):]
-                make_dirs(self.fs, target.rsplit("/", 1)[0])
-                move_file(self.fs, info.path, target)
-        self.fs.delete_dir(src)
+        for info in self.files(src, recursive=True):
+            target = dst + info.path[len(src):]
+            make_dirs(self.fs, target.rsplit("/", 1)[0])
+            move_file(self.fs, info.path, target)
+        try:  # a store holds ``src`` after its last file moved only if a marker was left there (pyarrow's choice)
+            self.fs.delete_dir(src)
+        except FileNotFoundError:
+            pass

@@ -63,14 +63,10 @@ def record_position(layout: StagingLayout, target: str, applied_through_lsn: int
 def positions(layout: StagingLayout) -> dict[str, int | None]:
     """Every target the staging area knows → the LSN through which it is done with the log (None: unknown,
     which keeps every batch)."""
-    import pyarrow.fs as pafs
-
-    if not layout.exists(layout.state_dir):
-        return {}
     out: dict[str, int | None] = {}
-    for info in layout.fs.get_file_info(pafs.FileSelector(layout.state_dir)):
+    for info in layout.files(layout.state_dir):
         name = info.base_name
-        if info.type != pafs.FileType.File or not name.endswith(".json"):
+        if not name.endswith(".json"):
             continue
         if name.startswith(TARGET_RECORD_PREFIX):
             if not is_retired_mark(layout, info.path):  # a retired target keeps no batch
@@ -96,13 +92,9 @@ def is_retired_mark(layout: StagingLayout, path: str) -> bool:
 
 def recorded_names(layout: StagingLayout) -> dict[str, str]:
     """Target → the spec's name for it, of the targets whose position record carries one (``record_position``)."""
-    import pyarrow.fs as pafs
-
-    if not layout.exists(layout.state_dir):
-        return {}
     out: dict[str, str] = {}
-    for info in layout.fs.get_file_info(pafs.FileSelector(layout.state_dir)):
-        if info.type == pafs.FileType.File and info.base_name.startswith(APPLIED_PREFIX):
+    for info in layout.files(layout.state_dir):
+        if info.base_name.startswith(APPLIED_PREFIX):
             try:
                 body = json.loads(read_text(layout, info.path))
             except ValueError as exc:

@@ -12,10 +12,13 @@ ones staging uses.
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import os
 import subprocess
 import sys
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,28 +90,83 @@ class AzuriteServer:
         return server
 
 
+def _listening_inodes(port: int) -> set[str]:
+    """The socket inodes listening on TCP ``port`` (Linux's ``/proc/net``; none elsewhere)."""
+    out = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for fields in (row.split() for row in rows):
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                out.add(fields[9])
+    return out
+
+
+def _owns_listener(process: subprocess.Popen[bytes], port: int) -> bool | None:
+    """Whether ``process`` holds the socket listening on ``port`` (None: this system cannot tell)."""
+    fds = Path(f"/proc/{process.pid}/fd")
+    if not fds.is_dir():
+        return None
+    held = set()
+    for fd in fds.iterdir():
+        try:
+            link = os.readlink(fd)
+        except OSError:  # closed since listed
+            continue
+        if link.startswith("socket:["):
+            held.add(link[len("socket:["):-1])
+    return bool(held & _listening_inodes(port))
+
+
+def _start_listening(command: Callable[[int], list[str]], what: str, ports: Iterator[int],
+                     timeout: float) -> tuple[subprocess.Popen[bytes], int]:
+    """``command(port)`` started and listening on ``port``, the port taken from ``ports``. A free port is released
+    before the service binds it, so another test process may bind it first: then the port answers for that
+    process's service while ours exits with EADDRINUSE. The port counts only once our process holds its listening
+    socket; otherwise the next port is tried (three in all)."""
+    failures = []
+    for port in itertools.islice(ports, 3):
+        process = subprocess.Popen(command(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_for_port(port, process, what, timeout=timeout)
+            deadline = time.monotonic() + timeout
+            while (owned := _owns_listener(process, port)) is False and process.poll() is None \
+                    and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if owned is not False:
+                return process, port
+            failures.append(f"port {port} answered for another process ({what}: exit code {process.poll()})")
+        except RuntimeError as exc:
+            failures.append(str(exc))
+        _stop(process, 0)
+    raise RuntimeError(f"{what} did not start: " + "; ".join(failures))
+
+
 @contextmanager
-def _emulator(command: list[str], port: int, what: str, grace: float = 10) -> Iterator[None]:
-    """``command`` running until the block ends, once it listens on ``port``; stopped as ``_stop`` does."""
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def _emulator(command: Callable[[int], list[str]], what: str, grace: float = 10,
+              ports: Iterator[int] | None = None) -> Iterator[int]:
+    """``command(port)`` running until the block ends, once it listens on the port it yields (``_start_listening``);
+    stopped as ``_stop`` does."""
+    process, port = _start_listening(command, what, ports or iter(free_port, None), timeout=60)
     try:
-        wait_for_port(port, process, what, timeout=60)
-        yield
+        yield port
     finally:
         _stop(process, grace)
 
 
 @contextmanager
 def azurite_server(workdir: Path) -> Iterator[AzuriteServer]:
-    """Azurite's blob service with one empty container, its data under ``workdir``. Killed at the end: on SIGTERM it
-    waits for its clients' keep-alive connections to close (pyarrow's in this process keep theirs), 10 s a stop, and
-    nothing of its data outlives the test."""
+    """Azurite's blob service with one empty container, its data under ``workdir`` (pytest's temporary directory
+    keeps it after the test, as it keeps any). Killed at the end: on SIGTERM it waits for its clients' keep-alive
+    connections to close (pyarrow's in this process keep theirs), 10 s a stop."""
     if not AZURITE.exists():
         pytest.fail("Azurite missing: run `make azurite`")
-    port = free_port()
     workdir.mkdir(parents=True, exist_ok=True)
-    with _emulator([str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(workdir),
-                    "--skipApiVersionCheck", "--silent"], port, "azurite", grace=0):
+    with _emulator(lambda port: [str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port),
+                                 "--location", str(workdir), "--skipApiVersionCheck", "--silent"],
+                   "azurite", grace=0) as port:
         yield AzuriteServer(f"http://127.0.0.1:{port}", "").fresh()
 
 
@@ -145,9 +203,8 @@ class GcsServer:
 @contextmanager
 def gcs_server() -> Iterator[GcsServer]:
     """gcp-storage-emulator, in memory, with one empty bucket."""
-    port = free_port()
-    with _emulator([sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1", "--port", str(port),
-                    "--in-memory"], port, "gcp-storage-emulator"):
+    with _emulator(lambda port: [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1",
+                                 "--port", str(port), "--in-memory"], "gcp-storage-emulator") as port:
         yield GcsServer(f"http://127.0.0.1:{port}", "").fresh()
 
 

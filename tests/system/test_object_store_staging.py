@@ -24,7 +24,6 @@ from tests.integration.test_object_store_staging import STORES
 from tests.support.objstores import (
     AZURITE_ACCOUNT,
     STORAGE_VARIABLES,
-    AzuriteServer,
     gcs_server,
     wasb_connection,
 )
@@ -34,19 +33,12 @@ TEST_DAGS = Path(__file__).parent / "dags"
 DAG_ID = "pglogical_test_object_store_staging"
 
 
-# The process's Azurite (its start costs seconds of CPU: ``shared_azurite``): each test stages into a container of
-# its own (``fresh``), so the tests sharing the server see none of each other's objects.
-@pytest.fixture(scope="module")
-def azurite(shared_azurite: AzuriteServer) -> AzuriteServer:
-    return shared_azurite
-
-
 @pytest.fixture
 def store(request: pytest.FixtureRequest) -> Iterator[Any]:
-    """The parametrized store's server: gcp-storage-emulator of its own, or a fresh container on the module's
-    Azurite."""
+    """The parametrized store's server: gcp-storage-emulator of its own, or a container of its own (``fresh``) on
+    the test process's Azurite (``shared_azurite``: its start costs seconds of CPU)."""
     if STORES[request.param][0] == "azurite":
-        yield request.getfixturevalue("azurite").fresh()
+        yield request.getfixturevalue("shared_azurite").fresh()
     else:
         with gcs_server() as server:
             yield server
@@ -79,10 +71,10 @@ def test_a_pipeline_dag_stages_to_the_store_and_applies_from_it_with_only_an_air
 
 
 def test_a_pipeline_dag_applies_into_delta_on_azure_with_only_the_targets_airflow_connection(
-        azurite, pg_server, airflow, tmp_path, monkeypatch):
+        shared_azurite, pg_server, airflow, tmp_path, monkeypatch):
     src = make_database(pg_server)
     try:
-        server = azurite.fresh()
+        server = shared_azurite.fresh()
         lake = f"abfss://{server.container}@{AZURITE_ACCOUNT}.dfs.core.windows.net/lake"
         spec = tmp_path / "spec.yaml"
         spec.write_text(yaml.safe_dump({

@@ -1,8 +1,10 @@
-"""BatchWriter and StagingReader on a local filesystem with hand-made decoder records."""
+"""BatchWriter and StagingReader with hand-made decoder records, on a local filesystem (and once on S3)."""
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -21,6 +23,7 @@ from airflow_provider_pglogical.decoding.values import RowImageConverter
 from airflow_provider_pglogical.exceptions import StagingError
 from airflow_provider_pglogical.staging import StagingLayout, StagingReader
 from airflow_provider_pglogical.staging.writer import BatchWriter
+from tests.support.s3server import s3_server
 
 REL = RelationSchema(16384, "public", "t", "d", (ColumnDef("id", 23, -1, True), ColumnDef("body", 25, -1, False)))
 
@@ -45,6 +48,33 @@ def tx(n: int, changes, xid: int | None = None) -> Transaction:
 def writer(tmp_path, start=10, **kw) -> BatchWriter:
     return BatchWriter(StagingLayout.from_uri(str(tmp_path), "s"), start_lsn=start, slot="s", publication="p",
                        resolver=Resolver(), **kw)
+
+
+def no_markers(app: Callable[..., Any]) -> Callable[..., Any]:
+    """An S3 server that answers a directory marker's PUT (a key ending in ``/``) without storing it, as a store
+    does under a pyarrow that writes none where it deletes a directory's last file."""
+    def serve(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        if environ["REQUEST_METHOD"] == "PUT" and environ["PATH_INFO"].count("/") > 1 \
+                and environ["PATH_INFO"].endswith("/"):
+            start_response("200 OK", [("Content-Length", "0")])
+            return [b""]
+        return app(environ, start_response)
+    return serve
+
+
+def test_a_batch_moved_from_its_partial_directory_on_s3_needs_no_marker_left_there(monkeypatch):
+    with s3_server(wrap=no_markers) as server:
+        for name, value in server.env().items():
+            monkeypatch.setenv(name, value)
+        layout = StagingLayout.from_uri(f"s3://{server.bucket}/st", "s")
+        w = BatchWriter(layout, start_lsn=10, slot="s", publication="p", resolver=Resolver())
+        w.write_transaction(tx(1, [RowChange("I", REL, 990, None, img(1, "x"))]))
+        w.finish_files()
+        w.publish({"format": 1, "relations": [], "types": []})
+        (batch,) = StagingReader(layout).batches()
+        keys = server.keys("st/")
+        assert not [k for k in keys if "_partial-" in k or k.endswith("/")], keys
+        assert (batch.start_lsn, batch.end_lsn) == (10, 1008) and any(k.endswith("/v1.parquet") for k in keys)
 
 
 def test_rows_stream_out_in_row_groups_in_commit_and_tx_order(tmp_path):
