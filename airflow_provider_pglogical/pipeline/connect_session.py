@@ -4,10 +4,20 @@ A Connect server starts Python workers per client session (each session has its 
 that opened a session of its own paid for a new worker daemon, its workers and their imports on every run — seconds
 of a small batch's apply. A run of a pipeline instead reopens the session its previous run left on the server
 (``sc://host:port/;session_id=<uuid>``) and leaves it open at its end, and the server's workers stay warm for the
-next run. Nothing of the session's state is relied upon: the run sets its settings each time, and the session's id
-is keyed by the server, the pipeline (staging URI and slot), the settings and this package's version — so runs of
-two pipelines never share one, and changed settings or an upgraded package get a fresh session. A session the
-server closed (released, or idle past the server's timeout) is replaced by a new one transparently.
+next run. A session the server closed (released, or idle past the server's timeout) is replaced by a new one
+transparently.
+
+What makes reusing the session exact: nothing of its state is relied upon. A reopened session's settings are reset
+(``RESET``: whatever another client attached with the id may have set, such as ``ignoreCorruptFiles`` or a Parquet
+rebase mode, is gone) before the run sets its own; its id is keyed by the server, the pipeline (staging URI and
+slot), the settings and this package's version, so runs of two pipelines never share one and changed settings or
+an upgraded package get a fresh session; and the plans the server resolved and cached for it (file listings,
+Parquet footers) stay exact because a staged file is never rewritten once a reader can see it: its path names its
+LSN range, its batch is visible only once its manifest is written, and only a crashed attempt's files — which no
+reader saw — are written again; retention removes whole batches.
+
+What it leaves on the server: one session per pipeline (per settings and package version) with its Python worker
+daemon, held until the server's session timeout (``spark.connect.session.manager.defaultSessionTimeout``).
 """
 
 from __future__ import annotations
@@ -77,9 +87,12 @@ class KeptSession:
     def renew(self) -> str:
         new = str(uuid.uuid4())
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # The id opens the session to whoever reads it (its settings, its cached plans): the owner's only.
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             partial = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-            partial.write_text(new + "\n")
+            fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(new + "\n")
             partial.replace(self.path)
             self.saved = True
         except OSError:

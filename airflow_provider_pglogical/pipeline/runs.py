@@ -146,22 +146,29 @@ def _connect_session(remote: str, conf: dict[str, str], pipeline: str | None = N
     answer raises ``SparkStartError`` naming it.
 
     With ``pipeline``, the session is the one kept for it on the server (``connect_session.KeptSession``; a new one
-    when the server closed it), and stopping the client leaves it open; a URL naming its ``session_id`` is kept as
-    it is. Without, the session is the run's own and stopping releases it.
+    when the server closed it), its settings reset, and stopping the client leaves it open. A URL naming its
+    ``session_id`` is used as it is (its settings not reset: it may be shared) and left open; once the server closed
+    it, the error says to remove the id. Without either, the session is the run's own and stopping releases it.
     """
     from airflow_provider_pglogical.pipeline import connect_session
 
-    given = connect_session.SESSION_ID_PARAM in connect_session.url_params(remote)
+    given = connect_session.url_params(remote).get(connect_session.SESSION_ID_PARAM)
     kept = None if given or pipeline is None else connect_session.KeptSession(
         connect_session.session_key(remote, pipeline, conf))
     try:
         try:
             if kept is None:
-                return _open_connect(remote, conf, keep=given)
-            return _open_connect(connect_session.with_session_id(remote, kept.current()), conf, keep=kept.saved)
+                return _open_connect(remote, conf, keep=bool(given))
+            return _open_connect(connect_session.with_session_id(remote, kept.current()), conf, keep=kept.saved,
+                                 reset=True)
         except Exception as exc:
-            if kept is None or not connect_session.is_closed_session(exc):
+            if not connect_session.is_closed_session(exc):
                 raise
+            if kept is None:
+                then = "the pipeline then keeps" if pipeline else "the run then opens"
+                raise SparkStartError(f"the Spark Connect server closed the session {given} named in "
+                                      f"{redacted(remote)}: remove session_id from the URL ({then} a session of "
+                                      "its own)") from exc
             renewed = kept.renew()
             return _open_connect(connect_session.with_session_id(remote, renewed), conf, keep=kept.saved)
     except SparkStartError:
@@ -170,17 +177,24 @@ def _connect_session(remote: str, conf: dict[str, str], pipeline: str | None = N
         raise SparkStartError(f"Spark Connect server {redacted(remote)} did not answer: {_cause(exc)}") from exc
 
 
-def _open_connect(remote: str, conf: dict[str, str], *, keep: bool) -> SparkSession:
+def _open_connect(remote: str, conf: dict[str, str], *, keep: bool, reset: bool = False) -> SparkSession:
     """The client session of ``remote``, its settings set, the server asked once. ``keep``: ``stop()`` closes the
-    client only, leaving the server's session (and its Python workers) for the next run."""
+    client only, leaving the server's session (and its Python workers) for the next run. ``reset``: the session may
+    be a previous run's, whose settings anyone holding its id could have changed; ``RESET`` returns them to the
+    server's (its static and cluster settings, and its Python workers, stay as they are)."""
     from pyspark.sql import SparkSession
 
     session = SparkSession.builder.remote(remote).getOrCreate()
-    session.release_session_on_close = not keep  # type: ignore[attr-defined]
+    session.release_session_on_close = False  # type: ignore[attr-defined]  # until the server has the session
     try:
-        # The client connects lazily: ask the server once, here. Its version is one round trip and no Spark job (a
-        # job on a warm server still costs a plan, a task and its result, on every run).
-        session.version  # noqa: B018
+        # The client connects lazily: ask the server once, here. ``RESET`` (a command, run when sent) or the
+        # version is one round trip and no Spark job (a job on a warm server still costs a plan, a task and its
+        # result, on every run).
+        if reset:
+            session.sql("RESET")
+        else:
+            session.version  # noqa: B018
+        session.release_session_on_close = not keep  # type: ignore[attr-defined]
         for key, value in conf.items():  # the server answered: a setting it refuses is that setting's problem
             try:
                 session.conf.set(key, value)
@@ -188,8 +202,7 @@ def _open_connect(remote: str, conf: dict[str, str], *, keep: bool) -> SparkSess
                 raise SparkStartError(f"Spark Connect server {redacted(remote)} refused the session setting "
                                       f"{key}={value}: {_cause(exc)}") from exc
     except BaseException:
-        session.release_session_on_close = False  # type: ignore[attr-defined]  # nothing of ours to release
-        session.stop()
+        session.stop()  # releases the run's own session once the server has it; a kept one stays for the next run
         raise
     return session
 

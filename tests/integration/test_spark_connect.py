@@ -10,7 +10,11 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_pglogical.apply.sparkenv import SESSION_CONF
+from airflow_provider_pglogical.exceptions import SparkStartError
 from airflow_provider_pglogical.hooks import PgLogicalHook
+from airflow_provider_pglogical.pipeline.connect_session import KeptSession, session_key
+from airflow_provider_pglogical.pipeline.runs import new_spark_session
 from scripts.harness.subscriber import run_script, wait_for_subscriber
 from scripts.harness.userenv import run_as_user, venv_script
 from tests.integration.test_native_equivalence import TABLES_SQL, table_rows
@@ -32,7 +36,7 @@ OURS_SQL = "".join(s + ";" for s in TABLES_SQL.split(";") if s.strip() and "rf_f
 
 @pytest.mark.parametrize("where", ["connect", "classic"])
 def test_run_matches_a_native_subscriber_reading_s3_on_the_executors_only(
-        pg_server, spark_connect, tmp_path, where):  # noqa: F811 (the fixture imported above)
+        pg_server, spark_connect, tmp_path, monkeypatch, where):  # noqa: F811 (the fixture imported above)
     """Over the Connect server, and with a classic local session whose executors are given their S3 key by the
     spec's ``spark.executorEnv.*`` settings (a cluster's executors get theirs the same way, or from their hosts)."""
     dbs = Databases(pg_server, ours_sql=OURS_SQL)
@@ -70,24 +74,43 @@ def test_run_matches_a_native_subscriber_reading_s3_on_the_executors_only(
             assert recorded.reads(DRIVER_KEY, "/tables/") == 0
         assert recorded.reads(DRIVER_KEY, "_manifest.json") > 0  # the client planned from the manifests
         if where == "connect":
-            assert_the_session_is_kept_and_reopened(dbs, spec, driver_env, spark_connect.url, report)
+            monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+            assert_the_session_is_kept_and_reopened(dbs, spec, driver_env, spark_connect.url, report,
+                                                    tmp_path / "cache")
     finally:
         recorded.stop()
         dbs.drop()
 
 
 def assert_the_session_is_kept_and_reopened(dbs: Databases, spec: Path, driver_env: dict[str, str], url: str,
-                                            report: dict[str, Any]) -> None:
-    """The run left its Connect session open on the server (the next run's Python workers are warm); once the
-    server closed it, the next run opens a new one by itself."""
+                                            report: dict[str, Any], cache: Path) -> None:
+    """The run left its Connect session open on the server (the next run's Python workers are warm); a setting
+    another client put on it is gone when a run reopens it; once the server closed it, a run opens a new one by
+    itself, and a URL naming it says to remove the id."""
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
     kept = report["spark"]["connect_session"]
     client = ConnectSession.builder.remote(f"{url}/;session_id={kept}").create()
+    client.release_session_on_close = False  # type: ignore[attr-defined]
+    client.conf.set("spark.sql.files.ignoreCorruptFiles", "true")  # an operator attached with the run's id
+    client.stop()
+    # Reopened here as a run reopens it (this process's cache holding the id): no second run needed.
+    seeded = KeptSession(session_key(url, "pipeline", SESSION_CONF), cache / "pglogical" / "connect")
+    seeded.path.parent.mkdir(parents=True)
+    seeded.path.write_text(kept)
+    reopened = new_spark_session(url, pipeline="pipeline")
     try:
-        assert client.version  # a released session would be refused (INVALID_HANDLE.SESSION_CLOSED)
+        assert reopened.session_id == kept  # left open: a released session would be refused and renewed
+        settings = {k: reopened.conf.get(k) for k in ("spark.sql.files.ignoreCorruptFiles", "spark.sql.caseSensitive",
+                                                       "spark.sql.session.timeZone")}
+        assert settings == {"spark.sql.files.ignoreCorruptFiles": "false", "spark.sql.caseSensitive": "true",
+                            "spark.sql.session.timeZone": "UTC"}  # the server's own setting stays
     finally:
-        client.stop()  # releases it: the server closes the session for good
+        reopened.release_session_on_close = True  # type: ignore[attr-defined]
+        reopened.stop()  # releases it: the server closes the session for good
+    with pytest.raises(SparkStartError, match=f"closed the session {kept} .*: remove session_id from the URL"):
+        new_spark_session(f"{url}/;session_id={kept}", pipeline="pipeline")
+    # The way out: the spec's URL names no session_id, and its next run opens a session of its own.
     run_script(dbs.source, ["UPDATE cols SET a = 'a2c' WHERE id = 2;"])
     result = run_as_user([venv_script("pglogical"), "run", "--spec", str(spec)], driver_env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -57,3 +59,14 @@ def test_the_kept_id_is_read_back_renewed_and_never_needed(tmp_path: Path):
 def test_closed_session_errors_are_told_from_others():
     assert is_closed_session(RuntimeError("[INVALID_HANDLE.SESSION_CLOSED] The handle x is invalid."))
     assert not is_closed_session(RuntimeError("UNAVAILABLE: failed to connect"))
+
+
+def test_the_kept_id_is_its_owners_only(tmp_path: Path):
+    old = os.umask(0o022)  # the usual umask: what is not asked for explicitly is world-readable
+    try:
+        kept = KeptSession("k", tmp_path / "pglogical" / "connect")
+        kept.renew()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(kept.path.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(kept.path.stat().st_mode) == 0o600
