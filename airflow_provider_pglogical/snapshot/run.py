@@ -426,13 +426,14 @@ def _publish(job: SnapshotJob, layout: SnapshotLayout, read: TableRead, exported
                       "files": [f"chunks/{files[r.index]}" for r in mine]})
     if layout.staging.exists(final):
         layout.fs.delete_dir(final)
-    layout.staging.move_tree(partial, final)
+    chunk_files = [f"chunks/{files[r.index]}" for r in results]
+    layout.staging.move_tree(partial, final, chunk_files)
     checkpoint("files_moved")
     manifest = SnapshotManifest(
         slot=job.slot, publication=",".join(job.all_publications), table=read.table, lsn_int=exported.lsn,
         reason=request["reason"], request_id=request["request_id"], relation=read.relation,
         row_filter=read.row_filter, rows=sum(r.rows for r in results), bytes=sum(r.bytes for r in results),
-        chunks=len(results), files=[f"chunks/{files[r.index]}" for r in results],
+        chunks=len(results), files=chunk_files,
         # every row of a snapshot has commit_lsn = the sync LSN
         file_records={f"chunks/{files[r.index]}": FileRecord(r.bytes, r.rows, r.sha256, *(
             (exported.lsn, exported.lsn) if r.rows else (None, None))).to_dict() for r in results},

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
 import pyarrow.fs as pafs
 
+from airflow_provider_pglogical.exceptions import StagingError
 from airflow_provider_pglogical.lsn import lsn_hex
 from airflow_provider_pglogical.staging.credentials import environment_filesystem, registered_filesystem
 
@@ -177,17 +179,30 @@ class StagingLayout:
     def file_size(self, path: str) -> int:
         return self.fs.get_file_info(path).size or 0
 
-    def move_tree(self, src: str, dst: str) -> None:
-        """Move a finished partial directory to its final name (before the manifest exists).
+    def move_tree(self, src: str, dst: str, expected: Collection[str]) -> None:
+        """Move a finished partial directory holding the files ``expected`` (paths relative to ``src``) to its
+        final name (before the manifest exists).
 
-        Local filesystems rename the directory in one step. Object stores have no directory
-        rename: files are moved one by one, which is safe because the batch stays invisible
-        until its manifest is written after the move.
+        Local filesystems rename the directory in one step. Object stores have no directory rename: the files a
+        listing of ``src`` returns are moved one by one, which is safe because the batch stays invisible until
+        its manifest is written after the move. A store's listing may lag its writes or come back short, so
+        every expected file must be listed before anything moves: else a ``StagingError``, nothing moved or
+        deleted (deleting ``src`` after a short move would delete what was not moved, and the manifest written
+        next would name files the batch lacks). Listed files beyond ``expected`` move along, as a directory
+        rename moves them; readers open only the files a manifest names.
         """
         if self.is_local:
             self.fs.move(src, dst)
             return
-        for info in self.files(src, recursive=True):
+        listed = self.files(src, recursive=True)
+        missing = sorted(set(expected) - {info.path[len(src) + 1:] for info in listed})
+        if missing:
+            shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+            raise StagingError(
+                f"{src}: the store's listing lacks {len(missing)} of the {len(expected)} file(s) written ({shown}); "
+                "nothing was moved or published: run again, the next run deletes this unpublished directory "
+                "and writes it anew")
+        for info in listed:
             target = dst + info.path[len(src):]
             make_dirs(self.fs, target.rsplit("/", 1)[0])
             move_file(self.fs, info.path, target)

@@ -446,7 +446,7 @@ class BatchWriter:
         final = self.layout.batch_dir(self.start_lsn, m.end_lsn_int)
         if self.layout.exists(final):  # a manifest-less leftover that cleanup did not catch
             self.layout.delete_dir(final)
-        self.layout.move_tree(self.dir, final)
+        self.layout.move_tree(self.dir, final, m.files.keys())
         self.final_dir = final
         return final
 

@@ -153,7 +153,7 @@ def test_a_staged_file_moves_on_an_azure_account_without_a_hierarchical_namespac
     fs = layout.fs
     src, dst = layout.partial_dir(0), layout.batch_dir(0, 1)
     pq.write_table(pa.table({"a": [1, 2]}), f"{src}/tables/x.parquet", filesystem=fs)
-    layout.move_tree(src, dst)
+    layout.move_tree(src, dst, ["tables/x.parquet"])
     assert server.keys("staging/slot/batches/") == [f"{dst}/tables/x.parquet".split("/", 1)[1]]
     move_file(fs, f"{dst}/tables/x.parquet", f"{dst}/tables/y.parquet")
     assert pq.read_table(f"{dst}/tables/y.parquet", filesystem=fs).column("a").to_pylist() == [1, 2]

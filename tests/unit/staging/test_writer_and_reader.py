@@ -6,6 +6,8 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+import fsspec
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
@@ -75,6 +77,51 @@ def test_a_batch_moved_from_its_partial_directory_on_s3_needs_no_marker_left_the
         keys = server.keys("st/")
         assert not [k for k in keys if "_partial-" in k or k.endswith("/")], keys
         assert (batch.start_lsn, batch.end_lsn) == (10, 1008) and any(k.endswith("/v1.parquet") for k in keys)
+
+
+class ShortListing(pafs.FSSpecHandler):
+    """Local files behind a store-like filesystem (no directory rename) whose recursive listing leaves out the
+    files ``dropped`` matches, as an S3-compatible store's listing that lags a write or comes back short."""
+
+    def __init__(self, dropped: Callable[[str], bool]) -> None:
+        super().__init__(fsspec.filesystem("file"))
+        self.dropped = dropped
+
+    def get_file_info_selector(self, selector: pafs.FileSelector) -> list[pafs.FileInfo]:
+        return [info for info in super().get_file_info_selector(selector) if not self.dropped(info.path)]
+
+
+def test_a_listing_that_misses_a_written_file_moves_publishes_and_deletes_nothing(tmp_path):
+    """Moving only what a short listing returned, then deleting the partial directory, would publish a batch
+    without its table file (the drain then advances the slot past it) and delete that file."""
+    def write(fs: pafs.FileSystem) -> BatchWriter:
+        w = BatchWriter(StagingLayout(fs, str(tmp_path), "s"), start_lsn=10, slot="s", publication="p",
+                        resolver=Resolver())
+        w.write_transaction(tx(1, [RowChange("I", REL, 990, None, img(1, "x"))]))
+        return w
+
+    short = write(pafs.PyFileSystem(ShortListing(lambda path: "/tables/" in path)))
+    with pytest.raises(StagingError, match=r"_partial-000000000000000A: the store's listing lacks 1 of the 4 "
+                                           r"file\(s\) written \(tables/public.t/v1.parquet\); nothing was moved "
+                                           r"or published: run again, the next run deletes"):
+        short.finish_files()
+    partial = tmp_path / "s" / "batches" / "_partial-000000000000000A"
+    assert sorted(p.relative_to(partial).as_posix() for p in partial.rglob("*.parquet")) == sorted(
+        short.manifest.files)
+    layout = StagingLayout.from_uri(str(tmp_path), "s")
+    assert StagingReader(layout).batches() == [] and layout.list_batch_dirs() == []
+    # The way out the error names: the next run deletes the unpublished directory and stages the batch anew
+    # (through the store's move, an extra file there moving along unread).
+    for leftover in layout.leftovers_for(10):
+        layout.delete_dir(leftover)
+    again = write(pafs.PyFileSystem(ShortListing(lambda path: False)))
+    (tmp_path / "s" / "batches" / "_partial-000000000000000A" / "_extra").write_text("")
+    again.finish_files()
+    again.publish({"format": 1, "relations": [], "types": []})
+    (batch,) = StagingReader(layout).batches()
+    assert pq.read_table(f"{batch.path}/tables/public.t/v1.parquet").column("new").to_pylist() == [
+        {"id": 1, "body": "x"}]
+    assert not partial.exists() and (tmp_path / batch.path / "_extra").exists()
 
 
 def test_rows_stream_out_in_row_groups_in_commit_and_tx_order(tmp_path):
