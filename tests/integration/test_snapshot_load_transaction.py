@@ -6,6 +6,7 @@ load of the table committed a later snapshot leaves that one in place."""
 from __future__ import annotations
 
 import errno
+import io
 import shlex
 import threading
 import time
@@ -17,6 +18,7 @@ import psycopg2
 import pyarrow as pa
 import pytest
 
+from airflow_provider_pglogical.apply.targets.postgres.copy import copy_error
 from airflow_provider_pglogical.apply.targets.postgres.overlap import _why
 from airflow_provider_pglogical.apply.targets.postgres.progress import (
     PROGRESS_TABLE,
@@ -44,6 +46,7 @@ class JavaError(Exception):
 
 RERUN = "rerun the apply to load it whole"
 RESYNC = "stage the table again: pglogical resync --table public.t"
+UNKNOWN = "rerun the apply; if it fails the same way: pglogical resync --table public.t"
 
 
 def _target(pg_server: Any) -> tuple[str, Any]:
@@ -78,11 +81,11 @@ def test_a_read_failing_mid_copy_is_one_typed_line_and_commits_nothing(pg_server
         (JavaError(long_first), f"JavaError: {'x' * (FEED_LINE_CHARS - 1)}…", RERUN),
         # a value quoted by a parser or a conversion never reaches our line (nor the run's history)
         (pa.ArrowInvalid("Failed to parse string: 'alice@x' as a scalar of type int64"),
-         "ArrowInvalid: Failed to parse string", RESYNC),
+         "ArrowInvalid: Failed to parse string: … as a scalar of type int64", RESYNC),
         (ValueError("invalid literal for int() with base 10: 'alice@x'"),
-         "ValueError: invalid literal for int() with base 10", RESYNC),
-        (KeyError("alice@x"), "KeyError", RESYNC),
-        (ValueError('row "alice@x" has too many fields'), "ValueError: row", RESYNC),
+         "ValueError: invalid literal for int() with base 10: …", UNKNOWN),
+        (KeyError("alice@x"), "KeyError", UNKNOWN),
+        (ValueError('row "alice@x" has too many fields'), "ValueError: row … has too many fields", UNKNOWN),
         # a pruned or unreadable staged file fails every rerun the same way: the way out that exists
         (FileNotFoundError(errno.ENOENT, "No such file or directory", "/stage/c00001.parquet"),
          "FileNotFoundError: /stage/c00001.parquet: No such file or directory", RESYNC),
@@ -144,8 +147,18 @@ def test_a_read_failing_mid_copy_is_one_typed_line_and_commits_nothing(pg_server
     # the server had ended the COPY (it says so only once the feed ends)
     for failure in (None, OSError("connection reset")):
         with pytest.raises(ApplyError, match=r"^snapshot at 0/1000 of public.t not applied: \[22P02\] invalid "
-                                             r"input syntax for type integer$"):
+                                             r"input syntax for type integer: …$"):
             load_transaction(target, SLOT, L1, SYNC_TABLE, (TABLE,), bad_row_then(failure))
+    # a range error quotes the value inside its message (``value "99999999999" is out of range …``)
+    with pytest.raises(ApplyError) as raised:
+        load_transaction(target, SLOT, L1, SYNC_TABLE, (TABLE,), lambda _t: iter([b"99999999999\tloaded\n"]))
+    assert str(raised.value) == ("snapshot at 0/1000 of public.t not applied: [22003] value … is out of range for "
+                                 "type integer"), str(raised.value)
+    # the Spark path's COPY (``copy.copy_error``) says it the same way
+    with psycopg2.connect(dsn) as conn, conn.cursor() as cur, pytest.raises(psycopg2.Error) as server:
+        cur.copy_expert("COPY t (id, v) FROM STDIN", io.BytesIO(b"99999999999\tloaded\n"))
+    assert str(copy_error("t", server.value, 10)) == ("COPY into t failed (line 11 of this partition, column id): "
+                                                     "[22003] value … is out of range for type integer")
     assert query(dsn, "SELECT id, v FROM t") == [(1, "kept")] and _marks(dsn) == {}
     # the way out the message names: the rerun loads the table whole
     rows, _ = load_transaction(target, SLOT, L1, SYNC_TABLE, (TABLE,), lambda _t: iter([b"2\tloaded\n"]))

@@ -554,17 +554,19 @@ def test_a_target_the_loaders_cannot_reach_fails_nothing_of_the_snapshot(pg_serv
 
 
 def test_a_loaders_reason_names_the_servers_error_without_a_rows_value(pg_dsn):
-    """The reasons go into the run's JSON and log: a data exception (its message quotes the value) by its SQLSTATE
-    alone, a unique violation by its primary message (the key's value is only in its DETAIL)."""
+    """The reasons go into the run's JSON and log: a data exception (its message quotes the value, anywhere in it)
+    by its SQLSTATE and message without what it quotes, a unique violation by its primary message (the key's value
+    is only in its DETAIL)."""
     execute(pg_dsn, "CREATE TABLE uniq (id int PRIMARY KEY)", "INSERT INTO uniq VALUES (424242)")
     reasons = []
-    for sql in ("SELECT 'secret-value'::int", "INSERT INTO uniq VALUES (424242)"):
+    for sql in ("SELECT 'secret-value'::int", "INSERT INTO uniq VALUES (424242)", "SELECT '1e400'::float8"):
         with psycopg2.connect(pg_dsn) as conn, conn.cursor() as cur, pytest.raises(psycopg2.Error) as raised:
             cur.execute(sql)
         reasons.append(_why(raised.value))
-    assert reasons[0] == "InvalidTextRepresentation (SQLSTATE 22P02; the server's message quotes a row's value)"
+    assert reasons[0] == "InvalidTextRepresentation (SQLSTATE 22P02): invalid input syntax for type integer: …"
     assert reasons[1].startswith("UniqueViolation (SQLSTATE 23505): duplicate key value violates unique constraint")
-    assert not any("secret-value" in r or "424242" in r for r in reasons), reasons
+    assert reasons[2] == "NumericValueOutOfRange (SQLSTATE 22003): … is out of range for type double precision"
+    assert not any("secret-value" in r or "424242" in r or "1e400" in r for r in reasons), reasons
 
 
 def test_pglogical_run_streams_a_table_while_it_is_read_only_when_switched_on(monkeypatch):

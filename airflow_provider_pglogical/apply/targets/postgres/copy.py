@@ -134,7 +134,25 @@ def copy_chunks(dsn: str, staging: str, columns: Sequence[str], chunks: Iterator
 
 # what an input function's message quotes (``…: "abc"``, ``…: 'abc'``): the value and all after it
 QUOTED_VALUE = re.compile(r""":\s*["'].*""", re.S)
+# a quoted span: a quote opening after a non-letter (not the apostrophe of ``Couldn't``) up to the same quote not
+# followed by a letter (``'O'Brien'`` is one span), or to the end when it never closes
+QUOTED_SPAN = re.compile(r"""(?<![^\W\d_])(["']).*?(?:\1(?![^\W\d_])|$)""", re.S)
 _COPY_POSITION = re.compile(r"line (\d+), column ([^:]+)")
+
+
+def without_quoted(text: str) -> str:
+    """``text`` with every quoted span replaced by ``…``: what a message quotes may be a row's value (``value
+    "99999999999" is out of range for type integer``), what it says around it is the problem."""
+    return " ".join(QUOTED_SPAN.sub("…", text).split())
+
+
+def server_primary(exc: psycopg2.Error) -> str:
+    """A server error's primary message (its first line) without row values: a data exception's (class 22) with
+    every quoted span removed, its values may stand anywhere in it; any other's up to what an input function's
+    message quotes after a colon."""
+    lines = ((exc.diag.message_primary if exc.diag else None) or "").strip().splitlines()
+    first = lines[0] if lines else type(exc).__name__
+    return without_quoted(first) if (exc.pgcode or "").startswith("22") else QUOTED_VALUE.sub("", first)
 
 
 def copy_error(staging: str, exc: psycopg2.Error, copied: int) -> ApplyError:
@@ -143,11 +161,9 @@ def copy_error(staging: str, exc: psycopg2.Error, copied: int) -> ApplyError:
     Executor errors reach Spark's and Airflow's logs; like ``batch_error``, only the statement of
     the problem, its SQLSTATE and its position may go there, never row data.
     """
-    diag = exc.diag
-    primary = QUOTED_VALUE.sub("", (diag.message_primary if diag else None) or type(exc).__name__)
-    where = _COPY_POSITION.search((diag.context if diag else None) or "")
+    where = _COPY_POSITION.search((exc.diag.context if exc.diag else None) or "")
     position = f" (line {int(where.group(1)) + copied} of this partition, column {where.group(2)})" if where else ""
-    return ApplyError(f"COPY into {staging} failed{position}: [{exc.pgcode}] {primary}")
+    return ApplyError(f"COPY into {staging} failed{position}: [{exc.pgcode}] {server_primary(exc)}")
 
 
 def copy_partitions(dsn: str, staging: str, columns: Sequence[str], fields: Sequence[arrowtext.Field]

@@ -37,6 +37,7 @@ import psycopg2
 from airflow_provider_pglogical.apply import snapshots
 from airflow_provider_pglogical.apply.config import ApplyConfig
 from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import qualified
+from airflow_provider_pglogical.apply.targets.postgres.copy import server_primary
 from airflow_provider_pglogical.apply.targets.postgres.progress import SYNC_TABLE, ensure_sync_table
 from airflow_provider_pglogical.apply.targets.postgres.snapshot import PARALLEL_GROUPS, UnreadRows
 from airflow_provider_pglogical.apply.targets.postgres.streamed import (
@@ -328,18 +329,15 @@ class OverlappedLoad:
 
 def _why(exc: BaseException) -> str:
     """A loader's error as one line that quotes no row value (it goes into the run's JSON and log): ours with its
-    message, a server error by its SQLSTATE and primary message (a data exception, class 22, by its SQLSTATE
-    alone: its message quotes the value), a connection's failure by its first line, a failed read of staged rows
+    message, a server error by its SQLSTATE and primary message without the values it quotes
+    (``copy.server_primary``), a connection's failure by its first line, a failed read of staged rows
     without the way out (the table is loaded again after its publication, or by the apply, which names it),
     anything else by its type."""
     if isinstance(exc, UnreadRows):
         return exc.reason
     code = getattr(exc, "pgcode", None)
     if isinstance(exc, psycopg2.Error) and code:
-        if code.startswith("22"):
-            return f"{type(exc).__name__} (SQLSTATE {code}; the server's message quotes a row's value)"
-        primary = ((exc.diag.message_primary if exc.diag else None) or "").strip().splitlines()
-        return f"{type(exc).__name__} (SQLSTATE {code}): {primary[0] if primary else ''}"
+        return f"{type(exc).__name__} (SQLSTATE {code}): {server_primary(exc)}"
     if isinstance(exc, psycopg2.Error):
         lines = str(exc).strip().splitlines()
         return f"{type(exc).__name__}: {lines[0] if lines else ''}"

@@ -33,6 +33,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 import threading
 import time
 from collections import deque
@@ -48,7 +49,7 @@ from airflow_provider_pglogical.apply.targets.base import BatchResult, DirectRow
 from airflow_provider_pglogical.apply.targets.postgres import arrownet, arrowtext
 from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import qualified
 from airflow_provider_pglogical.apply.targets.postgres.catalog import ident
-from airflow_provider_pglogical.apply.targets.postgres.copy import QUOTED_VALUE
+from airflow_provider_pglogical.apply.targets.postgres.copy import server_primary, without_quoted
 from airflow_provider_pglogical.apply.targets.postgres.progress import SYNC_TABLE, ensure_sync_table, sync_marks
 from airflow_provider_pglogical.apply.targets.postgres.replication_role import set_replication_role
 from airflow_provider_pglogical.apply.targets.postgres.target_types import PgType, describe_types
@@ -274,49 +275,72 @@ FEED_LINE_CHARS = 200  # of a foreign error's first line in ours: a Spark job's 
 _TRANSIENT_ERRNOS = frozenset({errno.ECONNRESET, errno.ECONNREFUSED, errno.ECONNABORTED, errno.ETIMEDOUT,
                                errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN, errno.EPIPE, errno.EAGAIN})
 _TRANSIENT_WORDS = ("connection", "timed out", "timeout", "temporarily", "throttl", "slow down", "unavailable")
+# pyarrow raises an object store's errors as a plain ``OSError`` (no errno) whose text names the AWS SDK's error
+# code and, for a code the SDK does not know, the HTTP status: ``AWS Error UNKNOWN (HTTP status 503)``
+_AWS_CODE = re.compile(r"AWS Error (\w+)")
+_HTTP_STATUS = re.compile(r"HTTP status (\d{3})")
+_AWS_RERUN = frozenset({"SLOW_DOWN", "THROTTLING", "NETWORK_CONNECTION", "SERVICE_UNAVAILABLE", "INTERNAL_FAILURE",
+                        "REQUEST_TIMEOUT"})
+_AWS_MISSING = frozenset({"NO_SUCH_KEY", "NO_SUCH_BUCKET", "RESOURCE_NOT_FOUND"})
+# a Spark job's error that fails the same on every rerun: a staged file gone or damaged
+_SPARK_LOST = ("FileNotFoundException", "CANNOT_READ_FILE_FOOTER")
+RERUN, READ_ACCESS, RESYNC, UNKNOWN = "rerun", "read access", "resync", "unknown"
 
 
 def feed_error_line(exc: BaseException) -> str:
     """``Type: first line`` of a foreign error, capped at ``FEED_LINE_CHARS``, without what it quotes: a parser's
-    message quotes the row's value (``Failed to parse string: 'alice@x'``), so the line ends before the first
-    quote (``QUOTED_VALUE``, the rule of the server's input-function messages, then any other quote). An
-    ``OSError`` that carries them is its file name and the system's reason."""
+    message quotes the row's value (``Failed to parse string: 'alice@x'``), so every quoted span becomes ``…``
+    (``copy.without_quoted``). An ``OSError`` that carries them is its file name and the system's reason."""
     if isinstance(exc, OSError) and exc.strerror:
         first = f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
     else:
         lines = str(exc).strip().splitlines()
-        first = QUOTED_VALUE.sub("", lines[0]) if lines else ""
-    first = first.split("'", 1)[0].split('"', 1)[0].strip()
+        first = without_quoted(lines[0]) if lines else ""
+    first = first.strip()
     if len(first) > FEED_LINE_CHARS:
         first = first[:FEED_LINE_CHARS - 1] + "…"
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    return f"{type(exc).__name__}: {first}" if first and first != "…" else type(exc).__name__
 
 
-def rerun_helps(exc: BaseException) -> bool:
-    """Whether a read of staged rows that failed may well succeed again: a lost connection or a timeout of the
-    object store, a Spark job's failure (an executor lost). A missing, damaged or unreadable file fails the same
-    way on every rerun."""
+def read_failure(exc: BaseException) -> str:
+    """What a failed read of staged rows calls for: ``RERUN`` when it may well succeed again (a lost connection, a
+    timeout, an object store's throttling or 5xx, a Spark job's failure such as a lost executor), ``READ_ACCESS``
+    when the staging area refused the read, ``RESYNC`` when a staged file is missing or damaged (it fails the same
+    on every rerun), ``UNKNOWN`` for anything else."""
+    text = str(exc)
     if type(exc).__module__.startswith(("py4j", "pyspark")):
-        return True
+        return RESYNC if any(word in text for word in _SPARK_LOST) else RERUN
     if isinstance(exc, (ConnectionError, TimeoutError)):
-        return True
-    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)):
-        return False
-    if isinstance(exc, OSError):
-        return exc.errno in _TRANSIENT_ERRNOS or any(w in str(exc).lower() for w in _TRANSIENT_WORDS)
-    return False
+        return RERUN
+    if isinstance(exc, PermissionError):
+        return READ_ACCESS
+    if isinstance(exc, (FileNotFoundError, IsADirectoryError, NotADirectoryError, pa.ArrowInvalid)):
+        return RESYNC
+    if not isinstance(exc, OSError):
+        return UNKNOWN
+    code, status = _AWS_CODE.search(text), _HTTP_STATUS.search(text)
+    http = int(status.group(1)) if status else 0
+    if code or status:
+        aws = code.group(1) if code else ""
+        if aws == "ACCESS_DENIED" or http == 403:
+            return READ_ACCESS
+        if aws in _AWS_RERUN or http >= 500 or http == 429:
+            return RERUN
+        return RESYNC if aws in _AWS_MISSING or http == 404 else UNKNOWN
+    if exc.errno in _TRANSIENT_ERRNOS or any(w in text.lower() for w in _TRANSIENT_WORDS):
+        return RERUN
+    return RESYNC  # an OSError of the file's own reading: damaged (``Couldn't deserialize thrift``)
 
 
 def unread_rows(lsn: int, names: str, table: PlannedTable, exc: FeedError) -> UnreadRows:
     """A load transaction's failed read of ``table``'s staged rows, with the way out that exists for its cause."""
     reason = (f"snapshot at {format_lsn(lsn)} of {names} not applied: its staged rows could not be read ({exc}); "
               "nothing of it was committed")
-    if rerun_helps(exc.cause):
-        way_out = "rerun the apply to load it whole"
-    elif isinstance(exc.cause, PermissionError):
-        way_out = "give the apply read access to the staging area, then rerun it"
-    else:  # lost or damaged: a snapshot taken again replaces it
-        way_out = f"stage the table again: pglogical resync --table {table.source}"
+    resync = f"pglogical resync --table {table.source}"
+    way_out = {RERUN: "rerun the apply to load it whole",
+               READ_ACCESS: "give the apply read access to the staging area, then rerun it",
+               RESYNC: f"stage the table again: {resync}"}.get(read_failure(exc.cause),
+                                                               f"rerun the apply; if it fails the same way: {resync}")
     return UnreadRows(reason, way_out)
 
 
@@ -496,8 +520,7 @@ def mark_synced(cur: Any, progress: str, sync_table: str, slot: str, table: str,
 
 def load_error(exc: psycopg2.Error, lsn: int, names: str) -> ApplyError:
     """A load transaction's server error as ours, without the row value an input function's message quotes."""
-    # input-function messages quote the value (``…: "abc"``): never row data in an error
-    primary = QUOTED_VALUE.sub("", (exc.diag.message_primary if exc.diag else None) or type(exc).__name__)
+    primary = server_primary(exc)  # never row data in an error
     hint = ""
     if exc.pgcode == "0A000":  # TRUNCATE of a table other target tables reference
         hint = "; resync the tables referencing it together with it (--table for each)"

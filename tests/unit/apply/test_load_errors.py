@@ -1,0 +1,91 @@
+"""A snapshot load's failed read of staged rows (``snapshot.unread_rows``): the way out that exists for its cause,
+from the exact texts pyarrow and Spark give (pyarrow raises an object store's errors as a plain ``OSError`` without
+an errno), and a line that keeps the message around a quoted value but never the value."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from airflow_provider_pglogical.apply.targets.postgres.copy import without_quoted
+from airflow_provider_pglogical.apply.targets.postgres.snapshot import FeedError, unread_rows
+
+TABLE = SimpleNamespace(source="public.t", target="public.t")
+RERUN = "rerun the apply to load it whole"
+READ_ACCESS = "give the apply read access to the staging area, then rerun it"
+RESYNC = "stage the table again: pglogical resync --table public.t"
+UNKNOWN = "rerun the apply; if it fails the same way: pglogical resync --table public.t"
+
+
+class JavaError(Exception):
+    """Like py4j's ``Py4JJavaError``: its text is the whole Java stack, the first line a call's."""
+
+    __module__ = "py4j.protocol"
+
+
+def _head(operation: str, error: str) -> str:
+    """pyarrow's text of an S3 request that failed (as it reads moto's answer to a HEAD of ``f.parquet``)."""
+    return (f"When getting information for key 'stage/f.parquet' in bucket 'lake': AWS Error {error} during "
+            f"{operation} operation: No response body.")
+
+
+SHOWN_HEAD = "When getting information for key … in bucket …: AWS Error {} during HeadObject operation: No response body."
+CASES = [
+    (OSError(_head("HeadObject", "ACCESS_DENIED")), "OSError: " + SHOWN_HEAD.format("ACCESS_DENIED"), READ_ACCESS),
+    (OSError(_head("HeadObject", "UNKNOWN (HTTP status 503)")),
+     "OSError: " + SHOWN_HEAD.format("UNKNOWN (HTTP status 503)"), RERUN),
+    (OSError(_head("HeadObject", "UNKNOWN (HTTP status 500)")),
+     "OSError: " + SHOWN_HEAD.format("UNKNOWN (HTTP status 500)"), RERUN),
+    (OSError(_head("HeadObject", "UNKNOWN (HTTP status 429)")),
+     "OSError: " + SHOWN_HEAD.format("UNKNOWN (HTTP status 429)"), RERUN),
+    (OSError("When reading information for key 'stage/f.parquet' in bucket 'lake': AWS Error SLOW_DOWN during "
+             "GetObject operation: Please reduce your request rate."),
+     "OSError: When reading information for key … in bucket …: AWS Error SLOW_DOWN during GetObject operation: "
+     "Please reduce your request rate.", RERUN),
+    (OSError("When reading information for key 'k' in bucket 'b': AWS Error THROTTLING during GetObject operation"),
+     "OSError: When reading information for key … in bucket …: AWS Error THROTTLING during GetObject operation",
+     RERUN),
+    (OSError("When reading information for key 'k' in bucket 'b': AWS Error NETWORK_CONNECTION during GetObject "
+             "operation: curlCode: 7"), None, RERUN),
+    (OSError("When listing objects under key 'stage/f.parquet' in bucket 'lake': AWS Error NO_SUCH_KEY during "
+             "ListObjectsV2 operation: x"), None, RESYNC),
+    (FileNotFoundError("lake/stage/c1.parquet"), "FileNotFoundError: lake/stage/c1.parquet", RESYNC),
+    (OSError("Couldn't deserialize thrift: TProtocolException: Invalid data"),
+     "OSError: Couldn't deserialize thrift: TProtocolException: Invalid data", RESYNC),
+    # pyarrow's text of a damaged file: the apostrophe of "footer's" is no quote
+    (pa.ArrowInvalid(
+        "Could not open Parquet input source 'lake/stage/f.parquet': Parquet file size is 22 bytes, smaller than "
+        "the size reported by footer's (1701273954bytes)"),
+     "ArrowInvalid: Could not open Parquet input source …: Parquet file size is 22 bytes, smaller than the size "
+     "reported by footer's (1701273954bytes)", RESYNC),
+    (JavaError("An error occurred while calling o85.toLocalIterator.\n: org.apache.spark.SparkException: Job "
+               "aborted due to stage failure: ExecutorLostFailure (executor 1 exited)"),
+     "JavaError: An error occurred while calling o85.toLocalIterator.", RERUN),
+    (JavaError("An error occurred while calling o85.toLocalIterator.\n: org.apache.spark.SparkException: "
+               "java.io.FileNotFoundException: File file:/stage/c00001.parquet does not exist"), None, RESYNC),
+    (JavaError("[FAILED_READ_FILE.CANNOT_READ_FILE_FOOTER] Encountered error while reading file "
+               "file:///stage/c00001.parquet. Could not read footer."), None, RESYNC),
+    (ValueError("row 'alice@x' has too many fields"), "ValueError: row … has too many fields", UNKNOWN),
+    (KeyError("alice@x"), "KeyError", UNKNOWN),
+]
+
+
+@pytest.mark.parametrize(("cause", "shown", "way_out"), CASES)
+def test_a_failed_read_names_the_way_out_of_its_cause_and_no_quoted_value(cause, shown, way_out):
+    error = unread_rows(0x1000, "public.t", TABLE, FeedError(cause))  # type: ignore[arg-type]
+    line = str(FeedError(cause))
+    assert str(error) == f"{error.reason}; {way_out}"
+    assert shown is None or line == shown, line
+    for quoted in ("stage/f.parquet", "lake'", "alice@x"):
+        assert quoted not in line
+
+
+@given(st.text(st.characters(blacklist_characters='"', blacklist_categories=("Cs",)), min_size=1),
+       st.sampled_from(['value "{}" is out of range for type integer', 'invalid input syntax for type json: "{}"',
+                        'Failed to parse string: "{}" as a scalar of type int64']))
+def test_a_double_quoted_value_never_survives_whatever_it_holds(value, message):
+    assert without_quoted(message.format(value)) == message.replace('"{}"', "…")
