@@ -15,6 +15,7 @@ Without a catalog some of PostgreSQL's rules can only be judged by name: a funct
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
@@ -30,7 +31,10 @@ from airflow_provider_pglogical.exceptions import RowFilterError
 # second statement, FROM, UNION, ORDER BY, LIMIT ...) means the text was more than one expression.
 _PREFIX = "SELECT 1 WHERE "
 _BARE = parse_sql("SELECT 1")[0].stmt
-_PLACEHOLDER = re.compile("pglogical_column_")  # stands for a column while deparsing for Spark
+# Nodes whose operands spark_sql parenthesizes when they are not atoms: where the two grammars' ranks could differ.
+_OPERATORS: tuple[type[ast.Node], ...] = (ast.A_Expr, ast.BoolExpr, ast.NullTest, ast.BooleanTest, ast.TypeCast)
+_OPERANDS = frozenset({"lexpr", "rexpr", "args", "arg"})  # their attributes holding operands (not names or types)
+_ATOMS: tuple[type[ast.Node], ...] = (ast.ColumnRef, ast.A_Const, ast.FuncCall, ast.CoalesceExpr)
 
 # PostgreSQL's system columns (pg_attribute attnum < 0); publications refuse them.
 SYSTEM_COLUMNS = frozenset({"ctid", "xmin", "xmax", "cmin", "cmax", "tableoid"})
@@ -106,27 +110,75 @@ def canonical(text: str) -> str:
 def spark_sql(text: str) -> str:
     """The expression deparsed for Spark's SQL parser: as :func:`canonical`, every column name backtick-quoted
     (Spark reads ``"Val"`` as a string), so the case-sensitive session resolves the very name PostgreSQL's parser
-    read: ``"Val"`` is column Val, ``Val`` column val."""
+    read: ``"Val"`` is column Val, ``Val`` column val. Every composite operand of an operator is parenthesized:
+    Spark's grammar ranks operators otherwise (``||`` binds like ``+`` there, so ``t || (i - 1)`` printed without
+    its parentheses would read ``(t || i) - 1``), and with every grouping explicit its ranks never matter."""
     tree = parse_expression(text)
-    if _PLACEHOLDER.search(_deparse(tree)):
-        raise RowFilterError("cannot be written back unambiguously")
-    names: list[str] = []
-    for node in _walk(tree):
+    printed = _deparse(tree)
+    # Holes stand for names and parenthesized operands while the deparser prints a node: a prefix absent from
+    # the filter's text, so nothing of the filter itself is ever taken for one.
+    prefix = next(p for k in itertools.count() if (p := f"pglogical_hole{k}_") not in printed)
+    fills: list[str] = []
+
+    def hole(fill: str) -> ast.ColumnRef:
+        fills.append(fill)
+        return ast.ColumnRef(fields=(ast.String(sval=f"{prefix}{len(fills) - 1}_"),))
+
+    def holed(node: ast.Node) -> ast.Node:
         if isinstance(node, ast.ColumnRef) and len(fields := node.fields or ()) == 1 \
                 and isinstance(fields[0], ast.String):
-            names.append(str(fields[0].sval))
-            fields[0].sval = f"{_PLACEHOLDER.pattern}{len(names) - 1}_"
-    quoted = ["`" + n.replace("`", "``") + "`" for n in names]
-    return re.sub(_PLACEHOLDER.pattern + r"(\d+)_", lambda m: quoted[int(m.group(1))], str(RawStream()(tree)))
+            return hole("`" + str(fields[0].sval).replace("`", "``") + "`")
+        operator = isinstance(node, _OPERATORS)
+        for name in getattr(type(node), "__slots__", ()):  # pglast: attribute name -> C type, in order
+            value, operands = getattr(node, name), operator and name in _OPERANDS
+            if isinstance(value, ast.Node):
+                setattr(node, name, operand(value) if operands else holed(value))
+            elif isinstance(value, (list, tuple)):
+                setattr(node, name, tuple(operand(v) if operands else holed(v) if isinstance(v, ast.Node) else v
+                                          for v in value))
+        return node
+
+    def operand(node: ast.Node) -> ast.Node:
+        return holed(node) if isinstance(node, _ATOMS) else hole(f"({text_of(node)})")
+
+    def text_of(node: ast.Node) -> str:
+        sql = str(RawStream()(holed(node)))
+        return re.sub(re.escape(prefix) + r"(\d+)_", lambda m: fills[int(m.group(1))], sql)
+
+    return text_of(tree)
 
 
 def fold_hint(unknown: Sequence[str], columns: Collection[str]) -> str:
-    """What follows an error naming filter names a table lacks: unquoted names fold, and the quoted spelling of a
-    column a name only folded away from (``Region`` read as region where the table has "Region")."""
-    by_lower = {c.lower(): c for c in columns}
-    quote = sorted({f'"{by_lower[u.lower()]}"' for u in unknown if u.lower() in by_lower})
-    return ("unquoted names fold to lower case, as in PostgreSQL; quote a mixed-case column"
-            + (f" (the table has {', '.join(quote)})" if quote else ""))
+    """What follows an error naming filter names a table lacks, for each name matching columns apart from case
+    (``: region matches "Region" apart from case: ...``); empty when none does (a plain typo). An unquoted name
+    folds to lower case, so the way out is quoting the column as spelled; a quoted one keeps its case, so for a
+    lower-case column the way out is dropping the quotes. Every matching spelling is listed (a table may have
+    Val and VAL)."""
+    hints = []
+    for name in unknown:
+        same = sorted(c for c in columns if c.lower() == name.lower() and c != name)
+        if not same:
+            continue
+        spelled = ", ".join(c if c == name.lower() and _reads_unquoted(c) else f'"{c}"' for c in same)
+        if name == name.lower():
+            hints.append(f"{name} matches {spelled} apart from case: unquoted names fold to lower case, as in "
+                         "PostgreSQL; quote the column as spelled")
+            continue
+        cased = [c for c in same if not (c == name.lower() and _reads_unquoted(c))]
+        way = ("drop the quotes" if not cased else f"drop the quotes for {name.lower()} or quote the column as spelled"
+               if len(cased) < len(same) else "quote the column as spelled")
+        hints.append(f'"{name}" matches {spelled} apart from case: quoted names keep their case, as in PostgreSQL; {way}')
+    return "".join(("; " if i else ": ") + h for i, h in enumerate(hints))
+
+
+def _reads_unquoted(column: str) -> bool:
+    """Whether ``column`` written without quotes is read as that column (not a keyword, a blank or a symbol)."""
+    try:
+        tree = parse_expression(f"{column} IS NULL")
+    except RowFilterError:
+        return False
+    arg = getattr(tree, "arg", None)
+    return isinstance(arg, ast.ColumnRef) and _names(arg.fields) == [column]
 
 
 def conjunction(filters: Sequence[str | None]) -> str | None:

@@ -125,7 +125,7 @@ def validate_row_filter(spark: SparkSession | None, expression: str, *, table: s
     refs = referenced_columns(spark, expression)
     unknown = sorted(refs - set(columns))  # exact, as PostgreSQL's: "Val" is not val
     if unknown:
-        raise RowFilterError(f"row filter of {table} references unknown column(s) {', '.join(unknown)}: "
+        raise RowFilterError(f"row filter of {table} references unknown column(s) {', '.join(unknown)}"
                              f"{fold_hint(unknown, columns)}")
     if types is not None:
         unsupported = sorted(f"{c} ({types.get(c) or 'unknown type'})" for c in refs

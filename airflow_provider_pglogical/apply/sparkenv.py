@@ -30,9 +30,11 @@ LOCAL_DRIVER_CONF = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress
 # What every Spark session the apply runs in is given (built with it, or set at runtime on a session handed over or
 # a Spark Connect client's): TIME columns (time64 Parquet) are refused without timeType; timestamps without time
 # zone stay wall-clock microseconds in UTC; names resolve case-sensitively, as PostgreSQL's do (columns "Val" and val
-# of one table, tables "T" and t of one schema are distinct; Spark's default would merge or refuse them).
+# of one table, tables "T" and t of one schema are distinct; Spark's default would merge or refuse them); no
+# ${…} substitution in SQL text (it runs over backtick-quoted names too: a column "x${spark.app.name}" would read
+# another column).
 SESSION_CONF = {"spark.sql.session.timeZone": "UTC", "spark.sql.timeType.enabled": "true",
-                "spark.sql.caseSensitive": "true"}
+                "spark.sql.caseSensitive": "true", "spark.sql.variable.substitute": "false"}
 _CONNECT_TOKEN = re.compile(r"(;\s*token\s*=)[^;]*", re.IGNORECASE)  # a Connect URL's parameters: /;key=value;…
 
 

@@ -56,7 +56,7 @@ def check_column_lists(spec: PipelineSpec, client: PgLogicalClient) -> None:
             unknown = sorted(parse_row_filter(table.row_filter).columns - set(existing)) if table.row_filter else []
             if unknown:  # exact, as PostgreSQL's: an unquoted name is folded to lower case
                 raise SpecError(f"{spec.origin}: {where}.{name}.row_filter: column(s) {', '.join(unknown)} do not "
-                                f"exist in {name} on the source: {fold_hint(unknown, existing)}")
+                                f"exist in {name} on the source{fold_hint(unknown, existing)}")
 
 
 def ensure_replication(spec: PipelineSpec, client: PgLogicalClient) -> dict[str, Any]:

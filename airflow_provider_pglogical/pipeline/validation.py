@@ -590,7 +590,7 @@ class SpecValidator:
             return None
         missing = sorted(parsed.columns - set(columns)) if columns is not None else []  # exact, as PostgreSQL's
         if missing and columns is not None:
-            self.err(path, f"references column(s) {', '.join(missing)} not in columns: {fold_hint(missing, columns)}")
+            self.err(path, f"references column(s) {', '.join(missing)} not in columns{fold_hint(missing, columns)}")
         return parsed.sql
 
     def truncate(self, value: Any, path: str) -> TruncateSpec:

@@ -169,8 +169,11 @@ def test_a_column_list_naming_a_missing_column_fails_before_anything_is_staged(t
     failed = pglogical("validate", "--spec", str(spec), "--source")
     assert failed.returncode == 1 and failed.stderr.strip().splitlines()[-1] == (
         f"pglogical validate: error: {spec}: tables.public.accounts.row_filter: column(s) Balance do not exist in "
-        'public.accounts on the source: unquoted names fold to lower case, as in PostgreSQL; quote a mixed-case '
-        'column (the table has "balance")')
+        'public.accounts on the source: "Balance" matches balance apart from case: quoted names keep their case, as '
+        "in PostgreSQL; drop the quotes")
+    doc["tables"]["public.accounts"] = {"row_filter": "Balance > 0"}  # the way out it names
+    spec.write_text(yaml.safe_dump(doc))
+    run_ok("validate", "--spec", str(spec), "--source")
     assert query(p["source"], "SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
                               "WHERE slot_name = 'accounts_slot'") == before
     assert not (tmp_path / "staging_accounts" / "accounts_slot" / "batches").exists() or not any(

@@ -71,8 +71,13 @@ def test_a_filter_a_publication_would_refuse_is_refused_with_the_reason(text, re
 
 
 @pytest.mark.parametrize(("text", "spark"), [
-    ('"Region" = \'eu\' AND Region <> \'"x"\'', "`Region` = 'eu' AND `region` <> '\"x\"'"),
-    ('"se`lect" IN (1, 2) OR lower("a b") = \'a\'', "`se``lect` IN (1, 2) OR lower(`a b`) = 'a'"),
+    ('"Region" = \'eu\' AND Region <> \'"x"\'', "(`Region` = 'eu') AND (`region` <> '\"x\"')"),
+    ('"se`lect" IN (1, 2) OR lower("a b") = \'a\'', "(`se``lect` IN (1, 2)) OR (lower(`a b`) = 'a')"),
+    # Spark ranks || with + and -: every composite operand is parenthesized, whatever PostgreSQL would need
+    ("t || (i - 1) = '19' AND NOT a * (b + 1) IS NULL", "((`t` || (`i` - 1)) = '19') AND (NOT ((`a` * (`b` + 1)) IS NULL))"),
+    # a constant spelling what stands for a name while printing is a constant still
+    ("note <> 'pglogical_column_1_' AND n <> 'pglogical_hole0_'",
+     "(`note` <> 'pglogical_column_1_') AND (`n` <> 'pglogical_hole0_')"),
 ])
 def test_spark_gets_every_name_backtick_quoted_as_postgresql_read_it(text, spark):
     assert spark_sql(text) == spark_sql(canonical(text)) == spark

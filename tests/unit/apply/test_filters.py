@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from functools import reduce
+
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from airflow_provider_pglogical.apply.filters import apply_row_filter, referenced_columns, validate_row_filter
 from airflow_provider_pglogical.apply.transforms import resolve_toast_from_old
 from airflow_provider_pglogical.exceptions import RowFilterError
+from airflow_provider_pglogical.row_filter import canonical
 from tests.support.stage import Chg, Col, Rel
 from tests.unit.apply.conftest import ITEMS, ITEMS_FULL
 
@@ -118,12 +125,28 @@ def test_a_quoted_name_reads_its_own_column_and_an_unquoted_one_the_folded_colum
                                replica_identity="f", actions=["insert"]) == {"Val"}
 
 
-def test_an_unquoted_name_folding_away_from_a_mixed_case_column_is_refused_saying_to_quote_it():
-    with pytest.raises(RowFilterError, match=r'^row filter of public.orders references unknown column\(s\) region: '
-                                             r'unquoted names fold to lower case.*quote a mixed-case column \(the table '
-                                             r'has "Region"\)$'):
-        validate_row_filter(None, "Region = 'eu'", table="public.orders", columns=["id", "Region"], identity=["id"],
+@pytest.mark.parametrize(("expression", "columns", "said"), [
+    ("Region = 'eu'", ["id", "Region", "REGION"], 'region: region matches "REGION", "Region" apart from case: '
+     "unquoted names fold to lower case, as in PostgreSQL; quote the column as spelled"),
+    ('"Region" = \'eu\'', ["id", "region"], 'Region: "Region" matches region apart from case: quoted names keep '
+     "their case, as in PostgreSQL; drop the quotes"),
+    ('"Val" = 1 AND nope = 2', ["id", "val", "VAL"], 'Val, nope: "Val" matches "VAL", val apart from case: quoted '
+     "names keep their case, as in PostgreSQL; drop the quotes for val or quote the column as spelled"),
+    ('"Select" = 1', ["id", "select"], 'Select: "Select" matches "select" apart from case: quoted names keep their '
+     "case, as in PostgreSQL; quote the column as spelled"),  # a keyword: dropping the quotes would not parse
+    ("regoin = 'eu'", ["id", "Region"], "regoin"),  # a plain typo: no word about case
+])
+def test_an_unknown_name_matching_a_column_apart_from_case_is_refused_naming_the_way_out(expression, columns, said):
+    with pytest.raises(RowFilterError) as info:
+        validate_row_filter(None, expression, table="public.orders", columns=columns, identity=["id"],
                             replica_identity="d", actions=["insert"])
+    assert str(info.value) == f"row filter of public.orders references unknown column(s) {said}"
+
+
+def test_the_way_out_the_case_hint_names_is_accepted():
+    kw = dict(table="public.orders", identity=["id"], replica_identity="d", actions=["insert"])
+    assert validate_row_filter(None, "\"REGION\" = 'eu'", columns=["id", "Region", "REGION"], **kw) == {"REGION"}
+    assert validate_row_filter(None, "Region = 'eu'", columns=["id", "region"], **kw) == {"region"}
 
 
 def test_non_identity_columns_are_judged_when_an_update_arrives_not_up_front(spark):
@@ -161,3 +184,69 @@ def test_columns_with_exact_staged_comparisons_are_accepted(spark, type_name):
     types = {"id": "bigint", "grp": type_name, "note": "text"}
     assert validate_row_filter(spark, "grp IS NOT NULL", table="public.items", columns=COLS, identity=["id"],
                                replica_identity="f", actions=["insert"], types=types) == {"grp"}
+
+
+# Filters mixing operators whose ranks differ between PostgreSQL's grammar and Spark's (``||`` binds like ``+`` in
+# Spark, not in PostgreSQL), over typed columns with NULLs: the rows the Spark apply keeps must be the rows
+# PostgreSQL's WHERE selects.
+MIXED = Rel("public", "mixed", (Col("id", pa.int64(), "bigint", True), Col("i32", pa.int32(), "integer"),
+                                Col("i64", pa.int64(), "bigint"), Col("t", pa.string(), "text"),
+                                Col("b", pa.bool_(), "boolean")))
+MIXED_ROWS = [{"id": 0, "i32": 10, "i64": -3, "t": "1", "b": True}, {"id": 1, "i32": -2, "i64": 5, "t": "19", "b": False},
+              {"id": 2, "i32": None, "i64": 0, "t": "a", "b": None}, {"id": 3, "i32": 1, "i64": None, "t": None, "b": True},
+              {"id": 4, "i32": 0, "i64": 2**20, "t": "-1", "b": False}, {"id": 5, "i32": 3, "i64": 7, "t": "", "b": True}]
+NUMBERS = st.recursive(
+    st.sampled_from(["i32", "i64", "1", "2", "3"]),
+    lambda inner: st.one_of(
+        st.tuples(inner, st.sampled_from(["+", "-", "*"]), inner).map(lambda x: f"({x[0]} {x[1]} {x[2]})"),
+        inner.map(lambda x: f"(- {x})"), inner.map(lambda x: f"({x})::bigint")),
+    max_leaves=3)
+# Mostly an operation's result beside ||: where the grammars' ranks part.
+ARITHMETIC = st.tuples(NUMBERS, st.sampled_from(["+", "-", "*"]), NUMBERS).map(lambda x: f"({x[0]} {x[1]} {x[2]})")
+TEXTS = st.recursive(
+    st.just("t"),
+    lambda inner: st.one_of(st.tuples(inner, inner).map(lambda x: f"({x[0]} || {x[1]})"),
+                            st.tuples(inner, st.one_of(ARITHMETIC, NUMBERS)).map(lambda x: f"({x[0]} || {x[1]})"),
+                            st.tuples(st.one_of(ARITHMETIC, NUMBERS), inner).map(lambda x: f"({x[0]} || {x[1]})")),
+    max_leaves=3)
+PREDICATES = st.one_of(
+    st.just("b"),
+    st.tuples(NUMBERS, st.sampled_from(["=", "<>", "<", ">="]), NUMBERS).map(lambda x: f"({x[0]} {x[1]} {x[2]})"),
+    st.tuples(TEXTS, st.sampled_from(["=", "<>"]), st.sampled_from(["'19'", "'1'", "'10'", "t", "'-1-1'"])).map(
+        lambda x: f"({x[0]} {x[1]} {x[2]})"),
+    st.tuples(st.one_of(NUMBERS, TEXTS, st.just("b")), st.sampled_from(["IS NULL", "IS NOT NULL"])).map(
+        lambda x: f"({x[0]} {x[1]})"))
+FILTERS = st.recursive(
+    PREDICATES,
+    lambda inner: st.one_of(inner.map(lambda x: f"(NOT {x})"),
+                            st.tuples(inner, st.sampled_from(["AND", "OR"]), inner).map(lambda x: f"({x[0]} {x[1]} {x[2]})")),
+    max_leaves=4)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(st.lists(FILTERS, min_size=1, max_size=6))
+@example(["t || (i32 - 1) = '19'", "NOT i32 + 1 IS NULL AND t || i64 - 1 IS NOT NULL", "-(i32 - 1) * 2 < i64"])
+def test_spark_keeps_the_rows_postgresql_selects_whatever_the_operators_ranks(changes_frame, pg_conn, filters):
+    texts = [canonical(f) for f in filters]  # what the spec hands the apply: the tree deparsed, needless parentheses gone
+    columns = [c.name for c in MIXED.columns]
+    frame = changes_frame(MIXED, [Chg("I", 10, r["id"], new=r) for r in MIXED_ROWS])
+    kept: DataFrame = reduce(DataFrame.unionByName, [
+        frame.transform(apply_row_filter(text, columns)).select(F.lit(k).alias("k"), F.col("_pgl_tx_order").alias("id"))
+        for k, text in enumerate(texts)])
+    spark_ids = sorted((r["k"], r["id"]) for r in kept.collect())
+    with pg_conn.cursor() as cur:
+        cur.execute("CREATE TEMP TABLE IF NOT EXISTS mixed (id bigint, i32 integer, i64 bigint, t text, b boolean)")
+        cur.execute("TRUNCATE mixed")
+        cur.executemany("INSERT INTO mixed VALUES (%(id)s, %(i32)s, %(i64)s, %(t)s, %(b)s)", MIXED_ROWS)
+        cur.execute(" UNION ALL ".join(f"SELECT {k}, id FROM mixed WHERE {text}" for k, text in enumerate(texts)))
+        pg_ids = sorted(cur.fetchall())
+    assert spark_ids == pg_ids, texts
+
+
+def test_names_holding_a_spark_variable_reference_read_their_own_column(changes_frame):
+    # Spark would substitute ${…} inside a backtick-quoted name too: "x${env:PATH}" read as x/usr/bin:….
+    name = "x${env:PATH}"
+    rel = Rel("public", "dollars", (Col("id", pa.int64(), "bigint", True), Col(name, pa.int64(), "bigint")))
+    frame = changes_frame(rel, [Chg("I", 10, 0, new={"id": 0, name: 5}), Chg("I", 10, 1, new={"id": 1, name: 0})])
+    kept = frame.transform(apply_row_filter(f'"{name}" > 1', ["id", name])).collect()
+    assert [r["_pgl_tx_order"] for r in kept] == [0]

@@ -307,16 +307,16 @@ def test_a_row_filter_is_kept_as_deparsed_from_its_parse_tree_without_comments()
 
 
 def test_a_row_filter_of_a_table_with_columns_may_use_only_those():
-    assert "tables.public.orders.row_filter: references column(s) customer_id not in columns" in error_of(
-        with_change("tables/public.orders/row_filter", "customer_id = 1"))
+    assert "tables.public.orders.row_filter: references column(s) customer_id not in columns\n" in error_of(
+        with_change("tables/public.orders/row_filter", "customer_id = 1")) + "\n"
 
 
 def test_a_row_filter_names_a_mixed_case_column_quoted_as_postgresql_does():
     table = {"columns": ["id", "Region"], "row_filter": "\"Region\" = 'eu'"}
     assert parse_spec(with_change("tables/public.orders", table), env={}).tables["public.orders"].row_filter == \
         "\"Region\" = 'eu'"
-    assert ("tables.public.orders.row_filter: references column(s) region not in columns: unquoted names fold to "
-            'lower case, as in PostgreSQL; quote a mixed-case column (the table has "Region")') in error_of(
+    assert ('tables.public.orders.row_filter: references column(s) region not in columns: region matches "Region" '
+            "apart from case: unquoted names fold to lower case, as in PostgreSQL; quote the column as spelled") in error_of(
         with_change("tables/public.orders", {**table, "row_filter": "Region = 'eu'"}))
 
 
