@@ -5,6 +5,9 @@ server's executors only — the client, whose S3 key differs, reads manifests an
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +85,23 @@ def test_run_matches_a_native_subscriber_reading_s3_on_the_executors_only(
         dbs.drop()
 
 
+
+@contextmanager
+def connect_client_here() -> Iterator[None]:
+    """pyspark marks the whole process a Spark Connect client (``SPARK_CONNECT_MODE_ENABLED``) when it opens a
+    Connect session and never unmarks it: a local session asked for later in this test process (the suite's
+    ``spark`` fixture in the next module) would then fail with ``CONNECT_URL_NOT_SET``. Undone once the Connect
+    sessions opened here are stopped."""
+    before = os.environ.get("SPARK_CONNECT_MODE_ENABLED")
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+        else:
+            os.environ["SPARK_CONNECT_MODE_ENABLED"] = before
+
+
 def assert_the_session_is_kept_and_reopened(dbs: Databases, spec: Path, driver_env: dict[str, str], url: str,
                                             report: dict[str, Any], cache: Path) -> None:
     """The run left its Connect session open on the server (the next run's Python workers are warm); a setting
@@ -90,26 +110,27 @@ def assert_the_session_is_kept_and_reopened(dbs: Databases, spec: Path, driver_e
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
     kept = report["spark"]["connect_session"]
-    client = ConnectSession.builder.remote(f"{url}/;session_id={kept}").create()
-    client.release_session_on_close = False  # type: ignore[attr-defined]
-    client.conf.set("spark.sql.files.ignoreCorruptFiles", "true")  # an operator attached with the run's id
-    client.stop()
-    # Reopened here as a run reopens it (this process's cache holding the id): no second run needed.
-    seeded = KeptSession(session_key(url, "pipeline", SESSION_CONF), cache / "pglogical" / "connect")
-    seeded.path.parent.mkdir(parents=True)
-    seeded.path.write_text(kept)
-    reopened = new_spark_session(url, pipeline="pipeline")
-    try:
-        assert reopened.session_id == kept  # left open: a released session would be refused and renewed
-        settings = {k: reopened.conf.get(k) for k in ("spark.sql.files.ignoreCorruptFiles", "spark.sql.caseSensitive",
-                                                       "spark.sql.session.timeZone")}
-        assert settings == {"spark.sql.files.ignoreCorruptFiles": "false", "spark.sql.caseSensitive": "true",
-                            "spark.sql.session.timeZone": "UTC"}  # the server's own setting stays
-    finally:
-        reopened.release_session_on_close = True  # type: ignore[attr-defined]
-        reopened.stop()  # releases it: the server closes the session for good
-    with pytest.raises(SparkStartError, match=f"closed the session {kept} .*: remove session_id from the URL"):
-        new_spark_session(f"{url}/;session_id={kept}", pipeline="pipeline")
+    with connect_client_here():
+        client = ConnectSession.builder.remote(f"{url}/;session_id={kept}").create()
+        client.release_session_on_close = False  # type: ignore[attr-defined]
+        client.conf.set("spark.sql.files.ignoreCorruptFiles", "true")  # an operator attached with the run's id
+        client.stop()
+        # Reopened here as a run reopens it (this process's cache holding the id): no second run needed.
+        seeded = KeptSession(session_key(url, "pipeline", SESSION_CONF), cache / "pglogical" / "connect")
+        seeded.path.parent.mkdir(parents=True)
+        seeded.path.write_text(kept)
+        reopened = new_spark_session(url, pipeline="pipeline")
+        try:
+            assert reopened.session_id == kept  # left open: a released session would be refused and renewed
+            names = ("spark.sql.files.ignoreCorruptFiles", "spark.sql.caseSensitive", "spark.sql.session.timeZone")
+            settings = {k: reopened.conf.get(k) for k in names}
+            assert settings == {"spark.sql.files.ignoreCorruptFiles": "false", "spark.sql.caseSensitive": "true",
+                                "spark.sql.session.timeZone": "UTC"}  # the server's own setting stays
+        finally:
+            reopened.release_session_on_close = True  # type: ignore[attr-defined]
+            reopened.stop()  # releases it: the server closes the session for good
+        with pytest.raises(SparkStartError, match=f"closed the session {kept} .*: remove session_id from the URL"):
+            new_spark_session(f"{url}/;session_id={kept}", pipeline="pipeline")
     # The way out: the spec's URL names no session_id, and its next run opens a session of its own.
     run_script(dbs.source, ["UPDATE cols SET a = 'a2c' WHERE id = 2;"])
     result = run_as_user([venv_script("pglogical"), "run", "--spec", str(spec)], driver_env, timeout=600)
