@@ -69,6 +69,22 @@ CASES = [
                "java.io.FileNotFoundException: File file:/stage/c00001.parquet does not exist"), None, RESYNC),
     (JavaError("[FAILED_READ_FILE.CANNOT_READ_FILE_FOOTER] Encountered error while reading file "
                "file:///stage/c00001.parquet. Could not read footer."), None, RESYNC),
+    (JavaError("[FAILED_READ_FILE.FILE_NOT_EXIST] File file:/stage/c00001.parquet does not exist."), None, RESYNC),
+    (JavaError("[PATH_NOT_FOUND] Path does not exist: file:/stage/c00001.parquet."), None, RESYNC),
+    (JavaError("An error occurred while calling o85.toLocalIterator.\n: java.nio.file.AccessDeniedException: "
+               "s3a://lake/stage/c1.parquet: getFileStatus on s3a://lake/stage/c1.parquet: 403 Forbidden"),
+     "JavaError: An error occurred while calling o85.toLocalIterator.", READ_ACCESS),
+    (JavaError("An error occurred while calling o85.toLocalIterator.\n: org.apache.spark.SparkException: "
+               "ExecutorLostFailure\n\tat org.apache.spark.scheduler.DAGScheduler.run(DAGScheduler.scala:403)"),
+     None, RERUN),
+    (OSError(_head("HeadObject", "UNKNOWN (HTTP status 403)")), None, READ_ACCESS),
+    (OSError("google::cloud::Status(PERMISSION_DENIED: Permission 'storage.objects.get' denied on 'lake/stage/c1'"),
+     None, READ_ACCESS),
+    (OSError("GetProperties for 'lake/stage/f.parquet' failed. Azure Error: [AuthorizationFailure] This request is "
+             "not authorized to perform this operation."), None, READ_ACCESS),
+    (OSError("Parquet magic bytes not found in footer. Either the file is corrupted or this is not a parquet file."),
+     None, RESYNC),
+    (OSError("Unexpected end of stream: Page was smaller than expected"), None, UNKNOWN),
     (ValueError("row 'alice@x' has too many fields"), "ValueError: row … has too many fields", UNKNOWN),
     (KeyError("alice@x"), "KeyError", UNKNOWN),
 ]
