@@ -84,8 +84,7 @@ def prepare_submit(op: SparkSubmitOperator, master: str, workdir: str, python: s
         for key, value in LOCAL_DRIVER_CONF.items():
             op.conf.setdefault(key, value)
         op.conf = jvm_archive.driver_conf(master, op.conf, {**os.environ, **(op.env_vars or {})})
-    for key, value in SESSION_CONF.items():
-        op.conf.setdefault(key, value)
+    op.conf.update(SESSION_CONF)  # over a caller's: what the apply's exactness rests on
     staging = connection_credentials(staging_uri, staging_conn_id).environment() if staging_conn_id else {}
     return {**spark_submit_env(master, python), **(op.env_vars or {}),
             **submit_secrets(master, staging, secrets or {})}

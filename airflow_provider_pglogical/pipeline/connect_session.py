@@ -88,9 +88,15 @@ class KeptSession:
         new = str(uuid.uuid4())
         try:
             # The id opens the session to whoever reads it (its settings, its cached plans): the owner's only.
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # The modes given to mkdir and open hold only for what they create: a directory or a leftover partial
+            # file from before (another umask, an older release) is narrowed too, the directory when it is ours.
+            directory = self.path.parent
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if directory.stat().st_uid == os.getuid():
+                directory.chmod(0o700)
             partial = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
             fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.fchmod(fd, 0o600)
             with os.fdopen(fd, "w") as out:
                 out.write(new + "\n")
             partial.replace(self.path)

@@ -115,14 +115,15 @@ def new_spark_session(master: str | None = None, conf: dict[str, str] | None = N
 
     master = master or DEFAULT_MASTER
     if is_remote(master):
-        return _connect_session(master, {**SESSION_CONF, **(conf or {})}, pipeline)
+        return _connect_session(master, {**(conf or {}), **SESSION_CONF}, pipeline)
     options = {"spark.master": master, "spark.app.name": "pglogical-apply", "spark.ui.enabled": "false",
-               "spark.ui.showConsoleProgress": "false", "spark.sql.shuffle.partitions": "4", **SESSION_CONF}
+               "spark.ui.showConsoleProgress": "false", "spark.sql.shuffle.partitions": "4"}
     if is_local(master):
         # Python workers must import pyarrow and this package: the interpreter it is installed in.
         use_package_python()
         options.update(LOCAL_DRIVER_CONF)
     options.update(conf or {})
+    options.update(SESSION_CONF)  # last: what the apply's exactness rests on is never a caller's to change
     # Spark's classes mapped from this machine's class archive (appended to the user's driver options).
     options = jvm_archive.driver_conf(master, options)
     check_pyspark_install()

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from airflow_provider_pglogical.apply.sparkenv import SPARK_CONNECT_SCHEME
+from airflow_provider_pglogical.apply.sparkenv import SESSION_CONF, SPARK_CONNECT_SCHEME
 from airflow_provider_pglogical.exceptions import RowFilterError, SpecError
 from airflow_provider_pglogical.hooks.sizes import parse_size
 from airflow_provider_pglogical.hooks.storage_connection import OBJECT_STORE_SCHEMES
@@ -627,6 +627,9 @@ class SpecValidator:
             # this process reads staged files itself): where Spark runs has its own keys.
             self.err(_join(_join(path, "conf"), key), f"where Spark runs is not a conf setting: give it as "
                      f"{_join(path, _WHERE_SETTINGS[key])}: instead")
+        for key in sorted(str(k) for k, v in conf.items() if _conf_value(v) != SESSION_CONF.get(str(k), _conf_value(v))):
+            # the apply's exactness rests on them (UTC, names resolved as PostgreSQL's, no substitution in SQL text)
+            self.err(_join(_join(path, "conf"), key), f"the apply sets it to {SESSION_CONF[key]}: leave it out")
         return SparkSpec(
             conn_id=self.string(raw.get("conn_id"), _join(path, "conn_id")),
             master=self.string(raw.get("master"), _join(path, "master")),
@@ -676,6 +679,11 @@ def _qualified_ok(name: str) -> bool:
 
 
 _WHERE_SETTINGS = {"spark.master": "master", "spark.remote": "remote"}  # conf keys → their own spec keys
+
+
+def _conf_value(value: Any) -> str:
+    """A spec's Spark setting as Spark reads it: YAML's ``true`` is ``"true"``, and Spark's booleans ignore case."""
+    return str(value).lower() if isinstance(value, bool) or str(value).lower() in ("true", "false") else str(value)
 
 
 def _join(path: str, key: str) -> str:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_provider_pglogical.apply.targets.postgres.copy import without_quoted
+from airflow_provider_pglogical.apply.targets.postgres.copy import copy_error, server_primary, without_quoted
 from airflow_provider_pglogical.apply.targets.postgres.snapshot import FeedError, unread_rows
 
 TABLE = SimpleNamespace(source="public.t", target="public.t")
@@ -33,7 +33,7 @@ def _head(operation: str, error: str) -> str:
             f"{operation} operation: No response body.")
 
 
-SHOWN_HEAD = "When getting information for key … in bucket …: AWS Error {} during HeadObject operation: No response body."
+SHOWN_HEAD = "When getting information for key …: AWS Error {} during HeadObject operation: No response body."
 CASES = [
     (OSError(_head("HeadObject", "ACCESS_DENIED")), "OSError: " + SHOWN_HEAD.format("ACCESS_DENIED"), READ_ACCESS),
     (OSError(_head("HeadObject", "UNKNOWN (HTTP status 503)")),
@@ -44,10 +44,10 @@ CASES = [
      "OSError: " + SHOWN_HEAD.format("UNKNOWN (HTTP status 429)"), RERUN),
     (OSError("When reading information for key 'stage/f.parquet' in bucket 'lake': AWS Error SLOW_DOWN during "
              "GetObject operation: Please reduce your request rate."),
-     "OSError: When reading information for key … in bucket …: AWS Error SLOW_DOWN during GetObject operation: "
+     "OSError: When reading information for key …: AWS Error SLOW_DOWN during GetObject operation: "
      "Please reduce your request rate.", RERUN),
     (OSError("When reading information for key 'k' in bucket 'b': AWS Error THROTTLING during GetObject operation"),
-     "OSError: When reading information for key … in bucket …: AWS Error THROTTLING during GetObject operation",
+     "OSError: When reading information for key …: AWS Error THROTTLING during GetObject operation",
      RERUN),
     (OSError("When reading information for key 'k' in bucket 'b': AWS Error NETWORK_CONNECTION during GetObject "
              "operation: curlCode: 7"), None, RERUN),
@@ -69,6 +69,22 @@ CASES = [
                "java.io.FileNotFoundException: File file:/stage/c00001.parquet does not exist"), None, RESYNC),
     (JavaError("[FAILED_READ_FILE.CANNOT_READ_FILE_FOOTER] Encountered error while reading file "
                "file:///stage/c00001.parquet. Could not read footer."), None, RESYNC),
+    (JavaError("[FAILED_READ_FILE.FILE_NOT_EXIST] File file:/stage/c00001.parquet does not exist."), None, RESYNC),
+    (JavaError("[PATH_NOT_FOUND] Path does not exist: file:/stage/c00001.parquet."), None, RESYNC),
+    (JavaError("An error occurred while calling o85.toLocalIterator.\n: java.nio.file.AccessDeniedException: "
+               "s3a://lake/stage/c1.parquet: getFileStatus on s3a://lake/stage/c1.parquet: 403 Forbidden"),
+     "JavaError: An error occurred while calling o85.toLocalIterator.", READ_ACCESS),
+    (JavaError("An error occurred while calling o85.toLocalIterator.\n: org.apache.spark.SparkException: "
+               "ExecutorLostFailure\n\tat org.apache.spark.scheduler.DAGScheduler.run(DAGScheduler.scala:403)"),
+     None, RERUN),
+    (OSError(_head("HeadObject", "UNKNOWN (HTTP status 403)")), None, READ_ACCESS),
+    (OSError("google::cloud::Status(PERMISSION_DENIED: Permission 'storage.objects.get' denied on 'lake/stage/c1'"),
+     None, READ_ACCESS),
+    (OSError("GetProperties for 'lake/stage/f.parquet' failed. Azure Error: [AuthorizationFailure] This request is "
+             "not authorized to perform this operation."), None, READ_ACCESS),
+    (OSError("Parquet magic bytes not found in footer. Either the file is corrupted or this is not a parquet file."),
+     None, RESYNC),
+    (OSError("Unexpected end of stream: Page was smaller than expected"), None, UNKNOWN),
     (ValueError("row 'alice@x' has too many fields"), "ValueError: row … has too many fields", UNKNOWN),
     (KeyError("alice@x"), "KeyError", UNKNOWN),
 ]
@@ -84,8 +100,23 @@ def test_a_failed_read_names_the_way_out_of_its_cause_and_no_quoted_value(cause,
         assert quoted not in line
 
 
-@given(st.text(st.characters(blacklist_characters='"', blacklist_categories=("Cs",)), min_size=1),
+@given(st.text(st.characters(blacklist_categories=("Cs",)), min_size=1),
        st.sampled_from(['value "{}" is out of range for type integer', 'invalid input syntax for type json: "{}"',
-                        'Failed to parse string: "{}" as a scalar of type int64']))
-def test_a_double_quoted_value_never_survives_whatever_it_holds(value, message):
-    assert without_quoted(message.format(value)) == message.replace('"{}"', "…")
+                        "Failed to parse string: '{}' as a scalar of type int64"]))
+def test_a_quoted_value_never_survives_whatever_quotes_it_holds(value, message):
+    """PostgreSQL and pyarrow quote a value without escaping the quotes in it (``"12" 345"``)."""
+    shown = " ".join(message.replace('"{}"', "…").replace("'{}'", "…").split())
+    assert without_quoted(message.format(value)) == shown
+    error = SimpleNamespace(pgcode="22P02", diag=SimpleNamespace(message_primary=message.format(value)))
+    # what is left of the message is its start (a value's own ``: "`` or line break cuts it short), never more
+    assert shown.startswith(server_primary(error))  # type: ignore[arg-type]
+    assert f"ValueError: {shown}".startswith(str(FeedError(ValueError(message.format(value)))))
+
+
+def test_a_copy_error_keeps_no_part_of_a_value_with_a_quote_in_it():
+    error = SimpleNamespace(pgcode="22P02", diag=SimpleNamespace(
+        message_primary='invalid input syntax for type integer: "12" 345-67-89"', context=None))
+    assert str(copy_error("s", error, 0)) == (  # type: ignore[arg-type]
+        "COPY into s failed: [22P02] invalid input syntax for type integer: …")
+    assert str(FeedError(ValueError("Failed to parse string: 'ab' cd' as a scalar of type int64"))) == (
+        "ValueError: Failed to parse string: … as a scalar of type int64")

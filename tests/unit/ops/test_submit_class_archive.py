@@ -1,5 +1,6 @@
 """The DAG's spark-submit on a local master maps Spark's classes from the machine's class archive
-(apply/jvm_archive.py): its options go after the spec's own driver options; a cluster's driver never gets them."""
+(apply/jvm_archive.py): its options go after the spec's own driver options; a cluster's driver never gets them.
+The session settings the apply's exactness rests on (``SESSION_CONF``) override the task's own."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from airflow_provider_pglogical.apply import jvm_archive
+from airflow_provider_pglogical.apply.sparkenv import SESSION_CONF
 from airflow_provider_pglogical.operators.apply import prepare_submit
 
 OWN = {"spark.driver.extraJavaOptions": "-Dmine=1"}
@@ -46,3 +48,11 @@ def test_the_tasks_own_class_sharing_choice_or_the_switch_leave_the_options_alon
         "spark.driver.extraJavaOptions"] == "-Dmine=1"
     monkeypatch.setenv(jvm_archive.SWITCH, "off")
     assert submitted_conf(tmp_path, "local[2]")["spark.driver.extraJavaOptions"] == "-Dmine=1"
+
+
+def test_the_session_settings_the_apply_relies_on_override_the_tasks_own(tmp_path):
+    op = SparkSubmitOperator(task_id="apply", application="app.py",
+                             conf={"spark.sql.caseSensitive": "false", "spark.sql.ansi.enabled": "true"})
+    prepare_submit(op, "yarn", str(tmp_path), None, str(tmp_path / "staging"), None)
+    conf = dict(op.conf or {})
+    assert {key: conf[key] for key in SESSION_CONF} == SESSION_CONF and conf["spark.sql.ansi.enabled"] == "true"

@@ -61,12 +61,20 @@ def test_closed_session_errors_are_told_from_others():
     assert not is_closed_session(RuntimeError("UNAVAILABLE: failed to connect"))
 
 
-def test_the_kept_id_is_its_owners_only(tmp_path: Path):
+@pytest.mark.parametrize("before", ["none", "world-readable"])
+def test_the_kept_id_is_its_owners_only(tmp_path: Path, before: str):
+    directory = tmp_path / "pglogical" / "connect"
+    kept = KeptSession("k", directory)
+    if before == "world-readable":  # a directory and a leftover partial file made under another umask
+        directory.mkdir(mode=0o755, parents=True)
+        directory.chmod(0o755)
+        leftover = kept.path.with_name(f"{kept.path.name}.{os.getpid()}.tmp")
+        leftover.write_text("x\n")
+        leftover.chmod(0o644)
     old = os.umask(0o022)  # the usual umask: what is not asked for explicitly is world-readable
     try:
-        kept = KeptSession("k", tmp_path / "pglogical" / "connect")
         kept.renew()
     finally:
         os.umask(old)
-    assert stat.S_IMODE(kept.path.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
     assert stat.S_IMODE(kept.path.stat().st_mode) == 0o600

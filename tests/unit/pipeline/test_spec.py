@@ -464,3 +464,16 @@ def test_where_spark_runs_is_refused_in_spark_conf_and_its_own_key_holds(key, va
     assert "\n" not in message and value not in message
     spec = parse_spec(with_change("spark", {way_out: value, "conf": {"spark.sql.ansi.enabled": "true"}}), env={})
     assert spec.spark.where == value and spec.spark.conf == {"spark.sql.ansi.enabled": "true"}
+
+
+def test_a_session_setting_the_apply_relies_on_is_refused_in_spark_conf_unless_it_says_the_same():
+    # each would break exactness silently: names merged by case, ``${…}`` in a quoted name substituted
+    conf = {"spark.sql.caseSensitive": False, "spark.sql.variable.substitute": "true",
+            "spark.sql.session.timeZone": "Europe/Paris", "spark.sql.ansi.enabled": "true"}
+    message = error_of(with_change("spark", {"conf": conf}))
+    for key, value in (("spark.sql.caseSensitive", "true"), ("spark.sql.variable.substitute", "false"),
+                       ("spark.sql.session.timeZone", "UTC")):
+        assert f"spark.conf.{key}: the apply sets it to {value}: leave it out" in message, message
+    assert "spark.sql.ansi.enabled" not in message
+    same = {"spark.sql.caseSensitive": True, "spark.sql.variable.substitute": "FALSE", "spark.sql.session.timeZone": "UTC"}
+    assert parse_spec(with_change("spark", {"conf": same}), env={}).spark.conf["spark.sql.caseSensitive"] == "True"

@@ -134,9 +134,10 @@ def copy_chunks(dsn: str, staging: str, columns: Sequence[str], chunks: Iterator
 
 # what an input function's message quotes (``…: "abc"``, ``…: 'abc'``): the value and all after it
 QUOTED_VALUE = re.compile(r""":\s*["'].*""", re.S)
-# a quoted span: a quote opening after a non-letter (not the apostrophe of ``Couldn't``) up to the same quote not
-# followed by a letter (``'O'Brien'`` is one span), or to the end when it never closes
-QUOTED_SPAN = re.compile(r"""(?<![^\W\d_])(["']).*?(?:\1(?![^\W\d_])|$)""", re.S)
+# a quoted span: a quote opening after a non-letter (not the apostrophe of ``Couldn't``) up to the LAST same quote
+# not followed by a letter, or to the end when none closes it. Greedy because PostgreSQL and pyarrow quote a value
+# without escaping the quotes in it: ``"12" 345"`` is one span, its first closing quote is the value's own
+QUOTED_SPAN = re.compile(r"""(?<![^\W\d_])(["'])(?:.*\1(?![^\W\d_])|.*\Z)""", re.S)
 _COPY_POSITION = re.compile(r"line (\d+), column ([^:]+)")
 
 
@@ -147,12 +148,14 @@ def without_quoted(text: str) -> str:
 
 
 def server_primary(exc: psycopg2.Error) -> str:
-    """A server error's primary message (its first line) without row values: a data exception's (class 22) with
-    every quoted span removed, its values may stand anywhere in it; any other's up to what an input function's
-    message quotes after a colon."""
+    """A server error's primary message (its first line) without row values: up to what an input function's
+    message quotes after a colon, and a data exception's (class 22) also without any quoted span, its values may
+    stand anywhere in it."""
     lines = ((exc.diag.message_primary if exc.diag else None) or "").strip().splitlines()
     first = lines[0] if lines else type(exc).__name__
-    return without_quoted(first) if (exc.pgcode or "").startswith("22") else QUOTED_VALUE.sub("", first)
+    if (exc.pgcode or "").startswith("22"):
+        return without_quoted(QUOTED_VALUE.sub(": …", first))
+    return QUOTED_VALUE.sub("", first)
 
 
 def copy_error(staging: str, exc: psycopg2.Error, copied: int) -> ApplyError:

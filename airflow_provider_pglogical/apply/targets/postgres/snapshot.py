@@ -282,8 +282,14 @@ _HTTP_STATUS = re.compile(r"HTTP status (\d{3})")
 _AWS_RERUN = frozenset({"SLOW_DOWN", "THROTTLING", "NETWORK_CONNECTION", "SERVICE_UNAVAILABLE", "INTERNAL_FAILURE",
                         "REQUEST_TIMEOUT"})
 _AWS_MISSING = frozenset({"NO_SUCH_KEY", "NO_SUCH_BUCKET", "RESOURCE_NOT_FOUND"})
-# a Spark job's error that fails the same on every rerun: a staged file gone or damaged
-_SPARK_LOST = ("FileNotFoundException", "CANNOT_READ_FILE_FOOTER")
+# a Spark job's error that fails the same on every rerun: a staged file gone or damaged (Spark 4's error classes
+# ``[FAILED_READ_FILE.FILE_NOT_EXIST]`` and ``[PATH_NOT_FOUND]`` too)
+_SPARK_LOST = ("FileNotFoundException", "CANNOT_READ_FILE_FOOTER", "FILE_NOT_EXIST", "[PATH_NOT_FOUND]")
+# a staging area's refusal of the read: Hadoop's ``AccessDeniedException``, GCS's ``PERMISSION_DENIED``, Azure's
+# ``AuthorizationFailure``, an HTTP 403 (not a Java stack's line number: ``Foo.java:403``)
+_REFUSED = re.compile(r"AccessDenied|PERMISSION_DENIED|AuthorizationFailure|(?<![\w.:])403(?![\w.])")
+# a file's own damage as pyarrow reads it: it fails the same on every rerun
+_DAMAGE_WORDS = ("thrift", "magic bytes")
 RERUN, READ_ACCESS, RESYNC, UNKNOWN = "rerun", "read access", "resync", "unknown"
 
 
@@ -305,10 +311,12 @@ def feed_error_line(exc: BaseException) -> str:
 def read_failure(exc: BaseException) -> str:
     """What a failed read of staged rows calls for: ``RERUN`` when it may well succeed again (a lost connection, a
     timeout, an object store's throttling or 5xx, a Spark job's failure such as a lost executor), ``READ_ACCESS``
-    when the staging area refused the read, ``RESYNC`` when a staged file is missing or damaged (it fails the same
-    on every rerun), ``UNKNOWN`` for anything else."""
+    when the staging area refused the read, ``RESYNC`` when a staged file is known missing or damaged (it fails the
+    same on every rerun), ``UNKNOWN`` for anything else (a rerun, then the resync if it fails the same)."""
     text = str(exc)
     if type(exc).__module__.startswith(("py4j", "pyspark")):
+        if _REFUSED.search(text):
+            return READ_ACCESS
         return RESYNC if any(word in text for word in _SPARK_LOST) else RERUN
     if isinstance(exc, (ConnectionError, TimeoutError)):
         return RERUN
@@ -320,16 +328,16 @@ def read_failure(exc: BaseException) -> str:
         return UNKNOWN
     code, status = _AWS_CODE.search(text), _HTTP_STATUS.search(text)
     http = int(status.group(1)) if status else 0
+    if code and code.group(1) == "ACCESS_DENIED" or http == 403 or _REFUSED.search(text):
+        return READ_ACCESS
     if code or status:
         aws = code.group(1) if code else ""
-        if aws == "ACCESS_DENIED" or http == 403:
-            return READ_ACCESS
         if aws in _AWS_RERUN or http >= 500 or http == 429:
             return RERUN
         return RESYNC if aws in _AWS_MISSING or http == 404 else UNKNOWN
     if exc.errno in _TRANSIENT_ERRNOS or any(w in text.lower() for w in _TRANSIENT_WORDS):
         return RERUN
-    return RESYNC  # an OSError of the file's own reading: damaged (``Couldn't deserialize thrift``)
+    return RESYNC if any(word in text.lower() for word in _DAMAGE_WORDS) else UNKNOWN
 
 
 def unread_rows(lsn: int, names: str, table: PlannedTable, exc: FeedError) -> UnreadRows:
