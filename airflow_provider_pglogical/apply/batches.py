@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from airflow_provider_pglogical.apply import executor_reads
 from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand, session_of
+from airflow_provider_pglogical.apply.sparkenv import quoted
 from airflow_provider_pglogical.apply.staged_arrow import castable_from_text, spark_readable, to_spark_arrow
 from airflow_provider_pglogical.exceptions import StagingError
 from airflow_provider_pglogical.staging.manifest import Manifest
@@ -364,7 +365,7 @@ def _with_source_defaults(frames: list[DataFrame], versions: Sequence[tuple[int,
         if fill:
             image = F.col("new")
             for name, text in fill.items():
-                image = image.withField(name, F.lit(text).cast(types[name]))
+                image = image.withField(quoted(name), F.lit(text).cast(types[name]))
             df = df.withColumn("new", F.when(F.col("new").isNotNull(), image))
         out.append(df)
     return out
@@ -397,7 +398,7 @@ def _as_text_where_types_conflict(frames: list[DataFrame]) -> list[DataFrame]:
             present = [n for n in conflicting if isinstance(dtype, T.StructType) and n in dtype.fieldNames()]
             value = F.col(image)
             for name in present:
-                value = value.withField(name, F.col(image)[name].cast("string"))
+                value = value.withField(quoted(name), F.col(image)[name].cast("string"))
             fixed.append(df.withColumn(image, F.when(F.col(image).isNotNull(), value)) if present else df)
         out = fixed
     return out

@@ -35,6 +35,7 @@ from airflow_provider_pglogical.apply.config import ACTIONS, TableApplyConfig
 from airflow_provider_pglogical.apply.filters import apply_row_filter
 from airflow_provider_pglogical.apply.notes import fold_notes, inherit_toast_notes
 from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
+from airflow_provider_pglogical.apply.sparkenv import quoted_all
 from airflow_provider_pglogical.apply.targets.base import (
     COMMIT,
     ORDER,
@@ -180,7 +181,7 @@ class SparkBatchChanges:
             if table.key:
                 union = union.transform(compact(table.key, table.columns))
             from_key = [F.col(FROM).getField(k).alias(from_column(i)) for i, k in enumerate(table.key)]
-            return union.select(KIND, KEEP, LSN, *from_key, TOUCHED, *table.columns)
+            return union.select(KIND, KEEP, LSN, *from_key, TOUCHED, *quoted_all(table.columns))
         changes, notes, from_key = self._staged(table)
         shape = planning.TableShape(table.source, table.target, table.key, table.columns, table.update_delete_problem)
         if shape.update_delete_problem:
@@ -190,7 +191,7 @@ class SparkBatchChanges:
                                                        full_identity=table.relation.replica_identity == "f")
         return (net_changes(changes, table.relation, table.config, shape, table.truncated_at, notes, unique,
                             self._toast(table))
-                .select(KIND, KEEP, LSN, *from_key, TOUCHED, *table.columns))
+                .select(KIND, KEEP, LSN, *from_key, TOUCHED, *quoted_all(table.columns)))
 
     def direct_net(self, table: PlannedTable) -> DirectNet | None:
         """The table-batch's staged files when its net changes need none of the shared transforms
@@ -211,13 +212,13 @@ class SparkBatchChanges:
                       for part in table.parts]
             union = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
             return union.select(KIND, KEEP, LSN, COMMIT, ORDER, *[from_column(i) for i in range(len(table.key))],
-                                *table.columns)
+                                *quoted_all(table.columns))
         changes, notes, from_key = self._staged(table)
         shape = planning.TableShape(table.source, table.target, table.key, table.columns)
         return (ordered_changes(changes, table.relation, table.config, shape, table.truncated_at, notes,
                                 self._toast(table))
                 .select(KIND, KEEP, LSN, F.col(SEQ).getField("c").alias(COMMIT),
-                        F.col(SEQ).getField("o").alias(ORDER), *from_key, *table.columns))
+                        F.col(SEQ).getField("o").alias(ORDER), *from_key, *quoted_all(table.columns)))
 
 
 def check_updates_deletes(changes: DataFrame, rel: RelationInfo, cfg: TableApplyConfig, shape: planning.TableShape,
@@ -281,10 +282,10 @@ class SnapshotChanges:
         if table.parts:  # a routed partitioned table: every leaf's rows, unioned by column name
             frames = [self.rows(part) for part in table.parts]
             union = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
-            return union.select(*table.columns)
+            return union.select(*quoted_all(table.columns))
         snap = self.uris[table.source]
         if not self._plain(table, snap):
-            return self.net(table).select(*table.columns)
+            return self.net(table).select(*quoted_all(table.columns))
         df = read_local_parquet(self.spark, snap.uri, snap.files)
         return df.select(*[df["new"].getField(c).alias(c) for c in table.columns])
 
@@ -312,7 +313,7 @@ class SnapshotChanges:
         from_key = [F.lit(None).alias(from_column(i)) for i, _k in enumerate(table.key)]
         unique = direct.unique_in_snapshot(table)
         return (net_changes(df, table.relation, cfg, shape, None, notes=True, unique_keys=unique)
-                .select(KIND, KEEP, LSN, *from_key, TOUCHED, *table.columns))
+                .select(KIND, KEEP, LSN, *from_key, TOUCHED, *quoted_all(table.columns)))
 
     def ordered(self, table: PlannedTable) -> DataFrame:
         raise ApplyError(f"snapshot of {table.source}: a snapshot is loaded set-based only")

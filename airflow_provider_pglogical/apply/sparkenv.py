@@ -13,7 +13,7 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,6 +36,18 @@ LOCAL_DRIVER_CONF = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress
 SESSION_CONF = {"spark.sql.session.timeZone": "UTC", "spark.sql.timeType.enabled": "true",
                 "spark.sql.caseSensitive": "true", "spark.sql.variable.substitute": "false"}
 _CONNECT_TOKEN = re.compile(r"(;\s*token\s*=)[^;]*", re.IGNORECASE)  # a Connect URL's parameters: /;key=value;…
+
+
+def quoted(name: str) -> str:
+    """Column ``name`` as Spark's parser reads it back as one name: backticked, backticks doubled. ``F.col``, names
+    given to ``select``/``groupBy``/``Window.partitionBy`` and ``withField`` parse a bare name: ``a.b`` is field ``b``
+    of column ``a`` (or another column's value), while a PostgreSQL column may be named ``"a.b"``."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def quoted_all(names: Iterable[str]) -> list[str]:
+    """``quoted`` of each name, for ``select``/``groupBy`` of columns by name."""
+    return [quoted(n) for n in names]
 
 
 def is_local(master: str | None) -> bool:

@@ -8,6 +8,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from airflow_provider_pglogical.apply.batches import ABSENT, META
+from airflow_provider_pglogical.apply.sparkenv import quoted, quoted_all
 
 Step = Callable[[DataFrame], DataFrame]
 
@@ -196,7 +197,7 @@ def compact(key: Sequence[str], columns: Sequence[str]) -> Step:
 
     def step(df: DataFrame) -> DataFrame:
         seq, kind, keep = F.col(SEQ), F.col(KIND), F.col(KEEP)
-        last_d = F.max(F.when(kind == "D", seq)).over(Window.partitionBy(*key))
+        last_d = F.max(F.when(kind == "D", seq)).over(Window.partitionBy(*quoted_all(key)))
         marked = df.withColumn(META + "after", last_d.isNull() | (seq > last_d))
         after = F.col(META + "after")
         aggs = [
@@ -209,20 +210,20 @@ def compact(key: Sequence[str], columns: Sequence[str]) -> Step:
         ]
         for c in values:
             known = after & ~F.array_contains(keep, c)
-            aggs.append(F.max_by(F.col(c), F.when(known, seq)).alias(c))
+            aggs.append(F.max_by(F.col(quoted(c)), F.when(known, seq)).alias(c))
             aggs.append(F.max(known.cast("int")).alias(META + "k_" + c))
-        g = marked.groupBy(*key).agg(*aggs)
+        g = marked.groupBy(*quoted_all(key)).agg(*aggs)
         net_kind = (F.when(F.col(META + "n_after") == 0, F.lit("D"))
                     .when(F.col(META + "has_d") == 1, F.lit("R"))
                     .when(F.col(META + "first_kind") == "I", F.lit("I"))
                     .otherwise(F.lit("U")))
-        unknown = F.array_compact(F.array(*[F.when(F.col(META + "k_" + c) == 0, F.lit(c)) for c in values])) \
+        unknown = F.array_compact(F.array(*[F.when(F.col(quoted(META + "k_" + c)) == 0, F.lit(c)) for c in values])) \
             if values else F.array().cast("array<string>")
         return g.select(
             net_kind.alias(KIND),
             F.when(net_kind == "D", F.array().cast("array<string>")).otherwise(unknown).alias(KEEP),
             F.col(LSN), F.when(net_kind.isin("I", "R"), F.col(FROM)).alias(FROM),
-            F.coalesce(F.col(TOUCHED), F.lit(False)).alias(TOUCHED), *[F.col(c) for c in columns])
+            F.coalesce(F.col(TOUCHED), F.lit(False)).alias(TOUCHED), *[F.col(quoted(c)) for c in columns])
 
     return step
 
@@ -249,8 +250,8 @@ def single_event_net(key: Sequence[str], columns: Sequence[str]) -> Step:
         return df.select(
             kind.alias(KIND), F.when(is_delete, empty).otherwise(unknown).alias(KEEP), F.col(LSN),
             F.when(kind == "I", F.col(FROM)).alias(FROM), F.lit(False).alias(TOUCHED),
-            *[F.col(c) if c in key else
-              F.when(~is_delete & ~F.coalesce(F.array_contains(keep, c), F.lit(False)), F.col(c)).alias(c)
+            *[F.col(quoted(c)) if c in key else
+              F.when(~is_delete & ~F.coalesce(F.array_contains(keep, c), F.lit(False)), F.col(quoted(c))).alias(c)
               for c in columns])
 
     return step

@@ -1,5 +1,6 @@
 """Names that differ only by case, as PostgreSQL keeps them apart: a table with columns ``"Val"`` and ``val`` (UPDATEs
-changing one of them, a row filter over ``val``, a column list of ``"Val"``) and tables ``"T"`` and ``t`` of one
+changing one of them, a row filter over ``val``, a column list of ``"Val"``) and ``"a.b"`` (Spark reads a bare
+``a.b`` as a struct field) and tables ``"T"`` and ``t`` of one
 schema, applied by ``pglogical run`` through Spark's transforms (``PGLOGICAL_APPLY_DIRECT=0``) and without a JVM,
 into PostgreSQL and Iceberg, each ending equal to a native subscriber of the same publication. Spark resolves names
 case-insensitively unless ``spark.sql.caseSensitive`` is set (the apply sets it); the row filter names ``"Val"``
@@ -28,7 +29,7 @@ from tests.integration.test_cli_no_spark import run
 from tests.support.spark import TEST_SPARK_CONF
 
 TABLES = """
-CREATE TABLE mixed (id int PRIMARY KEY, "Val" int, val text);
+CREATE TABLE mixed (id int PRIMARY KEY, "Val" int, val text, "a.b" int);
 CREATE TABLE mixed_f (id int PRIMARY KEY, "Val" int, val text);
 ALTER TABLE mixed_f REPLICA IDENTITY FULL;
 CREATE TABLE "T" (id int PRIMARY KEY, v text);
@@ -38,13 +39,13 @@ LISTED = 'CREATE TABLE mixed_c (id int PRIMARY KEY, "Val" int{rest});'
 FILTER = """val IS DISTINCT FROM 'hidden' AND "Val" IS DISTINCT FROM 99"""  # "Val" quoted, as PostgreSQL needs
 SPEC_TABLES: dict[str, Any] = {"public.mixed": {}, "public.mixed_f": {"row_filter": FILTER},
                                "public.mixed_c": {"columns": ["id", "Val"]}, "public.T": {}, "public.t": {}}
-ROWS = {"mixed": 'SELECT id, "Val", val FROM mixed ORDER BY id', "mixed_f": 'SELECT id, "Val", val FROM mixed_f ORDER BY id',
+ROWS = {"mixed": 'SELECT id, "Val", val, "a.b" FROM mixed ORDER BY id', "mixed_f": 'SELECT id, "Val", val FROM mixed_f ORDER BY id',
         "mixed_c": 'SELECT id, "Val" FROM mixed_c ORDER BY id', "T": 'SELECT id, v FROM "T" ORDER BY id',
         "t": "SELECT id, v FROM t ORDER BY id"}
 # Two transactions, one batch: keys changed more than once (netted), UPDATEs changing only "Val" or only val,
 # rows entering and leaving the filter, an UPDATE of the column the list leaves out, both tables "T" and t.
 CHANGES = ["""BEGIN;
-    INSERT INTO mixed VALUES (1, 10, 'a'), (2, 20, 'b'), (3, NULL, 'c'), (4, 40, NULL);
+    INSERT INTO mixed VALUES (1, 10, 'a', 5), (2, 20, 'b', 6), (3, NULL, 'c', 7), (4, 40, NULL, 8);
     INSERT INTO mixed_f VALUES (1, 10, 'a'), (2, 20, 'hidden'), (3, 30, 'c'), (4, 40, 'd');
     INSERT INTO mixed_c VALUES (1, 10, 'a'), (2, 20, 'b'), (3, 30, 'c');
     INSERT INTO "T" VALUES (1, 'upper one'), (2, 'upper two');
@@ -52,6 +53,7 @@ CHANGES = ["""BEGIN;
     COMMIT;""", """BEGIN;
     UPDATE mixed SET "Val" = 11 WHERE id = 1;
     UPDATE mixed SET val = 'bb' WHERE id = 2;
+    UPDATE mixed SET "a.b" = 66 WHERE id = 2;
     UPDATE mixed SET "Val" = 33 WHERE id = 3;
     UPDATE mixed SET val = 'cc' WHERE id = 3;
     DELETE FROM mixed WHERE id = 4;
@@ -116,7 +118,7 @@ def staged(pg_server, tmp_path_factory) -> Iterator[dict[str, Any]]:
         wait_for_subscriber(source_dsn, native_dsn)
         expected = {table: query(native_dsn, sql) for table, sql in ROWS.items()}
         # Not vacuous: only "Val" or only val changed on rows of each table, rows left and entered the filter.
-        assert expected["mixed"] == [(1, 11, "a"), (2, 20, "bb"), (3, 33, "cc")]
+        assert expected["mixed"] == [(1, 11, "a", 5), (2, 20, "bb", 66), (3, 33, "cc", 7)]
         assert expected["mixed_f"] == [(2, 20, "shown"), (4, 41, "d")]
         assert expected["T"] == [(1, "upper changed"), (2, "upper two")]
         yield {"tmp": tmp, "specs": specs, "expected": expected, "targets": {"pg-spark": pg_spark, "pg-direct": pg_direct},
@@ -165,7 +167,7 @@ def test_a_delta_table_needing_columns_differing_by_case_is_refused_until_column
     assert not status["target"]["watermarks"], "a table committed before the refusal"
     # The way out the error names: the table's columns leaving one of them out.
     doc = yaml.safe_load(Path(spec).read_text())
-    doc["tables"]["public.mixed"] = {"columns": ["id", "val"]}
+    doc["tables"]["public.mixed"] = {"columns": ["id", "val", "a.b"]}
     Path(spec).write_text(yaml.safe_dump(doc))
     _run(staged, "delta")
     from deltalake import DeltaTable
@@ -174,7 +176,7 @@ def test_a_delta_table_needing_columns_differing_by_case_is_refused_until_column
         found = DeltaTable(str(staged["tmp"] / "delta" / "public" / table)).to_pyarrow_table().sort_by("id")
         return [tuple(r.values()) for r in found.to_pylist()]
 
-    assert rows("mixed") == [(i, v) for i, _, v in staged["expected"]["mixed"]]
+    assert rows("mixed") == [(i, v, ab) for i, _, v, ab in staged["expected"]["mixed"]]
     assert (rows("T"), rows("t")) == (staged["expected"]["T"], staged["expected"]["t"])
 
     # The table now holds val: a batch writing "Val" instead would need both. Refused before "T" (first in the batch's

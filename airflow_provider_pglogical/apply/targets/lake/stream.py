@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from airflow_provider_pglogical.apply.sparkenv import quoted
 from airflow_provider_pglogical.apply.transforms import KEEP, KIND
 from airflow_provider_pglogical.exceptions import ApplyError
 
@@ -113,7 +114,7 @@ def bucket_frames(net: DataFrame, key: Sequence[str], count: int) -> list[DataFr
 
     if count == 1:
         return [net]
-    tagged = net.withColumn(BUCKET, F.pmod(F.xxhash64(*[F.col(k) for k in key]), F.lit(count)))
+    tagged = net.withColumn(BUCKET, F.pmod(F.xxhash64(*[F.col(quoted(k)) for k in key]), F.lit(count)))
     return [tagged.where(F.col(BUCKET) == i).drop(BUCKET) for i in range(count)]
 
 

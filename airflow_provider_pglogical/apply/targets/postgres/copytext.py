@@ -31,6 +31,7 @@ from pyspark.sql.types import (
 
 from airflow_provider_pglogical.apply.notes import ELEMENT_NOTES, NOTE, VALUE, is_folded
 from airflow_provider_pglogical.apply.sparkenv import SESSION_CONF as SESSION_CONF  # the COPY text's session
+from airflow_provider_pglogical.apply.sparkenv import quoted
 from airflow_provider_pglogical.apply.sparktypes import TimeType
 from airflow_provider_pglogical.apply.targets.postgres import arrowtext
 from airflow_provider_pglogical.apply.targets.postgres.target_types import (
@@ -268,7 +269,7 @@ def copy_lines(df: DataFrame, types: Mapping[str, PgType] | None = None, *, term
     """
     types = types or {}
     def field(f: StructField) -> Column:
-        text = pg_text(F.col(f.name), f.dataType, types.get(f.name))
+        text = pg_text(F.col(quoted(f.name)), f.dataType, types.get(f.name))
         # money is numeric-typed but only ever digits too; a composite that looks like an interval is still
         # escaped (its target type says composite), which is merely redundant
         return F.coalesce(copy_escape(text) if may_need_escape(f.dataType) or f.name in types else text, F.lit(NULL))
@@ -319,13 +320,13 @@ def copy_columns(df: DataFrame, types: Mapping[str, PgType] | None = None) -> tu
     columns: list[Column] = []
     fields: list[arrowtext.Field] = []
     for i, f in enumerate(df.schema.fields):
-        c, dtype, name = F.col(f.name), f.dataType, f"f{i}"
+        c, dtype, name = F.col(quoted(f.name)), f.dataType, f"f{i}"
         note: Column | None = None
         if is_folded(dtype) and len(dtype.fields) == 2 and isinstance(dtype[VALUE].dataType, DecimalType):
             c, note, dtype = c.getField(VALUE), c.getField(NOTE), dtype[VALUE].dataType
         kind = _arrow_kind(dtype) if f.name not in types else None
         if kind is None:
-            text = pg_text(F.col(f.name), f.dataType, types.get(f.name))
+            text = pg_text(F.col(quoted(f.name)), f.dataType, types.get(f.name))
             escaped = copy_escape(text) if may_need_escape(f.dataType) or f.name in types else text
             columns.append(F.coalesce(escaped, F.lit(NULL)).alias(name))
             fields.append(arrowtext.Field(arrowtext.LINE, name))
