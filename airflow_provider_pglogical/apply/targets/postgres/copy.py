@@ -151,11 +151,14 @@ def server_primary(exc: psycopg2.Error) -> str:
     """A server error's primary message (its first line) without row values: up to what an input function's
     message quotes after a colon, and a data exception's (class 22) also without any quoted span, its values may
     stand anywhere in it."""
-    lines = ((exc.diag.message_primary if exc.diag else None) or "").strip().splitlines()
-    first = lines[0] if lines else type(exc).__name__
+    primary = ((exc.diag.message_primary if exc.diag else None) or "").strip()
+    # Quotes come off the whole message before its first line is taken: a value may hold a line break
+    # (``str.splitlines`` breaks at \x1e too), which would end the line inside the quotes and show the value's head.
     if (exc.pgcode or "").startswith("22"):
-        return without_quoted(QUOTED_VALUE.sub(": …", first))
-    return QUOTED_VALUE.sub("", first)
+        lines = QUOTED_VALUE.sub(": …", QUOTED_SPAN.sub("…", primary)).splitlines()
+        return " ".join(lines[0].split()) if lines else type(exc).__name__
+    lines = QUOTED_VALUE.sub("", primary).splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 def copy_error(staging: str, exc: psycopg2.Error, copied: int) -> ApplyError:
