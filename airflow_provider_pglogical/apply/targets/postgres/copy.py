@@ -142,9 +142,12 @@ _COPY_POSITION = re.compile(r"line (\d+), column ([^:]+)")
 
 
 def without_quoted(text: str) -> str:
-    """``text`` with every quoted span replaced by ``…``: what a message quotes may be a row's value (``value
-    "99999999999" is out of range for type integer``), what it says around it is the problem."""
-    return " ".join(QUOTED_SPAN.sub("…", text).split())
+    """The first line of ``text``, every quoted span replaced by ``…``: what a message quotes may be a row's value
+    (``value "99999999999" is out of range for type integer``), what it says around it is the problem. The spans come
+    off the whole text before its first line is taken: a value may hold a line break (``str.splitlines`` breaks at
+    \x1e too), which would end the line inside the quotes and show the value's head."""
+    lines = QUOTED_SPAN.sub("…", text).splitlines()
+    return " ".join(lines[0].split()) if lines else ""
 
 
 def server_primary(exc: psycopg2.Error) -> str:
@@ -152,11 +155,8 @@ def server_primary(exc: psycopg2.Error) -> str:
     message quotes after a colon, and a data exception's (class 22) also without any quoted span, its values may
     stand anywhere in it."""
     primary = ((exc.diag.message_primary if exc.diag else None) or "").strip()
-    # Quotes come off the whole message before its first line is taken: a value may hold a line break
-    # (``str.splitlines`` breaks at \x1e too), which would end the line inside the quotes and show the value's head.
     if (exc.pgcode or "").startswith("22"):
-        lines = QUOTED_VALUE.sub(": …", QUOTED_SPAN.sub("…", primary)).splitlines()
-        return " ".join(lines[0].split()) if lines else type(exc).__name__
+        return QUOTED_VALUE.sub(": …", without_quoted(primary)) or type(exc).__name__
     lines = QUOTED_VALUE.sub("", primary).splitlines()
     return lines[0] if lines else type(exc).__name__
 

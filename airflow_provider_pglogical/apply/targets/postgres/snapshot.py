@@ -49,7 +49,7 @@ from airflow_provider_pglogical.apply.targets.base import BatchResult, DirectRow
 from airflow_provider_pglogical.apply.targets.postgres import arrownet, arrowtext
 from airflow_provider_pglogical.apply.targets.postgres.bookkeeping_schema import qualified
 from airflow_provider_pglogical.apply.targets.postgres.catalog import ident
-from airflow_provider_pglogical.apply.targets.postgres.copy import QUOTED_SPAN, server_primary
+from airflow_provider_pglogical.apply.targets.postgres.copy import server_primary, without_quoted
 from airflow_provider_pglogical.apply.targets.postgres.progress import SYNC_TABLE, ensure_sync_table, sync_marks
 from airflow_provider_pglogical.apply.targets.postgres.replication_role import set_replication_role
 from airflow_provider_pglogical.apply.targets.postgres.target_types import PgType, describe_types
@@ -296,12 +296,11 @@ RERUN, READ_ACCESS, RESYNC, UNKNOWN = "rerun", "read access", "resync", "unknown
 def feed_error_line(exc: BaseException) -> str:
     """``Type: first line`` of a foreign error, capped at ``FEED_LINE_CHARS``, without what it quotes: a parser's
     message quotes the row's value (``Failed to parse string: 'alice@x'``), so every quoted span becomes ``…``
-    (``copy.QUOTED_SPAN``, taken off the whole text before its first line). An ``OSError`` that carries them is its file name and the system's reason."""
+    (``copy.without_quoted``). An ``OSError`` that carries them is its file name and the system's reason."""
     if isinstance(exc, OSError) and exc.strerror:
         first = f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
     else:
-        lines = QUOTED_SPAN.sub("…", str(exc).strip()).splitlines()  # a quoted value may hold a line break
-        first = " ".join(lines[0].split()) if lines else ""
+        first = without_quoted(str(exc).strip())
     first = first.strip()
     if len(first) > FEED_LINE_CHARS:
         first = first[:FEED_LINE_CHARS - 1] + "…"
