@@ -1,12 +1,13 @@
 """This process's environment: variables set for a block (the in-process apply of the CLI and of the Airflow
-worker: a lake's credentials, an operator's ``env_vars``; the benchmarks' switches), and tuning variables read as
-whole numbers."""
+worker: a lake's credentials, an operator's ``env_vars``; the benchmarks' switches), tuning variables read as
+whole numbers, and the user's cache directory."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 
 
 @contextmanager
@@ -37,3 +38,9 @@ def whole_number(name: str, default: int, unit: str, zero: str, error: Callable[
     if value < 0:
         raise error(f"{name}={value} is negative ({zero}; unset means {default})")
     return value
+
+
+def user_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """This package's directory in the user's cache: ``$XDG_CACHE_HOME/pglogical``, else ``~/.cache/pglogical``."""
+    environ = os.environ if environ is None else environ
+    return Path(environ.get("XDG_CACHE_HOME") or Path(environ.get("HOME") or Path.home()) / ".cache") / "pglogical"

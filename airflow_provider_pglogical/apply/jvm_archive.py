@@ -43,6 +43,8 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from airflow_provider_pglogical.environ import user_cache_dir
+
 SWITCH = "PGLOGICAL_JVM_ARCHIVE"  # "off" (or 0, false, no): no archive options, no writer
 DIR_VARIABLE = "PGLOGICAL_JVM_ARCHIVE_DIR"
 DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
@@ -90,8 +92,7 @@ def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     environ = os.environ if environ is None else environ
     if environ.get(DIR_VARIABLE):
         return Path(environ[DIR_VARIABLE])
-    cache = environ.get("XDG_CACHE_HOME") or str(Path(environ.get("HOME") or Path.home()) / ".cache")
-    return Path(cache) / "pglogical" / "jvm"
+    return user_cache_dir(environ) / "jvm"
 
 
 def pyspark_dir() -> Path | None:

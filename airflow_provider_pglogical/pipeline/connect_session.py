@@ -30,6 +30,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import unquote
 
+from airflow_provider_pglogical.environ import user_cache_dir
+
 SESSION_ID_PARAM = "session_id"
 # The server's answer for a session id it closed: that id cannot be opened again (the server keeps its tombstone).
 CLOSED_SESSION_ERRORS = ("INVALID_HANDLE.SESSION_CLOSED", "INVALID_HANDLE.SESSION_NOT_FOUND")
@@ -51,9 +53,7 @@ def with_session_id(remote: str, session_id: str) -> str:
 
 def sessions_dir(environ: Mapping[str, str] | None = None) -> Path:
     """Where the kept sessions' ids live: the user's cache directory's ``pglogical/connect``."""
-    environ = os.environ if environ is None else environ
-    cache = environ.get("XDG_CACHE_HOME") or str(Path(environ.get("HOME") or Path.home()) / ".cache")
-    return Path(cache) / "pglogical" / "connect"
+    return user_cache_dir(environ) / "connect"
 
 
 def session_key(remote: str, pipeline: str, conf: Mapping[str, str]) -> str:
