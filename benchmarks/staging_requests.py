@@ -1,8 +1,8 @@
 """Benchmark: requests a staged batch's files cost on GCS and Azure — each file written after ``make_dirs`` of its
 directory, as the staging writer does, then the batch moved out of its ``_partial-`` directory (``move_tree``).
 
-The stores are the tests' emulators (gcp-storage-emulator, Azurite: ``tests/support/objstores.py``) on 127.0.0.1,
-reached through a proxy in this process that counts each HTTP request by method. Each variant runs in a child
+The stores are the tests' emulators, started here on 127.0.0.1 (gcp-storage-emulator from PyPI, in memory; Azurite's
+blob service from ``.cache/azurite``, ``make azurite``), reached through a proxy in this process that counts each HTTP request by method. Each variant runs in a child
 process of its own: this checkout, and with ``--code DIR`` DIR's package (``PYTHONPATH=DIR``, e.g. ``git worktree
 add /tmp/base main``) alternately, each on a slot of its own, side by side.
 
@@ -31,6 +31,10 @@ if "--child" not in sys.argv:  # a child imports the package of the tree its PYT
     sys.path.insert(0, str(ROOT))
 
 REQUEST_LINE = re.compile(rb"(GET|PUT|POST|DELETE|HEAD|PATCH) \S+ HTTP/1\.1\r\n")
+AZURITE = ROOT / ".cache" / "azurite" / "node_modules" / ".bin" / "azurite-blob"
+# Azurite's fixed development account (public, documented by Microsoft; not a secret)
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
 
 class CountingProxy:
@@ -86,8 +90,6 @@ def child(store: str, port: int, bucket: str, slot: str, tables: int) -> None:
         fs: pafs.FileSystem = pafs.GcsFileSystem(anonymous=True, project_id="bench", scheme="http",
                                                  endpoint_override=f"127.0.0.1:{port}")
     else:
-        from tests.support.objstores import AZURITE_ACCOUNT, AZURITE_KEY
-
         fs = pafs.AzureFileSystem(AZURITE_ACCOUNT, account_key=AZURITE_KEY, blob_storage_authority=f"127.0.0.1:{port}",
                                   blob_storage_scheme="http", dfs_storage_authority=f"127.0.0.1:{port}",
                                   dfs_storage_scheme="http")
@@ -102,15 +104,40 @@ def child(store: str, port: int, bucket: str, slot: str, tables: int) -> None:
 
 
 @contextmanager
+def emulator(command: list[str], port: int, what: str) -> Iterator[None]:
+    """``command`` running until the block ends, once it listens on ``port``."""
+    from scripts.harness.ports import wait_for_port
+
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, process, what)
+        yield
+    finally:
+        process.kill()
+        process.wait()
+
+
+@contextmanager
 def stores() -> Iterator[dict[str, tuple[int, str]]]:
-    """Each store's emulator port and an empty bucket / container."""
+    """Each store's emulator port and an empty bucket / container (both created here)."""
     import tempfile
 
-    from tests.support.objstores import azurite_server, gcs_server
+    import pyarrow.fs as pafs
 
-    with tempfile.TemporaryDirectory() as tmp, azurite_server(Path(tmp)) as azure, gcs_server() as gcs:
-        yield {"gcs": (int(gcs.endpoint.rsplit(":", 1)[1]), gcs.bucket),
-               "azure": (int(azure.endpoint.rsplit(":", 1)[1]), azure.container)}
+    from scripts.harness.ports import free_port
+
+    gcs, azure = free_port(), free_port()
+    with tempfile.TemporaryDirectory() as tmp, \
+            emulator([sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1", "--port", str(gcs),
+                      "--in-memory"], gcs, "gcp-storage-emulator"), \
+            emulator([str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(azure), "--location", tmp,
+                      "--skipApiVersionCheck", "--silent"], azure, "azurite"):
+        pafs.GcsFileSystem(anonymous=True, project_id="bench", scheme="http",
+                           endpoint_override=f"127.0.0.1:{gcs}").create_dir("bench")
+        pafs.AzureFileSystem(AZURITE_ACCOUNT, account_key=AZURITE_KEY, blob_storage_authority=f"127.0.0.1:{azure}",
+                             blob_storage_scheme="http", dfs_storage_authority=f"127.0.0.1:{azure}",
+                             dfs_storage_scheme="http").create_dir("bench")
+        yield {"gcs": (gcs, "bench"), "azure": (azure, "bench")}
 
 
 def main() -> None:
