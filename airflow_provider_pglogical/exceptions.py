@@ -143,6 +143,15 @@ class CaseInsensitiveNamesError(ApplyError):
         self.table, self.columns = table, columns
 
 
+class InternalColumnNameError(ApplyError):
+    """A replicated column is named like the apply's own working columns (``_pgl_…``), which share one namespace with
+    the table's columns in its frames; nothing was committed. ``table`` is the source table, ``columns`` the names."""
+
+    def __init__(self, message: str, *, table: str, columns: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.table, self.columns = table, columns
+
+
 class WatermarksMissingError(ApplyError):
     """The staging area says batches were applied to the target, but the target holds no watermark of the slot."""
 

@@ -26,6 +26,7 @@ from pglast.parser import ParseError
 from pglast.stream import RawStream
 
 from airflow_provider_pglogical.exceptions import RowFilterError
+from airflow_provider_pglogical.text import backquoted
 
 # The filter is parsed as the WHERE of this statement; anything else in the parsed statement (a
 # second statement, FROM, UNION, ORDER BY, LIMIT ...) means the text was more than one expression.
@@ -127,7 +128,7 @@ def spark_sql(text: str) -> str:
     def holed(node: ast.Node) -> ast.Node:
         if isinstance(node, ast.ColumnRef) and len(fields := node.fields or ()) == 1 \
                 and isinstance(fields[0], ast.String):
-            return hole("`" + str(fields[0].sval).replace("`", "``") + "`")
+            return hole(backquoted(str(fields[0].sval)))
         operator = isinstance(node, _OPERATORS)
         for name in getattr(type(node), "__slots__", ()):  # pglast: attribute name -> C type, in order
             value, operands = getattr(node, name), operator and name in _OPERANDS

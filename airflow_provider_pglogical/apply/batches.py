@@ -235,6 +235,20 @@ def _read_file(spark: SparkSession, batch: Batch, relative: str) -> DataFrame:
     return _from_arrow(spark, batch.reader.read_file(batch.ref, relative))
 
 
+def staged_image_types(spark: SparkOnDemand, batch: Batch, sources: Sequence[str]) -> dict[str, pa.DataType]:
+    """Each column's Arrow type in the ``new`` images of the staged files of ``sources`` (every schema version; the
+    first that has it), from their footers only: read here, or surveyed by the executors when they alone read the
+    batch's files (a session is started then)."""
+    out: dict[str, pa.DataType] = {}
+    for source in sources:
+        for relative in batch.table_files.get(source, ()):
+            schema = (_footer(spark.session(), batch, relative)[0] if read_by_executors(batch)
+                      else batch.reader.read_schema(batch.ref, relative))
+            for image_field in schema.field("new").type:
+                out.setdefault(image_field.name, image_field.type)
+    return out
+
+
 def _footer(spark: SparkSession, batch: Batch, relative: str) -> tuple[pa.Schema, int]:
     """A staged file's Arrow schema and row-group count: from the executors' survey when the driver reads no
     row-change file (``read_by_executors``), else from its footer read here."""

@@ -14,7 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import reduce
 
+import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -30,6 +32,7 @@ from airflow_provider_pglogical.apply.batches import (
     keys_never_repeat,
     read_changes,
     read_local_parquet,
+    staged_image_types,
 )
 from airflow_provider_pglogical.apply.config import ACTIONS, TableApplyConfig
 from airflow_provider_pglogical.apply.filters import apply_row_filter
@@ -64,6 +67,7 @@ from airflow_provider_pglogical.apply.transforms import (
     void_before,
 )
 from airflow_provider_pglogical.exceptions import ApplyError
+from airflow_provider_pglogical.staging.layout import resolve_filesystem
 from airflow_provider_pglogical.staging.reader import RelationInfo
 
 
@@ -154,6 +158,10 @@ class SparkBatchChanges:
         """Whether the table's staged changes list unchanged-TOAST columns (else no TOAST refill is planned). Images
         carrying exactness notes keep the refill's rebuilt structs, which is the shape the targets collect them in."""
         return has_value_notes(self.batch, table.source) or has_unchanged_toast(self.batch, table.source)
+
+    def staged_types(self, table: PlannedTable) -> dict[str, pa.DataType]:
+        """Each column's staged Arrow type (``StagedTypesSource``): the footers of the table's sources' files."""
+        return staged_image_types(self.on_demand, self.batch, [part.source for part in table.parts] or [table.source])
 
     def staged_rows(self, table: PlannedTable) -> int:
         """Changes the manifest records for the table's sources (``StagedRowsSource``): no row is read."""
@@ -288,6 +296,19 @@ class SnapshotChanges:
             return self.net(table).select(*quoted_all(table.columns))
         df = read_local_parquet(self.spark, snap.uri, snap.files)
         return df.select(*[df["new"].getField(c).alias(c) for c in table.columns])
+
+    def staged_types(self, table: PlannedTable) -> dict[str, pa.DataType]:
+        """Each column's staged Arrow type (``StagedTypesSource``): the footer of each source's first chunk file (a
+        snapshot's chunks share one schema)."""
+        out: dict[str, pa.DataType] = {}
+        for source in [part.source for part in table.parts] or [table.source]:
+            snap = self.uris[source]
+            if not snap.files:
+                continue
+            fs, root = (snap.filesystem, snap.path) if snap.filesystem and snap.path else resolve_filesystem(snap.uri)
+            for field in pq.read_schema(f"{root}/{snap.files[0]}", filesystem=fs).field("new").type:
+                out.setdefault(field.name, field.type)
+        return out
 
     @staticmethod
     def _plain(table: PlannedTable, snap: SnapshotFiles) -> bool:

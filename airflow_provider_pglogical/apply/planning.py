@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from airflow_provider_pglogical.apply import schema_changes
+from airflow_provider_pglogical.apply.batches import META
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import (
     PlannedBatch,
@@ -15,7 +16,13 @@ from airflow_provider_pglogical.apply.targets.base import (
     PlannedTruncate,
     TargetTable,
 )
-from airflow_provider_pglogical.exceptions import ApplyError, ReplicaIdentityError, RowFilterError, format_lsn
+from airflow_provider_pglogical.exceptions import (
+    ApplyError,
+    InternalColumnNameError,
+    ReplicaIdentityError,
+    RowFilterError,
+    format_lsn,
+)
 from airflow_provider_pglogical.staging.reader import RelationColumn, RelationInfo, TruncateEvent
 
 
@@ -35,9 +42,25 @@ def target_name(source: str, cfg: TableApplyConfig) -> str:
     return name if "." in name else f"public.{name}"
 
 
+def check_internal_names(table: str, columns: Iterable[str]) -> None:
+    """``InternalColumnNameError`` when a replicated column's name starts with ``META`` (``_pgl_``, in any case): the
+    apply's transforms (Spark's and this process's) and the targets' merges put their own working columns
+    (``_pgl_kind``, ``_pgl_keep``, ``_pgl_from_0``, ``_pgl_k_<column>``…) beside the table's columns in one flat
+    frame, where such a column would be taken for one of them (Delta matches names regardless of case)."""
+    clashing = tuple(c for c in columns if c.lower().startswith(META))
+    if clashing:
+        names = ", ".join(f'"{c}"' for c in clashing)
+        raise InternalColumnNameError(
+            f"{table}: column(s) {names} start with {META}, the prefix of the apply's own working columns; leave them "
+            "out with the table's `columns:` (the publication's column list), or rename them on the source",
+            table=table, columns=clashing)
+
+
 def written_columns(rel: RelationInfo, cfg: TableApplyConfig) -> tuple[str, ...]:
-    """The column list (validated), in relation order; all columns without one."""
+    """The column list (validated), in relation order; all columns without one. A column named like the apply's
+    own is refused (``check_internal_names``)."""
     if cfg.columns is None:
+        check_internal_names(rel.qualified_name, rel.column_names)
         return rel.column_names
     unknown = sorted(set(cfg.columns) - set(rel.column_names))
     if unknown:
@@ -48,7 +71,9 @@ def written_columns(rel: RelationInfo, cfg: TableApplyConfig) -> tuple[str, ...]
         if missing:
             raise ApplyError(f"column list of {rel.qualified_name} does not cover replica identity column(s) "
                              f"{', '.join(missing)} while UPDATE/DELETE are applied")
-    return tuple(c for c in rel.column_names if c in cfg.columns)
+    written = tuple(c for c in rel.column_names if c in cfg.columns)
+    check_internal_names(rel.qualified_name, written)
+    return written
 
 
 def batch_columns(versions: Sequence[RelationInfo], cfg: TableApplyConfig) -> tuple[str, ...]:
@@ -57,7 +82,10 @@ def batch_columns(versions: Sequence[RelationInfo], cfg: TableApplyConfig) -> tu
     written by the changes of the versions that have it (``batches.read_changes``: ``_pgl_absent``)."""
     listed = None if cfg.columns is None else set(cfg.columns)
     names = (c for rel in versions for c in rel.column_names)
-    return tuple(dict.fromkeys(c for c in names if listed is None or c in listed))
+    written = tuple(dict.fromkeys(c for c in names if listed is None or c in listed))
+    if versions:
+        check_internal_names(versions[-1].qualified_name, written)
+    return written
 
 
 def batch_types(versions: Sequence[RelationInfo]) -> dict[str, str | None]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from airflow_provider_pglogical.exceptions import SparkStartError
+from airflow_provider_pglogical.text import backquoted
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -42,7 +43,7 @@ def quoted(name: str) -> str:
     """Column ``name`` as Spark's parser reads it back as one name: backticked, backticks doubled. ``F.col``, names
     given to ``select``/``groupBy``/``Window.partitionBy`` and ``withField`` parse a bare name: ``a.b`` is field ``b``
     of column ``a`` (or another column's value), while a PostgreSQL column may be named ``"a.b"``."""
-    return "`" + name.replace("`", "``") + "`"
+    return backquoted(name)
 
 
 def quoted_all(names: Iterable[str]) -> list[str]:

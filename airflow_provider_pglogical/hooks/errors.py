@@ -18,6 +18,7 @@ from airflow_provider_pglogical.exceptions import (
     WalLevelError,
 )
 from airflow_provider_pglogical.hooks.slots import SLOT_NAME_RE
+from airflow_provider_pglogical.text import first_line
 
 # SQLSTATEs (src/backend/utils/errcodes.txt)
 UNDEFINED_OBJECT = "42704"
@@ -94,7 +95,7 @@ def translate_state(sqlstate: str, message: str, *, primary: str | None = None, 
     code = sqlstate
     text = message.lower()
     if primary is None:
-        first = message.strip().splitlines()[0] if message.strip() else ""
+        first = first_line(message, "")
         primary = re.sub(r"^(ERROR|FATAL|PANIC):\s+", "", first)
     if code == UNDEFINED_OBJECT and "replication slot" in text:
         return SlotNotFoundError(f"replication slot {slot!r} does not exist")

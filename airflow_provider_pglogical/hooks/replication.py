@@ -39,6 +39,7 @@ from airflow_provider_pglogical.environ import whole_number
 from airflow_provider_pglogical.exceptions import ReplicationConnectionError, StagingError, format_lsn
 from airflow_provider_pglogical.hooks import copystream, errors
 from airflow_provider_pglogical.hooks.readahead import ReadAhead, ReadAheadClosed
+from airflow_provider_pglogical.text import first_line
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +56,6 @@ READ_AHEAD_BYTES = 64 << 20
 READ_AHEAD_ENV = "PGLOGICAL_STREAM_READ_AHEAD"  # bytes to read ahead instead; 0: read on the decoder's thread
 ROW_OVERHEAD = 128  # bytes of a row's tuple, int and bytes objects beside its message
 RUN_AGAIN = "run the drain again: it reads on from the last published batch (nothing past it was confirmed)"
-
-
-def first_line(text: str, default: str) -> str:
-    """The first line of libpq's message (its further lines are hints such as "This probably means the server
-    terminated abnormally"), so the error raised is one line; ``default`` when it is empty."""
-    return text.strip().splitlines()[0] if text.strip() else default
 
 
 def split_messages(messages: Sequence[bytes], bound: int, in_tx: bool) -> tuple[list[Row], bool, SplitState]:

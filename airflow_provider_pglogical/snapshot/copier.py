@@ -27,6 +27,7 @@ from airflow_provider_pglogical.snapshot.copyframe import TRAILER, frame_copy_bl
 from airflow_provider_pglogical.staging import schema as S
 from airflow_provider_pglogical.staging.layout import make_dirs, move_file, resolve_filesystem
 from airflow_provider_pglogical.staging.manifest import hash_file
+from airflow_provider_pglogical.text import first_line
 
 if TYPE_CHECKING:
     from airflow_provider_pglogical.decoding.values import RowImageConverter, TypeCatalog
@@ -300,8 +301,8 @@ def server_error(sqlstate: str | None, message: str | None) -> str:
             condition = "data_exception"
         return (f"SQLSTATE {code}: {condition} while evaluating the row filter or reading a row; the server's "
                 "message is not shown, as it quotes row values")
-    primary = (message or "").strip().splitlines()  # the compiled reader's message goes on with LINE, HINT
-    return f"SQLSTATE {code}: {primary[0] if primary else ''}"
+    # the compiled reader's message goes on with LINE, HINT
+    return f"SQLSTATE {code}: {first_line(message or '', '')}"
 
 
 class _CopyFailed(Exception):

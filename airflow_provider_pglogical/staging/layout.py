@@ -42,10 +42,13 @@ def is_local_filesystem(fs: pafs.FileSystem | None) -> bool:
 
 
 def make_dirs(fs: pafs.FileSystem, path: str) -> None:
-    """The directory ``path`` and its parents, where ``fs`` has directories. S3 has none: an object's key makes its
-    prefix, which listings and ``get_file_info`` find, while a marker object per level would cost a bucket check
-    and a PUT per level before every file written (nothing is read from a marker)."""
-    if not isinstance(fs, pafs.S3FileSystem):
+    """The directory ``path`` and its parents, where ``fs`` has directories. S3 and GCS have none: an object's name
+    makes its prefix, which listings and ``get_file_info`` find, while pyarrow's ``create_dir`` there writes a marker
+    object per level (after a bucket check, and on GCS a look-up per level) before every file written, and nothing
+    is read from a marker. An Azure account keeps them: one with a hierarchical namespace has real directories, and
+    its rename (``move_file``) needs the destination's parent (``RenameDestinationParentPathNotFound``), while
+    pyarrow does not say which kind of account it reaches."""
+    if not isinstance(fs, (pafs.S3FileSystem, pafs.GcsFileSystem)):
         fs.create_dir(path, recursive=True)
 
 
@@ -202,11 +205,18 @@ class StagingLayout:
                 f"{src}: the store's listing lacks {len(missing)} of the {len(expected)} file(s) written ({shown}); "
                 "nothing was moved or published: run again, the next run deletes this unpublished directory "
                 "and writes it anew")
+        made: set[str] = set()
         for info in listed:
             target = dst + info.path[len(src):]
-            make_dirs(self.fs, target.rsplit("/", 1)[0])
+            parent = target.rsplit("/", 1)[0]
+            if parent not in made:  # each directory once, not once per file
+                make_dirs(self.fs, parent)
+                made.add(parent)
             move_file(self.fs, info.path, target)
-        try:  # a store holds ``src`` after its last file moved only if a marker was left there (pyarrow's choice)
-            self.fs.delete_dir(src)
-        except FileNotFoundError:
+        # A store holds ``src`` after its last file moved only if a marker was left there (pyarrow's Azure leaves
+        # one when it deletes a file); without one GCS's ``delete_dir`` fails with a plain OSError.
+        try:
+            if self.exists(src):
+                self.fs.delete_dir(src)
+        except FileNotFoundError:  # gone since it was looked at
             pass

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from airflow_provider_pglogical.exceptions import StagingCorruptError, format_lsn
 from airflow_provider_pglogical.staging.layout import MANIFEST, MESSAGES, RELATIONS, TRANSACTIONS, TRUNCATES
 from airflow_provider_pglogical.staging.manifest import FileRecord, Manifest, hash_file
+from airflow_provider_pglogical.text import first_line
 
 COMMIT_LSN = "commit_lsn"
 
@@ -35,7 +36,7 @@ def naming_file(label: str, relative: str) -> Iterator[None]:
     try:
         yield
     except (pa.ArrowException, OSError) as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        reason = first_line(str(exc), type(exc).__name__)
         raise StagingCorruptError(f"{label}: {relative} cannot be read as Parquet: {reason}",
                                   batch=label, file=relative) from exc
 
@@ -61,7 +62,7 @@ def observe_file(fs: pafs.FileSystem, path: str) -> Observed:
     try:
         metadata = pq.ParquetFile(path, filesystem=fs).metadata
     except (pa.ArrowException, OSError) as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        reason = first_line(str(exc), type(exc).__name__)
         return Observed(size, digest, error=f"cannot be read as Parquet: {reason}")
     return Observed(size, digest, metadata.num_rows, _commit_lsn_range(metadata))
 

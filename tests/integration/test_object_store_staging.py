@@ -24,7 +24,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from airflow_provider_pglogical.staging.layout import StagingLayout, move_file
+from airflow_provider_pglogical.apply.targets.postgres.snapshot import RESYNC, read_failure
+from airflow_provider_pglogical.staging.layout import StagingLayout, make_dirs, move_file
 from scripts.harness.pgserver import drop_database, execute, make_database, query
 from scripts.harness.userenv import default_home, user_env
 from tests.integration.test_cli import pglogical
@@ -157,3 +158,45 @@ def test_a_staged_file_moves_on_an_azure_account_without_a_hierarchical_namespac
     assert server.keys("staging/slot/batches/") == [f"{dst}/tables/x.parquet".split("/", 1)[1]]
     move_file(fs, f"{dst}/tables/x.parquet", f"{dst}/tables/y.parquet")
     assert pq.read_table(f"{dst}/tables/y.parquet", filesystem=fs).column("a").to_pylist() == [1, 2]
+
+
+@pytest.mark.parametrize("store", ["gcs", "azure-wasb"])
+def test_a_staged_file_gone_or_damaged_on_the_store_calls_for_a_resync(store, request):
+    """The errors pyarrow's GCS and Azure filesystems raise for a file missing, deleted after it was opened (Azure:
+    a plain OSError naming ``[BlobNotFound] 404``) or damaged are each read as a file that fails every rerun."""
+    server = request.getfixturevalue(STORES[store][0])
+    fs, root = server.filesystem(), f"{getattr(server, 'bucket', '') or server.container}/failures"
+    pq.write_table(pa.table({"a": list(range(40_000))}), f"{root}/f.parquet", filesystem=fs, row_group_size=10_000)
+    with fs.open_output_stream(f"{root}/damaged.parquet") as out:
+        out.write(b"not a parquet file")
+    opened = pq.ParquetFile(fs.open_input_file(f"{root}/f.parquet"))
+    fs.delete_file(f"{root}/f.parquet")
+    failures: list[BaseException] = []
+    for read in (lambda: opened.read_row_group(3), lambda: pq.read_table(f"{root}/f.parquet", filesystem=fs),
+                 lambda: pq.read_table(f"{root}/damaged.parquet", filesystem=fs)):
+        with pytest.raises((OSError, pa.ArrowException)) as raised:
+            read()
+        failures.append(raised.value)
+    assert [read_failure(f) for f in failures] == [RESYNC] * 3, [f"{type(f).__name__}: {f}" for f in failures]
+
+
+@pytest.mark.parametrize("store", ["gcs", "azure-wasb"])
+def test_a_batch_moves_to_its_final_name_on_a_store_without_directory_markers(store, request, monkeypatch):
+    """GCS has no directories: ``make_dirs`` writes no marker object there, and a finished batch whose partial
+    directory holds no marker still moves whole, leaving nothing under its partial name. Azure keeps pyarrow's markers
+    (an account with a hierarchical namespace needs a rename's destination directory)."""
+    fixture, root, _ = STORES[store]
+    server = request.getfixturevalue(fixture)
+    for name, value in server.env().items():
+        monkeypatch.setenv(name, value)
+    layout = StagingLayout.from_uri(root(server), f"markers_{store.replace('-', '_')}")
+    src, dst = layout.partial_dir(0), layout.batch_dir(0, 1)
+    make_dirs(layout.fs, f"{src}/tables")
+    assert layout.exists(f"{src}/tables") is (store != "gcs")
+    for name in ("tables/x.parquet", "tables/y.parquet", "transactions.parquet"):
+        pq.write_table(pa.table({"a": [1, 2]}), f"{src}/{name}", filesystem=layout.fs)
+    layout.move_tree(src, dst, ["tables/x.parquet", "tables/y.parquet", "transactions.parquet"])
+    prefix = f"staging/{layout.slot}/batches/"
+    assert sorted(k.removeprefix(prefix) for k in server.keys(prefix)) == [
+        f"{dst.rsplit('/', 1)[1]}/{name}" for name in ("tables/x.parquet", "tables/y.parquet", "transactions.parquet")]
+    assert not layout.exists(src) and [d for _s, _e, d in layout.list_batch_dirs()] == [dst]

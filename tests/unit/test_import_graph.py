@@ -25,7 +25,7 @@ TYPE_ONLY_MARK = "type-only:"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # no I/O, no third-party packages of weight: LSN arithmetic, the exceptions, shared shapes, progress lines
     # a row filter parsed and checked by PostgreSQL's own parser (pglast), no I/O
-    ("ground", ("", "lsn", "exceptions", "relation_shape", "progress", "row_filter", "environ")),
+    ("ground", ("", "lsn", "exceptions", "relation_shape", "progress", "row_filter", "environ", "text")),
     ("decoding", ("decoding",)),  # pgoutput messages → rows and values
     # the LSN-keyed Parquet change log and the drain cycle; a staged snapshot's on-disk layout is part of the
     # staging area (the drain asks whether staged snapshots cover a gap), the snapshot readers are not

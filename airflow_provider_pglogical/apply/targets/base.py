@@ -59,6 +59,7 @@ from airflow_provider_pglogical.apply.versions import SchemaUnion
 from airflow_provider_pglogical.staging.reader import RelationInfo
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 # Columns of the frames a target receives (besides the written columns, named as in the target):
@@ -341,6 +342,14 @@ class StagedRowsSource(Protocol):
     staged (``staged_rows``: an upper bound of its net changes)."""
 
     def staged_rows(self, table: PlannedTable) -> int: ...
+
+
+@runtime_checkable
+class StagedTypesSource(Protocol):
+    """Changes that know each written column's staged Arrow type from the staged files' footers, reading no row
+    (``staged_types``): what a target checks before its first commit of a batch or snapshot."""
+
+    def staged_types(self, table: PlannedTable) -> dict[str, pa.DataType]: ...
 
 
 @runtime_checkable

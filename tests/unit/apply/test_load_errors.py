@@ -27,6 +27,19 @@ class JavaError(Exception):
     __module__ = "py4j.protocol"
 
 
+class PythonException(Exception):
+    """Like pyspark's: an executor's Python error, its worker's traceback in the text."""
+
+    __module__ = "pyspark.errors.exceptions.captured"
+
+
+def _worker(error: str) -> PythonException:
+    """An executor's failed pyarrow read of the store (``executor_reads``) as the driver gets it."""
+    return PythonException("\n  An exception was thrown from the Python worker. Please see the stack trace below.\n"
+                           "Traceback (most recent call last):\n  File \"pyarrow/_fs.pyx\", line 789, in "
+                           f"pyarrow._fs.FileSystem.open_input_file\n{error}\n")
+
+
 def _head(operation: str, error: str) -> str:
     """pyarrow's text of an S3 request that failed (as it reads moto's answer to a HEAD of ``f.parquet``)."""
     return (f"When getting information for key 'stage/f.parquet' in bucket 'lake': AWS Error {error} during "
@@ -85,6 +98,32 @@ CASES = [
     (OSError("Parquet magic bytes not found in footer. Either the file is corrupted or this is not a parquet file."),
      None, RESYNC),
     (OSError("Unexpected end of stream: Page was smaller than expected"), None, UNKNOWN),
+    # Azure and GCS as pyarrow raises them (the Azure text as Azurite answers a read of a blob deleted after it was
+    # opened; GCS's NOT_FOUND and PERMISSION_DENIED come as FileNotFoundError / PermissionError by their errno)
+    (OSError("DownloadTo from 'http://127.0.0.1:1/devstoreaccount1/stage/f.parquet' at position 172973 for 57658 "
+             "bytes failed. ReadAt failed to read the required byte range. Azure Error: [BlobNotFound] 404 The "
+             "specified blob does not exist.\nThe specified blob does not exist.\nRequestId:d81bbaf9"), None, RESYNC),
+    (OSError("GetProperties for 'lake/stage' failed. Azure Error: [ContainerNotFound] 404 The specified container "
+             "does not exist."), None, RESYNC),
+    (OSError("DownloadTo from 'x' failed. Azure Error: [ServerBusy] 503 The server is busy."), None, RERUN),
+    (OSError("google::cloud::Status(DEADLINE_EXCEEDED: Retry policy exhausted in ReadObject)"), None, RERUN),
+    (pa.ArrowCapacityError("google::cloud::Status(RESOURCE_EXHAUSTED: Permanent error in ReadObject: rate "
+                           "limit exceeded)"), None, RERUN),
+    (FileNotFoundError(2, "google::cloud::Status(NOT_FOUND: Permanent error, with a last message of Received HTTP "
+                          "status code: 404)"), None, RESYNC),
+    # an executor's pyarrow read of a file that is gone, damaged, or refused; a lost executor is not
+    (_worker("FileNotFoundError: [Errno 2] Path does not exist 'stage/f.parquet'. Detail: [errno 2] No such file"),
+     None, RESYNC),
+    (_worker("OSError: When reading information for key 'k' in bucket 'b': AWS Error NO_SUCH_KEY during GetObject"),
+     None, RESYNC),
+    (_worker("pyarrow.lib.ArrowInvalid: Could not open Parquet input source 'stage/f.parquet': Parquet magic bytes "
+             "not found in footer."), None, RESYNC),
+    (_worker("OSError: DownloadTo from 'x' failed. Azure Error: [AuthorizationFailure] 403 This request is not "
+             "authorized"), None, READ_ACCESS),
+    # a value's conversion is not the file's damage: a rerun, then the resync (which stages the values anew)
+    (pa.ArrowInvalid("Failed to parse string: 'alice@x' as a scalar of type int64"),
+     "ArrowInvalid: Failed to parse string: … as a scalar of type int64", UNKNOWN),
+    (pa.ArrowInvalid("Rescaling Decimal value would cause data loss"), None, UNKNOWN),
     (ValueError("row 'alice@x' has too many fields"), "ValueError: row … has too many fields", UNKNOWN),
     (KeyError("alice@x"), "KeyError", UNKNOWN),
 ]

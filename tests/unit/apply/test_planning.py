@@ -9,6 +9,7 @@ import pytest
 from airflow_provider_pglogical.apply.batches import RelationColumn, RelationInfo, TruncateEvent
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
 from airflow_provider_pglogical.apply.planning import (
+    batch_columns,
     choose_key,
     created_key,
     parents_first,
@@ -18,7 +19,7 @@ from airflow_provider_pglogical.apply.planning import (
     written_columns,
 )
 from airflow_provider_pglogical.apply.targets.base import TargetTable
-from airflow_provider_pglogical.exceptions import ApplyError, SchemaChangeError
+from airflow_provider_pglogical.exceptions import ApplyError, InternalColumnNameError, SchemaChangeError
 
 REL = RelationInfo("public", "t", "d", (RelationColumn("id", "int", True), RelationColumn("v", "text", False)))
 FULL = RelationInfo("public", "t", "f", (RelationColumn("id", "int", True), RelationColumn("v", "text", True)))
@@ -79,6 +80,17 @@ def test_a_column_list_must_cover_the_identity_while_updates_are_applied():
     assert written_columns(REL, TableApplyConfig(columns=("v",), actions=("insert",))) == ("v",)
     with pytest.raises(ApplyError, match="unknown"):
         written_columns(REL, TableApplyConfig(columns=("id", "nope")))
+
+
+def test_a_column_named_like_the_applys_own_is_refused_unless_the_column_list_leaves_it_out():
+    odd = RelationInfo("public", "t", "d", (*REL.columns, RelationColumn("_pgl_after", "int", False),
+                                            RelationColumn("_PGL_Kind", "int", False)))
+    for written in (lambda: written_columns(odd, TableApplyConfig()), lambda: batch_columns([REL, odd], TableApplyConfig())):
+        with pytest.raises(InternalColumnNameError, match='"_pgl_after", "_PGL_Kind" start with _pgl_') as info:
+            written()
+        assert info.value.columns == ("_pgl_after", "_PGL_Kind") and "columns:" in str(info.value)
+    assert written_columns(odd, TableApplyConfig(columns=("id", "v"))) == ("id", "v")
+    assert batch_columns([odd, REL], TableApplyConfig(columns=("id", "v"))) == ("id", "v")
 
 
 def test_cascade_follows_fks_transitively_unless_the_policy_is_never():

@@ -38,6 +38,7 @@ from airflow_provider_pglogical.apply.targets.base import (
     PlannedSnapshot,
     PlannedTable,
     PlannedTruncate,
+    StagedTypesSource,
     TargetTable,
 )
 from airflow_provider_pglogical.apply.targets.delta import changelog, mirror
@@ -177,7 +178,7 @@ class DeltaTarget:
             if self.mode != "mirror":
                 changelog.check_names(table.target, table.columns)
             own = changelog.LEADING + table.columns + changelog.TRAILING if self.mode != "mirror" else table.columns
-            self._check_case_distinct(where, table.target, own)
+            self._check_case_distinct(where, table.target, own, table, changes)
             if table.conflict == "strict":
                 raise ApplyError(f"{table.target}: conflict 'strict' is not supported by the Delta target "
                                  "(it has no unique keys)")
@@ -293,7 +294,7 @@ class DeltaTarget:
             raise ApplyError(f"{where} of {', '.join(t.target for t in plan.tables)}: a Delta change feed "
                              "(mode changelog) does not load snapshots; use mode mirror")
         for table in plan.tables:
-            self._check_case_distinct(where, table.target, table.columns)
+            self._check_case_distinct(where, table.target, table.columns, table, changes)
         result = BatchResult(applied=False)
         seconds = {"stage": 0.0, "apply": 0.0}
         for table in plan.tables:
@@ -374,12 +375,15 @@ class DeltaTarget:
         table = self.location.open(target)
         return None if table is None else table.transaction_version(app_id(slot or self.slot, target))
 
-    def _check_case_distinct(self, where: str, target: str, columns: Sequence[str]) -> None:
+    def _check_case_distinct(self, where: str, target: str, columns: Sequence[str], table: PlannedTable,
+                             changes: object) -> None:
         """``check_case_distinct`` of the columns written together with those the Delta table has already: a column
-        the source dropped stays in the table, and a later one differing from it only by case would clash there."""
+        the source dropped stays in the table, and a later one differing from it only by case would clash there;
+        and of the struct fields of the written columns' staged types (composites), from the staged files' footers."""
         dt = self.location.open(target)
         existing = [f.name for f in dt.schema().fields] if dt is not None else []
-        check_case_distinct(where, target, list(dict.fromkeys([*columns, *existing])))
+        types = changes.staged_types(table) if isinstance(changes, StagedTypesSource) else None
+        check_case_distinct(where, target, list(dict.fromkeys([*columns, *existing])), types)
 
     def _table(self, target: str, schema: pa.Schema, where: str,
                type_names: Mapping[str, str | None] | None = None) -> DeltaTable:

@@ -51,6 +51,7 @@ from airflow_provider_pglogical.exceptions import format_lsn
 from airflow_provider_pglogical.history.recorder import error_line
 from airflow_provider_pglogical.snapshot.layout import SnapshotLayout
 from airflow_provider_pglogical.snapshot.run import WrittenChunk
+from airflow_provider_pglogical.text import first_line
 
 if TYPE_CHECKING:
     from airflow_provider_pglogical.apply.targets.postgres.target import PostgresTarget
@@ -339,8 +340,7 @@ def _why(exc: BaseException) -> str:
     if isinstance(exc, psycopg2.Error) and code:
         return f"{type(exc).__name__} (SQLSTATE {code}): {server_primary(exc)}"
     if isinstance(exc, psycopg2.Error):
-        lines = str(exc).strip().splitlines()
-        return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+        return f"{type(exc).__name__}: {first_line(str(exc), '')}"
     return error_line(exc)
 
 

@@ -275,21 +275,36 @@ FEED_LINE_CHARS = 200  # of a foreign error's first line in ours: a Spark job's 
 _TRANSIENT_ERRNOS = frozenset({errno.ECONNRESET, errno.ECONNREFUSED, errno.ECONNABORTED, errno.ETIMEDOUT,
                                errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN, errno.EPIPE, errno.EAGAIN})
 _TRANSIENT_WORDS = ("connection", "timed out", "timeout", "temporarily", "throttl", "slow down", "unavailable")
-# pyarrow raises an object store's errors as a plain ``OSError`` (no errno) whose text names the AWS SDK's error
-# code and, for a code the SDK does not know, the HTTP status: ``AWS Error UNKNOWN (HTTP status 503)``
-_AWS_CODE = re.compile(r"AWS Error (\w+)")
-_HTTP_STATUS = re.compile(r"HTTP status (\d{3})")
-_AWS_RERUN = frozenset({"SLOW_DOWN", "THROTTLING", "NETWORK_CONNECTION", "SERVICE_UNAVAILABLE", "INTERNAL_FAILURE",
-                        "REQUEST_TIMEOUT"})
-_AWS_MISSING = frozenset({"NO_SUCH_KEY", "NO_SUCH_BUCKET", "RESOURCE_NOT_FOUND"})
+# pyarrow raises an object store's errors as a plain ``OSError`` (no errno) whose text names the store's error code:
+# S3's as the AWS SDK names it and, for a code the SDK does not know, the HTTP status (``AWS Error UNKNOWN (HTTP
+# status 503)``); Azure's as the service sends it, then the status (``Azure Error: [BlobNotFound] 404 The specified
+# blob does not exist.``: ``ExceptionToStatus`` in arrow/filesystem/azurefs.cc, e.g. a blob gone between opening
+# and reading it); GCS's as google-cloud-cpp's status code (``google::cloud::Status(UNAVAILABLE: …``: ``ToArrowStatus``
+# in arrow/filesystem/gcsfs_internal.cc, which raises RESOURCE_EXHAUSTED as ``ArrowCapacityError`` and gives
+# NOT_FOUND and PERMISSION_DENIED errno ENOENT / EACCES, so they arrive as FileNotFoundError / PermissionError).
+# A Spark job whose executors read the store with pyarrow carries the same text in its Python worker's traceback.
+_STORE_CODE = re.compile(r"AWS Error (\w+)|Azure Error: \[(\w+)\]|google::cloud::Status\((\w+)")
+_HTTP_STATUS = re.compile(r"HTTP status (\d{3})|Azure Error: \[\w*\] (\d{3})")
+_STORE_RERUN = frozenset({"SLOW_DOWN", "THROTTLING", "NETWORK_CONNECTION", "SERVICE_UNAVAILABLE", "INTERNAL_FAILURE",
+                          "REQUEST_TIMEOUT",  # S3
+                          "ServerBusy", "OperationTimedOut", "InternalError",  # Azure
+                          "UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "INTERNAL", "ABORTED"})  # GCS
+_STORE_MISSING = frozenset({"NO_SUCH_KEY", "NO_SUCH_BUCKET", "RESOURCE_NOT_FOUND",
+                            "BlobNotFound", "ContainerNotFound", "PathNotFound", "FilesystemNotFound",
+                            "NOT_FOUND"})
+_STORE_DENIED = frozenset({"ACCESS_DENIED", "AuthorizationFailure", "AuthorizationPermissionMismatch",
+                           "AuthenticationFailed", "PERMISSION_DENIED", "UNAUTHENTICATED"})
 # a Spark job's error that fails the same on every rerun: a staged file gone or damaged (Spark 4's error classes
-# ``[FAILED_READ_FILE.FILE_NOT_EXIST]`` and ``[PATH_NOT_FOUND]`` too)
-_SPARK_LOST = ("FileNotFoundException", "CANNOT_READ_FILE_FOOTER", "FILE_NOT_EXIST", "[PATH_NOT_FOUND]")
+# ``[FAILED_READ_FILE.FILE_NOT_EXIST]`` and ``[PATH_NOT_FOUND]`` too; Python's ``FileNotFoundError`` in the traceback
+# of an executor reading with pyarrow, ``executor_reads``)
+_SPARK_LOST = ("FileNotFoundException", "CANNOT_READ_FILE_FOOTER", "FILE_NOT_EXIST", "[PATH_NOT_FOUND]",
+               "FileNotFoundError")
 # a staging area's refusal of the read: Hadoop's ``AccessDeniedException``, GCS's ``PERMISSION_DENIED``, Azure's
 # ``AuthorizationFailure``, an HTTP 403 (not a Java stack's line number: ``Foo.java:403``)
 _REFUSED = re.compile(r"AccessDenied|PERMISSION_DENIED|AuthorizationFailure|(?<![\w.:])403(?![\w.])")
-# a file's own damage as pyarrow reads it: it fails the same on every rerun
-_DAMAGE_WORDS = ("thrift", "magic bytes")
+# a file's own damage as pyarrow's Parquet reader reports it (``ArrowInvalid`` or ``OSError``): it fails the same on
+# every rerun. An ``ArrowInvalid`` without these words is a value's conversion or a schema's, not the file's bytes.
+_DAMAGE_WORDS = ("thrift", "magic bytes", "could not open parquet input source", "parquet file size")
 RERUN, READ_ACCESS, RESYNC, UNKNOWN = "rerun", "read access", "resync", "unknown"
 
 
@@ -313,30 +328,44 @@ def read_failure(exc: BaseException) -> str:
     when the staging area refused the read, ``RESYNC`` when a staged file is known missing or damaged (it fails the
     same on every rerun), ``UNKNOWN`` for anything else (a rerun, then the resync if it fails the same)."""
     text = str(exc)
-    if type(exc).__module__.startswith(("py4j", "pyspark")):
+    spark = type(exc).__module__.startswith(("py4j", "pyspark"))
+    if spark or isinstance(exc, (OSError, pa.ArrowException)):
+        store = _store_failure(text)
+        if store is not None:
+            return store
+    if spark:
         if _REFUSED.search(text):
             return READ_ACCESS
-        return RESYNC if any(word in text for word in _SPARK_LOST) else RERUN
+        lost = any(word in text for word in _SPARK_LOST) or any(w in text.lower() for w in _DAMAGE_WORDS)
+        return RESYNC if lost else RERUN
     if isinstance(exc, (ConnectionError, TimeoutError)):
         return RERUN
     if isinstance(exc, PermissionError):
         return READ_ACCESS
-    if isinstance(exc, (FileNotFoundError, IsADirectoryError, NotADirectoryError, pa.ArrowInvalid)):
+    if isinstance(exc, (FileNotFoundError, IsADirectoryError, NotADirectoryError)):
         return RESYNC
-    if not isinstance(exc, OSError):
+    if not isinstance(exc, (OSError, pa.ArrowInvalid)):
         return UNKNOWN
-    code, status = _AWS_CODE.search(text), _HTTP_STATUS.search(text)
-    http = int(status.group(1)) if status else 0
-    if code and code.group(1) == "ACCESS_DENIED" or http == 403 or _REFUSED.search(text):
+    if isinstance(exc, OSError) and _REFUSED.search(text):
         return READ_ACCESS
-    if code or status:
-        aws = code.group(1) if code else ""
-        if aws in _AWS_RERUN or http >= 500 or http == 429:
-            return RERUN
-        return RESYNC if aws in _AWS_MISSING or http == 404 else UNKNOWN
-    if exc.errno in _TRANSIENT_ERRNOS or any(w in text.lower() for w in _TRANSIENT_WORDS):
+    if isinstance(exc, OSError) and (exc.errno in _TRANSIENT_ERRNOS
+                                     or any(w in text.lower() for w in _TRANSIENT_WORDS)):
         return RERUN
     return RESYNC if any(word in text.lower() for word in _DAMAGE_WORDS) else UNKNOWN
+
+
+def _store_failure(text: str) -> str | None:
+    """What an object store's error code or HTTP status named in ``text`` calls for; None when it names neither."""
+    code_found, status_found = _STORE_CODE.search(text), _HTTP_STATUS.search(text)
+    code = next((g for g in code_found.groups() if g), "") if code_found else ""
+    http = int(next((g for g in status_found.groups() if g), "0")) if status_found else 0
+    if code in _STORE_DENIED or http in (401, 403):
+        return READ_ACCESS
+    if not code and not http:
+        return None
+    if code in _STORE_RERUN or http >= 500 or http == 429:
+        return RERUN
+    return RESYNC if code in _STORE_MISSING or http == 404 else UNKNOWN
 
 
 def unread_rows(lsn: int, names: str, table: PlannedTable, exc: FeedError) -> UnreadRows:

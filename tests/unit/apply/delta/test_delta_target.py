@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_pglogical.apply.batches import RelationColumn, RelationInfo
+from airflow_provider_pglogical.apply.changes import SnapshotChanges
 from airflow_provider_pglogical.apply.config import TableApplyConfig
+from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
 from airflow_provider_pglogical.apply.targets.base import COMMIT, ORDER, PlannedBatch, PlannedSnapshot, PlannedTable
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation, app_id
-from airflow_provider_pglogical.apply.targets.delta.names import case_clashes, check_case_distinct
+from airflow_provider_pglogical.apply.targets.delta.names import case_clashes, check_case_distinct, nested_clashes
 from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
 from airflow_provider_pglogical.apply.transforms import FROM, KEEP, KIND, LSN, TOUCHED
 from airflow_provider_pglogical.exceptions import ApplyError, CaseInsensitiveNamesError, UnresolvableToastError
@@ -271,3 +275,33 @@ def test_a_clash_with_the_changelog_columns_or_the_tables_own_columns_is_refused
         with pytest.raises(CaseInsensitiveNamesError, match="differ only by case"):
             mirror.apply_snapshot(PlannedSnapshot("s1", 20, (planned,)), changes=None)
     assert mirror.watermark("public.t", "s1") == 10
+
+
+def test_a_composite_whose_attributes_differ_only_by_case_is_refused_before_any_table_commits(tmp_path):
+    """A composite type with attributes ``"A"`` and ``a`` (here in an array of composites): its staged struct's field
+    names come from the snapshot files' footers, so the refusal comes before the first table loads, and no Spark
+    session is started for it."""
+    def no_spark() -> Any:
+        raise AssertionError("a Spark session was started: a table was being loaded before the refusal")
+
+    pair = pa.struct([("A", pa.int32()), ("a", pa.string())])
+    images = {"public.t": pa.array([{"id": 1, "n": 2, "body": "x"}],
+                                   pa.struct([("id", pa.int32()), ("n", pa.int32()), ("body", pa.string())])),
+              "public.c": pa.array([{"id": 1, "p": [{"A": 1, "a": "x"}]}],
+                                   pa.struct([("id", pa.int32()), ("p", pa.list_(pair))]))}
+    uris = {}
+    for name, new in images.items():
+        (tmp_path / name).mkdir()
+        pq.write_table(pa.table({"new": new}), tmp_path / name / "c1.parquet")
+        uris[name] = (str(tmp_path / name), ("c1.parquet",))
+    composite = RelationInfo("public", "c", "d", (RelationColumn("id", "integer", True),
+                                                   RelationColumn("p", "public.pair[]", False)))
+    tables = (_planned(*COLUMNS), PlannedTable("public.c", "public.c", ("id",), ("id", "p"), composite,
+                                                TableApplyConfig()))
+    target = DeltaTarget(DeltaLocation(str(tmp_path / "lake")), "s1")
+    with pytest.raises(CaseInsensitiveNamesError, match=r'"p\[\]\.A" and "p\[\]\.a"') as info:
+        target.apply_snapshot(PlannedSnapshot("s1", 20, tables), SnapshotChanges(SparkOnDemand(no_spark), uris))
+    assert info.value.table == "public.c" and "\n" not in str(info.value) and "columns:" in str(info.value)
+    assert target.location.open("public.t") is None
+    assert nested_clashes({"m": pa.map_(pa.string(), pa.struct([("x", pa.int8()), ("X", pa.int8())])),
+                           "ok": pair.field(0).type}) == [("m.value.x", "m.value.X")]
