@@ -6,8 +6,10 @@ Two specs: the example pipeline's (``dags/specs/example_pipeline.yaml``: ``order
 ``orders`` changes needs Spark until row filters are evaluated in process) and the same tables without the row
 filter and column list (``plain``: a batch of inserts, updates and deletes, each key once, needs no Spark). Each
 variant has its own source database, slot, target database and staging root; every run is timed as a whole
-command and its output searched for the spark-submit command line the apache-spark provider logs (one per JVM the
-apply task starts).
+command (wall seconds, and CPU seconds of the command with every child it waited for: the task processes, the
+spark-submit JVMs, OpenLineage's forks; on a shared machine the CPU seconds move far less with the load than the
+wall seconds) and its output searched for the spark-submit command line the apache-spark provider logs (one per JVM
+the apply task starts).
 
 The commands run as a user runs them (``airflow`` by path, venv not activated, Spark's default JVM options).
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -82,14 +85,21 @@ def spec_of(kind: str, in_worker: bool, slot: str, staging: Path) -> dict[str, A
 
 
 def dags_test(env: dict[str, str], home: Path) -> dict[str, Any]:
-    """One ``airflow dags test``: its wall seconds and the spark-submits its output logs."""
-    started = time.monotonic()
+    """One ``airflow dags test``: its wall and CPU seconds and the spark-submits its output logs."""
+    started, cpu_before = time.monotonic(), children_cpu_s()
     result = run_as_user([venv_script("airflow"), "dags", "test", DAG_ID], env, home=home, timeout=1800)
     seconds = round(time.monotonic() - started, 1)
+    cpu_s = round(children_cpu_s() - cpu_before, 1)
     output = result.stdout + result.stderr
     if result.returncode != 0 or "state=success" not in output:
         raise SystemExit(f"airflow dags test failed:\n{output[-4000:]}")
-    return {"seconds": seconds, "spark_submits": output.count(SUBMIT_LINE)}
+    return {"seconds": seconds, "cpu_s": cpu_s, "spark_submits": output.count(SUBMIT_LINE)}
+
+
+def children_cpu_s() -> float:
+    """User and system CPU seconds of this process's waited-for children so far (their own waited children in)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def variant(server: PgServer, airflow_env: dict[str, str], work: Path, name: str, repeat: int) -> dict[str, Any]:
@@ -110,7 +120,8 @@ def variant(server: PgServer, airflow_env: dict[str, str], work: Path, name: str
         runs["empty"].append(dags_test(env, home))
         changes(server.dsn(src), i)
         runs["batch_100"].append(dags_test(env, home))
-    return {name: {"median_s": statistics.median(r["seconds"] for r in rs), "runs": rs} for name, rs in runs.items()}
+    return {name: {"median_s": statistics.median(r["seconds"] for r in rs),
+                   "median_cpu_s": statistics.median(r["cpu_s"] for r in rs), "runs": rs} for name, rs in runs.items()}
 
 
 def main() -> None:
@@ -142,6 +153,8 @@ def main() -> None:
         on, off = results.get(f"{kind}-on"), results.get(f"{kind}-off")
         if on and off:
             out[f"{kind}_ratio"] = {run: round(on[run]["median_s"] / off[run]["median_s"], 2) for run in on}
+            out[f"{kind}_cpu_ratio"] = {run: round(on[run]["median_cpu_s"] / off[run]["median_cpu_s"], 2)
+                                        for run in on}
     text = json.dumps(out, indent=1)
     print(text)
     if args.json:
