@@ -12,6 +12,7 @@ import pytest
 
 from scripts.harness.pgserver import PgServer, drop_database, make_database, start_server, stop_server
 from tests.support.classarchive import ensure_archive
+from tests.support.machine_cpu import CpuTimes, cpu_times, summary
 from tests.support.objstores import shared_azurite  # noqa: F401  (fixture: Azurite, started once per process)
 from tests.support.s3server import s3  # noqa: F401  (fixture: a real S3 server on 127.0.0.1)
 
@@ -126,6 +127,21 @@ def work_unit(nodeid: str) -> str:
     """The unit of work a test belongs to under xdist: its module, or the cluster's group."""
     module = module_of(nodeid)
     return SPARK_CLUSTER_GROUP if module in SPARK_CLUSTER_MODULES else module
+
+
+MACHINE_CPU = pytest.StashKey[CpuTimes]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    start = cpu_times()
+    if start is not None and not hasattr(session.config, "workerinput"):  # the controller, or a run without xdist
+        session.config.stash[MACHINE_CPU] = start
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    start, end = config.stash.get(MACHINE_CPU, None), cpu_times()
+    if start is not None and end is not None:
+        terminalreporter.write_line(summary(start, end))
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)  # xdist's hook (absent under -p no:xdist)
