@@ -39,7 +39,8 @@ from the staged files (``apply/targets/lake/direct.py``) or, with ``--code`` of 
 With ``--schema-change`` only small batches crossing a source ``ALTER TABLE t ADD COLUMN … DEFAULT`` (rows before
 and after it: two schema versions of the table in one batch, a fast default for the rows staged before it), each
 applied alternately netted in process (``apply/versions.py``) and through Spark's transforms
-(``PGLOGICAL_APPLY_DIRECT=0``), ``--repeat`` times each, side by side with their ratio.
+(``PGLOGICAL_APPLY_DIRECT=0``), ``--repeat`` times each, side by side with their ratio; with ``--row-filter`` the
+table is filtered across the schema change (``"id % 2 = 0"``: UPDATEs and INSERTs of both versions filtered).
 
 With ``--staging s3`` the slot stages to an S3 bucket (moto's server on 127.0.0.1, its credentials in the CLI's
 environment as a deployment gives them) instead of a local directory: with the spec's ``local[2]`` master the
@@ -516,9 +517,9 @@ def main() -> int:
         if args.schema_change:
             timed_cli("run", *spec, env=env)  # creates publication and slot
             measured = schema_change_runs(spec, dsn, args, env)
-            result = json.dumps({"changes_per_batch": args.changes, "code": str(args.code) if args.code else
-                                 "this checkout", "load_average_1m": [load_before, load_average()], **measured},
-                                indent=2)
+            result = json.dumps({"changes_per_batch": args.changes, "row_filter": args.row_filter,
+                                 "code": str(args.code) if args.code else "this checkout",
+                                 "load_average_1m": [load_before, load_average()], **measured}, indent=2)
             print(result)
             if args.json:
                 args.json.write_text(result + "\n")

@@ -48,17 +48,21 @@ A table-batch staged under several schema versions of its table (``same_schema``
 too, always by the kernels (``schema_union``, ``DirectNet.union``): each staged file is put in the versions' union
 as it is read (``versions.conform``: by column name, the widest type, the source's fast default for rows staged
 before an ``ADD COLUMN … DEFAULT``, and the columns a change's version lacks, which an UPDATE leaves alone), exactly
-the frame ``batches.read_changes`` gives Spark. It stays with Spark when a row filter or an action left out of the
-publication applies, when a column's type changed between versions other than by widening integers, floats or
-decimals (of at most 38 digits; Spark unions the others as text), when the union lacks a written column, and on
-Delta and Iceberg targets (``lake/direct.net_table``).
+the frame ``batches.read_changes`` gives Spark. A row filter and actions left out of the publication are applied to
+the changes in that layout (``published.publish``, judged by ``publishable`` as for one version), as Spark applies
+them to its union: the filter sees each change's images as its version staged them, a column the version lacks
+NULL (in its new image the source's fast default where the union fills one), and an UPDATE the filter turns into
+an INSERT writes NULL for the columns its version lacks (only a published UPDATE leaves them alone). It stays with
+Spark when a column's type changed between versions other than by widening integers, floats or decimals (of at
+most 38 digits; Spark unions the others as text) and when the union lacks a written column. Delta and Iceberg
+mirrors take the same net rows in the union's columns and types (``lake/direct.net_table``, ``lake/parts.py``), as
+they take Spark's net frame of the union, so they follow the schema change as they follow it from Spark.
 
 A keyless table (no replica identity: insert-only, ``PlannedTable.key`` empty) has nothing to net: Spark's
 ``transforms.to_appends`` makes every published INSERT after the cut its own row, two identical INSERTs two rows.
 ``keyless_files`` hands such a table-batch over under the conditions above but the key's (several schema versions
-too, by ``schema_union``'s rule: into PostgreSQL; the lakes keep them on Spark): with no row filter, every action
-published and one schema version, its rows are the per-row rewrite's; else the publication is applied per change
-and each INSERT it keeps is appended (``appended_rows``, a staged row group at a time, whatever the batch's size).
+too, by ``schema_union``'s rule, filtered or not): with no row filter, every action published and one schema
+version, its rows are the per-row rewrite's; else the publication is applied per change and each INSERT it keeps is appended (``appended_rows``, a staged row group at a time, whatever the batch's size).
 A published UPDATE or DELETE among its staged changes stops the batch here with the typed error Spark's path
 raises (``refuse_updates_deletes``), as the publisher refuses it.
 
@@ -292,8 +296,8 @@ def keyless_files(table: PlannedTable, batch: Batch, sync_lsn: int | None) -> Di
 
     Nothing is netted, so repeated values do not matter. Without a row filter and with every action published the
     rows are the per-row rewrite (``net_rows``: an INSERT is an ``I`` of its new image), read a row group at a time;
-    otherwise, or when the table-batch spans several schema versions (``schema_union``: every action published and
-    no row filter only), the publication is applied per change first (``compacted`` with the empty key:
+    otherwise, or when the table-batch spans several schema versions (``schema_union``), the publication is applied
+    per change first (``compacted`` with the empty key:
     ``compacted_batches`` appends what ``published.publish`` keeps, a row group at a time, ``appended_rows``), as
     for the in-process netting (``in_process``: its switch and bounds, which here only decide whether the filter is
     judged whole or a row group at a time, ``publishable``). A published UPDATE or DELETE staged for the table
@@ -368,10 +372,10 @@ def appended_rows(staged: pa.Table, columns: Sequence[str]) -> kernels.Net:
 def schema_union(table: PlannedTable, batch: Batch, paths: Sequence[str], filesystem: pafs.FileSystem | None = None
                  ) -> versions.SchemaUnion | None:
     """The union of a table-batch's files of several schema versions (``versions.union_of``) when this process nets
-    it as Spark would: every action published and no row filter (a publication is judged on Spark's union there),
-    and the union holding every written column; else None (Spark's path)."""
-    if not publishes_all(table.config):
-        return None
+    it as Spark would: the union holding every written column; else None (Spark's path). A row filter and the
+    publication's actions are applied to the changes in the union's layout (``versions.conform``), as Spark applies
+    them to ``batches.read_changes``' union: a filter column a change's version lacks reads NULL in both images, or
+    the source's fast default in its new image."""
     union = versions.union_of([pq.read_schema(p, filesystem=filesystem) for p in paths],
                               read_relation_versions(batch).get(table.source, []))
     if union is None or not set(table.columns) <= set(union.columns):
@@ -388,12 +392,12 @@ def publishable(net: DirectNet) -> bool:
     as ``partitioned.netted`` routes it (an overflow there is its ``ApplyError``)."""
     try:
         if net.partitions <= 1:
-            published.publish(after_cut(staged_changes(net.files, net.filesystem), net.cut),
+            published.publish(after_cut(staged_changes(net.files, net.filesystem, net.union), net.cut),
                               row_filter=net.row_filter, actions=net.actions, identity=net.identity)
         else:
             for chunk in staged_chunks(net.files, net.filesystem):
-                published.publish(after_cut(chunk, net.cut), row_filter=net.row_filter, actions=net.actions,
-                                  identity=net.identity)
+                published.publish(after_cut(_conformed(chunk, net.union), net.cut), row_filter=net.row_filter,
+                                  actions=net.actions, identity=net.identity)
     except filter_eval.NotCovered:
         return False
     except pa.ArrowInvalid:  # a column beyond Arrow's 2 GiB offsets as it is concatenated: Spark reads it in parts
@@ -401,11 +405,17 @@ def publishable(net: DirectNet) -> bool:
     return True
 
 
-def staged_changes(paths: Sequence[str], filesystem: pafs.FileSystem | None = None) -> pa.Table:
+def staged_changes(paths: Sequence[str], filesystem: pafs.FileSystem | None = None,
+                   union: versions.SchemaUnion | None = None) -> pa.Table:
     """The staged columns the in-process netting reads (``kernels.STAGED_COLUMNS``) of a table-batch's files
-    (paths of ``filesystem``; None: local)."""
-    return pa.concat_tables([pq.read_table(p, columns=list(kernels.STAGED_COLUMNS), filesystem=filesystem)
-                             for p in paths])
+    (paths of ``filesystem``; None: local), each put in ``union``'s layout first when the files are of several
+    schema versions (``versions.conform``)."""
+    return pa.concat_tables([_conformed(pq.read_table(p, columns=list(kernels.STAGED_COLUMNS),
+                                                      filesystem=filesystem), union) for p in paths])
+
+
+def _conformed(staged: pa.Table, union: versions.SchemaUnion | None) -> pa.Table:
+    return staged if union is None else versions.conform(staged, union)
 
 
 def staged_chunks(paths: Sequence[str], filesystem: pafs.FileSystem | None = None) -> Iterator[pa.Table]:

@@ -161,9 +161,12 @@ def _rows_bound(rows_bound: str | None) -> Iterator[None]:
             os.environ[direct.ROWS_SWITCH] = saved
 
 
-def test_a_keyless_table_batch_of_two_schema_versions_appends_in_process_as_spark(spark, tmp_path) -> None:
+@pytest.mark.parametrize("row_filter", [None, "src = 'x' OR grp = 2"])
+def test_a_keyless_table_batch_of_two_schema_versions_appends_in_process_as_spark(spark, tmp_path, row_filter
+                                                                                  ) -> None:
     """``ALTER TABLE events ADD COLUMN src text DEFAULT 'x'`` inside the batch: the INSERTs staged before it get the
-    fast default, as Spark's union of the versions gives them, in one piece and a row group at a time."""
+    fast default, as Spark's union of the versions gives them, in one piece and a row group at a time; a row filter
+    over the added column reads that default in them."""
     v2 = dataclasses.replace(direct_batches.EVENTS, version=2,
                              columns=(*direct_batches.EVENTS.columns, Col("src", pa.string(), "text", missing="{x}")))
     before = [Chg("I", 10, i, new={"at": 1, "grp": i, "note": "old"}) for i in range(3)]
@@ -172,9 +175,10 @@ def test_a_keyless_table_batch_of_two_schema_versions_appends_in_process_as_spar
                                             row_group_size=2))
     (batch,) = list_batches(str(tmp_path), "slot")
     table = PlannedTable(v2.name, v2.name, (), tuple(c.name for c in v2.columns), read_relations(batch)[v2.name],
-                         TableApplyConfig())
+                         TableApplyConfig(row_filter=row_filter))
     spark_rows = rows_of(SparkBatchChanges(spark, batch).net(table))
     assert [r[-1] for r in spark_rows].count("x") == 3  # not vacuous: the default filled in
+    assert len(spark_rows) == (4 if row_filter else 6)  # and filtered: the rows after the ADD COLUMN but grp 2
     for rows_bound in (None, "2"):
         with _rows_bound(rows_bound):
             net = direct.batch_files(table, batch, None)

@@ -120,13 +120,44 @@ def _changes(draw: st.DrawFn, rel: Rel, values: dict[str, Callable[[st.DrawFn], 
     return out
 
 
+# Row filter terms over the columns every version holds (``id``; ``w`` and ``n`` widened between versions).
+COMMON_TERMS = ["w > 0", "w IS NULL", "w % 2 = 0", "coalesce(w, 1) >= 0", "id <> 2", "id % 2 = 1", "n >= 0"]
+# Terms over ``d`` (dropped and re-added: NULL in a version lacking it).
+DROPPED_TERMS = ["d IS NULL", "d = 'x'", "d LIKE 'x%'", "length(d) < 2"]
+# Terms over ``f`` by its type (NULL in the old image of a version lacking it, its fast default in the new one).
+ADDED_TERMS: dict[pa.DataType, list[str]] = {
+    pa.int64(): ["f > 0", "f = 7"], pa.int16(): ["f < 0", "f = -7"], pa.int32(): ["f IS NULL", "f = 7"],
+    pa.float32(): ["f IS NOT NULL"], pa.float64(): ["f > 0", "f IS NULL"], pa.string(): ["f LIKE 'a%'", "f < 'b'"],
+    pa.bool_(): ["f", "NOT f", "f IS NULL"], pa.date32(): ["f IS NOT NULL"], pa.decimal128(10, 2): ["f > 1"],
+}
+
+
+def _publication(draw: st.DrawFn, rels: list[Rel]) -> TableApplyConfig:
+    """No row filter and every action (a quarter of the examples), or a random filter over columns some versions
+    lack and/or the published actions a random non-empty subset."""
+    if draw(st.integers(0, 3)) == 0:
+        return TableApplyConfig()
+    have = {c.name: c.arrow for rel in rels for c in rel.columns}
+    terms = COMMON_TERMS + (DROPPED_TERMS if "d" in have else []) + ADDED_TERMS.get(have["f"], [])
+    parts = draw(st.lists(st.sampled_from(terms), min_size=0, max_size=3))
+    row_filter = None
+    if parts:
+        joined = f" {draw(st.sampled_from(['AND', 'OR']))} ".join(f"({t})" for t in parts)
+        row_filter = f"NOT ({joined})" if draw(st.integers(0, 4)) == 0 else joined
+    actions = tuple(draw(st.sampled_from([("insert", "update", "delete"), ("insert", "update"),
+                                          ("insert", "delete"), ("update", "delete"), ("insert",)])))
+    return TableApplyConfig(row_filter=row_filter, actions=actions)
+
+
 @st.composite
-def case_lists(draw: st.DrawFn) -> tuple[list[Rel], list[list[list[Chg]]]]:
-    """A table's versions and ``CASES_PER_EXAMPLE`` table-batches of changes, each a list per version in LSN order."""
+def case_lists(draw: st.DrawFn) -> tuple[list[Rel], TableApplyConfig, list[list[list[Chg]]]]:
+    """A table's versions, its publication and ``CASES_PER_EXAMPLE`` table-batches of changes, each a list per
+    version in LSN order."""
     rels, values = _versions(draw, draw(st.sampled_from(["d", "f"])))
+    config = _publication(draw, rels)
     cases = [[_changes(draw, rel, values, 10 + 20 * v) for v, rel in enumerate(rels)]
              for _ in range(CASES_PER_EXAMPLE)]
-    return rels, cases
+    return rels, config, cases
 
 
 def _batch(root: Path, spec: BatchSpec) -> Batch:
@@ -135,10 +166,11 @@ def _batch(root: Path, spec: BatchSpec) -> Batch:
     return batch
 
 
-def _planned(rels: list[Rel], batch: Batch, key: tuple[str, ...]) -> PlannedTable:
+def _planned(rels: list[Rel], batch: Batch, key: tuple[str, ...], config: TableApplyConfig | None = None
+             ) -> PlannedTable:
     columns = tuple(dict.fromkeys(c.name for rel in rels for c in rel.columns))
     return PlannedTable(rels[0].name, rels[0].name, key, columns, read_relations(batch)[rels[0].name],
-                        TableApplyConfig())
+                        config or TableApplyConfig())
 
 
 def _rows(batches: list[pa.RecordBatch]) -> list[tuple]:
@@ -150,12 +182,13 @@ def _rows(batches: list[pa.RecordBatch]) -> list[tuple]:
 def test_a_table_batch_of_several_schema_versions_nets_in_process_as_spark_nets_it(spark, drawn) -> None:
     """12 examples of 4 cases each, one Spark query per example over their union (``tests/support/case_union.py``:
     the case number joins the key; each version a file of every case's changes)."""
-    rels, cases = drawn
+    rels, config, cases = drawn
+    event(f"row filter: {config.row_filter is not None}, actions: {len(config.actions)}")
     with tempfile.TemporaryDirectory() as root:
         union = _batch(Path(root) / "union", BatchSpec(0, (len(cases) + 1) * LSN_STRIDE, {
             with_case(rel): [c for n, case in enumerate(cases) for c in tagged(case[v], n)]
             for v, rel in enumerate(rels)}))
-        planned = _planned([with_case(r) for r in rels], union, (*KEY, "case_id"))
+        planned = _planned([with_case(r) for r in rels], union, (*KEY, "case_id"), config)
         event(union_branches(union, planned))
         frame = SparkBatchChanges(spark, union).net(planned)
         spark_rows = by_case((r.asDict() for r in frame.collect()), KEY)
@@ -163,7 +196,7 @@ def test_a_table_batch_of_several_schema_versions_nets_in_process_as_spark_nets_
         for n, case in enumerate(cases):
             batch = _batch(Path(root) / f"case{n}", BatchSpec(n * LSN_STRIDE, (n + 1) * LSN_STRIDE, {
                 rel: shifted(case[v], n) for v, rel in enumerate(rels)}))
-            table = _planned(rels, batch, KEY)
+            table = _planned(rels, batch, KEY, config)
             net = direct.batch_files(table, batch, None)
             assert net is not None and net.compacted and net.union is not None, f"case {n}: not netted in process"
             batches = list(direct.compacted_batches(direct.staged_chunks(net.files), net))

@@ -2,7 +2,8 @@
 lake targets (Delta, Iceberg).
 
 When the direct path covers a table-batch (``DirectNetSource.direct_net``: a row filter and actions it applies per change,
-no exactness note, one schema version, keys that never repeat — or few enough changes to net in this process),
+no exactness note, one schema version, keys that never repeat — or few enough changes to net in this process,
+several schema versions among them, in their union: ``apply/versions.py``),
 its net rows are the per-row rewrite ``direct.net_rows`` (or the Arrow kernels' ``direct.compacted_rows``) of
 the staged Parquet. ``net_table`` gives them in the layout of ``BatchChanges.net`` collected as Arrow (``KIND``,
 ``KEEP`` as a list of column names, ``LSN``, the moved-from key columns, ``TOUCHED``, the written columns), so the
@@ -41,8 +42,10 @@ def flat_type(dtype: pa.DataType) -> bool:
 
 
 def readable(net: DirectNet) -> bool:
-    """Whether every written column of the table-batch's staged images has a ``flat_type``."""
-    image = pq.read_schema(net.files[0], filesystem=net.filesystem).field("new").type
+    """Whether every written column of the table-batch's staged images has a ``flat_type`` (of several schema
+    versions: in their union, ``versions.conform``'s types, which are Spark's union's)."""
+    image = (net.union.new if net.union is not None
+             else pq.read_schema(net.files[0], filesystem=net.filesystem).field("new").type)
     if not isinstance(image, pa.StructType):
         return False
     types = {image.field(i).name: image.field(i).type for i in range(image.num_fields)}
@@ -52,14 +55,13 @@ def readable(net: DirectNet) -> bool:
 def net_table(net: DirectNet) -> pa.Table | None:
     """The table-batch's net rows as ``BatchChanges.net`` collected as Arrow, or None when a written column's type
     is not ``flat_type`` (then Spark's frame is the way)."""
-    if not net.files or net.union is not None or not readable(net) or (net.key and net.partitions > 1):
-        # a lake receives the net rows of one schema version (several: Spark's frame); a keyed table-batch in key
-        # partitions ``lake/parts.py`` streams
-        return None
+    if not net.files or not readable(net) or (net.key and net.partitions > 1):
+        return None  # a keyed table-batch in key partitions: ``lake/parts.py`` streams it
     if net.compacted and not net.key:  # keyless: the published INSERTs appended a row group at a time, any size
         batches = list(direct.compacted_batches(direct.staged_chunks(net.files, net.filesystem), net))
-    elif net.compacted:  # repeated keys or unchanged TOAST: the Arrow kernels net the whole table-batch at once
-        staged = direct.staged_changes(net.files, net.filesystem)
+    elif net.compacted:  # the Arrow kernels net the whole table-batch at once (several schema versions: in their
+        # union, as Spark's frame has them, so the mirror follows the same columns and types)
+        staged = direct.staged_changes(net.files, net.filesystem, net.union)
         batches = [direct.compacted_rows(staged, net)]
     else:
         batches = [b for p in net.files

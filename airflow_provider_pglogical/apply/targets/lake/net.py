@@ -109,14 +109,14 @@ def apply_mirror(target: LakeMirror[Outcome], table: PlannedTable, plan: Planned
 
     ``direct``: the target reads a table-batch the direct path covers from its staged files (``lake/direct.py``)
     when it would be collected whole anyway, and streams it from them otherwise (``lake/parts.py``; one netted in
-    key partitions whatever its size); Spark is not asked for it (nor started for it). A table-batch of several
-    schema versions, or with no published change, goes to Spark."""
+    key partitions whatever its size); Spark is not asked for it (nor started for it), of several
+    schema versions too (their union, ``apply/versions.py``). A table-batch with no published change goes to Spark."""
     staged = changes.staged_rows(table) if isinstance(changes, StagedRowsSource) else None
     whole = not table.key or not any(stream.worth_streaming(rows, staged) for rows in bucket_rows)
     found = changes.direct_net(table) if direct and isinstance(changes, DirectNetSource) else None
     # covered but not collected whole: streamed from spill files of the net rows read here, not from Spark, which
     # would read the staged changes again (``direct_net`` has just read them to judge the batch)
-    if (found is not None and table.key and (found.partitions > 1 or not whole) and found.union is None
+    if (found is not None and table.key and (found.partitions > 1 or not whole)
             and lake_direct.readable(found)):
         outcome = _apply_partitioned(found, table, seconds, streamed)
         if outcome is not None:
