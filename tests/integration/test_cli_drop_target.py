@@ -27,7 +27,7 @@ from tests.integration.test_cli_targets import (
     native_lake_rows,
     reporting_rows,
 )
-from tests.support.cli import error_line, pglogical, run_ok
+from tests.support.cli import create_replication, error_line, pglogical, run_ok
 from tests.support.spark import TEST_SPARK_CONF
 
 SLOT = "retire_slot"
@@ -61,7 +61,7 @@ def test_retiring_one_of_two_targets_lets_retention_prune_what_the_other_applied
         }
         spec = tmp_path / "spec.yaml"
         spec.write_text(yaml.safe_dump(doc, sort_keys=False))
-        run_ok("run", "--spec", str(spec))
+        create_replication(spec)  # what a first run would create, before the source changes
         for sql in WORKLOAD:
             execute(pg_dsn, sql)
         run_ok("run", "--spec", str(spec))
@@ -164,7 +164,7 @@ def test_a_target_removed_from_the_spec_is_retired_by_the_name_its_records_carry
                "targets": targets, "spark": {"master": "local[2]", "conf": dict(TEST_SPARK_CONF)}}
         spec = tmp_path / "spec.yaml"
         spec.write_text(yaml.safe_dump(doc, sort_keys=False))
-        run_ok("run", "--spec", str(spec))
+        create_replication(spec)  # what a first run would create, before the source changes
         execute(pg_dsn, WORKLOAD[0])
         both = run_ok("run", "--spec", str(spec))
         assert {name: t["batches_applied"] for name, t in both["targets"].items()} == {"eu": 1, "us": 1}

@@ -18,6 +18,7 @@ import yaml
 
 from scripts.harness.pgserver import drop_database, execute, make_database, query
 from tests.integration.test_cli import pglogical
+from tests.support.cli import create_replication
 from tests.support.spark import TEST_SPARK_CONF
 
 SCHEMA = """
@@ -127,7 +128,7 @@ def test_an_initial_snapshot_and_the_changes_after_it_load_without_starting_spar
 
 def test_keys_changed_twice_a_key_change_and_unchanged_toast_are_netted_without_spark(pipeline):
     spec = spec_file(pipeline, "kernels.yaml")
-    run(spec, pipeline["tmp"], java=False)  # creates publication and slot
+    create_replication(spec)  # what a first run would create, before the source changes
     execute(pipeline["source"], """BEGIN;
         INSERT INTO items SELECT g, g, md5(g::text), g * 0.01, now() FROM generate_series(1, 40) g;
         INSERT INTO docs SELECT d, 'doc', string_agg(md5((g * d)::text), '') FROM generate_series(1, 4000) g,
@@ -169,7 +170,7 @@ NEEDS_SPARK = {
 def test_a_batch_that_needs_spark_starts_it_and_ends_equal(pipeline, case):
     row_filter, changes, started, env = NEEDS_SPARK[case]
     spec = spec_file(pipeline, "spark.yaml", row_filter)
-    run(spec, pipeline["tmp"], java=False)  # creates publication and slot
+    create_replication(spec)  # what a first run would create, before the source changes
     execute(pipeline["source"], """BEGIN;
         INSERT INTO items SELECT g, g, md5(g::text), g * 0.01, now() FROM generate_series(1, 40) g;
         INSERT INTO docs SELECT 1, 'one', string_agg(md5(g::text), '') FROM generate_series(1, 4000) g;
