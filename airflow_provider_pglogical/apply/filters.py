@@ -10,8 +10,8 @@ from pglast import ast
 from pglast.enums import A_Expr_Kind
 from pyspark.sql import functions as F
 
-from airflow_provider_pglogical.apply.batches import META
 from airflow_provider_pglogical.apply.filter_eval import covers
+from airflow_provider_pglogical.apply.meta import META
 from airflow_provider_pglogical.exceptions import ApplyError, RowFilterError
 from airflow_provider_pglogical.row_filter import fold_hint, parse_expression, spark_sql
 

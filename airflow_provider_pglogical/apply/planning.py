@@ -7,8 +7,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from airflow_provider_pglogical.apply import schema_changes
-from airflow_provider_pglogical.apply.batches import META
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
+from airflow_provider_pglogical.apply.meta import META
 from airflow_provider_pglogical.apply.targets.base import (
     PlannedBatch,
     PlannedLeafTruncate,
