@@ -102,6 +102,14 @@ def parse_row_filter(text: str) -> RowFilter:
     return RowFilter(sql=_deparse(tree), columns=frozenset(columns))
 
 
+def referenced_names(text: str) -> frozenset[str]:
+    """The column names an expression references, as PostgreSQL's parser reads them, with no rule checked: the names
+    the apply evaluates it over (``filters.apply_row_filter``) and keeps clear of its own (``planning``)."""
+    return frozenset(str(node.fields[0].sval) for node in _walk(parse_expression(text))
+                     if isinstance(node, ast.ColumnRef) and len(node.fields or ()) == 1
+                     and isinstance(node.fields[0], ast.String))
+
+
 def canonical(text: str) -> str:
     """One expression PostgreSQL wrote (a publication's ``pg_get_expr``) deparsed from its parse tree,
     without the spec rules: the server already enforced its own when the publication was created."""
