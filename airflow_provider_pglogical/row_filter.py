@@ -105,9 +105,12 @@ def parse_row_filter(text: str) -> RowFilter:
 def referenced_names(text: str) -> frozenset[str]:
     """The column names an expression references, as PostgreSQL's parser reads them, with no rule checked: the names
     the apply evaluates it over (``filters.apply_row_filter``) and keeps clear of its own (``planning``)."""
-    return frozenset(str(node.fields[0].sval) for node in _walk(parse_expression(text))
-                     if isinstance(node, ast.ColumnRef) and len(node.fields or ()) == 1
-                     and isinstance(node.fields[0], ast.String))
+    found: set[str] = set()
+    for node in _walk(parse_expression(text)):
+        fields = node.fields or () if isinstance(node, ast.ColumnRef) else ()
+        if len(fields) == 1 and isinstance(fields[0], ast.String):
+            found.add(str(fields[0].sval))
+    return frozenset(found)
 
 
 def canonical(text: str) -> str:

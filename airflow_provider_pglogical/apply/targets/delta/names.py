@@ -46,8 +46,8 @@ def nested_clashes(types: Mapping[str, pa.DataType],
                 for path, names in _nested_names(column, dtype):
                     fields.setdefault(path, {}).update(dict.fromkeys(names))
     out: list[tuple[str, ...]] = []
-    for path, names in fields.items():
-        out.extend(tuple(f"{path}.{name}" for name in group) for group in case_clashes(list(names)))
+    for path, held in fields.items():
+        out.extend(tuple(f"{path}.{name}" for name in group) for group in case_clashes(list(held)))
     return out
 
 
