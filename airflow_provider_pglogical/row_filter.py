@@ -102,6 +102,17 @@ def parse_row_filter(text: str) -> RowFilter:
     return RowFilter(sql=_deparse(tree), columns=frozenset(columns))
 
 
+def referenced_names(text: str) -> frozenset[str]:
+    """The column names an expression references, as PostgreSQL's parser reads them, with no rule checked: the names
+    the apply evaluates it over (``filters.apply_row_filter``) and keeps clear of its own (``planning``)."""
+    found: set[str] = set()
+    for node in _walk(parse_expression(text)):
+        fields = node.fields or () if isinstance(node, ast.ColumnRef) else ()
+        if len(fields) == 1 and isinstance(fields[0], ast.String):
+            found.add(str(fields[0].sval))
+    return frozenset(found)
+
+
 def canonical(text: str) -> str:
     """One expression PostgreSQL wrote (a publication's ``pg_get_expr``) deparsed from its parse tree,
     without the spec rules: the server already enforced its own when the publication was created."""

@@ -12,6 +12,7 @@ from functools import reduce
 from typing import TYPE_CHECKING
 
 from airflow_provider_pglogical.apply import executor_reads
+from airflow_provider_pglogical.apply.meta import META
 from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand, session_of
 from airflow_provider_pglogical.apply.sparkenv import quoted
 from airflow_provider_pglogical.apply.staged_arrow import castable_from_text, spark_readable, to_spark_arrow
@@ -31,9 +32,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
-# Every staged metadata column gets this prefix in the working frame so a source column named
-# e.g. "op" can never collide with it.
-META = "_pgl_"
 CHANGE_META_COLUMNS = ("commit_lsn", "end_lsn", "lsn", "tx_order", "xid", "commit_time", "op",
                        "schema_version", "old", "old_key_only", "new", "new_unchanged_toast")
 # Working-frame column (array<string>): columns of the batch the change's own schema version lacks (dropped
@@ -242,18 +240,17 @@ def staged_image_types(spark: SparkOnDemand, batch: Batch, sources: Sequence[str
     out: dict[str, pa.DataType] = {}
     for source in sources:
         for relative in batch.table_files.get(source, ()):
-            schema = (_footer(spark.session(), batch, relative)[0] if read_by_executors(batch)
-                      else batch.reader.read_schema(batch.ref, relative))
+            schema = _footer(spark, batch, relative)[0]
             for image_field in schema.field("new").type:
                 out.setdefault(image_field.name, image_field.type)
     return out
 
 
-def _footer(spark: SparkSession, batch: Batch, relative: str) -> tuple[pa.Schema, int]:
+def _footer(spark: SparkSession | SparkOnDemand, batch: Batch, relative: str) -> tuple[pa.Schema, int]:
     """A staged file's Arrow schema and row-group count: from the executors' survey when the driver reads no
-    row-change file (``read_by_executors``), else from its footer read here."""
+    row-change file (``read_by_executors``; a session on demand starts then), else from its footer read here."""
     if read_by_executors(batch):
-        (found,) = _surveyed(spark, batch, [relative])
+        (found,) = _surveyed(session_of(spark), batch, [relative])
         if found.schema is None:  # verified above: an unreadable file never gets here
             raise StagingError(f"{batch.ref.label}: {relative} has no schema")
         return found.schema, found.row_groups

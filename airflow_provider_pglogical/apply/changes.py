@@ -262,6 +262,14 @@ class SnapshotFiles:
     filesystem: pafs.FileSystem | None = dataclasses.field(default=None, compare=False, repr=False)
     path: str | None = None
 
+    def staged_in(self) -> tuple[pafs.FileSystem, str] | None:
+        """The staging area's filesystem and the directory's path in it; None when not given."""
+        return (self.filesystem, self.path) if self.filesystem and self.path else None
+
+    def located(self) -> tuple[pafs.FileSystem, str]:
+        """The filesystem and path this process reads the files through: the staging area's, else the URI's."""
+        return self.staged_in() or resolve_filesystem(self.uri)
+
 
 class SnapshotChanges:
     """``BatchChanges`` of a snapshot group: the shared pure transforms over INSERT-only frames, and
@@ -305,7 +313,7 @@ class SnapshotChanges:
             snap = self.uris[source]
             if not snap.files:
                 continue
-            fs, root = (snap.filesystem, snap.path) if snap.filesystem and snap.path else resolve_filesystem(snap.uri)
+            fs, root = snap.located()
             for field in pq.read_schema(f"{root}/{snap.files[0]}", filesystem=fs).field("new").type:
                 out.setdefault(field.name, field.type)
         return out
@@ -323,7 +331,7 @@ class SnapshotChanges:
         snap = self.uris[table.source]
         return direct.snapshot_files(table, snap.uri, snap.files, has_notes=snap.has_notes, row_filter=snap.row_filter,
                                      local_master=self.on_demand.local_master,
-                                     staged_in=(snap.filesystem, snap.path) if snap.filesystem and snap.path else None)
+                                     staged_in=snap.staged_in())
 
     def net(self, table: PlannedTable) -> DataFrame:
         uri, files = self.uris[table.source].uri, self.uris[table.source].files

@@ -10,10 +10,10 @@ from pglast import ast
 from pglast.enums import A_Expr_Kind
 from pyspark.sql import functions as F
 
-from airflow_provider_pglogical.apply.batches import META
 from airflow_provider_pglogical.apply.filter_eval import covers
+from airflow_provider_pglogical.apply.meta import META
 from airflow_provider_pglogical.exceptions import ApplyError, RowFilterError
-from airflow_provider_pglogical.row_filter import fold_hint, parse_expression, spark_sql
+from airflow_provider_pglogical.row_filter import fold_hint, parse_expression, referenced_names, spark_sql
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -139,7 +139,9 @@ def validate_row_filter(spark: SparkSession | None, expression: str, *, table: s
 
 
 def _match(df: DataFrame, image: str, expression: str, columns: Sequence[str], out: str) -> DataFrame:
-    """Add boolean column ``out``: the filter over ``image``'s fields, NULL counted as false."""
+    """Add boolean column ``out``: the filter over ``image``'s fields ``columns`` (those it references), NULL counted
+    as false. Only those sit beside the working columns while it is evaluated: a staged column the table's column
+    list leaves out may be named like one of them (``_pgl_op``), and dropping it by name would drop both."""
     img = df[META + image]
     temp = df.select("*", *[img.getField(c).alias(c) for c in columns])
     temp = temp.withColumn(out, F.coalesce(F.expr(expression), F.lit(False)))
@@ -158,11 +160,13 @@ def apply_row_filter(expression: str | None, columns: Sequence[str]) -> Callable
     # Deparsed for Spark: every name backtick-quoted as PostgreSQL's parser read it (``Val > 1`` reads column val,
     # ``"Val" > 1`` column Val), which the session's case-sensitive resolution then finds exactly.
     text = spark_sql(expression) if expression else None
+    referenced = referenced_names(expression) if expression else frozenset()
+    named = [c for c in columns if c in referenced]
 
     def step(df: DataFrame) -> DataFrame:
         if not text:
             return df
-        m = _match(_match(df, "old", text, columns, META + "old_match"), "new", text, columns, META + "new_match")
+        m = _match(_match(df, "old", text, named, META + "old_match"), "new", text, named, META + "new_match")
         op, om, nm, has_old = F.col(META + "op"), F.col(META + "old_match"), F.col(META + "new_match"), \
             F.col(META + "old").isNotNull()
         new_op = (F.when(op == "I", F.when(nm, F.lit("I")))

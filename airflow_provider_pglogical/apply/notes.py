@@ -24,7 +24,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, DecimalType, StructType
 
-from airflow_provider_pglogical.apply.batches import META, image_type
+from airflow_provider_pglogical.apply.batches import image_type
+from airflow_provider_pglogical.apply.meta import META
 
 VALUE, NOTE, ELEMENT_NOTES = "_pgl_value", "_pgl_note", "_pgl_element_notes"
 NOTES_TYPE = "map<string,string>"

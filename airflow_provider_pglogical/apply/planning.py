@@ -7,8 +7,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from airflow_provider_pglogical.apply import schema_changes
-from airflow_provider_pglogical.apply.batches import META
 from airflow_provider_pglogical.apply.config import ApplyConfig, TableApplyConfig
+from airflow_provider_pglogical.apply.meta import META
 from airflow_provider_pglogical.apply.targets.base import (
     PlannedBatch,
     PlannedLeafTruncate,
@@ -23,6 +23,7 @@ from airflow_provider_pglogical.exceptions import (
     RowFilterError,
     format_lsn,
 )
+from airflow_provider_pglogical.row_filter import referenced_names
 from airflow_provider_pglogical.staging.reader import RelationColumn, RelationInfo, TruncateEvent
 
 
@@ -42,25 +43,27 @@ def target_name(source: str, cfg: TableApplyConfig) -> str:
     return name if "." in name else f"public.{name}"
 
 
-def check_internal_names(table: str, columns: Iterable[str]) -> None:
+def check_internal_names(table: str, columns: Iterable[str], row_filter: str | None = None) -> None:
     """``InternalColumnNameError`` when a replicated column's name starts with ``META`` (``_pgl_``, in any case): the
     apply's transforms (Spark's and this process's) and the targets' merges put their own working columns
     (``_pgl_kind``, ``_pgl_keep``, ``_pgl_from_0``, ``_pgl_k_<column>``…) beside the table's columns in one flat
-    frame, where such a column would be taken for one of them (Delta matches names regardless of case)."""
-    clashing = tuple(c for c in columns if c.lower().startswith(META))
+    frame, where such a column would be taken for one of them (Delta matches names regardless of case). The columns
+    ``row_filter`` references count too, listed or not: its evaluation puts them beside the working columns."""
+    named = dict.fromkeys([*columns, *sorted(referenced_names(row_filter) if row_filter else ())])
+    clashing = tuple(c for c in named if c.lower().startswith(META))
     if clashing:
         names = ", ".join(f'"{c}"' for c in clashing)
         raise InternalColumnNameError(
             f"{table}: column(s) {names} start with {META}, the prefix of the apply's own working columns; leave them "
-            "out with the table's `columns:` (the publication's column list), or rename them on the source",
-            table=table, columns=clashing)
+            "out with the table's `columns:` (the publication's column list) and out of its `row_filter`, or rename "
+            "them on the source", table=table, columns=clashing)
 
 
 def written_columns(rel: RelationInfo, cfg: TableApplyConfig) -> tuple[str, ...]:
     """The column list (validated), in relation order; all columns without one. A column named like the apply's
     own is refused (``check_internal_names``)."""
     if cfg.columns is None:
-        check_internal_names(rel.qualified_name, rel.column_names)
+        check_internal_names(rel.qualified_name, rel.column_names, cfg.row_filter)
         return rel.column_names
     unknown = sorted(set(cfg.columns) - set(rel.column_names))
     if unknown:
@@ -72,7 +75,7 @@ def written_columns(rel: RelationInfo, cfg: TableApplyConfig) -> tuple[str, ...]
             raise ApplyError(f"column list of {rel.qualified_name} does not cover replica identity column(s) "
                              f"{', '.join(missing)} while UPDATE/DELETE are applied")
     written = tuple(c for c in rel.column_names if c in cfg.columns)
-    check_internal_names(rel.qualified_name, written)
+    check_internal_names(rel.qualified_name, written, cfg.row_filter)
     return written
 
 
@@ -84,7 +87,7 @@ def batch_columns(versions: Sequence[RelationInfo], cfg: TableApplyConfig) -> tu
     names = (c for rel in versions for c in rel.column_names)
     written = tuple(dict.fromkeys(c for c in names if listed is None or c in listed))
     if versions:
-        check_internal_names(versions[-1].qualified_name, written)
+        check_internal_names(versions[-1].qualified_name, written, cfg.row_filter)
     return written
 
 

@@ -7,7 +7,8 @@ from collections.abc import Callable, Sequence
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from airflow_provider_pglogical.apply.batches import ABSENT, META
+from airflow_provider_pglogical.apply.batches import ABSENT
+from airflow_provider_pglogical.apply.meta import META
 from airflow_provider_pglogical.apply.sparkenv import quoted, quoted_all
 
 Step = Callable[[DataFrame], DataFrame]

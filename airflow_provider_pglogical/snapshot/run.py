@@ -334,7 +334,7 @@ def _copy_tables(job: SnapshotJob, layout: SnapshotLayout, reads: dict[str, Tabl
     for table, read in reads.items():
         for leftover in layout.leftovers(table):
             logger.info("removing unpublished snapshot leftover %s", leftover)
-            layout.fs.delete_dir(leftover)
+            layout.staging.delete_dir(leftover)
         partial = layout.partial_dir(table, exported.lsn)
         make_dirs(layout.fs, f"{partial}/chunks")
         tasks[table] = []
@@ -425,7 +425,7 @@ def _publish(job: SnapshotJob, layout: SnapshotLayout, read: TableRead, exported
                       "rows": sum(r.rows for r in mine), "bytes": sum(r.bytes for r in mine),
                       "files": [f"chunks/{files[r.index]}" for r in mine]})
     if layout.staging.exists(final):
-        layout.fs.delete_dir(final)
+        layout.staging.delete_dir(final)
     chunk_files = [f"chunks/{files[r.index]}" for r in results]
     layout.staging.move_tree(partial, final, chunk_files)
     checkpoint("files_moved")

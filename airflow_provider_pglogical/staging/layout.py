@@ -144,11 +144,13 @@ class StagingLayout:
 
         pyarrow's GCS filesystem lists only the objects under a prefix when not recursing, so a directory there is
         one only if it has a marker object (``create_dir``), which files written by path never get: on GCS the
-        children are taken from the recursive listing, each deeper object standing for its first directory."""
+        children are taken from the recursive listing, each deeper object standing for its first directory. A path
+        that does not exist (any more) has none."""
         if not isinstance(self.fs, pafs.GcsFileSystem):
-            return list(self.fs.get_file_info(pafs.FileSelector(path)))
+            return list(self.fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)))
         out: dict[str, pafs.FileInfo] = {}
-        for info in self.fs.get_file_info(pafs.FileSelector(path, recursive=True)):
+        # A directory there is gone with its last object: one a caller just saw may be gone by this listing.
+        for info in self.fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True)):
             name = info.path[len(path) + 1:]
             if "/" in name:
                 child = f"{path}/{name.split('/', 1)[0]}"
@@ -177,7 +179,17 @@ class StagingLayout:
         return paths
 
     def delete_dir(self, path: str) -> None:
-        self.fs.delete_dir(path)
+        """Delete the directory ``path`` and everything under it; a path already gone is deleted.
+
+        pyarrow's GCS ``delete_dir`` deletes the objects under ``path``, then the marker object of ``path`` itself,
+        which staging never writes (``make_dirs``): that last step raises ``FileNotFoundError`` after the work is
+        done, and a path with no object left raises a plain ``OSError``. Either is success when nothing is left at
+        ``path``; anything still there (a store refusing a delete) is the error it was."""
+        try:
+            self.fs.delete_dir(path)
+        except OSError:
+            if self.exists(path):
+                raise
 
     def file_size(self, path: str) -> int:
         return self.fs.get_file_info(path).size or 0
@@ -214,9 +226,6 @@ class StagingLayout:
                 made.add(parent)
             move_file(self.fs, info.path, target)
         # A store holds ``src`` after its last file moved only if a marker was left there (pyarrow's Azure leaves
-        # one when it deletes a file); without one GCS's ``delete_dir`` fails with a plain OSError.
-        try:
-            if self.exists(src):
-                self.fs.delete_dir(src)
-        except FileNotFoundError:  # gone since it was looked at
-            pass
+        # one when it deletes a file); GCS holds nothing there, and ``delete_dir`` copes with a path gone meanwhile.
+        if self.exists(src):
+            self.delete_dir(src)

@@ -499,5 +499,8 @@ class BatchWriter:
             except Exception:  # noqa: BLE001 - cleanup must not mask the original error
                 pass
         for path in (self.dir, self.final_dir):
-            if path and self.layout.exists(path):
-                self.layout.delete_dir(path)
+            try:
+                if path and self.layout.exists(path):
+                    self.layout.delete_dir(path)
+            except Exception:  # noqa: BLE001 - cleanup must not mask the original error; the next attempt retries it
+                pass

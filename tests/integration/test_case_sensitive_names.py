@@ -197,34 +197,41 @@ def test_a_delta_table_needing_columns_differing_by_case_is_refused_until_column
 def test_a_column_named_like_the_applys_own_is_refused_until_columns_leave_it_out(pg_server, tmp_path):
     """A source column ``_pgl_after`` shared Spark's net-changes frame with the apply's own column of that name, which
     overwrote its value (7 arrived as true). Refused before anything commits, naming ``columns:``; with the column
-    left out the table ends equal to a native subscriber of a publication listing the same columns."""
+    left out the table ends equal to a native subscriber of a publication listing the same columns, with a row filter
+    too, through this process and through Spark's transforms (whose filter evaluation dropped a staged ``_pgl_op``
+    along with the change's own ``_pgl_op`` when it sat beside it)."""
     source, native, target = (make_database(pg_server) for _ in range(3))
     source_dsn, native_dsn = pg_server.dsn(source), pg_server.dsn(native)
-    execute(source_dsn, 'CREATE TABLE odd (id int PRIMARY KEY, "_pgl_after" int, v text);'
-                        'CREATE PUBLICATION pub_internal FOR TABLE odd (id, v);')
+    execute(source_dsn, 'CREATE TABLE odd (id int PRIMARY KEY, "_pgl_after" int, "_pgl_op" text, v text);'
+                        "CREATE PUBLICATION pub_internal FOR TABLE odd (id, v) WHERE (id <> 3);")
     execute(native_dsn, "CREATE TABLE odd (id int PRIMARY KEY, v text)")
     subscribe(source_dsn, native_dsn, "pub_internal", "sub_internal")
     spec = _write_spec(tmp_path, "internal", pg_server.uri(source), {"kind": "postgres", "dsn": pg_server.uri(target)},
                        {"public.odd": {}})
     try:
         assert run(spec, tmp_path, java=False)[0]["apply"]["batches_seen"] == 0
-        execute(source_dsn, "INSERT INTO odd VALUES (1, 7, 'a'), (2, 8, 'b'); UPDATE odd SET v = 'c' WHERE id = 2;")
-        wait_for_subscriber(source_dsn, native_dsn, "sub_internal")
+        execute(source_dsn, "INSERT INTO odd VALUES (1, 7, 'x', 'a'), (2, 8, 'y', 'b'), (3, 9, 'z', 'filtered');"
+                            "UPDATE odd SET v = 'c' WHERE id = 2;")
         # Refused when planned, before a session starts for the Spark path (the one that overwrote it; this process's
         # own path kept it, but a batch it does not cover falls back to Spark's).
         refused = pglogical("run", "--spec", spec, extra={"JAVA_HOME": str(tmp_path / "no-java-here"),
                                                           "PGLOGICAL_APPLY_DIRECT": "0"})
         assert refused.returncode == 1
         (line,) = refused.stderr.strip().splitlines()[-1:]
-        assert line.startswith("pglogical run: error: ") and '"_pgl_after"' in line and "columns:" in line, line
+        assert line.startswith("pglogical run: error: ") and '"_pgl_after", "_pgl_op"' in line and "columns:" in line, line
         assert not json.loads(pglogical("status", "--spec", spec).stdout)["target"]["watermarks"]
-        # The way out the error names: the table's columns leaving it out.
+        # The way out the error names: the table's columns leaving them out (here with the publication's filter).
         doc = yaml.safe_load(Path(spec).read_text())
-        doc["tables"]["public.odd"] = {"columns": ["id", "v"]}
+        doc["tables"]["public.odd"] = {"columns": ["id", "v"], "row_filter": "id <> 3"}
         Path(spec).write_text(yaml.safe_dump(doc))
         assert run(spec, tmp_path, java=False)[0]["apply"]["batches_applied"] == 1
+        execute(source_dsn, "INSERT INTO odd VALUES (4, 10, 'w', 'd'); UPDATE odd SET v = 'e' WHERE id = 1;"
+                            "UPDATE odd SET v = 'still filtered' WHERE id = 3; DELETE FROM odd WHERE id = 2;")
+        through_spark = run(spec, tmp_path, java=True, env={"PGLOGICAL_APPLY_DIRECT": "0"})[0]["apply"]
+        assert through_spark["batches_applied"] == 1 and through_spark["spark_started"] is True
+        wait_for_subscriber(source_dsn, native_dsn, "sub_internal")
         expected = query(native_dsn, "SELECT id, v FROM odd ORDER BY id")
-        assert expected == [(1, "a"), (2, "c")]
+        assert expected == [(1, "e"), (4, "d")]
         assert query(pg_server.dsn(target), "SELECT id, v FROM odd ORDER BY id") == expected
     finally:
         unsubscribe(native_dsn, "sub_internal")

@@ -25,11 +25,14 @@ import pytest
 import yaml
 
 from airflow_provider_pglogical.apply.targets.postgres.snapshot import RESYNC, read_failure
+from airflow_provider_pglogical.lsn import parse_lsn
+from airflow_provider_pglogical.pipeline.runs import decode_pending
+from airflow_provider_pglogical.pipeline.spec import load_spec
 from airflow_provider_pglogical.staging.layout import StagingLayout, make_dirs, move_file
 from scripts.harness.pgserver import drop_database, execute, make_database, query
 from scripts.harness.userenv import default_home, user_env
 from tests.integration.test_cli import pglogical
-from tests.support.cli import create_replication
+from tests.support.cli import create_replication, run_ok
 from tests.support.objstores import (
     AZURITE_ACCOUNT,
     STORAGE_VARIABLES,
@@ -85,8 +88,8 @@ def databases(pg_server, pg_dsn) -> Iterator[str]:
 
 
 def write_spec(path: Path, pg_server, pg_dbname: str, target: str, root: str, conn_id: str | None,
-               slot: str) -> str:
-    staging: dict[str, Any] = {"uri": root}
+               slot: str, retention: dict[str, int] | None = None) -> str:
+    staging: dict[str, Any] = {"uri": root, **({"retention": retention} if retention else {})}
     if conn_id:
         staging["conn_id"] = conn_id
     path.write_text(yaml.safe_dump({
@@ -200,3 +203,28 @@ def test_a_batch_moves_to_its_final_name_on_a_store_without_directory_markers(st
     assert sorted(k.removeprefix(prefix) for k in server.keys(prefix)) == [
         f"{dst.rsplit('/', 1)[1]}/{name}" for name in ("tables/x.parquet", "tables/y.parquet", "transactions.parquet")]
     assert not layout.exists(src) and [d for _s, _e, d in layout.list_batch_dirs()] == [dst]
+
+
+def test_directories_without_markers_are_deleted_on_gcs(gcs, pg_server, pg_dsn, pg_dbname, databases, tmp_path,
+                                                       monkeypatch):
+    """Every directory staging deletes on GCS holds objects and no marker, which pyarrow's ``delete_dir`` raises on
+    after deleting the objects: a drain's crashed partial batch, a batch retention prunes, and the whole staging area
+    ``pglogical drop --staging`` removes each go without an error."""
+    for name, value in gcs.env().items():
+        monkeypatch.setenv(name, value)
+    slot = "unmarked_gcs"
+    spec = write_spec(tmp_path / "spec.yaml", pg_server, pg_dbname, databases, gcs_root(gcs), None, slot,
+                      {"keep_batches": 1})
+    create_replication(spec)
+    (start,) = query(pg_dsn, f"SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = '{slot}'")[0]
+    layout = StagingLayout.from_uri(gcs_root(gcs), slot)
+    leftover = f"{layout.partial_dir(parse_lsn(str(start)))}/tables/x.parquet"  # a drain that died mid-batch
+    pq.write_table(pa.table({"a": [1]}), leftover, filesystem=layout.fs)
+    for i in (1, 2):  # two batches (drained in this process): retention keeps the newest one
+        execute(pg_dsn, f"INSERT INTO items VALUES ({i}, 'n{i}', {i})")
+        assert decode_pending(load_spec(spec))["changes"] == 1
+    assert not any("/_partial" in k for k in gcs.keys(f"staging/{slot}/")), gcs.keys(f"staging/{slot}/")
+    applied = run_ok("apply", "--spec", spec, extra=gcs.env())
+    assert applied["retention"]["pruned_batches"] == 1 and len(layout.list_batch_dirs()) == 1, applied
+    run_ok("drop", "--spec", spec, "--yes", "--staging", extra=gcs.env())
+    assert gcs.keys(f"staging/{slot}/") == []

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
 
-from airflow_provider_pglogical.apply.batches import META
+from airflow_provider_pglogical.apply.meta import META
 from airflow_provider_pglogical.apply.notes import fold_notes, inherit_toast_notes
 from airflow_provider_pglogical.apply.targets.postgres.copytext import SESSION_CONF, copy_lines
 from airflow_provider_pglogical.decoding.values.interval import ARROW_TYPE as INTERVAL

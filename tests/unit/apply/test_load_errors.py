@@ -98,6 +98,9 @@ CASES = [
     (OSError("Parquet magic bytes not found in footer. Either the file is corrupted or this is not a parquet file."),
      None, RESYNC),
     (OSError("Unexpected end of stream: Page was smaller than expected"), None, UNKNOWN),
+    # pyarrow's Parquet reader's texts of a damaged column chunk or page
+    (OSError("Invalid column metadata (corrupt file?)"), None, RESYNC),
+    (OSError("Corrupt snappy compressed data."), None, RESYNC),
     # Azure and GCS as pyarrow raises them (the Azure text as Azurite answers a read of a blob deleted after it was
     # opened; GCS's NOT_FOUND and PERMISSION_DENIED come as FileNotFoundError / PermissionError by their errno)
     (OSError("DownloadTo from 'http://127.0.0.1:1/devstoreaccount1/stage/f.parquet' at position 172973 for 57658 "
@@ -116,6 +119,11 @@ CASES = [
      None, RESYNC),
     (_worker("OSError: When reading information for key 'k' in bucket 'b': AWS Error NO_SUCH_KEY during GetObject"),
      None, RESYNC),
+    # a FileNotFoundError of the worker's own code, not pyarrow's read of a staged file: no resync
+    (PythonException("\n  An exception was thrown from the Python worker.\nTraceback (most recent call last):\n  File "
+                     "\"/usr/lib/python3/site-packages/pyspark/worker.py\", line 1247, in main\n    "
+                     "func, profiler = read_udfs()\nFileNotFoundError: [Errno 2] No such file or directory: "
+                     "'/tmp/spark-1/udf.py'\n"), None, RERUN),
     (_worker("pyarrow.lib.ArrowInvalid: Could not open Parquet input source 'stage/f.parquet': Parquet magic bytes "
              "not found in footer."), None, RESYNC),
     (_worker("OSError: DownloadTo from 'x' failed. Azure Error: [AuthorizationFailure] 403 This request is not "

@@ -91,6 +91,12 @@ def test_a_column_named_like_the_applys_own_is_refused_unless_the_column_list_le
         assert info.value.columns == ("_pgl_after", "_PGL_Kind") and "columns:" in str(info.value)
     assert written_columns(odd, TableApplyConfig(columns=("id", "v"))) == ("id", "v")
     assert batch_columns([odd, REL], TableApplyConfig(columns=("id", "v"))) == ("id", "v")
+    # a row filter's columns sit beside the working columns while it is evaluated, listed or not
+    filtered = TableApplyConfig(columns=("id", "v"), row_filter='v > 1 AND "_PGL_Kind" IS NOT NULL')
+    for written in (lambda: written_columns(odd, filtered), lambda: batch_columns([odd], filtered)):
+        with pytest.raises(InternalColumnNameError, match='"_PGL_Kind" start with') as info:
+            written()
+        assert info.value.columns == ("_PGL_Kind",) and "row_filter" in str(info.value)
 
 
 def test_cascade_follows_fks_transitively_unless_the_policy_is_never():

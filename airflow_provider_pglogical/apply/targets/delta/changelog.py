@@ -23,7 +23,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from airflow_provider_pglogical.apply.batches import META
+from airflow_provider_pglogical.apply.meta import META
 from airflow_provider_pglogical.apply.targets.base import PlannedTruncate
 from airflow_provider_pglogical.exceptions import ApplyError
 

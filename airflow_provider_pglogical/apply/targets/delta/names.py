@@ -20,10 +20,10 @@ def case_clashes(columns: Sequence[str]) -> list[tuple[str, ...]]:
     return [tuple(group) for group in groups.values() if len(group) > 1]
 
 
-def _nested_names(path: str, dtype: pa.DataType) -> Iterator[list[str]]:
-    """The field names of every struct inside ``dtype`` (through lists and maps), each prefixed with its path."""
+def _nested_names(path: str, dtype: pa.DataType) -> Iterator[tuple[str, list[str]]]:
+    """The path of every struct inside ``dtype`` (through lists and maps) with its field names."""
     if pa.types.is_struct(dtype):
-        yield [f"{path}.{f.name}" for f in dtype]
+        yield path, [f.name for f in dtype]
         for f in dtype:
             yield from _nested_names(f"{path}.{f.name}", f.type)
     elif pa.types.is_list(dtype) or pa.types.is_large_list(dtype) or pa.types.is_fixed_size_list(dtype):
@@ -33,25 +33,33 @@ def _nested_names(path: str, dtype: pa.DataType) -> Iterator[list[str]]:
         yield from _nested_names(f"{path}.value", dtype.item_type)
 
 
-def nested_clashes(types: Mapping[str, pa.DataType]) -> list[tuple[str, ...]]:
+def nested_clashes(types: Mapping[str, pa.DataType],
+                   existing: Mapping[str, pa.DataType] | None = None) -> list[tuple[str, ...]]:
     """The groups of struct field names (as ``column.field`` paths) equal up to case within one struct of a column's
-    staged type: a composite type's attributes ``"A"`` and ``a``."""
+    staged type: a composite type's attributes ``"A"`` and ``a``. ``existing``: the Delta table's own types, whose
+    struct fields stay beside those written into the same struct (an attribute the source renamed only by case,
+    ``val`` to ``"Val"``, would need both); only the columns of ``types`` are checked."""
+    fields: dict[str, dict[str, None]] = {}  # struct path → its field names, the table's first
+    for source in (existing or {}, types):
+        for column, dtype in source.items():
+            if column in types:
+                for path, names in _nested_names(column, dtype):
+                    fields.setdefault(path, {}).update(dict.fromkeys(names))
     out: list[tuple[str, ...]] = []
-    for column, dtype in types.items():
-        for names in _nested_names(column, dtype):
-            groups: dict[str, list[str]] = {}
-            for name in names:
-                groups.setdefault(name.rsplit(".", 1)[1].lower(), []).append(name)
-            out.extend(tuple(group) for group in groups.values() if len(group) > 1)
+    for path, held in fields.items():
+        out.extend(tuple(f"{path}.{name}" for name in group) for group in case_clashes(list(held)))
     return out
 
 
 def check_case_distinct(where: str, target: str, columns: Sequence[str],
-                        types: Mapping[str, pa.DataType] | None = None) -> None:
+                        types: Mapping[str, pa.DataType] | None = None,
+                        existing: Mapping[str, pa.DataType] | None = None) -> None:
     """``CaseInsensitiveNamesError`` when two of ``columns`` (a Delta table's, its own columns included) differ only by
-    case, or two fields of one struct in the staged ``types`` of the written columns do; the way out (``columns:``
-    leaving the column out, or a target keeping both) is named."""
-    clashes = case_clashes(columns) + nested_clashes({c: t for c, t in (types or {}).items() if c in columns})
+    case, or two fields of one struct in the staged ``types`` of the written columns do (with the fields the table's
+    ``existing`` types hold there); the way out (``columns:`` leaving the column out, or a target keeping both) is
+    named."""
+    written = {c: t for c, t in (types or {}).items() if c in columns}
+    clashes = case_clashes(columns) + nested_clashes(written, existing)
     if clashes:
         names = "; ".join(" and ".join(f'"{c}"' for c in group) for group in clashes)
         raise CaseInsensitiveNamesError(

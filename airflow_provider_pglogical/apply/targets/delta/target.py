@@ -376,14 +376,16 @@ class DeltaTarget:
         return None if table is None else table.transaction_version(app_id(slot or self.slot, target))
 
     def _check_case_distinct(self, where: str, target: str, columns: Sequence[str], table: PlannedTable,
-                             changes: object) -> None:
+                             changes: BatchChanges | None) -> None:
         """``check_case_distinct`` of the columns written together with those the Delta table has already: a column
         the source dropped stays in the table, and a later one differing from it only by case would clash there;
-        and of the struct fields of the written columns' staged types (composites), from the staged files' footers."""
+        and of the struct fields of the written columns' staged types (composites), from the staged files' footers,
+        joined with the fields the table's own structs hold (a composite's attribute renamed only by case)."""
         dt = self.location.open(target)
-        existing = [f.name for f in dt.schema().fields] if dt is not None else []
+        existing = pa.schema(dt.schema().to_arrow()) if dt is not None else pa.schema([])
         types = changes.staged_types(table) if isinstance(changes, StagedTypesSource) else None
-        check_case_distinct(where, target, list(dict.fromkeys([*columns, *existing])), types)
+        check_case_distinct(where, target, list(dict.fromkeys([*columns, *existing.names])), types,
+                            {f.name: f.type for f in existing})
 
     def _table(self, target: str, schema: pa.Schema, where: str,
                type_names: Mapping[str, str | None] | None = None) -> DeltaTable:

@@ -295,16 +295,18 @@ _STORE_MISSING = frozenset({"NO_SUCH_KEY", "NO_SUCH_BUCKET", "RESOURCE_NOT_FOUND
 _STORE_DENIED = frozenset({"ACCESS_DENIED", "AuthorizationFailure", "AuthorizationPermissionMismatch",
                            "AuthenticationFailed", "PERMISSION_DENIED", "UNAUTHENTICATED"})
 # a Spark job's error that fails the same on every rerun: a staged file gone or damaged (Spark 4's error classes
-# ``[FAILED_READ_FILE.FILE_NOT_EXIST]`` and ``[PATH_NOT_FOUND]`` too; Python's ``FileNotFoundError`` in the traceback
-# of an executor reading with pyarrow, ``executor_reads``)
-_SPARK_LOST = ("FileNotFoundException", "CANNOT_READ_FILE_FOOTER", "FILE_NOT_EXIST", "[PATH_NOT_FOUND]",
-               "FileNotFoundError")
+# ``[FAILED_READ_FILE.FILE_NOT_EXIST]`` and ``[PATH_NOT_FOUND]`` too)
+_SPARK_LOST = ("FileNotFoundException", "CANNOT_READ_FILE_FOOTER", "FILE_NOT_EXIST", "[PATH_NOT_FOUND]")
+# Python's ``FileNotFoundError`` raised by pyarrow in the traceback of an executor reading staged files
+# (``executor_reads``): the traceback's last frame is pyarrow's (a Cython frame has no source line under it). One
+# raised by other code of the worker (a missing module file, a lost temporary file) is no staged file's loss.
+_PYARROW_LOST = re.compile(r'File "[^"\n]*pyarrow[^"\n]*", line \d+, in [^\n]*\n(?: {4}[^\n]*\n)?FileNotFoundError: ')
 # a staging area's refusal of the read: Hadoop's ``AccessDeniedException``, GCS's ``PERMISSION_DENIED``, Azure's
 # ``AuthorizationFailure``, an HTTP 403 (not a Java stack's line number: ``Foo.java:403``)
 _REFUSED = re.compile(r"AccessDenied|PERMISSION_DENIED|AuthorizationFailure|(?<![\w.:])403(?![\w.])")
 # a file's own damage as pyarrow's Parquet reader reports it (``ArrowInvalid`` or ``OSError``): it fails the same on
 # every rerun. An ``ArrowInvalid`` without these words is a value's conversion or a schema's, not the file's bytes.
-_DAMAGE_WORDS = ("thrift", "magic bytes", "could not open parquet input source", "parquet file size")
+_DAMAGE_WORDS = ("thrift", "magic bytes", "could not open parquet input source", "parquet file size", "corrupt")
 RERUN, READ_ACCESS, RESYNC, UNKNOWN = "rerun", "read access", "resync", "unknown"
 
 
@@ -336,7 +338,8 @@ def read_failure(exc: BaseException) -> str:
     if spark:
         if _REFUSED.search(text):
             return READ_ACCESS
-        lost = any(word in text for word in _SPARK_LOST) or any(w in text.lower() for w in _DAMAGE_WORDS)
+        lost = (any(word in text for word in _SPARK_LOST) or _PYARROW_LOST.search(text) is not None
+                or any(w in text.lower() for w in _DAMAGE_WORDS))
         return RESYNC if lost else RERUN
     if isinstance(exc, (ConnectionError, TimeoutError)):
         return RERUN

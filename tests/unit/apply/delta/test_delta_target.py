@@ -6,12 +6,19 @@ import json
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 
-from airflow_provider_pglogical.apply.batches import RelationColumn, RelationInfo
-from airflow_provider_pglogical.apply.changes import SnapshotChanges
+from airflow_provider_pglogical.apply.batches import (
+    RelationColumn,
+    RelationInfo,
+    list_batches,
+    read_by_executors,
+    read_relations,
+)
+from airflow_provider_pglogical.apply.changes import SnapshotChanges, SparkBatchChanges
 from airflow_provider_pglogical.apply.config import TableApplyConfig
 from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
 from airflow_provider_pglogical.apply.targets.base import COMMIT, ORDER, PlannedBatch, PlannedSnapshot, PlannedTable
@@ -20,6 +27,8 @@ from airflow_provider_pglogical.apply.targets.delta.names import case_clashes, c
 from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
 from airflow_provider_pglogical.apply.transforms import FROM, KEEP, KIND, LSN, TOUCHED
 from airflow_provider_pglogical.exceptions import ApplyError, CaseInsensitiveNamesError, UnresolvableToastError
+from airflow_provider_pglogical.staging.layout import resolve_filesystem
+from tests.support.stage import BatchSpec, Chg, Col, Rel, write_batch
 
 COLUMNS = ("id", "n", "body")
 TYPES = {"id": "integer", "n": "integer", "body": "text"}
@@ -305,3 +314,64 @@ def test_a_composite_whose_attributes_differ_only_by_case_is_refused_before_any_
     assert target.location.open("public.t") is None
     assert nested_clashes({"m": pa.map_(pa.string(), pa.struct([("x", pa.int8()), ("X", pa.int8())])),
                            "ok": pair.field(0).type}) == [("m.value.x", "m.value.X")]
+
+
+def _snapshot_of(tmp_path, name: str, new: pa.Array) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """A one-chunk snapshot of ``name`` whose staged ``new`` images are ``new``."""
+    (tmp_path / name).mkdir()
+    pq.write_table(pa.table({"new": new}), tmp_path / name / "c1.parquet")
+    return {name: (str(tmp_path / name), ("c1.parquet",))}
+
+
+def test_a_composite_attribute_renamed_only_by_case_is_refused_beside_the_tables_own_field(tmp_path):
+    """The table holds ``p struct<val>``; the source renames the attribute to ``"Val"``: the struct would need both
+    fields, so the snapshot is refused before it commits (the staged struct alone has no clash)."""
+    location = DeltaLocation(str(tmp_path / "lake"))
+    write_deltalake(location.table_uri("public.c"), pa.table({"id": pa.array([1], pa.int32()),
+                                                              "p": pa.array([{"val": 1}], pa.struct([("val", pa.int32())]))}))
+    renamed = pa.struct([("id", pa.int32()), ("p", pa.struct([("Val", pa.int32())]))])
+    uris = _snapshot_of(tmp_path, "public.c", pa.array([{"id": 1, "p": {"Val": 2}}], renamed))
+    composite = RelationInfo("public", "c", "d", (RelationColumn("id", "integer", True),
+                                                   RelationColumn("p", "public.pair", False)))
+    table = PlannedTable("public.c", "public.c", ("id",), ("id", "p"), composite, TableApplyConfig())
+    target = DeltaTarget(location, "s1")
+    with pytest.raises(CaseInsensitiveNamesError, match=r'"p\.val" and "p\.Val"'):
+        target.apply_snapshot(PlannedSnapshot("s1", 20, (table,)), SnapshotChanges(SparkOnDemand(_no_spark), uris))
+    assert DeltaTable(location.table_uri("public.c")).version() == 0
+    assert nested_clashes({"p": renamed.field("p").type}) == []
+
+
+def _no_spark() -> Any:
+    raise AssertionError("a Spark session was started")
+
+
+PAIR = pa.struct([("A", pa.int32()), ("a", pa.string())])
+PAIRS_V1 = Rel("public", "c", (Col("id", pa.int32(), "integer", True), Col("p", PAIR, "public.pair")))
+# A later schema version adds a composite column: its type comes from the second file's footer.
+PAIRS_V2 = Rel("public", "c", (*PAIRS_V1.columns, Col("q", pa.struct([("x", pa.int8())]), "public.q")), version=2)
+
+
+def test_a_batchs_staged_types_come_from_its_footers_read_here_or_surveyed_by_the_executors(spark, s3, tmp_path):
+    """``SparkBatchChanges.staged_types``: staging this process reads gives its footers without a Spark session;
+    staging on an object store with a master that is not local, the executors' survey. Both give every schema
+    version's types, and either way a Delta batch with a composite's attributes differing only by case is refused."""
+    local = tmp_path / "staging"
+    write_batch(local, "slot", BatchSpec(0x1000, 0x2000, {
+        PAIRS_V1: [Chg("I", 0x1100, 0, new={"id": 1, "p": {"A": 1, "a": "x"}})],
+        PAIRS_V2: [Chg("I", 0x1200, 0, new={"id": 2, "p": None, "q": {"x": 3}})]}))
+    fs, root = resolve_filesystem(f"s3://{s3.bucket}/staging")
+    pafs.copy_files(str(local), root, destination_filesystem=fs)
+    (here,) = list_batches(str(local), "slot")
+    (there,) = list_batches(f"s3://{s3.bucket}/staging", "slot", local_master=False)
+    assert not read_by_executors(here) and read_by_executors(there) and not there.surveyed
+    table = PlannedTable("public.c", "public.c", ("id",), ("id", "p", "q"), read_relations(here)["public.c"],
+                         TableApplyConfig())
+    expected = {"id": pa.int32(), "p": PAIR, "q": pa.struct([("x", pa.int8())])}
+    assert SparkBatchChanges(SparkOnDemand(_no_spark), here).staged_types(table) == expected
+    assert SparkBatchChanges(spark, there).staged_types(table) == expected
+    assert sorted(there.surveyed) == sorted(there.table_files["public.c"])  # the executors read the footers
+    target = DeltaTarget(DeltaLocation(str(tmp_path / "lake")), "s1")
+    for batch, session in ((here, SparkOnDemand(_no_spark)), (there, spark)):
+        with pytest.raises(CaseInsensitiveNamesError, match=r'"p\.A" and "p\.a"'):
+            target.apply_batch(PlannedBatch("s1", 0x1000, 0x2000, (table,)), SparkBatchChanges(session, batch))
+    assert target.location.open("public.c") is None
