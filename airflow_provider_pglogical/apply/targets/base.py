@@ -220,7 +220,7 @@ class BatchChanges(Protocol):
     ``table.columns`` — for targets that must replay in commit order. ``published(table)``: every
     change as the publication sends it (actions, row filter with its UPDATE→INSERT/DELETE transforms,
     column list), *before* any truncate too and not netted — the staged columns prefixed with
-    ``batches.META`` (``_pgl_op`` I/U/D, ``_pgl_commit_lsn``, ``_pgl_tx_order``, ``_pgl_lsn``,
+    ``meta.META`` (``_pgl_op`` I/U/D, ``_pgl_commit_lsn``, ``_pgl_tx_order``, ``_pgl_lsn``,
     ``_pgl_xid``, ``_pgl_commit_time``, ``_pgl_old``, ``_pgl_old_key_only``, ``_pgl_new`` with only
     ``table.columns``, ``_pgl_new_unchanged_toast``) — for targets that keep every change (a change feed).
 
