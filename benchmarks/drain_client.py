@@ -61,9 +61,10 @@ def capture(changes: int, workload: str, path: str) -> int:
     return len(rows)
 
 
-def client_work(rows_path: str, repeat: int) -> list[tuple[float, float]]:
-    """CPU seconds of assembler + writer over the captured rows, ``repeat`` times: (all threads, the decoding
-    thread alone). The decoding thread's share is the client's critical path: the row-group thread runs beside it."""
+def client_work(rows_path: str, repeat: int) -> list[tuple[float, float, float]]:
+    """Seconds of assembler + writer over the captured rows, ``repeat`` times: (CPU of all threads, CPU of the
+    decoding thread alone, wall). The row-group thread runs beside the decoding thread, so the wall time on an
+    idle machine is bounded by the busier thread, and under load by the client's CPU over its cores."""
     from airflow_provider_pglogical.decoding.assembler import ChangeAssembler
     from airflow_provider_pglogical.decoding.gcpause import paused_gc
     from airflow_provider_pglogical.decoding.model import RelationSchema, Transaction
@@ -87,7 +88,7 @@ def client_work(rows_path: str, repeat: int) -> list[tuple[float, float]]:
         blocks = iter([rows[i:i + ITERSIZE] for i in range(0, len(rows), ITERSIZE)])
         root = tempfile.mkdtemp(prefix="pglogical-bench-client-")
         try:
-            c0, t0 = time.process_time(), time.thread_time()
+            c0, t0, w0 = time.process_time(), time.thread_time(), time.perf_counter()
             writer = BatchWriter(StagingLayout.from_uri(root, "ours"), start_lsn=1, slot="ours", publication="p",
                                  resolver=Resolver())
             with ChangeAssembler(memory_budget=budget) as assembler, paused_gc():
@@ -95,7 +96,8 @@ def client_work(rows_path: str, repeat: int) -> list[tuple[float, float]]:
                     assert isinstance(event, Transaction)
                     writer.write_transaction(event)
                 writer.finish_files()
-            out.append((round(time.process_time() - c0, 3), round(time.thread_time() - t0, 3)))
+            out.append((round(time.process_time() - c0, 3), round(time.thread_time() - t0, 3),
+                        round(time.perf_counter() - w0, 3)))
         finally:
             shutil.rmtree(root, ignore_errors=True)
     return out
@@ -155,20 +157,26 @@ def run_scan(repeat: int, changes: int = 700_000, slice_rows: int = 4096) -> dic
     return out
 
 
-def elsewhere(code: str, rows_path: str, repeat: int) -> list[tuple[float, float]]:
+def elsewhere(code: str, rows_path: str, repeat: int) -> list[tuple[float, ...]]:
     """``client_work`` run by the package under ``code`` in a child process."""
-    # The package first: this module puts its own tree at the front of sys.path when imported.
-    script = ("import json, sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(1, sys.argv[2]);"
+    # The package first: this module puts its own tree at the front of sys.path when imported. This file's
+    # client_work, by path, times both trees the same way (the other tree may have benchmarks/ of its own).
+    script = ("import json, sys, runpy; sys.path.insert(0, sys.argv[1]);"
               "import airflow_provider_pglogical.staging.writer, airflow_provider_pglogical.decoding.assembler;"
-              "from benchmarks.drain_client import client_work; import airflow_provider_pglogical as p;"
+              "client_work = runpy.run_path(sys.argv[2])['client_work']; import airflow_provider_pglogical as p;"
               "assert p.__file__.startswith(sys.argv[1]), p.__file__;"
               "print(json.dumps(client_work(sys.argv[3], 1)))")
     runs = []
     for _ in range(repeat):
-        out = subprocess.run([sys.executable, "-c", script, code, str(Path(__file__).resolve().parent.parent),
+        out = subprocess.run([sys.executable, "-c", script, code, str(Path(__file__).resolve()),
                               rows_path], check=True, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": code})
         runs += [tuple(r) for r in json.loads(out.stdout.strip().splitlines()[-1])]
     return runs
+
+
+def _client_figures(prefix: str, runs: list[tuple[float, ...]]) -> dict[str, list[float]]:
+    return {f"{prefix}{key}": [run[i] for run in runs]
+            for i, key in enumerate(("client_cpu_s", "decoding_thread_cpu_s", "wall_s"))}
 
 
 def main() -> int:
@@ -185,23 +193,21 @@ def main() -> int:
     rows_path: str = args.rows or os.path.join(str(capture_dir), "rows.pkl")
     try:
         n = capture(args.changes, args.workload, rows_path) if args.rows is None else None
-        ours: list[tuple[float, float]] = []
-        theirs: list[tuple[float, float]] = []
+        ours: list[tuple[float, ...]] = []
+        theirs: list[tuple[float, ...]] = []
         for _ in range(args.repeat):  # alternating, so both see the same load
             ours += elsewhere(str(Path(__file__).resolve().parent.parent), rows_path, 1)
             if args.ab_code:
                 theirs += elsewhere(args.ab_code, rows_path, 1)
-        result: dict[str, Any] = {"workload": args.workload, "rows": n, "client_cpu_s": [c for c, _ in ours],
-                                  "decoding_thread_cpu_s": [t for _, t in ours],
+        result: dict[str, Any] = {"workload": args.workload, "rows": n, **_client_figures("", ours),
                                   "hand_over_cpu_s": hand_over(rows_path, args.repeat),
                                   "run_scan_cpu_s": run_scan(args.repeat),
                                   "load_average": [round(x, 2) for x in os.getloadavg()]}
         if args.ab_code:
-            result |= {"ab_code": args.ab_code, "ab_client_cpu_s": [c for c, _ in theirs],
-                       "ab_decoding_thread_cpu_s": [t for _, t in theirs],
-                       "ratio_client_cpu_min_over_ab_min": round(min(c for c, _ in ours) / min(c for c, _ in theirs), 3),
-                       "ratio_decoding_thread_min_over_ab_min": round(min(t for _, t in ours) /
-                                                                      min(t for _, t in theirs), 3)}
+            result |= {"ab_code": args.ab_code, **_client_figures("ab_", theirs)}
+            result |= {f"ratio_{name}_min_over_ab_min": round(min(result[key]) / min(result[f"ab_{key}"]), 3)
+                       for name, key in (("client_cpu", "client_cpu_s"), ("decoding_thread", "decoding_thread_cpu_s"),
+                                         ("wall", "wall_s"))}
         print(json.dumps(result, indent=2))
     finally:
         if capture_dir is not None:

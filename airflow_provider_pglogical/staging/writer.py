@@ -24,7 +24,7 @@ from airflow_provider_pglogical.decoding.model import (
     TruncateChange,
 )
 from airflow_provider_pglogical.decoding.spill import SpilledChanges
-from airflow_provider_pglogical.decoding.values.vector import PAD
+from airflow_provider_pglogical.decoding.values.vector import PAD, with_mask
 from airflow_provider_pglogical.exceptions import StagingError
 from airflow_provider_pglogical.staging import schema as S
 from airflow_provider_pglogical.staging.layout import (
@@ -212,8 +212,8 @@ class _Sink:
 class _TableSink(_Sink):
     """Row changes of one relation schema version, buffered column-wise, Arrow a row group at a time.
 
-    Per row only the change and its order in the transaction are kept; transaction fields are
-    kept once per run of consecutive rows of one transaction and repeated with numpy at flush.
+    Per row only the change is kept; its order in the transaction once per run of consecutive orders, and
+    transaction fields once per run of consecutive rows of one transaction, both expanded with numpy at flush.
     """
 
     def __init__(self, layout: StagingLayout, path: str, converter: RowConverter, version: int,
@@ -224,9 +224,10 @@ class _TableSink(_Sink):
 
     def _clear(self) -> None:
         self.changes: list[RowChange] = []
-        self.orders: list[int] = []
+        self.order_runs: list[tuple[int, int]] = []  # (first row, its order): the next rows' orders count up from it
         self.runs: list[tuple[int, tuple[int, int, int, int]]] = []  # (first row, (commit_lsn, end_lsn, xid, time))
         self._run: tuple[int, int, int, int] | None = None
+        self._next_order: int | None = None
 
     @property
     def pending(self) -> int:
@@ -237,8 +238,10 @@ class _TableSink(_Sink):
             self.runs.append((len(self.changes), tx_fields))
             self._run = tx_fields
             self.note_lsn(tx_fields[0])
+        if order != self._next_order:
+            self.order_runs.append((len(self.changes), order))
+        self._next_order = order + 1
         self.changes.append(change)
-        self.orders.append(order)
         if len(self.changes) >= self.row_group_rows:
             self.flush()
 
@@ -252,10 +255,12 @@ class _TableSink(_Sink):
                 self.runs.append((len(self.changes), tx_fields))
                 self._run = tx_fields
                 self.note_lsn(tx_fields[0])
+            if order != self._next_order:
+                self.order_runs.append((len(self.changes), order))
             k = min(j, i + row_group_rows - len(self.changes))
             self.changes.extend(changes[i:k])
-            self.orders.extend(range(order, order + k - i))
             order += k - i
+            self._next_order = order
             i = k
             if len(self.changes) >= row_group_rows:
                 self.flush()
@@ -283,12 +288,21 @@ class _TableSink(_Sink):
             key_only_values = np.fromiter(map(_KEY_ONLY, changes), dtype=bool, count=n)
             old_images = self.converter.convert(list(map(_OLD, changes)))
             new_images = self.converter.convert(list(map(_NEW, changes)))
-        position = [pa.array(c, type=pa.int64()) for c in (commit_lsn, end_lsn, lsn)]
-        position += [pa.array(np.array(self.orders, dtype=np.int64)), pa.array(xid), pa.array(time, type=S.COMMIT_TIME)]
-        version = pa.array(np.full(n, self.version, dtype=np.int32))
-        key_only = pa.array(key_only_values)
+        # From buffers (with_mask): pa.array(ndarray) imports pandas on its first call in a process (0.25 s and more).
+        orders = _orders(self.order_runs, n)
+        position = [with_mask(c, None, pa.int64()) for c in (commit_lsn, end_lsn, lsn, orders, xid)]
+        position.append(with_mask(time, None, S.COMMIT_TIME))
+        version = with_mask(np.full(n, self.version, dtype=np.int32), None, pa.int32())
+        key_only = with_mask(key_only_values, None, pa.bool_())
         return [*position, ops, version, old_images.array, key_only, new_images.array, new_images.unchanged,
                 old_images.notes, new_images.notes]
+
+
+def _orders(order_runs: list[tuple[int, int]], n: int) -> np.ndarray:
+    """Each row's order in its transaction: from each run's first row on, one more per row."""
+    firsts = np.array([first for first, _ in order_runs], dtype=np.int64)
+    shift = np.array([order for _, order in order_runs], dtype=np.int64) - firsts
+    return np.arange(n, dtype=np.int64) + np.repeat(shift, np.diff(np.append(firsts, n)))
 
 
 _OP, _LSN, _OLD, _NEW, _KEY_ONLY = (attrgetter(f) for f in ("op", "lsn", "old", "new", "old_key_only"))

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
+from airflow_provider_pglogical.decoding import speedups
 from airflow_provider_pglogical.exceptions import DecodeError
 
 KIND_BINARY, KIND_TEXT, KIND_NULL, KIND_UNCHANGED = ord("b"), ord("t"), ord("n"), ord("u")
@@ -165,12 +166,7 @@ def varlena(col: Column, arrow_type: pa.DataType, skip: int = 0) -> pa.Array:
         raise DecodeError("column over 2 GiB in one batch")
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lens, out=offsets[1:])
-    if total:
-        # index of every output byte in buf: each value's start, shifted by its output offset
-        index = np.repeat(col.starts + skip - offsets[:-1], lens) + np.arange(total)
-        data = col.buf[index].tobytes()
-    else:
-        data = b""
+    data = _gather(col.data, np.where(valid, col.starts + skip, 0), lens, total) if total else b""
     arr = pa.Array.from_buffers(arrow_type, n, [validity_buffer(valid), pa.py_buffer(offsets.astype(np.int32)),
                                                 pa.py_buffer(data)], null_count=int(n - valid.sum()))
     if pa.types.is_string(arrow_type):
@@ -179,6 +175,28 @@ def varlena(col: Column, arrow_type: pa.DataType, skip: int = 0) -> pa.Array:
         except pa.ArrowInvalid:
             raise DecodeError("text value is not valid utf-8") from None
     return arr
+
+
+def gather_slices_py(data: bytes, starts: np.ndarray, lengths: np.ndarray, total: int) -> bytes:
+    """``data[starts[i]:starts[i] + lengths[i]]`` joined (int64 arrays, ``total`` the lengths' sum): the reference
+    of ``_speedups.gather_slices``, which copies them without the GIL (typing's largest numpy step in the drain)."""
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if int(offsets[-1]) != total:
+        raise ValueError(f"gather_slices: the slices hold {int(offsets[-1])} bytes, not {total}")
+    # index of every output byte in data: each value's start, shifted by its output offset
+    index = np.repeat(starts - offsets[:-1], lengths) + np.arange(total)
+    gathered: bytes = np.frombuffer(data, dtype=np.uint8)[index].tobytes()
+    return gathered
+
+
+def _gather_compiled(data: bytes, starts: np.ndarray, lengths: np.ndarray, total: int) -> bytes:
+    gathered: bytes = speedups.compiled.gather_slices(  # type: ignore[union-attr]
+        data, np.ascontiguousarray(starts, dtype=np.int64), np.ascontiguousarray(lengths, dtype=np.int64), total)
+    return gathered
+
+
+_gather = _gather_compiled if speedups.compiled is not None else gather_slices_py
 
 
 _HEX = np.frombuffer(b"".join(b"%02x" % i for i in range(256)), dtype=np.uint8).reshape(256, 2)

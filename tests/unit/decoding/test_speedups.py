@@ -437,3 +437,30 @@ def test_the_compiled_stream_bound_equals_the_python_reference(messages, data, i
         assert taken[:len(exact)] == exact
         assert taken[len(exact):] in ([], sent[len(exact):len(exact) + 1]) and all(
             kind == b"M" for kind, _ in taken[len(exact):])
+
+
+# -- a variable-width column's bytes, gathered without the GIL ------------------------------------------------
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=40), st.lists(st.tuples(st.integers(-3, 45), st.integers(-2, 45)), max_size=12),
+       st.integers(-1, 1))
+def test_compiled_slice_gather_equals_the_numpy_reference(data, slices, total_shift):
+    """``_speedups.gather_slices`` joins the slices ``vector.gather_slices_py`` joins, and refuses what it cannot
+    copy (a slice outside the buffer, a total that is not the lengths' sum) with a ValueError, never reading past."""
+    import numpy as np
+
+    from airflow_provider_pglogical.decoding.values.vector import gather_slices_py
+
+    starts = np.array([s for s, _ in slices], dtype=np.int64)
+    lengths = np.array([n for _, n in slices], dtype=np.int64)
+    total = int(lengths.sum()) + total_shift
+    in_range = all(0 <= s and 0 <= n and s + n <= len(data) for s, n in slices) and total_shift == 0
+    try:
+        got = speedups.compiled.gather_slices(data, starts, lengths, total)  # type: ignore[union-attr]
+    except ValueError:
+        assert not in_range
+        return
+    assert in_range
+    assert got == gather_slices_py(data, starts, lengths, total) == b"".join(data[s:s + n] for s, n in slices)

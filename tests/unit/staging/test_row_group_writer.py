@@ -8,6 +8,7 @@ import struct
 import threading
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -177,6 +178,10 @@ def test_runs_of_row_changes_stage_exactly_what_one_add_per_row_stages(tmp_path_
             assert w.changes == txs * len(layout)
             out.append(_files(w.finish_files()))
     assert out[0] == out[1]
+    for name, data in out[0].items():  # a row change's tx_order is its place in the transaction (lsn - 1000 t)
+        if name.startswith("tables/"):
+            t = pq.read_table(pa.BufferReader(data)).to_pydict()
+            assert t["tx_order"] == [lsn - c + 500 for lsn, c in zip(t["lsn"], t["commit_lsn"], strict=True)]
 
 
 def test_a_spilled_transaction_stages_the_same_files_as_the_same_changes_in_memory(tmp_path):
