@@ -11,7 +11,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_pglogical.apply import batches
@@ -27,6 +27,7 @@ from tests.support.stage import ITEMS, Chg
 
 TYPE_OIDS = sorted({*_SIMPLE, *oids.ARRAY_ELEMENT, *oids.RANGE_SUBTYPE, *oids.MULTIRANGE_RANGE})
 NUMERIC_TYPMODS = [-1, *[((p << 16) | s) + 4 for p, s in ((1, 0), (18, 4), (38, 38), (39, 2), (20, 0))]]
+READ_BY_DRIVER = ((39 << 16) | 2) + 4  # numeric(39,2): wider than Spark's decimals, not read by its Parquet reader
 column_types = st.one_of(
     st.tuples(st.sampled_from(TYPE_OIDS), st.just(-1)),
     st.tuples(st.sampled_from([oids.NUMERIC, 1231]), st.sampled_from(NUMERIC_TYPMODS)),  # numeric, numeric[]
@@ -41,6 +42,7 @@ def session(spark):
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(column_types, min_size=1, max_size=8))
+@example([(oid, -1) for oid in TYPE_OIDS] + [(oids.NUMERIC, t) for t in NUMERIC_TYPMODS if t != READ_BY_DRIVER])
 def test_the_staged_schema_is_the_one_sparks_parquet_reader_infers(session, tmp_path_factory, columns):
     row = pa.struct([(f"c{i}" if i else "a.b `c`", codec_for(oid, typmod, None).arrow_type)
                      for i, (oid, typmod) in enumerate(columns)])
