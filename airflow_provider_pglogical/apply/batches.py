@@ -16,6 +16,7 @@ from airflow_provider_pglogical.apply.meta import META
 from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand, session_of
 from airflow_provider_pglogical.apply.sparkenv import quoted
 from airflow_provider_pglogical.apply.staged_arrow import castable_from_text, spark_readable, to_spark_arrow
+from airflow_provider_pglogical.apply.staged_schema import known, spark_schema
 from airflow_provider_pglogical.exceptions import StagingError
 from airflow_provider_pglogical.staging.manifest import Manifest
 from airflow_provider_pglogical.staging.reader import (
@@ -204,11 +205,22 @@ def read_changes(spark: SparkSession, batch: Batch, table: str) -> DataFrame:
             _with_source_defaults(frames, read_relation_versions(batch).get(table, []))))
     df = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
     from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, MapType, StringType, StructField, StructType
 
-    notes = [(df[c] if c in df.columns else F.create_map().cast("map<string,string>")).alias(META + c)
+    # The frame's schema is the staged files' (known here when they were read with it, else one analysis): so is
+    # the selection's, which the client then holds too (every later step asks for the images' types).
+    staged = df.schema
+    names = set(staged.fieldNames())
+    notes = [(df[c] if c in names else F.create_map().cast("map<string,string>")).alias(META + c)
              for c in NOTES_COLUMNS]
-    absent = df[ABSENT] if ABSENT in df.columns else F.array().cast("array<string>")
-    return df.select(*[df[c].alias(META + c) for c in CHANGE_META_COLUMNS], *notes, absent.alias(ABSENT))
+    absent = df[ABSENT] if ABSENT in names else F.array().cast("array<string>")
+    types = {f.name: f.dataType for f in staged.fields}
+    selected = StructType(
+        [StructField(META + c, types[c]) for c in CHANGE_META_COLUMNS]
+        + [StructField(META + c, types.get(c, MapType(StringType(), StringType()))) for c in NOTES_COLUMNS]
+        + [StructField(ABSENT, types.get(ABSENT, ArrayType(StringType())))])
+    return known(df.select(*[df[c].alias(META + c) for c in CHANGE_META_COLUMNS], *notes, absent.alias(ABSENT)),
+                 selected)
 
 
 def _read_file(spark: SparkSession, batch: Batch, relative: str) -> DataFrame:
@@ -229,7 +241,7 @@ def _read_file(spark: SparkSession, batch: Batch, relative: str) -> DataFrame:
     schema = batch.reader.read_schema(batch.ref, relative)
     require_time_type(schema, f"{batch.ref.label}: {relative}")
     if spark_readable(schema):
-        return spark.read.parquet(f"{batch.uri}/{relative}")
+        return _parquet(spark, [f"{batch.uri}/{relative}"], schema)
     return _from_arrow(spark, batch.reader.read_file(batch.ref, relative))
 
 
@@ -244,6 +256,15 @@ def staged_image_types(spark: SparkOnDemand, batch: Batch, sources: Sequence[str
             for image_field in schema.field("new").type:
                 out.setdefault(image_field.name, image_field.type)
     return out
+
+
+def _parquet(spark: SparkSession, paths: Sequence[str], schema: pa.Schema) -> DataFrame:
+    """Spark's Parquet reader over local ``paths`` of Arrow ``schema``, given the schema it infers for them
+    (``staged_schema``: the server reads no footer to plan the frame, and its columns cost no round trip)."""
+    found = spark_schema(schema)
+    if found is None:
+        return spark.read.parquet(*paths)
+    return known(spark.read.schema(found).parquet(*paths), found)
 
 
 def _footer(spark: SparkSession | SparkOnDemand, batch: Batch, relative: str) -> tuple[pa.Schema, int]:
@@ -285,6 +306,8 @@ def read_local_parquet(spark: SparkSession, uri: str, files: Sequence[str]) -> D
     for path, schema in zip(local, schemas, strict=True):
         require_time_type(schema, f"snapshot file {path}")
     if all(spark_readable(schema) for schema in schemas):
+        if all(schema == schemas[0] for schema in schemas):
+            return _parquet(spark, paths, schemas[0])
         return spark.read.parquet(*paths)
     return _from_arrow(spark, pa.concat_tables([pq.read_table(p) for p in local]))
 

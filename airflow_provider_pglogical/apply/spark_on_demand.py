@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from airflow_provider_pglogical.apply.sparkenv import is_connect, is_local
+from airflow_provider_pglogical.apply.sparkenv import is_connect, is_local, set_conf
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -29,16 +29,18 @@ class SparkOnDemand:
     did before. ``conf`` settings are set on the session when it starts, or at once when it runs. ``local_master``:
     whether the session runs (or would run) on this machine (``sparkenv.session_is_local``), so this process may
     read staged files on an object store itself (``batches.readable_here``). Only that bool is kept, never the
-    master's URL (a Spark Connect URL may carry a token).
+    master's URL (a Spark Connect URL may carry a token). ``preset``: settings every session ``start`` gives
+    already has, which ``conf`` then does not set again (over Spark Connect each setting set is a round trip).
     """
 
     def __init__(self, start: Callable[[], SparkSession], *, running: Callable[[], bool] | None = None,
-                 local_master: bool = False) -> None:
+                 local_master: bool = False, preset: Mapping[str, str] | None = None) -> None:
         self._start = start
         self._running = running
         self.local_master = local_master
         self._session: SparkSession | None = None
         self._settings: dict[str, str] = {}
+        self._set: dict[str, str] = dict(preset or {})  # what the session has: given at its start or set here
         self._lock = threading.Lock()
         self._activated: set[int] = set()
 
@@ -63,17 +65,19 @@ class SparkOnDemand:
         with self._lock:
             self._settings.update(settings)
             session = self._session
-        if session is not None:
-            for key, value in settings.items():
-                session.conf.set(key, value)
+            missing = self._missing(settings)
+            if session is not None:
+                set_conf(session, missing)
+                self._set.update(missing)
 
     def session(self) -> SparkSession:
         """The session, started now if it was not yet (with every ``conf`` setting)."""
         with self._lock:
             if self._session is None:
                 session = self._start()
-                for key, value in self._settings.items():
-                    session.conf.set(key, value)
+                missing = self._missing(self._settings)
+                set_conf(session, missing)
+                self._set.update(missing)
                 self._session = session
                 self._activated.add(threading.get_ident())
             session = self._session
@@ -82,6 +86,10 @@ class SparkOnDemand:
                 _activate(session)
                 self._activated.add(thread)
         return session
+
+    def _missing(self, settings: Mapping[str, str]) -> dict[str, str]:
+        """The ``settings`` the session does not have yet."""
+        return {k: v for k, v in settings.items() if self._set.get(k) != v}
 
 
 def _activate(session: SparkSession) -> None:

@@ -115,6 +115,20 @@ def task_slots(spark: SparkSession) -> int:
     return max(1, int(value or 1))
 
 
+def set_conf(session: SparkSession, settings: Mapping[str, str]) -> None:
+    """``settings`` set on ``session``: in one request to a Spark Connect server (each ``conf.set`` is a round trip
+    of its own), one by one on a classic session. A setting the server refuses raises its error; the ones before it
+    in ``settings`` may be set."""
+    if not settings:
+        return
+    set_all = getattr(session.conf, "_set_all", None) if is_connect(session) else None
+    if set_all is not None:
+        set_all(dict(settings), silent=False)
+        return
+    for key, value in settings.items():
+        session.conf.set(key, value)
+
+
 def is_connect(spark: object) -> bool:
     """Whether ``spark`` is a Spark Connect session (a client of a ``sc://`` server: no JVM in this process)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructField, StructType
 
 from airflow_provider_pglogical.apply.batches import ABSENT
 from airflow_provider_pglogical.apply.meta import META
@@ -89,12 +90,13 @@ def project_columns(columns: Sequence[str]) -> Step:
     return step
 
 
-def _kept(df: DataFrame) -> Column:
+def _kept(df: DataFrame, schema: StructType | None = None) -> Column:
     """The columns an INSERT/UPDATE takes from the target rather than from its new image: unchanged TOAST,
     and for an UPDATE the columns its schema version lacks (``batches.ABSENT``: a native subscriber leaves
-    them as they are; an INSERT leaves them NULL, which its image holds)."""
+    them as they are; an INSERT leaves them NULL, which its image holds). ``schema``: ``df``'s, when the caller
+    has it (each question about a Spark Connect frame's columns is a round trip to the server)."""
     toast = F.col(META + "new_unchanged_toast")
-    if ABSENT not in df.columns:  # frames of one schema version (snapshots)
+    if ABSENT not in (schema or df.schema).fieldNames():  # frames of one schema version (snapshots)
         return toast
     return F.when(F.col(META + "op") == "U", F.concat(toast, F.col(ABSENT))).otherwise(toast)
 
@@ -111,11 +113,15 @@ def to_key_events(key: Sequence[str], columns: Sequence[str]) -> Step:
 
     def step(df: DataFrame) -> DataFrame:
         op, old, new = F.col(META + "op"), F.col(META + "old"), F.col(META + "new")
-        from_type = df.select(F.struct(*[old.getField(k).alias(k) for k in key])).schema[0].dataType
+        # The old key's struct type (a NULL of it where no key moved), and the frame's columns: one schema.
+        schema = df.schema
+        old_type = schema[META + "old"].dataType
+        assert isinstance(old_type, StructType)
+        from_type = StructType([StructField(k, old_type[k].dataType) for k in key])
         key_changed = (op == "U") & old.isNotNull() & ~F.coalesce(
             F.struct(*[old.getField(k) for k in key]).eqNullSafe(F.struct(*[new.getField(k) for k in key])),
             F.lit(False))
-        toast = _kept(df)
+        toast = _kept(df, schema)
         from_key = F.struct(*[old.getField(k).alias(k) for k in key])
         empty = F.array().cast("array<string>")
         is_delete = op == "D"

@@ -23,6 +23,7 @@ from airflow_provider_pglogical.apply.sparkenv import (
     is_remote,
     redacted,
     session_is_local,
+    set_conf,
     use_package_python,
 )
 from airflow_provider_pglogical.apply.targets.postgres.progress import PROGRESS_TABLE
@@ -196,12 +197,16 @@ def _open_connect(remote: str, conf: dict[str, str], *, keep: bool, reset: bool 
         else:
             session.version  # noqa: B018
         session.release_session_on_close = not keep  # type: ignore[attr-defined]
-        for key, value in conf.items():  # the server answered: a setting it refuses is that setting's problem
-            try:
-                session.conf.set(key, value)
-            except Exception as exc:
-                raise SparkStartError(f"Spark Connect server {redacted(remote)} refused the session setting "
-                                      f"{key}={value}: {_cause(exc)}") from exc
+        try:
+            set_conf(session, conf)  # one round trip
+        except Exception:  # the server answered: a setting it refuses is that setting's problem
+            for key, value in conf.items():  # which one, for the error
+                try:
+                    session.conf.set(key, value)
+                except Exception as exc:
+                    raise SparkStartError(f"Spark Connect server {redacted(remote)} refused the session setting "
+                                          f"{key}={value}: {_cause(exc)}") from exc
+            raise
     except BaseException:
         session.stop()  # releases the run's own session once the server has it; a kept one stays for the next run
         raise
@@ -501,7 +506,9 @@ def _apply_session(starter: SparkStarter | None, master: str | None, conf: dict[
         return used.session()
 
     try:
-        yield SparkOnDemand(start, running=lambda: used.started, local_master=session_is_local(used.master))
+        # ``new_spark_session`` gives every session SESSION_CONF: the steps asking for it again cost no round trip.
+        yield SparkOnDemand(start, running=lambda: used.started, local_master=session_is_local(used.master),
+                            preset=SESSION_CONF)
     finally:
         if starter is None:
             used.stop()

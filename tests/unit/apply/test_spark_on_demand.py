@@ -61,6 +61,17 @@ def test_the_session_starts_on_the_first_ask_once_with_the_settings_given_before
     assert spark.session() is session and session_of(spark) is session and len(starts) == 1
 
 
+def test_settings_the_started_session_has_are_not_set_again():
+    session = _Session()
+    spark = SparkOnDemand(lambda: session, preset={"a": "1"})  # the start gives every session a=1
+    spark.conf({"a": "1", "b": "2"})
+    spark.session()
+    spark.conf({"a": "1", "b": "2", "c": "3"})
+    assert session.conf.values == {"b": "2", "c": "3"}  # each set once; a=1 never (a round trip over Connect)
+    spark.conf({"a": "0"})
+    assert session.conf.values["a"] == "0"
+
+
 def test_threads_asking_together_start_one_session():
     starts: list[int] = []
     gate = threading.Barrier(4)

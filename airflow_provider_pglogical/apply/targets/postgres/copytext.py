@@ -33,6 +33,7 @@ from airflow_provider_pglogical.apply.notes import ELEMENT_NOTES, NOTE, VALUE, i
 from airflow_provider_pglogical.apply.sparkenv import SESSION_CONF as SESSION_CONF  # the COPY text's session
 from airflow_provider_pglogical.apply.sparkenv import quoted
 from airflow_provider_pglogical.apply.sparktypes import TimeType
+from airflow_provider_pglogical.apply.staged_schema import known
 from airflow_provider_pglogical.apply.targets.postgres import arrowtext
 from airflow_provider_pglogical.apply.targets.postgres.target_types import (
     ARRAY,
@@ -318,26 +319,33 @@ def copy_columns(df: DataFrame, types: Mapping[str, PgType] | None = None) -> tu
     """
     types = types or {}
     columns: list[Column] = []
+    # The selection's schema, built alongside (``staged_schema.known``): the writers' ``mapInArrow`` asks for its
+    # columns, which would otherwise be one more analysis of the whole plan on a Spark Connect server.
+    schema = StructType()
     fields: list[arrowtext.Field] = []
     for i, f in enumerate(df.schema.fields):
         c, dtype, name = F.col(quoted(f.name)), f.dataType, f"f{i}"
-        note: Column | None = None
+        note: tuple[Column, DataType] | None = None
         if is_folded(dtype) and len(dtype.fields) == 2 and isinstance(dtype[VALUE].dataType, DecimalType):
-            c, note, dtype = c.getField(VALUE), c.getField(NOTE), dtype[VALUE].dataType
+            c, note, dtype = c.getField(VALUE), (c.getField(NOTE), dtype[NOTE].dataType), dtype[VALUE].dataType
         kind = _arrow_kind(dtype) if f.name not in types else None
         if kind is None:
             text = pg_text(F.col(quoted(f.name)), f.dataType, types.get(f.name))
             escaped = copy_escape(text) if may_need_escape(f.dataType) or f.name in types else text
             columns.append(F.coalesce(escaped, F.lit(NULL)).alias(name))
+            schema.add(name, StringType())
             fields.append(arrowtext.Field(arrowtext.LINE, name))
             continue
         columns.append(c.alias(name))
+        schema.add(name, dtype)
         fallback = note_name = None
         if kind in (arrowtext.TEMPORAL, arrowtext.TIMESTAMPTZ):
             fallback = f"{name}_fallback"
             columns.append(F.when(_beyond_arrow(c, dtype), pg_text(c, dtype)).alias(fallback))
+            schema.add(fallback, StringType())
         if note is not None:
             note_name = f"{name}_note"
-            columns.append(note.alias(note_name))
+            columns.append(note[0].alias(note_name))
+            schema.add(note_name, note[1])
         fields.append(arrowtext.Field(kind, name, fallback, note_name))
-    return df.select(*columns), fields
+    return known(df.select(*columns), schema), fields
