@@ -17,7 +17,12 @@ __all__ = ["ITEMS", "ITEMS_FULL", "PAIRS", "changes_frame"]
 # four) still split a batch's rows across partitions by key hash, so a result that depended on the rows' order
 # inside one partition could still show. (The net frames of 20 random batches of test_kernels.py, twice each way,
 # alternating, with one partition: 25.7 → 23.5 CPU-seconds of the JVM.)
-SMALL_FRAMES_CONF = {"spark.sql.shuffle.partitions": "2", "spark.sql.adaptive.enabled": "false"}
+#
+# Whole-stage code generation compiles a class per stage of every query, which a few rows never pay back: without it
+# (expressions are still compiled one by one, results identical) test_transform_paths.py took 51.4 and 54.6 where
+# it took 56.5 and 57.2 CPU-seconds, alternating. The integration tests run the apply with Spark's defaults.
+SMALL_FRAMES_CONF = {"spark.sql.shuffle.partitions": "2", "spark.sql.adaptive.enabled": "false",
+                     "spark.sql.codegen.wholeStage": "false"}
 
 
 @pytest.fixture(scope="module")

@@ -15,18 +15,26 @@ Spark.
 from __future__ import annotations
 
 import math
-import tempfile
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_pglogical.apply import filter_columns, filter_eval
 from airflow_provider_pglogical.row_filter import canonical
-from tests.unit.apply.test_filter_eval import FLOATS, ROW, SCHEMA, _filters, _ints, _predicates, _spark_values
+from tests.unit.apply.test_filter_eval import (
+    FLOATS,
+    ROW,
+    SCHEMA,
+    Covered,
+    _filters,
+    _ints,
+    _predicates,
+    compared_together,
+)
 
 FIELDS = {f.name: f.type for f in SCHEMA}
 
@@ -90,26 +98,32 @@ def test_the_columnar_evaluation_is_the_per_row_evaluation(rows, text) -> None:
         assert matcher.matches(image).tolist() == [v is True for v in reference]
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(st.lists(ROW, min_size=1, max_size=12), st.lists(_filters(), min_size=1, max_size=6))
-def test_the_columnar_evaluation_gives_sparks_answer(spark, rows, filters) -> None:
-    image = _image(rows, [False] * len(rows))
-    covered: list[tuple[str, list]] = []
-    for text in filters:
-        expression = canonical(text)
-        try:
-            matcher = filter_columns.compile_matcher(expression, FIELDS)
-            if matcher.columnar is not None:
-                covered.append((expression, matcher.evaluate(image).to_pylist()))
-        except filter_eval.NotCovered:
-            pass
-    assume(covered)
-    table = pa.Table.from_pylist(rows, schema=SCHEMA)
-    with tempfile.TemporaryDirectory() as root:
-        pq.write_table(table.append_column("n", pa.array(range(len(rows)), pa.int64())), f"{root}/rows.parquet")
-        answers = _spark_values(spark, f"{root}/rows.parquet", [e for e, _ in covered])
-    for (expression, mine), theirs in zip(covered, answers, strict=True):
-        assert mine == theirs, expression
+def _columnar_examples(compared: Callable[[pa.Table, Covered], None]) -> None:
+    """25 random images and filters, the expressions the columnar matcher evaluates with its answers handed to
+    ``compared``; examples where it evaluates none are rejected."""
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(st.lists(ROW, min_size=1, max_size=12), st.lists(_filters(), min_size=1, max_size=6))
+    def evaluated(rows, filters) -> None:
+        image = _image(rows, [False] * len(rows))
+        covered: Covered = []
+        for text in filters:
+            expression = canonical(text)
+            try:
+                matcher = filter_columns.compile_matcher(expression, FIELDS)
+                if matcher.columnar is not None:
+                    covered.append((expression, matcher.evaluate(image).to_pylist()))
+            except filter_eval.NotCovered:
+                pass
+        assume(covered)
+        compared(pa.Table.from_pylist(rows, schema=SCHEMA), covered)
+
+    evaluated()
+
+
+def test_the_columnar_evaluation_gives_sparks_answer(spark) -> None:
+    """Spark's answers for every example from one query (``test_filter_eval.compared_together``)."""
+    compared_together(spark, _columnar_examples)
 
 
 def _one(column: str, values: list) -> pa.StructArray:

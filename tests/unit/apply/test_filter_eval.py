@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import tempfile
+from collections.abc import Callable
 from decimal import Decimal
 
 import pyarrow as pa
@@ -130,33 +131,75 @@ def _filters(depth: int = 2) -> st.SearchStrategy[str]:
                      st.tuples(sub, st.sampled_from(["AND", "OR"]), sub).map(lambda x: f"{_p(x[0])} {x[1]} {_p(x[2])}"))
 
 
-def _spark_values(spark, path: str, expressions: list[str]) -> list[list]:
-    df = spark.read.parquet(path)
-    rows = df.select(F.col("n"), *[F.expr(spark_sql(e)).alias(f"e{i}") for i, e in enumerate(expressions)]).collect()
-    rows = sorted(rows, key=lambda r: r[0])
-    return [[r[i + 1] for r in rows] for i in range(len(expressions))]
+Covered = list[tuple[str, list]]  # the expressions the evaluator answered, with its answer per row
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(st.lists(ROW, min_size=1, max_size=12), st.lists(_filters(), min_size=1, max_size=6))
-def test_the_evaluator_gives_sparks_answer_for_every_row_it_covers(spark, rows, filters) -> None:
-    table = pa.Table.from_pylist(rows, schema=SCHEMA)
-    image = pa.StructArray.from_arrays([c.combine_chunks() for c in table.columns], names=table.column_names)
-    fields = {f.name: f.type for f in SCHEMA}
-    covered: list[tuple[str, list]] = []
-    for text in filters:
-        expression = canonical(text)  # what the spec hands the apply
-        try:
-            covered.append((expression, filter_eval.compile_filter(expression, fields).evaluate(image)))
-            event("evaluated")
-        except filter_eval.NotCovered as why:
-            event(f"left to Spark: {why}")
-    assume(covered)
+def _spark_values(spark, examples: list[tuple[pa.Table, Covered]]) -> list[list[list]]:
+    """Spark's answers per example, per covered expression, per row: every example's rows in one file (``x`` its
+    example, ``n`` its row) and one query, each expression evaluated on its own example's rows only (``CASE WHEN``:
+    a row of another example never reaches it)."""
     with tempfile.TemporaryDirectory() as root:
-        pq.write_table(table.append_column("n", pa.array(range(len(rows)), pa.int64())), f"{root}/rows.parquet")
-        answers = _spark_values(spark, f"{root}/rows.parquet", [e for e, _ in covered])
-    for (expression, mine), theirs in zip(covered, answers, strict=True):
-        assert mine == theirs, expression
+        pq.write_table(pa.concat_tables(
+            table.append_column("n", pa.array(range(len(table)), pa.int64()))
+                 .append_column("x", pa.array([x] * len(table), pa.int64()))
+            for x, (table, _) in enumerate(examples)), f"{root}/rows.parquet")
+        answers = [F.when(F.col("x") == x, F.expr(spark_sql(e))).alias(f"x{x}e{i}")
+                   for x, (_, covered) in enumerate(examples) for i, (e, _) in enumerate(covered)]
+        rows = sorted(spark.read.parquet(f"{root}/rows.parquet").select("x", "n", *answers).collect(),
+                      key=lambda r: (r["x"], r["n"]))
+    return [[[r[f"x{x}e{i}"] for r in rows if r["x"] == x] for i in range(len(covered))]
+            for x, (_, covered) in enumerate(examples)]
+
+
+def _evaluated_examples(compared: Callable[[pa.Table, Covered], None]) -> None:
+    """60 random images and filters, each example's covered expressions with the evaluator's answers handed to
+    ``compared``; examples where the evaluator covers none are rejected."""
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(st.lists(ROW, min_size=1, max_size=12), st.lists(_filters(), min_size=1, max_size=6))
+    def evaluated(rows, filters) -> None:
+        table = pa.Table.from_pylist(rows, schema=SCHEMA)
+        image = pa.StructArray.from_arrays([c.combine_chunks() for c in table.columns], names=table.column_names)
+        fields = {f.name: f.type for f in SCHEMA}
+        covered: Covered = []
+        for text in filters:
+            expression = canonical(text)  # what the spec hands the apply
+            try:
+                covered.append((expression, filter_eval.compile_filter(expression, fields).evaluate(image)))
+                event("evaluated")
+            except filter_eval.NotCovered as why:
+                event(f"left to Spark: {why}")
+        assume(covered)
+        compared(table, covered)
+
+    evaluated()
+
+
+def _disagreements(examples: list[tuple[pa.Table, Covered]], answers: list[list[list]]) -> list[str]:
+    return [f"{expression}: in process {mine}, Spark {theirs}, rows {table.to_pylist()}"
+            for (table, covered), example_answers in zip(examples, answers, strict=True)
+            for (expression, mine), theirs in zip(covered, example_answers, strict=True) if mine != theirs]
+
+
+def compared_together(spark, examples_of: Callable[[Callable[[pa.Table, Covered], None]], None]) -> None:
+    """Every example's in-process answers first (``examples_of`` runs a property handing each example's images and
+    covered expressions to its argument), then Spark's for all of them in one query: one query's fixed cost where
+    each example paid its own, most of what an example of a few rows cost. Should any disagree, the property runs
+    again comparing example by example, so hypothesis shrinks the disagreement and reports it."""
+    examples: list[tuple[pa.Table, Covered]] = []
+    examples_of(lambda table, covered: examples.append((table, covered)))
+    differing = _disagreements(examples, _spark_values(spark, examples))
+    if differing:
+        examples_of(lambda table, covered: _same_answers(spark, table, covered))
+        pytest.fail(f"{len(differing)} disagreements, the first: {differing[0]}")
+
+
+def _same_answers(spark, table: pa.Table, covered: Covered) -> None:
+    assert not _disagreements([(table, covered)], _spark_values(spark, [(table, covered)])), covered
+
+
+def test_the_evaluator_gives_sparks_answer_for_every_row_it_covers(spark) -> None:
+    compared_together(spark, _evaluated_examples)
 
 
 @pytest.mark.parametrize("expression", [
