@@ -288,7 +288,9 @@ class _TableSink(_Sink):
             key_only_values = np.fromiter(map(_KEY_ONLY, changes), dtype=bool, count=n)
             old_images = self.converter.convert(list(map(_OLD, changes)))
             new_images = self.converter.convert(list(map(_NEW, changes)))
-        # From buffers (with_mask): pa.array(ndarray) imports pandas on its first call in a process (0.25 s and more).
+        # From buffers (with_mask): the numpy arrays are wrapped, not copied again as pa.array copies them. pandas,
+        # which pyarrow imports on its first pa.array, the drain still imports: its warm-up does, on purpose, and
+        # _Sink.arrays calls pa.array on tuples.
         orders = _orders(self.order_runs, n)
         position = [with_mask(c, None, pa.int64()) for c in (commit_lsn, end_lsn, lsn, orders, xid)]
         position.append(with_mask(time, None, S.COMMIT_TIME))
