@@ -108,7 +108,7 @@ def _numpy_dtype(arrow_type: pa.DataType) -> np.dtype:
 def with_mask(values: np.ndarray, mask: np.ndarray | None, arrow_type: pa.DataType) -> pa.Array:
     """A fixed-width Arrow array over ``values`` (null where ``mask``), built from buffers.
 
-    ``pa.array(ndarray)`` would import pandas on first use (a quarter second) and copy again.
+    ``pa.array(ndarray)`` would import pandas on first use (a quarter second).
     """
     n = len(values)
     if pa.types.is_boolean(arrow_type):
