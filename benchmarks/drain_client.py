@@ -1,5 +1,5 @@
 """Benchmark: the drain's client-side work alone (assembler + batch writer) on one captured peek, this tree against
-another one (``--ab-code DIR``), alternating, in CPU seconds.
+another one (``--ab-code DIR``), alternating: the client's CPU seconds, its decoding thread's, and wall seconds.
 
 The drain's wall time is the server's decoding plus the client's work, and on a loaded machine the first drowns
 the second; here the big workload's peek is read once (binary COPY), kept in memory, and handed to the decoder and

@@ -1331,8 +1331,12 @@ fail:
 }
 
 /* gather_slices(buf, starts, lengths, total): the bytes buf[starts[i]:starts[i] + lengths[i]] joined, for i in
- * order (starts and lengths native int64, C-contiguous; total their lengths' sum). A row group's variable-width
- * column in one copy per value, without the GIL: only the buffers are read and only the new bytes written. */
+ * order (starts and lengths native int64; total their lengths' sum). A row group's variable-width column in one
+ * copy per value. Every slice and the total are checked before anything is allocated (a wrong total is an error,
+ * not an allocation). The GIL is released only for a large copy: reacquiring it can wait a whole switch interval
+ * while the row-group thread runs Python, longer than a small column's copy takes. */
+#define GATHER_NOGIL_BYTES (64 * 1024)
+
 static PyObject *
 gather_slices(PyObject *self, PyObject *args)
 {
@@ -1345,31 +1349,38 @@ gather_slices(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "gather_slices: starts and lengths must be int64 arrays of one size");
         goto done;
     }
+    /* a y* buffer may be unaligned: its int64s are read through memcpy */
+    const char *st = (const char *)starts.buf, *ln = (const char *)lengths.buf, *src = (const char *)buf.buf;
+    Py_ssize_t n = starts.len / 8, size = buf.len, at = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t s0, l0;
+        memcpy(&s0, st + 8 * i, 8);
+        memcpy(&l0, ln + 8 * i, 8);
+        if (s0 < 0 || l0 < 0 || s0 > size || l0 > size - s0 || l0 > total - at) {
+            PyErr_Format(PyExc_ValueError, "gather_slices: slice %zd is outside the buffer or the total", i);
+            goto done;
+        }
+        at += l0;
+    }
+    if (at != total) {
+        PyErr_Format(PyExc_ValueError, "gather_slices: the slices hold %zd bytes, not %zd", at, total);
+        goto done;
+    }
     out = PyBytes_FromStringAndSize(NULL, total);
     if (out == NULL)
         goto done;
-    const int64_t *st = (const int64_t *)starts.buf, *ln = (const int64_t *)lengths.buf;
-    const char *src = (const char *)buf.buf;
     char *dst = PyBytes_AS_STRING(out);
-    Py_ssize_t n = starts.len / 8, size = buf.len, at = 0, bad = -1;
-    Py_BEGIN_ALLOW_THREADS
+    PyThreadState *state = total >= GATHER_NOGIL_BYTES ? PyEval_SaveThread() : NULL;
+    at = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t s0 = st[i], l0 = ln[i];
-        if (s0 < 0 || l0 < 0 || s0 > size || l0 > size - s0 || l0 > total - at) {
-            bad = i;
-            break;
-        }
+        int64_t s0, l0;
+        memcpy(&s0, st + 8 * i, 8);
+        memcpy(&l0, ln + 8 * i, 8);
         memcpy(dst + at, src + s0, (size_t)l0);
         at += l0;
     }
-    Py_END_ALLOW_THREADS
-    if (bad >= 0 || at != total) {
-        Py_CLEAR(out);
-        if (bad >= 0)
-            PyErr_Format(PyExc_ValueError, "gather_slices: slice %zd is outside the buffer or the total", bad);
-        else
-            PyErr_Format(PyExc_ValueError, "gather_slices: the slices hold %zd bytes, not %zd", at, total);
-    }
+    if (state != NULL)
+        PyEval_RestoreThread(state);
 done:
     PyBuffer_Release(&buf);
     PyBuffer_Release(&starts);
@@ -1379,7 +1390,7 @@ done:
 
 static PyMethodDef methods[] = {
     {"rowchange_columns", rowchange_columns, METH_VARARGS, "Staged columns of a list of RowChanges, or None."},
-    {"gather_slices", gather_slices, METH_VARARGS, "buf's slices (int64 starts, lengths) joined, without the GIL."},
+    {"gather_slices", gather_slices, METH_VARARGS, "buf's slices (int64 starts, lengths) joined; a large copy without the GIL."},
     {"spill_records", spill_records, METH_VARARGS, "Whole spill records in buf[pos:]: (records, pos)."},
     {"init_types", init_types, METH_VARARGS, "Register WireTuple, RowChange and the op strings I, U, D."},
     {"take_plain", take_plain, METH_VARARGS, "Append plain DML RowChanges from rows[start:]: (next, size)."},

@@ -162,7 +162,11 @@ class RowImageConverter:
             for i, text in specials.items():
                 notes.setdefault(i, {})[name] = text
             return arr
-        arr = codec.arrow_column(col)
+        try:
+            arr = codec.arrow_column(col)
+        except DecodeError as e:  # a column of many rows: its name is what locates the fault
+            raise DecodeError(f"column {name}: {e.reason}", lsn=e.lsn, offset=e.offset,
+                              message_type=e.message_type) from None
         if arr is not None:
             return arr
         values: list[Any] = [None] * len(col)

@@ -108,7 +108,7 @@ def _numpy_dtype(arrow_type: pa.DataType) -> np.dtype:
 def with_mask(values: np.ndarray, mask: np.ndarray | None, arrow_type: pa.DataType) -> pa.Array:
     """A fixed-width Arrow array over ``values`` (null where ``mask``), built from buffers.
 
-    ``pa.array(ndarray)`` would import pandas on first use (a quarter second) and copy again.
+    ``pa.array(ndarray)`` would import pandas on first use (a quarter second).
     """
     n = len(values)
     if pa.types.is_boolean(arrow_type):
@@ -166,7 +166,10 @@ def varlena(col: Column, arrow_type: pa.DataType, skip: int = 0) -> pa.Array:
         raise DecodeError("column over 2 GiB in one batch")
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lens, out=offsets[1:])
-    data = _gather(col.data, np.where(valid, col.starts + skip, 0), lens, total) if total else b""
+    try:
+        data = _gather(col.data, np.where(valid, col.starts + skip, 0), lens, total) if total else b""
+    except ValueError as e:  # the framer's slices do not fit its buffer: a framing fault, never a short value
+        raise DecodeError(f"row images' value bytes: {e}") from None
     arr = pa.Array.from_buffers(arrow_type, n, [validity_buffer(valid), pa.py_buffer(offsets.astype(np.int32)),
                                                 pa.py_buffer(data)], null_count=int(n - valid.sum()))
     if pa.types.is_string(arrow_type):
@@ -179,9 +182,16 @@ def varlena(col: Column, arrow_type: pa.DataType, skip: int = 0) -> pa.Array:
 
 def gather_slices_py(data: bytes, starts: np.ndarray, lengths: np.ndarray, total: int) -> bytes:
     """``data[starts[i]:starts[i] + lengths[i]]`` joined (int64 arrays, ``total`` the lengths' sum): the reference
-    of ``_speedups.gather_slices``, which copies them without the GIL (typing's largest numpy step in the drain)."""
+    of ``_speedups.gather_slices`` (typing's largest numpy step in the drain), refusing what it refuses with its
+    ValueError: arrays of two sizes, a slice outside ``data``, a total that is not the lengths' sum."""
+    if len(starts) != len(lengths) or total < 0:
+        raise ValueError("gather_slices: starts and lengths must be int64 arrays of one size")
+    ends = starts + lengths
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
+    outside = (starts < 0) | (lengths < 0) | (starts > len(data)) | (ends > len(data)) | (offsets[1:] > total)
+    if outside.any():
+        raise ValueError(f"gather_slices: slice {int(np.argmax(outside))} is outside the buffer or the total")
     if int(offsets[-1]) != total:
         raise ValueError(f"gather_slices: the slices hold {int(offsets[-1])} bytes, not {total}")
     # index of every output byte in data: each value's start, shifted by its output offset
@@ -190,13 +200,16 @@ def gather_slices_py(data: bytes, starts: np.ndarray, lengths: np.ndarray, total
     return gathered
 
 
-def _gather_compiled(data: bytes, starts: np.ndarray, lengths: np.ndarray, total: int) -> bytes:
-    gathered: bytes = speedups.compiled.gather_slices(  # type: ignore[union-attr]
+# Bound once: a compiled module built before gather_slices existed (a stale build) types with the numpy path.
+_gather_slices_c = getattr(speedups.compiled, "gather_slices", None)
+
+
+def _gather(data: bytes, starts: np.ndarray, lengths: np.ndarray, total: int) -> bytes:
+    if _gather_slices_c is None:
+        return gather_slices_py(data, starts, lengths, total)
+    gathered: bytes = _gather_slices_c(
         data, np.ascontiguousarray(starts, dtype=np.int64), np.ascontiguousarray(lengths, dtype=np.int64), total)
     return gathered
-
-
-_gather = _gather_compiled if speedups.compiled is not None else gather_slices_py
 
 
 _HEX = np.frombuffer(b"".join(b"%02x" % i for i in range(256)), dtype=np.uint8).reshape(256, 2)

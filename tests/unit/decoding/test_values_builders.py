@@ -83,8 +83,12 @@ def test_builders_do_not_import_pandas():
             "with_mask(np.ones(3, dtype=bool), np.array([True, False, False]), pa.bool_())\n"
             "with_mask(np.ones(3, dtype=np.int32), None, pa.int32())\n"
             "print('pandas' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert _printed_by(code) == "False"
+
+
+def _printed_by(code: str) -> str:
+    """What ``code`` prints in a fresh interpreter (imports and module state of its own)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
 
 
 @settings(max_examples=300, deadline=None)
@@ -104,3 +108,32 @@ def test_uuid_strings_equal_pa_array_of_the_per_value_codec(values):
 def test_uuid_strings_leave_text_values_and_wrong_sizes_to_the_per_value_path():
     assert UuidCodec().arrow_column(Column.from_raws("bt", [bytes(16), b"0" * 36])) is None
     assert UuidCodec().arrow_column(Column.from_raws("b", [bytes(15)])) is None
+
+
+@pytest.mark.parametrize("path", ["compiled", "numpy"])
+def test_value_slices_outside_their_buffer_are_a_decode_error_naming_the_column(monkeypatch, path):
+    """A text column whose slices do not fit the row images' buffer (a framing fault) is the decoder's one-line
+    ``DecodeError`` naming the column, from the C gather and from its numpy reference alike."""
+    from airflow_provider_pglogical.decoding.values.arrow import RowImageConverter
+    from airflow_provider_pglogical.decoding.values.text import TextCodec
+
+    if path == "numpy":
+        monkeypatch.setattr(vector, "_gather_slices_c", None)
+    elif vector._gather_slices_c is None:
+        pytest.skip("compiled helpers not built")
+    good = Column.from_raws("bb", [b"ab", b"cd"])
+    bad = Column(good.kinds, good.data, good.buf, good.starts, good.lengths + [0, len(good.data)])
+    with pytest.raises(DecodeError, match=r"^column note: row images' value bytes: gather_slices: slice 1 is outside "
+                                          r"the buffer or the total$"):
+        RowImageConverter._column("note", TextCodec(), bad, {})
+
+
+def test_a_compiled_module_without_the_gather_types_with_the_numpy_path():
+    """A compiled module built before ``gather_slices`` existed (a stale build) leaves text columns to numpy."""
+    code = ("import types\n"
+            "from airflow_provider_pglogical.decoding import speedups\n"
+            "speedups.compiled = types.SimpleNamespace()\n"
+            "import pyarrow as pa\n"
+            "from airflow_provider_pglogical.decoding.values.vector import Column, varlena\n"
+            "print(varlena(Column.from_raws('bnb', [b'ab', None, b'cde']), pa.string()).to_pylist())")
+    assert _printed_by(code) == "['ab', None, 'cde']"
