@@ -31,7 +31,8 @@ from airflow_provider_pglogical.apply.batches import Batch, list_batches, read_r
 from airflow_provider_pglogical.apply.changes import SparkBatchChanges
 from airflow_provider_pglogical.apply.config import TableApplyConfig
 from airflow_provider_pglogical.apply.staged_arrow import spark_type
-from airflow_provider_pglogical.apply.targets.base import PlannedTable
+from airflow_provider_pglogical.apply.targets.base import PlannedTable, from_column
+from airflow_provider_pglogical.apply.transforms import KEEP, KIND, LSN, TOUCHED
 from airflow_provider_pglogical.exceptions import ApplyError
 from tests.support.case_union import LSN_STRIDE, by_case, shifted, tagged, union_branches, with_case
 from tests.support.stage import BatchSpec, Chg, Col, Rel, write_batch
@@ -282,3 +283,30 @@ def test_an_arrow_overflow_conforming_the_versions_is_a_typed_error_whose_way_ou
         list(direct.compacted_batches(direct.staged_chunks(net.files), net))
     monkeypatch.setenv(direct.ROWS_SWITCH, "0")  # the way out: the table-batch goes to Spark's transforms
     assert direct.batch_files(table, batch, None) is None
+
+
+def test_a_full_old_image_staged_before_an_added_column_reads_its_fast_default_on_both_paths(spark, tmp_path
+                                                                                               ) -> None:
+    """REPLICA IDENTITY FULL, ``row_filter: "f = 5"``, ``f`` added with ``DEFAULT 5`` after row 1 was inserted and
+    deleted and row 3 updated: on the source those rows read 5 in their old images too, so the DELETE is
+    published (row 1 not left behind) and the UPDATE stays an UPDATE holding the default (not an INSERT of NULL)."""
+    v1 = Rel("public", "v", (Col("id", pa.int64(), "bigint", True), Col("w", pa.int32(), "integer")),
+             replica_identity="f", version=1)
+    v2 = replace(v1, columns=(*v1.columns, Col("f", pa.int32(), "integer", missing="{5}")), version=2)
+    batch = _batch(tmp_path, BatchSpec(0, 100, {
+        v1: [Chg("I", 10, 0, new={"id": 1, "w": 1}), Chg("D", 11, 0, old={"id": 1, "w": 1}),
+             Chg("U", 12, 0, old={"id": 3, "w": 1}, new={"id": 3, "w": 2})],
+        v2: [Chg("I", 20, 0, new={"id": 2, "w": 2, "f": 5})]}))
+    table = _planned([v1, v2], batch, KEY, TableApplyConfig(row_filter="f = 5"))
+    expected = [("D", 1), ("I", 2, 2, 5), ("U", 3, 2, 5)]
+
+    def kinds(rows: list[dict[str, Any]]) -> list[tuple]:
+        return sorted((r[KIND], r["id"]) if r[KIND] == "D" else (r[KIND], r["id"], r["w"], r["f"]) for r in rows)
+
+    net = direct.batch_files(table, batch, None)
+    assert net is not None and net.compacted and net.union is not None
+    names = [KIND, KEEP, LSN, from_column(0), TOUCHED, *table.columns]
+    ours = [dict(zip(names, r.values(), strict=True)) for b in direct.compacted_batches(
+        direct.staged_chunks(net.files), net) for r in b.to_pylist()]
+    assert kinds(ours) == expected, "in process"
+    assert kinds([r.asDict() for r in SparkBatchChanges(spark, batch).net(table).collect()]) == expected, "Spark"
