@@ -129,7 +129,7 @@ def _changes(draw: st.DrawFn, rel: Rel, values: dict[str, Callable[[st.DrawFn], 
 COMMON_TERMS = ["w > 0", "w IS NULL", "w % 2 = 0", "coalesce(w, 1) >= 0", "id <> 2", "id % 2 = 1", "n >= 0",
                 "r IS NULL"]
 # Terms over ``r`` once a version widened it to double precision (a ``real`` compared with an integer is Spark's).
-WIDE_TERMS = ["r > 0", "r <= 0.5"]
+WIDE_TERMS = ["r > 0", "r < 1"]
 # Terms over ``o`` (an ``oid``: the in-process evaluator leaves it to Spark, so such a case is not netted here).
 OID_TERMS = ["o = 2", "o IS NULL"]
 # Terms over ``d`` (dropped and re-added: NULL in a version lacking it).

@@ -522,6 +522,22 @@ def test_a_lost_net_spill_file_fails_the_lake_commit_which_leaves_table_and_wate
     assert (_lake_rows(target, ITEMS.name), target.watermark(ITEMS.name)) == (expected, 0x3000)
 
 
+def _both_ways(spark, root: Path, monkeypatch: pytest.MonkeyPatch, steps: Sequence[tuple[Batch, PlannedTable]]
+               ) -> dict[str, dict[str, tuple[DeltaTarget | IcebergTarget, bool]]]:
+    """Each lake (``delta``, ``iceberg``) with ``steps`` applied by the direct path (``"1"``) and by Spark alone
+    (``"0"``): per switch, the target and whether that run started Spark."""
+    runs: dict[str, dict[str, tuple[DeltaTarget | IcebergTarget, bool]]] = {}
+    for name in ("delta", "iceberg"):
+        for switch in ("1", "0"):
+            monkeypatch.setenv(direct.ENV_SWITCH, switch)
+            on_demand = SparkOnDemand(lambda: spark)
+            target = _lake(name, root / f"{name}-{switch}", "slot")
+            for batch, table in steps:
+                _apply(target, on_demand, batch, table)
+            runs.setdefault(name, {})[switch] = (target, on_demand.started)
+    return runs
+
+
 V1 = Rel("public", "v", (Col("id", pa.int64(), "bigint", True), Col("w", pa.int32(), "integer"),
                           Col("d", pa.string(), "text")))
 V2 = replace(V1, columns=V1.columns[:2], version=2)  # d dropped
@@ -587,18 +603,13 @@ def test_a_lake_takes_a_batch_netted_in_partitions_as_spark_applies_it(spark, ca
 
         for method in ("pieces", "buckets"):
             monkeypatch.setattr(lake_parts.SpilledNet, method, counting(getattr(lake_parts.SpilledNet, method)))
+    runs = _both_ways(spark, tmp_path, monkeypatch, [(seed, seed_table), (batch, table)])
     for name in ("delta", "iceberg"):
-        got = {}
-        for switch in ("1", "0"):
-            monkeypatch.setenv(direct.ENV_SWITCH, switch)
-            on_demand = SparkOnDemand(lambda: spark)
-            target = _lake(name, tmp_path / f"{name}-{switch}", "slot")
-            _apply(target, on_demand, seed, seed_table)
-            _apply(target, on_demand, batch, table)
-            got[switch] = (_lake_rows(target, table.target), target.watermark(table.target))
-            if case == "two schema versions" and switch == "1":  # streamed from the spill files, no Spark at all
-                assert not on_demand.started and streams and set(streams) == {"1"}, (name, streams)
+        got = {switch: (_lake_rows(target, table.target), target.watermark(table.target))
+               for switch, (target, _) in runs[name].items()}
         assert got["1"] == got["0"] and got["0"][1] == 0x3000, (name, got)
+        if case == "two schema versions":  # streamed from the spill files, no Spark at all
+            assert not runs[name]["1"][1] and streams and set(streams) == {"1"}, (name, streams)
         if case == "key change keeping TOAST":
             assert (5, 12, "n2") in got["0"][0]  # the moved row keeps the old row's note
     assert routes == ([True, True] if case == "key change keeping TOAST" else [False, False])
@@ -632,13 +643,8 @@ def test_a_lake_takes_a_whole_batch_filtered_on_a_column_added_with_a_default_as
         patch.setattr(versions, "_image", overflowing)
         with pytest.raises(ApplyError, match=r"PGLOGICAL_APPLY_INPROCESS_ROWS=0 to net such table-batches with Spark$"):
             lake_direct.net_table(net)
+    runs = _both_ways(spark, tmp_path, monkeypatch, [(batch, table)])
     for name in ("delta", "iceberg"):
-        got = {}
-        for switch in ("1", "0"):
-            monkeypatch.setenv(direct.ENV_SWITCH, switch)
-            on_demand = SparkOnDemand(lambda: spark)
-            target = _lake(name, tmp_path / f"{name}-{switch}", "slot")
-            _apply(target, on_demand, batch, table)
-            got[switch] = _lake_rows(target, table.target)
-            assert on_demand.started == (switch == "0"), (name, switch)
+        got = {switch: _lake_rows(target, table.target) for switch, (target, _) in runs[name].items()}
         assert got["1"] == got["0"] == [(5, 2, 3), (5, 3, 3)], (name, got)
+        assert [runs[name][switch][1] for switch in ("1", "0")] == [False, True], name  # whether Spark started
