@@ -368,9 +368,10 @@ def _castable_from_text(dtype: DataType, text: str) -> bool:
 
 def _with_source_defaults(frames: list[DataFrame], versions: Sequence[tuple[int, RelationInfo]]) -> list[DataFrame]:
     """Frames of older schema versions with the latest version's source defaults (``attmissingval``) in
-    their new image, for the columns they lack: the value such a row reads on the source after the
-    ``ADD COLUMN … DEFAULT``. Only types whose staged form casts exactly from text get it (integers,
-    floats, numeric, text-like, boolean, ISO dates); the others stay null (docs/apply.md)."""
+    their new image and their full old image (not a key-only one), for the columns they lack: the value
+    such a row reads on the source after the ``ADD COLUMN … DEFAULT``, so a row filter over the column
+    judges both images of a change alike. Only types whose staged form casts exactly from text get it
+    (integers, floats, numeric, text-like, boolean, ISO dates); the others stay null (docs/apply.md)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
@@ -397,10 +398,14 @@ def _with_source_defaults(frames: list[DataFrame], versions: Sequence[tuple[int,
         have = fields(df)
         fill = {c: v for c, v in defaults.items() if c not in have and c in types and _castable_from_text(types[c], v)}
         if fill:
-            image = F.col("new")
-            for name, text in fill.items():
-                image = image.withField(quoted(name), F.lit(text).cast(types[name]))
-            df = df.withColumn("new", F.when(F.col("new").isNotNull(), image))
+            full_old = ~F.coalesce(F.col("old_key_only"), F.lit(False))  # a key-only image's field stays null
+            for column, filled in (("new", F.lit(True)), ("old", full_old)):
+                if not isinstance(df.schema[column].dataType, StructType):
+                    continue
+                image = F.col(column)
+                for name, text in fill.items():
+                    image = image.withField(quoted(name), F.when(filled, F.lit(text).cast(types[name])))
+                df = df.withColumn(column, F.when(F.col(column).isNotNull(), image))
         out.append(df)
     return out
 

@@ -46,13 +46,15 @@ other) still go to Spark.
 
 A table-batch staged under several schema versions of its table (``same_schema`` false) is netted in this process
 too, always by the kernels (``schema_union``, ``DirectNet.union``): each staged file is put in the versions' union
-as it is read (``versions.conform``: by column name, the widest type, the source's fast default for rows staged
-before an ``ADD COLUMN … DEFAULT``, and the columns a change's version lacks, which an UPDATE leaves alone), exactly
-the frame ``batches.read_changes`` gives Spark. A row filter and actions left out of the publication are applied to
-the changes in that layout (``published.publish``, judged by ``publishable`` as for one version), as Spark applies
-them to its union: the filter sees each change's images as its version staged them, a column the version lacks
-NULL (in its new image the source's fast default where the union fills one), and an UPDATE the filter turns into
-an INSERT writes NULL for the columns its version lacks (only a published UPDATE leaves them alone). It stays with
+as it is read (``versions.conform``: by column name, the widest type, the source's fast default in the new and
+full old images of rows staged before an ``ADD COLUMN … DEFAULT``, and the columns a change's version lacks, which
+an UPDATE leaves alone), exactly the frame ``batches.read_changes`` gives Spark. A row filter and actions left out
+of the publication are applied to the changes in that layout (``published.publish``, judged by ``publishable`` as
+for one version), as Spark applies them to its union: the filter sees each change's images as its version staged
+them, a column the version lacks NULL but where the union fills the source's fast default (both images alike, as
+the source reads the row, so a DELETE staged before the ``ADD COLUMN`` is judged as the source judges it), and an
+UPDATE the filter turns into an INSERT writes NULL for the other columns its version lacks (only a published
+UPDATE leaves them alone). It stays with
 Spark when a column's type changed between versions other than by widening integers, floats or decimals (of at
 most 38 digits; Spark unions the others as text) and when the union lacks a written column. Delta and Iceberg
 mirrors take the same net rows in the union's columns and types (``lake/direct.net_table``, ``lake/parts.py``), as
@@ -62,7 +64,8 @@ A keyless table (no replica identity: insert-only, ``PlannedTable.key`` empty) h
 ``transforms.to_appends`` makes every published INSERT after the cut its own row, two identical INSERTs two rows.
 ``keyless_files`` hands such a table-batch over under the conditions above but the key's (several schema versions
 too, by ``schema_union``'s rule, filtered or not): with no row filter, every action published and one schema
-version, its rows are the per-row rewrite's; else the publication is applied per change and each INSERT it keeps is appended (``appended_rows``, a staged row group at a time, whatever the batch's size).
+version, its rows are the per-row rewrite's; else the publication is applied per change and each INSERT it keeps
+is appended (``appended_rows``, a staged row group at a time, whatever the batch's size).
 A published UPDATE or DELETE among its staged changes stops the batch here with the typed error Spark's path
 raises (``refuse_updates_deletes``), as the publisher refuses it.
 

@@ -153,14 +153,18 @@ def _widened(per_file: Sequence[dict[str, pa.DataType]]) -> pa.StructType | None
 
 
 def conform(chunk: pa.Table, union: SchemaUnion) -> pa.Table:
-    """Staged changes of one file (one schema version) in the union's layout: images cast to its structs (the
-    defaults filled in non-null new images of rows whose version lacks the column), and ``ABSENT``."""
+    """Staged changes of one file (one schema version) in the union's layout: images cast to its structs, and
+    ``ABSENT``. A column the version lacks reads the source's fast default in the non-null new images and in the
+    full old images (not a key-only one: only its key is meaningful), as the rows do on the source after the
+    ``ADD COLUMN … DEFAULT``: a row filter over it judges both images alike (``batches._with_source_defaults``)."""
     chunk = chunk.combine_chunks()
     n = chunk.num_rows
     have = field_types(chunk.schema.field("new").type)
     defaults = {c: v for c, v in union.defaults if c not in have}
     absent = [c for c in union.columns if c not in have and c not in defaults]
-    old = _image(chunk, "old", union.old, {})
+    key_only = chunk.column("old_key_only")
+    full_old = pc.invert(key_only.chunk(0) if key_only.num_chunks else pa.array([], pa.bool_()))
+    old = _image(chunk, "old", union.old, defaults, full_old)
     new = _image(chunk, "new", union.new, defaults)
     out = chunk.set_column(chunk.schema.get_field_index("old"), "old", old)
     out = out.set_column(out.schema.get_field_index("new"), "new", new)
@@ -180,8 +184,10 @@ def absent_column_reference(absent: Sequence[str], n: int) -> pa.ListArray:
     return pa.array([list(absent)] * n, pa.list_(pa.string()))
 
 
-def _image(chunk: pa.Table, image: str, struct: pa.StructType, defaults: dict[str, pa.Scalar]) -> pa.Array:
-    """The chunk's ``image`` column as ``struct``: its fields cast, the others ``defaults`` or null."""
+def _image(chunk: pa.Table, image: str, struct: pa.StructType, defaults: dict[str, pa.Scalar],
+           filled: pa.BooleanArray | None = None) -> pa.Array:
+    """The chunk's ``image`` column as ``struct``: its fields cast, the others ``defaults`` (in the rows ``filled``
+    holds; None: all) or null."""
     column = chunk.column(image)
     array = column.chunk(0) if column.num_chunks else pa.array([], column.type)
     n = len(array)
@@ -192,7 +198,8 @@ def _image(chunk: pa.Table, image: str, struct: pa.StructType, defaults: dict[st
         if f.name in have:
             fields.append(have[f.name].cast(f.type))
         elif f.name in defaults:
-            fields.append(pa.repeat(defaults[f.name], n))
+            value = pa.repeat(defaults[f.name].cast(f.type), n)
+            fields.append(value if filled is None else pc.if_else(filled, value, pa.nulls(n, f.type)))
         else:
             fields.append(pa.nulls(n, f.type))
     return pa.StructArray.from_arrays(fields, fields=list(struct), mask=array.is_null())

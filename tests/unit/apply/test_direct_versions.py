@@ -1,12 +1,15 @@
 """Table-batches staged under several schema versions of one table, netted in this process (``apply/versions.py``
-then ``kernels.compact_changes``) against Spark's net frame of the same batch (``batches.read_changes``' union, then
-``transforms``): random batches of 2–3 versions — a column dropped and re-added, one added with a fast default of a
-random type (rows staged before the ADD COLUMN read it), ``integer`` → ``bigint``, ``real`` → ``double precision``
-and ``numeric(10,2)`` → ``numeric(12,4)`` widened, an ``oid`` every version holds with a fast default of its own
-(added long before, never read) — with repeated keys, key changes, unchanged-TOAST values, key-only and full old
-images. The direct rule must hand every such batch over (``direct.batch_files``), and its net rows must be Spark's:
-kinds, keep lists (a column an UPDATE's version lacks is kept, also along a key change), values and every column's
-union type as Spark types it.
+then ``published.publish`` and ``kernels.compact_changes``) against Spark's net frame of the same batch
+(``batches.read_changes``' union, then ``transforms``): random batches of 2–3 versions — a column dropped and
+re-added, one added with a fast default of a random type (rows staged before the ADD COLUMN read it, in the new and
+full old images), ``integer`` → ``bigint``, ``real`` → ``double precision`` and ``numeric(10,2)`` →
+``numeric(12,4)`` widened, an ``oid`` every version holds with a fast default of its own (added long before, never
+read) — with repeated keys, key changes, unchanged-TOAST values, key-only and full old images; half the examples
+unfiltered with every action published, the others a random row filter over columns some versions lack (the
+widened ``real``, the dropped and the added column among them; a filter over the ``oid`` leaves the batch to Spark)
+and/or a subset of the actions. The direct rule must hand every other such batch over (``direct.batch_files``),
+and its net rows must be Spark's: kinds, keep lists (a column an UPDATE's version lacks is kept, also along a key
+change), values and every column's union type as Spark types it.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from pyspark.sql.pandas.types import from_arrow_type
 
@@ -31,13 +34,15 @@ from airflow_provider_pglogical.apply.batches import Batch, list_batches, read_r
 from airflow_provider_pglogical.apply.changes import SparkBatchChanges
 from airflow_provider_pglogical.apply.config import TableApplyConfig
 from airflow_provider_pglogical.apply.staged_arrow import spark_type
-from airflow_provider_pglogical.apply.targets.base import PlannedTable
+from airflow_provider_pglogical.apply.targets.base import PlannedTable, from_column
+from airflow_provider_pglogical.apply.transforms import KEEP, KIND, LSN, TOUCHED
 from airflow_provider_pglogical.exceptions import ApplyError
-from tests.support.case_union import LSN_STRIDE, by_case, shifted, tagged, union_branches, with_case
+from tests.support.case_union import CASE, LSN_STRIDE, by_case, shifted, tagged, union_branches, with_case
 from tests.support.stage import BatchSpec, Chg, Col, Rel, write_batch
 
 KEY = ("id",)
-CASES_PER_EXAMPLE = 4
+CASES_PER_EXAMPLE = 6
+MAX_EXAMPLES = 10
 # The added column's (Arrow type, PostgreSQL type, attmissingval, value drawn for rows that have it).
 DEFAULTS: list[tuple[pa.DataType, str, str, Callable[[st.DrawFn], Any]]] = [
     (pa.int64(), "bigint", "{7}", lambda draw: draw(st.integers(-2, 2))),
@@ -121,32 +126,39 @@ def _changes(draw: st.DrawFn, rel: Rel, values: dict[str, Callable[[st.DrawFn], 
 
 
 # Row filter terms over the columns every version holds (``id``; ``w`` and ``n`` widened between versions).
-COMMON_TERMS = ["w > 0", "w IS NULL", "w % 2 = 0", "coalesce(w, 1) >= 0", "id <> 2", "id % 2 = 1", "n >= 0"]
+COMMON_TERMS = ["w > 0", "w IS NULL", "w % 2 = 0", "coalesce(w, 1) >= 0", "id <> 2", "id % 2 = 1", "n >= 0",
+                "r IS NULL"]
+# Terms over ``r`` once a version widened it to double precision (a ``real`` compared with an integer is Spark's).
+WIDE_TERMS = ["r > 0", "r < 1"]
+# Terms over ``o`` (an ``oid``: the in-process evaluator leaves it to Spark, so such a case is not netted here).
+OID_TERMS = ["o = 2", "o IS NULL"]
 # Terms over ``d`` (dropped and re-added: NULL in a version lacking it).
 DROPPED_TERMS = ["d IS NULL", "d = 'x'", "d LIKE 'x%'", "length(d) < 2"]
-# Terms over ``f`` by its type (NULL in the old image of a version lacking it, its fast default in the new one).
+# Terms over ``f`` by its type (its fast default in both images of a row staged before the ADD COLUMN).
 ADDED_TERMS: dict[pa.DataType, list[str]] = {
     pa.int64(): ["f > 0", "f = 7"], pa.int16(): ["f < 0", "f = -7"], pa.int32(): ["f IS NULL", "f = 7"],
     pa.float32(): ["f IS NOT NULL"], pa.float64(): ["f > 0", "f IS NULL"], pa.string(): ["f LIKE 'a%'", "f < 'b'"],
     pa.bool_(): ["f", "NOT f", "f IS NULL"], pa.date32(): ["f IS NOT NULL"], pa.decimal128(10, 2): ["f > 1"],
 }
+ACTIONS = [("insert", "update", "delete"), ("insert", "update"), ("insert", "delete"), ("update", "delete"),
+           ("insert",)]
 
 
 def _publication(draw: st.DrawFn, rels: list[Rel]) -> TableApplyConfig:
-    """No row filter and every action (a quarter of the examples), or a random filter over columns some versions
-    lack and/or the published actions a random non-empty subset."""
-    if draw(st.integers(0, 3)) == 0:
+    """No row filter and every action (half the examples: the unfiltered union), or a random filter over columns
+    some versions lack and/or the published actions a random non-empty subset."""
+    if draw(st.booleans()):
         return TableApplyConfig()
     have = {c.name: c.arrow for rel in rels for c in rel.columns}
-    terms = COMMON_TERMS + (DROPPED_TERMS if "d" in have else []) + ADDED_TERMS.get(have["f"], [])
+    widened = pa.float64() in {c.arrow for rel in rels for c in rel.columns if c.name == "r"}
+    terms = (COMMON_TERMS + OID_TERMS + (WIDE_TERMS if widened else []) + (DROPPED_TERMS if "d" in have else [])
+             + ADDED_TERMS.get(have["f"], []))
     parts = draw(st.lists(st.sampled_from(terms), min_size=0, max_size=3))
     row_filter = None
     if parts:
         joined = f" {draw(st.sampled_from(['AND', 'OR']))} ".join(f"({t})" for t in parts)
         row_filter = f"NOT ({joined})" if draw(st.integers(0, 4)) == 0 else joined
-    actions = tuple(draw(st.sampled_from([("insert", "update", "delete"), ("insert", "update"),
-                                          ("insert", "delete"), ("update", "delete"), ("insert",)])))
-    return TableApplyConfig(row_filter=row_filter, actions=actions)
+    return TableApplyConfig(row_filter=row_filter, actions=draw(st.sampled_from(ACTIONS)))
 
 
 @st.composite
@@ -177,21 +189,59 @@ def _rows(batches: list[pa.RecordBatch]) -> list[tuple]:
     return sorted((tuple(r.values()) for b in batches for r in b.to_pylist()), key=repr)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def _example_rels(d_at: int | None, added: Col) -> list[Rel]:
+    """Two versions of ``public.v`` (REPLICA IDENTITY FULL) as ``_versions`` draws them: ``d`` from version ``d_at``
+    (None: never), ``added`` added at version 2, nothing widened."""
+    common = (Col("id", pa.int64(), "bigint", True), Col("w", pa.int32(), "integer"), Col("r", pa.float32(), "real"),
+              Col("n", pa.decimal128(10, 2), "numeric"), Col("o", pa.uint32(), "oid", missing="{7}"))
+    return [Rel("public", "v", (*common, *([Col("d", pa.string(), "text")] if d_at is not None and v >= d_at
+                                             else []), *([added] if v == 2 else [])), replica_identity="f", version=v)
+            for v in (1, 2)]
+
+
+def _row(n: int, w: int, **more: Any) -> dict[str, Any]:
+    return {"id": n, "w": w, "r": 0.5, "n": decimal.Decimal("0.25"), "o": 1, **more}
+
+
+# Row 1 inserted and deleted before ``f`` is added with ``DEFAULT 7``: its full old image reads 7 as on the source.
+DELETED_BEFORE_ADD = _example_rels(None, Col("f", pa.int64(), "bigint", missing="{7}"))
+# An UPDATE staged in a version lacking ``d`` whose old image fails ``w > 0`` and new one passes: an INSERT.
+UPDATE_TO_INSERT = _example_rels(2, Col("f", pa.int32(), "integer", missing="{7}"))
+
+
+@settings(max_examples=MAX_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case_lists())
+@example((DELETED_BEFORE_ADD, TableApplyConfig(row_filter="f = 7"),
+          [[[Chg("I", 10, 0, new=_row(1, 1)), Chg("D", 11, 0, old=_row(1, 1)),
+             Chg("U", 12, 0, old=_row(3, 1), new=_row(3, 2))],
+            [Chg("I", 30, 0, new=_row(2, 2, f=7))]]] * CASES_PER_EXAMPLE))
+@example((UPDATE_TO_INSERT, TableApplyConfig(row_filter="w > 0", actions=("insert", "update")),
+          [[[Chg("I", 10, 0, new=_row(1, -1)), Chg("U", 11, 0, old=_row(1, -1), new=_row(1, 1))],
+            [Chg("I", 30, 0, new=_row(2, 2, d="y", f=None))]]] * CASES_PER_EXAMPLE))
 def test_a_table_batch_of_several_schema_versions_nets_in_process_as_spark_nets_it(spark, drawn) -> None:
-    """12 examples of 4 cases each, one Spark query per example over their union (``tests/support/case_union.py``:
-    the case number joins the key; each version a file of every case's changes)."""
+    """``MAX_EXAMPLES`` examples of ``CASES_PER_EXAMPLE`` cases each, one Spark query per example over their union
+    (``tests/support/case_union.py``: the case number joins the key; each version a file of every case's changes).
+    A row filter makes that query several times dearer (Spark inlines each image's union struct into every
+    reference of the filter), so the cases share one publication. A filter over the ``oid`` leaves every case to
+    Spark (the evaluator does not read it): no query then."""
     rels, config, cases = drawn
     event(f"row filter: {config.row_filter is not None}, actions: {len(config.actions)}")
     with tempfile.TemporaryDirectory() as root:
+        if config.row_filter is not None and any(t in config.row_filter for t in OID_TERMS):
+            event("an oid in the row filter: left to Spark")
+            for n, case in enumerate(cases):
+                batch = _batch(Path(root) / f"case{n}", BatchSpec(0, LSN_STRIDE, {
+                    rel: case[v] for v, rel in enumerate(rels)}))
+                assert direct.batch_files(_planned(rels, batch, KEY, config), batch, None) is None, f"case {n}"
+            return
         union = _batch(Path(root) / "union", BatchSpec(0, (len(cases) + 1) * LSN_STRIDE, {
             with_case(rel): [c for n, case in enumerate(cases) for c in tagged(case[v], n)]
             for v, rel in enumerate(rels)}))
-        planned = _planned([with_case(r) for r in rels], union, (*KEY, "case_id"), config)
+        planned = _planned([with_case(r) for r in rels], union, (*KEY, CASE), config)
         event(union_branches(union, planned))
         frame = SparkBatchChanges(spark, union).net(planned)
         spark_rows = by_case((r.asDict() for r in frame.collect()), KEY)
+        spark_types = dict(frame.dtypes)
         assert set(spark_rows) <= set(range(len(cases))), "Spark rows outside the compared cases"
         for n, case in enumerate(cases):
             batch = _batch(Path(root) / f"case{n}", BatchSpec(n * LSN_STRIDE, (n + 1) * LSN_STRIDE, {
@@ -200,7 +250,6 @@ def test_a_table_batch_of_several_schema_versions_nets_in_process_as_spark_nets_
             net = direct.batch_files(table, batch, None)
             assert net is not None and net.compacted and net.union is not None, f"case {n}: not netted in process"
             batches = list(direct.compacted_batches(direct.staged_chunks(net.files), net))
-            spark_types = dict(frame.dtypes)
             ours = {c: from_arrow_type(spark_type(batches[0].schema.field(f"c{i}").type)).simpleString()
                     for i, c in enumerate(table.columns)}
             assert ours == {c: spark_types[c] for c in table.columns}, "the union's types"
@@ -282,3 +331,30 @@ def test_an_arrow_overflow_conforming_the_versions_is_a_typed_error_whose_way_ou
         list(direct.compacted_batches(direct.staged_chunks(net.files), net))
     monkeypatch.setenv(direct.ROWS_SWITCH, "0")  # the way out: the table-batch goes to Spark's transforms
     assert direct.batch_files(table, batch, None) is None
+
+
+def test_a_full_old_image_staged_before_an_added_column_reads_its_fast_default_on_both_paths(spark, tmp_path
+                                                                                               ) -> None:
+    """REPLICA IDENTITY FULL, ``row_filter: "f = 5"``, ``f`` added with ``DEFAULT 5`` after row 1 was inserted and
+    deleted and row 3 updated: on the source those rows read 5 in their old images too, so the DELETE is
+    published (row 1 not left behind) and the UPDATE stays an UPDATE holding the default (not an INSERT of NULL)."""
+    v1 = Rel("public", "v", (Col("id", pa.int64(), "bigint", True), Col("w", pa.int32(), "integer")),
+             replica_identity="f", version=1)
+    v2 = replace(v1, columns=(*v1.columns, Col("f", pa.int32(), "integer", missing="{5}")), version=2)
+    batch = _batch(tmp_path, BatchSpec(0, 100, {
+        v1: [Chg("I", 10, 0, new={"id": 1, "w": 1}), Chg("D", 11, 0, old={"id": 1, "w": 1}),
+             Chg("U", 12, 0, old={"id": 3, "w": 1}, new={"id": 3, "w": 2})],
+        v2: [Chg("I", 20, 0, new={"id": 2, "w": 2, "f": 5})]}))
+    table = _planned([v1, v2], batch, KEY, TableApplyConfig(row_filter="f = 5"))
+    expected = [("D", 1), ("I", 2, 2, 5), ("U", 3, 2, 5)]
+
+    def kinds(rows: list[dict[str, Any]]) -> list[tuple]:
+        return sorted((r[KIND], r["id"]) if r[KIND] == "D" else (r[KIND], r["id"], r["w"], r["f"]) for r in rows)
+
+    net = direct.batch_files(table, batch, None)
+    assert net is not None and net.compacted and net.union is not None
+    names = [KIND, KEEP, LSN, from_column(0), TOUCHED, *table.columns]
+    ours = [dict(zip(names, r.values(), strict=True)) for b in direct.compacted_batches(
+        direct.staged_chunks(net.files), net) for r in b.to_pylist()]
+    assert kinds(ours) == expected, "in process"
+    assert kinds([r.asDict() for r in SparkBatchChanges(spark, batch).net(table).collect()]) == expected, "Spark"

@@ -21,6 +21,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -29,15 +30,17 @@ from deltalake import DeltaTable
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_pglogical.apply import direct, kernels, partitioned, published
+from airflow_provider_pglogical.apply import direct, kernels, partitioned, published, versions
 from airflow_provider_pglogical.apply.batches import Batch, list_batches
 from airflow_provider_pglogical.apply.changes import SparkBatchChanges
+from airflow_provider_pglogical.apply.config import TableApplyConfig
 from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand
 from airflow_provider_pglogical.apply.targets.base import DirectNet, PlannedBatch, PlannedTable
 from airflow_provider_pglogical.apply.targets.delta.location import DeltaLocation
 from airflow_provider_pglogical.apply.targets.delta.target import DeltaTarget
 from airflow_provider_pglogical.apply.targets.iceberg.catalog import IcebergLocation
 from airflow_provider_pglogical.apply.targets.iceberg.target import IcebergTarget
+from airflow_provider_pglogical.apply.targets.lake import direct as lake_direct
 from airflow_provider_pglogical.apply.targets.lake import parts as lake_parts
 from airflow_provider_pglogical.apply.targets.lake.stream import NetSummary
 from airflow_provider_pglogical.apply.targets.postgres import arrownet, arrowtext
@@ -519,6 +522,22 @@ def test_a_lost_net_spill_file_fails_the_lake_commit_which_leaves_table_and_wate
     assert (_lake_rows(target, ITEMS.name), target.watermark(ITEMS.name)) == (expected, 0x3000)
 
 
+def _both_ways(spark, root: Path, monkeypatch: pytest.MonkeyPatch, steps: Sequence[tuple[Batch, PlannedTable]]
+               ) -> dict[str, dict[str, tuple[DeltaTarget | IcebergTarget, bool]]]:
+    """Each lake (``delta``, ``iceberg``) with ``steps`` applied by the direct path (``"1"``) and by Spark alone
+    (``"0"``): per switch, the target and whether that run started Spark."""
+    runs: dict[str, dict[str, tuple[DeltaTarget | IcebergTarget, bool]]] = {}
+    for name in ("delta", "iceberg"):
+        for switch in ("1", "0"):
+            monkeypatch.setenv(direct.ENV_SWITCH, switch)
+            on_demand = SparkOnDemand(lambda: spark)
+            target = _lake(name, root / f"{name}-{switch}", "slot")
+            for batch, table in steps:
+                _apply(target, on_demand, batch, table)
+            runs.setdefault(name, {})[switch] = (target, on_demand.started)
+    return runs
+
+
 V1 = Rel("public", "v", (Col("id", pa.int64(), "bigint", True), Col("w", pa.int32(), "integer"),
                           Col("d", pa.string(), "text")))
 V2 = replace(V1, columns=V1.columns[:2], version=2)  # d dropped
@@ -571,20 +590,61 @@ def test_a_lake_takes_a_batch_netted_in_partitions_as_spark_applies_it(spark, ca
         pytest.fail("net rows streamed from a spill file")
 
     monkeypatch.setattr(lake_parts, "spilled", noted)
+    streams: list[str] = []  # the switch of each run that streamed net rows from the spill files
     if case == "key change keeping TOAST":
         monkeypatch.setattr(lake_parts.SpilledNet, "pieces", streamed)
         monkeypatch.setattr(lake_parts.SpilledNet, "buckets", streamed)
-    on_demand = SparkOnDemand(lambda: spark)
+    else:
+        def counting(real: Any) -> Any:
+            def counted(self: lake_parts.SpilledNet, n: int) -> Iterator[pa.Table]:
+                streams.append(os.environ[direct.ENV_SWITCH])
+                return real(self, n)
+            return counted
+
+        for method in ("pieces", "buckets"):
+            monkeypatch.setattr(lake_parts.SpilledNet, method, counting(getattr(lake_parts.SpilledNet, method)))
+    runs = _both_ways(spark, tmp_path, monkeypatch, [(seed, seed_table), (batch, table)])
     for name in ("delta", "iceberg"):
-        got = {}
-        for switch in ("1", "0"):
-            monkeypatch.setenv(direct.ENV_SWITCH, switch)
-            target = _lake(name, tmp_path / f"{name}-{switch}", "slot")
-            _apply(target, on_demand, seed, seed_table)
-            _apply(target, on_demand, batch, table)
-            got[switch] = (_lake_rows(target, table.target), target.watermark(table.target))
+        got = {switch: (_lake_rows(target, table.target), target.watermark(table.target))
+               for switch, (target, _) in runs[name].items()}
         assert got["1"] == got["0"] and got["0"][1] == 0x3000, (name, got)
+        if case == "two schema versions":  # streamed from the spill files, no Spark at all
+            assert not runs[name]["1"][1] and streams and set(streams) == {"1"}, (name, streams)
         if case == "key change keeping TOAST":
             assert (5, 12, "n2") in got["0"][0]  # the moved row keeps the old row's note
     assert routes == ([True, True] if case == "key change keeping TOAST" else [False, False])
     assert list(spill.iterdir()) == []
+
+
+FULL = Rel("public", "v", (Col("id", pa.int64(), "bigint", True), Col("w", pa.int32(), "integer")),
+           replica_identity="f")
+ADDED = replace(FULL, columns=(*FULL.columns, Col("f", pa.int32(), "integer", missing="{5}")), version=2)
+
+
+def test_a_lake_takes_a_whole_batch_filtered_on_a_column_added_with_a_default_as_spark_applies_it(
+        spark, tmp_path, monkeypatch) -> None:
+    """Read whole (the default row bound), ``row_filter: "f = 5"`` over ``f`` added with ``DEFAULT 5``: the DELETE
+    and the UPDATE staged before the ``ADD COLUMN`` read 5 in their full old images as on the source, so row 1 is
+    left out and row 2 written holding the default, in process as by Spark. An Arrow overflow as the versions are
+    conformed is the typed error whose way out is Spark."""
+    root = tmp_path / "stage"
+    write_batch(root, "slot", BatchSpec(0x2000, 0x3000, {
+        FULL: [Chg("I", 1, n, new={"id": n, "w": n}) for n in (1, 2)]
+        + [Chg("D", 2, 0, old={"id": 1, "w": 1}), Chg("U", 2, 1, old={"id": 2, "w": 2}, new={"id": 2, "w": 3})],
+        ADDED: [Chg("I", 4, 0, new={"id": 3, "w": 3, "f": 5})]}))
+    (batch,) = list_batches(str(root), "slot")
+    table = versions_planned([FULL, ADDED], batch, ("id",), TableApplyConfig(row_filter="f = 5"))
+    net = direct.batch_files(table, batch, None)
+    assert net is not None and net.compacted and net.union is not None and net.partitions == 1
+    with monkeypatch.context() as patch:
+        def overflowing(*_: object) -> pa.Array:  # what an image column of 2 GiB or more raises as it is combined
+            raise pa.ArrowInvalid("offset overflow while concatenating arrays")
+
+        patch.setattr(versions, "_image", overflowing)
+        with pytest.raises(ApplyError, match=r"PGLOGICAL_APPLY_INPROCESS_ROWS=0 to net such table-batches with Spark$"):
+            lake_direct.net_table(net)
+    runs = _both_ways(spark, tmp_path, monkeypatch, [(batch, table)])
+    for name in ("delta", "iceberg"):
+        got = {switch: _lake_rows(target, table.target) for switch, (target, _) in runs[name].items()}
+        assert got["1"] == got["0"] == [(5, 2, 3), (5, 3, 3)], (name, got)
+        assert [runs[name][switch][1] for switch in ("1", "0")] == [False, True], name  # whether Spark started

@@ -230,7 +230,7 @@ class DeltaTarget:
         table-batch the direct path covers and that would be collected whole is read from its staged files instead
         (``lake/direct.py``: no Spark); one it nets in this process and that would not be collected whole (or is
         netted in key partitions) is streamed into the same commit from its spill files instead of Spark's buckets
-        (``lake/parts.py``), unless it spans several schema versions or has no published change."""
+        (``lake/parts.py``; several schema versions in their union), unless it has no published change."""
         def streamed(chunks: stream.NetChunks, summary: stream.NetSummary) -> TableOutcome:
             per_commit = self.max_merge_rows is not None and summary.rows > self.max_merge_rows
             return self._mirror_streamed(table, plan, chunks, summary, where, seconds, per_commit=per_commit)

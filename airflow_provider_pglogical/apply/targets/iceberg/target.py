@@ -234,7 +234,7 @@ class IcebergTarget:
         the direct path covers and that would be collected whole is read from its staged files instead
         (``lake/direct.py``: no Spark); one it nets in this process and that would not be collected whole (or is
         netted in key partitions) is streamed into the same commit from its spill files instead of Spark's buckets
-        (``lake/parts.py``), unless it spans several schema versions or has no published change."""
+        (``lake/parts.py``; several schema versions in their union), unless it has no published change."""
         def streamed(net: stream.NetChunks, summary: stream.NetSummary) -> TableOutcome:
             where = f"batch {plan.start_lsn:X}-{plan.end_lsn:X}"
             chunks = net.pieces(self.chunk_rows or summary.rows)

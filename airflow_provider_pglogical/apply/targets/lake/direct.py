@@ -57,12 +57,10 @@ def net_table(net: DirectNet) -> pa.Table | None:
     is not ``flat_type`` (then Spark's frame is the way)."""
     if not net.files or not readable(net) or (net.key and net.partitions > 1):
         return None  # a keyed table-batch in key partitions: ``lake/parts.py`` streams it
-    if net.compacted and not net.key:  # keyless: the published INSERTs appended a row group at a time, any size
+    if net.compacted:  # keyless: the published INSERTs appended a row group at a time, any size; keyed: the Arrow
+        # kernels net the whole table-batch at once (several schema versions: in their union, as Spark's frame has
+        # them, so the mirror follows the same columns and types; an overflow is ``compacted_batches``' typed error)
         batches = list(direct.compacted_batches(direct.staged_chunks(net.files, net.filesystem), net))
-    elif net.compacted:  # the Arrow kernels net the whole table-batch at once (several schema versions: in their
-        # union, as Spark's frame has them, so the mirror follows the same columns and types)
-        staged = direct.staged_changes(net.files, net.filesystem, net.union)
-        batches = [direct.compacted_rows(staged, net)]
     else:
         batches = [b for p in net.files
                    for b in direct.plain_net_rows(pq.ParquetFile(p, filesystem=net.filesystem), None, net.key,
