@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from airflow_provider_pglogical.apply.staged_arrow import spark_type, to_spark_arrow
+from airflow_provider_pglogical.apply.staged_arrow import holds, spark_type, to_spark_arrow
 from airflow_provider_pglogical.exceptions import StagingError
 from airflow_provider_pglogical.staging.credentials import is_storage_variable, process_environment
 from airflow_provider_pglogical.staging.reader import NOTES_COLUMNS
@@ -145,7 +145,7 @@ def spark_schema(staged: pa.Schema) -> StructType | None:
     those staging writes (no Spark type for it, or a unit Spark's Parquet reader reads as another type)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    if any(_read_otherwise(f.type) for f in staged):
+    if any(holds(f.type, _read_otherwise) for f in staged):
         return None
     try:
         return from_arrow_schema(spark_arrow_schema(staged), prefer_timestamp_ntz=True)
@@ -169,15 +169,9 @@ def _nullable(dtype: pa.DataType) -> pa.DataType:
 
 
 def _read_otherwise(dtype: pa.DataType) -> bool:
-    """Whether ``dtype`` holds a time of a unit other than microseconds, a duration (Spark reads a Parquet duration
-    as a plain integer) or a decimal of a negative scale: pyspark maps them to Spark types its Parquet reader does
+    """Whether ``dtype`` is a time of a unit other than microseconds, a duration (Spark reads a Parquet duration as a
+    plain integer) or a decimal of a negative scale: pyspark maps them to Spark types its Parquet reader does
     not give them."""
-    if pa.types.is_struct(dtype):
-        return any(_read_otherwise(f.type) for f in dtype)
-    if pa.types.is_map(dtype):
-        return _read_otherwise(dtype.key_type) or _read_otherwise(dtype.item_type)
-    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
-        return _read_otherwise(dtype.value_type)
     if pa.types.is_timestamp(dtype) or pa.types.is_time(dtype):
         return str(dtype.unit) != "us"
     if pa.types.is_decimal(dtype):
@@ -189,18 +183,7 @@ def readable(staged: pa.Schema) -> bool:
     """Whether the executors can hand a file of ``staged`` schema to Spark: no TIME anywhere in it. Spark reads the
     Arrow that ``mapInArrow`` returns without a time type, and its TIME cannot be built from PostgreSQL's
     ``24:00:00`` (which its Parquet reader, and ``createDataFrame``, keep as the raw value)."""
-    def has_time(dtype: pa.DataType) -> bool:
-        if pa.types.is_time(dtype):
-            return True
-        if pa.types.is_struct(dtype):
-            return any(has_time(f.type) for f in dtype)
-        if pa.types.is_map(dtype):
-            return has_time(dtype.key_type) or has_time(dtype.item_type)
-        if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
-            return has_time(dtype.value_type)
-        return False
-
-    return not any(has_time(f.type) for f in staged)
+    return not any(holds(f.type, pa.types.is_time) for f in staged)
 
 
 def _reader(directory: str, target: pa.Schema, fallback: dict[str, str]
