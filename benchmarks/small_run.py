@@ -22,7 +22,9 @@ With ``--connect``, small batches (keys repeating) again over a warm Spark Conne
 as ``tests/support/sparkconnect.py`` starts it: local[2] executors, warmed by one run): as the spec applies them (a
 batch netted in process starts no Spark over Connect either) and through Spark (``PGLOGICAL_APPLY_DIRECT=0``), each
 run's JSON telling whether it started Spark. With ``--code DIR`` too, those runs alternate this checkout's CLI and
-DIR's over the same server (A/B, their ratio by the medians).
+DIR's over the same server (A/B, their ratio by the medians). With ``--connect-calls`` too, each of those runs reports
+its client's round trips to the server, counted and timed (``benchmarks/connect_calls.py``: analyses, plans run,
+settings requests).
 
 With ``--jvm-archive``, only needs-Spark small batches: the class archive of Spark's classes
 (``apply/jvm_archive.py``) off and on, alternating, then other JVM settings on top of it (``JVM_VARIANTS``), each
@@ -84,6 +86,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yaml  # noqa: E402
 
+from benchmarks import connect_calls  # noqa: E402
 from scripts.harness.pgserver import (  # noqa: E402
     execute,
     make_database,  # noqa: E402
@@ -405,9 +408,14 @@ def connect_runs(spec_path: Path, dsn: str, args: argparse.Namespace, env: dict[
                     base += 1_000_000
                     small_batch(dsn, args.changes, base)
                     out: list[dict[str, Any]] = []
-                    wall = timed_cli("run", *spec, env={**code_env, **extra}, out=out)
+                    run_env = {**code_env, **extra}
+                    if args.connect_calls:
+                        run_env = connect_calls.profiled_env(run_env, work / "connect-calls")
+                    wall = timed_cli("run", *spec, env=run_env, out=out)
                     runs[f"{kind}/{code}"].append({"wall_s": round(wall, 2),
-                                                   "spark_started": out[0]["apply"].get("spark_started")})
+                                                   "spark_started": out[0]["apply"].get("spark_started"),
+                                                   **({"client": connect_calls.summary(work / "connect-calls")}
+                                                      if args.connect_calls else {})})
     finally:
         stop_connect(process)
     medians = {name: round(statistics.median(r["wall_s"] for r in found), 2) for name, found in runs.items()}
@@ -450,6 +458,8 @@ def main() -> int:
     p.add_argument("--code", type=Path, default=None, help="run the CLI with this checkout's package (PYTHONPATH)")
     p.add_argument("--no-split", action="store_true", help="skip the in-process split")
     p.add_argument("--connect", action="store_true", help="also run over a warm Spark Connect server")
+    p.add_argument("--connect-calls", action="store_true",
+                   help="with --connect: each run's Connect client calls, counted and timed (benchmarks/connect_calls.py)")
     p.add_argument("--jvm-archive", action="store_true",
                    help="only the needs-Spark small batches with the class archive off and on (and JVM_VARIANTS)")
     p.add_argument("--inprocess-rows", type=int, default=None,

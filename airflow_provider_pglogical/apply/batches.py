@@ -16,7 +16,7 @@ from airflow_provider_pglogical.apply.meta import META
 from airflow_provider_pglogical.apply.spark_on_demand import SparkOnDemand, session_of
 from airflow_provider_pglogical.apply.sparkenv import quoted
 from airflow_provider_pglogical.apply.staged_arrow import castable_from_text, spark_readable, to_spark_arrow
-from airflow_provider_pglogical.apply.staged_schema import known, spark_schema
+from airflow_provider_pglogical.apply.staged_schema import known
 from airflow_provider_pglogical.exceptions import StagingError
 from airflow_provider_pglogical.staging.manifest import Manifest
 from airflow_provider_pglogical.staging.reader import (
@@ -261,7 +261,7 @@ def staged_image_types(spark: SparkOnDemand, batch: Batch, sources: Sequence[str
 def _parquet(spark: SparkSession, paths: Sequence[str], schema: pa.Schema) -> DataFrame:
     """Spark's Parquet reader over local ``paths`` of Arrow ``schema``, given the schema it infers for them
     (``staged_schema``: the server reads no footer to plan the frame, and its columns cost no round trip)."""
-    found = spark_schema(schema)
+    found = executor_reads.spark_schema(schema)
     if found is None:
         return spark.read.parquet(*paths)
     return known(spark.read.schema(found).parquet(*paths), found)

@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from airflow_provider_pglogical.apply.staged_arrow import spark_type, to_spark_arrow
+from airflow_provider_pglogical.apply.staged_arrow import holds, spark_type, to_spark_arrow
+from airflow_provider_pglogical.exceptions import StagingError
 from airflow_provider_pglogical.staging.credentials import is_storage_variable, process_environment
 from airflow_provider_pglogical.staging.reader import NOTES_COLUMNS
 from airflow_provider_pglogical.staging.verify import Observed
@@ -136,31 +137,53 @@ def survey(spark: SparkSession, directory: str, files: Sequence[str]) -> dict[st
     return out
 
 
-def spark_schema(staged: pa.Schema) -> StructType:
-    """The Spark schema of a staged file's rows as ``to_spark_arrow`` converts them (a timestamp without time
-    zone stays ``timestamp_ntz``, as Spark's Parquet reader types it)."""
+def spark_schema(staged: pa.Schema) -> StructType | None:
+    """The Spark schema of a staged file's rows, the one Spark's Parquet reader infers for the file (every field
+    nullable, as a file source gives it; a timestamp without time zone ``timestamp_ntz``, as
+    ``spark.sql.parquet.inferTimestampNTZ.enabled`` pinned in ``SESSION_CONF`` has it; unsigned integers widened as
+    ``staged_arrow.spark_type`` says) and the one ``to_spark_arrow`` converts rows to. None when a type is outside
+    those staging writes (no Spark type for it, or a unit Spark's Parquet reader reads as another type)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    converted = pa.schema([f.with_type(spark_type(f.type)) for f in staged])
-    return from_arrow_schema(converted, prefer_timestamp_ntz=True)
+    if any(holds(f.type, _read_otherwise) for f in staged):
+        return None
+    try:
+        return from_arrow_schema(spark_arrow_schema(staged), prefer_timestamp_ntz=True)
+    except (TypeError, NotImplementedError):  # pyspark's conversion refuses the type
+        return None
+
+
+def spark_arrow_schema(staged: pa.Schema) -> pa.Schema:
+    """``staged`` with each type as ``spark_type`` gives it and every field, nested ones too, nullable."""
+    return pa.schema([pa.field(f.name, _nullable(spark_type(f.type))) for f in staged])
+
+
+def _nullable(dtype: pa.DataType) -> pa.DataType:
+    if pa.types.is_struct(dtype):
+        return pa.struct([pa.field(f.name, _nullable(f.type)) for f in dtype])
+    if pa.types.is_map(dtype):
+        return pa.map_(dtype.key_type, pa.field(dtype.item_field.name, _nullable(dtype.item_type)))
+    if pa.types.is_list(dtype):
+        return pa.list_(pa.field(dtype.value_field.name, _nullable(dtype.value_type)))
+    return dtype
+
+
+def _read_otherwise(dtype: pa.DataType) -> bool:
+    """Whether ``dtype`` is a time of a unit other than microseconds, a duration (Spark reads a Parquet duration as a
+    plain integer) or a decimal of a negative scale: pyspark maps them to Spark types its Parquet reader does
+    not give them."""
+    if pa.types.is_timestamp(dtype) or pa.types.is_time(dtype):
+        return str(dtype.unit) != "us"
+    if pa.types.is_decimal(dtype):
+        return not 0 <= int(dtype.scale) <= int(dtype.precision)
+    return bool(pa.types.is_duration(dtype))
 
 
 def readable(staged: pa.Schema) -> bool:
     """Whether the executors can hand a file of ``staged`` schema to Spark: no TIME anywhere in it. Spark reads the
     Arrow that ``mapInArrow`` returns without a time type, and its TIME cannot be built from PostgreSQL's
     ``24:00:00`` (which its Parquet reader, and ``createDataFrame``, keep as the raw value)."""
-    def has_time(dtype: pa.DataType) -> bool:
-        if pa.types.is_time(dtype):
-            return True
-        if pa.types.is_struct(dtype):
-            return any(has_time(f.type) for f in dtype)
-        if pa.types.is_map(dtype):
-            return has_time(dtype.key_type) or has_time(dtype.item_type)
-        if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
-            return has_time(dtype.value_type)
-        return False
-
-    return not any(has_time(f.type) for f in staged)
+    return not any(holds(f.type, pa.types.is_time) for f in staged)
 
 
 def _reader(directory: str, target: pa.Schema, fallback: dict[str, str]
@@ -182,7 +205,9 @@ def read_files(spark: SparkSession, directory: str, files: Sequence[tuple[str, p
     """Staged files ``(relative path, staged schema, row groups)`` of one schema under ``directory`` (a URI) as
     one Spark frame, each row group read by an executor task."""
     schema = spark_schema(files[0][1])
-    target = pa.schema([f.with_type(spark_type(f.type)) for f in files[0][1]])
+    if schema is None:
+        raise StagingError(f"{directory}/{files[0][0]} holds a type staging does not write (Spark has no type for it)")
+    target = spark_arrow_schema(files[0][1])
     tasks = [(relative, group) for relative, _, groups in files for group in range(groups)]
     frame = spark.createDataFrame(tasks, "file string, row_group int")
     if len(tasks) > 1:

@@ -33,9 +33,13 @@ LOCAL_DRIVER_CONF = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress
 # zone stay wall-clock microseconds in UTC; names resolve case-sensitively, as PostgreSQL's do (columns "Val" and val
 # of one table, tables "T" and t of one schema are distinct; Spark's default would merge or refuse them); no
 # ${…} substitution in SQL text (it runs over backtick-quoted names too: a column "x${spark.app.name}" would read
-# another column).
+# another column); staged Parquet read as written, with the types the apply builds for it in process
+# (``executor_reads.spark_schema``): a timestamp without time zone as ``timestamp_ntz`` (not the session's local
+# time), bytes as binary (not text). The last two are Spark's defaults, pinned so a server's own defaults cannot
+# type a column otherwise (a Delta table created before would then get another type).
 SESSION_CONF = {"spark.sql.session.timeZone": "UTC", "spark.sql.timeType.enabled": "true",
-                "spark.sql.caseSensitive": "true", "spark.sql.variable.substitute": "false"}
+                "spark.sql.caseSensitive": "true", "spark.sql.variable.substitute": "false",
+                "spark.sql.parquet.inferTimestampNTZ.enabled": "true", "spark.sql.parquet.binaryAsString": "false"}
 _CONNECT_TOKEN = re.compile(r"(;\s*token\s*=)[^;]*", re.IGNORECASE)  # a Connect URL's parameters: /;key=value;…
 
 

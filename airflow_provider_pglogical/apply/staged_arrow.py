@@ -18,6 +18,7 @@ the Parquet reader does:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -57,18 +58,23 @@ def castable_from_text(dtype: pa.DataType, text: str) -> bool:
 
 def spark_readable(schema: pa.Schema) -> bool:
     """Whether Spark's Parquet reader reads a file of ``schema`` (no decimal wider than 38 digits anywhere)."""
-    return not any(_has_wide_decimal(f.type) for f in schema)
+    return not any(holds(f.type, _wide_decimal) for f in schema)
 
 
-def _has_wide_decimal(dtype: pa.DataType) -> bool:
-    if pa.types.is_decimal256(dtype):
-        return bool(dtype.precision > _MAX_DECIMAL)
+def _wide_decimal(dtype: pa.DataType) -> bool:
+    return pa.types.is_decimal256(dtype) and bool(dtype.precision > _MAX_DECIMAL)
+
+
+def holds(dtype: pa.DataType, leaf: Callable[[pa.DataType], bool]) -> bool:
+    """Whether ``leaf`` holds for ``dtype`` or a type nested in it (struct fields, map keys and items, elements)."""
+    if leaf(dtype):
+        return True
     if pa.types.is_struct(dtype):
-        return any(_has_wide_decimal(f.type) for f in dtype)
+        return any(holds(f.type, leaf) for f in dtype)
     if pa.types.is_map(dtype):
-        return _has_wide_decimal(dtype.key_type) or _has_wide_decimal(dtype.item_type)
+        return holds(dtype.key_type, leaf) or holds(dtype.item_type, leaf)
     if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
-        return _has_wide_decimal(dtype.value_type)
+        return holds(dtype.value_type, leaf)
     return False
 
 
@@ -121,7 +127,7 @@ def _image(arr: pa.StructArray, notes: pa.Array | None) -> pa.Array:
     children = []
     for i, f in enumerate(arr.type):
         child = _convert(arr.field(i))
-        if notes is not None and pa.types.is_decimal256(f.type) and _has_wide_decimal(f.type):
+        if notes is not None and _wide_decimal(f.type):
             noted = pc.fill_null(pc.equal(pc.map_lookup(notes, pa.scalar(f.name), "first"), NAN), False)
             child = pc.if_else(noted, NAN, child)
         children.append(child)

@@ -200,13 +200,12 @@ def _open_connect(remote: str, conf: dict[str, str], *, keep: bool, reset: bool 
         try:
             set_conf(session, conf)  # one round trip
         except Exception:  # the server answered: a setting it refuses is that setting's problem
-            for key, value in conf.items():  # which one, for the error
+            for key, value in conf.items():  # which one, for the error; each set, the session has them all
                 try:
                     session.conf.set(key, value)
                 except Exception as exc:
                     raise SparkStartError(f"Spark Connect server {redacted(remote)} refused the session setting "
                                           f"{key}={value}: {_cause(exc)}") from exc
-            raise
     except BaseException:
         session.stop()  # releases the run's own session once the server has it; a kept one stays for the next run
         raise
@@ -306,6 +305,16 @@ class SparkStarter:
     @property
     def started(self) -> bool:
         return self._thread is not None
+
+    @property
+    def settings_held(self) -> bool:
+        """Whether the session's settings stay those its start gave it (``SESSION_CONF``): this process opened the
+        session, or reset a kept one. A Spark Connect URL naming a ``session_id`` gives a session used as it is,
+        whose settings anyone holding the id can change between its start and the apply."""
+        from airflow_provider_pglogical.pipeline import connect_session
+
+        return not (is_remote(self.master)
+                    and connect_session.url_params(self.master).get(connect_session.SESSION_ID_PARAM))
 
     def start(self, reason: str = "") -> None:
         if self._thread is not None:
@@ -506,9 +515,10 @@ def _apply_session(starter: SparkStarter | None, master: str | None, conf: dict[
         return used.session()
 
     try:
-        # ``new_spark_session`` gives every session SESSION_CONF: the steps asking for it again cost no round trip.
+        # ``new_spark_session`` gives every session SESSION_CONF: the steps asking for it again cost no round trip,
+        # unless the session is shared (its settings set again at the apply's start).
         yield SparkOnDemand(start, running=lambda: used.started, local_master=session_is_local(used.master),
-                            preset=SESSION_CONF)
+                            preset=SESSION_CONF if used.settings_held else None)
     finally:
         if starter is None:
             used.stop()

@@ -72,6 +72,23 @@ def test_settings_the_started_session_has_are_not_set_again():
     assert session.conf.values["a"] == "0"
 
 
+@pytest.mark.parametrize(("master", "set_again"), [("sc://127.0.0.1:1", False), ("local[1]", False),
+                                                   ("sc://127.0.0.1:1/;session_id=0b0e4d4a-8f1e-4c55-9a43-3d1c2f6f7a10",
+                                                    True)])
+def test_a_shared_session_gets_the_apply_settings_again_when_the_apply_starts(master, set_again):
+    starter = runs.SparkStarter(master)
+    session = _Session()
+    starter._session, starter.start_s = session, 0.0  # started during the drain
+    starter._thread = threading.Thread(target=lambda: None)
+    starter._thread.start()
+    with runs._apply_session(starter, master, {}, lambda _: None) as spark:
+        spark.conf(sparkenv.SESSION_CONF)
+        assert spark.session() is session
+    # A session named by its id may have had its settings changed since its start (anyone holding the id can):
+    # SESSION_CONF is set again; one this process opened or reset holds them since its start.
+    assert session.conf.values == (sparkenv.SESSION_CONF if set_again else {})
+
+
 def test_threads_asking_together_start_one_session():
     starts: list[int] = []
     gate = threading.Barrier(4)
@@ -207,8 +224,8 @@ def test_a_connect_token_is_masked_in_log_lines_and_never_kept_by_a_batch(tmp_pa
     assert sparkenv.redacted(CONNECT) == "sc://spark:15002/;user_id=etl;token=***;use_ssl=true"
     assert sparkenv.redacted("local[2]") == "local[2]"
 
-    class Starter:  # what ``_apply_session`` touches of a ``SparkStarter``: its master, its start
-        master, started = CONNECT, False
+    class Starter:  # what ``_apply_session`` touches of a ``SparkStarter``: its master, its start, its settings
+        master, started, settings_held = CONNECT, False, True
 
         def session(self) -> Any:
             return _Session()

@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from airflow_provider_pglogical.apply import sparkenv
 from airflow_provider_pglogical.exceptions import SparkStartError
 from airflow_provider_pglogical.pipeline import runs
 from airflow_provider_pglogical.pipeline.connect_session import url_params
 
 URL = "sc://h:15002"
-CONF = {"spark.sql.caseSensitive": "true"}
+CONF = {"spark.sql.caseSensitive": "true", "spark.sql.session.timeZone": "UTC"}
 GIVEN = "0b5b3f2e-6a3c-4d8e-9f1a-2c4d6e8f0a1b"
 
 
@@ -29,6 +30,8 @@ class FakeServer:
         self.settings: dict[str, dict[str, str]] = {}
         self.refused: str | None = None
         self.answers = True
+        self.batch_lost = False  # a request of several settings fails before the server reads it
+        self.setting_requests = 0
         self.clients: list[FakeClient] = []
 
     def remote(self, url: str) -> FakeBuilder:
@@ -53,10 +56,25 @@ class FakeConf:
         server = self.client.ask()
         if key == server.refused:
             raise RuntimeError(f"[CANNOT_MODIFY_CONFIG] {key}")
+        server.setting_requests += 1
         server.settings.setdefault(self.client.session_id, {})[key] = value
+
+    def _set_all(self, settings: dict[str, str], *, silent: bool) -> None:
+        """pyspark Connect's one request for several settings: set in order, up to one the server refuses."""
+        assert not silent
+        server = self.client.ask()
+        if server.batch_lost:
+            raise RuntimeError("[UNAVAILABLE] the request was lost")
+        server.setting_requests += 1
+        for key, value in settings.items():
+            if key == server.refused:
+                raise RuntimeError(f"[CANNOT_MODIFY_CONFIG] {key}")
+            server.settings.setdefault(self.client.session_id, {})[key] = value
 
 
 class FakeClient:
+    __module__ = "pyspark.sql.connect.session"  # a Connect client, as ``sparkenv.is_connect`` tells one
+
     def __init__(self, server: FakeServer, session_id: str) -> None:
         self.server, self.session_id = server, session_id
         self.release_session_on_close = True
@@ -141,11 +159,20 @@ def test_a_given_session_is_never_released_nor_reset_and_its_closing_names_the_w
     assert open_session(f"{URL}/;token=secret").session_id not in (GIVEN, "own")  # the way out
 
 
+def test_the_settings_go_in_one_request_and_a_lost_one_is_sent_setting_by_setting(server: FakeServer):
+    assert sparkenv.is_connect(open_session()) and server.setting_requests == 1
+    server.batch_lost = True
+    again = open_session()  # each setting then set on its own: the session has them all
+    assert server.setting_requests == 1 + len(CONF) and server.settings[again.session_id] == CONF
+    assert not again.stopped
+
+
 @pytest.mark.parametrize("pipeline", ["s3://b/staging#slot", None])
 def test_a_refused_setting_stops_the_client_and_releases_only_the_runs_own_session(server: FakeServer,
                                                                                    pipeline: str | None):
-    server.refused = "spark.sql.caseSensitive"
-    with pytest.raises(SparkStartError, match="refused the session setting spark.sql.caseSensitive=true"):
+    server.refused = "spark.sql.session.timeZone"  # the second of the request's settings: the retry names it
+    with pytest.raises(SparkStartError, match="refused the session setting spark.sql.session.timeZone=UTC: "
+                                              r"RuntimeError: \[CANNOT_MODIFY_CONFIG\]"):
         open_session(pipeline=pipeline)
     (client,) = server.clients
     assert client.stopped and server.released == ([] if pipeline else ["own"])

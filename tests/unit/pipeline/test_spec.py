@@ -467,12 +467,15 @@ def test_where_spark_runs_is_refused_in_spark_conf_and_its_own_key_holds(key, va
 
 
 def test_a_session_setting_the_apply_relies_on_is_refused_in_spark_conf_unless_it_says_the_same():
-    # each would break exactness silently: names merged by case, ``${…}`` in a quoted name substituted
+    # each would break exactness silently: names merged by case, ``${…}`` in a quoted name substituted, a staged
+    # timestamp without time zone read as local time (a lake table then typed otherwise), bytes read as text
     conf = {"spark.sql.caseSensitive": False, "spark.sql.variable.substitute": "true",
-            "spark.sql.session.timeZone": "Europe/Paris", "spark.sql.ansi.enabled": "true"}
+            "spark.sql.session.timeZone": "Europe/Paris", "spark.sql.ansi.enabled": "true",
+            "spark.sql.parquet.inferTimestampNTZ.enabled": False, "spark.sql.parquet.binaryAsString": "true"}
     message = error_of(with_change("spark", {"conf": conf}))
     for key, value in (("spark.sql.caseSensitive", "true"), ("spark.sql.variable.substitute", "false"),
-                       ("spark.sql.session.timeZone", "UTC")):
+                       ("spark.sql.session.timeZone", "UTC"), ("spark.sql.parquet.inferTimestampNTZ.enabled", "true"),
+                       ("spark.sql.parquet.binaryAsString", "false")):
         assert f"spark.conf.{key}: the apply sets it to {value}: leave it out" in message, message
     assert "spark.sql.ansi.enabled" not in message
     same = {"spark.sql.caseSensitive": True, "spark.sql.variable.substitute": "FALSE", "spark.sql.session.timeZone": "UTC"}
