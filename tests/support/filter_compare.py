@@ -44,7 +44,8 @@ def compared_together(spark: Any, examples_of: ExamplesOf) -> None:
     except (PySparkException, Py4JError) as error:
         differing = [f"Spark raised {type(error).__name__}: {str(error).splitlines()[0]}"]
     if differing:
-        reproduced = f"hypothesis.seed({seed}) reproduces {len(differing)} disagreements, the first: {differing[0]}"
+        reproduced = (f"hypothesis.seed({seed}) reproduces the one query's {len(differing)} disagreement(s), "
+                      f"the first: {differing[0]}")
         try:
             examples_of(lambda table, covered: _same_answers(spark, table, covered), seed)
         except Exception as shrunk:
