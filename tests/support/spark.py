@@ -23,9 +23,11 @@ TEST_SPARK_CONF = {"spark.driver.extraJavaOptions": TEST_JVM_OPTIONS}
 
 # PySpark's DataFrame debugging records each Column and DataFrame call's Python call site in the JVM, for the query
 # context of an error: Py4J round trips (the active session, a setting, the origin) on every call, 30,000 calls of
-# it in test_transform_paths.py's 20 examples, whose CPU went 69.9 and 71.9 → 65.0 and 67.1 CPU-seconds (JVM
-# included, alternating) without it. Nothing the suite checks reads that context: an error's first line, which the
-# package shows, is the same. PySpark reads the switch once per process, so it is set on the session's builder.
+# it in test_transform_paths.py's 20 examples, whose CPU went 69.9 and 71.9 → 65.0 and 67.1 CPU-seconds without
+# it, each way twice, alternating: the CPU of the pytest process and of the JVM it starts (reproduced by
+# ``perf stat -e task-clock -- .venv/bin/pytest -q tests/unit/apply/test_transform_paths.py``, which counts both).
+# Nothing the suite checks reads that context: an error's first line, which the package shows, is the same.
+# PySpark reads the switch once per process, so it is set on the session's builder.
 PYTHON_SIDE_CONF = {"spark.python.sql.dataFrameDebugging.enabled": "false"}
 
 

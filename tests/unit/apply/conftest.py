@@ -20,15 +20,20 @@ __all__ = ["ITEMS", "ITEMS_FULL", "PAIRS", "changes_frame"]
 #
 # Whole-stage code generation compiles a class per stage of every query, which a few rows never pay back: without it
 # (expressions are still compiled one by one, results identical) test_transform_paths.py took 51.4 and 54.6 where
-# it took 56.5 and 57.2 CPU-seconds, alternating. The integration tests run the apply with Spark's defaults.
+# it took 56.5 and 57.2 CPU-seconds, each way twice, alternating: the CPU of the pytest process and of the JVM it
+# starts (reproduced by ``perf stat -e task-clock -- .venv/bin/pytest -q tests/unit/apply/test_transform_paths.py``).
+# These modules test the package's transforms, which the integration tests run again with Spark's defaults. A module
+# whose Spark is the reference for random input that no integration test runs (the row filters' ``F.expr``, the
+# production's ``filters._match``) puts Spark's default back with a ``SPARK_CONF`` of its own, set over these.
 SMALL_FRAMES_CONF = {"spark.sql.shuffle.partitions": "2", "spark.sql.adaptive.enabled": "false",
                      "spark.sql.codegen.wholeStage": "false"}
 
 
 @pytest.fixture(scope="module")
-def spark(spark):
-    """The session's ``spark``, with SMALL_FRAMES_CONF for the module (its own settings restored after)."""
-    with session_conf(spark, SMALL_FRAMES_CONF):
+def spark(spark, request):
+    """The session's ``spark``, with SMALL_FRAMES_CONF and the module's own ``SPARK_CONF`` over it for the module
+    (its own settings restored after)."""
+    with session_conf(spark, {**SMALL_FRAMES_CONF, **getattr(request.module, "SPARK_CONF", {})}):
         yield spark
 
 

@@ -15,8 +15,8 @@ Spark.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
+import hypothesis
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -25,18 +25,11 @@ from hypothesis import strategies as st
 
 from airflow_provider_pglogical.apply import filter_columns, filter_eval
 from airflow_provider_pglogical.row_filter import canonical
-from tests.unit.apply.test_filter_eval import (
-    FLOATS,
-    ROW,
-    SCHEMA,
-    Covered,
-    _filters,
-    _ints,
-    _predicates,
-    compared_together,
-)
+from tests.support.filter_compare import WHOLE_STAGE_CODEGEN, Compare, Covered, compared_together
+from tests.unit.apply.test_filter_eval import FLOATS, ROW, SCHEMA, _filters, _ints, _predicates
 
 FIELDS = {f.name: f.type for f in SCHEMA}
+SPARK_CONF = WHOLE_STAGE_CODEGEN  # over the apply conftest's settings: Spark as the apply runs it is the reference
 
 
 def _image(rows: list[dict], nulls: list[bool]) -> pa.StructArray:
@@ -98,10 +91,11 @@ def test_the_columnar_evaluation_is_the_per_row_evaluation(rows, text) -> None:
         assert matcher.matches(image).tolist() == [v is True for v in reference]
 
 
-def _columnar_examples(compared: Callable[[pa.Table, Covered], None]) -> None:
-    """25 random images and filters, the expressions the columnar matcher evaluates with its answers handed to
-    ``compared``; examples where it evaluates none are rejected."""
+def _columnar_examples(compared: Compare, seed: int) -> None:
+    """25 random images and filters (from ``seed``), the expressions the columnar matcher evaluates with its
+    answers handed to ``compared``; examples where it evaluates none are rejected."""
 
+    @hypothesis.seed(seed)
     @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(st.lists(ROW, min_size=1, max_size=12), st.lists(_filters(), min_size=1, max_size=6))
     def evaluated(rows, filters) -> None:
@@ -122,7 +116,7 @@ def _columnar_examples(compared: Callable[[pa.Table, Covered], None]) -> None:
 
 
 def test_the_columnar_evaluation_gives_sparks_answer(spark) -> None:
-    """Spark's answers for every example from one query (``test_filter_eval.compared_together``)."""
+    """Spark's answers for every example from one query (``filter_compare.compared_together``)."""
     compared_together(spark, _columnar_examples)
 
 

@@ -17,26 +17,27 @@ from __future__ import annotations
 import datetime as dt
 import math
 import tempfile
-from collections.abc import Callable
 from decimal import Decimal
 
+import hypothesis
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
-from pyspark.sql import functions as F
 
 from airflow_provider_pglogical.apply import direct, filter_eval, published
 from airflow_provider_pglogical.apply.batches import list_batches, read_relations
 from airflow_provider_pglogical.apply.changes import SparkBatchChanges
 from airflow_provider_pglogical.apply.config import TableApplyConfig
 from airflow_provider_pglogical.apply.targets.base import PlannedTable
-from airflow_provider_pglogical.row_filter import canonical, spark_sql
+from airflow_provider_pglogical.row_filter import canonical
 from tests.support.case_union import CASE, by_case, case_key, union_branches, write_case, write_union
+from tests.support.filter_compare import WHOLE_STAGE_CODEGEN, Compare, Covered, compared_together
 from tests.support.stage import BatchSpec, Chg, write_batch
 from tests.unit.apply.conftest import ITEMS_FULL, PAIRS
 from tests.unit.apply.test_kernels import _rows, _staged, case_lists
+
+SPARK_CONF = WHOLE_STAGE_CODEGEN  # over the apply conftest's settings: Spark as the apply runs it is the reference
 
 SCHEMA = pa.schema([("i16", pa.int16()), ("i32", pa.int32()), ("i64", pa.int64()), ("f32", pa.float32()),
                     ("f64", pa.float64()), ("d", pa.decimal128(7, 2)), ("b", pa.bool_()), ("t", pa.string()),
@@ -131,30 +132,11 @@ def _filters(depth: int = 2) -> st.SearchStrategy[str]:
                      st.tuples(sub, st.sampled_from(["AND", "OR"]), sub).map(lambda x: f"{_p(x[0])} {x[1]} {_p(x[2])}"))
 
 
-Covered = list[tuple[str, list]]  # the expressions the evaluator answered, with its answer per row
+def _evaluated_examples(compared: Compare, seed: int) -> None:
+    """60 random images and filters (from ``seed``), each example's covered expressions with the evaluator's
+    answers handed to ``compared``; examples where the evaluator covers none are rejected."""
 
-
-def _spark_values(spark, examples: list[tuple[pa.Table, Covered]]) -> list[list[list]]:
-    """Spark's answers per example, per covered expression, per row: every example's rows in one file (``x`` its
-    example, ``n`` its row) and one query, each expression evaluated on its own example's rows only (``CASE WHEN``:
-    a row of another example never reaches it)."""
-    with tempfile.TemporaryDirectory() as root:
-        pq.write_table(pa.concat_tables(
-            table.append_column("n", pa.array(range(len(table)), pa.int64()))
-                 .append_column("x", pa.array([x] * len(table), pa.int64()))
-            for x, (table, _) in enumerate(examples)), f"{root}/rows.parquet")
-        answers = [F.when(F.col("x") == x, F.expr(spark_sql(e))).alias(f"x{x}e{i}")
-                   for x, (_, covered) in enumerate(examples) for i, (e, _) in enumerate(covered)]
-        rows = sorted(spark.read.parquet(f"{root}/rows.parquet").select("x", "n", *answers).collect(),
-                      key=lambda r: (r["x"], r["n"]))
-    return [[[r[f"x{x}e{i}"] for r in rows if r["x"] == x] for i in range(len(covered))]
-            for x, (_, covered) in enumerate(examples)]
-
-
-def _evaluated_examples(compared: Callable[[pa.Table, Covered], None]) -> None:
-    """60 random images and filters, each example's covered expressions with the evaluator's answers handed to
-    ``compared``; examples where the evaluator covers none are rejected."""
-
+    @hypothesis.seed(seed)
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(st.lists(ROW, min_size=1, max_size=12), st.lists(_filters(), min_size=1, max_size=6))
     def evaluated(rows, filters) -> None:
@@ -173,29 +155,6 @@ def _evaluated_examples(compared: Callable[[pa.Table, Covered], None]) -> None:
         compared(table, covered)
 
     evaluated()
-
-
-def _disagreements(examples: list[tuple[pa.Table, Covered]], answers: list[list[list]]) -> list[str]:
-    return [f"{expression}: in process {mine}, Spark {theirs}, rows {table.to_pylist()}"
-            for (table, covered), example_answers in zip(examples, answers, strict=True)
-            for (expression, mine), theirs in zip(covered, example_answers, strict=True) if mine != theirs]
-
-
-def compared_together(spark, examples_of: Callable[[Callable[[pa.Table, Covered], None]], None]) -> None:
-    """Every example's in-process answers first (``examples_of`` runs a property handing each example's images and
-    covered expressions to its argument), then Spark's for all of them in one query: one query's fixed cost where
-    each example paid its own, most of what an example of a few rows cost. Should any disagree, the property runs
-    again comparing example by example, so hypothesis shrinks the disagreement and reports it."""
-    examples: list[tuple[pa.Table, Covered]] = []
-    examples_of(lambda table, covered: examples.append((table, covered)))
-    differing = _disagreements(examples, _spark_values(spark, examples))
-    if differing:
-        examples_of(lambda table, covered: _same_answers(spark, table, covered))
-        pytest.fail(f"{len(differing)} disagreements, the first: {differing[0]}")
-
-
-def _same_answers(spark, table: pa.Table, covered: Covered) -> None:
-    assert not _disagreements([(table, covered)], _spark_values(spark, [(table, covered)])), covered
 
 
 def test_the_evaluator_gives_sparks_answer_for_every_row_it_covers(spark) -> None:
