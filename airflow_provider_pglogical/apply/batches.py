@@ -189,7 +189,8 @@ def read_changes(spark: SparkSession, batch: Batch, table: str) -> DataFrame:
     the union of the columns of all versions; ``ABSENT`` lists, per change, the columns its own
     version lacks — a native subscriber leaves them alone (UPDATE) or at their default (INSERT) —
     except a column the source added with a ``DEFAULT``: rows staged before its ``ADD COLUMN``
-    read that default on the source, so their new image gets it (``_with_source_defaults``).
+    read that default on the source, so their new image and their full old image (not a key-only
+    one) get it, for the types Spark casts from its text (``_with_source_defaults``).
     The exactness notes come along (``apply/notes.py``).
     A staging root on an object store (``s3://``) is read with pyarrow by Spark's executors
     (``executor_reads``; a file with a TIME column by pyarrow on the driver), because Spark's own s3a reader
@@ -395,12 +396,13 @@ def _with_source_defaults(frames: list[DataFrame], versions: Sequence[tuple[int,
             types.setdefault(name, dtype)
     out = []
     for df in frames:
+        schema = df.schema  # once: a frame ``withColumn`` returns holds no schema, and over Connect each asks the server
         have = fields(df)
         fill = {c: v for c, v in defaults.items() if c not in have and c in types and _castable_from_text(types[c], v)}
         if fill:
             full_old = ~F.coalesce(F.col("old_key_only"), F.lit(False))  # a key-only image's field stays null
             for column, filled in (("new", F.lit(True)), ("old", full_old)):
-                if not isinstance(df.schema[column].dataType, StructType):
+                if not isinstance(schema[column].dataType, StructType):
                     continue
                 image = F.col(column)
                 for name, text in fill.items():

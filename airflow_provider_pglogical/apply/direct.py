@@ -496,7 +496,7 @@ def compacted_batches(chunks: Iterable[pa.Table], net: DirectNet) -> Generator[p
         try:  # a chunk put in the union's layout (``versions.conform``) is concatenated and cast as it is read
             groups.extend(chunks)
             rows = compacted_rows(pa.concat_tables(groups), net) if groups else None
-        except pa.ArrowInvalid:  # past ``publishable``'s judgement: a typed error, the way out named
+        except (pa.ArrowInvalid, pa.ArrowCapacityError):  # past ``publishable``'s judgement: typed, the way out named
             raise partitioned.overflow_error(net.source or net.target, "netting it in one piece "
                                              f"({sum(g.num_rows for g in groups)} staged changes)") from None
         if rows is not None:

@@ -7,8 +7,8 @@ Per staged file (one schema version), as Spark's reader does it (``batches._with
 
 * a column the file's new image lacks but the last version holding it has a fast default for (``missing``,
   ``schema_changes.missing_value``) gets that default in every non-null new image, typed as the first file holding
-  the column types it, for the types Spark casts exactly from PostgreSQL's text (``from_text``); the others stay
-  null. A column every file holds keeps its values: its default is never read (Spark reads it only where lacking);
+  the column types it, and in every full old image (not a key-only one), for the types Spark casts exactly from
+  PostgreSQL's text (``from_text``); the others stay null. A column every file holds keeps its values: its default is never read (Spark reads it only where lacking);
 * every image is cast to the union's struct: missing fields null, each field of the widest type any version gives
   it (``widest``: integers, floats, decimals of at most 38 digits, as Spark's union widens them);
 * ``ABSENT`` lists the columns of the union the file's new image lacks after the defaults: an UPDATE leaves them
