@@ -29,8 +29,8 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 .PHONY: test demo demo-stop bootstrap system-deps venv venv-spark40 test-spark-versions pg17 azurite lint typecheck unit lock dist \
 	test-dist docs clean
 
-# Two workers, one test module each at a time (module fixtures are not duplicated): about 26 min for
-# 2,071 tests on the 2-core machine, where one process took 33 min for 1040. Modules are handed out in
+# Two workers, one test module each at a time (module fixtures are not duplicated): about 25 min for
+# 2,114 tests on the 2-core machine, where one process took 33 min for 1040. Modules are handed out in
 # collection order, which tests/conftest.py starts with the longest modules (SLOW_MODULES);
 # --no-loadscope-reorder keeps xdist from re-sorting them by number of tests. The modules on the
 # two-worker Spark cluster go out as one unit, to share its servers (tests/conftest.py,
