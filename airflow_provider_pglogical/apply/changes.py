@@ -161,12 +161,11 @@ class SparkBatchChanges:
 
     def staged_types(self, table: PlannedTable) -> dict[str, pa.DataType]:
         """Each column's staged Arrow type (``StagedTypesSource``): the footers of the table's sources' files."""
-        return staged_image_types(self.on_demand, self.batch, [part.source for part in table.parts] or [table.source])
+        return staged_image_types(self.on_demand, self.batch, table.sources)
 
     def staged_rows(self, table: PlannedTable) -> int:
         """Changes the manifest records for the table's sources (``StagedRowsSource``): no row is read."""
-        sources = [part.source for part in table.parts] or [table.source]
-        return sum(int(self.batch.manifest.tables.get(source, {}).get("rows", 0)) for source in sources)
+        return sum(int(self.batch.manifest.tables.get(source, {}).get("rows", 0)) for source in table.sources)
 
     def net(self, table: PlannedTable) -> DataFrame:
         """Net changes; first, an UPDATE/DELETE the table cannot apply stops the batch (``check_updates_deletes``).
@@ -309,7 +308,7 @@ class SnapshotChanges:
         """Each column's staged Arrow type (``StagedTypesSource``): the footer of each source's first chunk file (a
         snapshot's chunks share one schema)."""
         out: dict[str, pa.DataType] = {}
-        for source in [part.source for part in table.parts] or [table.source]:
+        for source in table.sources:
             snap = self.uris[source]
             if not snap.files:
                 continue

@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 
-
 def known(df: DataFrame, schema: StructType) -> DataFrame:
     """``df``, its schema ``schema`` held by a Spark Connect client, which then answers ``columns``/``schema`` (and
     ``mapInArrow``'s input columns) without asking the server. The plan is left as it is (``DataFrame.to`` would

@@ -126,6 +126,11 @@ class PlannedTable:
         return {c.name: c.type_name for rel in self.versions or (self.relation,) for c in rel.columns}
 
     @property
+    def sources(self) -> list[str]:
+        """The staged tables written into this one: each part's, else its own ``source``."""
+        return [part.source for part in self.parts] or [self.source]
+
+    @property
     def conflict(self) -> str:
         return self.config.conflict
 
